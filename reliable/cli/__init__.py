@@ -1,0 +1,1 @@
+"""The `reliable` command line."""

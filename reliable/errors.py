@@ -1,0 +1,157 @@
+"""Every error reliable raises, in one small hierarchy.
+
+    ReliableError
+    ├── ConfigError                 bad argument, URL or setting
+    │   └── PolicyError             a policy / rule file is wrong (names file, line, field)
+    ├── StoreError                  the state store cannot serve the request
+    │   ├── StoreUnavailable        the database cannot be reached
+    │   └── StoreNotMigrated        the schema is missing or out of date
+    ├── JobNotFound                 no job with that id
+    ├── TransitionRefused           the state machine or a compare-and-set refused a change
+    │   ├── ClaimRefused            a worker may not run this job now (reason says why)
+    │   └── LeaseLost               a worker's write lost its fencing race
+    └── ControlRefused              an operator command was not allowed (authorization, validation)
+
+`JobInterrupted` and its subclasses are *not* ReliableErrors: they derive from Dramatiq's
+`Interrupt` (a BaseException) so that an actor's `except Exception:` cannot swallow a pause,
+stop, cancel or lost lease observed at a checkpoint.
+"""
+
+from __future__ import annotations
+
+from dramatiq.middleware import Interrupt
+
+__all__ = [
+    "ClaimRefused",
+    "ConfigError",
+    "ControlRefused",
+    "JobCancelled",
+    "JobInterrupted",
+    "JobNotFound",
+    "JobPaused",
+    "JobStopped",
+    "LeaseLost",
+    "LeaseLostInterrupt",
+    "PolicyError",
+    "ReliableError",
+    "StoreError",
+    "StoreNotMigrated",
+    "StoreUnavailable",
+    "TransitionRefused",
+]
+
+
+class ReliableError(Exception):
+    """Base class of every error reliable raises on purpose."""
+
+
+class ConfigError(ReliableError):
+    """A configuration value (URL, option, setting) is wrong."""
+
+
+class PolicyError(ConfigError):
+    """A policy or rule file is invalid; the message names file, line and field."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        where = path or "<policy>"
+        if line is not None:
+            where = f"{where}:{line}"
+        prefix = f"{where}: " if path or line is not None else ""
+        suffix = f" (field: {field})" if field else ""
+        super().__init__(f"{prefix}{message}{suffix}")
+
+
+class StoreError(ReliableError):
+    """The state store cannot serve the request."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached (connection refused, timed out, locked for too long)."""
+
+
+class StoreNotMigrated(StoreError):
+    """The database schema is missing or older than this version of reliable."""
+
+
+class JobNotFound(ReliableError):
+    """No job has the given id."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id!r}")
+
+
+class TransitionRefused(ReliableError):
+    """A transition was refused: not allowed from the current state, or someone else won the race."""
+
+    def __init__(self, message: str, *, job_id: str | None = None, status: str | None = None,
+                 event: str | None = None) -> None:
+        self.job_id = job_id
+        self.status = status
+        self.event = event
+        super().__init__(message)
+
+
+class ClaimRefused(TransitionRefused):
+    """A worker's claim was refused; `reason` is one of the REASONS and `retry_in` is set for not_due."""
+
+    REASONS = ("finished", "held", "paused", "stopped", "not_due", "review", "not_found")
+
+    def __init__(self, job_id: str, reason: str, *, status: str | None = None,
+                 retry_in: float | None = None) -> None:
+        self.reason = reason
+        self.retry_in = retry_in
+        super().__init__(f"job {job_id}: claim refused ({reason}, status {status})", job_id=job_id,
+                         status=status, event="claim")
+
+
+class LeaseLost(TransitionRefused):
+    """A worker's fenced write was refused: its lease expired or was reassigned."""
+
+    def __init__(self, job_id: str, lease_id: int, *, current_lease_id: int | None = None,
+                 status: str | None = None) -> None:
+        self.lease_id = lease_id
+        self.current_lease_id = current_lease_id
+        super().__init__(
+            f"job {job_id}: lease {lease_id} is no longer held "
+            f"(current lease {current_lease_id}, status {status})",
+            job_id=job_id, status=status,
+        )
+
+
+class ControlRefused(ReliableError):
+    """An operator command was refused (not authorized, or its preconditions do not hold)."""
+
+
+class JobInterrupted(Interrupt):
+    """Raised inside an actor at a checkpoint when the job must stop running now."""
+
+    reason = "interrupted"
+
+
+class JobPaused(JobInterrupted):
+    """An operator asked to pause the job; it checkpointed and will move to PAUSED."""
+
+    reason = "pause"
+
+
+class JobStopped(JobInterrupted):
+    """An operator asked to stop the job; it checkpointed and will move to STOPPED."""
+
+    reason = "stop"
+
+
+class JobCancelled(JobInterrupted):
+    """An operator asked to cancel the job; it will move to CANCELLED."""
+
+    reason = "cancel"
+
+
+class LeaseLostInterrupt(JobInterrupted):
+    """The worker no longer holds the job's lease; any further work would be a stale commit."""
+
+    reason = "lease_lost"

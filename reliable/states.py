@@ -1,0 +1,195 @@
+"""The job state machine: states, events and the transition table, as data. Pure: no I/O.
+
+Who moves jobs in and out of each state:
+
+- PENDING     in: producer (enqueue), recovery (lease expired, retry due), operator (resume,
+              restart, retry). out: worker (claim), operator (pause, stop, cancel).
+- RUNNING     in: worker (claim). out: worker (success, failure, pause observed), operator
+              (stop/cancel request), recovery (lease expired).
+- RETRY_WAIT  in: worker (retryable failure), recovery (lease expired, backoff).
+              out: worker (claim of the delayed message once due), recovery (retry due),
+              operator (pause, stop, cancel).
+- PAUSED      in: operator (pause a PENDING/RETRY_WAIT job), worker or recovery (pause observed
+              on a RUNNING job). out: operator (resume, cancel).
+- STOPPING    in: operator (stop or cancel a RUNNING job). out: worker (unit done), recovery
+              (grace passed or lease expired).
+- STOPPED     in: worker (stop observed, authorization failure), recovery (forced stop),
+              operator (stop a job that was not running). out: operator (resume, restart, cancel).
+- REVIEW      in: worker (ambiguous side effect), recovery (crash of a non-idempotent job).
+              out: operator (reconcile, restart).
+- SUCCEEDED, FAILED, CANCELLED, DEAD are terminal for workers; an operator may retry or restart
+  FAILED and DEAD jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from .errors import TransitionRefused
+
+__all__ = [
+    "ACTIVE_STATES",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "Event",
+    "JobStatus",
+    "allowed_events",
+    "next_state",
+    "sources",
+    "target",
+]
+
+
+class JobStatus(StrEnum):
+    """The state of a job in the store's projection."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    RETRY_WAIT = "RETRY_WAIT"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    REVIEW = "REVIEW"
+    DEAD = "DEAD"
+
+
+class Event(StrEnum):
+    """Everything that can move a job from one state to another."""
+
+    # worker
+    CLAIM = "claim"
+    SUCCEED = "succeed"
+    RETRY = "retry_scheduled"
+    FAIL = "fail"
+    NEED_REVIEW = "need_review"
+    DEAD_LETTER = "dead_letter"
+    HALT = "halt"  # authorization / policy failure: stop and alert
+    PAUSE_OBSERVED = "pause_observed"
+    STOP_OBSERVED = "stop_observed"
+    CANCEL_OBSERVED = "cancel_observed"
+    # operator
+    PAUSE = "pause"
+    PAUSE_REQUEST = "pause_requested"
+    STOP = "stop"
+    STOP_REQUEST = "stop_requested"
+    CANCEL = "cancel"
+    CANCEL_REQUEST = "cancel_requested"
+    RESUME = "resume"
+    RESTART = "restart"
+    REQUEUE = "requeue"  # retry a FAILED or DEAD job from its last checkpoint
+    RECONCILE_SUCCEEDED = "reconcile_succeeded"
+    RECONCILE_CANCELLED = "reconcile_cancelled"
+    # recovery
+    LEASE_EXPIRED = "lease_expired"  # -> PENDING, re-dispatched at once
+    LEASE_EXPIRED_BACKOFF = "lease_expired_backoff"  # -> RETRY_WAIT
+    LEASE_EXPIRED_REVIEW = "lease_expired_review"  # crash of a non-idempotent job
+    LEASE_EXPIRED_DEAD = "lease_expired_dead"  # crashed once too often
+    RETRY_DUE = "retry_due"
+    FORCE_STOP = "force_stop"
+    FORCE_CANCEL = "force_cancel"
+
+
+S = JobStatus
+E = Event
+
+#: (from state, event) -> to state. Every pair not listed here is refused.
+TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
+    # worker
+    (S.PENDING, E.CLAIM): S.RUNNING,
+    (S.RETRY_WAIT, E.CLAIM): S.RUNNING,  # the delayed message arrived at retry_at
+    (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
+    (S.RUNNING, E.RETRY): S.RETRY_WAIT,
+    (S.RUNNING, E.FAIL): S.FAILED,
+    (S.RUNNING, E.NEED_REVIEW): S.REVIEW,
+    (S.RUNNING, E.DEAD_LETTER): S.DEAD,
+    (S.RUNNING, E.HALT): S.STOPPED,
+    (S.RUNNING, E.PAUSE_OBSERVED): S.PAUSED,
+    # A job asked to stop may still finish, fail or hit a problem before its next checkpoint.
+    (S.STOPPING, E.STOP_OBSERVED): S.STOPPED,
+    (S.STOPPING, E.CANCEL_OBSERVED): S.CANCELLED,
+    (S.STOPPING, E.SUCCEED): S.SUCCEEDED,
+    (S.STOPPING, E.FAIL): S.FAILED,
+    (S.STOPPING, E.NEED_REVIEW): S.REVIEW,
+    (S.STOPPING, E.DEAD_LETTER): S.DEAD,
+    (S.STOPPING, E.HALT): S.STOPPED,
+    # operator
+    (S.PENDING, E.PAUSE): S.PAUSED,
+    (S.RETRY_WAIT, E.PAUSE): S.PAUSED,
+    (S.PENDING, E.STOP): S.STOPPED,
+    (S.RETRY_WAIT, E.STOP): S.STOPPED,
+    (S.PAUSED, E.STOP): S.STOPPED,
+    (S.RUNNING, E.PAUSE_REQUEST): S.RUNNING,  # observed at the next checkpoint or heartbeat
+    (S.RUNNING, E.STOP_REQUEST): S.STOPPING,
+    (S.RUNNING, E.CANCEL_REQUEST): S.STOPPING,
+    (S.STOPPING, E.CANCEL_REQUEST): S.STOPPING,  # upgrade a stop to a cancel
+    (S.PENDING, E.CANCEL): S.CANCELLED,
+    (S.RETRY_WAIT, E.CANCEL): S.CANCELLED,
+    (S.PAUSED, E.CANCEL): S.CANCELLED,
+    (S.STOPPED, E.CANCEL): S.CANCELLED,
+    (S.PAUSED, E.RESUME): S.PENDING,
+    (S.STOPPED, E.RESUME): S.PENDING,
+    (S.FAILED, E.RESTART): S.PENDING,
+    (S.DEAD, E.RESTART): S.PENDING,
+    (S.REVIEW, E.RESTART): S.PENDING,
+    (S.STOPPED, E.RESTART): S.PENDING,
+    (S.CANCELLED, E.RESTART): S.PENDING,
+    (S.FAILED, E.REQUEUE): S.PENDING,
+    (S.DEAD, E.REQUEUE): S.PENDING,
+    (S.REVIEW, E.RECONCILE_SUCCEEDED): S.SUCCEEDED,
+    (S.REVIEW, E.RECONCILE_CANCELLED): S.CANCELLED,
+    # recovery
+    (S.RUNNING, E.LEASE_EXPIRED): S.PENDING,
+    (S.RUNNING, E.LEASE_EXPIRED_BACKOFF): S.RETRY_WAIT,
+    (S.RUNNING, E.LEASE_EXPIRED_REVIEW): S.REVIEW,
+    (S.RUNNING, E.LEASE_EXPIRED_DEAD): S.DEAD,
+    (S.RETRY_WAIT, E.RETRY_DUE): S.PENDING,
+    (S.STOPPING, E.FORCE_STOP): S.STOPPED,
+    (S.STOPPING, E.FORCE_CANCEL): S.CANCELLED,
+}
+
+_TARGETS: Mapping[Event, JobStatus] = {ev: to for (_, ev), to in TRANSITIONS.items()}
+assert all(TRANSITIONS[k] is _TARGETS[k[1]] for k in TRANSITIONS), "an event must have one target"
+
+#: States no worker moves a job out of.
+TERMINAL_STATES: frozenset[JobStatus] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.DEAD})
+
+#: States in which a worker holds a lease on the job.
+ACTIVE_STATES: frozenset[JobStatus] = frozenset({S.RUNNING, S.STOPPING})
+
+
+def target(event: Event | str) -> JobStatus:
+    """The single state `event` leads to, whatever state it starts from."""
+    event = Event(event)
+    return _TARGETS[event]
+
+
+def next_state(state: JobStatus | str, event: Event | str) -> JobStatus:
+    """Return the state `event` moves a job in `state` to, or raise TransitionRefused naming both."""
+    try:
+        state = JobStatus(state)
+        event = Event(event)
+    except ValueError as exc:
+        raise TransitionRefused(f"unknown state or event: {exc}") from None
+    target = TRANSITIONS.get((state, event))
+    if target is None:
+        raise TransitionRefused(
+            f"event {event.value!r} is not allowed in state {state.value}", status=state.value,
+            event=event.value,
+        )
+    return target
+
+
+def sources(event: Event | str) -> frozenset[JobStatus]:
+    """The states from which `event` is allowed (used as the guard of a compare-and-set)."""
+    event = Event(event)
+    return frozenset(state for (state, ev) in TRANSITIONS if ev is event)
+
+
+def allowed_events(state: JobStatus | str) -> frozenset[Event]:
+    """The events allowed in `state`."""
+    state = JobStatus(state)
+    return frozenset(ev for (st, ev) in TRANSITIONS if st is state)

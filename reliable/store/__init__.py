@@ -1,0 +1,8 @@
+"""The durable state store: schema, migrations and the StateStore API."""
+
+from __future__ import annotations
+
+from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
+from .store import StateStore
+
+__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "Job", "JobEvent", "LeaseStatus", "NewJob", "StateStore"]

@@ -1,0 +1,144 @@
+"""Engines for the two supported databases, the database clock, and error translation."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, literal_column
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.pool import NullPool
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
+
+__all__ = [
+    "SUPPORTED",
+    "connect_engine",
+    "now_expression",
+    "read_connection",
+    "sqlite_writer_lock",
+    "translate_errors",
+    "write_transaction",
+]
+
+SUPPORTED = ("sqlite", "postgresql")
+
+
+def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
+    """Create an engine for `url` (nothing is connected until first use).
+
+    SQLite runs in WAL mode with a 30 s busy timeout, and write transactions take the write lock
+    up front (BEGIN IMMEDIATE) so that two writers queue instead of failing with "database is
+    locked" when one of them tries to upgrade a read lock.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(
+            f"bad store URL {url!r}: expected e.g. sqlite:///reliable.db or "
+            "postgresql+psycopg://user@host:5432/dbname"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED:
+        raise ConfigError(f"unsupported store URL {url!r}: reliable supports {', '.join(SUPPORTED)}")
+    if backend == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        if backend == "sqlite":
+            if parsed.database in (None, "", ":memory:"):
+                raise ConfigError(f"store URL {url!r}: SQLite needs a file (e.g. sqlite:///reliable.db)")
+            engine = create_engine(
+                parsed,
+                connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
+                poolclass=NullPool if parsed.query.get("nullpool") else None,
+            )
+            _configure_sqlite(engine)
+        else:
+            engine = create_engine(
+                parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+                connect_args={"connect_timeout": 5},
+            )
+    except NoSuchModuleError:
+        raise ConfigError(f"store URL {url!r}: unknown driver {parsed.drivername!r}") from None
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"store URL {url!r} needs the {exc.name!r} module: pip install 'reliable[postgresql]'"
+        ) from None
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get("reliable_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def now_expression(engine: Engine) -> ColumnElement[float]:
+    """SQL for the database's current time in epoch seconds (sub-second precision)."""
+    if engine.dialect.name == "sqlite":
+        return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+    return literal_column("(extract(epoch from clock_timestamp())::float8)")
+
+
+# SQLite allows one writer per file. Threads of one process queue on this lock instead of
+# polling the file lock through SQLite's busy handler (which sleeps up to 100 ms per try).
+_sqlite_writer_locks: dict[str, threading.Lock] = {}
+_sqlite_writer_locks_guard = threading.Lock()
+
+
+def sqlite_writer_lock(engine: Engine) -> contextlib.AbstractContextManager[Any]:
+    """The in-process writer lock of a SQLite file; a no-op context for other databases."""
+    if engine.dialect.name != "sqlite":
+        return contextlib.nullcontext()
+    key = os.path.abspath(engine.url.database or "")
+    with _sqlite_writer_locks_guard:
+        return _sqlite_writer_locks.setdefault(key, threading.Lock())
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction that takes the write lock at once (SQLite) and commits at exit."""
+    with sqlite_writer_lock(engine), translate_errors(engine), engine.connect() as conn:
+        conn.execution_options(reliable_write=True)
+        with conn.begin():
+            yield conn
+
+
+@contextlib.contextmanager
+def read_connection(engine: Engine) -> Iterator[Connection]:
+    """A plain connection for reads, with driver errors translated."""
+    with translate_errors(engine), engine.connect() as conn:
+        yield conn
+
+
+@contextlib.contextmanager
+def translate_errors(engine: Engine) -> Iterator[None]:
+    """Turn driver errors into reliable's: unreachable, unmigrated, or a plain StoreError."""
+    try:
+        yield
+    except DBAPIError as exc:
+        text = str(exc.orig) if exc.orig is not None else str(exc)
+        lowered = text.lower()
+        url = engine.url.render_as_string(hide_password=True)
+        if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
+            raise StoreNotMigrated(
+                f"the store at {url} has no reliable tables: run `reliable db upgrade --store {url}`"
+            ) from None
+        if isinstance(exc, OperationalError) or exc.connection_invalidated:
+            first_line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            raise StoreUnavailable(f"cannot use the store at {url}: {first_line}") from exc
+        raise StoreError(f"store error at {url}: {text.strip().splitlines()[0]}") from exc

@@ -1,0 +1,140 @@
+"""The state store's tables (SQLAlchemy Core). Alembic migrations create exactly these.
+
+Times are seconds since the epoch as double precision, always taken from the database's clock
+(see `reliable.store.db.now_expression`) so that worker clocks never decide a lease's fate.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+__all__ = ["attempts", "effects", "job_events", "jobs", "metadata"]
+
+metadata = MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+_BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+jobs = Table(
+    "reliable_jobs",
+    metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("queue", String(255), nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("message", Text, nullable=False),  # the Dramatiq message as JSON, for re-dispatch
+    Column("status", String(16), nullable=False),
+    Column("previous_status", String(16)),
+    Column("version", BigInteger, nullable=False, server_default="1"),
+    Column("lease_id", BigInteger, nullable=False, server_default="0"),  # the fencing token
+    Column("worker_id", String(255)),
+    Column("lease_expires_at", Double),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("attempt_id", String(64)),
+    Column("started_at", Double),
+    Column("finished_at", Double),
+    Column("retry_count", Integer, nullable=False, server_default="0"),
+    Column("retry_at", Double),
+    Column("scheduled_at", Double),  # when the job is due (enqueue, eta, retry_at)
+    Column("dispatched_at", Double),  # when a message for it was last published
+    Column("pause_requested", Boolean, nullable=False, server_default="0"),
+    Column("stop_requested", Boolean, nullable=False, server_default="0"),
+    Column("cancel_requested", Boolean, nullable=False, server_default="0"),
+    Column("stop_requested_at", Double),
+    Column("checkpoint", Text),  # JSON
+    Column("checkpoint_version", Integer, nullable=False, server_default="0"),
+    Column("checkpoint_schema", Integer),
+    Column("checkpoint_at", Double),
+    Column("owner", String(255)),
+    Column("workflow_id", String(64)),
+    Column("trace_id", String(64)),
+    Column("parent_job_id", String(64)),
+    Column("last_error_class", String(64)),
+    Column("last_error_type", String(255)),
+    Column("last_error_message", Text),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+Index("ix_reliable_jobs_status_queue", jobs.c.status, jobs.c.queue)
+Index("ix_reliable_jobs_status_lease", jobs.c.status, jobs.c.lease_expires_at)
+Index("ix_reliable_jobs_status_retry", jobs.c.status, jobs.c.retry_at)
+Index("ix_reliable_jobs_status_dispatched", jobs.c.status, jobs.c.dispatched_at)
+Index("ix_reliable_jobs_status_updated", jobs.c.status, jobs.c.updated_at)
+Index("ix_reliable_jobs_actor_status", jobs.c.actor, jobs.c.status)
+Index("ix_reliable_jobs_workflow", jobs.c.workflow_id)
+
+job_events = Table(
+    "reliable_job_events",
+    metadata,
+    Column("id", _BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("from_status", String(16)),
+    Column("to_status", String(16)),
+    Column("version", BigInteger),
+    Column("attempt", Integer),
+    Column("attempt_id", String(64)),
+    Column("lease_id", BigInteger),
+    Column("worker_id", String(255)),
+    Column("queue", String(255)),
+    Column("actor", String(255)),
+    Column("workflow_id", String(64)),
+    Column("trace_id", String(64)),
+    Column("error_class", String(64)),
+    Column("error_type", String(255)),
+    Column("error_message", Text),
+    Column("retry_count", Integer),
+    Column("checkpoint", Text),
+    Column("operator", String(255)),
+    Column("reason", Text),
+    Column("host", String(255)),
+    Column("detail", Text),  # JSON: anything else worth keeping (rule matched, delay, ...)
+)
+
+Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
+Index("ix_reliable_job_events_at", job_events.c.at)
+Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at)
+
+attempts = Table(
+    "reliable_attempts",
+    metadata,
+    Column("attempt_id", String(64), primary_key=True),
+    Column("job_id", String(64), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("lease_id", BigInteger, nullable=False),
+    Column("worker_id", String(255)),
+    Column("started_at", Double, nullable=False),
+    Column("ended_at", Double),
+    Column("outcome", String(64)),  # the event that ended it (succeed, retry_scheduled, lease_expired...)
+    Column("error_class", String(64)),
+    Column("error_type", String(255)),
+    Column("error_message", Text),
+    Column("checkpoint_version_start", Integer),
+)
+
+Index("ix_reliable_attempts_job", attempts.c.job_id, attempts.c.attempt)
+
+effects = Table(
+    "reliable_effects",
+    metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("op_key", String(512), primary_key=True),
+    Column("attempt_id", String(64)),
+    Column("lease_id", BigInteger),
+    Column("applied_at", Double, nullable=False),
+    Column("result", Text),
+    Column("duplicates", Integer, nullable=False, server_default="0"),
+    Column("last_duplicate_at", Double),
+)

@@ -1,0 +1,105 @@
+"""Fixtures shared by every test: stores on both databases, real services or a clear skip.
+
+Under CI=true a missing service is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from reliable.store import StateStore
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PG_ADMIN_URL = os.environ.get("RELIABLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+RABBITMQ_URL = os.environ.get("RELIABLE_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, available: bool) -> None:
+    """Skip (locally) or fail (CI) when a real service the test needs is absent."""
+    if available:
+        return
+    message = f"{name} is not reachable on 127.0.0.1"
+    if IN_CI:
+        pytest.fail(f"{message}; under CI=true every integration test is mandatory")
+    pytest.skip(f"{message} (start it to run this test)")
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session; its URL."""
+    require_service("PostgreSQL", port_open("127.0.0.1", 5432))
+    name = f"reliable_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    migrated = StateStore(url)
+    migrated.upgrade()
+    migrated.close()
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _truncate(store: StateStore) -> None:
+    from reliable.store.schema import metadata
+
+    with store.engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(table.delete())
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A migrated SQLite store file; its URL."""
+    url = f"sqlite:///{tmp_path / 'reliable.db'}"
+    StateStore(url).upgrade()
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty store URL on each supported database."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'reliable.db'}"
+        StateStore(url).upgrade()
+        return url
+    url: str = request.getfixturevalue("pg_database")
+    store = StateStore(url)
+    _truncate(store)
+    store.close()
+    return url
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[StateStore]:
+    """A StateStore on each supported database, emptied before the test."""
+    s = StateStore(store_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def pg_store(pg_database: str) -> Iterator[StateStore]:
+    """A StateStore on PostgreSQL only, emptied before the test."""
+    s = StateStore(pg_database)
+    _truncate(s)
+    yield s
+    s.close()
