@@ -11,9 +11,11 @@ from typing import Any
 
 from sqlalchemy import (
     Engine,
+    and_,
     false,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -324,18 +326,20 @@ class StateStore:
                    lease_id: int | None = None, values: Mapping[str, Any] | None = None,
                    guard: ColumnElement[bool] | None = None, operator: str | None = None,
                    reason: str | None = None, detail: Mapping[str, Any] | None = None,
-                   end_attempt: bool = False, dispatch: bool = False) -> Job:
+                   end_attempt: bool = False, dispatch: bool | None = None) -> Job:
         """Apply `event` to the job as a compare-and-set; raise TransitionRefused if it lost.
 
         `expected_version` (and `lease_id`) make it a strict compare-and-set on what the caller
-        read. `dispatch=True` stamps dispatched_at (the caller publishes the message right after).
+        read. For transitions to PENDING, `dispatch=True` stamps dispatched_at (the caller publishes
+        the message right after) and `dispatch=False` leaves it unset so the sweeper publishes it.
         """
         values = dict(values or {})
         to = target(event)
         if to not in ACTIVE_STATES:
             values.setdefault("lease_expires_at", None)
-        if dispatch:
-            values["dispatched_at"] = self._now
+        if dispatch is not None:
+            # True: the caller publishes the message now. False: nobody does; the sweeper will.
+            values["dispatched_at"] = self._now if dispatch else None
             values.setdefault("scheduled_at", self._now)
         with self._write() as conn:
             row = self._update(conn, job_id, event, values=values, expected_version=expected_version,
@@ -452,11 +456,11 @@ class StateStore:
             return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
     def stale_pending(self, *, age: float, limit: int = 100) -> list[Job]:
-        """PENDING jobs due and last dispatched more than `age` seconds ago without a claim."""
-        stmt = (select(jobs).where(jobs.c.status == JobStatus.PENDING.value,
-                                   jobs.c.dispatched_at < self._now - age,
-                                   jobs.c.scheduled_at < self._now - age)
-                .order_by(jobs.c.dispatched_at).limit(limit))
+        """PENDING jobs never dispatched, or dispatched more than `age` seconds ago and not claimed."""
+        overdue = and_(jobs.c.dispatched_at < self._now - age, jobs.c.scheduled_at < self._now - age)
+        never_sent = and_(jobs.c.dispatched_at.is_(None), jobs.c.scheduled_at <= self._now)
+        stmt = (select(jobs).where(jobs.c.status == JobStatus.PENDING.value, or_(overdue, never_sent))
+                .order_by(jobs.c.scheduled_at).limit(limit))
         with self._read() as conn:
             return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
