@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -32,7 +34,12 @@ from .hotpath import HotPath
 from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
 
-__all__ = ["StateStore"]
+__all__ = ["EventListener", "StateStore"]
+
+logger = logging.getLogger("reliable.store")
+
+#: Called with each event row after its transaction committed.
+EventListener = Callable[[dict[str, Any]], None]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
 _MAX_ERROR_TEXT = 2000
@@ -63,10 +70,12 @@ class StateStore:
         ``postgresql+psycopg://postgres@127.0.0.1:5432/reliable``.
       engine: an engine to use instead of creating one from `url`.
       host: recorded on operator events; defaults to this machine's host name.
+      listeners: callables given every event row after its commit (see add_listener).
     """
 
     def __init__(self, url: str | None = None, *, engine: Engine | None = None,
-                 host: str | None = None, pool_size: int = 10) -> None:
+                 host: str | None = None, pool_size: int = 10,
+                 listeners: Sequence[EventListener] = ()) -> None:
         if engine is None:
             if url is None:
                 raise TypeError("StateStore needs a url or an engine")
@@ -79,6 +88,24 @@ class StateStore:
         self._ready_lock = threading.Lock()
         self._pool_size = pool_size
         self._hot_path: HotPath | None = None
+        self._listeners: list[EventListener] = list(listeners)
+
+    def add_listener(self, listener: EventListener) -> None:
+        """Call `listener(event)` with every event row this store writes, after its commit.
+
+        The event is a dict with the `reliable_job_events` columns (detail and checkpoint decoded)
+        plus `started_at`, `scheduled_at` and `dispatched_at` of the job when known. A listener
+        that raises is logged and otherwise ignored: observers never break a transition.
+        """
+        self._listeners.append(listener)
+
+    def _emit(self, events: Iterable[dict[str, Any]]) -> None:
+        for event in events:
+            for listener in self._listeners:
+                try:
+                    listener(event)
+                except Exception:
+                    logger.exception("event listener %r failed on %s", listener, event.get("event"))
 
     @property
     def _hot(self) -> HotPath:
@@ -140,6 +167,7 @@ class StateStore:
         if not new_jobs:
             return 0
         created = 0
+        emitted: list[dict[str, Any]] = []
         with self._write() as conn:
             now = float(conn.execute(select(self._now)).scalar_one())
             for start in range(0, len(new_jobs), _REGISTER_CHUNK):
@@ -152,6 +180,10 @@ class StateStore:
                 if events:
                     conn.execute(insert(job_events), events)
                 created += len(events)
+                emitted.extend(events)
+        if self._listeners:
+            self._emit([{**e, "detail": json.loads(e["detail"]) if e["detail"] else {}, "checkpoint": None,
+                         "scheduled_at": None, "started_at": None, "dispatched_at": now} for e in emitted])
         return created
 
     def _enqueued_event(self, job: NewJob, row: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -192,7 +224,10 @@ class StateStore:
         if row is None:
             with self._read() as conn:
                 raise self._claim_refusal(conn, job_id, self._get(conn, job_id))
-        return Claim(Job.from_row(row))
+        job = Job.from_row(row)
+        if self._listeners:
+            self._emit([self._hot_record(job, "claim")])
+        return Claim(job)
 
     def _claim_refusal(self, conn: Connection, job_id: str, job: Job | None) -> ClaimRefused:
         if job is None:
@@ -248,6 +283,11 @@ class StateStore:
             with self._write() as conn:
                 stale = self._stale(conn, job_id, lease_id, "checkpoint", worker_id)
             raise stale  # after the commit: the stale_commit_rejected event is kept
+        if self._listeners:
+            job = self.find(job_id)
+            if job is not None:
+                self._emit([self._hot_record(job, "checkpoint", from_status=job.status.value,
+                                             at=job.checkpoint_at)])
         return self._lease_status(row)
 
     def record_effect(self, job_id: str, lease_id: int, op_key: str, *, attempt_id: str | None = None,
@@ -318,7 +358,10 @@ class StateStore:
             with self._write() as conn:
                 stale = self._stale(conn, job_id, lease_id, event.value, worker_id)
             raise stale  # after the commit: the stale_commit_rejected event is kept
-        return Job.from_row(row)
+        job = Job.from_row(row)
+        if self._listeners:
+            self._emit([self._hot_record(job, event.value, error=info, detail={**(detail or {}), **extra})])
+        return job
 
     # -- generic transitions (operators, recovery) ----------------------------------------------
 
@@ -359,7 +402,8 @@ class StateStore:
             job = Job.from_row(row)
             if end_attempt:
                 self._end_attempt(conn, job.attempt_id, event.value, None)
-            self._insert_event(conn, job, event, operator=operator, reason=reason, detail=detail)
+            self._insert_event(conn, job, event, operator=operator, reason=reason, detail=detail,
+                               is_transition=True)
         return job
 
     def mark_dispatched(self, job_id: str, *, status: JobStatus) -> bool:
@@ -474,13 +518,21 @@ class StateStore:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _read(self) -> Any:
+    def _read(self) -> contextlib.AbstractContextManager[Connection]:
         self.check_schema()
         return read_connection(self.engine)
 
-    def _write(self) -> Any:
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
         self.check_schema()
-        return write_transaction(self.engine)
+        with write_transaction(self.engine) as conn:
+            pending: list[dict[str, Any]] = []
+            conn.info["reliable_events"] = pending
+            try:
+                yield conn
+            finally:
+                conn.info.pop("reliable_events", None)
+        self._emit(pending)
 
     def _get(self, conn: Connection, job_id: str) -> Job | None:
         row = conn.execute(select(jobs).where(jobs.c.job_id == job_id)).mappings().first()
@@ -532,7 +584,7 @@ class StateStore:
 
     def _insert_event(self, conn: Connection, job: Job, event: Event | str, *,
                       error: ErrorInfo | None = None, detail: Mapping[str, Any] | None = None,
-                      **fields: Any) -> None:
+                      is_transition: bool = False, **fields: Any) -> None:
         unknown = set(fields) - _EVENT_FIELDS
         if unknown:
             raise TypeError(f"unknown event fields: {sorted(unknown)}")
@@ -553,6 +605,37 @@ class StateStore:
             row["host"] = self.host
         row.update({k: v for k, v in fields.items() if v is not None or k in ("from_status",)})
         conn.execute(insert(job_events).values(row))
+        pending = conn.info.get("reliable_events")
+        if pending is not None and self._listeners:
+            # A transition stamped updated_at with the database's now; other events fetch it.
+            at = job.updated_at if is_transition else float(conn.execute(select(self._now)).scalar_one())
+            pending.append(self._event_record(row, job, at))
+
+    @staticmethod
+    def _event_record(row: Mapping[str, Any], job: Job, at: float) -> dict[str, Any]:
+        record = {name: row.get(name) for name in _EVENT_FIELDS | {"job_id", "event"}}
+        record["at"] = at
+        record["detail"] = json.loads(row["detail"]) if row.get("detail") else {}
+        record["checkpoint"] = job.checkpoint
+        record.update(started_at=job.started_at, scheduled_at=job.scheduled_at, dispatched_at=job.dispatched_at)
+        return record
+
+    @staticmethod
+    def _hot_record(job: Job, event: str, *, error: Mapping[str, Any] | None = None,
+                    detail: Mapping[str, Any] | None = None, from_status: str | None = None,
+                    at: float | None = None) -> dict[str, Any]:
+        return {
+            "job_id": job.job_id, "at": at if at is not None else job.updated_at, "event": event,
+            "from_status": from_status or (job.previous_status.value if job.previous_status else None),
+            "to_status": job.status.value, "version": job.version, "attempt": job.attempt,
+            "attempt_id": job.attempt_id, "lease_id": job.lease_id, "worker_id": job.worker_id,
+            "queue": job.queue, "actor": job.actor, "workflow_id": job.workflow_id, "trace_id": job.trace_id,
+            "error_class": (error or {}).get("error_class"), "error_type": (error or {}).get("error_type"),
+            "error_message": (error or {}).get("message"), "retry_count": job.retry_count,
+            "checkpoint": job.checkpoint, "operator": None, "reason": None, "host": None,
+            "detail": dict(detail or {}), "started_at": job.started_at, "scheduled_at": job.scheduled_at,
+            "dispatched_at": job.dispatched_at,
+        }
 
     def _insert_ignore(self, table: Any, keys: list[str]) -> Any:
         if self.dialect == "postgresql":

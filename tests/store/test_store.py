@@ -188,3 +188,30 @@ def test_recovery_queries(store: StateStore) -> None:
     assert {j.job_id for j in store.stale_pending(age=0.3)} == {"pending", "fresh"}
     assert store.mark_dispatched("pending", status=JobStatus.PENDING)
     assert [j.job_id for j in store.stale_pending(age=0.3)] == ["fresh"]
+
+
+def test_listeners_get_every_event_after_commit(store_url: str) -> None:
+    seen: list[dict[str, object]] = []
+    store = StateStore(store_url, listeners=[seen.append])
+    store.add_listener(lambda event: 1 / 0)  # a broken observer never breaks a transition
+    store.register(new_job())
+    claim = store.claim("job-1", worker_id="w", lease_ttl=5)
+    store.save_checkpoint("job-1", claim.lease_id, {"page": 1}, lease_ttl=5)
+    store.finish("job-1", claim.lease_id, Event.RETRY, retry_delay=0.01, error=ErrorInfo("transient", "E", "m"))
+    with pytest.raises(LeaseLost):
+        store.finish("job-1", claim.lease_id, Event.SUCCEED)
+    time.sleep(0.05)
+    claim = store.claim("job-1", worker_id="w", lease_ttl=5)
+    store.transition("job-1", Event.STOP_REQUEST, operator="alice", reason="deploy", values={"stop_requested": True})
+    names = [e["event"] for e in seen]
+    assert names == ["enqueued", "claim", "checkpoint", "retry_scheduled", "stale_commit_rejected", "claim",
+                     "stop_requested"]
+    stored = store.events("job-1")
+    assert [e.event for e in stored] == names
+    for emitted, row in zip(seen, stored, strict=True):
+        for field in ("job_id", "event", "from_status", "to_status", "attempt", "attempt_id", "lease_id",
+                      "error_class", "operator", "reason", "checkpoint"):
+            assert emitted[field] == getattr(row, field), (emitted["event"], field)
+        assert emitted["at"] == pytest.approx(row.at, abs=0.05)
+    assert seen[3]["detail"] == {"delay": 0.01} and seen[3]["started_at"] is not None
+    store.close()
