@@ -1,0 +1,465 @@
+"""Operator commands: pause, stop, cancel, resume, restart, requeue, reconcile, discard.
+
+Every command is a compare-and-set transition in the state store (never only a broker message),
+so it works while workers or the queue are overloaded, and it is audited on the job as an event
+carrying the operator, the reason and the host. Refused commands (not authorized, not allowed in
+the job's state, failed validation, lost race) raise and are audited as `command_refused`.
+
+`Control` takes the identity as data and assumes no terminal, so an authenticated network front
+end can build one per request (`control.as_operator(Operator(name, host, "api"))`) unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import dramatiq
+
+from .bulk import BulkReport, Progress, RateLimiter, run_bulk
+from .dispatch import dispatch
+from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
+from .operators import Operator, OperatorsPolicy
+from .selection import DISCARDED, JobFilter, select_jobs
+from .states import TRANSITIONS, Event, JobStatus
+from .store import Job, StateStore
+
+__all__ = [
+    "DESTRUCTIVE",
+    "ActorContract",
+    "CommandResult",
+    "ContractSource",
+    "Control",
+]
+
+S = JobStatus
+
+#: Commands that need a reason (requeue needs one when it touches more than one job).
+DESTRUCTIVE: frozenset[str] = frozenset({"stop", "cancel", "restart", "discard", "reconcile"})
+
+_RESUMABLE_FROM = (S.PAUSED, S.STOPPED)
+_CONFLICT_RETRIES = 3
+
+
+class ContractSource(Protocol):
+    """What Control needs from `reliable.policy.Policy`: the job contract of an actor."""
+
+    def contract(self, actor: str, queue: str, options: Mapping[str, Any]) -> Any:
+        """The contract (compensation, resumable, checkpoint_schema, idempotent, stop_grace...)."""
+
+
+@dataclass(frozen=True)
+class ActorContract:
+    """The part of an actor's contract the control plane acts on."""
+
+    resumable: bool = False
+    checkpoint_schema: int | None = None
+    compensation: str | None = None
+    idempotent: bool = False
+    resume_validator: str | None = None
+    known: bool = False  # False: no policy and no registered actor told us anything
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did to one job.
+
+    outcome: `done` (state changed), `requested` (a running job was flagged; its worker finishes
+    the move), `dry_run` (nothing written: `message` says what would happen), `refused`.
+    """
+
+    command: str
+    job_id: str
+    outcome: str
+    message: str
+    before: Job | None = None
+    job: Job | None = None
+    event: str | None = None
+    dispatched: bool = False
+    compensation: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command was (or, in a dry run, would be) carried out."""
+        return self.outcome != "refused"
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "command": self.command, "job_id": self.job_id, "outcome": self.outcome, "message": self.message,
+            "event": self.event, "status_before": self.before.status.value if self.before else None,
+            "status": self.job.status.value if self.job else None,
+            "version": self.job.version if self.job else None, "dispatched": self.dispatched,
+            "compensation": self.compensation, "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class _Plan:
+    event: Event
+    values: Mapping[str, Any] = field(default_factory=dict)
+    outcome: str = "done"
+    dispatch: bool | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+
+class Control:
+    """The operator control plane over a StateStore.
+
+    Parameters:
+      store: the state store commands write to.
+      policy: a `reliable.policy.Policy` (anything with `.contract(actor, queue, options)`): tells
+        whether a job is resumable, its current checkpoint schema and its compensation actor.
+      broker: a Dramatiq broker; when given, resumed/restarted/requeued jobs are published at once
+        and compensation actors are enqueued, otherwise the workers' sweeper publishes them.
+      operators: the authorization policy; None allows every command (see OperatorsPolicy).
+      identity: who is acting; defaults to `Operator.resolve()` (RELIABLE_OPERATOR or the OS user).
+      actor_options: options per actor name, for actors not registered on `broker`.
+    """
+
+    def __init__(self, store: StateStore, *, policy: ContractSource | None = None,
+                 broker: dramatiq.Broker | None = None, operators: OperatorsPolicy | None = None,
+                 identity: Operator | None = None,
+                 actor_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.store = store
+        self.policy = policy
+        self.broker = broker
+        self.operators = operators or OperatorsPolicy.allow_all()
+        self.identity = identity or Operator.resolve()
+        self.actor_options = dict(actor_options or {})
+
+    def as_operator(self, identity: Operator) -> Control:
+        """The same control plane acting as `identity` (one per request in a network front end)."""
+        return Control(self.store, policy=self.policy, broker=self.broker, operators=self.operators,
+                       identity=identity, actor_options=self.actor_options)
+
+    # -- contract --------------------------------------------------------------------------------
+
+    def options_for(self, job: Job) -> dict[str, Any]:
+        """The actor options known for the job: its message's, then configured ones, then the broker's actor."""
+        options: dict[str, Any] = dict((job.message or {}).get("options") or {})
+        options.update(self.actor_options.get(job.actor, {}))
+        if self.broker is not None:
+            with contextlib.suppress(Exception):  # ActorNotFound: the CLI's broker registers no actors
+                options.update(self.broker.get_actor(job.actor).options)
+        return options
+
+    def contract_for(self, job: Job) -> ActorContract:
+        """The job's contract from the policy (if any) and the actor options."""
+        options = self.options_for(job)
+        known = bool({"resumable", "checkpoint_schema", "compensation"} & set(options))
+        if self.policy is not None:
+            contract = self.policy.contract(job.actor, job.queue, options)
+            return ActorContract(
+                resumable=bool(getattr(contract, "resumable", False)),
+                checkpoint_schema=getattr(contract, "checkpoint_schema", None),
+                compensation=getattr(contract, "compensation", None) or None,
+                idempotent=bool(getattr(contract, "idempotent", False)),
+                resume_validator=options.get("resume_validator") or getattr(contract, "resume_validator", None),
+                known=True,
+            )
+        return ActorContract(
+            resumable=bool(options.get("resumable", False)), checkpoint_schema=options.get("checkpoint_schema"),
+            compensation=options.get("compensation") or None, idempotent=bool(options.get("idempotent", False)),
+            resume_validator=options.get("resume_validator"), known=known,
+        )
+
+    # -- commands --------------------------------------------------------------------------------
+
+    def pause(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """PENDING/RETRY_WAIT -> PAUSED now; RUNNING: ask its worker to pause at the next checkpoint."""
+        return self._run("pause", job_id, reason, dry_run, self._plan_pause)
+
+    def stop(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """PENDING/RETRY_WAIT/PAUSED -> STOPPED now; RUNNING -> STOPPING (the worker stops after its unit)."""
+        return self._run("stop", job_id, reason, dry_run, self._plan_stop)
+
+    def cancel(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """Cancel the job; runs its compensation actor when side effects were applied (see docs/control.md)."""
+        return self._run("cancel", job_id, reason, dry_run, self._plan_cancel)
+
+    def resume(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """PAUSED/STOPPED -> PENDING from the last checkpoint, same job_id; refuses non-resumable jobs."""
+        return self._run("resume", job_id, reason, dry_run, self._plan_resume)
+
+    def restart(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """FAILED/DEAD/REVIEW/STOPPED/CANCELLED -> PENDING from the beginning (checkpoint cleared)."""
+        return self._run("restart", job_id, reason, dry_run, self._plan_restart)
+
+    def requeue(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """FAILED/DEAD -> PENDING from the last checkpoint, with a fresh retry budget (`reliable retry`)."""
+        return self._run("requeue", job_id, reason, dry_run, self._plan_requeue)
+
+    def reconcile(self, job_id: str, *, resolution: str, reason: str | None = None,
+                  dry_run: bool = False) -> CommandResult:
+        """Resolve a REVIEW job as `succeeded` or `cancelled` after a person checked its side effects."""
+        if resolution not in ("succeeded", "cancelled"):
+            raise ControlRefused(f"reconcile: resolution must be 'succeeded' or 'cancelled', not {resolution!r}")
+
+        def plan(job: Job, reason: str | None) -> _Plan:
+            event = Event.RECONCILE_SUCCEEDED if resolution == "succeeded" else Event.RECONCILE_CANCELLED
+            self._require_state(job, event, "reconcile", hint="only REVIEW jobs are reconciled")
+            return _Plan(event, detail={"resolution": resolution})
+
+        return self._run("reconcile", job_id, reason, dry_run, plan)
+
+    def discard(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
+        """Take a DEAD job out of the dead-letter listing (an audited `discarded` event; it stays DEAD)."""
+        identity = self.identity
+        job = self.store.get(job_id)
+        try:
+            self._precheck("discard", job, reason)
+            if job.status is not S.DEAD:
+                raise ControlRefused(f"job {job_id}: discard needs a DEAD job, it is {job.status.value}")
+        except ControlRefused as exc:
+            return self._refused("discard", job, reason, exc, dry_run)
+        if dry_run:
+            return CommandResult("discard", job_id, "dry_run", "would discard (stays DEAD, leaves the DLQ)",
+                                 before=job, job=job, event=DISCARDED)
+        self.store.record_event(job_id, DISCARDED, operator=identity.name, reason=reason, host=identity.host,
+                                detail={"command": "discard", "source": identity.source})
+        return CommandResult("discard", job_id, "done", "discarded: removed from the dead-letter queue",
+                             before=job, job=self.store.get(job_id), event=DISCARDED)
+
+    # -- bulk ------------------------------------------------------------------------------------
+
+    def select(self, filters: JobFilter, *, limit: int | None = 100) -> list[Job]:
+        """The jobs `filters` matches, oldest change first, at most `limit`."""
+        return select_jobs(self.store, filters, limit=limit)
+
+    def run_bulk(self, command: str, jobs: list[Job], *, reason: str | None = None, limit: int = 100,
+                 dry_run: bool = False, rate: float | None = None, progress: Progress | None = None,
+                 clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None,
+                 **kwargs: Any) -> BulkReport:
+        """Apply `command` to each job (at most `limit`), `rate` per second, reporting each result.
+
+        Refusals do not stop the run; they are in the report. A bulk requeue needs a reason.
+        """
+        if command == "requeue" and len(jobs) > 1 and not (reason and reason.strip()):
+            raise ControlRefused("a bulk requeue needs --reason (why are these jobs being replayed?)")
+        if command in DESTRUCTIVE and not (reason and reason.strip()):
+            raise ControlRefused(f"{command} needs a reason (--reason)")
+        method = getattr(self, command, None)
+        if method is None or command.startswith("_") or command in ("select", "run_bulk"):
+            raise ControlRefused(f"unknown command {command!r}")
+        limiter = RateLimiter(rate, clock=clock, sleep=sleep) if rate else None
+
+        def one(job: Job) -> CommandResult:
+            try:
+                result: CommandResult = method(job.job_id, reason=reason, dry_run=dry_run, **kwargs)
+            except ReliableError as exc:
+                return CommandResult(command, job.job_id, "refused", str(exc), before=job)
+            return result
+
+        return run_bulk(jobs[:limit], one, limiter=None if dry_run else limiter, progress=progress,
+                        skipped=max(0, len(jobs) - limit))
+
+    # -- planning --------------------------------------------------------------------------------
+
+    def _plan_pause(self, job: Job, reason: str | None) -> _Plan:
+        if job.status is S.RUNNING:
+            return _Plan(Event.PAUSE_REQUEST, {"pause_requested": True}, outcome="requested")
+        self._require_state(job, Event.PAUSE, "pause")
+        return _Plan(Event.PAUSE)
+
+    def _plan_stop(self, job: Job, reason: str | None) -> _Plan:
+        if job.status is S.RUNNING:
+            return _Plan(Event.STOP_REQUEST, {"stop_requested": True, "stop_requested_at": self.store.now()},
+                         outcome="requested")
+        self._require_state(job, Event.STOP, "stop")
+        return _Plan(Event.STOP)
+
+    def _plan_cancel(self, job: Job, reason: str | None) -> _Plan:
+        contract = self.contract_for(job)
+        effects = self.store.effects(job.job_id)
+        detail: dict[str, Any] = {"effects": len(effects), "compensation": contract.compensation}
+        warnings: tuple[str, ...] = ()
+        if effects and not contract.compensation:
+            detail["partial_effects_remain"] = True
+            warnings = (f"{len(effects)} side effect(s) were already applied and the actor declares no "
+                        "compensation: partial side effects remain (nothing is rolled back)",)
+        if job.status in (S.RUNNING, S.STOPPING):
+            values: dict[str, Any] = {"cancel_requested": True}
+            if job.status is S.RUNNING or job.stop_requested_at is None:
+                values["stop_requested_at"] = self.store.now()
+            return _Plan(Event.CANCEL_REQUEST, values, outcome="requested", detail=detail, warnings=warnings)
+        self._require_state(job, Event.CANCEL, "cancel")
+        return _Plan(Event.CANCEL, detail=detail, warnings=warnings)
+
+    def _plan_resume(self, job: Job, reason: str | None) -> _Plan:
+        self._require_state(job, Event.RESUME, "resume",
+                            hint="only PAUSED or STOPPED jobs resume; use `reliable restart` or `reliable retry`")
+        contract = self.contract_for(job)
+        if not contract.resumable:
+            raise ControlRefused(
+                f"job {job.job_id}: actor {job.actor!r} is not resumable"
+                + ("" if contract.known else " (no policy or actor options declare it; pass --policies)")
+                + f"; use `reliable restart {job.job_id}` to run it again from the beginning"
+            )
+        self._check_schema(job, contract)
+        self._run_validator(job, contract)
+        return _Plan(Event.RESUME, dispatch=self.broker is not None,
+                     detail={"from_checkpoint": job.checkpoint_version})
+
+    def _plan_restart(self, job: Job, reason: str | None) -> _Plan:
+        self._require_state(job, Event.RESTART, "restart")
+        contract = self.contract_for(job)
+        values: dict[str, Any] = {"checkpoint": None, "checkpoint_at": None, "retry_count": 0, "retry_at": None}
+        if contract.checkpoint_schema is not None:
+            values["checkpoint_schema"] = contract.checkpoint_schema
+        effects = self.store.effects(job.job_id)
+        warnings = ((f"{len(effects)} side effect(s) were already applied; the job runs again from the "
+                     "beginning (units recorded with operation keys are detected as replays)",) if effects else ())
+        return _Plan(Event.RESTART, values, dispatch=self.broker is not None, warnings=warnings,
+                     detail={"cleared_checkpoint_version": job.checkpoint_version})
+
+    def _plan_requeue(self, job: Job, reason: str | None) -> _Plan:
+        self._require_state(job, Event.REQUEUE, "requeue",
+                            hint="retry takes FAILED or DEAD jobs; use `reliable resume` or `reliable restart`")
+        if job.checkpoint is not None:
+            self._check_schema(job, self.contract_for(job), alternative="restart")
+        return _Plan(Event.REQUEUE, {"retry_count": 0, "retry_at": None}, dispatch=self.broker is not None,
+                     detail={"from_checkpoint": job.checkpoint_version})
+
+    def _require_state(self, job: Job, event: Event, command: str, *, hint: str | None = None) -> None:
+        if (job.status, event) not in TRANSITIONS:
+            allowed = sorted(s.value for (s, e) in TRANSITIONS if e is event)
+            raise ControlRefused(f"job {job.job_id}: cannot {command} a {job.status.value} job "
+                                 f"(allowed from {', '.join(allowed)})" + (f"; {hint}" if hint else ""))
+
+    def _check_schema(self, job: Job, contract: ActorContract, *, alternative: str = "restart") -> None:
+        if job.checkpoint is None or job.checkpoint_schema == contract.checkpoint_schema:
+            return
+        current = "unknown (pass --policies)" if contract.checkpoint_schema is None else contract.checkpoint_schema
+        raise ControlRefused(
+            f"job {job.job_id}: its checkpoint has schema {job.checkpoint_schema} but actor {job.actor!r} now "
+            f"expects {current}; the checkpoint cannot be resumed, use `reliable {alternative} {job.job_id}`"
+        )
+
+    def _run_validator(self, job: Job, contract: ActorContract) -> None:
+        name = contract.resume_validator
+        if not name:
+            return
+        module_name, _, func_name = str(name).partition(":")
+        try:
+            validator = getattr(importlib.import_module(module_name), func_name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ControlRefused(f"job {job.job_id}: resume validator {name!r} cannot be imported ({exc}); "
+                                 "it must be 'module:function' importable here") from None
+        try:
+            ok = validator(job)
+        except Exception as exc:
+            raise ControlRefused(f"job {job.job_id}: resume validator {name} refused: {exc}") from None
+        if ok is False:
+            raise ControlRefused(f"job {job.job_id}: resume validator {name} refused the resume")
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def _precheck(self, command: str, job: Job, reason: str | None) -> None:
+        if command in DESTRUCTIVE and not (reason and reason.strip()):
+            raise ControlRefused(f"job {job.job_id}: {command} needs a reason (--reason)")
+        self.operators.check(self.identity.name, command, job.queue)
+
+    def _run(self, command: str, job_id: str, reason: str | None, dry_run: bool,
+             planner: Callable[[Job, str | None], _Plan]) -> CommandResult:
+        for _ in range(_CONFLICT_RETRIES):
+            job = self.store.get(job_id)
+            try:
+                self._precheck(command, job, reason)
+                plan = planner(job, reason)
+            except ControlRefused as exc:
+                return self._refused(command, job, reason, exc, dry_run)
+            if dry_run:
+                return CommandResult(command, job_id, "dry_run", _describe(plan, job, dry_run=True),
+                                     before=job, job=job, event=plan.event.value, warnings=plan.warnings)
+            try:
+                return self._apply(command, job, plan, reason)
+            except TransitionRefused as exc:
+                current = self.store.find(job_id)
+                if current is not None and current.version != job.version:
+                    continue  # the job moved under us (claimed, finished...): decide again on what it is now
+                if current is None:
+                    raise JobNotFound(job_id) from None
+                return self._refused(command, current, reason, exc, dry_run=False)
+        return self._refused(command, self.store.get(job_id), reason,
+                             ControlRefused(f"job {job_id}: kept changing; try again"), dry_run=False)
+
+    def _apply(self, command: str, job: Job, plan: _Plan, reason: str | None) -> CommandResult:
+        identity = self.identity
+        detail = {"command": command, "host": identity.host, "source": identity.source, **plan.detail}
+        new = self.store.transition(job.job_id, plan.event, expected_version=job.version, values=plan.values,
+                                    operator=identity.name, reason=reason, detail=detail, dispatch=plan.dispatch)
+        warnings = list(plan.warnings)
+        dispatched = False
+        if plan.dispatch and self.broker is not None:
+            try:
+                _declare(self.broker, new.queue)
+                dispatch(self.broker, new)
+                dispatched = True
+            except Exception as exc:  # the store is the truth: the sweeper re-publishes it
+                warnings.append(f"publishing the message failed ({exc}); the workers' sweeper will re-dispatch it")
+        compensation = None
+        if plan.event is Event.CANCEL and plan.detail.get("effects") and plan.detail.get("compensation"):
+            compensation = str(plan.detail["compensation"])
+            warnings.extend(self._compensate(new, compensation, reason))
+        if plan.detail.get("partial_effects_remain"):
+            self.store.record_event(job.job_id, "partial_effects_remain", operator=identity.name, reason=reason,
+                                    host=identity.host, detail={"effects": plan.detail["effects"]})
+        return CommandResult(command, job.job_id, plan.outcome, _describe(plan, new, dry_run=False), before=job,
+                             job=new, event=plan.event.value, dispatched=dispatched, compensation=compensation,
+                             warnings=tuple(warnings))
+
+    def _compensate(self, job: Job, actor: str, reason: str | None) -> list[str]:
+        identity = self.identity
+        audit = {"operator": identity.name, "reason": reason, "host": identity.host}
+        if self.broker is None:
+            self.store.record_event(job.job_id, "compensation_pending", **audit,
+                                    detail={"actor": actor, "why": "no broker given to the command"})
+            return [f"compensation {actor} is pending: no broker was given (--broker) to enqueue it"]
+        message: dramatiq.Message[Any] = dramatiq.Message(queue_name=job.queue, actor_name=actor,
+                                                          args=(job.job_id,), kwargs={}, options={})
+        try:
+            _declare(self.broker, job.queue)
+            self.broker.enqueue(message)
+        except Exception as exc:
+            self.store.record_event(job.job_id, "compensation_pending", **audit,
+                                    detail={"actor": actor, "why": f"enqueue failed: {exc}"})
+            return [f"compensation {actor} could not be enqueued ({exc}); recorded as pending"]
+        self.store.record_event(job.job_id, "compensation_enqueued", **audit,
+                                detail={"actor": actor, "message_id": message.message_id})
+        return []
+
+    def _refused(self, command: str, job: Job, reason: str | None, exc: ReliableError,
+                 dry_run: bool) -> CommandResult:
+        if not dry_run:
+            identity = self.identity
+            self.store.record_event(job.job_id, "command_refused", operator=identity.name, reason=reason,
+                                    host=identity.host,
+                                    detail={"command": command, "why": str(exc), "source": identity.source})
+            raise exc
+        return CommandResult(command, job.job_id, "refused", str(exc), before=job, job=job)
+
+
+def _declare(broker: dramatiq.Broker, queue: str) -> None:
+    if queue not in broker.get_declared_queues():
+        broker.declare_queue(queue)
+
+
+def _describe(plan: _Plan, job: Job, *, dry_run: bool) -> str:
+    target = TRANSITIONS.get((job.status, plan.event)) if dry_run else job.status
+    verb = "would move" if dry_run else "moved"
+    if plan.outcome == "requested":
+        what = {Event.PAUSE_REQUEST: "pause", Event.STOP_REQUEST: "stop", Event.CANCEL_REQUEST: "cancel"}
+        text = (f"{'would ask' if dry_run else 'asked'} the worker to {what.get(plan.event, plan.event.value)} "
+                "at its next checkpoint or heartbeat")
+    else:
+        text = f"{verb} to {target.value if target else '?'}"
+    if plan.dispatch is False and not dry_run:
+        text += " (the workers' sweeper will publish it)"
+    return text
+

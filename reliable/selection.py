@@ -1,0 +1,114 @@
+"""Selecting jobs for operators: filters shared by the control API, `reliable jobs`, `dlq` and `review`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Select, and_, exists, func, select
+from sqlalchemy.sql.elements import ColumnElement
+
+from .errors import ConfigError
+from .states import JobStatus
+from .store import Job, StateStore
+from .store.schema import job_events, jobs
+
+__all__ = ["DISCARDED", "JobFilter", "count_jobs", "parse_age", "select_jobs", "statuses"]
+
+#: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
+DISCARDED = "discarded"
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_age(text: str) -> float:
+    """'90s', '15m', '1h', '2d', '1w' or a plain number of seconds -> seconds; ConfigError otherwise."""
+    value = text.strip().lower()
+    try:
+        seconds = float(value[:-1]) * _UNITS[value[-1]] if value and value[-1] in _UNITS else float(value)
+    except ValueError:
+        raise ConfigError(f"invalid age {text!r}: use a number with s, m, h, d or w (e.g. 1h)") from None
+    if seconds < 0:
+        raise ConfigError(f"invalid age {text!r}: must not be negative")
+    return seconds
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs an operator means. Every given field must match; empty means 'any'.
+
+    `older_than` is in seconds since the job last changed state (by the database's clock).
+    `exclude_discarded` hides DEAD jobs discarded since their last transition (the dead-letter view).
+    """
+
+    job_ids: tuple[str, ...] = ()
+    statuses: tuple[JobStatus, ...] = ()
+    queue: str | None = None
+    actor: str | None = None
+    error_class: str | None = None
+    older_than: float | None = None
+    exclude_discarded: bool = False
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing narrows the selection (every job would match)."""
+        return not (self.job_ids or self.statuses or self.queue or self.actor or self.error_class
+                    or self.older_than is not None)
+
+    def conditions(self, now: float | None) -> list[ColumnElement[bool]]:
+        """The WHERE clauses of this filter (`now` is the database time, needed for older_than)."""
+        where: list[ColumnElement[bool]] = []
+        if self.job_ids:
+            where.append(jobs.c.job_id.in_(list(self.job_ids)))
+        if self.statuses:
+            where.append(jobs.c.status.in_([JobStatus(s).value for s in self.statuses]))
+        if self.queue:
+            where.append(jobs.c.queue == self.queue)
+        if self.actor:
+            where.append(jobs.c.actor == self.actor)
+        if self.error_class:
+            where.append(jobs.c.last_error_class == self.error_class)
+        if self.older_than is not None and now is not None:
+            where.append(jobs.c.updated_at < now - self.older_than)
+        if self.exclude_discarded:
+            discarded = exists().where(and_(job_events.c.job_id == jobs.c.job_id,
+                                            job_events.c.event == DISCARDED,
+                                            job_events.c.version == jobs.c.version))
+            where.append(~discarded)
+        return where
+
+
+def _now(store: StateStore, flt: JobFilter) -> float | None:
+    return store.now() if flt.older_than is not None else None
+
+
+def select_jobs(store: StateStore, flt: JobFilter, *, limit: int | None = 100, newest_first: bool = False,
+                offset: int = 0) -> list[Job]:
+    """Jobs matching `flt`: oldest change first (the order bulk commands work in), at most `limit`."""
+    store.check_schema()
+    order = jobs.c.updated_at.desc() if newest_first else jobs.c.updated_at.asc()
+    stmt: Select[tuple[object, ...]] = (select(jobs).where(*flt.conditions(_now(store, flt)))
+                                        .order_by(order, jobs.c.job_id).offset(offset))
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    with store.engine.connect() as conn:
+        return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
+
+
+def count_jobs(store: StateStore, flt: JobFilter) -> int:
+    """How many jobs match `flt`."""
+    store.check_schema()
+    stmt = select(func.count()).select_from(jobs).where(*flt.conditions(_now(store, flt)))
+    with store.engine.connect() as conn:
+        return int(conn.execute(stmt).scalar_one())
+
+
+def statuses(values: Sequence[str]) -> tuple[JobStatus, ...]:
+    """Parse state names (any case) into JobStatus values; ConfigError names the bad one."""
+    out = []
+    for value in values:
+        try:
+            out.append(JobStatus(value.upper()))
+        except ValueError:
+            raise ConfigError(f"unknown status {value!r} (known: {', '.join(s.value for s in JobStatus)})") from None
+    return tuple(out)
