@@ -26,6 +26,7 @@ __all__ = [
     "ConfigError",
     "ControlRefused",
     "JobCancelled",
+    "JobForceStopped",
     "JobInterrupted",
     "JobNotFound",
     "JobPaused",
@@ -149,6 +150,12 @@ class JobCancelled(JobInterrupted):
     """An operator asked to cancel the job; it will move to CANCELLED."""
 
     reason = "cancel"
+
+
+class JobForceStopped(JobInterrupted):
+    """The job kept running past its stop grace period; its thread was terminated."""
+
+    reason = "force_stop"
 
 
 class LeaseLostInterrupt(JobInterrupted):

@@ -83,7 +83,7 @@ _CHECKPOINT_SET = """checkpoint = :checkpoint, checkpoint_version = checkpoint_v
 _CHECKPOINT_WHERE = "job_id = :job_id AND lease_id = :lease_id AND status IN ('RUNNING', 'STOPPING')"
 
 _LEASE_RETURNING = ("job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, "
-                    "lease_expires_at")
+                    "lease_expires_at, stop_requested_at")
 _ATTEMPT_INSERT_COLUMNS = ("attempt_id, job_id, attempt, lease_id, worker_id, started_at, "
                            "checkpoint_version_start")
 

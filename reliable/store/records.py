@@ -166,6 +166,7 @@ class LeaseStatus:
     stop_requested: bool
     cancel_requested: bool
     lease_expires_at: float
+    stop_requested_at: float | None = None
 
 
 @dataclass(frozen=True)

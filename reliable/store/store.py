@@ -272,6 +272,7 @@ class StateStore:
             pause_requested=bool(row["pause_requested"]), stop_requested=bool(row["stop_requested"]),
             cancel_requested=bool(row["cancel_requested"]),
             lease_expires_at=float(row["lease_expires_at"]),
+            stop_requested_at=row.get("stop_requested_at"),
         )
 
     def save_checkpoint(self, job_id: str, lease_id: int, value: Any, *, lease_ttl: float,
@@ -326,6 +327,11 @@ class StateStore:
             .values(duplicates=effects.c.duplicates + 1, last_duplicate_at=now)
             .returning(effects.c.duplicates, effects.c.attempt_id)
         ).one()
+        current = self._get(conn, job_id)
+        if current is not None:
+            self._insert_event(conn, current, "duplicate_effect", from_status=current.status.value,
+                               detail={"op_key": op_key, "duplicates": row.duplicates,
+                                       "first_attempt_id": row.attempt_id})
         return Effect(job_id, op_key, applied=False, duplicates=row.duplicates, attempt_id=row.attempt_id)
 
     def effect_recorded(self, job_id: str, op_key: str) -> bool:
@@ -367,13 +373,15 @@ class StateStore:
 
     def transition(self, job_id: str, event: Event, *, expected_version: int | None = None,
                    lease_id: int | None = None, values: Mapping[str, Any] | None = None,
-                   guard: ColumnElement[bool] | None = None, operator: str | None = None,
+                   guard: ColumnElement[bool] | None = None, lease_expired: bool = False,
+                   operator: str | None = None,
                    reason: str | None = None, detail: Mapping[str, Any] | None = None,
                    end_attempt: bool = False, dispatch: bool | None = None) -> Job:
         """Apply `event` to the job as a compare-and-set; raise TransitionRefused if it lost.
 
         `expected_version` (and `lease_id`) make it a strict compare-and-set on what the caller
-        read. For transitions to PENDING, `dispatch=True` stamps dispatched_at (the caller publishes
+        read. `lease_expired=True` adds "and the lease has expired by the database's clock" (recovery).
+        For transitions to PENDING, `dispatch=True` stamps dispatched_at (the caller publishes
         the message right after) and `dispatch=False` leaves it unset so the sweeper publishes it.
         """
         values = dict(values or {})
@@ -385,8 +393,11 @@ class StateStore:
             values["dispatched_at"] = self._now if dispatch else None
             values.setdefault("scheduled_at", self._now)
         with self._write() as conn:
+            if lease_expired:
+                expired = jobs.c.lease_expires_at < self._now
+                guard = expired if guard is None else and_(guard, expired)
             row = self._update(conn, job_id, event, values=values, expected_version=expected_version,
-                               lease_id=lease_id, guard=guard)
+                               lease_id=lease_id, extra=guard)
             if row is None:
                 current = self._get(conn, job_id)
                 if current is None:
@@ -406,14 +417,23 @@ class StateStore:
                                is_transition=True)
         return job
 
-    def mark_dispatched(self, job_id: str, *, status: JobStatus) -> bool:
-        """Stamp dispatched_at for a job still in `status` (the sweeper re-published it)."""
+    def mark_dispatched(self, job: Job) -> bool:
+        """Claim the right to re-publish a PENDING job's message (compare-and-set on dispatched_at).
+
+        Several sweepers may see the same stale job; only the one whose update wins publishes.
+        """
+        previous = (jobs.c.dispatched_at.is_(None) if job.dispatched_at is None
+                    else jobs.c.dispatched_at == job.dispatched_at)
         with self._write() as conn:
-            result = conn.execute(
-                update(jobs).where(jobs.c.job_id == job_id, jobs.c.status == status.value)
-                .values(dispatched_at=self._now)
-            )
-            return bool(result.rowcount)
+            row = conn.execute(
+                update(jobs).where(jobs.c.job_id == job.job_id, jobs.c.status == JobStatus.PENDING.value,
+                                   jobs.c.version == job.version, previous)
+                .values(dispatched_at=self._now).returning(*jobs.c)
+            ).mappings().first()
+            if row is not None:
+                self._insert_event(conn, Job.from_row(row), "redispatched", from_status=JobStatus.PENDING.value,
+                                   detail={"previous_dispatch": job.dispatched_at})
+        return row is not None
 
     def record_event(self, job_id: str, event: str, **fields: Any) -> None:
         """Append an event that changes no state (claim refused, stale commit, escalation...)."""
@@ -478,6 +498,15 @@ class StateStore:
         with self._read() as conn:
             return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
+    def count_recent_events(self, event: str, *, actor: str | None = None, window: float) -> int:
+        """How many `event` rows (of `actor`) were written in the last `window` seconds."""
+        stmt = select(func.count()).select_from(job_events).where(
+            job_events.c.event == event, job_events.c.at >= self._now - window)
+        if actor is not None:
+            stmt = stmt.where(job_events.c.actor == actor)
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
     def count_by_status(self) -> dict[JobStatus, int]:
         """How many jobs are in each state."""
         stmt = select(jobs.c.status, func.count()).group_by(jobs.c.status)
@@ -540,11 +569,12 @@ class StateStore:
 
     def _update(self, conn: Connection, job_id: str, event: Event, *, values: Mapping[str, Any],
                 expected_version: int | None = None, lease_id: int | None = None,
-                guard: ColumnElement[bool] | None = None) -> Mapping[Any, Any] | None:
+                extra: ColumnElement[bool] | None = None) -> Mapping[Any, Any] | None:
         to = target(event)
-        conditions: list[ColumnElement[bool]] = [jobs.c.job_id == job_id]
-        conditions.append(guard if guard is not None
-                          else jobs.c.status.in_([s.value for s in sources(event)]))
+        conditions: list[ColumnElement[bool]] = [jobs.c.job_id == job_id,
+                                                 jobs.c.status.in_([s.value for s in sources(event)])]
+        if extra is not None:
+            conditions.append(extra)
         if expected_version is not None:
             conditions.append(jobs.c.version == expected_version)
         if lease_id is not None:

@@ -96,7 +96,7 @@ def test_fenced_finish_rejects_stale_lease_and_records_it(store: StateStore) -> 
     time.sleep(0.4)
     [expired] = store.expired_leases()
     store.transition("job-1", Event.LEASE_EXPIRED, expected_version=expired.version, lease_id=old.lease_id,
-                     end_attempt=True, dispatch=True)
+                     end_attempt=True, dispatch=True, lease_expired=True)
     new = store.claim("job-1", worker_id="new", lease_ttl=30)
     assert new.lease_id == old.lease_id + 1
     for stale_write in (
@@ -144,6 +144,7 @@ def test_effects_detect_replays(store: StateStore) -> None:
     first = store.record_effect("job-1", claim.lease_id, "job-1:7", attempt_id=claim.attempt_id)
     again = store.record_effect("job-1", claim.lease_id, "job-1:7")
     assert first.applied and not again.applied and again.duplicates == 1
+    assert [e.event for e in store.events("job-1")][-1] == "duplicate_effect"
     assert again.attempt_id == claim.attempt_id
     assert store.effect_recorded("job-1", "job-1:7") and not store.effect_recorded("job-1", "job-1:8")
 
@@ -186,8 +187,11 @@ def test_recovery_queries(store: StateStore) -> None:
     assert [j.job_id for j in store.expired_leases()] == ["lease"]
     assert [j.job_id for j in store.due_retries(grace=0.2)] == ["retry"]
     assert {j.job_id for j in store.stale_pending(age=0.3)} == {"pending", "fresh"}
-    assert store.mark_dispatched("pending", status=JobStatus.PENDING)
+    pending = store.get("pending")
+    assert store.mark_dispatched(pending)
+    assert not store.mark_dispatched(pending), "a second sweeper with the same view loses"
     assert [j.job_id for j in store.stale_pending(age=0.3)] == ["fresh"]
+    assert [e.event for e in store.events("pending")] == ["enqueued", "redispatched"]
 
 
 def test_listeners_get_every_event_after_commit(store_url: str) -> None:
