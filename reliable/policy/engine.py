@@ -1,0 +1,236 @@
+"""The Policy: job contracts and what every failure or crash becomes. Pure once loaded."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import PolicyError
+from .defaults import BUILTIN_PATH, builtin_document
+from .durations import format_duration, parse_duration
+from .fields import CONTRACT_KEYS, build_contract, contract_defaults
+from .matching import Rule, class_path, exception_message, is_instance_of_path, truncate
+from .model import BUILTIN_CLASSES, ClassSpec, Decision, Failure, JobContract, LeaseSettings
+from .schema import PolicySpec, Problem, build_spec
+from .source import Document, read_documents
+from .timing import backoff_delay, retry_after_of
+
+__all__ = ["ACTOR_OPTIONS", "Policy"]
+
+DRAMATIQ_RETRY = "dramatiq.errors.Retry"
+
+#: Dramatiq actor options that override the policy's contract, and how each is read.
+ACTOR_OPTIONS = ("owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_retries",
+                 "max_attempts", "compensation", "retry_on_crash", "min_backoff", "max_backoff")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A loaded policy: lease settings, job contracts and the classification rules. Parsed once; immutable."""
+
+    spec: PolicySpec
+    lease: LeaseSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease", self.spec.lease)
+
+    # -- loading ------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | None) -> Policy:
+        """Load a policy file, a directory of *.yaml / *.yml files (merged in name order), or None: built-in.
+
+        Raises PolicyError (one line naming file, line and field) for the first problem found.
+        """
+        documents = [builtin_document()] if path is None else read_documents(path)
+        return cls.from_documents(documents)
+
+    @classmethod
+    def from_documents(cls, documents: list[Document], *,
+                       subclass: Mapping[tuple[str, str], bool] | None = None) -> Policy:
+        """A policy from documents already read (raises PolicyError for the first problem)."""
+        spec, problems = build_spec(documents, subclass=subclass)
+        if problems or spec is None:
+            raise _first(problems).error()
+        return cls(spec)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The files this policy was read from (or "<built-in>")."""
+        return self.spec.sources
+
+    @property
+    def classes(self) -> Mapping[str, ClassSpec]:
+        """Every error class this policy knows, by name."""
+        return self.spec.classes
+
+    # -- contracts ----------------------------------------------------------------------------
+
+    def contract(self, actor: str, queue: str, options: Mapping[str, Any] = {}) -> JobContract:
+        """The job contract of `actor` on `queue`.
+
+        Precedence, lowest first: built-in defaults, the policy's `defaults`, `queues.<queue>`,
+        `actors.<actor>`, then the Dramatiq actor options (`owner`, `idempotent`, `resumable`,
+        `checkpoint_schema`, `stop_grace` (seconds or "30s"), `max_retries` (= max_attempts - 1),
+        `max_attempts`, `compensation`, `retry_on_crash`, and Dramatiq's `min_backoff` / `max_backoff`
+        in milliseconds as backoff base / cap). `retry_on_crash` left unset follows `idempotent`.
+        """
+        flat = contract_defaults()
+        flat.update(self.spec.defaults)
+        for section in (self.spec.queues.get(queue), self.spec.actors.get(actor)):
+            if section is not None:
+                flat.update(section.overrides)
+        flat.update(_actor_options(actor, options))
+        if flat["backoff.base"] > flat["backoff.cap"]:
+            flat["backoff.base"] = flat["backoff.cap"]
+        return build_contract(flat)
+
+    # -- classification -----------------------------------------------------------------------
+
+    def rules_for(self, actor: str, queue: str) -> tuple[Rule, ...]:
+        """The rules tried for a failure of `actor` on `queue`, in order: actor, queue, then global rules."""
+        rules: list[Rule] = []
+        for section in (self.spec.actors.get(actor), self.spec.queues.get(queue)):
+            if section is not None:
+                rules.extend(section.rules)
+        rules.extend(self.spec.rules)
+        return tuple(rules)
+
+    def classify(self, exc: BaseException, actor: str, queue: str,
+                 contract: JobContract | None = None) -> tuple[str, Rule | None, str | None]:
+        """(error class, matching rule or None, rule label or None) for `exc`; first match wins."""
+        for rule in self.rules_for(actor, queue):
+            if rule.matches(exc):
+                return rule.error_class, rule, rule.label
+        if is_instance_of_path(exc, DRAMATIQ_RETRY):
+            return "transient", None, f"{BUILTIN_PATH} (dramatiq-retry)"
+        contract = contract or self.contract(actor, queue)
+        return contract.fallback_class, None, None
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def decide(self, failure: Failure) -> Decision:
+        """What becomes of a failed attempt: retry (with delay), fail, review, dead or halt."""
+        exc, contract = failure.exception, failure.contract
+        error_class, _rule, label = self.classify(exc, failure.actor, failure.queue, contract)
+        spec = self.spec.classes.get(error_class) or BUILTIN_CLASSES["transient"]
+        common: dict[str, Any] = {
+            "error_class": error_class, "rule": label, "exception_type": class_path(type(exc)),
+            "message": truncate(exception_message(exc)), "attempt": failure.attempt,
+            "retry_count": failure.retry_count,
+        }
+        matched = f"rule {label}" if label else "no rule matched (default class)"
+        if spec.action != "retry":
+            reasons = {
+                "fail": f"{error_class} does not get better by retrying ({matched}): the job fails",
+                "review": f"{error_class}: a side effect may have happened ({matched}); a person must reconcile",
+                "dead": f"{error_class} goes straight to the dead letters ({matched})",
+                "halt": f"{error_class} ({matched}): the job is stopped and the owner alerted",
+            }
+            return Decision(action=spec.action, delay=None, reason=reasons[spec.action],
+                            alert=spec.alert or spec.action == "halt", **common)
+        if spec.rate_limited:
+            return self._rate_limited(failure, contract, common)
+        failures = max(1, failure.attempt - failure.rate_limited_retries)
+        if failures >= contract.max_attempts:
+            return Decision(action="dead", delay=None, alert=spec.alert,
+                            reason=f"{error_class} on failed attempt {failures} of {contract.max_attempts} "
+                                   f"({matched}): no attempts left", **common)
+        delay = backoff_delay(contract.backoff, failures - 1, failure.rand)
+        note = f"backoff {contract.backoff.jitter} jitter"
+        retry_delay = getattr(exc, "delay", None) if is_instance_of_path(exc, DRAMATIQ_RETRY) else None
+        if isinstance(retry_delay, int | float) and not isinstance(retry_delay, bool) and retry_delay >= 0:
+            delay, note = float(retry_delay) / 1000.0, "the delay dramatiq.Retry asked for"
+        reason = (f"{error_class} ({matched}): retry {failures} of {contract.max_attempts - 1} in "
+                  f"{format_duration(delay)} ({note})")
+        return self._budgeted(failure, contract, delay, reason, spec.alert, common)
+
+    def _rate_limited(self, failure: Failure, contract: JobContract, common: dict[str, Any]) -> Decision:
+        limits = contract.rate_limit
+        count = failure.rate_limited_retries + 1
+        label = common["error_class"]
+        if failure.rate_limited_retries >= limits.max_retries:
+            return Decision(action="dead", delay=None, alert=True, rate_limited=True,
+                            reason=f"{label}: rate limited {count} times, over the cap of {limits.max_retries} "
+                                   "rate-limited retries", **common)
+        waited = retry_after_of(failure.exception, failure.now)
+        if waited is not None:
+            delay = min(waited, limits.max_wait)
+            note = "Retry-After" + (f", capped by max_wait {format_duration(limits.max_wait)}"
+                                    if waited > limits.max_wait else "")
+        else:
+            delay = min(backoff_delay(contract.backoff, failure.rate_limited_retries, failure.rand), limits.max_wait)
+            note = "no usable Retry-After: backoff"
+        sustained = count >= limits.alert_after
+        reason = (f"{label}: rate-limited retry {count} (not counted as a failure) in {format_duration(delay)} "
+                  f"({note})" + ("; rate limiting is sustained" if sustained else ""))
+        decision = self._budgeted(failure, contract, delay, reason, sustained, common)
+        return _replace(decision, rate_limited=True)
+
+    def _budgeted(self, failure: Failure, contract: JobContract, delay: float, reason: str, alert: bool,
+                  common: dict[str, Any]) -> Decision:
+        budget = contract.retry_budget
+        if budget is None or failure.recent_retries < budget.per_minute:
+            return Decision(action="retry", delay=delay, reason=reason, alert=alert, **common)
+        spent = f"retry budget of {failure.actor} exhausted ({failure.recent_retries} retries in the last minute, " \
+                f"budget {budget.per_minute})"
+        if budget.on_exhausted == "dead":
+            return Decision(action="dead", delay=None, reason=f"{spent}: dead letter instead of a retry", alert=True,
+                            budget_exhausted=True, **common)
+        longer = max(delay, budget.delay)
+        return Decision(action="retry", delay=longer, alert=True, budget_exhausted=True,
+                        reason=f"{spent}: retry delayed to {format_duration(longer)}", **common)
+
+    def decide_crash(self, *, contract: JobContract, attempt: int, actor: str, queue: str,
+                     rand: Any = None) -> Decision:
+        """What becomes of attempt `attempt` (1-based) after a worker crash or a lease expiry."""
+        common: dict[str, Any] = {"error_class": "crash", "rule": None, "attempt": attempt}
+        if not contract.retry_on_crash:
+            return Decision(action="review", delay=None, alert=False,
+                            reason=f"attempt {attempt} crashed and {actor} is not idempotent (and retry_on_crash is "
+                                   "not set): a side effect may have happened; a person must reconcile", **common)
+        if attempt >= contract.max_attempts:
+            return Decision(action="dead", delay=None, alert=False,
+                            reason=f"attempt {attempt} of {contract.max_attempts} crashed: no attempts left", **common)
+        if contract.on_crash == "retry":
+            delay = backoff_delay(contract.backoff, attempt - 1, rand)
+            return Decision(action="retry", delay=delay, alert=False,
+                            reason=f"attempt {attempt} crashed: retry from the last checkpoint in "
+                                   f"{format_duration(delay)}", **common)
+        return Decision(action="requeue", delay=None, alert=False,
+                        reason=f"attempt {attempt} crashed: requeued now, resuming from the last checkpoint", **common)
+
+
+def _replace(decision: Decision, **changes: Any) -> Decision:
+    from dataclasses import replace
+
+    return replace(decision, **changes)
+
+
+def _first(problems: list[Problem]) -> Problem:
+    return problems[0] if problems else Problem("<policy>", None, "", "invalid policy")
+
+
+def _actor_options(actor: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Contract overrides from Dramatiq actor options (PolicyError naming the actor and option when wrong)."""
+    out: dict[str, Any] = {}
+    for key in ACTOR_OPTIONS:
+        if key not in options:
+            continue
+        value = options[key]
+        try:
+            if key == "max_retries":
+                out["max_attempts"] = CONTRACT_KEYS["max_attempts"](value + 1 if isinstance(value, int) else value)
+            elif key in ("min_backoff", "max_backoff"):
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise ValueError(f"expected milliseconds (a number >= 0), got {value!r}")
+                out["backoff.base" if key == "min_backoff" else "backoff.cap"] = float(value) / 1000.0
+            elif key == "stop_grace":
+                out[key] = parse_duration(value)
+            else:
+                out[key] = CONTRACT_KEYS[key](value)
+        except ValueError as exc:
+            raise PolicyError(f"actor {actor!r} option {key}: {exc}", field=key) from None
+    return out

@@ -1,0 +1,210 @@
+"""The policy engine's value types: settings, the job contract, a failure and the decision. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ACTIONS",
+    "BUILTIN_CLASSES",
+    "JITTERS",
+    "Action",
+    "BackoffSettings",
+    "ClassSpec",
+    "Decision",
+    "Failure",
+    "Jitter",
+    "JobContract",
+    "LeaseSettings",
+    "RateLimitSettings",
+    "RetryBudget",
+]
+
+Action = Literal["retry", "requeue", "fail", "review", "dead", "halt"]
+Jitter = Literal["full", "equal", "none"]
+
+#: Actions an error class may map to (`requeue` is for crashes only).
+ACTIONS: tuple[str, ...] = ("retry", "fail", "review", "dead", "halt")
+JITTERS: tuple[str, ...] = ("full", "equal", "none")
+
+
+@dataclass(frozen=True)
+class LeaseSettings:
+    """Lease timing, in seconds. Database time decides expiry; `heartbeat_interval` must be below `ttl`."""
+
+    ttl: float = 30.0
+    heartbeat_interval: float = 10.0
+    recovery_interval: float = 5.0
+    sweep_after: float = 300.0
+    retry_grace: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("ttl", "heartbeat_interval", "recovery_interval", "sweep_after"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"lease.{name} must be more than zero")
+        if self.retry_grace < 0:
+            raise ValueError("lease.retry_grace must be zero or more")
+        if self.heartbeat_interval >= self.ttl:
+            raise ValueError(f"lease.heartbeat_interval ({self.heartbeat_interval:g}s) must be less than "
+                             f"lease.ttl ({self.ttl:g}s)")
+
+
+@dataclass(frozen=True)
+class BackoffSettings:
+    """Exponential backoff: retry n (0-based) waits up to min(cap, base * 2**n) seconds, jittered."""
+
+    base: float = 1.0
+    cap: float = 300.0
+    jitter: Jitter = "full"
+
+
+@dataclass(frozen=True)
+class RateLimitSettings:
+    """How `rate_limited` failures are retried: they do not count toward max_attempts, but have their own cap.
+
+    `max_wait` caps a Retry-After; `max_retries` rate-limited retries per job, then DEAD; rate limiting is
+    *sustained* (the decision raises an alert) from the `alert_after`-th rate-limited retry of a job on.
+    """
+
+    max_wait: float = 600.0
+    max_retries: int = 20
+    alert_after: int = 5
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """Retry-storm protection: at most `per_minute` retries scheduled per actor in a sliding minute.
+
+    Past it, a retry becomes DEAD (`on_exhausted: dead`) or waits at least `delay` (`on_exhausted: delay`).
+    """
+
+    per_minute: int = 600
+    on_exhausted: Literal["dead", "delay"] = "delay"
+    delay: float = 300.0
+
+    @property
+    def window(self) -> float:
+        """The window, in seconds, over which the caller counts `Failure.recent_retries`."""
+        return 60.0
+
+
+@dataclass(frozen=True)
+class ClassSpec:
+    """What an error class does: its action, whether it alerts, whether it honours Retry-After."""
+
+    name: str
+    action: Literal["retry", "fail", "review", "dead", "halt"]
+    alert: bool = False
+    rate_limited: bool = False
+    description: str = ""
+
+
+#: The built-in error classes (a policy may change their action or add its own classes).
+BUILTIN_CLASSES: dict[str, ClassSpec] = {
+    spec.name: spec for spec in (
+        ClassSpec("transient", "retry", description="temporary: retry with exponential backoff and jitter"),
+        ClassSpec("rate_limited", "retry", rate_limited=True,
+                  description="throttled: wait for Retry-After; counted apart from failures"),
+        ClassSpec("invalid_input", "fail", description="the message itself is wrong: fail fast"),
+        ClassSpec("side_effect_unknown", "review",
+                  description="a side effect may have happened: a person reconciles; never retried automatically"),
+        ClassSpec("authorization", "halt", alert=True, description="not allowed: stop the job and alert the owner"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class JobContract:
+    """What reliable may assume about an actor's jobs (resolved from policy and actor options).
+
+    Precedence, lowest first: built-in defaults, the policy's `defaults`, its `queues.<queue>`, its
+    `actors.<actor>`, then the Dramatiq actor options.
+    """
+
+    owner: str | None = None
+    idempotent: bool = True
+    resumable: bool = False
+    checkpoint_schema: int | None = None
+    stop_grace: float = 30.0
+    max_attempts: int = 5
+    retry_on_crash: bool = True
+    compensation: str | None = None
+    sla_running: float | None = None
+    sla_stopping: float | None = None
+    sla_paused: float | None = None
+    backoff: BackoffSettings = field(default_factory=BackoffSettings)
+    #: Class of a failure no rule matches; None: transient for idempotent jobs, side_effect_unknown otherwise.
+    default_class: str | None = None
+    rate_limit: RateLimitSettings = field(default_factory=RateLimitSettings)
+    retry_budget: RetryBudget | None = field(default_factory=RetryBudget)
+    #: After a crash that may be retried: `requeue` (PENDING now) or `retry` (RETRY_WAIT after backoff).
+    on_crash: Literal["requeue", "retry"] = "requeue"
+
+    @property
+    def fallback_class(self) -> str:
+        """The class of a failure no rule matches."""
+        if self.default_class is not None:
+            return self.default_class
+        return "transient" if self.idempotent else "side_effect_unknown"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt, as the middleware hands it to `Policy.decide`.
+
+    `attempt` is the attempt that just failed (1-based, every attempt counted); `rate_limited_retries`
+    says how many earlier attempts ended rate limited (those do not count toward max_attempts);
+    `recent_retries` is the number of retries scheduled for this actor in the budget window.
+    """
+
+    exception: BaseException
+    actor: str
+    queue: str
+    attempt: int
+    retry_count: int
+    contract: JobContract
+    now: float
+    recent_retries: int = 0
+    rand: Callable[[], float] | None = None
+    rate_limited_retries: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What becomes of a failed or crashed attempt, and why.
+
+    retry -> RETRY_WAIT after `delay`; requeue -> PENDING now (crash only); fail -> FAILED;
+    review -> REVIEW; dead -> DEAD; halt -> STOPPED and an alert.
+    """
+
+    action: Action
+    error_class: str
+    rule: str | None
+    delay: float | None
+    reason: str
+    alert: bool
+    rate_limited: bool = False
+    budget_exhausted: bool = False
+    exception_type: str | None = None
+    message: str | None = None
+    attempt: int | None = None
+    retry_count: int | None = None
+
+    def as_detail(self) -> dict[str, Any]:
+        """A JSON-ready dict for the event row."""
+        return {
+            "action": self.action,
+            "error_class": self.error_class,
+            "rule": self.rule,
+            "delay": self.delay,
+            "reason": self.reason,
+            "alert": self.alert,
+            "rate_limited": self.rate_limited,
+            "budget_exhausted": self.budget_exhausted,
+            "exception_type": self.exception_type,
+            "message": self.message,
+            "attempt": self.attempt,
+            "retry_count": self.retry_count,
+        }
