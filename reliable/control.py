@@ -242,8 +242,8 @@ class Control:
         """
         if command == "requeue" and len(jobs) > 1 and not (reason and reason.strip()):
             raise ControlRefused("a bulk requeue needs --reason (why are these jobs being replayed?)")
-        if command in DESTRUCTIVE and not (reason and reason.strip()):
-            raise ControlRefused(f"{command} needs a reason (--reason)")
+        if command in DESTRUCTIVE and len(jobs) > 1 and not (reason and reason.strip()):
+            raise ControlRefused(f"{command} of several jobs needs a reason (--reason)")
         method = getattr(self, command, None)
         if method is None or command.startswith("_") or command in ("select", "run_bulk"):
             raise ControlRefused(f"unknown command {command!r}")

@@ -1,0 +1,402 @@
+"""`reliable pause|stop|cancel|resume|restart|retry|reconcile`: operator commands on jobs.
+
+Thin over `reliable.control.Control`: this module selects jobs, asks for confirmation, shows
+progress and renders results.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..bulk import BulkReport
+from ..control import DESTRUCTIVE, CommandResult, ContractSource, Control
+from ..errors import ConfigError, ControlRefused, ReliableError
+from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
+from ..selection import JobFilter, count_jobs, parse_age, select_jobs, statuses
+from ..states import TRANSITIONS, Event, JobStatus
+from ..store import Job, StateStore
+from .common import emit_json, fmt_time, open_store, store_option
+
+__all__ = [
+    "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "cancel", "control_options", "filter_options", "pause",
+    "reconcile", "restart", "resume", "retry", "run_command", "stop",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_REFUSED = 1  # at least one job was refused (authorization, state, validation, lost race)
+EXIT_ERROR = 2  # bad input, store or policy problem, job not found
+EXIT_UNCONFIRMED = 3  # several jobs selected and the operator did not confirm
+
+DEFAULT_LIMIT = 100
+ENV_OPERATORS_FILE = "RELIABLE_OPERATORS_FILE"
+SAMPLE = 5
+
+STATUS_CHOICE = click.Choice([s.value for s in JobStatus], case_sensitive=False)
+
+#: The events each command may use: their source states are what a filter selects by default.
+COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {
+    "pause": (Event.PAUSE, Event.PAUSE_REQUEST),
+    "stop": (Event.STOP, Event.STOP_REQUEST),
+    "cancel": (Event.CANCEL, Event.CANCEL_REQUEST),
+    "resume": (Event.RESUME,),
+    "restart": (Event.RESTART,),
+    "requeue": (Event.REQUEUE,),
+    "reconcile": (Event.RECONCILE_SUCCEEDED,),
+    "discard": (),
+}
+
+EXIT_CODES_HELP = (
+    "Exit status: 0 done; 1 refused for at least one job (not authorized, wrong state, failed "
+    "validation, lost a race; each refusal is recorded on the job as `command_refused`); 2 bad input "
+    "or store error; 3 several jobs selected without --yes."
+)
+
+
+def command_states(command: str) -> tuple[JobStatus, ...]:
+    """The states `command` can act on (what a filter without --status selects)."""
+    if command == "discard":
+        return (JobStatus.DEAD,)
+    events = COMMAND_EVENTS[command]
+    return tuple(sorted({s for (s, e) in TRANSITIONS if e in events}, key=list(JobStatus).index))
+
+
+def filter_options(func: F) -> F:
+    """--queue, --actor, --status, --error-class, --older-than."""
+    options = [
+        click.option("--queue", help="Only jobs of this queue."),
+        click.option("--actor", help="Only jobs of this actor."),
+        click.option("--status", "status_names", multiple=True, type=STATUS_CHOICE,
+                     help="Only jobs in this state (repeatable). Default for a filter: the states the command "
+                          "applies to."),
+        click.option("--error-class", help="Only jobs whose last error has this class (e.g. transient)."),
+        click.option("--older-than", help="Only jobs whose state last changed longer ago than this (90s, 15m, "
+                                          "1h, 2d)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def control_options(func: F) -> F:
+    """The options every operator command takes (store, identity, authorization, bulk safety, output)."""
+    options = [
+        store_option,
+        click.option("--reason", help="Why you are doing this; recorded on every job. Required for stop, cancel, "
+                                      "restart, reconcile, discard and any bulk retry/requeue."),
+        click.option("--operator", "operator_name",
+                     help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]."),
+        click.option("--operators-file", type=click.Path(dir_okay=False),
+                     help=f"Operators policy (YAML) authorizing commands per identity and queue [env: "
+                          f"{ENV_OPERATORS_FILE}; without one every command is allowed]."),
+        click.option("--policies", "policies_path", envvar="RELIABLE_POLICIES", show_envvar=True,
+                     type=click.Path(exists=True),
+                     help="Policy file or directory (job contracts: resumable, checkpoint_schema, compensation)."),
+        click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
+                     help="RabbitMQ URL (amqp://...): publish resumed/requeued jobs and compensations now. "
+                          "Without it the workers' sweeper publishes them."),
+        click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation when several jobs are selected."),
+        click.option("--dry-run", is_flag=True, help="Show what would happen; change nothing, record nothing."),
+        click.option("--limit", type=click.IntRange(min=1), default=DEFAULT_LIMIT, show_default=True,
+                     help="Act on at most this many jobs (oldest change first)."),
+        click.option("--rate", type=click.FloatRange(min=0, min_open=True),
+                     help="At most this many jobs per second (spares downstream services in a mass replay)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the results as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _load_policy(path: str | None) -> ContractSource | None:
+    if not path:
+        return None
+    try:
+        from ..policy import Policy  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError(f"--policies given but reliable.policy cannot be imported: {exc}") from None
+    policy: ContractSource = Policy.load(path)
+    return policy
+
+
+def _operators(path: str | None) -> OperatorsPolicy | None:
+    path = path or os.environ.get(ENV_OPERATORS_FILE) or None
+    return OperatorsPolicy.load(path) if path else None
+
+
+def build_control(store: StateStore, params: dict[str, Any]) -> Control:
+    """A Control from the CLI options (identity, operators policy, contracts policy, broker)."""
+    broker = None
+    if params.get("broker_url"):
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        broker = RabbitmqBroker(url=params["broker_url"])
+    return Control(store, policy=_load_policy(params.get("policies_path")), broker=broker,
+                   operators=_operators(params.get("operators_file")),
+                   identity=Operator.resolve(params.get("operator_name")))
+
+
+def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_states: tuple[JobStatus, ...],
+                 force_states: tuple[JobStatus, ...] = (), exclude_discarded: bool = False) -> JobFilter:
+    """The JobFilter for the ids and filter options given (states default to what the command acts on)."""
+    chosen = statuses(params.get("status_names") or ())
+    older = params.get("older_than")
+    flt = JobFilter(job_ids=tuple(job_ids), statuses=chosen, queue=params.get("queue"), actor=params.get("actor"),
+                    error_class=params.get("error_class"), older_than=parse_age(older) if older else None,
+                    exclude_discarded=exclude_discarded)
+    if force_states:
+        allowed = tuple(s for s in (chosen or force_states) if s in force_states)
+        if not allowed:
+            raise ConfigError(f"--status must be one of {', '.join(s.value for s in force_states)} here")
+        return JobFilter(**{**flt.__dict__, "statuses": allowed})
+    if not job_ids and not chosen:
+        return JobFilter(**{**flt.__dict__, "statuses": default_states})
+    return flt
+
+
+def _sample_table(jobs: list[Job], title: str) -> Table:
+    table = Table("job_id", "status", "queue", "actor", "attempt", "updated", title=title)
+    for job in jobs[:SAMPLE]:
+        table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt), fmt_time(job.updated_at))
+    return table
+
+
+def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any], console: Console) -> None:
+    limit = params["limit"]
+    console.print(f"[bold]{command}[/bold]: {matched} job(s) match"
+                  + (f"; only the first {limit} (oldest change first) will be processed" if matched > limit else ""))
+    console.print(_sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
+    if params["dry_run"] or params["yes"]:
+        return
+    if sys.stdin.isatty():
+        if not click.confirm(f"{command} {len(jobs)} job(s)?", err=True):
+            _fail("not confirmed; nothing was changed", EXIT_UNCONFIRMED)
+        return
+    _fail(f"{len(jobs)} jobs selected: pass --yes to {command} them (or --dry-run to preview)", EXIT_UNCONFIRMED)
+
+
+def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...]
+                = (), exclude_discarded: bool = False, **kwargs: Any) -> None:
+    """Select jobs, confirm when several, run `command` on each and report; exits with EXIT_* codes."""
+    try:
+        _run(command, job_ids, params, force_states=force_states, exclude_discarded=exclude_discarded, **kwargs)
+    except ReliableError as exc:
+        _fail(str(exc), EXIT_REFUSED if isinstance(exc, ControlRefused) else EXIT_ERROR)
+
+
+def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...],
+         exclude_discarded: bool, **kwargs: Any) -> None:
+    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
+                       exclude_discarded=exclude_discarded)
+    if not job_ids and flt.queue is None and flt.actor is None and flt.error_class is None \
+            and flt.older_than is None and not params.get("status_names") and not force_states:
+        raise ConfigError("give job ids or at least one filter (--queue, --actor, --status, --error-class, "
+                          "--older-than)")
+    store = open_store(params["store_url"])
+    control = build_control(store, params)
+    reason: str | None = params.get("reason")
+    limit: int = params["limit"]
+    as_json: bool = params["as_json"]
+    err = Console(stderr=True)
+    if len(job_ids) == 1 and not _has_filters(params):
+        jobs = [store.get(job_ids[0])]
+        matched = 1
+    else:
+        missing = [i for i in job_ids if store.find(i) is None]
+        if missing:
+            raise ConfigError(f"no job with id {', '.join(missing)}")
+        matched = count_jobs(store, flt)
+        jobs = select_jobs(store, flt, limit=limit)
+        if not jobs:
+            if as_json:
+                emit_json({"command": command, "matched": 0, "dry_run": params["dry_run"], "summary": {},
+                           "results": []})
+            else:
+                err.print(f"{command}: no job matches")
+            return
+        if len(jobs) > 1 or not job_ids:
+            if len(jobs) > 1 and (command in DESTRUCTIVE or command == "requeue") and not (reason or "").strip():
+                raise ConfigError(f"{command} of several jobs needs --reason")
+            if len(jobs) > 1:
+                _confirm(command, jobs, matched, params, err)
+    report = _execute(control, command, jobs, params, reason, err, **kwargs)
+    _render(command, report, matched, params, err)
+    if control.broker is not None:
+        control.broker.close()
+    if report.refused:
+        sys.exit(EXIT_REFUSED)
+
+
+def _has_filters(params: dict[str, Any]) -> bool:
+    return any(params.get(k) for k in ("queue", "actor", "status_names", "error_class", "older_than"))
+
+
+def _execute(control: Control, command: str, jobs: list[Job], params: dict[str, Any], reason: str | None,
+             err: Console, **kwargs: Any) -> BulkReport:
+    common: dict[str, Any] = {"reason": reason, "limit": params["limit"], "dry_run": params["dry_run"],
+                              "rate": params.get("rate")}
+    if len(jobs) <= 1:
+        return control.run_bulk(command, jobs, **common, **kwargs)
+    with Progress(TextColumn(f"{command}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(command, total=len(jobs))
+
+        def progress(done: int, total: int, result: CommandResult) -> None:
+            bar.update(task, completed=done)
+
+        return control.run_bulk(command, jobs, progress=progress, **common, **kwargs)
+
+
+def _render(command: str, report: BulkReport, matched: int, params: dict[str, Any], err: Console) -> None:
+    if params["as_json"]:
+        emit_json({"command": command, "matched": matched, "limit": params["limit"], "dry_run": params["dry_run"],
+                   "summary": report.summary(), "results": [r.as_dict() for r in report.results]})
+    elif len(report.results) == 1:
+        result = report.results[0]
+        if result.outcome != "refused":
+            click.echo(f"{command} {result.job_id}: {result.message}")
+    else:
+        table = Table("job_id", "before", "after", "outcome", "message", title=f"{command}: results")
+        for r in report.results:
+            table.add_row(r.job_id, r.before.status.value if r.before else "-", r.job.status.value if r.job else "-",
+                          r.outcome, r.message)
+        Console().print(table)
+        click.echo(", ".join(f"{k}: {v}" for k, v in report.summary().items()))
+    for r in report.results:
+        for warning in r.warnings:
+            click.echo(f"warning: {r.job_id}: {warning}", err=True)
+        if r.outcome == "refused" and len(report.results) == 1:
+            click.echo(f"error: {r.message}", err=True)
+
+
+def _command(name: str, short: str, body: str) -> Callable[[F], click.Command]:
+    def decorate(func: F) -> click.Command:
+        @functools.wraps(func)
+        def wrapper(**params: Any) -> None:
+            job_ids = params.pop("job_ids")
+            extra = func(params)
+            run_command(name if name != "retry" else "requeue", job_ids, params, **(extra or {}))
+
+        wrapper.__doc__ = f"{short}\n\n{body}\n\n{EXIT_CODES_HELP}"
+        cmd = click.command(name, short_help=short)(
+            click.argument("job_ids", nargs=-1)(filter_options(control_options(wrapper))))
+        return cmd
+
+    return decorate
+
+
+@_command("pause", "Pause jobs (running ones at their next checkpoint).", """\
+PENDING and RETRY_WAIT jobs move to PAUSED at once. A RUNNING job is flagged (pause_requested);
+its worker sees the flag at the next checkpoint or heartbeat, finishes the current unit, checkpoints
+and moves the job to PAUSED. Nothing is dispatched for a paused job until `reliable resume`.
+
+\b
+Examples:
+  reliable pause 3f2a... --reason "downstream maintenance"
+  reliable pause --queue exports --status RUNNING --yes --reason "db failover\"""")
+def pause(params: dict[str, Any]) -> None:
+    return None
+
+
+@_command("stop", "Stop jobs (running ones after their current unit). Needs --reason.", """\
+PENDING, RETRY_WAIT and PAUSED jobs move to STOPPED at once. A RUNNING job moves to STOPPING: its
+worker finishes the unit, checkpoints and moves it to STOPPED. Past the job's stop grace period the
+recovery loop records an `escalation` event and the job's thread is terminated (force_stop).
+A STOPPED job can be resumed (`reliable resume`) or restarted.
+
+\b
+Example:
+  reliable stop 3f2a... --reason "runaway export, ticket OPS-12\"""")
+def stop(params: dict[str, Any]) -> None:
+    return None
+
+
+@_command("cancel", "Cancel jobs; runs the compensation actor if side effects were applied. Needs --reason.", """\
+PENDING, RETRY_WAIT, PAUSED and STOPPED jobs move to CANCELLED at once. A RUNNING (or STOPPING) job
+is flagged cancel_requested: its worker stops after the current unit and ends CANCELLED.
+
+If the job already applied side effects and its contract declares a compensation actor, the
+compensation runs (enqueued with --broker, otherwise recorded as `compensation_pending`; for a
+running job its worker enqueues it). Without a compensation the output and the job's events say
+that partial side effects remain: nothing is rolled back.
+
+\b
+Example:
+  reliable cancel 3f2a... --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
+def cancel(params: dict[str, Any]) -> None:
+    return None
+
+
+@_command("resume", "Resume PAUSED or STOPPED jobs from their last checkpoint.", """\
+The job keeps its job_id and checkpoint and goes back to PENDING; the worker that claims it issues
+a new attempt and lease, and the attempt history is kept. Refused when the actor is not resumable
+(use `reliable restart`), when the job's checkpoint schema differs from the actor's current
+checkpoint_schema, or when the actor's resume validator (option resume_validator="module:function")
+refuses. Two operators resuming the same job at once: exactly one wins, the other is refused.
+
+\b
+Examples:
+  reliable resume 3f2a... --policies policies/
+  reliable resume --queue exports --status PAUSED --rate 5 --yes --reason "maintenance over\"""")
+def resume(params: dict[str, Any]) -> None:
+    return None
+
+
+@_command("restart", "Run jobs again from the beginning (checkpoint cleared). Needs --reason.", """\
+FAILED, DEAD, REVIEW, STOPPED and CANCELLED jobs go back to PENDING with no checkpoint and a fresh
+retry budget (checkpoint_version keeps counting up). Side effects already applied are not undone.
+
+\b
+Example:
+  reliable restart 3f2a... --reason "input file fixed\"""")
+def restart(params: dict[str, Any]) -> None:
+    return None
+
+
+@_command("retry", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\
+The job goes back to PENDING with a fresh retry budget and keeps its checkpoint (refused when the
+checkpoint's schema no longer matches the actor: use `reliable restart`). A bulk retry needs
+--reason; use --rate to spare downstream services.
+
+\b
+Examples:
+  reliable retry 3f2a...
+  reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")
+def retry(params: dict[str, Any]) -> None:
+    return None
+
+
+def _reconcile_extra(params: dict[str, Any]) -> dict[str, Any]:
+    return {"resolution": params.pop("resolution").lower()}
+
+
+def _with_resolution(cmd: click.Command) -> click.Command:
+    cmd.params.insert(1, click.Option(["--as", "resolution"], required=True,
+                                      type=click.Choice(["succeeded", "cancelled"], case_sensitive=False),
+                                      help="How the job really ended, as a person checked."))
+    return cmd
+
+
+reconcile = _with_resolution(_command(
+    "reconcile", "Resolve REVIEW jobs as succeeded or cancelled. Needs --as and --reason.", """\
+A REVIEW job hit a side effect whose outcome is unknown (e.g. a non-idempotent call timed out).
+Check the downstream system, then record what really happened: --as succeeded or --as cancelled.
+No compensation is run by reconcile. Same as `reliable review resolve`.
+
+\b
+Example:
+  reliable reconcile 3f2a... --as succeeded --reason "payment found in the PSP dashboard\"""")(_reconcile_extra))

@@ -1,0 +1,83 @@
+"""`reliable dlq`: the dead-letter queue (DEAD jobs) for people: list, show, requeue, discard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..states import JobStatus
+from .common import handle_errors, open_store, store_option
+from .control import EXIT_CODES_HELP, control_options, filter_options, run_command
+from .views import list_view, show_view
+
+__all__ = ["dlq"]
+
+DEAD = (JobStatus.DEAD,)
+
+
+@click.group(short_help="Dead-letter queue (DEAD jobs): list, show, requeue, discard.")
+def dlq() -> None:
+    """The dead-letter queue: DEAD jobs (retries or budget exhausted, or a dead-letter error class).
+
+    `list` and `show` to look, `requeue` to run them again from their last checkpoint, `discard`
+    to take them out of the listing (they stay DEAD; the discard is recorded on the job).
+    """
+
+
+@dlq.command("list")
+@store_option
+@click.option("--queue", help="Only jobs of this queue.")
+@click.option("--actor", help="Only jobs of this actor.")
+@click.option("--error-class", help="Only jobs whose last error has this class.")
+@click.option("--older-than", help="Only jobs dead for longer than this (90s, 15m, 1h, 2d).")
+@click.option("--include-discarded", is_flag=True, help="Also list jobs already discarded.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
+@handle_errors
+def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: str | None,
+          include_discarded: bool, limit: int, as_json: bool) -> None:
+    """List dead-lettered jobs, most recent first, with their last error."""
+    from ..selection import JobFilter, parse_age
+
+    flt = JobFilter(statuses=DEAD, queue=queue, actor=actor, error_class=error_class,
+                    older_than=parse_age(older_than) if older_than else None, exclude_discarded=not include_discarded)
+    list_view(open_store(store_url), flt, limit=limit, as_json=as_json, title="dead letters")
+
+
+@dlq.command()
+@click.argument("job_id")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: job, attempts, last_error, checkpoint, effects, "
+                                                      "events.")
+@handle_errors
+def show(job_id: str, store_url: str, as_json: bool) -> None:
+    """Show a job: attempt history, last error, last checkpoint, side effects and events."""
+    show_view(open_store(store_url), job_id, as_json=as_json)
+
+
+@dlq.command(epilog=EXIT_CODES_HELP)
+@click.argument("job_ids", nargs=-1)
+@filter_options
+@control_options
+def requeue(job_ids: tuple[str, ...], **params: Any) -> None:
+    """Run dead jobs again from their last checkpoint (fresh retry budget).
+
+    Give job ids, or filters (--queue, --actor, --error-class, --older-than) to select DEAD jobs.
+    Several jobs need --yes and --reason; use --rate to spare downstream services.
+    """
+    run_command("requeue", job_ids, params, force_states=DEAD if not job_ids else (), exclude_discarded=not job_ids)
+
+
+@dlq.command(epilog=EXIT_CODES_HELP)
+@click.argument("job_ids", nargs=-1)
+@filter_options
+@control_options
+def discard(job_ids: tuple[str, ...], **params: Any) -> None:
+    """Take dead jobs out of the dead-letter listing. Needs --reason.
+
+    The job stays DEAD (its history is kept); a `discarded` event with your name and reason is
+    recorded and `dlq list` no longer shows it (`--include-discarded` does). If the job is later
+    requeued and dies again it reappears.
+    """
+    run_command("discard", job_ids, params, force_states=DEAD if not job_ids else (), exclude_discarded=True)
