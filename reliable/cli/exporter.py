@@ -1,0 +1,65 @@
+"""`reliable exporter`: serve /metrics and /healthz for Prometheus."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..exporter import serve
+from ..states import JobStatus
+from .common import handle_errors, open_store, store_option
+
+
+def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
+    sla: dict[str, float] = {}
+    for item in values:
+        state, sep, seconds = item.partition("=")
+        try:
+            sla[state.strip().upper()] = float(seconds)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected STATE=SECONDS, e.g. RUNNING=3600",
+                                     param_hint="--sla") from None
+        if not sep:
+            raise click.BadParameter(f"{item!r}: expected STATE=SECONDS", param_hint="--sla")
+    return sla
+
+
+@click.command()
+@click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535), help="TCP port to listen on.")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@store_option
+@click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
+              help="RabbitMQ URL (amqp://...) to report queue depths from; omitted: no broker gauges.")
+@click.option("--sla", "sla_items", multiple=True, metavar="STATE=SECONDS",
+              help="Stuck threshold for RUNNING, STOPPING or PAUSED (repeatable). Defaults: 3600, 300, 86400.")
+@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobStatus]),
+              help="Count only these states in reliable_jobs (repeatable). Default: all but SUCCEEDED, "
+                   "FAILED, CANCELLED (final states grow without bound; their rates come from counters).")
+@click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
+              type=click.Path(file_okay=False), help="The workers' prometheus_client multiprocess directory.")
+@handle_errors
+def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_items: tuple[str, ...],
+             states: tuple[str, ...], multiprocess_dir: str | None) -> None:
+    """Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape."""
+    sla = _parse_sla(sla_items)
+    if multiprocess_dir and not os.path.isdir(multiprocess_dir):
+        raise click.BadParameter(f"{multiprocess_dir!r} is not a directory", param_hint="--multiprocess-dir")
+    store = open_store(store_url)
+
+    def ready(bound_host: str, bound_port: int) -> None:
+        extra = f", workers' metrics from {multiprocess_dir}" if multiprocess_dir else ""
+        click.echo(f"reliable exporter listening on http://{bound_host}:{bound_port}/metrics "
+                   f"(store {store.url}{extra})", err=True)
+
+    try:
+        serve(store, host=host, port=port, broker_url=broker_url, sla=sla, states=states or None,
+              multiprocess_dir=multiprocess_dir, ready=ready)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()

@@ -1,0 +1,233 @@
+"""Store-derived gauges for the one exporter process: jobs by state, queue age, stuck jobs, depths.
+
+`StoreCollector` is a custom Prometheus collector (register it on a normal registry in ONE
+process, `reliable exporter`; custom collectors do not work inside multiprocess workers). Each
+scrape runs a few read-only, index-backed queries (SQLAlchemy Core on `reliable_jobs`) and, when
+a broker URL is given, passive queue declarations on RabbitMQ. A failing source increments
+``reliable_collector_errors_total{source}`` and the other gauges are still served.
+
+Cost, by design: counts cover the states someone acts on (every state except SUCCEEDED, FAILED
+and CANCELLED by default): final-state rows grow without bound and counting them costs a scan of
+their index range on every scrape; their rates come from ``reliable_transitions_total``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Select, func, literal, select, union_all
+from sqlalchemy.engine import Connection
+
+from .states import JobStatus
+from .store import StateStore
+from .store.db import now_expression, read_connection
+from .store.schema import jobs
+
+__all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
+
+logger = logging.getLogger("reliable.collector")
+
+#: States counted by default: everything but the final outcomes nobody acts on.
+DEFAULT_COUNTED_STATES: frozenset[JobStatus] = frozenset(JobStatus) - {
+    JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED,
+}
+
+#: Seconds a job may stay in each state before it counts as stuck. RUNNING is measured from the
+#: attempt's claim (started_at), STOPPING from the stop request, PAUSED from the pause (updated_at).
+DEFAULT_SLA: Mapping[str, float] = {"RUNNING": 3600.0, "STOPPING": 300.0, "PAUSED": 86400.0}
+
+_S = JobStatus
+_SINCE = {
+    _S.RUNNING: jobs.c.started_at,
+    _S.STOPPING: func.coalesce(jobs.c.stop_requested_at, jobs.c.updated_at),
+    _S.PAUSED: jobs.c.updated_at,
+}
+_BROKER_TIMEOUT = 3.0
+
+
+def _parse_sla(sla: Mapping[str, float] | None) -> dict[JobStatus, float]:
+    merged = {_S(k): float(v) for k, v in DEFAULT_SLA.items()}
+    for key, seconds in (sla or {}).items():
+        try:
+            state = _S(str(key).upper())
+        except ValueError:
+            raise ValueError(f"sla: unknown state {key!r} (one of RUNNING, STOPPING, PAUSED)") from None
+        if state not in _SINCE:
+            raise ValueError(f"sla: {key!r} has no stuck threshold (one of RUNNING, STOPPING, PAUSED)")
+        if float(seconds) <= 0:
+            raise ValueError(f"sla: {key!r} must be a positive number of seconds, not {seconds!r}")
+        merged[state] = float(seconds)
+    return merged
+
+
+class StoreCollector(Collector):
+    """A Prometheus collector reading gauges from the state store (and RabbitMQ queue depths).
+
+    Families: ``reliable_jobs{state,queue}``, ``reliable_oldest_pending_timestamp_seconds{queue}``
+    (the ``scheduled_at`` of the oldest due PENDING job: a timestamp, so ``time() - x`` is the
+    queue age), ``reliable_jobs_stuck{state,queue}``, ``reliable_dead_letter_jobs{queue}``,
+    ``reliable_review_jobs{queue}``, ``reliable_rabbitmq_queue_messages{queue}`` (for each known
+    queue ``q``: ``q``, ``q.DQ`` and ``q.XQ`` where they exist), ``reliable_collector_errors_total
+    {source}`` and ``reliable_collector_scrape_seconds``.
+
+    Parameters:
+      store: the StateStore to read (only its engine is used, read-only).
+      broker_url: an amqp:// URL; without it no broker gauges are exported.
+      sla: stuck thresholds in seconds per state (RUNNING, STOPPING, PAUSED), over DEFAULT_SLA.
+      states: the states to count (default DEFAULT_COUNTED_STATES).
+      queues: RabbitMQ queues to report in addition to those the store knows of.
+      clock: the wall clock for the scrape duration (injectable for tests).
+    """
+
+    def __init__(self, store: StateStore, *, broker_url: str | None = None, sla: Mapping[str, float] | None = None,
+                 states: Iterable[JobStatus | str] | None = None, queues: Iterable[str] = (),
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.store = store
+        self.broker_url = broker_url
+        self.sla = _parse_sla(sla)
+        self.states = frozenset(_S(s) for s in states) if states is not None else DEFAULT_COUNTED_STATES
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._errors: dict[str, int] = {"store": 0, "rabbitmq": 0}
+        self._queues: set[str] = set(queues)  # every queue seen so far: a drained queue reports 0
+        self._now = now_expression(store.engine)
+
+    def describe(self) -> Iterable[Any]:
+        """Nothing: the families are known only at collection, and describing must not query."""
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        """Query the store (and broker) once; yield every family. Scrapes are serialised."""
+        with self._lock:
+            families = self._collect()
+        yield from families
+
+    def _collect(self) -> list[Any]:
+        started = self._clock()
+        families: list[Any] = []
+        try:
+            with read_connection(self.store.engine) as conn:
+                families.extend(self._store_families(conn))
+        except Exception as exc:  # a scrape must answer even when the store does not
+            self._errors["store"] += 1
+            logger.warning("collector: store query failed: %s", exc)
+        if self.broker_url:
+            try:
+                families.append(self._broker_family())
+            except Exception as exc:
+                self._errors["rabbitmq"] += 1
+                logger.warning("collector: RabbitMQ query failed: %s", exc)
+        errors = CounterMetricFamily("reliable_collector_errors", "Collector queries that failed, by source.",
+                                     labels=["source"])
+        for source, count in sorted(self._errors.items()):
+            errors.add_metric([source], count)
+        families.append(errors)
+        took = GaugeMetricFamily("reliable_collector_scrape_seconds", "Duration of the last collection.")
+        took.add_metric([], self._clock() - started)
+        families.append(took)
+        return families
+
+    # -- store -----------------------------------------------------------------------------------
+
+    def _count_stmt(self) -> Select[Any]:
+        return (select(jobs.c.status, jobs.c.queue, func.count())
+                .where(jobs.c.status.in_(sorted(s.value for s in self.states)))
+                .group_by(jobs.c.status, jobs.c.queue))
+
+    def _oldest_stmt(self, queues: list[str]) -> Any:
+        def oldest(queue: str) -> Select[Any]:
+            first = (select(func.min(jobs.c.scheduled_at))
+                     .where(jobs.c.status == _S.PENDING.value, jobs.c.queue == queue,
+                            jobs.c.scheduled_at <= self._now)
+                     .scalar_subquery())
+            return select(literal(queue).label("queue"), first.label("oldest"))
+
+        # One index probe per queue (status, queue[, scheduled_at]) rather than one GROUP BY over
+        # every PENDING row.
+        parts = [oldest(q) for q in queues]
+        return parts[0] if len(parts) == 1 else union_all(*parts)
+
+    def _stuck_stmt(self, states: list[JobStatus]) -> Any:
+        parts = [select(literal(state.value).label("state"), jobs.c.queue, func.count())
+                 .where(jobs.c.status == state.value, _SINCE[state] < self._now - self.sla[state])
+                 .group_by(jobs.c.queue) for state in states]
+        return parts[0] if len(parts) == 1 else union_all(*parts)
+
+    def _store_families(self, conn: Connection) -> list[Any]:
+        counts: dict[tuple[str, str], int] = {
+            (status, queue): int(n) for status, queue, n in conn.execute(self._count_stmt())
+        }
+        self._queues.update(queue for _, queue in counts)
+        by_state = GaugeMetricFamily("reliable_jobs", "Jobs in each state, by queue.", labels=["state", "queue"])
+        for (status, queue), n in sorted(counts.items()):
+            by_state.add_metric([status, queue], n)
+        families: list[Any] = [by_state]
+        for state, name, doc in ((_S.DEAD, "reliable_dead_letter_jobs", "Jobs in DEAD (the dead letter)."),
+                                 (_S.REVIEW, "reliable_review_jobs", "Jobs waiting for a person in REVIEW.")):
+            if state not in self.states:
+                continue
+            family = GaugeMetricFamily(name, doc, labels=["queue"])
+            for (status, queue), n in sorted(counts.items()):
+                if status == state.value:
+                    family.add_metric([queue], n)
+            families.append(family)
+
+        oldest = GaugeMetricFamily("reliable_oldest_pending_timestamp_seconds",
+                                   "scheduled_at (epoch s) of the oldest due PENDING job, by queue.",
+                                   labels=["queue"])
+        pending = sorted(q for (s, q), n in counts.items() if s == _S.PENDING.value and n)
+        if pending:
+            for queue, at in conn.execute(self._oldest_stmt(pending)):
+                if at is not None:
+                    oldest.add_metric([queue], float(at))
+        families.append(oldest)
+
+        stuck = GaugeMetricFamily("reliable_jobs_stuck", "Jobs in RUNNING, STOPPING or PAUSED past their SLA.",
+                                  labels=["state", "queue"])
+        present = {(s, q) for (s, q), n in counts.items() if n and _S(s) in self.sla}
+        # A counted state with no rows has nothing stuck: skip its query.
+        to_check = sorted((st for st in self.sla if st not in self.states or any(s == st.value for s, _ in present)),
+                          key=lambda st: st.value)
+        found: dict[tuple[str, str], int] = {}
+        if to_check:
+            found = {(st, queue): int(n) for st, queue, n in conn.execute(self._stuck_stmt(to_check))}
+        for key in sorted(present | set(found)):
+            stuck.add_metric(list(key), found.get(key, 0))
+        families.append(stuck)
+        return families
+
+    # -- RabbitMQ --------------------------------------------------------------------------------
+
+    def _broker_family(self) -> GaugeMetricFamily:
+        import pika  # only the exporter needs it, and only with --broker
+        from pika.exceptions import ChannelClosedByBroker
+
+        params = pika.URLParameters(self.broker_url)
+        params.socket_timeout = _BROKER_TIMEOUT
+        params.blocked_connection_timeout = _BROKER_TIMEOUT
+        params.stack_timeout = _BROKER_TIMEOUT
+        params.connection_attempts = 1
+        family = GaugeMetricFamily("reliable_rabbitmq_queue_messages",
+                                   "Messages ready in each RabbitMQ queue (passive queue_declare).",
+                                   labels=["queue"])
+        connection = pika.BlockingConnection(params)
+        try:
+            channel = connection.channel()
+            for queue in sorted(self._queues):
+                for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
+                    try:
+                        ok = channel.queue_declare(queue=name, passive=True)
+                    except ChannelClosedByBroker:  # no such queue: the broker closed the channel
+                        channel = connection.channel()
+                        continue
+                    family.add_metric([name], ok.method.message_count)
+        finally:
+            if connection.is_open:
+                connection.close()
+        return family

@@ -1,0 +1,101 @@
+"""The metrics exporter: one HTTP process serving /metrics and /healthz for Prometheus.
+
+``/metrics`` serves the store-derived gauges (`reliable.collector.StoreCollector`) and, when a
+multiprocess directory is given (PROMETHEUS_MULTIPROC_DIR), the worker processes' counters and
+histograms added up across processes. ``/healthz`` answers 200 when the store answers a query
+and 503 with the reason otherwise. Run it with ``reliable exporter --port 9464 --store URL``.
+"""
+
+from __future__ import annotations
+
+import socketserver
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from .collector import StoreCollector
+from .states import JobStatus
+from .store import StateStore
+
+__all__ = ["WSGIApp", "build_registry", "make_app", "serve", "start_server"]
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def build_registry(store: StateStore, *, broker_url: str | None = None, sla: Mapping[str, float] | None = None,
+                   states: Iterable[JobStatus | str] | None = None,
+                   multiprocess_dir: str | None = None) -> CollectorRegistry:
+    """A fresh registry with the store collector and, given a directory, the workers' metrics."""
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states))
+    if multiprocess_dir:
+        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def _health(store: StateStore) -> tuple[str, bytes]:
+    try:
+        store.now()  # also checks that the schema is migrated
+    except Exception as exc:  # any failure is the answer: unhealthy, with the reason
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return "503 Service Unavailable", f"unhealthy: {reason}\n".encode()
+    return "200 OK", b"ok\n"
+
+
+def make_app(store: StateStore, registry: CollectorRegistry) -> WSGIApp:
+    """The WSGI application: /metrics (Prometheus text or OpenMetrics), /healthz, 404 elsewhere."""
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/healthz":
+            status, body = _health(store)
+        elif path == "/":
+            status, body = "200 OK", b"reliable exporter: /metrics, /healthz\n"
+        else:
+            status, body = "404 Not Found", b"not found\n"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Prometheus scrapes every few seconds: no access log."""
+
+
+def start_server(app: WSGIApp, *, host: str = "0.0.0.0", port: int = 9464) -> tuple[WSGIServer, threading.Thread]:
+    """Serve `app` on host:port from a daemon thread; return the server (``.shutdown()``) and thread."""
+    server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="reliable-exporter", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def serve(store: StateStore, *, host: str = "0.0.0.0", port: int = 9464, broker_url: str | None = None,
+          sla: Mapping[str, float] | None = None, states: Iterable[JobStatus | str] | None = None,
+          multiprocess_dir: str | None = None, ready: Callable[[str, int], None] | None = None) -> None:
+    """Serve /metrics and /healthz until interrupted. `ready(host, port)` is called once listening."""
+    registry = build_registry(store, broker_url=broker_url, sla=sla, states=states,
+                              multiprocess_dir=multiprocess_dir)
+    server = make_server(host, port, make_app(store, registry), server_class=_ThreadingServer,
+                         handler_class=_QuietHandler)
+    try:
+        if ready is not None:
+            ready(host, server.server_port)
+        server.serve_forever()
+    finally:
+        server.server_close()

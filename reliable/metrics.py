@@ -1,0 +1,329 @@
+"""Worker-side Prometheus metrics, derived from store events plus a few direct hooks.
+
+`Metrics` is a StateStore listener (``store.add_listener(metrics)``): every committed event row
+updates counters and histograms. The heartbeat thread calls `Metrics.heartbeat` and
+`Metrics.heartbeat_failed` directly. Names follow Prometheus conventions: base units, ``_total``
+counters, no ids as labels. Store-wide gauges (jobs by state, queue age, stuck jobs) are not
+here: they come from `reliable.collector.StoreCollector` in the one exporter process.
+
+Multiprocess mode (Dramatiq forks worker processes): before the workers start, and once, in
+the parent, run ``setup_multiprocess(path)``, or export ``PROMETHEUS_MULTIPROC_DIR`` and empty the
+directory yourself; prometheus_client then writes every value to per-process files there, and
+``reliable exporter`` (with the same variable set) adds them up. See docs/observability.md.
+
+Collectors are created in `Metrics.__init__` on the injected registry, never at import. Two
+Metrics on one registry share one set of collectors (a cache keyed by the registry object, weakly
+held) instead of failing with "Duplicated timeseries".
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, values
+
+__all__ = ["ATTEMPT_OUTCOMES", "DURATION_BUCKETS", "LATENCY_BUCKETS", "Metrics", "setup_multiprocess"]
+
+#: Events that end an attempt (the `outcome` label). Forced stop/cancel end one too.
+ATTEMPT_OUTCOMES: frozenset[str] = frozenset({
+    "succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt", "pause_observed",
+    "stop_observed", "cancel_observed", "lease_expired", "lease_expired_backoff", "lease_expired_review",
+    "lease_expired_dead", "force_stop", "force_cancel",
+})
+
+#: Job and attempt lengths: 5 ms up to one hour.
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1200.0, 1800.0, 3600.0, float("inf"),
+)
+#: Waits and round trips: 1 ms up to one hour.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+    900.0, 3600.0, float("inf"),
+)
+
+_TRANSITIONS = frozenset({
+    "enqueued", "claim", "succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt",
+    "pause_observed", "stop_observed", "cancel_observed", "pause", "pause_requested", "stop",
+    "stop_requested", "cancel", "cancel_requested", "resume", "restart", "requeue", "reconcile_succeeded",
+    "reconcile_cancelled", "lease_expired", "lease_expired_backoff", "lease_expired_review",
+    "lease_expired_dead", "retry_due", "force_stop", "force_cancel",
+})
+_COMMANDS = {
+    "pause": "pause", "pause_requested": "pause", "stop": "stop", "stop_requested": "stop",
+    "cancel": "cancel", "cancel_requested": "cancel", "resume": "resume", "restart": "restart",
+    "requeue": "requeue", "reconcile_succeeded": "reconcile_succeeded",
+    "reconcile_cancelled": "reconcile_cancelled",
+}
+_RECOVERY_KINDS = {
+    "lease_expired": "lease_expired", "lease_expired_backoff": "lease_expired",
+    "lease_expired_review": "lease_expired", "lease_expired_dead": "lease_expired",
+    "retry_due": "retry_due", "redispatched": "redispatched",
+}
+_MEMORY = 10_000  # jobs remembered per process for checkpoint age and recovery time
+
+
+@dataclass(frozen=True)
+class _Collectors:
+    transitions: Counter
+    attempts: Counter
+    lease_expiries: Counter
+    stale_commits: Counter
+    retries: Counter
+    budget_exhausted: Counter
+    duplicate_effects: Counter
+    dead_letters: Counter
+    review: Counter
+    checkpoints: Counter
+    control_commands: Counter
+    forced_terminations: Counter
+    recoveries: Counter
+    heartbeat_failures: Counter
+    lease_renewals: Counter
+    leases_lost: Counter
+    leases_held: Gauge
+    attempt_duration: Histogram
+    dispatch_latency: Histogram
+    schedule_lateness: Histogram
+    heartbeat_latency: Histogram
+    recovery_seconds: Histogram
+    checkpoint_age: Histogram
+
+
+def _build(registry: CollectorRegistry) -> _Collectors:
+    aq = ("actor", "queue")
+
+    def counter(name: str, doc: str, labels: tuple[str, ...] = aq) -> Counter:
+        return Counter(name, doc, labels, registry=registry)
+
+    def histogram(name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, doc, labels, registry=registry, buckets=buckets)
+
+    return _Collectors(
+        transitions=counter("reliable_transitions_total", "Job state transitions.",
+                            ("event", "to_state", "actor", "queue")),
+        attempts=counter("reliable_attempts_total", "Attempts ended, by the event that ended them.",
+                         ("actor", "queue", "outcome")),
+        lease_expiries=counter("reliable_lease_expiries_total", "Attempts whose lease expired (worker lost)."),
+        stale_commits=counter("reliable_stale_commits_total", "Writes refused because the lease had moved on."),
+        retries=counter("reliable_retries_total", "Retries scheduled.", ("actor", "queue", "error_class")),
+        budget_exhausted=counter("reliable_retry_budget_exhausted_total",
+                                 "Failures that found the retry budget exhausted."),
+        duplicate_effects=counter("reliable_duplicate_effects_total", "Replayed operation keys detected."),
+        dead_letters=counter("reliable_dead_letters_total", "Jobs moved to DEAD."),
+        review=counter("reliable_review_total", "Jobs moved to REVIEW."),
+        checkpoints=counter("reliable_checkpoints_total", "Checkpoints written."),
+        control_commands=counter("reliable_control_commands_total", "Operator commands applied.", ("command",)),
+        forced_terminations=counter("reliable_forced_terminations_total",
+                                    "STOPPING jobs terminated after their grace period."),
+        recoveries=counter("reliable_recoveries_total", "Recovery actions.", ("kind",)),
+        heartbeat_failures=counter("reliable_heartbeat_failures_total", "Heartbeats that could not reach the store.",
+                                   ()),
+        lease_renewals=counter("reliable_lease_renewals_total", "Leases renewed by heartbeats.", ()),
+        leases_lost=counter("reliable_leases_lost_total", "Leases a heartbeat found lost.", ()),
+        leases_held=Gauge("reliable_leases_held", "Leases held by live worker processes at their last heartbeat.",
+                          registry=registry, multiprocess_mode="livesum"),
+        attempt_duration=histogram("reliable_attempt_duration_seconds", "Attempt length, claim to end.",
+                                   ("actor", "queue", "outcome"), DURATION_BUCKETS),
+        dispatch_latency=histogram("reliable_dispatch_latency_seconds",
+                                   "From the time a PENDING job was due to its claim.", aq, LATENCY_BUCKETS),
+        schedule_lateness=histogram("reliable_schedule_lateness_seconds",
+                                    "From retry_at to the claim of a RETRY_WAIT job.", aq, LATENCY_BUCKETS),
+        heartbeat_latency=histogram("reliable_heartbeat_latency_seconds", "Duration of one heartbeat statement.",
+                                    (), LATENCY_BUCKETS),
+        recovery_seconds=histogram("reliable_recovery_seconds", "From a recovery action to the job's next claim.",
+                                   ("kind",), LATENCY_BUCKETS),
+        checkpoint_age=histogram("reliable_checkpoint_age_seconds",
+                                 "Time since the previous checkpoint (or the attempt's start).", aq,
+                                 DURATION_BUCKETS),
+    )
+
+
+_cache: weakref.WeakKeyDictionary[CollectorRegistry, _Collectors] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+def _collectors_for(registry: CollectorRegistry) -> _Collectors:
+    with _cache_lock:
+        found = _cache.get(registry)
+        if found is None:
+            found = _cache[registry] = _build(registry)
+        return found
+
+
+def _label(value: Any, default: str = "unknown") -> str:
+    return str(value) if value not in (None, "") else default
+
+
+def _seconds(end: Any, start: Any) -> float | None:
+    if end is None or start is None:
+        return None
+    return max(0.0, float(end) - float(start))
+
+
+class _Recent:
+    """A bounded insertion-ordered map: per-process memory that cannot grow without limit."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[str, tuple[Any, float]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def put(self, key: str, tag: Any, at: float) -> None:
+        with self._lock:
+            self._items[key] = (tag, at)
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def get(self, key: str) -> tuple[Any, float] | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def pop(self, key: str) -> tuple[Any, float] | None:
+        with self._lock:
+            return self._items.pop(key, None)
+
+
+class Metrics:
+    """The worker-side collectors, updated from store events (`__call__`) and heartbeat hooks.
+
+    Parameters:
+      registry: where to register the collectors (default: prometheus_client's global REGISTRY).
+        In multiprocess mode the registry only matters for tests: values go to the files in
+        PROMETHEUS_MULTIPROC_DIR and the exporter reads them from there.
+
+    Definitions:
+      - attempt duration: ``at - started_at`` of the event ending the attempt (for lease_expired*
+        it includes the time until recovery noticed the expiry).
+      - dispatch latency: on a claim from PENDING, ``at - scheduled_at``: scheduled_at is when the
+        job became due (enqueue, its eta, or the resume/restart/recovery that re-queued it). A
+        sweeper re-publish does not reset it, so lost messages show up as latency.
+      - schedule lateness: on a claim from RETRY_WAIT, ``at - scheduled_at`` (scheduled_at = retry_at).
+      - checkpoint age: on a checkpoint, the time since this attempt's previous checkpoint seen by
+        this process, or since the attempt started.
+      - recovery seconds: from a recovery event (lease_expired*, retry_due, redispatched) to the
+        job's next claim, when this process saw both (e.g. recovery running in the workers, or one
+        process); otherwise not observed. reliable_recoveries_total counts every recovery event.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else REGISTRY
+        self._c = _collectors_for(self.registry)
+        self._last_checkpoint = _Recent(_MEMORY)
+        self._recovered = _Recent(_MEMORY)
+
+    # -- direct hooks ------------------------------------------------------------------------------
+
+    def heartbeat(self, latency: float, renewed: int, lost: int) -> None:
+        """Record one heartbeat: its latency (s), how many leases it renewed and found lost."""
+        c = self._c
+        c.heartbeat_latency.observe(max(0.0, latency))
+        if renewed:
+            c.lease_renewals.inc(renewed)
+        if lost:
+            c.leases_lost.inc(lost)
+        c.leases_held.set(renewed)
+
+    def heartbeat_failed(self) -> None:
+        """Record a heartbeat that could not reach the store."""
+        self._c.heartbeat_failures.inc()
+
+    # -- store listener ----------------------------------------------------------------------------
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        """Update the metrics from one committed event row (see StateStore.add_listener)."""
+        name = str(event.get("event") or "")
+        actor, queue = _label(event.get("actor")), _label(event.get("queue"))
+        at = event.get("at")
+        c = self._c
+        detail = event.get("detail") or {}
+        if name in _TRANSITIONS:
+            c.transitions.labels(name, _label(event.get("to_status")), actor, queue).inc()
+        if name in ATTEMPT_OUTCOMES:
+            self._attempt_ended(event, name, actor, queue)
+        if name == "claim":
+            self._claimed(event, actor, queue)
+        elif name == "checkpoint":
+            c.checkpoints.labels(actor, queue).inc()
+            key = f"{event.get('job_id')}:{event.get('lease_id')}"
+            previous = self._last_checkpoint.get(key)
+            age = _seconds(at, previous[1] if previous else event.get("started_at"))
+            if age is not None:
+                c.checkpoint_age.labels(actor, queue).observe(age)
+            if at is not None:
+                self._last_checkpoint.put(key, None, float(at))
+        elif name == "stale_commit_rejected":
+            c.stale_commits.labels(actor, queue).inc()
+        elif name == "duplicate_effect":
+            c.duplicate_effects.labels(actor, queue).inc()
+        elif name in _COMMANDS:
+            c.control_commands.labels(_COMMANDS[name]).inc()
+        elif name in ("force_stop", "force_cancel"):
+            c.forced_terminations.labels(actor, queue).inc()
+        if name == "retry_scheduled":
+            c.retries.labels(actor, queue, _label(event.get("error_class"), "none")).inc()
+        elif name == "lease_expired_backoff":
+            c.retries.labels(actor, queue, "lease_expired").inc()
+        if name.startswith("lease_expired"):
+            c.lease_expiries.labels(actor, queue).inc()
+        if name in ("dead_letter", "lease_expired_dead"):
+            c.dead_letters.labels(actor, queue).inc()
+        elif name in ("need_review", "lease_expired_review"):
+            c.review.labels(actor, queue).inc()
+        if isinstance(detail, Mapping) and detail.get("budget_exhausted"):
+            c.budget_exhausted.labels(actor, queue).inc()
+        kind = _RECOVERY_KINDS.get(name)
+        if kind is not None:
+            c.recoveries.labels(kind).inc()
+            if at is not None and event.get("job_id") is not None:
+                self._recovered.put(str(event["job_id"]), kind, float(at))
+
+    def _attempt_ended(self, event: Mapping[str, Any], outcome: str, actor: str, queue: str) -> None:
+        c = self._c
+        c.attempts.labels(actor, queue, outcome).inc()
+        duration = _seconds(event.get("at"), event.get("started_at"))
+        if duration is not None:
+            c.attempt_duration.labels(actor, queue, outcome).observe(duration)
+        self._last_checkpoint.pop(f"{event.get('job_id')}:{event.get('lease_id')}")
+
+    def _claimed(self, event: Mapping[str, Any], actor: str, queue: str) -> None:
+        c = self._c
+        at = event.get("at")
+        due = event.get("scheduled_at")
+        if due is None:
+            due = event.get("dispatched_at")
+        wait = _seconds(at, due)
+        if wait is not None:
+            if event.get("from_status") == "RETRY_WAIT":
+                c.schedule_lateness.labels(actor, queue).observe(wait)
+            else:
+                c.dispatch_latency.labels(actor, queue).observe(wait)
+        recovered = self._recovered.pop(str(event.get("job_id")))
+        if recovered is not None and at is not None:
+            c.recovery_seconds.labels(recovered[0]).observe(max(0.0, float(at) - recovered[1]))
+
+
+def setup_multiprocess(path: str) -> None:
+    """Prepare prometheus_client's multiprocess mode: create `path`, empty it, export the variable.
+
+    Call it ONCE, in the parent process, before the worker processes start (never from a worker:
+    it would delete the live files of its siblings). It removes only ``*.db`` files (the ones
+    prometheus_client writes) and sets PROMETHEUS_MULTIPROC_DIR for this process and its children.
+    If prometheus_client was imported before the variable was set, its value class is switched to
+    the multiprocess one; collectors created before this call stay process-local.
+    """
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink(missing_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
