@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from .context import JobContext, current_job
 from .errors import (
     ClaimRefused,
     ConfigError,
     ControlRefused,
     JobCancelled,
+    JobForceStopped,
     JobInterrupted,
     JobNotFound,
     JobPaused,
@@ -19,6 +21,10 @@ from .errors import (
     StoreUnavailable,
     TransitionRefused,
 )
+from .install import install
+from .middleware import ReliableMiddleware
+from .policy import Policy
+from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import StateStore
 
@@ -30,18 +36,25 @@ __all__ = [
     "ControlRefused",
     "Event",
     "JobCancelled",
+    "JobContext",
+    "JobForceStopped",
     "JobInterrupted",
     "JobNotFound",
     "JobPaused",
     "JobStatus",
     "JobStopped",
     "LeaseLost",
+    "Policy",
     "PolicyError",
+    "Recovery",
     "ReliableError",
+    "ReliableMiddleware",
     "StateStore",
     "StoreError",
     "StoreNotMigrated",
     "StoreUnavailable",
     "TransitionRefused",
     "__version__",
+    "current_job",
+    "install",
 ]

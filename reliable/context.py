@@ -1,0 +1,194 @@
+"""`current_job()`: what an actor sees of its job — checkpoint, operation keys, fencing, control."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import JobCancelled, JobPaused, JobStopped, LeaseLost, LeaseLostInterrupt
+from .states import JobStatus
+from .store import Claim, LeaseStatus, StateStore
+
+if TYPE_CHECKING:
+    from .policy import JobContract
+
+__all__ = ["JobContext", "current_job"]
+
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("reliable_job", default=None)
+
+
+def current_job() -> JobContext:
+    """The job the calling actor is running; RuntimeError outside a reliable-tracked actor."""
+    job = _current.get()
+    if job is None:
+        raise RuntimeError("current_job() is only available inside an actor tracked by reliable")
+    return job
+
+
+@dataclass
+class _Control:
+    """Control flags as last seen by a checkpoint or heartbeat (guarded by JobContext._lock)."""
+
+    status: JobStatus = JobStatus.RUNNING
+    pause_requested: bool = False
+    cancel_requested: bool = False
+    lease_lost: bool = False
+    stop_requested_at: float | None = None
+
+
+@dataclass
+class JobContext:
+    """One running attempt of a job, as seen from inside the actor.
+
+    `checkpoint(value)` is the safe point: it durably records progress (fenced by the lease) and is
+    where a pause, stop, cancel or lost lease is observed — it then raises JobPaused, JobStopped,
+    JobCancelled or LeaseLostInterrupt, which the middleware turns into the right transition.
+    These derive from BaseException, so `except Exception:` in the actor does not swallow them.
+    """
+
+    store: StateStore
+    claim: Claim
+    contract: JobContract
+    worker_id: str
+    lease_ttl: float
+    thread_id: int = field(default_factory=threading.get_ident)
+    _control: _Control = field(default_factory=_Control)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _in_actor: bool = False
+    _token: contextvars.Token[JobContext | None] | None = None
+
+    # -- identity --------------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> str:
+        """The job's id (the Dramatiq message_id)."""
+        return self.claim.job.job_id
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first attempt, 2 for the next..."""
+        return self.claim.job.attempt
+
+    @property
+    def attempt_id(self) -> str:
+        """The id of this attempt."""
+        return self.claim.attempt_id
+
+    @property
+    def fencing_token(self) -> int:
+        """The lease id: pass it to downstream systems so they can reject writes of stale workers."""
+        return self.claim.lease_id
+
+    @property
+    def trace_id(self) -> str | None:
+        """The job's trace id."""
+        return self.claim.job.trace_id
+
+    @property
+    def checkpoint_value(self) -> Any:
+        """The last committed checkpoint (None on a fresh start): where to resume from."""
+        return self._checkpoint
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this attempt starts from a checkpoint left by an earlier attempt."""
+        return self.claim.job.checkpoint is not None
+
+    def __post_init__(self) -> None:
+        self._checkpoint: Any = self.claim.job.checkpoint
+
+    # -- progress --------------------------------------------------------------------------------
+
+    def checkpoint(self, value: Any) -> None:
+        """Durably record progress (JSON-serialisable), renew the lease, observe control requests."""
+        try:
+            lease = self.store.save_checkpoint(self.job_id, self.fencing_token, value,
+                                               lease_ttl=self.lease_ttl, worker_id=self.worker_id)
+        except LeaseLost:
+            self.mark_lease_lost()
+            raise LeaseLostInterrupt(f"job {self.job_id}: lease {self.fencing_token} lost") from None
+        self._checkpoint = value
+        self.observe(lease)
+        self.check_control()
+
+    def check_control(self) -> None:
+        """Raise the pending control interrupt (as last seen by a heartbeat) without writing anything.
+
+        A job paused or stopped here resumes from its last committed checkpoint.
+        """
+        with self._lock:
+            control = self._control
+            if control.lease_lost:
+                raise LeaseLostInterrupt(f"job {self.job_id}: lease {self.fencing_token} lost")
+            if control.status is JobStatus.STOPPING:
+                if control.cancel_requested:
+                    raise JobCancelled(f"job {self.job_id}: cancel requested")
+                raise JobStopped(f"job {self.job_id}: stop requested")
+            if control.pause_requested:
+                raise JobPaused(f"job {self.job_id}: pause requested")
+
+    def operation_key(self, item: Any) -> str:
+        """A stable key for one unit of work of this job: the same on every attempt (idempotency key)."""
+        return f"{self.job_id}:{item}"
+
+    def record_effect(self, item: Any, result: Any = None) -> bool:
+        """Record that the unit `item` was applied; False when it had been already (a replay, counted)."""
+        try:
+            effect = self.store.record_effect(self.job_id, self.fencing_token, self.operation_key(item),
+                                              attempt_id=self.attempt_id, result=result)
+        except LeaseLost:
+            self.mark_lease_lost()
+            raise LeaseLostInterrupt(f"job {self.job_id}: lease {self.fencing_token} lost") from None
+        return effect.applied
+
+    def effect_applied(self, item: Any) -> bool:
+        """Whether the unit `item` was already recorded as applied (by this or an earlier attempt)."""
+        return self.store.effect_recorded(self.job_id, self.operation_key(item))
+
+    # -- used by the middleware and the heartbeat thread ----------------------------------------
+
+    def observe(self, lease: LeaseStatus) -> None:
+        """Take the control flags a checkpoint or heartbeat read back."""
+        with self._lock:
+            self._control.status = lease.status
+            self._control.pause_requested = lease.pause_requested
+            self._control.cancel_requested = lease.cancel_requested
+            self._control.stop_requested_at = lease.stop_requested_at
+
+    def mark_lease_lost(self) -> None:
+        """Remember that the lease is gone: every further write would be a stale commit."""
+        with self._lock:
+            self._control.lease_lost = True
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether a heartbeat or write found the lease reassigned."""
+        with self._lock:
+            return self._control.lease_lost
+
+    def control_snapshot(self) -> _Control:
+        """A copy of the flags as last seen."""
+        with self._lock:
+            c = self._control
+            return _Control(c.status, c.pause_requested, c.cancel_requested, c.lease_lost, c.stop_requested_at)
+
+    def enter(self) -> None:
+        """Make this the current job of the calling thread (the actor is about to run)."""
+        self._token = _current.set(self)
+        with self._lock:
+            self._in_actor = True
+
+    def leave(self) -> None:
+        """The actor returned or raised: no more interrupts may be delivered to this thread."""
+        with self._lock:
+            self._in_actor = False
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+
+    def interruptible(self) -> bool:
+        """Whether the actor is still running (an async interrupt may be delivered)."""
+        with self._lock:
+            return self._in_actor

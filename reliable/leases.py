@@ -1,0 +1,140 @@
+"""The per-process heartbeat: one statement renews every lease the process holds.
+
+It also delivers what the answer says: control flags to each running job (so a pause or stop is
+seen within one interval even between checkpoints), a lost lease (the job's thread is interrupted
+so a stale worker stops working), and forced termination of a job still running past its stop
+grace period (an async exception in its thread, as Dramatiq's TimeLimit does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from dramatiq.middleware import raise_thread_exception
+
+from .context import JobContext
+from .errors import JobForceStopped, LeaseLostInterrupt, StoreError
+from .states import JobStatus
+from .store import StateStore
+
+__all__ = ["Heartbeat"]
+
+logger = logging.getLogger("reliable.leases")
+
+
+class Heartbeat:
+    """A daemon thread renewing the leases of every job running in this process."""
+
+    def __init__(self, store: StateStore, *, worker_id: str, interval: float, lease_ttl: float,
+                 on_beat: Callable[[float, int, int], None] | None = None,
+                 on_failure: Callable[[], None] | None = None,
+                 on_escalation: Callable[[JobContext, float], None] | None = None) -> None:
+        if interval >= lease_ttl:
+            raise ValueError(f"heartbeat interval {interval}s must be shorter than the lease ttl {lease_ttl}s")
+        self.store = store
+        self.worker_id = worker_id
+        self.interval = interval
+        self.lease_ttl = lease_ttl
+        self._jobs: dict[str, JobContext] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_beat = on_beat
+        self._on_failure = on_failure
+        self._on_escalation = on_escalation
+        self._escalated: set[tuple[str, int]] = set()
+
+    def add(self, job: JobContext) -> None:
+        """Start renewing `job`'s lease."""
+        with self._lock:
+            self._jobs[job.job_id] = job
+
+    def remove(self, job: JobContext) -> None:
+        """Stop renewing `job`'s lease (its attempt ended)."""
+        with self._lock:
+            if self._jobs.get(job.job_id) is job:
+                del self._jobs[job.job_id]
+            self._escalated.discard((job.job_id, job.fencing_token))
+
+    def held(self) -> list[JobContext]:
+        """The jobs whose leases this process currently renews."""
+        with self._lock:
+            return list(self._jobs.values())
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="reliable-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except StoreError as exc:
+                logger.warning("heartbeat failed (leases not renewed, retrying in %.1fs): %s", self.interval, exc)
+                if self._on_failure:
+                    self._on_failure()
+            except Exception:
+                logger.exception("heartbeat failed unexpectedly")
+                if self._on_failure:
+                    self._on_failure()
+
+    def beat(self) -> None:
+        """Renew every held lease once and act on the answer."""
+        jobs = self.held()
+        if not jobs:
+            return
+        started = time.perf_counter()
+        answer = self.store.renew(self.worker_id, [(j.job_id, j.fencing_token) for j in jobs], self.lease_ttl)
+        latency = time.perf_counter() - started
+        lost = 0
+        for job in jobs:
+            lease = answer.get(job.job_id)
+            if lease is None:
+                lost += 1
+                self._lose(job)
+                continue
+            job.observe(lease)
+            if lease.status is JobStatus.STOPPING and lease.stop_requested_at is not None:
+                now = lease.lease_expires_at - self.lease_ttl  # the database's clock, without a query
+                overdue = now - lease.stop_requested_at - job.contract.stop_grace
+                if overdue > 0:
+                    self._force_stop(job, overdue)
+        if self._on_beat:
+            self._on_beat(latency, len(jobs) - lost, lost)
+
+    def _lose(self, job: JobContext) -> None:
+        if job.lease_lost:
+            return
+        job.mark_lease_lost()
+        logger.warning("job %s: lease %d lost; interrupting its thread", job.job_id, job.fencing_token)
+        self._interrupt(job, LeaseLostInterrupt)
+
+    def _force_stop(self, job: JobContext, overdue: float) -> None:
+        key = (job.job_id, job.fencing_token)
+        if key in self._escalated:
+            return
+        self._escalated.add(key)
+        logger.error("job %s: still running %.1fs past its stop grace; terminating its thread", job.job_id, overdue)
+        if self._on_escalation:
+            self._on_escalation(job, overdue)
+        self._interrupt(job, JobForceStopped)
+
+    @staticmethod
+    def _interrupt(job: JobContext, exc: type[BaseException]) -> None:
+        with job._lock:
+            if job._in_actor:
+                raise_thread_exception(job.thread_id, exc)  # type: ignore[no-untyped-call]

@@ -1,0 +1,427 @@
+"""The Dramatiq middleware: register on enqueue, claim before running, fenced completion after.
+
+Hooks (see Dramatiq's broker.py and worker.py):
+- before_enqueue (producer thread): the job row is written PENDING before the message is published.
+- before_process_message (worker thread): the claim, a compare-and-set. Refused -> SkipMessage:
+  the message is acknowledged and dropped, the store already holds the truth.
+- after_process_message (worker thread): success or the policy's decision for the exception, as a
+  write fenced by the lease. The message is always acknowledged: retries are new (delayed)
+  publishes decided here, never Dramatiq's Retries middleware (see `install`).
+- after/before_worker_boot/shutdown: the per-process heartbeat and recovery threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware, SkipMessage
+
+from .context import JobContext, _current
+from .dispatch import message_for
+from .errors import (
+    ClaimRefused,
+    JobCancelled,
+    JobForceStopped,
+    JobInterrupted,
+    JobPaused,
+    JobStopped,
+    LeaseLost,
+    LeaseLostInterrupt,
+    StoreError,
+    StoreUnavailable,
+    TransitionRefused,
+)
+from .leases import Heartbeat
+from .policy import Decision, Failure, JobContract, Policy
+from .recovery import Recovery
+from .states import Event, JobStatus
+from .store import ErrorInfo, NewJob, StateStore
+
+__all__ = ["ACTOR_OPTIONS", "ReliableMiddleware"]
+
+logger = logging.getLogger("reliable.middleware")
+
+#: Actor options reliable understands (declared so `@dramatiq.actor(...)` accepts them).
+ACTOR_OPTIONS = frozenset({
+    "reliable", "owner", "resumable", "checkpoint_schema", "idempotent", "stop_grace", "compensation",
+    "retry_on_crash", "resume_validator", "workflow_id",
+})
+
+_ACTIONS: dict[str, Event] = {
+    "retry": Event.RETRY, "fail": Event.FAIL, "review": Event.NEED_REVIEW, "dead": Event.DEAD_LETTER,
+    "halt": Event.HALT,
+}
+#: Delays up to this long ride Dramatiq's delay queue; longer ones are left to the recovery loop
+#: (RabbitMQ's consumer_timeout would close a channel holding a delayed message for 30 min).
+MAX_BROKER_DELAY = 15 * 60.0
+#: The window over which retries are counted against an actor's retry budget.
+RETRY_BUDGET_WINDOW = 60.0
+
+
+class ReliableMiddleware(Middleware):
+    """Track every message of the broker's actors as a durable job with leases and fencing.
+
+    Parameters:
+      store: a StateStore, or its URL (the store is opened lazily in each worker process).
+      policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
+      lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
+      recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
+        every worker process. Safe with many processes: each step is a compare-and-set.
+      listeners: store event listeners (JSON logs, metrics) added to the store.
+    """
+
+    def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
+                 lease_ttl: float | None = None, heartbeat_interval: float | None = None,
+                 recovery: bool = True, recovery_interval: float | None = None,
+                 sweep_after: float | None = None,
+                 listeners: tuple[Callable[[dict[str, Any]], None], ...] = ()) -> None:
+        self.policy = policy or Policy.load(None)
+        lease = self.policy.lease
+        self.lease_ttl = lease_ttl if lease_ttl is not None else lease.ttl
+        self.heartbeat_interval = heartbeat_interval if heartbeat_interval is not None else lease.heartbeat_interval
+        if self.heartbeat_interval >= self.lease_ttl:
+            raise ValueError(f"heartbeat interval {self.heartbeat_interval}s must be below the lease ttl "
+                             f"{self.lease_ttl}s")
+        self.recovery_enabled = recovery
+        self.recovery_interval = recovery_interval if recovery_interval is not None else lease.recovery_interval
+        self.sweep_after = sweep_after if sweep_after is not None else lease.sweep_after
+        self._store_arg = store
+        self._listeners = listeners
+        self._pid = -1
+        self._store: StateStore | None = None
+        self._worker_id = ""
+        self._heartbeat: Heartbeat | None = None
+        self._recovery: Recovery | None = None
+        self._recovery_thread: threading.Thread | None = None
+        self._recovery_stop = threading.Event()
+        self._lock = threading.Lock()
+        self._jobs: dict[str, JobContext] = {}  # message_id -> context, for after_process_message
+        self.broker: dramatiq.Broker | None = None
+
+    @property
+    def actor_options(self) -> set[str]:
+        """The options this middleware lets actors declare."""
+        return set(ACTOR_OPTIONS)
+
+    # -- per-process state (created after fork) -------------------------------------------------
+
+    @property
+    def store(self) -> StateStore:
+        """This process's StateStore (opened on first use after a fork)."""
+        self._ensure_process()
+        assert self._store is not None
+        return self._store
+
+    @property
+    def worker_id(self) -> str:
+        """host:pid:random — the identity written on claims and leases."""
+        self._ensure_process()
+        return self._worker_id
+
+    def _ensure_process(self) -> None:
+        pid = os.getpid()
+        if self._pid == pid:
+            return
+        with self._lock:
+            if self._pid == pid:
+                return
+            if isinstance(self._store_arg, StateStore) and self._pid == -1:
+                store = self._store_arg
+            else:
+                url = self._store_arg if isinstance(self._store_arg, str) else \
+                    self._store_arg.engine.url.render_as_string(hide_password=False)
+                store = StateStore(url)
+            for listener in self._listeners:
+                store.add_listener(listener)
+            self._store = store
+            self._worker_id = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:6]}"
+            self._heartbeat = Heartbeat(store, worker_id=self._worker_id, interval=self.heartbeat_interval,
+                                        lease_ttl=self.lease_ttl, on_escalation=self._escalate)
+            self._pid = pid
+
+    def _actor_options(self, actor_name: str) -> dict[str, Any]:
+        if self.broker is None:
+            return {}
+        try:
+            return dict(self.broker.get_actor(actor_name).options)
+        except dramatiq.errors.ActorNotFound:
+            return {}
+
+    def contract_for(self, actor_name: str, queue: str) -> JobContract:
+        """The job contract of an actor: policy defaults, queue and actor sections, actor options."""
+        return self.policy.contract(actor_name, queue, self._actor_options(actor_name))
+
+    def tracked(self, broker: dramatiq.Broker, actor_name: str) -> bool:
+        """Whether reliable tracks this actor (all do, unless declared with `reliable=False`)."""
+        self.broker = self.broker or broker
+        return bool(self._actor_options(actor_name).get("reliable", True))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def after_process_boot(self, broker: dramatiq.Broker) -> None:
+        """Remember the broker (re-dispatch needs it)."""
+        self.broker = broker
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Start the heartbeat and, if enabled, the recovery loop of this process."""
+        self.broker = broker
+        self._ensure_process()
+        assert self._heartbeat is not None
+        self._heartbeat.start()
+        if self.recovery_enabled:
+            self._recovery = Recovery(self.store, broker, self.policy, contract_for=self.contract_for,
+                                      sweep_after=self.sweep_after)
+            self._recovery_stop.clear()
+            self._recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery",
+                                                     daemon=True)
+            self._recovery_thread.start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Stop the recovery loop; the heartbeat keeps running until the worker threads finish."""
+        self._recovery_stop.set()
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Stop the heartbeat once every worker thread has finished its message."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._recovery_thread is not None:
+            self._recovery_thread.join(5)
+            self._recovery_thread = None
+
+    def _recover_forever(self) -> None:
+        assert self._recovery is not None
+        while not self._recovery_stop.wait(self.recovery_interval):
+            try:
+                self._recovery.run_once()
+            except StoreError as exc:
+                logger.warning("recovery pass failed (will retry): %s", exc)
+            except Exception:
+                logger.exception("recovery pass failed unexpectedly")
+
+    # -- producer side ---------------------------------------------------------------------------
+
+    def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        """Register the job (PENDING) before its message is published; no-op for a known job_id."""
+        if not self.tracked(broker, message.actor_name):
+            return
+        options = message.options
+        if "eta" in options and delay is None:
+            return  # Dramatiq promoting a delayed message: the job exists already
+        parent = _current.get()
+        if parent is not None:
+            options.setdefault("trace_id", parent.trace_id)
+            options.setdefault("parent_job_id", parent.job_id)
+        options.setdefault("trace_id", uuid.uuid4().hex)
+        actor_options = self._actor_options(message.actor_name)
+        canonical_queue = message.queue_name.removesuffix(".DQ")
+        contract = self.policy.contract(message.actor_name, canonical_queue, actor_options)
+        data = message.asdict()
+        data["queue_name"] = canonical_queue
+        data["options"] = {k: v for k, v in options.items() if k != "eta"}
+        self._with_store_retry("register", lambda: self.store.register(NewJob(
+            job_id=message.message_id, queue=canonical_queue, actor=message.actor_name, message=data,
+            owner=contract.owner, workflow_id=options.get("workflow_id") or actor_options.get("workflow_id"),
+            trace_id=options.get("trace_id"), parent_job_id=options.get("parent_job_id"),
+            checkpoint_schema=contract.checkpoint_schema,
+            delay=(delay / 1000.0) if delay else None,
+        )))
+
+    # -- worker side -----------------------------------------------------------------------------
+
+    def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        """Claim the job; refuse to run it (skip + ack) unless the claim wins."""
+        self.broker = broker
+        if not self.tracked(broker, message.actor_name):
+            return
+        try:
+            self._claim(broker, message)
+        except SkipMessage:
+            raise
+        except BaseException:
+            # Dramatiq swallows any other exception of a before-hook and would run the actor
+            # without a claim: never let that happen. The job row is the truth; a PENDING job is
+            # re-dispatched by the sweeper.
+            logger.exception("claim of message %s failed; skipping it", message.message_id)
+            raise SkipMessage("claim failed") from None
+
+    def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
+        job_id = message.message_id
+        contract = self.contract_for(message.actor_name, message.queue_name)
+        try:
+            claim = self._with_store_retry("claim", lambda: self.store.claim(
+                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl))
+        except ClaimRefused as refusal:
+            if refusal.reason == "not_found":  # published by a producer without the middleware
+                self.before_enqueue(broker, message.copy(queue_name=message.queue_name), None)
+                claim = self.store.claim(job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl)
+            else:
+                self._refused(broker, message, refusal)
+                raise SkipMessage(refusal.reason) from None
+        context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl)
+        with self._lock:
+            self._jobs[job_id] = context
+        assert self._heartbeat is not None
+        self._heartbeat.add(context)
+        self._heartbeat.start()
+        context.enter()
+
+    def _refused(self, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> None:
+        redelivered = getattr(message, "redelivered", None)
+        if refusal.reason == "not_due" and refusal.retry_in is not None:
+            # The delayed message came early (clock skew between worker and database): wait again.
+            broker.enqueue(message_for(self.store.get(message.message_id)),
+                           delay=int(refusal.retry_in * 1000) + 50)
+            return
+        try:
+            self.store.record_event(message.message_id, "claim_refused", worker_id=self.worker_id,
+                                    detail={"reason": refusal.reason, "redelivered": redelivered})
+        except Exception:
+            logger.warning("could not record the refused claim of %s", message.message_id, exc_info=True)
+        logger.info("message %s skipped: claim refused (%s)", message.message_id, refusal.reason)
+
+    def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        """Commit the attempt's outcome, fenced by its lease."""
+        with self._lock:
+            context = self._jobs.pop(message.message_id, None)
+        if context is None:
+            return
+        context.leave()
+        try:
+            self._complete(broker, message, context, exception)
+        finally:
+            assert self._heartbeat is not None
+            self._heartbeat.remove(context)
+
+    def _complete(self, broker: dramatiq.Broker, message: Any, context: JobContext,
+                  exception: BaseException | None) -> None:
+        if exception is None:
+            self._finish(context, Event.SUCCEED)
+            return
+        if isinstance(exception, LeaseLostInterrupt):
+            logger.warning("job %s: lease lost, attempt %s abandoned", context.job_id, context.attempt_id)
+            return
+        if isinstance(exception, JobInterrupted):
+            self._interrupted(broker, context, exception)
+            return
+        control = context.control_snapshot()
+        if control.status is JobStatus.STOPPING:
+            # A failure while stopping ends the job as the operator asked, not as a retry.
+            self._interrupted(broker, context, JobCancelled() if control.cancel_requested else JobStopped())
+            return
+        decision = self.policy.decide(Failure(
+            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
+            attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
+            now=time.time(), recent_retries=self._recent_retries(context),
+        ))
+        self._apply(broker, message, context, decision)
+
+    def _interrupted(self, broker: dramatiq.Broker, context: JobContext, exc: BaseException) -> None:
+        control = context.control_snapshot()
+        if isinstance(exc, JobForceStopped):
+            event = Event.FORCE_CANCEL if control.cancel_requested else Event.FORCE_STOP
+        elif isinstance(exc, JobCancelled):
+            event = Event.CANCEL_OBSERVED
+        elif isinstance(exc, JobStopped):
+            event = Event.STOP_OBSERVED
+        elif isinstance(exc, JobPaused):
+            event = Event.PAUSE_OBSERVED
+        else:  # an interrupt we do not own (e.g. Dramatiq's TimeLimit): a failure like any other
+            decision = self.policy.decide(Failure(
+                exception=exc, actor=context.claim.job.actor, queue=context.claim.job.queue,
+                attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
+                now=time.time(), recent_retries=self._recent_retries(context)))
+            self._apply(broker, None, context, decision)
+            return
+        job = self._finish(context, event, detail={"interrupt": type(exc).__name__})
+        if job is not None and job.status is JobStatus.CANCELLED:
+            self._compensate(broker, context)
+
+    def _apply(self, broker: dramatiq.Broker, message: Any, context: JobContext, decision: Decision) -> None:
+        event = _ACTIONS.get(decision.action)
+        if event is None:
+            raise ValueError(f"policy decision {decision.action!r} is not valid for a failed attempt")
+        error = ErrorInfo(decision.error_class, decision.exception_type, decision.message)
+        delay = decision.delay if decision.action == "retry" else None
+        job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail())
+        if job is None:
+            return
+        if decision.action == "halt" or decision.alert:
+            self._alert(context, decision)
+        if decision.action == "retry" and (delay or 0.0) <= MAX_BROKER_DELAY:
+            try:
+                broker.enqueue(message_for(job), delay=int((delay or 0.0) * 1000))
+            except Exception:
+                logger.warning("job %s: publishing the retry failed; the recovery loop will re-dispatch it",
+                               context.job_id, exc_info=True)
+
+    def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
+                retry_delay: float | None = None, detail: dict[str, Any] | None = None) -> Any:
+        try:
+            return self._with_store_retry(event.value, lambda: self.store.finish(
+                context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
+                retry_delay=retry_delay, detail=detail))
+        except LeaseLost:
+            logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
+                           context.job_id, context.attempt_id, context.fencing_token)
+        except TransitionRefused as exc:
+            logger.warning("job %s: %s", context.job_id, exc)
+        return None
+
+    def _compensate(self, broker: dramatiq.Broker, context: JobContext) -> None:
+        effects = self.store.effects(context.job_id)
+        if not effects:
+            return
+        compensation = context.contract.compensation
+        if compensation is None:
+            self.store.record_event(context.job_id, "partial_effects_remain",
+                                    detail={"effects": len(effects), "compensation": None})
+            return
+        broker.enqueue(dramatiq.Message(queue_name=context.claim.job.queue, actor_name=compensation,
+                                        args=(context.job_id,), kwargs={}, options={}))
+        self.store.record_event(context.job_id, "compensation_enqueued",
+                                detail={"actor": compensation, "effects": len(effects)})
+
+    def _alert(self, context: JobContext, decision: Decision) -> None:
+        try:
+            self.store.record_event(context.job_id, "alert", worker_id=self.worker_id,
+                                    error_class=decision.error_class, reason=decision.reason,
+                                    detail={"owner": context.contract.owner, **decision.as_detail()})
+        except StoreError:
+            logger.error("job %s: could not record alert: %s", context.job_id, decision.reason)
+
+    def _escalate(self, context: JobContext, overdue: float) -> None:
+        try:
+            self.store.record_event(context.job_id, "escalation", worker_id=self.worker_id,
+                                    detail={"overdue_seconds": round(overdue, 3),
+                                            "stop_grace": context.contract.stop_grace,
+                                            "action": "terminate_thread"})
+        except StoreError:
+            logger.error("job %s: could not record the escalation", context.job_id)
+
+    def _recent_retries(self, context: JobContext) -> int:
+        try:
+            return self.store.count_recent_events("retry_scheduled", actor=context.claim.job.actor,
+                                                  window=RETRY_BUDGET_WINDOW)
+        except StoreError:
+            return 0
+
+    def _with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run a store call; while the database is unreachable, wait and retry (the message stays unacked)."""
+        delay = 0.5
+        while True:
+            try:
+                return call()
+            except StoreUnavailable as exc:
+                logger.warning("%s: store unavailable, retrying in %.1fs (message kept unacked): %s",
+                               what, delay, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)

@@ -1,0 +1,132 @@
+"""The recovery loop: expired leases, due retries, and messages the broker lost.
+
+Each step reads candidates, then applies a compare-and-set (expected version, unchanged lease,
+lease still expired by the database's clock) and publishes only when its own write won. Several
+recovery loops (one per worker process, or `reliable recover` processes) can run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import dramatiq
+
+from .dispatch import dispatch
+from .errors import JobNotFound, TransitionRefused
+from .policy import JobContract, Policy
+from .states import Event, JobStatus
+from .store import Job, StateStore
+
+__all__ = ["Recovery", "RecoveryReport"]
+
+logger = logging.getLogger("reliable.recovery")
+
+_CRASH_EVENTS: dict[str, Event] = {
+    "requeue": Event.LEASE_EXPIRED, "retry": Event.LEASE_EXPIRED_BACKOFF,
+    "review": Event.LEASE_EXPIRED_REVIEW, "dead": Event.LEASE_EXPIRED_DEAD,
+    "fail": Event.LEASE_EXPIRED_DEAD, "halt": Event.LEASE_EXPIRED_REVIEW,
+}
+
+
+@dataclass
+class RecoveryReport:
+    """What one pass did, job ids by step."""
+
+    expired: dict[str, str] = field(default_factory=dict)  # job_id -> event applied
+    retried: list[str] = field(default_factory=list)
+    redispatched: list[str] = field(default_factory=list)
+    lost_races: int = 0
+
+    @property
+    def total(self) -> int:
+        """How many jobs this pass moved or re-published."""
+        return len(self.expired) + len(self.retried) + len(self.redispatched)
+
+
+class Recovery:
+    """One recovery pass at a time over the store; publishes through `broker` (None: store only).
+
+    Without a broker the jobs still move to PENDING and a sweeper with a broker publishes them.
+    """
+
+    def __init__(self, store: StateStore, broker: dramatiq.Broker | None, policy: Policy, *,
+                 contract_for: Callable[[str, str], JobContract] | None = None,
+                 sweep_after: float | None = None, retry_grace: float | None = None,
+                 batch: int = 200) -> None:
+        self.store = store
+        self.broker = broker
+        self.policy = policy
+        self.contract_for = contract_for or (lambda actor, queue: policy.contract(actor, queue, {}))
+        self.sweep_after = sweep_after if sweep_after is not None else policy.lease.sweep_after
+        self.retry_grace = retry_grace if retry_grace is not None else policy.lease.retry_grace
+        self.batch = batch
+
+    def run_once(self) -> RecoveryReport:
+        """Recover expired leases, promote overdue retries, re-publish lost messages."""
+        report = RecoveryReport()
+        for job in self.store.expired_leases(limit=self.batch):
+            self._expired(job, report)
+        for job in self.store.due_retries(grace=self.retry_grace, limit=self.batch):
+            self._retry_due(job, report)
+        for job in self.store.stale_pending(age=self.sweep_after, limit=self.batch):
+            if self.broker is not None and self.store.mark_dispatched(job):
+                self._publish(job)
+                report.redispatched.append(job.job_id)
+        if report.total:
+            logger.info("recovery: %d expired leases, %d retries due, %d re-dispatched", len(report.expired),
+                        len(report.retried), len(report.redispatched))
+        return report
+
+    def _expired(self, job: Job, report: RecoveryReport) -> None:
+        if job.status is JobStatus.STOPPING:
+            event = Event.FORCE_CANCEL if job.cancel_requested else Event.FORCE_STOP
+            reason = "lease expired while stopping"
+            delay = None
+        elif job.pause_requested:
+            event, reason, delay = Event.PAUSE_OBSERVED, "lease expired with a pause requested", None
+        else:
+            decision = self.policy.decide_crash(contract=self.contract_for(job.actor, job.queue),
+                                                attempt=job.attempt, actor=job.actor, queue=job.queue)
+            event = _CRASH_EVENTS.get(decision.action, Event.LEASE_EXPIRED_REVIEW)
+            reason, delay = decision.reason, decision.delay
+        values = {}
+        if event is Event.LEASE_EXPIRED_BACKOFF:
+            now = self.store.now()
+            values = {"retry_at": now + (delay or 0.0), "scheduled_at": now + (delay or 0.0)}
+        try:
+            moved = self.store.transition(
+                job.job_id, event, expected_version=job.version, lease_id=job.lease_id, lease_expired=True,
+                values=values, end_attempt=True, reason=reason,
+                dispatch=(self.broker is not None) if event is Event.LEASE_EXPIRED else None,
+                detail={"expired_worker": job.worker_id, "expired_lease": job.lease_id,
+                        "lease_expires_at": job.lease_expires_at, "checkpoint_version": job.checkpoint_version},
+            )
+        except (TransitionRefused, JobNotFound):
+            report.lost_races += 1  # renewed, finished, or another recovery loop won
+            return
+        report.expired[job.job_id] = event.value
+        if event is Event.LEASE_EXPIRED:
+            self._publish(moved)
+        elif event is Event.LEASE_EXPIRED_BACKOFF and self.broker is not None:
+            self._publish(moved, delay_ms=int((delay or 0.0) * 1000))
+
+    def _retry_due(self, job: Job, report: RecoveryReport) -> None:
+        try:
+            moved = self.store.transition(job.job_id, Event.RETRY_DUE, expected_version=job.version,
+                                          dispatch=self.broker is not None,
+                                          reason="retry_at passed without a claim")
+        except (TransitionRefused, JobNotFound):
+            report.lost_races += 1
+            return
+        report.retried.append(job.job_id)
+        self._publish(moved)
+
+    def _publish(self, job: Job, *, delay_ms: int | None = None) -> None:
+        if self.broker is None:
+            return
+        try:
+            dispatch(self.broker, job, delay_ms=delay_ms)
+        except Exception:
+            logger.warning("job %s: publish failed; the sweeper will retry", job.job_id, exc_info=True)

@@ -1,0 +1,203 @@
+"""The middleware end to end on Dramatiq's StubBroker and a real SQLite store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import dramatiq
+import pytest
+
+import reliable
+from reliable.dispatch import dispatch
+from reliable.states import Event, JobStatus
+
+Harness = Any
+
+
+def events(h: Harness, job_id: str) -> list[str]:
+    return [e.event for e in h.store.events(job_id)]
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_jobs_succeed_with_full_history(harness: Harness) -> None:
+    seen: list[tuple[str, int]] = []
+
+    @dramatiq.actor
+    def add(x: int, y: int) -> None:
+        job = reliable.current_job()
+        seen.append((job.job_id, job.fencing_token))
+
+    messages = [add.send(i, i) for i in range(5)]
+    harness.worker.start()
+    harness.join()
+    for message in messages:
+        job = harness.store.get(message.message_id)
+        assert job.status is JobStatus.SUCCEEDED and job.attempt == 1 and job.lease_id == 1
+        assert job.trace_id and job.message["args"] == list(message.args)
+        assert events(harness, message.message_id) == ["enqueued", "claim", "succeed"]
+    assert sorted(job_id for job_id, _ in seen) == sorted(m.message_id for m in messages)
+
+
+def test_redelivered_duplicate_never_runs_twice(harness: Harness) -> None:
+    runs: list[str] = []
+
+    @dramatiq.actor
+    def once() -> None:
+        runs.append(reliable.current_job().job_id)
+
+    message = once.send()
+    harness.broker.enqueue(message)  # the same message_id again, as a redelivery would
+    harness.worker.start()
+    harness.join()
+    assert runs == [message.message_id]
+    assert events(harness, message.message_id) == ["enqueued", "claim", "succeed", "claim_refused"]
+    refused = harness.store.events(message.message_id)[-1]
+    assert refused.detail["reason"] == "finished"
+
+
+def test_transient_error_is_retried_by_policy_not_by_dramatiq(harness: Harness) -> None:
+    attempts: list[int] = []
+
+    @dramatiq.actor(max_retries=20)
+    def flaky() -> None:
+        job = reliable.current_job()
+        attempts.append(job.attempt)
+        if job.attempt < 3:
+            raise TimeoutError("upstream slow")
+
+    message = flaky.send()
+    harness.worker.start()
+    harness.join()
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.SUCCEEDED)
+    harness.join()
+    assert attempts == [1, 2, 3]
+    job = harness.store.get(message.message_id)
+    assert job.retry_count == 2 and job.attempt == 3
+    history = harness.store.events(message.message_id)
+    retries = [e for e in history if e.event == "retry_scheduled"]
+    assert len(retries) == 2 and all(e.error_class == "transient" for e in retries)
+    assert all(0 <= e.detail["delay"] <= 0.2 for e in retries)
+    assert retries[0].error_type == "builtins.TimeoutError" and retries[0].error_message == "upstream slow"
+
+
+def test_failures_follow_the_policy(harness: Harness) -> None:
+    @dramatiq.actor
+    def bad_input() -> None:
+        raise ValueError("amount must be positive")
+
+    @dramatiq.actor
+    def forbidden() -> None:
+        raise PermissionError("token revoked")
+
+    @dramatiq.actor
+    def always_down() -> None:
+        raise ConnectionError("refused")
+
+    b, f, d = bad_input.send(), forbidden.send(), always_down.send()
+    harness.worker.start()
+    wait_for(lambda: harness.store.get(d.message_id).status is JobStatus.DEAD)
+    harness.join()
+    assert harness.store.get(b.message_id).status is JobStatus.FAILED
+    assert harness.store.get(b.message_id).attempt == 1, "invalid input fails fast"
+    assert harness.store.get(f.message_id).status is JobStatus.STOPPED
+    assert "alert" in events(harness, f.message_id)
+    dead = harness.store.get(d.message_id)
+    assert dead.attempt == 3 and dead.last_error_class == "transient"
+    assert harness.broker.dead_letters == [], "tracked jobs never go to Dramatiq's dead letters"
+
+
+def test_untracked_actor_keeps_dramatiq_retries(harness: Harness) -> None:
+    calls: list[int] = []
+
+    @dramatiq.actor(reliable=False, max_retries=1, min_backoff=10, max_backoff=20)
+    def legacy() -> None:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    message = legacy.send()
+    harness.worker.start()
+    harness.join()
+    assert len(calls) == 2, "Dramatiq's Retries still applies to actors reliable does not track"
+    assert harness.store.find(message.message_id) is None
+
+
+def test_checkpoint_pause_and_resume_from_checkpoint(harness: Harness) -> None:
+    gate = threading.Event()
+    starts: list[int] = []
+
+    @dramatiq.actor(resumable=True)
+    def export(pages: int) -> None:
+        job = reliable.current_job()
+        start = job.checkpoint_value or 0
+        starts.append(start)
+        for page in range(start, pages):
+            if page == 3:
+                gate.wait(5)
+            assert job.record_effect(page)
+            job.checkpoint(page + 1)
+
+    message = export.send(6)
+    harness.worker.start()
+    wait_for(lambda: harness.store.get(message.message_id).checkpoint == 3)
+    job = harness.store.get(message.message_id)
+    harness.store.transition(job.job_id, Event.PAUSE_REQUEST, expected_version=job.version,
+                             values={"pause_requested": True}, operator="alice", reason="db maintenance")
+    gate.set()
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.PAUSED)
+    paused = harness.store.get(message.message_id)
+    assert paused.checkpoint == 4, "the unit in progress finished and was checkpointed"
+    resumed = harness.store.transition(paused.job_id, Event.RESUME, expected_version=paused.version,
+                                       operator="alice", dispatch=True)
+    dispatch(harness.broker, resumed)
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.SUCCEEDED)
+    harness.join()
+    assert starts == [0, 4]
+    final = harness.store.get(message.message_id)
+    assert final.attempt == 2 and final.checkpoint == 6
+    assert len(harness.store.effects(message.message_id)) == 6
+    assert [e.event for e in harness.store.events(message.message_id) if e.event != "checkpoint"] == [
+        "enqueued", "claim", "pause_requested", "pause_observed", "resume", "claim", "succeed"]
+
+
+def test_stale_worker_commit_is_rejected(harness: Harness) -> None:
+    release = threading.Event()
+    stolen = threading.Event()
+
+    @dramatiq.actor
+    def slow() -> None:
+        job = reliable.current_job()
+        stolen.wait(5)
+        release.wait(5)
+        job.checkpoint("late")  # raises LeaseLostInterrupt: the lease was reassigned
+
+    message = slow.send()
+    harness.worker.start()
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.RUNNING)
+    job = harness.store.get(message.message_id)
+    # Another worker takes over after a (simulated) lease expiry.
+    harness.store.transition(job.job_id, Event.LEASE_EXPIRED, expected_version=job.version, lease_id=job.lease_id,
+                             end_attempt=True)
+    takeover = harness.store.claim(job.job_id, worker_id="other", lease_ttl=30)
+    stolen.set()
+    release.set()
+    harness.join()
+    harness.store.finish(job.job_id, takeover.lease_id, Event.SUCCEED, worker_id="other")
+    final = harness.store.get(job.job_id)
+    assert final.status is JobStatus.SUCCEEDED and final.worker_id == "other"
+    stale = [e for e in harness.store.events(job.job_id) if e.event == "stale_commit_rejected"]
+    assert stale and stale[0].lease_id == job.lease_id
+
+
+def test_current_job_outside_an_actor() -> None:
+    with pytest.raises(RuntimeError, match="only available inside"):
+        reliable.current_job()
