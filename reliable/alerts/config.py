@@ -1,0 +1,81 @@
+"""Alerting settings (YAML): Alertmanager URLs, runbook base URL, log/trace link templates, timings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, PolicyError
+from .durations import parse_duration
+from .lifecycle import DeliveryPolicy
+from .runbooks import check_link_template
+from .yamlsrc import LocatedMap, LocatedSeq, parse_located
+
+__all__ = ["AlertConfig", "load_config"]
+
+_TIMINGS = ("evaluation_interval", "resend_interval", "resolved_resend_for", "backoff_initial", "backoff_max")
+_KEYS = {"alertmanagers", "runbook_base_url", "runbooks", "links", "generator_url", "timeout", *_TIMINGS}
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Where alerts go and how they look; every field has a working default."""
+
+    alertmanagers: tuple[str, ...] = ()
+    runbook_base_url: str = ""
+    runbooks: str = "runbooks"
+    links: Mapping[str, str] = field(default_factory=dict)
+    generator_url: str | None = None
+    timeout: float = 5.0
+    policy: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+
+
+def load_config(path: Path | str) -> AlertConfig:
+    """Read an alerting settings file; PolicyError names file, line and field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(f"cannot read: {exc.strerror}", path=str(path)) from None
+    doc = parse_located(text, str(path))
+    if doc is None:
+        return AlertConfig()
+    if not isinstance(doc, LocatedMap):
+        raise PolicyError("the alerting settings must be a mapping", path=str(path), line=1)
+    for key in sorted(set(doc) - _KEYS):
+        raise doc.at(key).error(f"unknown key {key!r} (allowed: {', '.join(sorted(_KEYS))})", key)
+    values: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for key, raw in doc.items():
+        at = doc.at(key)
+        if key in _TIMINGS or key == "timeout":
+            try:
+                seconds = parse_duration(raw)
+            except ValueError as exc:
+                raise at.error(str(exc), key) from None
+            if seconds <= 0:
+                raise at.error(f"{key} must be longer than 0s", key)
+            if key == "timeout":
+                values["timeout"] = seconds
+            else:
+                timings[key] = seconds
+        elif key == "alertmanagers":
+            if not isinstance(raw, LocatedSeq) or not all(isinstance(u, str) and u.startswith("http") for u in raw):
+                raise at.error("alertmanagers must be a list of http(s) URLs", key)
+            values[key] = tuple(u.rstrip("/") for u in raw)
+        elif key == "links":
+            if not isinstance(raw, LocatedMap):
+                raise at.error("links must map a name (logs, traces...) to a URL template", key)
+            for name, template in raw.items():
+                try:
+                    check_link_template(name, str(template))
+                except ConfigError as exc:
+                    raise raw.at(name).error(str(exc), f"links.{name}") from None
+            values[key] = {str(k): str(v) for k, v in raw.items()}
+        else:
+            if not isinstance(raw, str):
+                raise at.error(f"{key} must be a string", key)
+            values[key] = raw
+    return AlertConfig(policy=DeliveryPolicy(**timings), **values)

@@ -1,0 +1,135 @@
+"""The alert loop: query facts, evaluate, keep state in the store, deliver to Alertmanager.
+
+It runs in its own process (`reliable alerts run`) or thread and only reads the job tables, so it
+never blocks workers. The clock is injected (default: the database's clock, which also stamps
+the jobs), as is the Alertmanager client.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from ..store import StateStore
+from .client import AlertmanagerClient
+from .evaluator import evaluate, requests_for
+from .lifecycle import FIRING, AlertState, DeliveryPolicy, advance, after_send, due, payload
+from .model import Candidate
+from .persist import load_alerts, save_alerts
+from .queries import collect_facts, job_contexts, sample_job_ids
+from .rules import AlertRule
+from .runbooks import RunbookRenderer
+
+__all__ = ["AlertEngine", "DeliveryReport", "Evaluation"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What one evaluation found: the candidates and the resulting alert states."""
+
+    now: float
+    candidates: list[Candidate]
+    states: dict[str, AlertState]
+    deleted: set[str]
+    seconds: float
+
+    @property
+    def firing(self) -> list[AlertState]:
+        """Alerts firing after this evaluation."""
+        return [s for s in self.states.values() if s.state == FIRING]
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    """What one delivery round did."""
+
+    sent: int = 0
+    failed: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+class AlertEngine:
+    """Evaluates store rules and delivers alerts; see `run_once` and `run`.
+
+    Parameters:
+      store: the state store (reliable_alerts must exist: `reliable db upgrade`).
+      rules: the loaded rules (PromQL rules are ignored here).
+      renderer: renders annotations and runbooks.
+      client: the Alertmanager client, or None to evaluate without sending.
+      clock: returns the current epoch time; defaults to the database's clock.
+    """
+
+    def __init__(self, store: StateStore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
+                 client: AlertmanagerClient | None = None, clock: Callable[[], float] | None = None,
+                 policy: DeliveryPolicy | None = None, generator_url: str | None = None) -> None:
+        self.store = store
+        self.rules = [r for r in rules if r.kind == "store"]
+        self.renderer = renderer
+        self.client = client
+        self.clock = clock or store.now
+        self.policy = policy or DeliveryPolicy()
+        self.generator_url = generator_url
+
+    def _annotate(self, candidate: Candidate) -> dict[str, str]:
+        jobs = list(candidate.jobs)
+        ids = [j.job_id for j in jobs]
+        if not ids and candidate.sample is not None:
+            ids = sample_job_ids(self.store.engine, candidate.sample)
+        return self.renderer.annotations(candidate, job_contexts(self.store.engine, ids))
+
+    def evaluate(self, *, persist: bool = True) -> Evaluation:
+        """Evaluate every store rule once; with `persist`, advance and save the alert states."""
+        started = time.perf_counter()
+        self.store.check_schema()
+        now = self.clock()
+        requests = [req for rule in self.rules for req in requests_for(rule)]
+        facts = collect_facts(self.store.engine, requests, now)
+        candidates = evaluate(self.rules, facts)
+        previous = load_alerts(self.store.engine)
+        states, deleted = advance(previous, candidates, now, self.policy)
+        for candidate in candidates:
+            state = states[candidate.fingerprint]
+            if state.state == FIRING and (due(state, now) or not state.annotations):
+                states[candidate.fingerprint] = replace(state, annotations=self._annotate(candidate))
+        if persist:
+            save_alerts(self.store.engine, states.values(), deleted)
+        return Evaluation(now, candidates, states, deleted, time.perf_counter() - started)
+
+    def deliver(self) -> DeliveryReport:
+        """Send every alert that is due (firing re-sends, resolutions, retries) and record the outcome."""
+        if self.client is None:
+            return DeliveryReport()
+        now = self.clock()
+        pending = [s for s in load_alerts(self.store.engine).values() if due(s, now)]
+        if not pending:
+            return DeliveryReport()
+        body = [payload(s, now, self.policy, self.generator_url) for s in pending]
+        errors = self.client.send(body)
+        # Counted as delivered only when every Alertmanager took it; re-sending is harmless (dedup by labels).
+        error = "; ".join(errors.values()) if errors else None
+        if error:
+            logger.warning("alert delivery failed (%d alerts kept for retry): %s", len(pending), error)
+        save_alerts(self.store.engine, [after_send(s, now, self.policy, error) for s in pending])
+        return DeliveryReport(sent=0 if error else len(pending), failed=len(pending) if error else 0, errors=errors)
+
+    def run_once(self) -> tuple[Evaluation, DeliveryReport]:
+        """One cycle: evaluate, then deliver."""
+        evaluation = self.evaluate()
+        return evaluation, self.deliver()
+
+    def run(self, interval: float, stop: threading.Event, on_cycle: Callable[[Evaluation, DeliveryReport], None]
+            | None = None) -> None:
+        """Cycle every `interval` seconds until `stop` is set; a failing cycle is logged and retried."""
+        while not stop.is_set():
+            try:
+                evaluation, report = self.run_once()
+                if on_cycle is not None:
+                    on_cycle(evaluation, report)
+            except Exception:
+                logger.exception("alert cycle failed; retrying in %.0fs", interval)
+            stop.wait(interval)

@@ -1,0 +1,208 @@
+"""Alert rules: frozen dataclasses loaded from YAML with errors that name file, line and field.
+
+A rule file holds one top-level key, `rules`, a list of rules::
+
+    rules:
+      - name: JobStuck                 # CamelCase; becomes the alertname label
+        kind: store                    # store (evaluated by `reliable alerts run`) or promql (exported)
+        condition: {type: stuck, states: [RUNNING], older_than: 1h}
+        for: 1m                        # "30s", "5m", "1h30m" or seconds
+        severity: warning              # critical | warning | info
+        owner: from_job                # a team, or from_job (the job's owner column)
+        route: notify                  # page | notify | ticket
+        labels: {area: jobs}
+        annotations: {summary: "..."}
+        runbook: job_stuck.md.j2       # a template in runbooks/
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import PolicyError
+from .conditions import PromQLCondition, StoreCondition, parse_condition
+from .durations import parse_duration
+from .yamlsrc import Located, LocatedMap, LocatedSeq, parse_located
+
+__all__ = [
+    "FROM_JOB",
+    "RESERVED_LABELS",
+    "ROUTES",
+    "SEVERITIES",
+    "AlertRule",
+    "load_rules",
+    "parse_rules",
+    "rule_files",
+]
+
+FROM_JOB = "from_job"
+SEVERITIES = ("critical", "warning", "info")
+ROUTES = ("page", "notify", "ticket")
+#: Labels reliable sets itself; a rule may not override them.
+RESERVED_LABELS = frozenset({"alertname", "severity", "route", "owner", "queue", "actor", "job_id", "state"})
+RESERVED_ANNOTATIONS = frozenset({"runbook_url", "runbook"})
+
+_NAME = re.compile(r"[A-Z][A-Za-z0-9]*")
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_RUNBOOK = re.compile(r"[a-z0-9][a-z0-9_\-]*\.md\.j2")
+_OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/@]*")
+_KEYS = {"name", "kind", "condition", "for", "severity", "owner", "route", "labels", "annotations", "runbook"}
+_REQUIRED = ("name", "kind", "condition", "severity", "owner", "route")
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """One validated alert rule."""
+
+    name: str
+    kind: str  # "store" or "promql"
+    condition: StoreCondition | PromQLCondition
+    for_seconds: float
+    severity: str
+    owner: str  # a team name, or FROM_JOB
+    route: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    runbook: str | None = None
+    path: str = "<memory>"
+    line: int = 0
+
+    @property
+    def owner_from_job(self) -> bool:
+        """Whether the owner label is taken from each job's owner column."""
+        return self.owner == FROM_JOB
+
+
+def _string(value: Any, where: Located, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise where.error(f"{name} must be a non-empty string, got {value!r}", name)
+    return value
+
+
+def _choice(value: Any, where: Located, name: str, choices: Iterable[str]) -> str:
+    options = tuple(choices)
+    if value not in options:
+        raise where.error(f"{name} must be one of {', '.join(options)}, got {value!r}", name)
+    return str(value)
+
+
+def _string_map(value: Any, where: Located, name: str, reserved: frozenset[str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, LocatedMap):
+        raise where.error(f"{name} must be a mapping of names to strings", name)
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        at = value.at(key)
+        if not _LABEL.fullmatch(key):
+            raise at.error(f"{name} key {key!r} is not a valid name ([a-zA-Z_][a-zA-Z0-9_]*)", f"{name}.{key}")
+        if key in reserved:
+            raise at.error(f"{name} key {key!r} is set by reliable and cannot be overridden", f"{name}.{key}")
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise at.error(f"{name}.{key} must be a string, got {item!r}", f"{name}.{key}")
+        out[key] = str(item)
+    return out
+
+
+def _parse_rule(raw: Any, where: Located) -> AlertRule:
+    if not isinstance(raw, LocatedMap):
+        raise where.error("each rule must be a mapping")
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        key = unknown[0]
+        raise raw.at(key).error(f"unknown key {key!r} (allowed: {', '.join(sorted(_KEYS))})", key)
+    for key in _REQUIRED:
+        if key not in raw:
+            raise raw.where.error(f"missing required key {key!r}", key)
+    name = _string(raw["name"], raw.at("name"), "name")
+    if not _NAME.fullmatch(name):
+        raise raw.at("name").error(f"name {name!r} must be CamelCase letters and digits (e.g. JobStuck)", "name")
+    kind = _choice(raw["kind"], raw.at("kind"), "kind", ("store", "promql"))
+    condition = parse_condition(kind, raw["condition"], raw.at("condition"))
+    try:
+        for_seconds = parse_duration(raw.get("for", 0))
+    except ValueError as exc:
+        raise raw.at("for").error(str(exc), "for") from None
+    severity = _choice(raw["severity"], raw.at("severity"), "severity", SEVERITIES)
+    route = _choice(raw["route"], raw.at("route"), "route", ROUTES)
+    owner = _string(raw["owner"], raw.at("owner"), "owner")
+    if owner == FROM_JOB and kind == "promql":
+        raise raw.at("owner").error("owner: from_job needs a store rule; PromQL rules name a team", "owner")
+    if owner != FROM_JOB and not _OWNER.fullmatch(owner):
+        raise raw.at("owner").error(f"owner {owner!r} must be a team name or from_job", "owner")
+    labels = _string_map(raw.get("labels"), raw.at("labels"), "labels", RESERVED_LABELS)
+    annotations = _string_map(raw.get("annotations"), raw.at("annotations"), "annotations", RESERVED_ANNOTATIONS)
+    runbook = raw.get("runbook")
+    if runbook is not None:
+        runbook = _string(runbook, raw.at("runbook"), "runbook")
+        if not _RUNBOOK.fullmatch(runbook):
+            raise raw.at("runbook").error(
+                f"runbook {runbook!r} must be a template file name like job_stuck.md.j2 (no directories)", "runbook")
+    return AlertRule(name=name, kind=kind, condition=condition, for_seconds=for_seconds, severity=severity,
+                     owner=owner, route=route, labels=labels, annotations=annotations, runbook=runbook,
+                     path=raw.where.path, line=raw.where.line)
+
+
+def parse_rules(text: str, path: str = "<memory>") -> list[AlertRule]:
+    """Parse and validate the rules in one YAML document; PolicyError on the first problem."""
+    doc = parse_located(text, path)
+    if doc is None:
+        return []
+    if not isinstance(doc, LocatedMap):
+        raise PolicyError("a rule file must be a mapping with a `rules` list", path=path, line=1)
+    unknown = sorted(set(doc) - {"rules"})
+    if unknown:
+        raise doc.at(unknown[0]).error(f"unknown top-level key {unknown[0]!r} (allowed: rules)", unknown[0])
+    raw_rules = doc.get("rules")
+    if raw_rules is None:
+        return []
+    if not isinstance(raw_rules, LocatedSeq):
+        raise doc.at("rules").error("`rules` must be a list", "rules")
+    return [_parse_rule(raw, raw_rules.at(i)) for i, raw in enumerate(raw_rules)]
+
+
+def rule_files(path: Path) -> list[Path]:
+    """The rule files at `path`: the file itself, or every *.yaml / *.yml in the directory, sorted."""
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not path.exists():
+        raise PolicyError("no such file or directory", path=str(path))
+    return [path]
+
+
+def load_rules(path: Path | str, *, collect: list[PolicyError] | None = None) -> list[AlertRule]:
+    """Load every rule under `path` (a file or a directory of *.yaml); names must be unique.
+
+    With `collect`, problems are appended to it (the first of each file, plus duplicate names)
+    and the valid rules are returned; without it, the first problem is raised as a PolicyError.
+    """
+    problems: list[PolicyError] = [] if collect is None else collect
+    rules: list[AlertRule] = []
+    seen: dict[str, AlertRule] = {}
+    for file in rule_files(Path(path)):
+        try:
+            try:
+                text = file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise PolicyError(f"cannot read: {exc.strerror}", path=str(file)) from None
+            parsed = parse_rules(text, str(file))
+        except PolicyError as exc:
+            if collect is None:
+                raise
+            problems.append(exc)
+            continue
+        for rule in parsed:
+            first = seen.setdefault(rule.name, rule)
+            if first is not rule:
+                dup = PolicyError(f"duplicate rule name {rule.name!r} (first defined at {first.path}:{first.line})",
+                                  path=rule.path, line=rule.line, field="name")
+                if collect is None:
+                    raise dup
+                problems.append(dup)
+                continue
+            rules.append(rule)
+    return rules

@@ -1,0 +1,175 @@
+"""Runbooks and annotations: Jinja2 Markdown rendered in a sandbox, with job values as data only.
+
+Templates come from the runbook directory and the rule files (trusted configuration). Everything
+read from jobs (error messages, checkpoints, ids) enters only as context values: autoescaped for
+HTML, truncated, and never compiled as a template. Link URLs are built by plain placeholder
+substitution with percent-encoding (no str.format: it would allow attribute access).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from jinja2.sandbox import SandboxedEnvironment
+from markupsafe import Markup
+
+from ..errors import ConfigError, PolicyError
+from .model import Candidate
+from .queries import JobContext
+from .rules import AlertRule
+
+__all__ = ["LINK_FIELDS", "RunbookRenderer", "check_link_template", "next_actions", "safe_url"]
+
+LINK_FIELDS = frozenset({"job_id", "trace_id", "attempt_id", "queue", "actor"})
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+TEXT_LIMIT = 300
+DEFAULT_SUMMARY = "{{ labels.alertname }}{% if labels.queue %} on queue {{ labels.queue }}{% endif %}" \
+                  "{% if labels.actor %} (actor {{ labels.actor }}){% endif %}" \
+                  "{% if labels.job_id %}: job {{ labels.job_id }} in {{ labels.state }}{% endif %}"
+
+
+def cut(text: Any, limit: int = TEXT_LIMIT) -> str | None:
+    """`text` as a string of at most `limit` characters (an ellipsis marks the cut), or None."""
+    if text is None:
+        return None
+    value = str(text)
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def check_link_template(name: str, template: str) -> None:
+    """Raise ConfigError unless `template` is an http(s) URL using only the known placeholders."""
+    if not template.startswith(("https://", "http://")):
+        raise ConfigError(f"links.{name}: expected an http(s) URL template, got {template!r}")
+    for field in _PLACEHOLDER.findall(template):
+        if field not in LINK_FIELDS:
+            allowed = ", ".join(sorted(LINK_FIELDS))
+            raise ConfigError(f"links.{name}: unknown placeholder {{{field}}} (allowed: {allowed})")
+
+
+def safe_url(template: str, values: Mapping[str, str | None]) -> str:
+    """Fill `{field}` placeholders with percent-encoded values (empty when missing)."""
+    return _PLACEHOLDER.sub(lambda m: quote(values.get(m.group(1)) or "", safe=""), template)
+
+
+def next_actions(status: str, job_id: str, alertname: str) -> list[str]:
+    """The safe next `reliable` commands for a job in `status`, most useful first, shell-quoted."""
+    jid = shlex.quote(job_id)
+    reason = shlex.quote(f"alert:{alertname}")
+    show = f"reliable jobs show {jid}"
+    by_status = {
+        "RUNNING": [show, f"reliable jobs events {jid}", f"reliable stop {jid} --reason {reason}"],
+        "STOPPING": [f"reliable jobs events {jid}", show],
+        "PAUSED": [show, f"reliable resume {jid} --reason {reason}"],
+        "STOPPED": [show, f"reliable resume {jid} --reason {reason}"],
+        "DEAD": [f"reliable dlq show {jid}", f"reliable dlq requeue {jid} --reason {reason}"],
+        "REVIEW": [f"reliable review show {jid}", f"reliable jobs events {jid}"],
+        "FAILED": [show, f"reliable jobs events {jid}"],
+    }
+    return by_status.get(status, [show, f"reliable jobs events {jid}"])
+
+
+def _iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_view(ctx: JobContext, alertname: str, links: Mapping[str, str]) -> dict[str, Any]:
+    """What a template sees of one affected job (plain data; strings truncated)."""
+    job = ctx.job
+    attempt_id = ctx.attempts[0].attempt_id if ctx.attempts else job.attempt_id
+    values = {"job_id": job.job_id, "trace_id": job.trace_id, "attempt_id": attempt_id, "queue": job.queue,
+              "actor": job.actor}
+    return {
+        "job_id": cut(job.job_id, 80), "queue": cut(job.queue, 80), "actor": cut(job.actor, 80),
+        "status": job.status, "owner": cut(job.owner, 80) or "unowned", "attempt": job.attempt,
+        "attempt_ids": [a.attempt_id for a in ctx.attempts] or ([job.attempt_id] if job.attempt_id else []),
+        "attempts": [{"attempt_id": a.attempt_id, "attempt": a.attempt, "outcome": a.outcome,
+                      "error_class": a.error_class, "worker_id": cut(a.worker_id, 80), "started_at": _iso(a.started_at)}
+                     for a in ctx.attempts],
+        "last_error_class": cut(job.last_error_class, 80), "last_error_message": cut(job.last_error_message),
+        "checkpoint": cut(job.checkpoint, 200), "checkpoint_at": _iso(job.checkpoint_at),
+        "trace_id": cut(job.trace_id, 80),
+        # Built from trusted templates with percent-encoded values: no character needs escaping.
+        "links": {name: Markup(safe_url(tpl, values)) for name, tpl in sorted(links.items())},
+        "actions": next_actions(job.status, job.job_id, alertname),
+    }
+
+
+class RunbookRenderer:
+    """Renders runbooks (files in `directory`) and rule annotations for alerts, in a Jinja2 sandbox."""
+
+    def __init__(self, directory: Path | str, *, links: Mapping[str, str] | None = None,
+                 base_url: str = "", max_chars: int = 8000) -> None:
+        self.directory = Path(directory)
+        self.links = dict(links or {})
+        for name, template in self.links.items():
+            check_link_template(name, template)
+        self.base_url = base_url
+        self.max_chars = max_chars
+        self.env = SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(self.directory)), autoescape=True,
+                                        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                                        keep_trailing_newline=True)
+        self._inline: dict[str, jinja2.Template] = {}
+
+    def runbook_url(self, alertname: str) -> str:
+        """The runbook link: the base URL plus the lower-cased alert name."""
+        return f"{self.base_url}{alertname.lower()}" if self.base_url else alertname.lower()
+
+    def check(self, rule: AlertRule) -> None:
+        """Raise PolicyError when the rule's runbook or annotation templates do not compile."""
+        if rule.runbook is not None:
+            try:
+                self.env.get_template(rule.runbook)
+            except jinja2.TemplateNotFound:
+                raise PolicyError(f"runbook template {rule.runbook!r} not found in {self.directory}",
+                                  path=rule.path, line=rule.line, field="runbook") from None
+            except jinja2.TemplateSyntaxError as exc:
+                raise PolicyError(f"runbook syntax error: {exc.message}", path=exc.filename or rule.runbook,
+                                  line=exc.lineno) from None
+        if rule.kind == "store":
+            for key, source in rule.annotations.items():
+                try:
+                    self._template(source)
+                except jinja2.TemplateSyntaxError as exc:
+                    raise PolicyError(f"annotation template error: {exc.message}", path=rule.path, line=rule.line,
+                                      field=f"annotations.{key}") from None
+
+    def _template(self, source: str) -> jinja2.Template:
+        template = self._inline.get(source)
+        if template is None:
+            template = self._inline[source] = self.env.from_string(source)
+        return template
+
+    def context(self, candidate: Candidate, jobs: Sequence[JobContext]) -> dict[str, Any]:
+        """The template context of one alert (data only)."""
+        rule = candidate.rule
+        return {
+            "alert": {"name": rule.name, "severity": rule.severity, "route": rule.route,
+                      "owner": candidate.labels.get("owner"), "value": candidate.value, "for": rule.for_seconds},
+            "labels": dict(candidate.labels),
+            "value": candidate.value,
+            "facts": dict(candidate.context),
+            "jobs": [job_view(j, rule.name, self.links) for j in jobs],
+            "runbook_url": self.runbook_url(rule.name),
+        }
+
+    def annotations(self, candidate: Candidate, jobs: Sequence[JobContext]) -> dict[str, str]:
+        """summary, description, runbook_url and the rendered runbook for one alert."""
+        context = self.context(candidate, jobs)
+        rule = candidate.rule
+        out: dict[str, str] = {}
+        sources = {"summary": DEFAULT_SUMMARY, **rule.annotations}
+        for key, source in sources.items():
+            out[key] = cut(self._template(source).render(context).strip(), 1000) or ""
+        context["summary"] = out["summary"]
+        out["runbook_url"] = context["runbook_url"]
+        if rule.runbook is not None:
+            text = self.env.get_template(rule.runbook).render(context)
+            out["runbook"] = cut(text, self.max_chars) or ""
+        return out

@@ -1,0 +1,182 @@
+"""`reliable alerts`: check rule files, evaluate once, run the alert loop, export Prometheus rules."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from ..alerts import AlertConfig, AlertEngine, AlertmanagerClient, export_yaml, load_config, load_rules
+from ..alerts.durations import parse_duration
+from ..alerts.engine import DeliveryReport, Evaluation
+from ..alerts.rules import AlertRule
+from ..alerts.runbooks import RunbookRenderer
+from ..errors import ConfigError, PolicyError
+from .common import emit_json, handle_errors, open_store, store_option
+
+__all__ = ["alerts"]
+
+rules_option = click.option("--rules", "rules_path", default="alert_rules", show_default=True, envvar="RELIABLE_ALERT_RULES",
+                            type=click.Path(path_type=Path), help="Rule file or directory of *.yaml.")
+config_option = click.option("--config", "config_path", type=click.Path(path_type=Path), envvar="RELIABLE_ALERT_CONFIG",
+                             help="Alerting settings YAML (alertmanagers, runbook_base_url, links, timings).")
+runbooks_option = click.option("--runbooks", "runbooks_dir", type=click.Path(path_type=Path),
+                               help="Runbook template directory [default: from --config, else ./runbooks].")
+
+
+def _config(path: Path | None) -> AlertConfig:
+    return load_config(path) if path is not None else AlertConfig()
+
+
+def _renderer(config: AlertConfig, runbooks_dir: Path | None) -> RunbookRenderer:
+    return RunbookRenderer(runbooks_dir or Path(config.runbooks), links=config.links,
+                           base_url=config.runbook_base_url)
+
+
+def _load(rules_path: Path, renderer: RunbookRenderer) -> list[AlertRule]:
+    rules = load_rules(rules_path)
+    for rule in rules:
+        renderer.check(rule)
+    return rules
+
+
+def _duration(value: str, name: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    if seconds <= 0:
+        raise ConfigError(f"{name} must be longer than 0s")
+    return seconds
+
+
+@click.group()
+def alerts() -> None:
+    """Alert rules over the state store, Prometheus rule export, Alertmanager delivery."""
+
+
+@alerts.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@runbooks_option
+@handle_errors
+def check(path: Path, runbooks_dir: Path | None) -> None:
+    """Validate the rule files at PATH (a file or a directory): one line per problem, exit 2 on errors.
+
+    Runbook templates named by the rules are compiled too (from --runbooks, default ./runbooks).
+    """
+    problems: list[PolicyError] = []
+    rules = load_rules(path, collect=problems)
+    renderer = RunbookRenderer(runbooks_dir or Path("runbooks"))
+    for rule in rules:
+        try:
+            renderer.check(rule)
+        except PolicyError as exc:
+            problems.append(exc)
+    for problem in problems:
+        click.echo(f"error: {problem}", err=True)
+    if problems:
+        sys.exit(2)
+    store = sum(r.kind == "store" for r in rules)
+    click.echo(f"OK: {len(rules)} rules ({store} store, {len(rules) - store} promql)")
+
+
+@alerts.command("test")
+@store_option
+@rules_option
+@config_option
+@runbooks_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def test_(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir: Path | None,
+          as_json: bool) -> None:
+    """Evaluate the store rules once and print what would fire; sends and writes nothing.
+
+    The `for` of each rule is shown but not waited for: every condition that holds now is listed.
+    """
+    config = _config(config_path)
+    renderer = _renderer(config, runbooks_dir)
+    rules = _load(rules_path, renderer)
+    engine = AlertEngine(open_store(store_url), rules, renderer, policy=config.policy)
+    evaluation = engine.evaluate(persist=False)
+    found: list[dict[str, Any]] = []
+    for c in evaluation.candidates:
+        annotations = engine._annotate(c)
+        found.append({"alertname": c.rule.name, "labels": dict(c.labels), "value": c.value,
+                      "for": c.rule.for_seconds, "fingerprint": c.fingerprint, "annotations": annotations})
+    if as_json:
+        emit_json({"evaluated_at": evaluation.now, "seconds": evaluation.seconds, "alerts": found})
+        return
+    for item in found:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(item["labels"].items()) if k != "alertname")
+        click.echo(f"{item['alertname']}{{{labels}}} value={item['value']:.3g} for={item['for']:g}s: "
+                   f"{item['annotations'].get('summary', '')}")
+    click.echo(f"{len(found)} alert(s) would fire ({len(engine.rules)} store rules, {evaluation.seconds * 1000:.0f} ms)")
+
+
+@alerts.command()
+@store_option
+@rules_option
+@config_option
+@runbooks_option
+@click.option("--alertmanager", "alertmanagers", multiple=True, metavar="URL",
+              help="Alertmanager base URL (repeatable; each gets every alert). Default: from --config.")
+@click.option("--interval", default="30s", show_default=True, help="Evaluation interval.")
+@click.option("--once", is_flag=True, help="Run one cycle (evaluate + deliver) and exit.")
+@handle_errors
+def run(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir: Path | None,
+        alertmanagers: tuple[str, ...], interval: str, once: bool) -> None:
+    """Evaluate the store rules every --interval and deliver alerts to Alertmanager (API v2).
+
+    Alert state lives in the store (reliable_alerts): if Alertmanager is down, alerts are retried
+    with backoff and delivered once it is back. Stop with Ctrl-C or SIGTERM.
+    """
+    config = _config(config_path)
+    seconds = _duration(interval, "--interval")
+    urls = alertmanagers or config.alertmanagers
+    if not urls:
+        raise ConfigError("no Alertmanager: pass --alertmanager URL or set alertmanagers in --config")
+    renderer = _renderer(config, runbooks_dir)
+    rules = _load(rules_path, renderer)
+    policy = config.policy if config_path else type(config.policy)(evaluation_interval=seconds)
+    with httpx.Client(timeout=config.timeout) as http:
+        engine = AlertEngine(open_store(store_url), rules, renderer, client=AlertmanagerClient(urls, http),
+                             policy=policy, generator_url=config.generator_url)
+
+        def report(evaluation: Evaluation, delivery: DeliveryReport) -> None:
+            click.echo(f"evaluated {len(engine.rules)} rules in {evaluation.seconds * 1000:.0f} ms: "
+                       f"{len(evaluation.firing)} firing; sent {delivery.sent}, failed {delivery.failed}"
+                       + (f" ({'; '.join(delivery.errors.values())})" if delivery.errors else ""))
+
+        if once:
+            report(*engine.run_once())
+            return
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            engine.run(seconds, stop, report)
+        except KeyboardInterrupt:
+            stop.set()
+
+
+@alerts.command("export-prometheus")
+@rules_option
+@config_option
+@click.option("--out", "out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
+@click.option("--runbook-base-url", help="Base of runbook_url annotations [default: from --config].")
+@handle_errors
+def export_prometheus(rules_path: Path, config_path: Path | None, out: Path | None,
+                      runbook_base_url: str | None) -> None:
+    """Write the PromQL rules as a Prometheus rule file (check it with `promtool check rules`)."""
+    config = _config(config_path)
+    text = export_yaml(load_rules(rules_path), runbook_base_url if runbook_base_url is not None
+                       else config.runbook_base_url)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {out}", err=True)
