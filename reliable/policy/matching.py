@@ -144,6 +144,7 @@ class Rule:
     source: str = "<policy>"
     path: str | None = None
     line: int | None = None
+    exception_line: int | None = None
 
     @property
     def label(self) -> str:

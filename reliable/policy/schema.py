@@ -19,7 +19,7 @@ from .matching import Rule, normalize_exception_path, parse_statuses
 from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings
 from .source import Document, YList, YMap
 
-__all__ = ["PolicySpec", "Problem", "Section", "build_spec"]
+__all__ = ["PolicySpec", "Problem", "Section", "build_spec", "collect_rules"]
 
 TOP_KEYS = ("version", "lease", "defaults", "classes", "rules", "queues", "actors")
 LEASE_KEYS = ("ttl", "heartbeat_interval", "recovery_interval", "sweep_after", "retry_grace")
@@ -280,7 +280,8 @@ class _Builder:
         if len(self.problems) > before:
             return None
         return Rule(name=name, error_class=m["class"], exceptions=exceptions, statuses=statuses, message=pattern,
-                    attributes=attributes, source=f"{path}:{line}" if line else path, path=path, line=line)
+                    attributes=attributes, source=f"{path}:{line}" if line else path, path=path, line=line,
+                    exception_line=m.key_line("exception") if exceptions else None)
 
     # -- whole-policy checks ------------------------------------------------------------------
 
@@ -331,6 +332,17 @@ def _regex(value: Any) -> re.Pattern[str]:
         return re.compile(value)
     except re.error as exc:
         raise ValueError(f"bad regular expression {value!r}: {exc}") from None
+
+
+def collect_rules(documents: list[Document]) -> list[Rule]:
+    """Every valid rule of `documents` (global, queue and actor rules), even when other parts are wrong."""
+    builder = _Builder()
+    for doc in documents:
+        builder.document(doc)
+    rules = list(builder.rules)
+    for section in (*builder.queues.values(), *builder.actors.values()):
+        rules.extend(section.rules)
+    return rules
 
 
 def build_spec(documents: list[Document], *,

@@ -16,7 +16,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..errors import PolicyError
 
-__all__ = ["Document", "YList", "YMap", "parse_text", "read_documents"]
+__all__ = ["Document", "YList", "YMap", "parse_text", "policy_files", "read_document", "read_documents"]
 
 
 class YMap(dict[str, Any]):
@@ -123,24 +123,30 @@ def parse_text(text: str, path: str) -> Document:
     return Document(path, value)
 
 
-def read_documents(path: str | os.PathLike[str]) -> list[Document]:
-    """Read a policy file, or every *.yaml / *.yml file of a directory in name order (not recursive)."""
+def policy_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The policy file at `path`, or every *.yaml / *.yml file of the directory in name order (not recursive)."""
     base = Path(path)
     if base.is_dir():
         files = sorted((p for p in base.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml")),
                        key=lambda p: p.name)
         if not files:
             raise PolicyError("no *.yaml or *.yml policy files in this directory", path=str(base))
-    elif base.exists():
-        files = [base]
-    else:
-        raise PolicyError("no such policy file or directory", path=str(base))
-    documents = []
-    for file in files:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise PolicyError(f"cannot read policy file: {reason}", path=str(file)) from None
-        documents.append(parse_text(text, str(file)))
-    return documents
+        return files
+    if base.exists():
+        return [base]
+    raise PolicyError("no such policy file or directory", path=str(base))
+
+
+def read_document(file: Path) -> Document:
+    """Read and parse one policy file (PolicyError when it cannot be read or is not valid YAML)."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise PolicyError(f"cannot read policy file: {reason}", path=str(file)) from None
+    return parse_text(text, str(file))
+
+
+def read_documents(path: str | os.PathLike[str]) -> list[Document]:
+    """Read a policy file, or every *.yaml / *.yml file of a directory in name order (not recursive)."""
+    return [read_document(file) for file in policy_files(path)]

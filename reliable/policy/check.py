@@ -1,0 +1,116 @@
+"""`reliable policy check`: strict validation, including that every exception path can be imported.
+
+Importing is what makes `check` stricter than `Policy.load`: at run time rules match by name and
+nothing is imported; here a path whose module cannot be imported, or that names no exception
+class, is an error, and subclass relationships learnt from the imports also reveal shadowed rules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+
+from ..errors import PolicyError
+from .engine import Policy
+from .matching import Rule
+from .schema import Problem, build_spec, collect_rules
+from .source import Document, policy_files, read_document
+
+__all__ = ["CheckResult", "check_path", "resolve_exception"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What `check_path` found: the problems (empty when valid) and, when valid, the policy."""
+
+    problems: tuple[Problem, ...]
+    policy: Policy | None
+    rules: int
+    actors: int
+    queues: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether the policy is valid."""
+        return not self.problems
+
+
+def resolve_exception(path: str) -> type[BaseException]:
+    """Import the exception class at a dotted `path` (the longest importable module prefix, then attributes).
+
+    Raises ValueError saying what could not be imported.
+    """
+    parts = path.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        try:
+            obj: object = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if module_name == missing or module_name.startswith(missing + "."):
+                continue  # that module does not exist: try a shorter prefix
+            raise ValueError(f"importing module {module_name!r} failed: {exc}") from None
+        except Exception as exc:
+            raise ValueError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+        for attr in parts[split:]:
+            if not hasattr(obj, attr):
+                raise ValueError(f"module {module_name!r} has no attribute {'.'.join(parts[split:])!r}")
+            obj = getattr(obj, attr)
+        if not (isinstance(obj, type) and issubclass(obj, BaseException)):
+            raise ValueError(f"{path!r} is not an exception class")
+        return obj
+    raise ValueError(f"cannot import module {'.'.join(parts[:-1]) or parts[0]!r} for exception {path!r} "
+                     "(is it installed, and is the current directory on the import path?)")
+
+
+def _import_problems(rules: list[Rule]) -> tuple[list[Problem], dict[tuple[str, str], bool]]:
+    problems: list[Problem] = []
+    resolved: dict[str, type[BaseException]] = {}
+    for rule in rules:
+        for path in rule.exceptions:
+            if path in resolved:
+                continue
+            try:
+                resolved[path] = resolve_exception(path)
+            except ValueError as exc:
+                problems.append(Problem(rule.path or "<policy>", rule.exception_line or rule.line,
+                                        f"rule {rule.name!r} exception", f"unknown exception path: {exc}"))
+    subclass = {(child, parent): issubclass(child_cls, parent_cls)
+                for child, child_cls in resolved.items() for parent, parent_cls in resolved.items() if child != parent}
+    return problems, subclass
+
+
+def check_path(path: str | os.PathLike[str]) -> CheckResult:
+    """Validate the policy file or directory at `path` strictly; every problem, in file order."""
+    problems: list[Problem] = []
+    documents: list[Document] = []
+    try:
+        files = policy_files(path)
+    except PolicyError as exc:
+        return CheckResult((_from_error(exc),), None, 0, 0, 0)
+    for file in files:
+        try:
+            documents.append(read_document(file))
+        except PolicyError as exc:
+            problems.append(_from_error(exc))
+    import_problems, subclass = _import_problems(collect_rules(documents))
+    spec, spec_problems = build_spec(documents, subclass=subclass)
+    problems.extend(spec_problems)
+    problems.extend(import_problems)
+    order = {str(file): index for index, file in enumerate(files)}
+    problems.sort(key=lambda p: (order.get(p.path, len(order)), p.line or 0))
+    if problems or spec is None:
+        return CheckResult(tuple(problems), None, 0, 0, 0)
+    policy = Policy(spec)
+    rules = len(spec.rules) + sum(len(s.rules) for s in (*spec.queues.values(), *spec.actors.values()))
+    return CheckResult((), policy, rules, len(spec.actors), len(spec.queues))
+
+
+def _from_error(exc: PolicyError) -> Problem:
+    message = str(exc)
+    prefix = f"{exc.path or '<policy>'}" + (f":{exc.line}" if exc.line is not None else "") + ": "
+    message = message.removeprefix(prefix)
+    if exc.field:
+        message = message.removesuffix(f" (field: {exc.field})")
+    return Problem(exc.path or "<policy>", exc.line, exc.field or "", message)
