@@ -5,8 +5,6 @@ Under CI=true a missing service is a failure, never a skip.
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,28 +14,9 @@ from sqlalchemy import create_engine, text
 
 from reliable.store import StateStore
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-PG_ADMIN_URL = os.environ.get("RELIABLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-RABBITMQ_URL = os.environ.get("RELIABLE_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672/")
+from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
 
-
-def port_open(host: str, port: int) -> bool:
-    """Whether something accepts TCP connections at host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def require_service(name: str, available: bool) -> None:
-    """Skip (locally) or fail (CI) when a real service the test needs is absent."""
-    if available:
-        return
-    message = f"{name} is not reachable on 127.0.0.1"
-    if IN_CI:
-        pytest.fail(f"{message}; under CI=true every integration test is mandatory")
-    pytest.skip(f"{message} (start it to run this test)")
+__all__ = ["IN_CI", "PG_ADMIN_URL", "RABBITMQ_URL", "port_open", "require_service"]
 
 
 @pytest.fixture(scope="session")
