@@ -1,0 +1,155 @@
+"""JsonLogSink, JsonFormatter and trace ids, from synthetic events."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reliable.events import EVENT_FIELDS, JsonFormatter, JsonLogSink, current_trace_id, new_trace_id
+
+
+@pytest.fixture
+def capture() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    logger = logging.getLogger("test.reliable.events.sink")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    yield logger, stream
+    logger.removeHandler(handler)
+
+
+def event(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "job_id": "j1", "at": 1_700_000_000.25, "event": "retry_scheduled", "from_status": "RUNNING",
+        "to_status": "RETRY_WAIT", "version": 3, "attempt": 1, "attempt_id": "a1", "lease_id": 1,
+        "worker_id": "w1", "queue": "exports", "actor": "export", "workflow_id": None, "trace_id": "t" * 32,
+        "error_class": "transient", "error_type": "TimeoutError", "error_message": "slow", "retry_count": 1,
+        "checkpoint": {"page": 3}, "operator": None, "reason": None, "host": None, "detail": {"delay": 1.5},
+        "started_at": 1_699_999_990.0, "scheduled_at": 1_700_000_001.75, "dispatched_at": None,
+    }
+    base.update(fields)
+    return base
+
+
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_one_json_line_per_event_with_every_field(capture: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = capture
+    sink = JsonLogSink(logger)
+    sink(event())
+    sink(event(event="succeed", to_status="SUCCEEDED", error_class=None, error_message=None))
+    first, second = lines(stream)
+    assert set(EVENT_FIELDS) <= set(first)
+    assert first["event"] == "retry_scheduled" and first["job_id"] == "j1" and first["attempt_id"] == "a1"
+    assert first["time"] == "2023-11-14T22:13:20.250000Z" and first["at"] == 1_700_000_000.25
+    assert first["checkpoint"] == {"page": 3} and first["detail"] == {"delay": 1.5}
+    assert first["workflow_id"] is None and "workflow_id" in first  # nulls are kept, not dropped
+    assert first["level"] == "INFO" and first["logger"] == logger.name
+    assert second["event"] == "succeed" and second["error_class"] is None and second["error_message"] is None
+
+
+def test_error_message_is_truncated_and_newlines_stay_inside_the_line(
+        capture: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = capture
+    message = "Traceback (most recent call last):\n  boom ünïcode ✓\n" + "x" * 5000
+    JsonLogSink(logger, max_text=100)(event(error_message=message, reason="r" * 300))
+    assert stream.getvalue().count("\n") == 1
+    [line] = lines(stream)
+    assert line["error_message"].startswith(message[:100])
+    assert line["error_message"].endswith(f"... [truncated {len(message) - 100} chars]")
+    assert line["reason"].startswith("r" * 100) and len(line["reason"]) < 150
+
+
+def test_unserialisable_values_and_extra_fields_do_not_lose_the_line(
+        capture: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, stream = capture
+    JsonLogSink(logger)(event(checkpoint={"when": object()}, extra_field=7, detail=None))
+    [line] = lines(stream)
+    assert line["checkpoint"]["when"].startswith("<object") and line["extra_field"] == 7
+    assert line["detail"] == {}
+
+
+def test_default_logger_and_disabled_logger() -> None:
+    sink = JsonLogSink()
+    assert sink.logger.name == "reliable.events"
+    quiet = logging.getLogger("test.reliable.events.quiet")
+    quiet.setLevel(logging.WARNING)
+    stream = io.StringIO()
+    quiet.addHandler(logging.StreamHandler(stream))
+    JsonLogSink(quiet)(event())
+    assert stream.getvalue() == ""
+
+
+def test_plain_formatter_still_gets_the_json_as_message() -> None:
+    logger = logging.getLogger("test.reliable.events.plain")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    JsonLogSink(logger)(event())
+    assert json.loads(stream.getvalue())["event"] == "retry_scheduled"
+
+
+def test_formatter_renders_any_record_as_one_json_object() -> None:
+    formatter = JsonFormatter()
+    try:
+        raise ValueError("bad\nthing")
+    except ValueError:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed %s", ("now",), sys.exc_info())
+    text = formatter.format(record)
+    assert "\n" not in text
+    parsed = json.loads(text)
+    assert parsed["message"] == "failed now" and parsed["level"] == "ERROR"
+    assert "ValueError: bad" in parsed["exception"] and parsed["time"].endswith("Z")
+
+
+def test_new_trace_id_is_w3c_compatible() -> None:
+    ids = {new_trace_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) and i != "0" * 32 for i in ids)
+
+
+def test_trace_id_from_message_options_first() -> None:
+    assert current_trace_id({"trace_id": "abc123"}) == "abc123"
+    too_long = "x" * 65
+    assert current_trace_id({"trace_id": too_long}) != too_long
+    assert re.fullmatch(r"[0-9a-f]{32}", current_trace_id({"trace_id": ""}))
+
+
+def _fake_otel(monkeypatch: pytest.MonkeyPatch, trace_id: int, valid: bool) -> None:
+    context = types.SimpleNamespace(trace_id=trace_id, is_valid=valid)
+    span = types.SimpleNamespace(get_span_context=lambda: context)
+    trace = types.ModuleType("opentelemetry.trace")
+    trace.get_current_span = lambda: span  # type: ignore[attr-defined]
+    package = types.ModuleType("opentelemetry")
+    package.trace = trace  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "opentelemetry", package)
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", trace)
+
+
+def test_trace_id_from_the_active_opentelemetry_span(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_otel(monkeypatch, 0x4BF92F3577B34DA6A3CE929D0E0E4736, valid=True)
+    assert current_trace_id({}) == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert current_trace_id({"trace_id": "from-message"}) == "from-message"
+
+
+def test_invalid_span_or_no_opentelemetry_generates_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_otel(monkeypatch, 0, valid=False)
+    assert re.fullmatch(r"[0-9a-f]{32}", current_trace_id({}))
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # import now raises ImportError
+    assert re.fullmatch(r"[0-9a-f]{32}", current_trace_id({}))
