@@ -24,7 +24,9 @@ _TEXT_LIMIT = 500
 
 
 def _cut(text: str | None, limit: int = _TEXT_LIMIT) -> str | None:
-    return None if text is None or len(text) <= limit else text[: limit - 1] + "…"
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
 
 
 def _state_clock(basis: str) -> ColumnElement[Any]:

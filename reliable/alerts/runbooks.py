@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from .queries import JobContext
 from .rules import AlertRule
 
 __all__ = ["LINK_FIELDS", "RunbookRenderer", "check_link_template", "next_actions", "safe_url"]
+
+logger = logging.getLogger(__name__)
 
 LINK_FIELDS = frozenset({"job_id", "trace_id", "attempt_id", "queue", "actor"})
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -47,7 +50,7 @@ def check_link_template(name: str, template: str) -> None:
     """Raise ConfigError unless `template` is an http(s) URL using only the known placeholders."""
     if not template.startswith(("https://", "http://")):
         raise ConfigError(f"links.{name}: expected an http(s) URL template, got {template!r}")
-    for field in _PLACEHOLDER.findall(template):
+    for field in re.findall(r"\{([^}]*)\}", template):
         if field not in LINK_FIELDS:
             allowed = ", ".join(sorted(LINK_FIELDS))
             raise ConfigError(f"links.{name}: unknown placeholder {{{field}}} (allowed: {allowed})")
@@ -166,10 +169,19 @@ class RunbookRenderer:
         out: dict[str, str] = {}
         sources = {"summary": DEFAULT_SUMMARY, **rule.annotations}
         for key, source in sources.items():
-            out[key] = cut(self._template(source).render(context).strip(), 1000) or ""
+            out[key] = cut(self._render(lambda: self._template(source), context).strip(), 1000) or ""
         context["summary"] = out["summary"]
         out["runbook_url"] = context["runbook_url"]
         if rule.runbook is not None:
-            text = self.env.get_template(rule.runbook).render(context)
-            out["runbook"] = cut(text, self.max_chars) or ""
+            name = rule.runbook
+            out["runbook"] = cut(self._render(lambda: self.env.get_template(name), context), self.max_chars) or ""
         return out
+
+    @staticmethod
+    def _render(template: Callable[[], jinja2.Template], context: dict[str, Any]) -> str:
+        # A broken or refused template must not stop the alert itself from going out.
+        try:
+            return template().render(context)
+        except jinja2.TemplateError as exc:
+            logger.warning("alert template failed: %s", exc)
+            return f"(template error: {type(exc).__name__}: {exc})"

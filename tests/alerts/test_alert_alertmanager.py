@@ -1,0 +1,194 @@
+"""End to end against a real Alertmanager (Debian package prometheus-alertmanager) and a real store.
+
+A job stuck past its SLA fires an alert that Alertmanager lists with the right labels and a
+runbook naming the job's attempts and last checkpoint; it resolves when the job finishes. With
+Alertmanager stopped the alert stays queued in reliable_alerts and arrives after the restart.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from reliable.alerts import AlertEngine, AlertmanagerClient, DeliveryPolicy, parse_rules
+from reliable.alerts.persist import load_alerts
+from reliable.alerts.runbooks import RunbookRenderer
+from reliable.alerts.schema import alerts as alerts_table
+from reliable.states import Event
+from reliable.store import NewJob, StateStore
+from support import require_service
+
+ROOT = Path(__file__).resolve().parents[2]
+AM_BINARY = "/usr/bin/prometheus-alertmanager"
+pytestmark = pytest.mark.integration
+
+RULES = """\
+rules:
+  - name: JobStuckTest
+    kind: store
+    condition: {type: stuck, states: [RUNNING], older_than: 1s}
+    for: 0s
+    severity: critical
+    owner: from_job
+    route: page
+    annotations:
+      summary: "Job {{ labels.job_id }} stuck in {{ labels.state }}"
+    runbook: job_stuck.md.j2
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Alertmanager:
+    """A real Alertmanager process on 127.0.0.1:port, started and stopped by the test."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.tmp = tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [AM_BINARY, f"--config.file={ROOT / 'examples/alertmanager/alertmanager.yml'}",
+             f"--storage.path={self.tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+             "--cluster.listen-address="],
+            stdout=subprocess.DEVNULL, stderr=(self.tmp / "am.log").open("ab"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"alertmanager exited: {(self.tmp / 'am.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("alertmanager not ready after 20 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def alerts(self, alertname: str) -> list[dict[str, Any]]:
+        response = httpx.get(f"{self.url}/api/v2/alerts", params={"filter": f'alertname="{alertname}"'}, timeout=5)
+        response.raise_for_status()
+        result: list[dict[str, Any]] = response.json()
+        return result
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
+    require_service("Alertmanager (Debian package prometheus-alertmanager)", shutil.which(AM_BINARY) is not None)
+    am = Alertmanager(tmp_path)
+    am.start()
+    yield am
+    am.stop()
+
+
+def _stuck_job(store: StateStore, job_id: str) -> tuple[int, str]:
+    store.register(NewJob(job_id=job_id, queue="exports", actor="export", message={"args": [job_id]},
+                          owner="team-data", trace_id=f"trace-{job_id}"))
+    claim = store.claim(job_id, worker_id="worker-1", lease_ttl=600)
+    store.save_checkpoint(job_id, claim.lease_id, {"page": 7}, lease_ttl=600)
+    return claim.lease_id, claim.attempt_id
+
+
+def _wait(predicate: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.1)
+
+
+def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
+        store: StateStore, alertmanager: Alertmanager) -> None:
+    rules = parse_rules(RULES, "test.yaml")
+    renderer = RunbookRenderer(ROOT / "runbooks", base_url="https://runbooks.example/",
+                               links={"logs": "https://logs.example/?q={job_id}"})
+    policy = DeliveryPolicy(evaluation_interval=1, resend_interval=60, backoff_initial=0.2, backoff_max=1)
+    with httpx.Client(timeout=3) as http:
+        engine = AlertEngine(store, rules, renderer, client=AlertmanagerClient([alertmanager.url], http),
+                             policy=policy)
+
+        # 1. a job stuck past its SLA fires, with labels and a runbook naming attempts and checkpoint
+        lease_id, attempt_id = _stuck_job(store, "job-one")
+        time.sleep(1.2)
+        evaluation, report = engine.run_once()
+        assert len(evaluation.firing) == 1 and report.sent == 1, report
+        (alert,) = _wait(lambda: alertmanager.alerts("JobStuckTest"))
+        assert alert["labels"] == {"alertname": "JobStuckTest", "severity": "critical", "route": "page",
+                                   "owner": "team-data", "queue": "exports", "actor": "export",
+                                   "job_id": "job-one", "state": "RUNNING"}
+        assert alert["status"]["state"] == "active"
+        assert [r["name"] for r in alert["receivers"]] == ["page"]
+        notes = alert["annotations"]
+        assert notes["summary"] == "Job job-one stuck in RUNNING"
+        assert notes["runbook_url"] == "https://runbooks.example/jobstucktest"
+        assert f"`{attempt_id}`" in notes["runbook"]
+        assert "Last checkpoint: `{&#34;page&#34;:7}`" in notes["runbook"]
+        assert "https://logs.example/?q=job-one" in notes["runbook"]
+        assert "`reliable stop job-one --reason alert:JobStuckTest`" in notes["runbook"]
+
+        # 2. the job finishes: the resolution is sent with endsAt and Alertmanager resolves it
+        store.finish("job-one", lease_id, Event.SUCCEED, worker_id="worker-1")
+        evaluation, report = engine.run_once()
+        assert report.sent == 1 and not evaluation.firing
+        (row,) = load_alerts(store.engine).values()
+        assert row.state == "resolved" and row.ends_at is not None and row.last_sent_at is not None
+
+        def resolved() -> bool:
+            found = alertmanager.alerts("JobStuckTest")
+            return not found or all(a["status"]["state"] != "active" for a in found)
+
+        assert _wait(resolved), alertmanager.alerts("JobStuckTest")
+
+        # 3. Alertmanager goes down; a second job gets stuck: the alert is kept in the store
+        alertmanager.stop()
+        _, attempt_two = _stuck_job(store, "job-two")
+        time.sleep(1.2)
+        evaluation, report = engine.run_once()
+        assert report.failed >= 1 and report.sent == 0
+        with store.engine.connect() as conn:
+            rows = {r.fingerprint: r for r in conn.execute(select(alerts_table))}
+        (queued,) = [r for r in rows.values() if json.loads(r.labels).get("job_id") == "job-two"]
+        assert queued.state == "firing" and queued.last_sent_at is None and queued.send_attempts == 1
+        assert queued.last_error and queued.next_send_at is not None
+        assert engine.deliver().failed == 0  # not due yet: backing off
+        time.sleep(0.3)
+        assert engine.deliver().failed == 1  # retried after the backoff, still down, still kept
+        (queued_state,) = [s for s in load_alerts(store.engine).values() if s.labels.get("job_id") == "job-two"]
+        assert queued_state.send_attempts == 2 and queued_state.state == "firing"
+
+        # 4. Alertmanager is back on the same port: the next delivery gets the alert through
+        alertmanager.start()
+        time.sleep(1.1)  # past the (capped) backoff
+        report = engine.deliver()
+        assert report.sent >= 1 and not report.errors, report
+        (alert,) = _wait(lambda: alertmanager.alerts("JobStuckTest"))
+        assert alert["labels"]["job_id"] == "job-two" and alert["status"]["state"] == "active"
+        assert f"`{attempt_two}`" in alert["annotations"]["runbook"]
+        state = next(s for s in load_alerts(store.engine).values() if s.labels.get("job_id") == "job-two")
+        assert state.send_attempts == 0 and state.last_error is None and state.last_sent_at is not None
