@@ -8,9 +8,10 @@ substitution with percent-encoding (no str.format: it would allow attribute acce
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import shlex
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,12 +170,12 @@ class RunbookRenderer:
         out: dict[str, str] = {}
         sources = {"summary": DEFAULT_SUMMARY, **rule.annotations}
         for key, source in sources.items():
-            out[key] = cut(self._render(lambda: self._template(source), context).strip(), 1000) or ""
+            out[key] = cut(self._render(functools.partial(self._template, source), context).strip(), 1000) or ""
         context["summary"] = out["summary"]
         out["runbook_url"] = context["runbook_url"]
         if rule.runbook is not None:
-            name = rule.runbook
-            out["runbook"] = cut(self._render(lambda: self.env.get_template(name), context), self.max_chars) or ""
+            load = functools.partial(self.env.get_template, rule.runbook)
+            out["runbook"] = cut(self._render(load, context), self.max_chars) or ""
         return out
 
     @staticmethod

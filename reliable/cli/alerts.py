@@ -21,7 +21,8 @@ from .common import emit_json, handle_errors, open_store, store_option
 
 __all__ = ["alerts"]
 
-rules_option = click.option("--rules", "rules_path", default="alert_rules", show_default=True, envvar="RELIABLE_ALERT_RULES",
+rules_option = click.option("--rules", "rules_path", default="alert_rules", show_default=True,
+                            envvar="RELIABLE_ALERT_RULES",
                             type=click.Path(path_type=Path), help="Rule file or directory of *.yaml.")
 config_option = click.option("--config", "config_path", type=click.Path(path_type=Path), envvar="RELIABLE_ALERT_CONFIG",
                              help="Alerting settings YAML (alertmanagers, runbook_base_url, links, timings).")
@@ -115,7 +116,8 @@ def test_(store_url: str, rules_path: Path, config_path: Path | None, runbooks_d
         labels = ",".join(f"{k}={v}" for k, v in sorted(item["labels"].items()) if k != "alertname")
         click.echo(f"{item['alertname']}{{{labels}}} value={item['value']:.3g} for={item['for']:g}s: "
                    f"{item['annotations'].get('summary', '')}")
-    click.echo(f"{len(found)} alert(s) would fire ({len(engine.rules)} store rules, {evaluation.seconds * 1000:.0f} ms)")
+    click.echo(f"{len(found)} alert(s) would fire ({len(engine.rules)} store rules, "
+               f"{evaluation.seconds * 1000:.0f} ms)")
 
 
 @alerts.command()

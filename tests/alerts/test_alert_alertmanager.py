@@ -26,6 +26,7 @@ from reliable.alerts.runbooks import RunbookRenderer
 from reliable.alerts.schema import alerts as alerts_table
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
+
 from support import require_service
 
 ROOT = Path(__file__).resolve().parents[2]

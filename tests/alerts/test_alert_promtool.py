@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from reliable.alerts import export_yaml, load_rules
 from reliable.cli.main import cli
+
 from support import require_service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,8 @@ def test_promtool_test_rules(exported: Path) -> None:
 
 def test_promtool_rejects_a_bad_expression(tmp_path: Path) -> None:
     promtool = _promtool()
-    (tmp_path / "bad.yaml").write_text("rules:\n  - name: Bad\n    kind: promql\n    condition: {expr: 'sum(rate(x[5m]) >'}\n"
+    (tmp_path / "bad.yaml").write_text("rules:\n  - name: Bad\n    kind: promql\n"
+                                       "    condition: {expr: 'sum(rate(x[5m]) >'}\n"
                                        "    severity: info\n    owner: t\n    route: ticket\n")
     out = tmp_path / "out.yml"
     out.write_text(export_yaml(load_rules(tmp_path / "bad.yaml")))

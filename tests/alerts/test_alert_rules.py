@@ -90,7 +90,8 @@ def test_mistakes_name_file_line_field(text: str, line: int, field: str | None, 
 def test_duplicate_names_across_files(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "b.yaml").write_text("# another file\n" + GOOD)
-    with pytest.raises(PolicyError, match=r"b\.yaml:3: duplicate rule name 'JobStuck' \(first defined at .*a\.yaml:2\)"):
+    expected = r"b\.yaml:3: duplicate rule name 'JobStuck' \(first defined at .*a\.yaml:2\)"
+    with pytest.raises(PolicyError, match=expected):
         load_rules(tmp_path)
     problems: list[PolicyError] = []
     assert len(load_rules(tmp_path, collect=problems)) == 1 and len(problems) == 1

@@ -66,7 +66,7 @@ def test_error_message_renders_inert() -> None:
 
 
 def test_the_test_would_catch_a_message_used_as_template() -> None:
-    candidate, jobs = _context(EVIL)
+    _candidate, _jobs = _context(EVIL)
     careless = EVIL[: EVIL.index("{{ ''")]
     unsafe = renderer().env.from_string(careless).render({})  # what a careless renderer would produce
     assert "49" in unsafe and "looploop" in unsafe
@@ -120,6 +120,7 @@ def test_links_are_percent_encoded_and_checked() -> None:
 
 
 def test_next_actions_are_quoted_commands() -> None:
-    assert next_actions("DEAD", "j1", "DeadLetterGrowth")[-1] == "reliable dlq requeue j1 --reason alert:DeadLetterGrowth"
+    dead = next_actions("DEAD", "j1", "DeadLetterGrowth")
+    assert dead[-1] == "reliable dlq requeue j1 --reason alert:DeadLetterGrowth"
     assert next_actions("PAUSED", "j1", "JobStuck")[-1] == "reliable resume j1 --reason alert:JobStuck"
     assert next_actions("RUNNING", "j; rm -rf /", "X")[0] == "reliable jobs show 'j; rm -rf /'"

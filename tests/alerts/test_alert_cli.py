@@ -1,0 +1,67 @@
+"""`reliable alerts check|test|export-prometheus` through the real CLI entry point and a real store."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from reliable.cli.main import cli
+from reliable.store import NewJob, StateStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_check_ok_on_defaults() -> None:
+    result = CliRunner().invoke(cli, ["alerts", "check", str(ROOT / "alert_rules"),
+                                      "--runbooks", str(ROOT / "runbooks")])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("OK: ")
+
+
+def test_check_one_line_per_problem_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("rules:\n  - name: A\n    kind: store\n"
+                                     "    condition: {type: stuck, older_than: 1h}\n"
+                                     "    severity: loud\n    owner: t\n    route: page\n")
+    (tmp_path / "b.yaml").write_text("rules:\n  - name: B\n    kind: store\n    condition: {type: nope}\n"
+                                     "    severity: info\n    owner: t\n    route: page\n")
+    result = CliRunner().invoke(cli, ["alerts", "check", str(tmp_path), "--runbooks", str(ROOT / "runbooks")])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"error: {tmp_path / 'a.yaml'}:5: severity must be one of")
+    assert lines[1].startswith(f"error: {tmp_path / 'b.yaml'}:4: condition.type must be one of")
+
+
+def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
+    store = StateStore(sqlite_url)
+    store.register(NewJob(job_id="j-cli", queue="exports", actor="export", message={}, owner="team-data"))
+    store.claim("j-cli", worker_id="w", lease_ttl=60)
+    (Path(sqlite_url.removeprefix("sqlite:///")).parent / "rules.yaml").write_text(
+        "rules:\n  - name: Stuck\n    kind: store\n    condition: {type: stuck, older_than: 0.5}\n"
+        "    severity: info\n    owner: from_job\n    route: ticket\n    runbook: job_stuck.md.j2\n")
+    time.sleep(0.6)
+    rules = str(Path(sqlite_url.removeprefix("sqlite:///")).parent / "rules.yaml")
+    args = ["alerts", "test", "--store", sqlite_url, "--rules", rules, "--runbooks", str(ROOT / "runbooks")]
+    result = CliRunner().invoke(cli, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    (alert,) = json.loads(result.output)["alerts"]
+    assert alert["labels"]["job_id"] == "j-cli" and alert["labels"]["owner"] == "team-data"
+    assert "reliable stop j-cli --reason alert:Stuck" in alert["annotations"]["runbook"]
+    text = CliRunner().invoke(cli, args)
+    assert "Stuck{" in text.output and "1 alert(s) would fire" in text.output
+    from reliable.alerts.persist import load_alerts
+    assert load_alerts(store.engine) == {}  # nothing written
+
+
+def test_run_without_alertmanager_is_a_clear_error(sqlite_url: str) -> None:
+    result = CliRunner().invoke(cli, ["alerts", "run", "--store", sqlite_url, "--rules", str(ROOT / "alert_rules"),
+                                      "--once"])
+    assert result.exit_code == 2 and "no Alertmanager" in result.output
+
+
+def test_export_to_stdout() -> None:
+    result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--rules", str(ROOT / "alert_rules")])
+    assert result.exit_code == 0 and "alert: ReliableHeartbeatFailures" in result.output
