@@ -321,8 +321,10 @@ class Control:
     def _plan_requeue(self, job: Job, reason: str | None) -> _Plan:
         self._require_state(job, Event.REQUEUE, "requeue",
                             hint="retry takes FAILED or DEAD jobs; use `reliable resume` or `reliable restart`")
-        if job.checkpoint is not None:
-            self._check_schema(job, self.contract_for(job), alternative="restart")
+        contract = self.contract_for(job)
+        # Unlike resume, a retry without any contract information trusts the worker's own check.
+        if job.checkpoint is not None and (contract.known or contract.checkpoint_schema is not None):
+            self._check_schema(job, contract, alternative="restart")
         return _Plan(Event.REQUEUE, {"retry_count": 0, "retry_at": None}, dispatch=self.broker is not None,
                      detail={"from_checkpoint": job.checkpoint_version})
 
