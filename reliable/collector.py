@@ -140,11 +140,11 @@ class StoreCollector(Collector):
                 .where(jobs.c.status.in_(sorted(s.value for s in self.states)))
                 .group_by(jobs.c.status, jobs.c.queue))
 
-    def _oldest_stmt(self, queues: list[str]) -> Any:
+    def _oldest_stmt(self, queues: list[str], now: float) -> Any:
         def oldest(queue: str) -> Select[Any]:
             first = (select(func.min(jobs.c.scheduled_at))
                      .where(jobs.c.status == _S.PENDING.value, jobs.c.queue == queue,
-                            jobs.c.scheduled_at <= self._now)
+                            jobs.c.scheduled_at <= now)
                      .scalar_subquery())
             return select(literal(queue).label("queue"), first.label("oldest"))
 
@@ -153,13 +153,16 @@ class StoreCollector(Collector):
         parts = [oldest(q) for q in queues]
         return parts[0] if len(parts) == 1 else union_all(*parts)
 
-    def _stuck_stmt(self, states: list[JobStatus]) -> Any:
+    def _stuck_stmt(self, states: list[JobStatus], now: float) -> Any:
         parts = [select(literal(state.value).label("state"), jobs.c.queue, func.count())
-                 .where(jobs.c.status == state.value, _SINCE[state] < self._now - self.sla[state])
+                 .where(jobs.c.status == state.value, _SINCE[state] < now - self.sla[state])
                  .group_by(jobs.c.queue) for state in states]
         return parts[0] if len(parts) == 1 else union_all(*parts)
 
     def _store_families(self, conn: Connection) -> list[Any]:
+        # The database's clock, read once and bound as a constant: a volatile clock_timestamp()
+        # inside a WHERE clause cannot bound an index range scan.
+        now = float(conn.execute(select(self._now)).scalar_one())
         counts: dict[tuple[str, str], int] = {
             (status, queue): int(n) for status, queue, n in conn.execute(self._count_stmt())
         }
@@ -183,7 +186,7 @@ class StoreCollector(Collector):
                                    labels=["queue"])
         pending = sorted(q for (s, q), n in counts.items() if s == _S.PENDING.value and n)
         if pending:
-            for queue, at in conn.execute(self._oldest_stmt(pending)):
+            for queue, at in conn.execute(self._oldest_stmt(pending, now)):
                 if at is not None:
                     oldest.add_metric([queue], float(at))
         families.append(oldest)
@@ -196,7 +199,7 @@ class StoreCollector(Collector):
                           key=lambda st: st.value)
         found: dict[tuple[str, str], int] = {}
         if to_check:
-            found = {(st, queue): int(n) for st, queue, n in conn.execute(self._stuck_stmt(to_check))}
+            found = {(st, queue): int(n) for st, queue, n in conn.execute(self._stuck_stmt(to_check, now))}
         for key in sorted(present | set(found)):
             stuck.add_metric(list(key), found.get(key, 0))
         families.append(stuck)
