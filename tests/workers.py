@@ -1,0 +1,83 @@
+"""Real worker processes and polling helpers for the integration and chaos tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pika
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+APPS = Path(__file__).parent / "integration" / "apps"
+
+
+def purge(rabbitmq_url: str, queue: str) -> int:
+    """Drop every ready message of `queue`; how many were dropped."""
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    try:
+        return int(connection.channel().queue_purge(queue).method.message_count)
+    finally:
+        connection.close()
+
+
+class WorkerProcess:
+    """A real `dramatiq` CLI worker (its own process group) running tests/integration/apps/units_app."""
+
+    def __init__(self, env: dict[str, str], log: Path, processes: int = 1, threads: int = 8) -> None:
+        self.log_path = log
+        self._log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dramatiq", "units_app", "-p", str(processes), "-t", str(threads),
+             "-Q", env["RELIABLE_TEST_QUEUE"]],
+            cwd=APPS, env={**os.environ, **env, "PYTHONPATH": str(APPS)}, stdout=self._log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to the whole process group (the CLI's main process and its workers)."""
+        os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL everything: no shutdown hook runs, unacked messages go back to RabbitMQ."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()
+
+    def stop(self) -> None:
+        """A graceful stop (SIGTERM), then SIGKILL if it takes too long."""
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if not self._log.closed:
+            self._log.close()
+
+    def output(self) -> str:
+        """What the worker printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+
+def send(broker: RabbitmqBroker, queue: str, actor: str, *args: Any) -> dramatiq.Message[Any]:
+    """Enqueue a message for an actor this process does not declare."""
+    return broker.enqueue(dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={}))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, worker: WorkerProcess | None = None) -> None:
+    """Poll `predicate` until true; fail with `what` (and the worker's log tail) after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    tail = worker.output()[-3000:] if worker else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
