@@ -126,7 +126,7 @@ def _load_policy(path: str | None) -> ContractSource | None:
     if not path:
         return None
     try:
-        from ..policy import Policy  # type: ignore[import-not-found,unused-ignore]
+        from ..policy import Policy
     except ImportError as exc:
         raise ConfigError(f"--policies given but reliable.policy cannot be imported: {exc}") from None
     policy: ContractSource = Policy.load(path)

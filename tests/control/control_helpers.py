@@ -50,13 +50,14 @@ def paused(store: StateStore, job_id: str, *, checkpoint: Any = 3, **kw: Any) ->
     return ended(store, job_id, Event.PAUSE_OBSERVED, checkpoint=checkpoint, **kw)
 
 
-def cli(*args: str, store_url: str, env: dict[str, str] | None = None,
+def cli(*args: str, store_url: str | None, env: dict[str, str] | None = None,
         check: int | None = 0) -> subprocess.CompletedProcess[str]:
     """Run the real `reliable` executable against `store_url`; assert its exit status when `check` is set."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RELIABLE_")}
     full_env.update({"RELIABLE_OPERATOR": "carol", "COLUMNS": "200"})
     full_env.update(env or {})
-    proc = subprocess.run([RELIABLE, *args, "--store", store_url], capture_output=True, text=True, env=full_env,
+    store = ["--store", store_url] if store_url is not None else []
+    proc = subprocess.run([RELIABLE, *args, *store], capture_output=True, text=True, env=full_env,
                           timeout=60, stdin=subprocess.DEVNULL)
     if check is not None:
         assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
