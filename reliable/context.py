@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import JobCancelled, JobPaused, JobStopped, LeaseLost, LeaseLostInterrupt
+from .errors import JobCancelled, JobInterrupted, JobPaused, JobStopped, LeaseLost, LeaseLostInterrupt
 from .states import JobStatus
 from .store import Claim, LeaseStatus, StateStore
 
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 __all__ = ["JobContext", "current_job"]
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("reliable_job", default=None)
+
+
+def _boundary() -> None:
+    """A call: a bytecode boundary where a pending async exception is delivered."""
 
 
 def current_job() -> JobContext:
@@ -57,7 +61,6 @@ class JobContext:
     _control: _Control = field(default_factory=_Control)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _in_actor: bool = False
-    _token: contextvars.Token[JobContext | None] | None = None
 
     # -- identity --------------------------------------------------------------------------------
 
@@ -176,17 +179,25 @@ class JobContext:
 
     def enter(self) -> None:
         """Make this the current job of the calling thread (the actor is about to run)."""
-        self._token = _current.set(self)
+        _current.set(self)
         with self._lock:
             self._in_actor = True
 
     def leave(self) -> None:
-        """The actor returned or raised: no more interrupts may be delivered to this thread."""
-        with self._lock:
-            self._in_actor = False
-        if self._token is not None:
-            _current.reset(self._token)
-            self._token = None
+        """The actor returned or raised: no more interrupts may be delivered to this thread.
+
+        An interrupt the heartbeat scheduled just before can still land here (async exceptions
+        fire at the next bytecode boundary): it is absorbed, the attempt is already over.
+        """
+        for _ in range(10):
+            try:
+                with self._lock:
+                    self._in_actor = False
+                _current.set(None)
+                _boundary()
+                return
+            except JobInterrupted:
+                continue
 
     def interruptible(self) -> bool:
         """Whether the actor is still running (an async interrupt may be delivered)."""

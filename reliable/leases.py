@@ -121,6 +121,11 @@ class Heartbeat:
             return
         job.mark_lease_lost()
         logger.warning("job %s: lease %d lost; interrupting its thread", job.job_id, job.fencing_token)
+        try:  # the renewal was a fenced write that lost: record it like any stale commit
+            self.store.record_event(job.job_id, "stale_commit_rejected", worker_id=self.worker_id,
+                                    lease_id=job.fencing_token, detail={"write": "heartbeat"})
+        except StoreError:
+            logger.warning("job %s: could not record the lost lease", job.job_id)
         self._interrupt(job, LeaseLostInterrupt)
 
     def _force_stop(self, job: JobContext, overdue: float) -> None:
