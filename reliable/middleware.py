@@ -39,7 +39,9 @@ from .errors import (
     StoreUnavailable,
     TransitionRefused,
 )
+from .events import JsonLogSink, current_trace_id
 from .leases import Heartbeat
+from .metrics import Metrics
 from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
@@ -75,14 +77,17 @@ class ReliableMiddleware(Middleware):
       lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
       recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
         every worker process. Safe with many processes: each step is a compare-and-set.
-      listeners: store event listeners (JSON logs, metrics) added to the store.
+      listeners: more store event listeners, called with every event row after its commit.
+      metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
+      json_logs: emit one JSON log line per event on the "reliable.events" logger.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
                  lease_ttl: float | None = None, heartbeat_interval: float | None = None,
                  recovery: bool = True, recovery_interval: float | None = None,
                  sweep_after: float | None = None,
-                 listeners: tuple[Callable[[dict[str, Any]], None], ...] = ()) -> None:
+                 listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
+                 metrics: Metrics | bool = True, json_logs: bool = True) -> None:
         self.policy = policy or Policy.load(None)
         lease = self.policy.lease
         self.lease_ttl = lease_ttl if lease_ttl is not None else lease.ttl
@@ -94,7 +99,11 @@ class ReliableMiddleware(Middleware):
         self.recovery_interval = recovery_interval if recovery_interval is not None else lease.recovery_interval
         self.sweep_after = sweep_after if sweep_after is not None else lease.sweep_after
         self._store_arg = store
-        self._listeners = listeners
+        self.metrics = Metrics() if metrics is True else (metrics or None)
+        sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
+        if self.metrics is not None:
+            sinks.append(self.metrics)
+        self._listeners = (*sinks, *listeners)
         self._pid = -1
         self._store: StateStore | None = None
         self._worker_id = ""
@@ -143,8 +152,10 @@ class ReliableMiddleware(Middleware):
                 store.add_listener(listener)
             self._store = store
             self._worker_id = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:6]}"
-            self._heartbeat = Heartbeat(store, worker_id=self._worker_id, interval=self.heartbeat_interval,
-                                        lease_ttl=self.lease_ttl, on_escalation=self._escalate)
+            self._heartbeat = Heartbeat(
+                store, worker_id=self._worker_id, interval=self.heartbeat_interval, lease_ttl=self.lease_ttl,
+                on_escalation=self._escalate, on_beat=self.metrics.heartbeat if self.metrics else None,
+                on_failure=self.metrics.heartbeat_failed if self.metrics else None)
             self._pid = pid
 
     def _actor_options(self, actor_name: str) -> dict[str, Any]:
@@ -219,7 +230,7 @@ class ReliableMiddleware(Middleware):
         if parent is not None:
             options.setdefault("trace_id", parent.trace_id)
             options.setdefault("parent_job_id", parent.job_id)
-        options.setdefault("trace_id", uuid.uuid4().hex)
+        options["trace_id"] = current_trace_id(options)
         actor_options = self._actor_options(message.actor_name)
         canonical_queue = message.queue_name.removesuffix(".DQ")
         contract = self.policy.contract(message.actor_name, canonical_queue, actor_options)
@@ -321,6 +332,7 @@ class ReliableMiddleware(Middleware):
             exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
             attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
             now=time.time(), recent_retries=self._recent_retries(context),
+            rate_limited_retries=self._rate_limited_retries(context),
         ))
         self._apply(broker, message, context, decision)
 
@@ -406,6 +418,15 @@ class ReliableMiddleware(Middleware):
                                             "action": "terminate_thread"})
         except StoreError:
             logger.error("job %s: could not record the escalation", context.job_id)
+
+    def _rate_limited_retries(self, context: JobContext) -> int:
+        if context.claim.job.retry_count == 0:
+            return 0
+        try:
+            return self.store.count_job_events(context.job_id, "retry_scheduled",
+                                               detail_contains='"rate_limited":true')
+        except StoreError:
+            return 0
 
     def _recent_retries(self, context: JobContext) -> int:
         try:

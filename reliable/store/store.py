@@ -507,6 +507,15 @@ class StateStore:
         with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
+    def count_job_events(self, job_id: str, event: str, *, detail_contains: str | None = None) -> int:
+        """How many `event` rows the job has (whose JSON detail contains `detail_contains`, if given)."""
+        stmt = select(func.count()).select_from(job_events).where(job_events.c.job_id == job_id,
+                                                                  job_events.c.event == event)
+        if detail_contains is not None:
+            stmt = stmt.where(job_events.c.detail.contains(detail_contains, autoescape=True))
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
     def count_by_status(self) -> dict[JobStatus, int]:
         """How many jobs are in each state."""
         stmt = select(jobs.c.status, func.count()).group_by(jobs.c.status)
