@@ -113,6 +113,7 @@ class ReliableMiddleware(Middleware):
         self._recovery_stop = threading.Event()
         self._lock = threading.Lock()
         self._jobs: dict[str, JobContext] = {}  # message_id -> context, for after_process_message
+        self._bulk = threading.local()
         self.broker: dramatiq.Broker | None = None
 
     @property
@@ -221,11 +222,33 @@ class ReliableMiddleware(Middleware):
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register the job (PENDING) before its message is published; no-op for a known job_id."""
+        if message.message_id in getattr(self._bulk, "registered", ()):
+            return  # enqueue_many registered it already, in one transaction with the others
+        job = self._new_job(broker, message, delay)
+        if job is not None:
+            self._with_store_retry("register", lambda: self.store.register(job))
+
+    def enqueue_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
+        """Register many messages in one transaction, then publish them; how many were new jobs.
+
+        The fast path for bulk producers: one store round trip per 500 jobs instead of one per job.
+        """
+        jobs = [job for message in messages if (job := self._new_job(broker, message, None)) is not None]
+        created = int(self._with_store_retry("register", lambda: self.store.register_many(jobs)))
+        self._bulk.registered = {job.job_id for job in jobs}
+        try:
+            for message in messages:
+                broker.enqueue(message)
+        finally:
+            self._bulk.registered = set()
+        return created
+
+    def _new_job(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> NewJob | None:
         if not self.tracked(broker, message.actor_name):
-            return
+            return None
         options = message.options
         if "eta" in options and delay is None:
-            return  # Dramatiq promoting a delayed message: the job exists already
+            return None  # Dramatiq promoting a delayed message: the job exists already
         parent = _current.get()
         if parent is not None:
             options.setdefault("trace_id", parent.trace_id)
@@ -237,13 +260,12 @@ class ReliableMiddleware(Middleware):
         data = message.asdict()
         data["queue_name"] = canonical_queue
         data["options"] = {k: v for k, v in options.items() if k != "eta"}
-        self._with_store_retry("register", lambda: self.store.register(NewJob(
+        return NewJob(
             job_id=message.message_id, queue=canonical_queue, actor=message.actor_name, message=data,
             owner=contract.owner, workflow_id=options.get("workflow_id") or actor_options.get("workflow_id"),
             trace_id=options.get("trace_id"), parent_job_id=options.get("parent_job_id"),
-            checkpoint_schema=contract.checkpoint_schema,
-            delay=(delay / 1000.0) if delay else None,
-        )))
+            checkpoint_schema=contract.checkpoint_schema, delay=(delay / 1000.0) if delay else None,
+        )
 
     # -- worker side -----------------------------------------------------------------------------
 

@@ -201,3 +201,16 @@ def test_stale_worker_commit_is_rejected(harness: Harness) -> None:
 def test_current_job_outside_an_actor() -> None:
     with pytest.raises(RuntimeError, match="only available inside"):
         reliable.current_job()
+
+
+def test_enqueue_many_registers_in_bulk(harness: Harness) -> None:
+    @dramatiq.actor
+    def tick(n: int) -> None:
+        pass
+
+    messages = [tick.message(i) for i in range(50)]
+    assert harness.middleware.enqueue_many(harness.broker, messages) == 50
+    harness.worker.start()
+    harness.join()
+    assert harness.store.count_by_status() == {JobStatus.SUCCEEDED: 50}
+    assert events(harness, messages[0].message_id) == ["enqueued", "claim", "succeed"]
