@@ -1,8 +1,14 @@
-"""reliable: durable job state, leases with fencing, checkpoints and operator control for Dramatiq."""
+"""reliable: durable job state, leases with fencing, checkpoints and operator control for Dramatiq.
+
+Heavy parts (SQLAlchemy, the middleware, policies) load on first use, so `import reliable` and the
+`reliable` command start fast.
+"""
 
 from __future__ import annotations
 
-from .context import JobContext, current_job
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     ClaimRefused,
     ConfigError,
@@ -21,14 +27,37 @@ from .errors import (
     StoreUnavailable,
     TransitionRefused,
 )
-from .install import install
-from .middleware import ReliableMiddleware
-from .policy import Policy
-from .recovery import Recovery
 from .states import Event, JobStatus
-from .store import StateStore
+
+if TYPE_CHECKING:
+    from .context import JobContext, current_job
+    from .install import install
+    from .middleware import ReliableMiddleware
+    from .policy import Policy
+    from .recovery import Recovery
+    from .store import StateStore
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "JobContext": ".context",
+    "current_job": ".context",
+    "install": ".install",
+    "ReliableMiddleware": ".middleware",
+    "Policy": ".policy",
+    "Recovery": ".recovery",
+    "StateStore": ".store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reliable' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ClaimRefused",

@@ -5,39 +5,43 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from .alerts import alerts
-from .control import cancel, pause, reconcile, restart, resume, retry, stop
-from .db import db
-from .dlq import dlq
-from .exporter import exporter
-from .jobs import jobs
-from .policy import policy
-from .review import review
+from .lazy import LazyGroup
+
+#: name -> ("module:command", short help). Listed here so `reliable --help` imports nothing heavy.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "alerts": ("reliable.cli.alerts:alerts",
+               "Alert rules over the state store, Prometheus rule export, Alertmanager delivery."),
+    "cancel": ("reliable.cli.control:cancel",
+               "Cancel jobs; runs the compensation actor if side effects were applied. Needs --reason."),
+    "db": ("reliable.cli.db:db", "Create or migrate the state store's schema."),
+    "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
+    "exporter": ("reliable.cli.exporter:exporter",
+                 "Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape."),
+    "jobs": ("reliable.cli.jobs:jobs", "List, show and trace jobs."),
+    "pause": ("reliable.cli.control:pause", "Pause jobs (running ones at their next checkpoint)."),
+    "policy": ("reliable.cli.policy:policy", "Validate policy files and explain what a failure would become."),
+    "reconcile": ("reliable.cli.control:reconcile",
+                  "Resolve REVIEW jobs as succeeded or cancelled. Needs --as and --reason."),
+    "recover": ("reliable.cli.recover:recover",
+                "Run the recovery loop: expired leases, due retries, lost messages."),
+    "restart": ("reliable.cli.control:restart",
+                "Run jobs again from the beginning (checkpoint cleared). Needs --reason."),
+    "resume": ("reliable.cli.control:resume", "Resume PAUSED or STOPPED jobs from their last checkpoint."),
+    "retry": ("reliable.cli.control:retry", "Requeue FAILED or DEAD jobs from their last checkpoint."),
+    "review": ("reliable.cli.review:review", "Jobs waiting for a person (REVIEW): list, show, resolve."),
+    "stop": ("reliable.cli.control:stop",
+             "Stop jobs (running ones after their current unit). Needs --reason."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, lazy=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="reliable")
 def cli() -> None:
     """Operate Dramatiq jobs tracked by reliable: state store, jobs, control, recovery.
 
     Every command takes --store (or RELIABLE_STORE); the default is sqlite:///reliable.db.
     """
-
-
-cli.add_command(alerts)
-cli.add_command(db)
-cli.add_command(exporter)
-cli.add_command(jobs)
-cli.add_command(policy)
-cli.add_command(pause)
-cli.add_command(stop)
-cli.add_command(cancel)
-cli.add_command(resume)
-cli.add_command(restart)
-cli.add_command(retry)
-cli.add_command(reconcile)
-cli.add_command(dlq)
-cli.add_command(review)
 
 
 def main() -> None:

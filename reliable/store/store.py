@@ -28,7 +28,6 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
 from ..states import ACTIVE_STATES, TERMINAL_STATES, Event, JobStatus, sources, target
-from . import migrate
 from .db import connect_engine, now_expression, read_connection, write_transaction
 from .hotpath import HotPath
 from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
@@ -124,6 +123,8 @@ class StateStore:
 
     def upgrade(self) -> tuple[str | None, str]:
         """Apply the schema migrations (idempotent); return the revisions before and after."""
+        from . import migrate  # alembic loads only when migrating or checking the schema
+
         result = migrate.upgrade(self.engine)
         self._ready = True
         return result
@@ -135,6 +136,8 @@ class StateStore:
         with self._ready_lock:
             if self._ready:
                 return
+            from . import migrate
+
             current = migrate.current_revision(self.engine)
             head = migrate.head_revision()
             if current != head:

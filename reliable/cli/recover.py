@@ -1,0 +1,50 @@
+"""`reliable recover`: the recovery loop as its own process."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from .common import handle_errors, open_store, store_option
+
+
+@click.command()
+@store_option
+@click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
+              help="RabbitMQ URL (amqp://...) to re-publish messages on. Without it jobs are moved in the "
+                   "store only and a worker's sweeper publishes them.")
+@click.option("--policies", type=click.Path(exists=True), envvar="RELIABLE_POLICIES", show_envvar=True,
+              help="Policy file or directory (crash decisions, lease settings). Default: built-in policy.")
+@click.option("--once", is_flag=True, help="Run one pass and exit (for cron or a test).")
+@click.option("--interval", type=float, default=None, help="Seconds between passes (default: the policy's).")
+@click.option("--sweep-after", type=float, default=None,
+              help="Re-publish PENDING jobs not claimed this many seconds after dispatch (default: policy).")
+@handle_errors
+def recover(store_url: str, broker_url: str | None, policies: str | None, once: bool, interval: float | None,
+            sweep_after: float | None) -> None:
+    """Run the recovery loop: expired leases, due retries, lost messages.
+
+    Every worker process already runs this loop unless installed with recovery=False; a separate
+    `reliable recover` is for deployments that turn it off in workers. Several may run at once:
+    each step is a compare-and-set on the job row.
+    """
+    from ..policy import Policy
+    from ..recovery import Recovery
+
+    store = open_store(store_url)
+    policy = Policy.load(policies)
+    broker = None
+    if broker_url:
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        broker = RabbitmqBroker(url=broker_url)
+    loop = Recovery(store, broker, policy, sweep_after=sweep_after)
+    pause = interval if interval is not None else policy.lease.recovery_interval
+    while True:
+        report = loop.run_once()
+        click.echo(f"recovered {len(report.expired)} expired leases, promoted {len(report.retried)} retries, "
+                   f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races)")
+        if once:
+            return
+        time.sleep(pause)
