@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .demo import demo
 from .lazy import LazyGroup
 
 #: name -> ("module:command", short help). Listed here so `reliable --help` imports nothing heavy.
@@ -42,6 +43,9 @@ def cli() -> None:
 
     Every command takes --store (or RELIABLE_STORE); the default is sqlite:///reliable.db.
     """
+
+
+cli.add_command(demo)
 
 
 def main() -> None:
