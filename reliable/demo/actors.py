@@ -27,7 +27,7 @@ __all__ = ["ACTORS", "EXPORT_PAGES", "INDEX_PAGES", "World", "declare", "story_m
 EXPORT_PAGES = 10
 INDEX_PAGES = 8
 #: The Retry-After (seconds, before the speed factor) the partner API answers its first call with.
-RETRY_AFTER = 3.0
+RETRY_AFTER = 4.0
 WEBHOOK_UP = "webhook-up"
 
 
@@ -128,11 +128,11 @@ def _bodies(world: World) -> dict[str, Callable[..., None]]:
 
     def export_report(account: str, pages: int) -> None:
         """A long export: one page at a time, checkpointing after each; resumable."""
-        paged(pages, 0.5)
+        paged(pages, 0.8)
 
     def rebuild_index(index: str, pages: int) -> None:
         """A long maintenance job, checkpointing; the worker running it will crash."""
-        paged(pages, 0.6)
+        paged(pages, 0.8)
 
     def send_webhook(event: str) -> None:
         """Notify a partner; their endpoint refuses connections until they fix it."""
@@ -162,8 +162,8 @@ def declare(broker: dramatiq.Broker, world: World, prefix: str,
             only: Iterable[str] | None = None) -> dict[str, dramatiq.Actor[Any, Any]]:
     """Declare the story's actors (or `only` some of them) on `broker`; contracts come from the policy."""
     wanted = set(only) if only is not None else set(ACTORS)
-    return {name: dramatiq.actor(fn, actor_name=name, queue_name=queue_name(prefix, ACTORS[name]), broker=broker,
-                                 time_limit=600_000)
+    return {name: dramatiq.actor(actor_name=name, queue_name=queue_name(prefix, ACTORS[name]), broker=broker,
+                                 time_limit=600_000)(fn)
             for name, fn in _bodies(world).items() if name in wanted}
 
 

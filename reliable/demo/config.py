@@ -89,7 +89,7 @@ lease:
 defaults:
   owner: team-demo
   max_attempts: 3
-  backoff: {{base: {s(0.6):g}, cap: {s(2.0):g}, jitter: equal}}
+  backoff: {{base: {s(1.0):g}, cap: {s(3.0):g}, jitter: equal}}
 rules:
   - {{name: http-429, status: 429, class: rate_limited}}
   - {{name: http-invalid, status: [400, 422], class: invalid_input}}

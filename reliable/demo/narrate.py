@@ -25,9 +25,9 @@ def _error(event: JobEvent) -> str:
     return f"{event.error_class}: {kind}" + (f" {message!r}" if message else "")
 
 
-def _operator(event: JobEvent) -> str:
-    reason = f" (reason: {event.reason})" if event.reason else ""
-    return f"operator {event.operator or '?'}{reason}"
+def _audit(event: JobEvent, what: str) -> str:
+    who = f"{event.operator or '?'}@{event.host}" if event.host else (event.operator or "?")
+    return f"audited in the store: {what} by {who}, reason {event.reason!r}"
 
 
 def sentence(event: JobEvent, label: Label) -> str | None:
@@ -58,16 +58,18 @@ def sentence(event: JobEvent, label: Label) -> str | None:
         case "succeed":
             return f"SUCCEEDED on attempt {n}"
         case "pause_requested":
-            return f"{_operator(event)} asked to pause it (audited); the worker sees it at its next checkpoint"
+            return _audit(event, "pause requested") + "; the worker will see it at its next checkpoint"
         case "pause_observed":
             return f"{worker} observed the pause at its checkpoint -> PAUSED after page {page_of(event.checkpoint)}"
         case "resume":
-            return f"{_operator(event)} resumed it -> PENDING, from its checkpoint (page {page_of(event.checkpoint)})"
+            return _audit(event, "resume") + f" -> PENDING, from its checkpoint (page {page_of(event.checkpoint)})"
         case "lease_expired":
             return (f"lease {d.get('expired_lease')} of {label(d.get('expired_worker'))} expired (no heartbeat) -> "
                     f"recovery requeued it: PENDING, checkpoint page {page_of(event.checkpoint)} kept")
         case "requeue":
-            return f"{_operator(event)} requeued it from the dead-letter queue -> PENDING, fresh retry budget"
+            return _audit(event, "requeue") + " -> PENDING with a fresh retry budget"
+        case "stale_commit_rejected" if d.get("write") == "heartbeat":
+            return None  # a heartbeat racing the attempt's own end (see the demo's report); not part of the story
         case "stale_commit_rejected":
             return (f"a stale {d.get('write')} with old lease {event.lease_id} was refused "
                     f"(the job holds lease {d.get('current_lease_id')}): fencing")
@@ -104,7 +106,7 @@ def phrase(event: JobEvent, label: Label) -> str | None:
             return f"{label(d.get('expired_worker'))} crashed, lease expired"
         case "requeue":
             return f"requeued by {event.operator}"
-        case "stale_commit_rejected":
+        case "stale_commit_rejected" if d.get("write") != "heartbeat":
             return "stale write fenced"
         case "succeed":
             return "succeeded"

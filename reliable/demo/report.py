@@ -15,7 +15,7 @@ from .alerting import runbooks_dir
 from .config import DemoSettings
 from .narrate import story_of
 from .story import EXPECTED
-from .view import STATE_STYLES
+from .view import STATE_STYLES, WIDE
 
 __all__ = ["report"]
 
@@ -23,18 +23,20 @@ __all__ = ["report"]
 def report(console: Console, store: StateStore, settings: DemoSettings, job_ids: dict[str, str],
            label: Callable[[str | None], str], problems: Sequence[str]) -> int:
     """Print the summary and the commands to explore further; 0 if nothing differs from the story."""
+    wide = console.width >= WIDE
     table = Table(title="What happened (read back from the store)", show_lines=False)
-    for column in ("job", "actor", "final state", "attempts", "story step", "what happened"):
+    for column in ("job", "actor", "final state", "attempts", *(("story step",) if wide else ()), "what happened"):
         table.add_column(column, overflow="fold")
     for expected in EXPECTED:
         job_id = job_ids.get(expected.actor)
         job = store.find(job_id) if job_id else None
         if job is None:
-            table.add_row("-", expected.actor, "missing", "-", expected.step, "-")
+            table.add_row("-", expected.actor, "missing", "-", *((expected.step,) if wide else ()), "-")
             continue
         mark = "" if job.status is expected.final else f" (expected {expected.final.value})"
-        table.add_row(job.job_id, expected.actor, Text(job.status.value + mark, style=STATE_STYLES.get(
-            job.status.value, "")), str(job.attempt), expected.step, story_of(store.events(job.job_id), label))
+        table.add_row(job.job_id[:8], expected.actor, Text(job.status.value + mark, style=STATE_STYLES.get(
+            job.status.value, "")), str(job.attempt), *((expected.step,) if wide else ()),
+            story_of(store.events(job.job_id), label))
     console.print()
     console.print(table)
     store_arg = shlex.quote(settings.store_url)
@@ -44,6 +46,7 @@ def report(console: Console, store: StateStore, settings: DemoSettings, job_ids:
         f"reliable jobs list --store {store_arg}",
         f"reliable jobs events {dead_id} --store {store_arg}    # DEAD, requeued, succeeded",
         f"reliable jobs events {job_ids.get('export_report', 'ID')} --store {store_arg}    # paused and resumed",
+        f"reliable jobs events {job_ids.get('rebuild_index', 'ID')} --store {store_arg}    # crash and recovery",
         f"reliable review list --store {store_arg}",
         f"reliable review show {review_id} --store {store_arg}",
         f"reliable dlq list --store {store_arg}",

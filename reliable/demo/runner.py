@@ -26,7 +26,7 @@ from .alerting import evaluate_alerts
 from .config import DemoSettings
 from .narrate import page_of, sentence
 from .report import report
-from .story import EXPECTED, differences
+from .story import ACTS, EXPECTED, differences
 from .view import JobRow, LiveView, PlainView
 from .workers import Workers, make_workers
 
@@ -35,6 +35,9 @@ __all__ = ["Director"]
 PAUSE_AT_PAGE = 3
 CRASH_AT_PAGE = 3
 PAGES = {"export_report": EXPORT_PAGES, "rebuild_index": INDEX_PAGES}
+#: Seconds (before the speed factor) between acts, and that a person takes to act on a paused job or an alert.
+ACT_GAP = 2.0
+PAUSE_HOLD = 2.5
 
 
 @dataclass
@@ -45,6 +48,7 @@ class _Beats:
     paused_seen_at: float | None = None
     resumed: bool = False
     crashed: bool = False
+    alerted: float = 0.0
     requeued: bool = False
     alerts: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -104,18 +108,23 @@ class Director:
         control = Control(store, policy=policy, broker=workers.producer,
                           identity=Operator("demo", socket.gethostname(), "demo"))
         workers.start()
-        job_ids = workers.enqueue()
-        self.say("demo", f"{len(job_ids)} jobs registered in the store (PENDING) before their messages were published")
-        self.say("demo", f"crash scenario: {workers.crash_note}")
+        job_ids: dict[str, str] = {}
+        act, act_ended_at = -1, 0.0
         deadline = time.monotonic() + self._budget()
         while True:
+            if act + 1 < len(ACTS) and time.monotonic() - act_ended_at >= self.settings.seconds(ACT_GAP):
+                act += 1
+                job_ids.update(self._begin(ACTS[act].title, ACTS[act].actors, workers))
+                act_ended_at = float("inf")
             jobs = {actor: store.get(job_id) for actor, job_id in job_ids.items()}
             self._narrate(store, jobs, workers)
             self._act(store, control, workers, jobs)
             self._table(jobs, workers)
-            if self._finished(jobs):
-                self._epilogue(store, job_ids, workers)
-                return job_ids
+            if act_ended_at == float("inf") and self._ended(ACTS[act].actors, jobs):
+                if act + 1 == len(ACTS):
+                    self._epilogue(store, job_ids, workers)
+                    return job_ids
+                act_ended_at = time.monotonic()
             if time.monotonic() > deadline:
                 self.beats.problems.append(f"the story did not finish within {self._budget():.0f}s")
                 return job_ids
@@ -124,6 +133,14 @@ class Director:
                 self.beats.problems += [f"worker process: {d} (see its log in {self.settings.workdir})" for d in dead]
                 return job_ids
             time.sleep(0.15)
+
+    def _begin(self, title: str, actors: tuple[str, ...], workers: Workers) -> dict[str, str]:
+        self.say("demo", title)
+        if "rebuild_index" in actors:
+            self.say("demo", f"crash scenario: {workers.crash_note}")
+        ids = workers.enqueue(actors)
+        self.say("demo", f"{len(ids)} job(s) registered in the store (PENDING) in one transaction, then published")
+        return ids
 
     def _epilogue(self, store: StateStore, job_ids: dict[str, str], workers: Workers) -> None:
         note = workers.after_story()
@@ -156,30 +173,36 @@ class Director:
                 for actor, job in jobs.items()]
         self.view.jobs(rows)
 
-    def _finished(self, jobs: dict[str, Job]) -> bool:
+    def _ended(self, actors: tuple[str, ...], jobs: dict[str, Job]) -> bool:
+        """Whether every job of an act is in its final state and the operator has done their part."""
         b = self.beats
-        ended = all(jobs[e.actor].status is e.final for e in EXPECTED if e.actor in jobs)
-        return ended and b.resumed and b.crashed and b.requeued
+        final = {e.actor: e.final for e in EXPECTED}
+        beats = {"export_report": b.resumed, "rebuild_index": b.crashed, "send_webhook": b.requeued}
+        return all(jobs[a].status is final[a] and beats.get(a, True) for a in actors)
 
     # -- the operator's part --------------------------------------------------------------------
 
     def _act(self, store: StateStore, control: Control, workers: Workers, jobs: dict[str, Job]) -> None:
         b = self.beats
-        export, index, hook = jobs["export_report"], jobs["rebuild_index"], jobs["send_webhook"]
-        if not b.paused and export.status is JobStatus.RUNNING and page_of(export.checkpoint) >= PAUSE_AT_PAGE:
+        export, index, hook = jobs.get("export_report"), jobs.get("rebuild_index"), jobs.get("send_webhook")
+        now = time.monotonic()
+        if export is not None and not b.paused and export.status is JobStatus.RUNNING \
+                and page_of(export.checkpoint) >= PAUSE_AT_PAGE:
             b.paused = self._command(control, "pause", export, "demo: show that a long export pauses and resumes")
-        if b.paused and not b.resumed and export.status is JobStatus.PAUSED:
-            b.paused_seen_at = b.paused_seen_at or time.monotonic()
-            if time.monotonic() - b.paused_seen_at >= self.settings.seconds(1.5):
+        if export is not None and b.paused and not b.resumed and export.status is JobStatus.PAUSED:
+            b.paused_seen_at = b.paused_seen_at or now
+            if now - b.paused_seen_at >= self.settings.seconds(PAUSE_HOLD):
                 b.resumed = self._command(control, "resume", export, "demo: the export may go on")
-        if not b.crashed and index.status is JobStatus.RUNNING and page_of(index.checkpoint) >= CRASH_AT_PAGE \
-                and workers.label(index.worker_id) == "worker-2":
+        if index is not None and not b.crashed and index.status is JobStatus.RUNNING \
+                and page_of(index.checkpoint) >= CRASH_AT_PAGE and workers.label(index.worker_id) == "worker-2":
             b.crashed = True
             self.say("rebuild_index", workers.crash())
-        if not b.requeued and hook.status is JobStatus.DEAD:
+        if hook is not None and not b.alerted and hook.status is JobStatus.DEAD:
+            b.alerted = now
             self._alert(store)
+        if hook is not None and b.alerted and not b.requeued and now - b.alerted >= self.settings.seconds(PAUSE_HOLD):
             World(self.settings.state_dir).fix_webhook()
-            self.say("send_webhook", "the partner fixed their endpoint; following the runbook's safe action")
+            self.say("send_webhook", "the partner fixed their endpoint; on-call follows the runbook's safe action")
             b.requeued = self._command(control, "requeue", hook, "endpoint fixed (alert DeadLetterGrowth)")
 
     def _command(self, control: Control, command: str, job: Job, reason: str) -> bool:
@@ -203,9 +226,9 @@ class Director:
         if not round_.firing:
             self.beats.problems.append("alerts: no alert fired for the dead-lettered job")
         for alert in sorted(round_.firing, key=lambda a: a.alertname):
-            labels = alert.labels
+            labels, summary = alert.labels, alert.annotations.get("summary")
             self.say("alerts", f"FIRING {alert.alertname} (severity {labels.get('severity')}, route "
-                               f"{labels.get('route')}, owner {labels.get('owner')}): {alert.annotations.get('summary')}")
+                               f"{labels.get('route')}, owner {labels.get('owner')}): {summary}")
             self.beats.alerts.append(alert.alertname)
         dead = next((a for a in round_.firing if a.alertname == "DeadLetterGrowth"), None)
         if dead is not None:

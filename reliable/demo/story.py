@@ -11,7 +11,7 @@ from reliable.store.records import Effect, Job, JobEvent
 
 from .actors import EXPORT_PAGES, INDEX_PAGES
 
-__all__ = ["EXPECTED", "Expectation", "differences"]
+__all__ = ["ACTS", "EXPECTED", "Act", "Expectation", "differences"]
 
 Check = Callable[[Job, Sequence[JobEvent], Sequence[Effect]], list[str]]
 OPERATOR = "demo"
@@ -33,7 +33,8 @@ def _by_operator(events: Sequence[JobEvent], name: str) -> list[str]:
     if event is None:
         return [f"no {name} event"]
     if event.operator != OPERATOR or not event.reason:
-        return [f"{name} not audited with operator {OPERATOR!r} and a reason (got {event.operator!r}, {event.reason!r})"]
+        return [f"{name} not audited with operator {OPERATOR!r} and a reason "
+                f"(got {event.operator!r}, {event.reason!r})"]
     return []
 
 
@@ -111,6 +112,23 @@ EXPECTED: tuple[Expectation, ...] = (
     Expectation("export_report", "a long export paused and resumed", JobStatus.SUCCEEDED, 2, _paused),
     Expectation("rebuild_index", "a worker crash, the job recovered", JobStatus.SUCCEEDED, 2, _crashed),
     Expectation("send_webhook", "DEAD after retries, then requeued", JobStatus.SUCCEEDED, 4, _requeued),
+)
+
+
+@dataclass(frozen=True)
+class Act:
+    """A part of the story: its jobs are enqueued together once the previous act has ended."""
+
+    title: str
+    actors: tuple[str, ...]
+
+
+ACTS: tuple[Act, ...] = (
+    Act("Act 1: each failure becomes what the policy says", ("sync_inventory", "call_partner_api",
+                                                             "import_contacts", "charge_card")),
+    Act("Act 2: long jobs checkpoint; an operator pauses one, a worker crashes under the other",
+        ("export_report", "rebuild_index")),
+    Act("Act 3: a job goes DEAD, an alert fires with its runbook, the job is requeued", ("send_webhook",)),
 )
 
 

@@ -13,14 +13,16 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["JobRow", "LiveView", "PlainView", "STATE_STYLES", "make_view"]
+__all__ = ["STATE_STYLES", "WIDE", "JobRow", "LiveView", "PlainView", "make_view"]
 
 STATE_STYLES = {
     "PENDING": "white", "RUNNING": "cyan", "RETRY_WAIT": "yellow", "PAUSED": "blue", "STOPPING": "yellow",
     "STOPPED": "blue", "SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "dim", "REVIEW": "magenta",
     "DEAD": "bold red",
 }
-LOG_LINES = 16
+LOG_LINES = 40
+#: From this terminal width on, tables get a "story step" column.
+WIDE = 120
 
 
 @dataclass(frozen=True)
@@ -102,15 +104,20 @@ class LiveView:
         self._live.stop()
 
     def _render(self) -> RenderableType:
+        wide = self.console.width >= WIDE
         table = Table(expand=True, show_edge=False)
-        for column in ("job", "actor", "state", "attempt", "progress", "worker", "story step"):
-            table.add_column(column, no_wrap=column != "story step")
+        for column in ("job", "actor", "state", "attempt", "progress", "worker", *(("story step",) if wide else ())):
+            table.add_column(column, no_wrap=True, overflow="ellipsis")
         for row in self._rows:
             table.add_row(row.job_id[:8], row.actor, Text(row.state, style=STATE_STYLES.get(row.state, "")),
-                          str(row.attempt), row.progress, row.worker, row.step)
-        log = Text("\n").join(self._log) if self._log else Text("waiting for the first event...", style="dim")
-        return Group(Text(self._header, style="bold"), Panel(table, title="jobs (live from the store)"),
-                     Panel(log, title="what just happened"))
+                          str(row.attempt), row.progress, row.worker, *((row.step,) if wide else ()))
+        # One screen row per log line, and only as many as fit under the table: Live crops what overflows.
+        header = Text(self._header, style="bold")
+        room = max(3, self.console.height - len(self._rows) - 12)
+        lines = list(self._log)[-room:]
+        log = Text("\n").join(lines) if lines else Text("waiting for the first event...", style="dim")
+        log.no_wrap, log.overflow = True, "ellipsis"
+        return Group(header, Panel(table, title="jobs (live from the store)"), Panel(log, title="what just happened"))
 
 
 def make_view(live: bool) -> PlainView | LiveView:

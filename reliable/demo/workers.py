@@ -11,8 +11,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import dramatiq
 from dramatiq import Worker
@@ -32,14 +33,19 @@ CRASHING = "rebuild_index"
 class Workers(Protocol):
     """What the director needs from a worker pool."""
 
-    producer: dramatiq.Broker
-    crash_note: str
+    @property
+    def producer(self) -> dramatiq.Broker:
+        """The broker the director publishes with (operator commands re-dispatch through it)."""
+
+    @property
+    def crash_note(self) -> str:
+        """How the crash is done, said before it happens."""
 
     def start(self) -> None:
         """Start the workers."""
 
-    def enqueue(self) -> dict[str, str]:
-        """Enqueue the story's jobs; actor name -> job id."""
+    def enqueue(self, names: Sequence[str]) -> dict[str, str]:
+        """Enqueue the jobs of these actors; actor name -> job id."""
 
     def crash(self) -> str:
         """Crash the worker running the crashing job; a sentence saying what was done."""
@@ -92,13 +98,16 @@ class StubWorkers:
         self.worker.start()
         self.second_worker.start()
 
-    def enqueue(self) -> dict[str, str]:
+    def enqueue(self, names: Sequence[str]) -> dict[str, str]:
         """Register worker-1's jobs in one transaction (enqueue_many); the crashing one goes to worker-2."""
-        messages = story_messages({k: v for k, v in self.actors.items() if k != CRASHING})
+        messages = story_messages({k: v for k, v in self.actors.items() if k in names and k != CRASHING})
         self.middleware.enqueue_many(self.producer, list(messages.values()))
-        crashing = story_messages(self.second_actors)[CRASHING]
-        self.second.enqueue(crashing)
-        return {**{name: m.message_id for name, m in messages.items()}, CRASHING: crashing.message_id}
+        ids = {name: m.message_id for name, m in messages.items()}
+        if CRASHING in names:
+            crashing = story_messages(self.second_actors)[CRASHING]
+            self.second.enqueue(crashing)
+            ids[CRASHING] = crashing.message_id
+        return ids
 
     def crash(self) -> str:
         """Stop worker-2's heartbeat and hang its thread."""
@@ -177,9 +186,9 @@ class ProcessWorkers:
         self._spawn("worker-1", [queue_name(prefix, q) for q in sorted(set(ACTORS.values()) - {"maintenance"})])
         self._spawn("worker-2", [queue_name(prefix, "maintenance")])
 
-    def enqueue(self) -> dict[str, str]:
-        """Register every job in one transaction (enqueue_many), then publish to RabbitMQ."""
-        messages = story_messages(self.actors)
+    def enqueue(self, names: Sequence[str]) -> dict[str, str]:
+        """Register the jobs in one transaction (enqueue_many), then publish them to RabbitMQ."""
+        messages = story_messages({k: v for k, v in self.actors.items() if k in names})
         self.middleware.enqueue_many(self.producer, list(messages.values()))
         return {name: m.message_id for name, m in messages.items()}
 
