@@ -630,8 +630,11 @@ class StateStore:
         unknown = set(fields) - _EVENT_FIELDS
         if unknown:
             raise TypeError(f"unknown event fields: {sorted(unknown)}")
+        # A transition stamped updated_at with the database's now; other events read it once, so
+        # the row and what listeners get carry the same time.
+        at = job.updated_at if is_transition else float(conn.execute(select(self._now)).scalar_one())
         row: dict[str, Any] = {
-            "job_id": job.job_id, "at": self._now, "event": str(event),
+            "job_id": job.job_id, "at": at, "event": str(event),
             "from_status": job.previous_status.value if job.previous_status else None,
             "to_status": job.status.value, "version": job.version, "attempt": job.attempt,
             "attempt_id": job.attempt_id, "lease_id": job.lease_id, "worker_id": job.worker_id,
@@ -649,8 +652,6 @@ class StateStore:
         conn.execute(insert(job_events).values(row))
         pending = conn.info.get("reliable_events")
         if pending is not None and self._listeners:
-            # A transition stamped updated_at with the database's now; other events fetch it.
-            at = job.updated_at if is_transition else float(conn.execute(select(self._now)).scalar_one())
             pending.append(self._event_record(row, job, at))
 
     @staticmethod

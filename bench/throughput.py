@@ -1,0 +1,152 @@
+"""Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
+
+    .venv/bin/python bench/throughput.py [--jobs 10000] [--runs 5] [--processes 1] [--threads 8]
+        [--modes plain,reliable-pg,reliable-pg-nometrics,reliable-sqlite]
+
+Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
+`dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
+one finished (reliable: SUCCEEDED in the store). Modes alternate run by run; medians are printed
+with the ratio to plain Dramatiq. Needs RabbitMQ and (for -pg modes) PostgreSQL on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import dramatiq
+import pika
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from sqlalchemy import create_engine, text
+
+import reliable
+
+HERE = Path(__file__).parent
+BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
+PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def queue_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
+    return int(channel.queue_declare(queue, passive=True).method.message_count)
+
+
+def fresh_pg() -> str:
+    name = f"reliable_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    reliable.StateStore(url).upgrade()
+    return url
+
+
+def drop_pg(url: str) -> None:
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> float:
+    queue = f"bench_{uuid.uuid4().hex[:8]}"
+    store_url = None
+    env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
+           "BENCH_MODE": "plain" if mode == "plain" else "reliable",
+           "BENCH_METRICS": "0" if mode.endswith("nometrics") else "1"}
+    if mode.startswith("reliable-pg"):
+        store_url = fresh_pg()
+    elif mode == "reliable-sqlite":
+        store_url = f"sqlite:///{tmp / (queue + '.db')}"
+        reliable.StateStore(store_url).upgrade()
+    if store_url:
+        env["BENCH_STORE"] = store_url
+    multiproc = tmp / f"prom-{queue}"
+    multiproc.mkdir()
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(multiproc)
+
+    broker = RabbitmqBroker(url=BROKER)
+    messages = [dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={})
+                for i in range(jobs)]
+    broker.declare_queue(queue)
+    if store_url:
+        middleware = reliable.install(broker, store=store_url, recovery=False, metrics=False, json_logs=False)
+        middleware.enqueue_many(broker, messages)
+    else:
+        for message in messages:
+            broker.enqueue(message)
+    broker.close()
+
+    connection = pika.BlockingConnection(pika.URLParameters(BROKER))
+    channel = connection.channel()
+    log = (tmp / f"{queue}.log").open("wb")
+    worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t",
+                               str(threads), "-Q", queue], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        started = None
+        start_depth = jobs
+        while True:
+            depth = queue_depth(channel, queue)
+            now = time.perf_counter()
+            if started is None and depth < jobs:
+                started, start_depth = now, depth
+            if depth == 0:
+                break
+            if worker.poll() is not None:
+                raise RuntimeError(f"worker exited early, see {log.name}")
+            time.sleep(0.05)
+        if store_url:  # finished = SUCCEEDED in the store, not just taken off the queue
+            store = reliable.StateStore(store_url)
+            while store.count_by_status().get(reliable.JobStatus.SUCCEEDED, 0) < jobs:
+                time.sleep(0.05)
+            store.close()
+        else:  # in-flight prefetched messages: at most processes * threads * 2, well under 1% of the run
+            time.sleep(0)
+        elapsed = time.perf_counter() - (started or time.perf_counter())
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        log.close()
+        channel.queue_delete(queue)
+        for suffix in (".DQ", ".XQ"):
+            channel.queue_delete(queue + suffix)
+        connection.close()
+        if store_url and store_url.startswith("postgresql"):
+            drop_pg(store_url)
+    return (start_depth if started else jobs) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--modes", default="plain,reliable-pg")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    results: dict[str, list[float]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in range(args.runs):
+            for mode in modes:
+                rate = run_once(mode, args.jobs, args.processes, args.threads, Path(tmp))
+                results[mode].append(rate)
+                print(f"run {run + 1}/{args.runs} {mode:>24}: {rate:8.0f} jobs/s", flush=True)
+    plain = statistics.median(results["plain"]) if "plain" in results else None
+    print(f"\n{args.jobs} no-op jobs, -p {args.processes} -t {args.threads}, median of {args.runs} alternating runs")
+    print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7}")
+    for mode, rates in results.items():
+        median = statistics.median(rates)
+        ratio = f"{median / plain:6.2f}x" if plain else "-"
+        print(f"{mode:>24} {median:9.0f} {ratio:>7}")
+
+
+if __name__ == "__main__":
+    main()
