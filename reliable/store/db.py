@@ -34,7 +34,8 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
 
     SQLite runs in WAL mode with a 30 s busy timeout, and write transactions take the write lock
     up front (BEGIN IMMEDIATE) so that two writers queue instead of failing with "database is
-    locked" when one of them tries to upgrade a read lock.
+    locked" when one of them tries to upgrade a read lock. PostgreSQL keeps at most 2 idle
+    connections (operator commands and reads are occasional; the worker hot path pins its own).
     """
     try:
         parsed = make_url(url)
@@ -60,7 +61,7 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
             _configure_sqlite(engine)
         else:
             engine = create_engine(
-                parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+                parsed, pool_size=min(pool_size, 2), max_overflow=pool_size, pool_pre_ping=True,
                 connect_args={"connect_timeout": 5},
             )
     except NoSuchModuleError:
