@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, literal_column
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
-from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
@@ -56,7 +55,6 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
             engine = create_engine(
                 parsed,
                 connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
-                poolclass=NullPool if parsed.query.get("nullpool") else None,
             )
             _configure_sqlite(engine)
         else:
