@@ -24,6 +24,7 @@ from reliable.store.records import Job
 from .actors import EXPORT_PAGES, INDEX_PAGES, World
 from .alerting import evaluate_alerts
 from .config import DemoSettings
+from .database import ensure_database
 from .narrate import page_of, sentence
 from .report import report
 from .story import ACTS, EXPECTED, differences
@@ -77,12 +78,15 @@ class Director:
         s = self.settings
         s.write_files()
         handler = _log_to_file(s)
+        created = ensure_database(s.store_url)
         store = StateStore(s.store_url)
         try:
             store.upgrade()
             policy = Policy.load(s.policy_path)
             workers = make_workers(s, policy)
             self.view.start(self._header())
+            if created:
+                self.say("demo", created)
             try:
                 job_ids = self._play(store, policy, workers)
             finally:

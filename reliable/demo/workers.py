@@ -20,6 +20,7 @@ from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 
 import reliable
+from reliable.errors import ConfigError
 from reliable.policy import Policy
 
 from .actors import ACTORS, World, declare, story_messages
@@ -182,6 +183,7 @@ class ProcessWorkers:
 
     def start(self) -> None:
         """Start worker-1 (every queue but maintenance) and worker-2 (maintenance only)."""
+        self._check_broker()
         prefix = self.settings.prefix
         self._spawn("worker-1", [queue_name(prefix, q) for q in sorted(set(ACTORS.values()) - {"maintenance"})])
         self._spawn("worker-2", [queue_name(prefix, "maintenance")])
@@ -237,6 +239,16 @@ class ProcessWorkers:
                 proc.wait(5)
         self._delete_queues()
         self.producer.close()
+
+    def _check_broker(self) -> None:
+        import pika
+
+        assert self.settings.broker_url is not None
+        try:
+            pika.BlockingConnection(pika.URLParameters(self.settings.broker_url)).close()
+        except Exception as exc:
+            why = f"{type(exc).__name__} {exc}".strip()
+            raise ConfigError(f"cannot reach RabbitMQ at {self.settings.broker_url}: {why}") from None
 
     def _delete_queues(self) -> None:
         import pika
