@@ -66,7 +66,7 @@ jobs = Table(
     Column("updated_at", Double, nullable=False),
 )
 
-Index("ix_reliable_jobs_status_queue", jobs.c.status, jobs.c.queue)
+Index("ix_reliable_jobs_status_queue_scheduled", jobs.c.status, jobs.c.queue, jobs.c.scheduled_at)
 Index("ix_reliable_jobs_status_lease", jobs.c.status, jobs.c.lease_expires_at)
 Index("ix_reliable_jobs_status_retry", jobs.c.status, jobs.c.retry_at)
 Index("ix_reliable_jobs_status_dispatched", jobs.c.status, jobs.c.dispatched_at)
