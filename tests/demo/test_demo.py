@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from support import PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
 
 from reliable import StateStore
 from reliable.demo.story import EXPECTED, differences
 from reliable.states import JobStatus
 from reliable.store import NewJob
+
+from support import PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
 
 RELIABLE = Path(sys.executable).parent / "reliable"
 
@@ -31,7 +32,7 @@ STEPS = {
     "ambiguous payment in REVIEW": re.escape("-> REVIEW: the card may have been charged"),
     "export paused by an operator": re.escape("audited in the store: pause requested by demo"),
     "pause observed at a checkpoint": re.escape("observed the pause at its checkpoint -> PAUSED after page"),
-    "export resumed from its checkpoint": r"export_report: claimed by worker-1 \(attempt 2, lease 2\): resumes at page \d",
+    "export resumed from its checkpoint": r"export_report: claimed by worker-1 \(attempt 2, lease 2\): resumes at page",
     "crashed worker's lease expired": re.escape("rebuild_index: lease 1 of worker-2 expired"),
     "crashed job resumed": r"rebuild_index: claimed by worker-\d \(attempt 2, lease 2\): resumes at page \d",
     "job dead-lettered": re.escape("-> DEAD: 3 attempts used up"),
