@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -21,6 +24,7 @@ from reliable.store import NewJob
 from support import PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
 
 RELIABLE = Path(sys.executable).parent / "reliable"
+AM_BINARY = "/usr/bin/prometheus-alertmanager"
 
 #: What every run must print (regular expressions): at least one line per step of the story.
 STEPS = {
@@ -105,6 +109,48 @@ def test_story_differences_are_reported(tmp_path: Path) -> None:
         store.close()
     assert "charge_card (j1): ended PENDING, expected REVIEW" in problems
     assert "sync_inventory: no job in the store" in problems
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """A real Alertmanager (Debian's prometheus-alertmanager) on a free port; its URL."""
+    require_service("Alertmanager (prometheus-alertmanager)", shutil.which(AM_BINARY) is not None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "am.yml"
+    config.write_text("route: {receiver: nobody}\nreceivers: [{name: nobody}]\n")
+    proc = subprocess.Popen([AM_BINARY, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while not _ready(url):
+            assert proc.poll() is None and time.monotonic() < deadline, "alertmanager did not start"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_demo_delivers_its_alerts_to_alertmanager(tmp_path: Path, alertmanager: str) -> None:
+    store_url = f"sqlite:///{tmp_path / 'demo.db'}"
+    result, _ = run_demo(tmp_path / "work", store_url, "--speed", "3", "--alertmanager", alertmanager, timeout=120)
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert f"Alertmanager {alertmanager}: sent 2" in result.stdout
+    alerts = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
+    dead = [a for a in alerts if a["labels"]["alertname"] == "DeadLetterGrowth"]
+    assert dead and dead[0]["labels"]["actor"] == "send_webhook"
+    assert "reliable dlq requeue" in dead[0]["annotations"]["runbook"]
 
 
 @pytest.fixture
