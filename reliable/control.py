@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import dramatiq
 
 from .bulk import BulkReport, Progress, RateLimiter, run_bulk
+from .compensation import compensate
 from .dispatch import dispatch
 from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
 from .operators import Operator, OperatorsPolicy
@@ -418,23 +419,9 @@ class Control:
 
     def _compensate(self, job: Job, actor: str, reason: str | None) -> list[str]:
         identity = self.identity
-        audit = {"operator": identity.name, "reason": reason, "host": identity.host}
-        if self.broker is None:
-            self.store.record_event(job.job_id, "compensation_pending", **audit,
-                                    detail={"actor": actor, "why": "no broker given to the command"})
-            return [f"compensation {actor} is pending: no broker was given (--broker) to enqueue it"]
-        message: dramatiq.Message[Any] = dramatiq.Message(queue_name=job.queue, actor_name=actor,
-                                                          args=(job.job_id,), kwargs={}, options={})
-        try:
-            _declare(self.broker, job.queue)
-            self.broker.enqueue(message)
-        except Exception as exc:
-            self.store.record_event(job.job_id, "compensation_pending", **audit,
-                                    detail={"actor": actor, "why": f"enqueue failed: {exc}"})
-            return [f"compensation {actor} could not be enqueued ({exc}); recorded as pending"]
-        self.store.record_event(job.job_id, "compensation_enqueued", **audit,
-                                detail={"actor": actor, "message_id": message.message_id})
-        return []
+        warning = compensate(self.store, self.broker, job, actor, operator=identity.name, reason=reason,
+                             host=identity.host)
+        return [warning] if warning else []
 
     def _refused(self, command: str, job: Job, reason: str | None, exc: ReliableError,
                  dry_run: bool) -> CommandResult:

@@ -117,7 +117,11 @@ class Heartbeat:
             self._on_beat(latency, len(jobs) - lost, lost)
 
     def _lose(self, job: JobContext) -> None:
-        if job.lease_lost:
+        with self._lock:
+            held = self._jobs.get(job.job_id) is job
+        # The attempt leaves the heartbeat before its final write, so a job missing from the answer
+        # but no longer held simply finished between the snapshot and the renewal.
+        if job.lease_lost or not held:
             return
         job.mark_lease_lost()
         logger.warning("job %s: lease %d lost; interrupting its thread", job.job_id, job.fencing_token)

@@ -24,6 +24,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
+from .compensation import compensate
 from .context import JobContext, _current
 from .dispatch import message_for
 from .errors import (
@@ -56,6 +57,10 @@ ACTOR_OPTIONS = frozenset({
     "reliable", "owner", "resumable", "checkpoint_schema", "idempotent", "stop_grace", "compensation",
     "retry_on_crash", "resume_validator", "workflow_id",
 })
+
+#: Actor options that shape the job contract, stored with each job (see _new_job).
+CONTRACT_OPTIONS = ("owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_retries",
+                    "max_attempts", "compensation", "retry_on_crash", "resume_validator")
 
 _ACTIONS: dict[str, Event] = {
     "retry": Event.RETRY, "fail": Event.FAIL, "review": Event.NEED_REVIEW, "dead": Event.DEAD_LETTER,
@@ -189,7 +194,7 @@ class ReliableMiddleware(Middleware):
         assert self._heartbeat is not None
         self._heartbeat.start()
         if self.recovery_enabled:
-            self._recovery = Recovery(self.store, broker, self.policy, contract_for=self.contract_for,
+            self._recovery = Recovery(self.store, broker, self.policy, actor_options=self._actor_options,
                                       sweep_after=self.sweep_after)
             self._recovery_stop.clear()
             self._recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery",
@@ -260,6 +265,11 @@ class ReliableMiddleware(Middleware):
         data = message.asdict()
         data["queue_name"] = canonical_queue
         data["options"] = {k: v for k, v in options.items() if k != "eta"}
+        # The contract declared in code travels with the job, so a recovery loop or CLI that does
+        # not import the actor still decides with it (e.g. idempotent=False -> REVIEW after a crash).
+        declared = {k: actor_options[k] for k in CONTRACT_OPTIONS if k in actor_options}
+        if declared:
+            data["options"]["reliable_contract"] = declared
         return NewJob(
             job_id=message.message_id, queue=canonical_queue, actor=message.actor_name, message=data,
             owner=contract.owner, workflow_id=options.get("workflow_id") or actor_options.get("workflow_id"),
@@ -328,11 +338,9 @@ class ReliableMiddleware(Middleware):
         if context is None:
             return
         context.leave()
-        try:
-            self._complete(broker, message, context, exception)
-        finally:
-            assert self._heartbeat is not None
-            self._heartbeat.remove(context)
+        assert self._heartbeat is not None
+        self._heartbeat.remove(context)  # before the final write: see Heartbeat._lose
+        self._complete(broker, message, context, exception)
 
     def _complete(self, broker: dramatiq.Broker, message: Any, context: JobContext,
                   exception: BaseException | None) -> None:
@@ -377,7 +385,9 @@ class ReliableMiddleware(Middleware):
             return
         job = self._finish(context, event, detail={"interrupt": type(exc).__name__})
         if job is not None and job.status is JobStatus.CANCELLED:
-            self._compensate(broker, context)
+            warning = compensate(self.store, broker, job, context.contract.compensation, worker_id=self.worker_id)
+            if warning:
+                logger.warning("job %s: %s", job.job_id, warning)
 
     def _apply(self, broker: dramatiq.Broker, message: Any, context: JobContext, decision: Decision) -> None:
         event = _ACTIONS.get(decision.action)
@@ -409,20 +419,6 @@ class ReliableMiddleware(Middleware):
         except TransitionRefused as exc:
             logger.warning("job %s: %s", context.job_id, exc)
         return None
-
-    def _compensate(self, broker: dramatiq.Broker, context: JobContext) -> None:
-        effects = self.store.effects(context.job_id)
-        if not effects:
-            return
-        compensation = context.contract.compensation
-        if compensation is None:
-            self.store.record_event(context.job_id, "partial_effects_remain",
-                                    detail={"effects": len(effects), "compensation": None})
-            return
-        broker.enqueue(dramatiq.Message(queue_name=context.claim.job.queue, actor_name=compensation,
-                                        args=(context.job_id,), kwargs={}, options={}))
-        self.store.record_event(context.job_id, "compensation_enqueued",
-                                detail={"actor": compensation, "effects": len(effects)})
 
     def _alert(self, context: JobContext, decision: Decision) -> None:
         try:

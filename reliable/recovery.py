@@ -8,11 +8,13 @@ recovery loops (one per worker process, or `reliable recover` processes) can run
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import dramatiq
 
+from .compensation import compensate
 from .dispatch import dispatch
 from .errors import JobNotFound, TransitionRefused
 from .policy import JobContract, Policy
@@ -52,16 +54,21 @@ class Recovery:
     """
 
     def __init__(self, store: StateStore, broker: dramatiq.Broker | None, policy: Policy, *,
-                 contract_for: Callable[[str, str], JobContract] | None = None,
+                 actor_options: Callable[[str], Mapping[str, Any]] | None = None,
                  sweep_after: float | None = None, retry_grace: float | None = None,
                  batch: int = 200) -> None:
         self.store = store
         self.broker = broker
         self.policy = policy
-        self.contract_for = contract_for or (lambda actor, queue: policy.contract(actor, queue, {}))
+        self.actor_options = actor_options or (lambda actor: {})
         self.sweep_after = sweep_after if sweep_after is not None else policy.lease.sweep_after
         self.retry_grace = retry_grace if retry_grace is not None else policy.lease.retry_grace
         self.batch = batch
+
+    def contract_of(self, job: Job) -> JobContract:
+        """The job's contract: policy, then the options stored with the job, then the live actor's."""
+        stored = (job.message.get("options") or {}).get("reliable_contract") or {}
+        return self.policy.contract(job.actor, job.queue, {**stored, **self.actor_options(job.actor)})
 
     def run_once(self) -> RecoveryReport:
         """Recover expired leases, promote overdue retries, re-publish lost messages."""
@@ -87,8 +94,8 @@ class Recovery:
         elif job.pause_requested:
             event, reason, delay = Event.PAUSE_OBSERVED, "lease expired with a pause requested", None
         else:
-            decision = self.policy.decide_crash(contract=self.contract_for(job.actor, job.queue),
-                                                attempt=job.attempt, actor=job.actor, queue=job.queue)
+            decision = self.policy.decide_crash(contract=self.contract_of(job), attempt=job.attempt,
+                                                actor=job.actor, queue=job.queue)
             event = _CRASH_EVENTS.get(decision.action, Event.LEASE_EXPIRED_REVIEW)
             reason, delay = decision.reason, decision.delay
         values = {}
@@ -107,6 +114,11 @@ class Recovery:
             report.lost_races += 1  # renewed, finished, or another recovery loop won
             return
         report.expired[job.job_id] = event.value
+        if event is Event.FORCE_CANCEL:
+            warning = compensate(self.store, self.broker, moved, self.contract_of(job).compensation,
+                                 reason="cancel completed by recovery after the worker's lease expired")
+            if warning:
+                logger.warning("job %s: %s", job.job_id, warning)
         if event is Event.LEASE_EXPIRED:
             self._publish(moved)
         elif event is Event.LEASE_EXPIRED_BACKOFF and self.broker is not None:

@@ -315,7 +315,8 @@ def pause(params: dict[str, Any]) -> None:
 @_command("stop", "Stop jobs (running ones after their current unit). Needs --reason.", """\
 PENDING, RETRY_WAIT and PAUSED jobs move to STOPPED at once. A RUNNING job moves to STOPPING: its
 worker finishes the unit, checkpoints and moves it to STOPPED. Past the job's stop grace period the
-recovery loop records an `escalation` event and the job's thread is terminated (force_stop).
+worker's heartbeat records an `escalation` event and terminates the job's thread (force_stop); a
+worker that died while stopping is finished by the recovery loop (force_stop).
 A STOPPED job can be resumed (`reliable resume`) or restarted.
 
 \b

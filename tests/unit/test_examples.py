@@ -247,7 +247,7 @@ def test_crashed_payment_goes_to_review_not_retry(payments: tuple[ModuleType, An
     # A worker claims the job and dies: its lease expires and nobody renews it.
     store.claim(job_id, worker_id="crashed-worker", lease_ttl=0.1)
     time.sleep(0.3)
-    report = Recovery(store, None, middleware.policy, contract_for=middleware.contract_for).run_once()
+    report = Recovery(store, None, middleware.policy).run_once()  # contract travels with the job
     assert report.expired == {job_id: "lease_expired_review"}
     assert store.get(job_id).status is JobStatus.REVIEW
     with worker(payment.broker) as w:  # the original message is still queued: its claim is refused
