@@ -37,6 +37,7 @@ from .errors import (
     LeaseLost,
     LeaseLostInterrupt,
     StoreError,
+    StoreNotMigrated,
     StoreUnavailable,
     TransitionRefused,
 )
@@ -454,12 +455,14 @@ class ReliableMiddleware(Middleware):
             return 0
 
     def _with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run a store call; while the database is unreachable, wait and retry (the message stays unacked)."""
+        """Run a store call; while the database is unreachable or unmigrated, wait and retry (unacked)."""
         delay = 0.5
         while True:
             try:
                 return call()
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, StoreNotMigrated) as exc:
+                # An unmigrated store is as unusable as an unreachable one: skipping (and acking)
+                # messages would empty the queue without running anything.
                 logger.warning("%s: store unavailable, retrying in %.1fs (message kept unacked): %s",
                                what, delay, exc)
                 time.sleep(delay)

@@ -24,7 +24,7 @@ def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session; its URL."""
     require_service("PostgreSQL", port_open("127.0.0.1", 5432))
     name = f"reliable_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
