@@ -29,6 +29,8 @@ rules:
   - {name: timeouts, exception: TimeoutError, class: transient}
   - {name: permission, exception: PermissionError, class: authorization}
   - {name: bad-values, exception: [ValueError, TypeError], class: invalid_input}
+  - {name: http-429, status: 429, class: rate_limited}
+  - {name: ambiguous, exception: ConnectionResetError, class: side_effect_unknown}
 """
 
 

@@ -214,3 +214,51 @@ def test_enqueue_many_registers_in_bulk(harness: Harness) -> None:
     harness.join()
     assert harness.store.count_by_status() == {JobStatus.SUCCEEDED: 50}
     assert events(harness, messages[0].message_id) == ["enqueued", "claim", "succeed"]
+
+
+class _Response:
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        self.status_code = status
+        self.headers = headers
+
+
+class RateLimited(Exception):
+    """Shaped like httpx.HTTPStatusError: the policy reads .response.status_code and its headers."""
+
+    def __init__(self, retry_after: str) -> None:
+        super().__init__("429 Too Many Requests")
+        self.response = _Response(429, {"Retry-After": retry_after})
+
+
+def test_rate_limited_job_waits_at_least_retry_after(harness: Harness) -> None:
+    started: list[float] = []
+
+    @dramatiq.actor
+    def call_api() -> None:
+        started.append(time.monotonic())
+        if len(started) == 1:
+            raise RateLimited("1")
+
+    message = call_api.send()
+    harness.worker.start()
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.SUCCEEDED)
+    assert started[1] - started[0] >= 1.0, "Retry-After: 1 was honoured"
+    retry = next(e for e in harness.store.events(message.message_id) if e.event == "retry_scheduled")
+    assert retry.error_class == "rate_limited" and retry.detail["delay"] >= 1.0 and retry.detail["rate_limited"]
+
+
+def test_ambiguous_side_effect_goes_to_review_without_retry(harness: Harness) -> None:
+    calls: list[int] = []
+
+    @dramatiq.actor(idempotent=False)
+    def charge() -> None:
+        calls.append(1)
+        raise ConnectionResetError("bank closed the connection after the request was sent")
+
+    message = charge.send()
+    harness.worker.start()
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.REVIEW)
+    harness.join()
+    assert calls == [1], "never retried automatically"
+    job = harness.store.get(message.message_id)
+    assert job.last_error_class == "side_effect_unknown" and job.attempt == 1
