@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import PG_ADMIN_URL, port_open, require_service
 from sqlalchemy import create_engine, event, text
 
 from reliable.collector import StoreCollector
 from reliable.store import StateStore
+
+from support import PG_ADMIN_URL, port_open, require_service
 
 ROWS = 1_000_000
 FILL = """

@@ -7,12 +7,13 @@ import uuid
 import httpx
 import pytest
 from _obs_support import exporter, families, sample, scrape
-from conftest import RABBITMQ_URL, port_open, require_service
 from prometheus_client import CollectorRegistry
 
 from reliable.collector import StoreCollector
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
+
+from support import RABBITMQ_URL, port_open, require_service
 
 
 def populate(store: StateStore, queue: str = "exports") -> None:
