@@ -20,6 +20,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import dramatiq
 import pika
@@ -31,6 +32,22 @@ import reliable
 HERE = Path(__file__).parent
 BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def cpu_seconds(match: str) -> float:
+    """CPU time (user + system) of every process whose command line contains `match` (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if match not in cmdline:
+                continue
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
 def queue_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
@@ -55,7 +72,8 @@ def drop_pg(url: str) -> None:
     admin.dispose()
 
 
-def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> float:
+def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> tuple[float, float, float]:
+    """One run: (jobs/s, worker CPU ms per job, PostgreSQL CPU ms per job)."""
     queue = f"bench_{uuid.uuid4().hex[:8]}"
     store_url = None
     env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
@@ -73,8 +91,9 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> f
     env["PROMETHEUS_MULTIPROC_DIR"] = str(multiproc)
 
     broker = RabbitmqBroker(url=BROKER)
-    messages = [dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={})
-                for i in range(jobs)]
+    messages: list[dramatiq.Message[Any]] = [
+        dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={}) for i in range(jobs)
+    ]
     broker.declare_queue(queue)
     if store_url:
         middleware = reliable.install(broker, store=store_url, recovery=False, metrics=False, json_logs=False)
@@ -89,6 +108,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> f
     log = (tmp / f"{queue}.log").open("wb")
     worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t",
                                str(threads), "-Q", queue], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+    pg_before = cpu_seconds("postgres:")
     try:
         started = None
         start_depth = jobs
@@ -110,6 +130,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> f
         else:  # in-flight prefetched messages: at most processes * threads * 2, well under 1% of the run
             time.sleep(0)
         elapsed = time.perf_counter() - (started or time.perf_counter())
+        worker_cpu = cpu_seconds(f"-Q {queue}")
+        pg_cpu = cpu_seconds("postgres:") - pg_before
     finally:
         worker.terminate()
         worker.wait(30)
@@ -120,7 +142,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> f
         connection.close()
         if store_url and store_url.startswith("postgresql"):
             drop_pg(store_url)
-    return (start_depth if started else jobs) / elapsed
+    done = start_depth if started else jobs
+    return done / elapsed, 1000 * worker_cpu / jobs, 1000 * pg_cpu / jobs
 
 
 def main() -> None:
@@ -133,19 +156,24 @@ def main() -> None:
     args = parser.parse_args()
     modes = args.modes.split(",")
     results: dict[str, list[float]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(args.runs):
             for mode in modes:
-                rate = run_once(mode, args.jobs, args.processes, args.threads, Path(tmp))
+                rate, worker_ms, pg_ms = run_once(mode, args.jobs, args.processes, args.threads, Path(tmp))
                 results[mode].append(rate)
-                print(f"run {run + 1}/{args.runs} {mode:>24}: {rate:8.0f} jobs/s", flush=True)
+                cpu[mode].append((worker_ms, pg_ms))
+                print(f"run {run + 1}/{args.runs} {mode:>24}: {rate:8.0f} jobs/s  worker {worker_ms:.2f} ms CPU/job"
+                      f"  postgres {pg_ms:.2f} ms CPU/job", flush=True)
     plain = statistics.median(results["plain"]) if "plain" in results else None
     print(f"\n{args.jobs} no-op jobs, -p {args.processes} -t {args.threads}, median of {args.runs} alternating runs")
-    print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7}")
+    print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7} {'worker ms CPU/job':>18} {'postgres ms CPU/job':>20}")
     for mode, rates in results.items():
         median = statistics.median(rates)
         ratio = f"{median / plain:6.2f}x" if plain else "-"
-        print(f"{mode:>24} {median:9.0f} {ratio:>7}")
+        worker_ms = statistics.median(c[0] for c in cpu[mode])
+        pg_ms = statistics.median(c[1] for c in cpu[mode])
+        print(f"{mode:>24} {median:9.0f} {ratio:>7} {worker_ms:18.2f} {pg_ms:20.2f}")
 
 
 if __name__ == "__main__":
