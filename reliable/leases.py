@@ -96,6 +96,8 @@ class Heartbeat:
         """Renew every held lease once and act on the answer."""
         jobs = self.held()
         if not jobs:
+            if self._on_beat:
+                self._on_beat(0.0, 0, 0)  # nothing renewed: lets "leases held" fall back to 0
             return
         started = time.perf_counter()
         answer = self.store.renew(self.worker_id, [(j.job_id, j.fencing_token) for j in jobs], self.lease_ttl)

@@ -225,7 +225,8 @@ class Metrics:
     def heartbeat(self, latency: float, renewed: int, lost: int) -> None:
         """Record one heartbeat: its latency (s), how many leases it renewed and found lost."""
         c = self._c
-        c.heartbeat_latency.observe(max(0.0, latency))
+        if renewed or lost:  # an idle beat sends no query: no latency to observe
+            c.heartbeat_latency.observe(max(0.0, latency))
         if renewed:
             c.lease_renewals.inc(renewed)
         if lost:

@@ -210,6 +210,10 @@ class ReliableMiddleware(Middleware):
         """Stop the heartbeat once every worker thread has finished its message."""
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        if self.metrics is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid())  # live-sum gauges stop counting this process
         if self._recovery_thread is not None:
             self._recovery_thread.join(5)
             self._recovery_thread = None
