@@ -213,7 +213,7 @@ class ReliableMiddleware(Middleware):
         if self.metrics is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             from prometheus_client import multiprocess
 
-            multiprocess.mark_process_dead(os.getpid())  # live-sum gauges stop counting this process
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]  # drop live-sum gauges
         if self._recovery_thread is not None:
             self._recovery_thread.join(5)
             self._recovery_thread = None
