@@ -3,7 +3,8 @@
     .venv/bin/python bench/store_transactions.py [--jobs 3000] [--threads 1,8]
 
 Each measurement registers fresh jobs, then claims them all, then marks them all SUCCEEDED, from
-1 or N threads of one process. Prints transactions/s per database, operation and thread count.
+1 or N threads of one process. Prints transactions/s per database, operation and thread count, and
+the claim latency (p50, p99) as the caller sees it.
 """
 
 from __future__ import annotations
@@ -36,14 +37,22 @@ def timed(threads: int, jobs: list[str], op: Callable[[str], None]) -> float:
     return len(jobs) / (time.perf_counter() - started)
 
 
-def measure(url: str, n: int, threads: int) -> tuple[float, float]:
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(url: str, n: int, threads: int) -> tuple[float, float, float, float]:
     store = StateStore(url, pool_size=max(threads, 5))
     ids = [f"{uuid.uuid4().hex}" for _ in range(n)]
     store.register_many([NewJob(i, "bench", "noop", {}) for i in ids])
     leases: dict[str, int] = {}
+    latencies: list[float] = []
 
     def claim(job_id: str) -> None:
+        started = time.perf_counter()
         leases[job_id] = store.claim(job_id, worker_id="bench", lease_ttl=60).lease_id
+        latencies.append(time.perf_counter() - started)
 
     def succeed(job_id: str) -> None:
         store.finish(job_id, leases[job_id], Event.SUCCEED)
@@ -51,7 +60,7 @@ def measure(url: str, n: int, threads: int) -> tuple[float, float]:
     claims = timed(threads, ids, claim)
     successes = timed(threads, ids, succeed)
     store.close()
-    return claims, successes
+    return claims, successes, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.99)
 
 
 def main() -> None:
@@ -64,15 +73,16 @@ def main() -> None:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     pg_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-    print(f"{'database':>10} {'threads':>7} {'claims/s':>9} {'success/s':>9}")
+    print(f"{'database':>10} {'threads':>7} {'claims/s':>9} {'success/s':>9} {'claim p50 ms':>12} {'p99 ms':>7}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sqlite_url = f"sqlite:///{Path(tmp) / 'bench.db'}"
             for label, url in (("sqlite", sqlite_url), ("postgresql", pg_url)):
                 StateStore(url).upgrade()
                 for threads in (int(t) for t in args.threads.split(",")):
-                    claims, successes = measure(url, args.jobs, threads)
-                    print(f"{label:>10} {threads:>7} {claims:9.0f} {successes:9.0f}", flush=True)
+                    claims, successes, p50, p99 = measure(url, args.jobs, threads)
+                    print(f"{label:>10} {threads:>7} {claims:9.0f} {successes:9.0f} {p50:12.2f} {p99:7.2f}",
+                          flush=True)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
