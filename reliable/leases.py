@@ -38,26 +38,31 @@ class Heartbeat:
         self.worker_id = worker_id
         self.interval = interval
         self.lease_ttl = lease_ttl
-        self._jobs: dict[str, JobContext] = {}
+        self._jobs: dict[tuple[str, int], JobContext] = {}  # (job_id, lease_id) -> attempt
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_beat = on_beat
         self._on_failure = on_failure
         self._on_escalation = on_escalation
-        self._escalated: set[tuple[str, int]] = set()
+        self._escalated: dict[tuple[str, int], float] = {}
 
     def add(self, job: JobContext) -> None:
-        """Start renewing `job`'s lease."""
+        """Start renewing `job`'s lease; an older attempt of the same job in this process is stale."""
         with self._lock:
-            self._jobs[job.job_id] = job
+            stale = [old for (job_id, _), old in self._jobs.items() if job_id == job.job_id]
+            for old in stale:
+                del self._jobs[(old.job_id, old.fencing_token)]
+            self._jobs[(job.job_id, job.fencing_token)] = job
+        for old in stale:  # its lease was reassigned (to `job`): stop it before it does more work
+            old.mark_lease_lost()
+            self._interrupt(old, LeaseLostInterrupt)
 
     def remove(self, job: JobContext) -> None:
         """Stop renewing `job`'s lease (its attempt ended)."""
         with self._lock:
-            if self._jobs.get(job.job_id) is job:
-                del self._jobs[job.job_id]
-            self._escalated.discard((job.job_id, job.fencing_token))
+            self._jobs.pop((job.job_id, job.fencing_token), None)
+            self._escalated.pop((job.job_id, job.fencing_token), None)
 
     def held(self) -> list[JobContext]:
         """The jobs whose leases this process currently renews."""
@@ -120,10 +125,10 @@ class Heartbeat:
 
     def _lose(self, job: JobContext) -> None:
         with self._lock:
-            held = self._jobs.get(job.job_id) is job
-        # The attempt leaves the heartbeat before its final write, so a job missing from the answer
-        # but no longer held simply finished between the snapshot and the renewal.
-        if job.lease_lost or not held:
+            held = self._jobs.get((job.job_id, job.fencing_token)) is job
+        # A job whose actor already returned is committing its outcome (or just did): missing from
+        # the answer, it simply finished between the snapshot and the renewal.
+        if job.lease_lost or not held or not job.interruptible():
             return
         job.mark_lease_lost()
         logger.warning("job %s: lease %d lost; interrupting its thread", job.job_id, job.fencing_token)
@@ -137,8 +142,14 @@ class Heartbeat:
     def _force_stop(self, job: JobContext, overdue: float) -> None:
         key = (job.job_id, job.fencing_token)
         if key in self._escalated:
+            if overdue > 2 * job.contract.stop_grace + self.lease_ttl:
+                # The interrupt never landed (blocked in C code): stop renewing the lease so the
+                # recovery loop force-stops the job; anything the thread writes later is fenced out.
+                logger.error("job %s: thread still running after termination; releasing its lease", job.job_id)
+                with self._lock:
+                    self._jobs.pop(key, None)
             return
-        self._escalated.add(key)
+        self._escalated[key] = overdue
         logger.error("job %s: still running %.1fs past its stop grace; terminating its thread", job.job_id, overdue)
         if self._on_escalation:
             self._on_escalation(job, overdue)

@@ -59,6 +59,9 @@ ACTOR_OPTIONS = frozenset({
     "retry_on_crash", "resume_validator", "workflow_id",
 })
 
+#: Message option marking a message whose job is already in the store.
+REGISTERED = "reliable_registered"
+
 #: Actor options that shape the job contract, stored with each job (see _new_job).
 CONTRACT_OPTIONS = ("owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_retries",
                     "max_attempts", "compensation", "retry_on_crash", "resume_validator")
@@ -118,7 +121,9 @@ class ReliableMiddleware(Middleware):
         self._recovery_thread: threading.Thread | None = None
         self._recovery_stop = threading.Event()
         self._lock = threading.Lock()
-        self._jobs: dict[str, JobContext] = {}  # message_id -> context, for after_process_message
+        # The attempt a worker thread is running. Per thread, not per job id: a stale attempt and
+        # its re-claimed successor can run the same job in two threads of one process.
+        self._delivery = threading.local()
         self._bulk = threading.local()
         self.broker: dramatiq.Broker | None = None
 
@@ -257,13 +262,14 @@ class ReliableMiddleware(Middleware):
         if not self.tracked(broker, message.actor_name):
             return None
         options = message.options
-        if "eta" in options and delay is None:
-            return None  # Dramatiq promoting a delayed message: the job exists already
+        if options.get(REGISTERED) or ("eta" in options and delay is None):
+            return None  # re-dispatched, retried or promoted from the delay queue: the job exists
         parent = _current.get()
         if parent is not None:
             options.setdefault("trace_id", parent.trace_id)
             options.setdefault("parent_job_id", parent.job_id)
         options["trace_id"] = current_trace_id(options)
+        options[REGISTERED] = True  # travels with every copy of the message, see above
         actor_options = self._actor_options(message.actor_name)
         canonical_queue = message.queue_name.removesuffix(".DQ")
         contract = self.policy.contract(message.actor_name, canonical_queue, actor_options)
@@ -314,8 +320,7 @@ class ReliableMiddleware(Middleware):
                 self._refused(broker, message, refusal)
                 raise SkipMessage(refusal.reason) from None
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl)
-        with self._lock:
-            self._jobs[job_id] = context
+        self._delivery.context = context
         assert self._heartbeat is not None
         self._heartbeat.add(context)
         self._heartbeat.start()
@@ -338,14 +343,38 @@ class ReliableMiddleware(Middleware):
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         """Commit the attempt's outcome, fenced by its lease."""
-        with self._lock:
-            context = self._jobs.pop(message.message_id, None)
+        context = self._take(message)
         if context is None:
             return
-        context.leave()
-        assert self._heartbeat is not None
-        self._heartbeat.remove(context)  # before the final write: see Heartbeat._lose
-        self._complete(broker, message, context, exception)
+        try:
+            context.leave()
+            self._complete(broker, message, context, exception)
+        finally:
+            # Only now: the lease is renewed while the final write may still be retried (a slow or
+            # blipping store must not let recovery reclaim a job that already finished).
+            assert self._heartbeat is not None
+            self._heartbeat.remove(context)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
+        context = self._take(message)
+        if context is None:
+            return
+        try:
+            context.leave()
+            logger.warning("job %s: skipped by another middleware after its claim; released for a retry",
+                           context.job_id)
+            self._finish(context, Event.RETRY, retry_delay=0.0, detail={"skipped_by_middleware": True})
+        finally:
+            assert self._heartbeat is not None
+            self._heartbeat.remove(context)
+
+    def _take(self, message: Any) -> JobContext | None:
+        context: JobContext | None = getattr(self._delivery, "context", None)
+        self._delivery.context = None
+        if context is None or context.job_id != message.message_id:
+            return None
+        return context
 
     def _complete(self, broker: dramatiq.Broker, message: Any, context: JobContext,
                   exception: BaseException | None) -> None:

@@ -158,8 +158,9 @@ class HotPath:
         self.dialect = engine.dialect.name
         self._url = engine.url
         if self.dialect == "postgresql":
+            # Each thread pins one connection: no overflow limit, or thread N+1 would wait forever.
             self._engine = create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=pool_size,
-                                         max_overflow=pool_size, connect_args={"connect_timeout": 5,
+                                         max_overflow=-1, connect_args={"connect_timeout": 5,
                                                                                "prepare_threshold": 2})
         else:
             self._engine = engine  # SQLite: same file, driver-level autocommit already

@@ -262,3 +262,34 @@ def test_ambiguous_side_effect_goes_to_review_without_retry(harness: Harness) ->
     assert calls == [1], "never retried automatically"
     job = harness.store.get(message.message_id)
     assert job.last_error_class == "side_effect_unknown" and job.attempt == 1
+
+
+def test_stale_attempt_in_the_same_process_cannot_commit_with_the_new_lease(harness: Harness) -> None:
+    """A re-claimed job re-delivered to the same process: the old thread is stopped, the new one wins."""
+    first_started = threading.Event()
+    release_first = threading.Event()
+    runs: list[int] = []
+
+    @dramatiq.actor
+    def sticky() -> None:
+        job = reliable.current_job()
+        runs.append(job.fencing_token)
+        if job.fencing_token == 1:
+            first_started.set()
+            release_first.wait(5)
+            job.checkpoint("stale")  # must raise: lease 1 was reassigned
+
+    message = sticky.send()
+    harness.worker.start()
+    assert first_started.wait(5)
+    job = harness.store.get(message.message_id)
+    harness.store.transition(job.job_id, Event.LEASE_EXPIRED, expected_version=job.version, lease_id=1,
+                             end_attempt=True, dispatch=True)
+    dispatch(harness.broker, harness.store.get(job.job_id))  # lands in this process, another thread
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.SUCCEEDED)
+    release_first.set()
+    harness.join()
+    final = harness.store.get(message.message_id)
+    assert final.status is JobStatus.SUCCEEDED and final.lease_id == 2 and final.attempt == 2
+    assert sorted(runs) == [1, 2]
+    assert harness.middleware._heartbeat is not None and harness.middleware._heartbeat.held() == []
