@@ -29,7 +29,7 @@ def test_heartbeat_after_own_success_is_not_a_stale_commit(sqlite_url: str) -> N
         context = JobContext(store, claim, middleware.contract_for("units", "q"), middleware.worker_id, 2.0)
         heartbeat = middleware._heartbeat
         assert heartbeat is not None
-        middleware._jobs["job-1"] = context  # what the claim hook does
+        middleware._delivery.context = context  # what the claim hook does (per worker thread)
         heartbeat.add(context)
         context.enter()
 
