@@ -67,6 +67,7 @@ jobs = Table(
 )
 
 Index("ix_reliable_jobs_status_queue_scheduled", jobs.c.status, jobs.c.queue, jobs.c.scheduled_at)
+Index("ix_reliable_jobs_status_started_queue", jobs.c.status, jobs.c.started_at, jobs.c.queue)
 Index("ix_reliable_jobs_status_lease", jobs.c.status, jobs.c.lease_expires_at)
 Index("ix_reliable_jobs_status_retry", jobs.c.status, jobs.c.retry_at)
 Index("ix_reliable_jobs_status_dispatched", jobs.c.status, jobs.c.dispatched_at)
