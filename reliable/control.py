@@ -102,8 +102,8 @@ class CommandResult:
 @dataclass(frozen=True)
 class _Plan:
     event: Event
-    values: Mapping[str, Any] = field(default_factory=dict)
     outcome: str = "done"
+    checkpoint_schema: int | None = None
     dispatch: bool | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -264,14 +264,13 @@ class Control:
 
     def _plan_pause(self, job: Job, reason: str | None) -> _Plan:
         if job.status is S.RUNNING:
-            return _Plan(Event.PAUSE_REQUEST, {"pause_requested": True}, outcome="requested")
+            return _Plan(Event.PAUSE_REQUEST, outcome="requested")
         self._require_state(job, Event.PAUSE, "pause")
         return _Plan(Event.PAUSE)
 
     def _plan_stop(self, job: Job, reason: str | None) -> _Plan:
         if job.status is S.RUNNING:
-            return _Plan(Event.STOP_REQUEST, {"stop_requested": True, "stop_requested_at": self.store.now()},
-                         outcome="requested")
+            return _Plan(Event.STOP_REQUEST, outcome="requested")
         self._require_state(job, Event.STOP, "stop")
         return _Plan(Event.STOP)
 
@@ -285,10 +284,7 @@ class Control:
             warnings = (f"{len(effects)} side effect(s) were already applied and the actor declares no "
                         "compensation: partial side effects remain (nothing is rolled back)",)
         if job.status in (S.RUNNING, S.STOPPING):
-            values: dict[str, Any] = {"cancel_requested": True}
-            if job.status is S.RUNNING or job.stop_requested_at is None:
-                values["stop_requested_at"] = self.store.now()
-            return _Plan(Event.CANCEL_REQUEST, values, outcome="requested", detail=detail, warnings=warnings)
+            return _Plan(Event.CANCEL_REQUEST, outcome="requested", detail=detail, warnings=warnings)
         self._require_state(job, Event.CANCEL, "cancel")
         return _Plan(Event.CANCEL, detail=detail, warnings=warnings)
 
@@ -310,13 +306,11 @@ class Control:
     def _plan_restart(self, job: Job, reason: str | None) -> _Plan:
         self._require_state(job, Event.RESTART, "restart")
         contract = self.contract_for(job)
-        values: dict[str, Any] = {"checkpoint": None, "checkpoint_at": None, "retry_count": 0, "retry_at": None}
-        if contract.checkpoint_schema is not None:
-            values["checkpoint_schema"] = contract.checkpoint_schema
         effects = self.store.effects(job.job_id)
         warnings = ((f"{len(effects)} side effect(s) were already applied; the job runs again from the "
                      "beginning (units recorded with operation keys are detected as replays)",) if effects else ())
-        return _Plan(Event.RESTART, values, dispatch=self.broker is not None, warnings=warnings,
+        return _Plan(Event.RESTART, dispatch=self.broker is not None, warnings=warnings,
+                     checkpoint_schema=contract.checkpoint_schema,
                      detail={"cleared_checkpoint_version": job.checkpoint_version})
 
     def _plan_requeue(self, job: Job, reason: str | None) -> _Plan:
@@ -326,7 +320,7 @@ class Control:
         # Unlike resume, a retry without any contract information trusts the worker's own check.
         if job.checkpoint is not None and (contract.known or contract.checkpoint_schema is not None):
             self._check_schema(job, contract, alternative="restart")
-        return _Plan(Event.REQUEUE, {"retry_count": 0, "retry_at": None}, dispatch=self.broker is not None,
+        return _Plan(Event.REQUEUE, dispatch=self.broker is not None,
                      detail={"from_checkpoint": job.checkpoint_version})
 
     def _require_state(self, job: Job, event: Event, command: str, *, hint: str | None = None) -> None:
@@ -395,8 +389,9 @@ class Control:
     def _apply(self, command: str, job: Job, plan: _Plan, reason: str | None) -> CommandResult:
         identity = self.identity
         detail = {"command": command, "host": identity.host, "source": identity.source, **plan.detail}
-        new = self.store.transition(job.job_id, plan.event, expected_version=job.version, values=plan.values,
-                                    operator=identity.name, reason=reason, detail=detail, dispatch=plan.dispatch)
+        new = self.store.transition(job.job_id, plan.event, expected_version=job.version,
+                                    checkpoint_schema=plan.checkpoint_schema, operator=identity.name,
+                                    reason=reason, detail=detail, dispatch=plan.dispatch, host=identity.host)
         warnings = list(plan.warnings)
         dispatched = False
         if plan.dispatch and self.broker is not None:

@@ -37,8 +37,6 @@ from .errors import (
     LeaseLost,
     LeaseLostInterrupt,
     StoreError,
-    StoreNotMigrated,
-    StoreUnavailable,
     TransitionRefused,
 )
 from .events import JsonLogSink, current_trace_id
@@ -48,6 +46,7 @@ from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import ErrorInfo, NewJob, StateStore
+from .store.retrying import retry_while_unavailable
 
 __all__ = ["ACTOR_OPTIONS", "ReliableMiddleware"]
 
@@ -66,6 +65,11 @@ REGISTERED = "reliable_registered"
 CONTRACT_OPTIONS = ("owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_retries",
                     "max_attempts", "compensation", "retry_on_crash", "resume_validator")
 
+#: The outcome each of reliable's own interrupts reports.
+_OBSERVED: dict[type[BaseException], Event] = {
+    JobPaused: Event.PAUSE_OBSERVED, JobStopped: Event.STOP_OBSERVED, JobCancelled: Event.CANCEL_OBSERVED,
+    JobForceStopped: Event.FORCE_STOP,
+}
 _ACTIONS: dict[str, Event] = {
     "retry": Event.RETRY, "fail": Event.FAIL, "review": Event.NEED_REVIEW, "dead": Event.DEAD_LETTER,
     "halt": Event.HALT,
@@ -201,7 +205,7 @@ class ReliableMiddleware(Middleware):
         self._heartbeat.start()
         if self.recovery_enabled:
             self._recovery = Recovery(self.store, broker, self.policy, actor_options=self._actor_options,
-                                      sweep_after=self.sweep_after)
+                                      sweep_after=self.sweep_after, lease_ttl=self.lease_ttl)
             self._recovery_stop.clear()
             self._recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery",
                                                      daemon=True)
@@ -379,67 +383,51 @@ class ReliableMiddleware(Middleware):
     def _complete(self, broker: dramatiq.Broker, message: Any, context: JobContext,
                   exception: BaseException | None) -> None:
         if exception is None:
-            self._finish(context, Event.SUCCEED)
+            self._conclude(broker, context, self._finish(context, Event.SUCCEED), None)
             return
         if isinstance(exception, LeaseLostInterrupt):
             logger.warning("job %s: lease lost, attempt %s abandoned", context.job_id, context.attempt_id)
             return
-        if isinstance(exception, JobInterrupted):
-            self._interrupted(broker, context, exception)
+        observed = _OBSERVED.get(type(exception)) if isinstance(exception, JobInterrupted) else None
+        if observed is not None:
+            # The store turns a stop into a cancel when one was requested since (honour_requests).
+            job = self._finish(context, observed, detail={"interrupt": type(exception).__name__})
+            self._conclude(broker, context, job, None)
             return
-        control = context.control_snapshot()
-        if control.status is JobStatus.STOPPING:
-            # A failure while stopping ends the job as the operator asked, not as a retry.
-            self._interrupted(broker, context, JobCancelled() if control.cancel_requested else JobStopped())
-            return
+        # A failure (or an interrupt we do not own, e.g. Dramatiq's TimeLimit): the policy decides;
+        # the store then honours any stop, cancel or pause requested meanwhile.
         decision = self.policy.decide(Failure(
             exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
             attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
             now=time.time(), recent_retries=self._recent_retries(context),
             rate_limited_retries=self._rate_limited_retries(context),
         ))
-        self._apply(broker, message, context, decision)
-
-    def _interrupted(self, broker: dramatiq.Broker, context: JobContext, exc: BaseException) -> None:
-        control = context.control_snapshot()
-        if isinstance(exc, JobForceStopped):
-            event = Event.FORCE_CANCEL if control.cancel_requested else Event.FORCE_STOP
-        elif isinstance(exc, JobCancelled):
-            event = Event.CANCEL_OBSERVED
-        elif isinstance(exc, JobStopped):
-            event = Event.STOP_OBSERVED
-        elif isinstance(exc, JobPaused):
-            event = Event.PAUSE_OBSERVED
-        else:  # an interrupt we do not own (e.g. Dramatiq's TimeLimit): a failure like any other
-            decision = self.policy.decide(Failure(
-                exception=exc, actor=context.claim.job.actor, queue=context.claim.job.queue,
-                attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
-                now=time.time(), recent_retries=self._recent_retries(context)))
-            self._apply(broker, None, context, decision)
-            return
-        job = self._finish(context, event, detail={"interrupt": type(exc).__name__})
-        if job is not None and job.status is JobStatus.CANCELLED:
-            warning = compensate(self.store, broker, job, context.contract.compensation, worker_id=self.worker_id)
-            if warning:
-                logger.warning("job %s: %s", job.job_id, warning)
-
-    def _apply(self, broker: dramatiq.Broker, message: Any, context: JobContext, decision: Decision) -> None:
         event = _ACTIONS.get(decision.action)
         if event is None:
             raise ValueError(f"policy decision {decision.action!r} is not valid for a failed attempt")
         error = ErrorInfo(decision.error_class, decision.exception_type, decision.message)
         delay = decision.delay if decision.action == "retry" else None
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail())
+        self._conclude(broker, context, job, decision)
+
+    def _conclude(self, broker: dramatiq.Broker, context: JobContext, job: Any, decision: Decision | None) -> None:
+        """Act on where the attempt's outcome left the job (the store may have changed it)."""
         if job is None:
             return
-        if decision.action == "halt" or decision.alert:
+        if decision is not None and (decision.alert or (decision.action == "halt" and job.status is JobStatus.STOPPED)):
             self._alert(context, decision)
-        if decision.action == "retry" and (delay or 0.0) <= MAX_BROKER_DELAY:
-            try:
-                broker.enqueue(message_for(job), delay=int((delay or 0.0) * 1000))
-            except Exception:
-                logger.warning("job %s: publishing the retry failed; the recovery loop will re-dispatch it",
-                               context.job_id, exc_info=True)
+        if job.status is JobStatus.CANCELLED:
+            warning = compensate(self.store, broker, job, context.contract.compensation, worker_id=self.worker_id)
+            if warning:
+                logger.warning("job %s: %s", job.job_id, warning)
+        elif job.status is JobStatus.RETRY_WAIT and job.retry_at is not None:
+            delay = max(0.0, job.retry_at - job.updated_at)
+            if delay <= MAX_BROKER_DELAY:
+                try:
+                    broker.enqueue(message_for(job), delay=int(delay * 1000))
+                except Exception:
+                    logger.warning("job %s: publishing the retry failed; the recovery loop will re-dispatch it",
+                                   context.job_id, exc_info=True)
 
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
                 retry_delay: float | None = None, detail: dict[str, Any] | None = None) -> Any:
@@ -488,15 +476,9 @@ class ReliableMiddleware(Middleware):
             return 0
 
     def _with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run a store call; while the database is unreachable or unmigrated, wait and retry (unacked)."""
-        delay = 0.5
-        while True:
-            try:
-                return call()
-            except (StoreUnavailable, StoreNotMigrated) as exc:
-                # An unmigrated store is as unusable as an unreachable one: skipping (and acking)
-                # messages would empty the queue without running anything.
-                logger.warning("%s: store unavailable, retrying in %.1fs (message kept unacked): %s",
-                               what, delay, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 30.0)
+        """Run a store call; while the database is unreachable or unmigrated, wait and retry (unacked).
+
+        The wait between tries is capped by the heartbeat interval, so a write lands within about
+        one interval of the store's return: before recovery may expire any lease (a full TTL).
+        """
+        return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval)

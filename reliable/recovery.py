@@ -3,6 +3,11 @@
 Each step reads candidates, then applies a compare-and-set (expected version, unchanged lease,
 lease still expired by the database's clock) and publishes only when its own write won. Several
 recovery loops (one per worker process, or `reliable recover` processes) can run at once.
+
+A lease is never expired because nobody could reach the store: after this loop found the store
+unreachable, and after the database server (re)started, it expires no lease until the store has
+been reachable for a full lease TTL, long enough for every live worker's heartbeat to renew its
+leases (docs/concepts.md, "Leases and store outages").
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import dramatiq
 
 from .compensation import compensate
 from .dispatch import dispatch
-from .errors import JobNotFound, TransitionRefused
+from .errors import JobNotFound, StoreUnavailable, TransitionRefused
 from .policy import JobContract, Policy
-from .states import Event, JobStatus
+from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
 
 __all__ = ["Recovery", "RecoveryReport"]
@@ -40,6 +45,8 @@ class RecoveryReport:
     retried: list[str] = field(default_factory=list)
     redispatched: list[str] = field(default_factory=list)
     lost_races: int = 0
+    #: Lease expiry was held back: the store came back (or restarted) less than a lease TTL ago.
+    expiry_held: bool = False
 
     @property
     def total(self) -> int:
@@ -56,14 +63,18 @@ class Recovery:
     def __init__(self, store: StateStore, broker: dramatiq.Broker | None, policy: Policy, *,
                  actor_options: Callable[[str], Mapping[str, Any]] | None = None,
                  sweep_after: float | None = None, retry_grace: float | None = None,
-                 batch: int = 200) -> None:
+                 lease_ttl: float | None = None, batch: int = 200) -> None:
         self.store = store
         self.broker = broker
         self.policy = policy
         self.actor_options = actor_options or (lambda actor: {})
         self.sweep_after = sweep_after if sweep_after is not None else policy.lease.sweep_after
         self.retry_grace = retry_grace if retry_grace is not None else policy.lease.retry_grace
+        self.lease_ttl = lease_ttl if lease_ttl is not None else policy.lease.ttl
         self.batch = batch
+        self._unreachable_seen = False
+        self._restart_checked = False
+        self._expiry_held_until: float | None = None
 
     def contract_of(self, job: Job) -> JobContract:
         """The job's contract: policy, then the options stored with the job, then the live actor's."""
@@ -72,9 +83,36 @@ class Recovery:
 
     def run_once(self) -> RecoveryReport:
         """Recover expired leases, promote overdue retries, re-publish lost messages."""
+        try:
+            return self._run_once()
+        except StoreUnavailable:
+            self._unreachable_seen = True
+            raise
+
+    def _expiry_allowed(self, now: float) -> bool:
+        """Whether leases may be expired now (see the module docstring)."""
+        if not self._restart_checked:
+            since = self.store.serving_since()
+            if since is not None:
+                self._hold_expiry(since + self.lease_ttl)
+            self._restart_checked = True
+        if self._unreachable_seen:
+            self._unreachable_seen = False
+            self._hold_expiry(now + self.lease_ttl)
+            logger.warning("recovery: the store is reachable again; no lease expires before %.1fs have passed "
+                           "(heartbeats renew first)", self.lease_ttl)
+        return self._expiry_held_until is None or now >= self._expiry_held_until
+
+    def _hold_expiry(self, until: float) -> None:
+        self._expiry_held_until = max(until, self._expiry_held_until or until)
+
+    def _run_once(self) -> RecoveryReport:
         report = RecoveryReport()
-        for job in self.store.expired_leases(limit=self.batch):
-            self._expired(job, report)
+        if self._expiry_allowed(self.store.now()):
+            for job in self.store.expired_leases(limit=self.batch):
+                self._expired(job, report)
+        else:
+            report.expiry_held = True
         for job in self.store.due_retries(grace=self.retry_grace, limit=self.batch):
             self._retry_due(job, report)
         for job in self.store.stale_pending(age=self.sweep_after, limit=self.batch):
@@ -88,24 +126,20 @@ class Recovery:
 
     def _expired(self, job: Job, report: RecoveryReport) -> None:
         if job.status is JobStatus.STOPPING:
-            event = Event.FORCE_CANCEL if job.cancel_requested else Event.FORCE_STOP
-            reason = "lease expired while stopping"
-            delay = None
-        elif job.pause_requested:
-            event, reason, delay = Event.PAUSE_OBSERVED, "lease expired with a pause requested", None
+            event, reason, delay = Event.FORCE_STOP, "lease expired while stopping", None
         else:
             decision = self.policy.decide_crash(contract=self.contract_of(job), attempt=job.attempt,
                                                 actor=job.actor, queue=job.queue)
             event = _CRASH_EVENTS.get(decision.action, Event.LEASE_EXPIRED_REVIEW)
             reason, delay = decision.reason, decision.delay
-        values = {}
-        if event is Event.LEASE_EXPIRED_BACKOFF:
-            now = self.store.now()
-            values = {"retry_at": now + (delay or 0.0), "scheduled_at": now + (delay or 0.0)}
+        honoured = honour_requests(event, job.status, pause_requested=job.pause_requested,
+                                   cancel_requested=job.cancel_requested)
+        if honoured is not event:
+            event, reason = honoured, f"{reason} ({'pause' if job.status is JobStatus.RUNNING else 'stop'} requested)"
         try:
             moved = self.store.transition(
                 job.job_id, event, expected_version=job.version, lease_id=job.lease_id, lease_expired=True,
-                values=values, end_attempt=True, reason=reason,
+                retry_delay=(delay or 0.0) if event is Event.LEASE_EXPIRED_BACKOFF else None, reason=reason,
                 dispatch=(self.broker is not None) if event is Event.LEASE_EXPIRED else None,
                 detail={"expired_worker": job.worker_id, "expired_lease": job.lease_id,
                         "lease_expires_at": job.lease_expires_at, "checkpoint_version": job.checkpoint_version},

@@ -30,11 +30,18 @@ from .errors import TransitionRefused
 
 __all__ = [
     "ACTIVE_STATES",
+    "AT_REST_STATES",
+    "CANCEL_UPGRADES",
+    "LATE_COMPLETION_FROM",
+    "RERUN_EVENTS",
     "TERMINAL_STATES",
     "TRANSITIONS",
+    "WORKER_OUTCOMES",
     "Event",
     "JobStatus",
     "allowed_events",
+    "honour_requests",
+    "late_target",
     "next_state",
     "sources",
     "target",
@@ -108,14 +115,12 @@ TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
     (S.RUNNING, E.DEAD_LETTER): S.DEAD,
     (S.RUNNING, E.HALT): S.STOPPED,
     (S.RUNNING, E.PAUSE_OBSERVED): S.PAUSED,
-    # A job asked to stop may still finish, fail or hit a problem before its next checkpoint.
+    # A job asked to stop may still finish, or leave an ambiguous side effect, before its next
+    # checkpoint. Any other outcome becomes the stop or cancel (see honour_requests).
     (S.STOPPING, E.STOP_OBSERVED): S.STOPPED,
     (S.STOPPING, E.CANCEL_OBSERVED): S.CANCELLED,
     (S.STOPPING, E.SUCCEED): S.SUCCEEDED,
-    (S.STOPPING, E.FAIL): S.FAILED,
     (S.STOPPING, E.NEED_REVIEW): S.REVIEW,
-    (S.STOPPING, E.DEAD_LETTER): S.DEAD,
-    (S.STOPPING, E.HALT): S.STOPPED,
     # operator
     (S.PENDING, E.PAUSE): S.PAUSED,
     (S.RETRY_WAIT, E.PAUSE): S.PAUSED,
@@ -160,6 +165,34 @@ TERMINAL_STATES: frozenset[JobStatus] = frozenset({S.SUCCEEDED, S.FAILED, S.CANC
 #: States in which a worker holds a lease on the job.
 ACTIVE_STATES: frozenset[JobStatus] = frozenset({S.RUNNING, S.STOPPING})
 
+#: States in which nothing moves the job on its own: `finished_at` is set on entering them and
+#: cleared on leaving them (an operator's resume, restart or retry).
+AT_REST_STATES: frozenset[JobStatus] = TERMINAL_STATES | {S.PAUSED, S.STOPPED, S.REVIEW}
+
+#: What a worker's attempt can end with (the events of `StateStore.finish`).
+WORKER_OUTCOMES: frozenset[Event] = frozenset({
+    E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PAUSE_OBSERVED,
+    E.STOP_OBSERVED, E.CANCEL_OBSERVED, E.FORCE_STOP, E.FORCE_CANCEL,
+})
+
+#: Outcomes that would run the job again by themselves. They are refused while a pause is
+#: requested (the pause wins: see `honour_requests`).
+RERUN_EVENTS: frozenset[Event] = frozenset({E.RETRY, E.LEASE_EXPIRED, E.LEASE_EXPIRED_BACKOFF})
+
+#: Stop outcomes that a standing cancel request upgrades (they are refused while one stands).
+CANCEL_UPGRADES: Mapping[Event, Event] = {E.STOP_OBSERVED: E.CANCEL_OBSERVED, E.FORCE_STOP: E.FORCE_CANCEL}
+
+#: Where recovery leaves a job whose lease it expired. A worker whose lease was expired while it
+#: could not reach the store may still commit its outcome from these (a late completion), provided
+#: nobody claimed the job since (its lease_id is unchanged) and the expiry was the job's last
+#: transition. The body then ran once, and its real outcome replaces recovery's guess.
+LATE_COMPLETION_FROM: frozenset[JobStatus] = frozenset({S.PENDING, S.RETRY_WAIT, S.REVIEW, S.DEAD, S.PAUSED})
+
+#: Worker outcomes a late completion may commit (not the stop and cancel observations: recovery
+#: only expires a lease into LATE_COMPLETION_FROM when no stop was requested).
+_LATE_OUTCOMES: frozenset[Event] = frozenset({E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER,
+                                               E.HALT, E.PAUSE_OBSERVED})
+
 
 def target(event: Event | str) -> JobStatus:
     """The single state `event` leads to, whatever state it starts from."""
@@ -193,3 +226,46 @@ def allowed_events(state: JobStatus | str) -> frozenset[Event]:
     """The events allowed in `state`."""
     state = JobStatus(state)
     return frozenset(ev for (st, ev) in TRANSITIONS if st is state)
+
+
+def late_target(state: JobStatus | str, event: Event | str) -> JobStatus | None:
+    """Where a late completion of `event` moves a job that recovery left in `state`, or None.
+
+    See LATE_COMPLETION_FROM: the store also checks that the lease is unchanged and that the lease
+    expiry was the job's last transition.
+    """
+    state, event = JobStatus(state), Event(event)
+    if state in LATE_COMPLETION_FROM and event in _LATE_OUTCOMES:
+        return target(event)
+    return None
+
+
+def honour_requests(event: Event | str, status: JobStatus | str, *, pause_requested: bool,
+                    cancel_requested: bool) -> Event:
+    """The event an attempt's outcome becomes, given the operator requests standing on the job.
+
+    The one rule that keeps control requests from being lost (docs/concepts.md, "Control requests
+    and outcomes"):
+    - A stop or cancel (the job is STOPPING) ends the job as the operator asked, whatever the
+      attempt did, except that a success still ends SUCCEEDED (the work is done) and an ambiguous
+      side effect still goes to REVIEW (a person must look): the STOPPING rows of TRANSITIONS. A
+      cancel requested after a stop upgrades the stop. Recovery (the worker is gone) force-stops
+      or force-cancels.
+
+    The store enforces the same rule in its guards (an outcome this function would change is
+    refused, and the caller re-decides with the job's current requests), so a request that lands
+    between the decision and the write is never lost.
+    - A pause (RUNNING with pause_requested) wins over anything that would run the job again
+      (a retry, a lease expiry that re-queues): the job is PAUSED instead, its checkpoint kept.
+      A success, a permanent failure, review, dead letter or halt end the job as they say.
+    """
+    event, status = Event(event), JobStatus(status)
+    if status is S.STOPPING:
+        if (status, event) in TRANSITIONS:
+            return CANCEL_UPGRADES.get(event, event) if cancel_requested else event
+        if event in WORKER_OUTCOMES:
+            return E.CANCEL_OBSERVED if cancel_requested else E.STOP_OBSERVED
+        return E.FORCE_CANCEL if cancel_requested else E.FORCE_STOP
+    if status is S.RUNNING and pause_requested and event in RERUN_EVENTS:
+        return E.PAUSE_OBSERVED
+    return event

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, literal_column
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -21,6 +21,7 @@ __all__ = [
     "now_expression",
     "read_connection",
     "sqlite_writer_lock",
+    "translate",
     "translate_errors",
     "write_transaction",
 ]
@@ -58,9 +59,11 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
             )
             _configure_sqlite(engine)
         else:
+            # One bounded pool serves every thread of the process (the worker's writes check a
+            # connection out per statement); prepare_threshold: the hot statements run often.
             engine = create_engine(
-                parsed, pool_size=min(pool_size, 2), max_overflow=pool_size, pool_pre_ping=True,
-                connect_args={"connect_timeout": 5},
+                parsed, pool_size=pool_size, max_overflow=0, pool_timeout=30, pool_pre_ping=True,
+                connect_args={"connect_timeout": 5, "prepare_threshold": 2},
             )
     except NoSuchModuleError:
         raise ConfigError(f"store URL {url!r}: unknown driver {parsed.drivername!r}") from None
@@ -130,14 +133,29 @@ def translate_errors(engine: Engine) -> Iterator[None]:
     try:
         yield
     except DBAPIError as exc:
-        text = str(exc.orig) if exc.orig is not None else str(exc)
-        lowered = text.lower()
-        url = engine.url.render_as_string(hide_password=True)
-        if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
-            raise StoreNotMigrated(
-                f"the store at {url} has no reliable tables: run `reliable db upgrade --store {url}`"
-            ) from None
-        if isinstance(exc, OperationalError) or exc.connection_invalidated:
-            first_line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-            raise StoreUnavailable(f"cannot use the store at {url}: {first_line}") from exc
-        raise StoreError(f"store error at {url}: {text.strip().splitlines()[0]}") from exc
+        raise translate(exc, engine.url) from exc
+
+
+def translate(exc: BaseException, url: URL) -> Exception:
+    """The reliable error for a driver or pool error `exc` on the store at `url` (password hidden).
+
+    The one place that decides what a database error means: the schema is missing
+    (StoreNotMigrated), the database cannot be reached or the pool is exhausted
+    (StoreUnavailable), or anything else (StoreError).
+    """
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    text = str(original).strip()
+    lowered = text.lower()
+    where = url.render_as_string(hide_password=True)
+    first = text.splitlines()[0] if text else type(original).__name__
+    if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
+        return StoreNotMigrated(f"the store at {where} has no reliable tables: "
+                                f"run `reliable db upgrade --store {where}`")
+    disconnect = isinstance(exc, OperationalError | PoolTimeout) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated) or type(original).__name__ in (
+        "OperationalError", "InterfaceError") or "connection" in lowered
+    if disconnect:
+        return StoreUnavailable(f"cannot use the store at {where}: {first}")
+    return StoreError(f"store error at {where}: {first}")

@@ -196,3 +196,5 @@ class Effect:
     applied: bool  # True the first time; False when the key had already been recorded
     duplicates: int
     attempt_id: str | None
+    #: The first record of a key that an earlier attempt may have applied without recording it.
+    possible_duplicate: bool = False

@@ -1,39 +1,43 @@
-"""StateStore: every job transition as one transaction (compare-and-set + one event row)."""
+"""StateStore: every job transition as one compare-and-set write plus its event row.
+
+What each write does is defined once (reliable/store/writes.py, derived from reliable/states.py)
+and executed by one named query per dialect (reliable/store/sql/*.sql, run by SqlRunner). The
+worker's claims and finishes, checkpoints, operator commands and recovery all go through it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import math
 import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import (
-    Engine,
-    and_,
-    false,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Engine, and_, func, literal, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
-from ..states import ACTIVE_STATES, TERMINAL_STATES, Event, JobStatus, sources, target
-from .db import connect_engine, now_expression, read_connection, write_transaction
-from .hotpath import HotPath
+from ..states import (
+    ACTIVE_STATES,
+    TERMINAL_STATES,
+    Event,
+    JobStatus,
+    honour_requests,
+    late_target,
+    target,
+)
+from .db import connect_engine, now_expression, read_connection
 from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
+from .sqlrunner import SqlRunner, Tx
+from .writes import JobWrite, event_write, transition_write
 
-__all__ = ["EventListener", "StateStore"]
+__all__ = ["EventListener", "StateStore", "checkpoint_json"]
 
 logger = logging.getLogger("reliable.store")
 
@@ -42,12 +46,20 @@ EventListener = Callable[[dict[str, Any]], None]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
 _MAX_ERROR_TEXT = 2000
-_REGISTER_CHUNK = 500
-_EVENT_FIELDS = frozenset(c.name for c in job_events.c) - {"id", "job_id", "at", "event"}
+#: How many times a worker's outcome is re-decided against the job's current requests.
+_OUTCOME_ROUNDS = 3
+#: The event a worker's outcome is recorded under when a control request changed it.
+_EVENT_FIELDS = frozenset({"worker_id", "lease_id", "operator", "reason", "host", "detail", "error_class",
+                           "error_type", "error_message"})
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, default=str, separators=(",", ":"))
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _detail(detail: Mapping[str, Any] | None) -> str | None:
+    # default=str: a detail is diagnostics written by reliable itself, never state read back.
+    return json.dumps(dict(detail), default=str, separators=(",", ":")) if detail else None
 
 
 def _truncate(text: str | None, limit: int = _MAX_ERROR_TEXT) -> str | None:
@@ -56,25 +68,68 @@ def _truncate(text: str | None, limit: int = _MAX_ERROR_TEXT) -> str | None:
     return text[: limit - 15] + "... [truncated]"
 
 
+def checkpoint_json(value: Any) -> str:
+    """`value` as JSON text; TypeError naming the offending type and where, unless it round-trips.
+
+    A checkpoint must come back exactly as it was saved: None, bool, int, finite float, str, and
+    lists and dicts (with str keys) of those. A tuple, set, datetime, Decimal, bytes or any object
+    would come back as something else (or as its str()), so it is refused instead.
+    """
+    _check_json(value, "checkpoint")
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _check_json(value: Any, where: str) -> None:
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int) and type(value) is int:
+        return
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise TypeError(f"{where} is {value!r}: JSON has no NaN or infinity")
+        return
+    if type(value) is list:
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]")
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has a {type(key).__name__} key {key!r}: JSON object keys are strings "
+                                "(it would come back as a str)")
+            _check_json(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which does not round-trip "
+        "through JSON (use None, bool, int, float, str, list or dict with str keys; convert it, or declare "
+        "a checkpoint_codec on the actor)"
+    )
+
+
 class StateStore:
     """The durable job state: a projection per job plus its append-only event history.
 
-    Every change of status is `UPDATE ... WHERE status IN (allowed sources) [AND version = :v]
-    [AND lease_id = :lease]` plus one INSERT into the event table, in one transaction. When the
-    UPDATE matches no row the caller gets a typed error (TransitionRefused, ClaimRefused,
-    LeaseLost), never a silent overwrite. Lease expiry is judged by the database's clock.
+    Every change of status is one write guarded by the transition table (the job is in a state the
+    event is allowed from) and by the caller's fences (lease_id, version, lease expiry by the
+    database's clock), plus one event row, in one transaction. A write that matches no row gives
+    the caller a typed error (TransitionRefused, ClaimRefused, LeaseLost), never a silent overwrite.
 
     Parameters:
       url: a SQLAlchemy URL, e.g. ``sqlite:///reliable.db`` or
         ``postgresql+psycopg://postgres@127.0.0.1:5432/reliable``.
       engine: an engine to use instead of creating one from `url`.
       host: recorded on operator events; defaults to this machine's host name.
+      pool_size: the most connections this store holds at once in this process (threads beyond it
+        wait for one; see docs/operations.md for sizing against the database's max_connections).
       listeners: callables given every event row after its commit (see add_listener).
+      clock: for tests, returns the time (epoch seconds) the store uses instead of the database's
+        clock; None from it falls back to the database's.
     """
 
     def __init__(self, url: str | None = None, *, engine: Engine | None = None,
                  host: str | None = None, pool_size: int = 10,
-                 listeners: Sequence[EventListener] = ()) -> None:
+                 listeners: Sequence[EventListener] = (),
+                 clock: Callable[[], float | None] | None = None) -> None:
         if engine is None:
             if url is None:
                 raise TypeError("StateStore needs a url or an engine")
@@ -82,19 +137,19 @@ class StateStore:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.host = host or socket.gethostname()
-        self._now = now_expression(engine)
+        self._clock = clock
+        self._db_now = now_expression(engine)
         self._ready = False
         self._ready_lock = threading.Lock()
-        self._pool_size = pool_size
-        self._hot_path: HotPath | None = None
+        self._sql = SqlRunner(engine, clock=clock)
         self._listeners: list[EventListener] = list(listeners)
 
     def add_listener(self, listener: EventListener) -> None:
         """Call `listener(event)` with every event row this store writes, after its commit.
 
         The event is a dict with the `reliable_job_events` columns (detail and checkpoint decoded)
-        plus `started_at`, `scheduled_at` and `dispatched_at` of the job when known. A listener
-        that raises is logged and otherwise ignored: observers never break a transition.
+        plus `started_at`, `scheduled_at` and `dispatched_at` of the job. A listener that raises is
+        logged and otherwise ignored: observers never break a transition.
         """
         self._listeners.append(listener)
 
@@ -106,13 +161,15 @@ class StateStore:
                 except Exception:
                     logger.exception("event listener %r failed on %s", listener, event.get("event"))
 
-    @property
-    def _hot(self) -> HotPath:
-        if self._hot_path is None:
-            with self._ready_lock:
-                if self._hot_path is None:
-                    self._hot_path = HotPath(self.engine, pool_size=self._pool_size)
-        return self._hot_path
+    @staticmethod
+    def _record(event: Mapping[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
+        """What listeners get: the event row as written (decoded), plus the job's timing columns."""
+        record = {k: v for k, v in event.items() if k != "id"}
+        record["detail"] = json.loads(event["detail"]) if event.get("detail") else {}
+        record["checkpoint"] = json.loads(event["checkpoint"]) if event.get("checkpoint") else None
+        for name in ("started_at", "scheduled_at", "dispatched_at"):
+            record[name] = job.get(name) if job is not None else None
+        return record
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -150,14 +207,38 @@ class StateStore:
 
     def close(self) -> None:
         """Close every pooled connection."""
-        if self._hot_path is not None:
-            self._hot_path.dispose()
         self.engine.dispose()
 
     def now(self) -> float:
-        """The database's current time, in epoch seconds."""
+        """The store's current time in epoch seconds (the database's clock, or the injected one)."""
+        if self._clock is not None and (now := self._clock()) is not None:
+            return now
         with self._read() as conn:
-            return float(conn.execute(select(self._now)).scalar_one())
+            return float(conn.execute(select(self._db_now)).scalar_one())
+
+    @property
+    def _now(self) -> ColumnElement[float]:
+        """SQL for the store's current time (reads compare lease expiry and due times with it)."""
+        if self._clock is not None and (now := self._clock()) is not None:
+            return literal(now)
+        return self._db_now
+
+    def serving_since(self) -> float | None:
+        """When the database server last started (epoch seconds), where the database can tell.
+
+        PostgreSQL: ``pg_postmaster_start_time()``; SQLite has no server: None.
+        """
+        if self.dialect != "postgresql":
+            return None
+        with self._read() as conn:
+            value = conn.execute(select(func.extract("epoch", func.pg_postmaster_start_time()))).scalar_one()
+        return float(value)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for queries other modules run on the store's tables (errors translated)."""
+        with self._read() as conn:
+            yield conn
 
     # -- producer --------------------------------------------------------------------------------
 
@@ -169,47 +250,24 @@ class StateStore:
         """Register several jobs in one transaction; return how many were new."""
         if not new_jobs:
             return 0
-        created = 0
-        emitted: list[dict[str, Any]] = []
-        with self._write() as conn:
-            now = float(conn.execute(select(self._now)).scalar_one())
-            for start in range(0, len(new_jobs), _REGISTER_CHUNK):
-                chunk = new_jobs[start:start + _REGISTER_CHUNK]
-                rows = [self._new_job_row(job, now) for job in chunk]
-                stmt = self._insert_ignore(jobs, ["job_id"]).values(rows).returning(jobs.c.job_id)
-                fresh = set(conn.execute(stmt).scalars())
-                events = [self._enqueued_event(job, row, now) for job, row in zip(chunk, rows, strict=True)
-                          if row["job_id"] in fresh]
-                if events:
-                    conn.execute(insert(job_events), events)
-                created += len(events)
-                emitted.extend(events)
+        self.check_schema()
+        rows = [self._new_job_row(job) for job in new_jobs]
+        details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
+        _, events = self._sql.register(rows, details)
         if self._listeners:
-            self._emit([{**e, "detail": json.loads(e["detail"]) if e["detail"] else {}, "checkpoint": None,
-                         "scheduled_at": None, "started_at": None, "dispatched_at": now} for e in emitted])
-        return created
+            by_id = {row["job_id"]: row for row in rows}
+            self._emit([self._record(e, {"dispatched_at": e["at"], **by_id.get(e["job_id"], {}),
+                                         "scheduled_at": None}) for e in events])
+        return len(events)
 
-    def _enqueued_event(self, job: NewJob, row: Mapping[str, Any], now: float) -> dict[str, Any]:
-        event: dict[str, Any] = {name: None for name in _EVENT_FIELDS}
-        event.update(
-            job_id=row["job_id"], at=now, event="enqueued", to_status=JobStatus.PENDING.value, version=1,
-            attempt=0, queue=row["queue"], actor=row["actor"], workflow_id=row["workflow_id"],
-            trace_id=row["trace_id"], retry_count=0,
-            detail=_dumps({"delay": job.delay} if job.delay else None),
-        )
-        return event
-
-    def _new_job_row(self, job: NewJob, now: float) -> dict[str, Any]:
-        due = now + (job.delay or 0.0)
+    @staticmethod
+    def _new_job_row(job: NewJob) -> dict[str, Any]:
         return {
             "job_id": job.job_id, "queue": job.queue, "actor": job.actor,
-            "message": _dumps(dict(job.message)), "status": JobStatus.PENDING.value,
-            "previous_status": None, "version": 1, "lease_id": 0, "attempt": 0, "retry_count": 0,
-            "scheduled_at": due, "dispatched_at": now, "owner": job.owner,
-            "workflow_id": job.workflow_id, "trace_id": job.trace_id,
-            "parent_job_id": job.parent_job_id, "checkpoint_schema": job.checkpoint_schema,
-            "checkpoint_version": 0, "pause_requested": False, "stop_requested": False,
-            "cancel_requested": False, "created_at": now, "updated_at": now,
+            "message": json.dumps(dict(job.message), default=str, separators=(",", ":")),
+            "status": JobStatus.PENDING.value, "delay": job.delay or 0.0, "owner": job.owner,
+            "workflow_id": job.workflow_id, "trace_id": job.trace_id, "parent_job_id": job.parent_job_id,
+            "checkpoint_schema": job.checkpoint_schema,
         }
 
     # -- worker ----------------------------------------------------------------------------------
@@ -221,18 +279,16 @@ class StateStore:
         Wins only from PENDING, or from RETRY_WAIT once retry_at has passed. Otherwise raises
         ClaimRefused with the reason (held under a live lease, paused, finished, not due...).
         """
-        attempt_id = attempt_id or uuid.uuid4().hex
         self.check_schema()
-        row = self._hot.claim(job_id, worker_id, lease_ttl, attempt_id)
-        if row is None:
-            with self._read() as conn:
-                raise self._claim_refusal(conn, job_id, self._get(conn, job_id))
-        job = Job.from_row(row)
-        if self._listeners:
-            self._emit([self._hot_record(job, "claim")])
-        return Claim(job)
+        write = transition_write(job_id, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
+                                 attempt_id=attempt_id or uuid.uuid4().hex)
+        result = self._sql.write(write)
+        if result is None:
+            raise self._claim_refusal(job_id, self.find(job_id))
+        self._emit_one(result)
+        return Claim(Job.from_row(result[0]))
 
-    def _claim_refusal(self, conn: Connection, job_id: str, job: Job | None) -> ClaimRefused:
+    def _claim_refusal(self, job_id: str, job: Job | None) -> ClaimRefused:
         if job is None:
             return ClaimRefused(job_id, "not_found")
         status = job.status
@@ -247,7 +303,7 @@ class StateStore:
         elif status is JobStatus.REVIEW:
             reason = "review"
         elif status is JobStatus.RETRY_WAIT:
-            now = float(conn.execute(select(self._now)).scalar_one())
+            now = self.now()
             retry_in = max(0.0, (job.retry_at or now) - now)
             return ClaimRefused(job_id, "not_due", status=status.value, retry_in=retry_in)
         else:  # PENDING again: someone else claimed and released in between
@@ -266,7 +322,7 @@ class StateStore:
         if not pairs:
             return {}
         self.check_schema()
-        return {row["job_id"]: self._lease_status(row) for row in self._hot.renew(worker_id, pairs, lease_ttl)}
+        return {row["job_id"]: self._lease_status(row) for row in self._sql.renew(worker_id, pairs, lease_ttl)}
 
     @staticmethod
     def _lease_status(row: Mapping[str, Any]) -> LeaseStatus:
@@ -280,62 +336,67 @@ class StateStore:
 
     def save_checkpoint(self, job_id: str, lease_id: int, value: Any, *, lease_ttl: float,
                         worker_id: str | None = None) -> LeaseStatus:
-        """Durably record the job's progress (fenced); renew the lease; return the control flags."""
+        """Durably record the job's progress (fenced); renew the lease; return the control flags.
+
+        `value` must round-trip through JSON (see `checkpoint_json`): TypeError otherwise.
+        """
+        text = checkpoint_json(value)
         self.check_schema()
-        row = self._hot.checkpoint(job_id, lease_id, _dumps(value), lease_ttl, None)
-        if row is None:
-            with self._write() as conn:
-                stale = self._stale(conn, job_id, lease_id, "checkpoint", worker_id)
-            raise stale  # after the commit: the stale_commit_rejected event is kept
-        if self._listeners:
-            job = self.find(job_id)
-            if job is not None:
-                self._emit([self._hot_record(job, "checkpoint", from_status=job.status.value,
-                                             at=job.checkpoint_at)])
-        return self._lease_status(row)
+        write = event_write(job_id, "checkpoint", lease_id=lease_id, active_only=True, checkpoint=text,
+                            lease_ttl=lease_ttl, worker_id=worker_id)
+        result = self._sql.write(write)
+        if result is None:
+            raise self._stale(job_id, lease_id, "checkpoint", worker_id)
+        self._emit_one(result)
+        return self._lease_status(result[0])
 
     def record_effect(self, job_id: str, lease_id: int, op_key: str, *, attempt_id: str | None = None,
-                      result: Any = None) -> Effect:
+                      result: Any = None, worker_id: str | None = None) -> Effect:
         """Record that the unit `op_key` of this job was applied; detect and count replays.
 
         Fenced: a worker that lost its lease gets LeaseLost and nothing is written. The first
         record of a key returns ``applied=True``; a later one (a replay after a crash) returns
-        ``applied=False`` and increments the key's duplicate count.
+        ``applied=False`` and increments the key's duplicate count. A first record of a key that an
+        earlier attempt applied but could not record (see `effect_unrecorded`) is flagged
+        ``possible_duplicate`` with a `possible_duplicate_effect` event.
         """
-        with self._write() as conn:
-            held = conn.execute(
-                select(jobs.c.lease_id).where(jobs.c.job_id == job_id, jobs.c.lease_id == lease_id,
-                                              jobs.c.status.in_(_ACTIVE))
-            ).first()
-            if held is None:
-                stale = self._stale(conn, job_id, lease_id, "record_effect", None)
+        self.check_schema()
+        written: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        with self._sql.transaction() as tx:
+            if not self._sql.holds_lease(tx, job_id, lease_id):
+                effect = None
+            elif self._sql.insert_effect(tx, job_id, op_key, attempt_id=attempt_id, lease_id=lease_id):
+                possible = self._unrecorded(tx, job_id, op_key)
+                effect = Effect(job_id, op_key, applied=True, duplicates=0, attempt_id=attempt_id,
+                                possible_duplicate=possible)
+                if possible:
+                    written.append(self._write_in(tx, event_write(
+                        job_id, "possible_duplicate_effect", worker_id=worker_id, lease_id=lease_id,
+                        detail=_detail({"op_key": op_key, "attempt_id": attempt_id}))))
             else:
-                effect = self._upsert_effect(conn, job_id, lease_id, op_key, attempt_id, result)
-        if held is None:
-            raise stale  # after the commit: the stale_commit_rejected event is kept
+                duplicates, first = self._sql.count_duplicate_effect(tx, job_id, op_key)
+                effect = Effect(job_id, op_key, applied=False, duplicates=duplicates, attempt_id=first)
+                written.append(self._write_in(tx, event_write(
+                    job_id, "duplicate_effect", worker_id=worker_id, lease_id=lease_id,
+                    detail=_detail({"op_key": op_key, "duplicates": duplicates, "first_attempt_id": first}))))
+        if effect is None:
+            raise self._stale(job_id, lease_id, "record_effect", worker_id)
+        for item in written:
+            self._emit_one(item)
         return effect
 
-    def _upsert_effect(self, conn: Connection, job_id: str, lease_id: int, op_key: str,
-                       attempt_id: str | None, result: Any) -> Effect:
-        now = float(conn.execute(select(self._now)).scalar_one())
-        stmt = self._insert_ignore(effects, ["job_id", "op_key"]).values(
-            job_id=job_id, op_key=op_key, attempt_id=attempt_id, lease_id=lease_id,
-            applied_at=now, result=_dumps(result), duplicates=0,
-        ).returning(effects.c.op_key)
-        if conn.execute(stmt).first() is not None:
-            return Effect(job_id, op_key, applied=True, duplicates=0, attempt_id=attempt_id)
-        row = conn.execute(
-            update(effects)
-            .where(effects.c.job_id == job_id, effects.c.op_key == op_key)
-            .values(duplicates=effects.c.duplicates + 1, last_duplicate_at=now)
-            .returning(effects.c.duplicates, effects.c.attempt_id)
-        ).one()
-        current = self._get(conn, job_id)
-        if current is not None:
-            self._insert_event(conn, current, "duplicate_effect", from_status=current.status.value,
-                               detail={"op_key": op_key, "duplicates": row.duplicates,
-                                       "first_attempt_id": row.attempt_id})
-        return Effect(job_id, op_key, applied=False, duplicates=row.duplicates, attempt_id=row.attempt_id)
+    def effect_unrecorded(self, job_id: str, op_key: str, *, lease_id: int, worker_id: str | None = None) -> None:
+        """Note that the unit `op_key` may have been applied but its record never committed.
+
+        Written at the end of an attempt whose `record_effect` could not reach the store; the next
+        first record of the same key is then reported as a possible duplicate.
+        """
+        self.record_event(job_id, "effect_unrecorded", worker_id=worker_id, lease_id=lease_id,
+                          detail={"op_key": op_key})
+
+    def _unrecorded(self, tx: Tx, job_id: str, op_key: str) -> bool:
+        details = self._sql.event_details(tx, job_id, "effect_unrecorded")
+        return any(json.loads(d or "{}").get("op_key") == op_key for d in details)
 
     def effect_recorded(self, job_id: str, op_key: str) -> bool:
         """Whether the unit `op_key` of this job was already recorded as applied."""
@@ -350,101 +411,152 @@ class StateStore:
         """End the attempt holding `lease_id` with `event` (succeed, fail, retry, review, ...).
 
         Fenced by the lease: a worker whose lease was reassigned gets LeaseLost, its result is
-        discarded and a `stale_commit_rejected` event is recorded.
+        discarded and a `stale_commit_rejected` event is recorded. Control requests standing on the
+        job are honoured (`reliable.states.honour_requests`): e.g. a retryable failure of a job
+        asked to pause ends PAUSED; the returned job says where it ended. A worker whose lease was
+        expired while it could not reach the store still commits if nobody claimed the job since
+        (`reliable.states.late_target`).
         """
-        to = target(event)
-        finished = to in TERMINAL_STATES or to in (JobStatus.REVIEW, JobStatus.STOPPED, JobStatus.PAUSED)
-        extra = {"delay": retry_delay} if retry_delay is not None else {}
         info = None if error is None else {"error_class": error.error_class, "error_type": error.error_type,
                                            "message": _truncate(error.message)}
+        extra: dict[str, Any] = dict(detail or {})
+        if retry_delay is not None and event is Event.RETRY:
+            extra["delay"] = retry_delay
         self.check_schema()
-        row = self._hot.finish(
-            job_id, lease_id, event.value, to.value, [s.value for s in sources(event)], finished=finished,
-            retry_delay=retry_delay if event is Event.RETRY else None, error=info,
-            detail=_dumps({**(detail or {}), **extra}) if (detail or extra) else None,
-        )
-        if row is None:
-            with self._write() as conn:
-                stale = self._stale(conn, job_id, lease_id, event.value, worker_id)
-            raise stale  # after the commit: the stale_commit_rejected event is kept
-        job = Job.from_row(row)
-        if self._listeners:
-            self._emit([self._hot_record(job, event.value, error=info, detail={**(detail or {}), **extra})])
-        return job
+        requested = event
+        for _ in range(_OUTCOME_ROUNDS):
+            write = transition_write(
+                job_id, event, lease_id=lease_id, worker_id=worker_id, error=info,
+                delay=retry_delay if target(event) is JobStatus.RETRY_WAIT else None,
+                detail=_detail(extra))
+            result = self._sql.write(write)
+            if result is not None:
+                break
+            current = self.find(job_id)
+            if current is None:
+                raise JobNotFound(job_id)
+            if current.lease_id != lease_id:
+                raise self._stale(job_id, lease_id, event.value, worker_id)
+            if current.status in ACTIVE_STATES:
+                resolved = honour_requests(event, current.status, pause_requested=current.pause_requested,
+                                           cancel_requested=current.cancel_requested)
+                if resolved is event:
+                    raise self._stale(job_id, lease_id, event.value, worker_id)
+                extra["requested_outcome"] = requested.value
+                event = resolved
+                continue
+            result = self._late_completion(current, event, write, extra)
+            if result is None:
+                raise self._stale(job_id, lease_id, event.value, worker_id)
+            break
+        else:
+            raise self._stale(job_id, lease_id, event.value, worker_id)
+        self._emit_one(result)
+        return Job.from_row(result[0])
+
+    def _late_completion(self, current: Job, event: Event, write: JobWrite,
+                         extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        if late_target(current.status, event) is None or current.previous_status not in ACTIVE_STATES:
+            return None
+        if not self._expired_by_recovery(current):
+            return None
+        detail = {**extra, "late_completion": True, "expired_into": current.status.value}
+        late = transition_write(
+            current.job_id, event, lease_id=write.lease_id, version=current.version,
+            from_states=[current.status], worker_id=write.event_worker_id,
+            error=None if not write.has_error else {"error_class": write.error_class,
+                                                    "error_type": write.error_type,
+                                                    "message": write.error_message},
+            delay=write.delay, detail=_detail(detail))
+        return self._sql.write(late)
+
+    def _expired_by_recovery(self, job: Job) -> bool:
+        """Whether the job's last transition was recovery expiring its current lease."""
+        stmt = select(job_events.c.detail).where(job_events.c.job_id == job.job_id,
+                                                 job_events.c.version == job.version,
+                                                 job_events.c.to_status == job.status.value)
+        with self._read() as conn:
+            details = [json.loads(d or "{}") for d in conn.execute(stmt).scalars()]
+        return any(d.get("expired_lease") == job.lease_id for d in details)
 
     # -- generic transitions (operators, recovery) ----------------------------------------------
 
     def transition(self, job_id: str, event: Event, *, expected_version: int | None = None,
-                   lease_id: int | None = None, values: Mapping[str, Any] | None = None,
-                   guard: ColumnElement[bool] | None = None, lease_expired: bool = False,
-                   operator: str | None = None,
+                   lease_id: int | None = None, lease_expired: bool = False, operator: str | None = None,
                    reason: str | None = None, detail: Mapping[str, Any] | None = None,
-                   end_attempt: bool = False, dispatch: bool | None = None) -> Job:
+                   dispatch: bool | None = None, retry_delay: float | None = None,
+                   checkpoint_schema: int | None = None, host: str | None = None) -> Job:
         """Apply `event` to the job as a compare-and-set; raise TransitionRefused if it lost.
 
         `expected_version` (and `lease_id`) make it a strict compare-and-set on what the caller
-        read. `lease_expired=True` adds "and the lease has expired by the database's clock" (recovery).
-        For transitions to PENDING, `dispatch=True` stamps dispatched_at (the caller publishes
-        the message right after) and `dispatch=False` leaves it unset so the sweeper publishes it.
+        read. `lease_expired=True` adds "and the lease has expired by the store's clock" (recovery).
+        For transitions to PENDING, `dispatch=True` stamps dispatched_at (the caller publishes the
+        message right after); otherwise it is left unset so the sweeper publishes it. `retry_delay`
+        is required entering RETRY_WAIT; `checkpoint_schema` records the schema a restart starts with.
         """
-        values = dict(values or {})
-        to = target(event)
-        if to not in ACTIVE_STATES:
-            values.setdefault("lease_expires_at", None)
-        if dispatch is not None:
-            # True: the caller publishes the message now. False: nobody does; the sweeper will.
-            values["dispatched_at"] = self._now if dispatch else None
-            values.setdefault("scheduled_at", self._now)
-        with self._write() as conn:
-            if lease_expired:
-                expired = jobs.c.lease_expires_at < self._now
-                guard = expired if guard is None else and_(guard, expired)
-            row = self._update(conn, job_id, event, values=values, expected_version=expected_version,
-                               lease_id=lease_id, extra=guard)
-            if row is None:
-                current = self._get(conn, job_id)
-                if current is None:
-                    raise JobNotFound(job_id)
-                if lease_id is not None and current.lease_id != lease_id:
-                    raise LeaseLost(job_id, lease_id, current_lease_id=current.lease_id,
-                                    status=current.status.value)
-                why = (f"version {current.version} != expected {expected_version}"
-                       if expected_version is not None and current.version != expected_version
-                       else f"not allowed from {current.status.value}")
-                raise TransitionRefused(f"job {job_id}: {event.value} refused ({why})", job_id=job_id,
-                                        status=current.status.value, event=event.value)
-            job = Job.from_row(row)
-            if end_attempt:
-                self._end_attempt(conn, job.attempt_id, event.value, None)
-            self._insert_event(conn, job, event, operator=operator, reason=reason, detail=detail,
-                               is_transition=True)
-        return job
+        self.check_schema()
+        write = transition_write(
+            job_id, event, lease_id=lease_id, version=expected_version, expired_only=lease_expired,
+            delay=retry_delay, dispatch=dispatch, checkpoint_schema=checkpoint_schema, operator=operator,
+            reason=reason, host=host or (self.host if operator is not None else None), detail=_detail(detail))
+        result = self._sql.write(write)
+        if result is None:
+            current = self.find(job_id)
+            if current is None:
+                raise JobNotFound(job_id)
+            if lease_id is not None and current.lease_id != lease_id:
+                raise LeaseLost(job_id, lease_id, current_lease_id=current.lease_id, status=current.status.value)
+            if expected_version is not None and current.version != expected_version:
+                why = f"version {current.version} != expected {expected_version}"
+            elif write.unpaused_only and current.pause_requested:
+                why = "a pause is requested"
+            elif lease_expired and current.status in ACTIVE_STATES:
+                why = "the lease has not expired"
+            else:
+                why = f"not allowed from {current.status.value}"
+            raise TransitionRefused(f"job {job_id}: {event.value} refused ({why})", job_id=job_id,
+                                    status=current.status.value, event=event.value)
+        self._emit_one(result)
+        return Job.from_row(result[0])
 
     def mark_dispatched(self, job: Job) -> bool:
         """Claim the right to re-publish a PENDING job's message (compare-and-set on dispatched_at).
 
         Several sweepers may see the same stale job; only the one whose update wins publishes.
         """
-        previous = (jobs.c.dispatched_at.is_(None) if job.dispatched_at is None
-                    else jobs.c.dispatched_at == job.dispatched_at)
-        with self._write() as conn:
-            row = conn.execute(
-                update(jobs).where(jobs.c.job_id == job.job_id, jobs.c.status == JobStatus.PENDING.value,
-                                   jobs.c.version == job.version, previous)
-                .values(dispatched_at=self._now).returning(*jobs.c)
-            ).mappings().first()
-            if row is not None:
-                self._insert_event(conn, Job.from_row(row), "redispatched", from_status=JobStatus.PENDING.value,
-                                   detail={"previous_dispatch": job.dispatched_at})
-        return row is not None
+        self.check_schema()
+        with self._sql.transaction() as tx:
+            won = self._sql.mark_dispatched(tx, job.job_id, status=JobStatus.PENDING.value, version=job.version,
+                                            dispatched_at=job.dispatched_at)
+            written = self._write_in(tx, event_write(job.job_id, "redispatched", detail=_detail(
+                {"previous_dispatch": job.dispatched_at}))) if won else None
+        if written is not None:
+            self._emit_one(written)
+        return won
 
     def record_event(self, job_id: str, event: str, **fields: Any) -> None:
-        """Append an event that changes no state (claim refused, stale commit, escalation...)."""
-        with self._write() as conn:
-            job = self._get(conn, job_id)
-            if job is None:
-                raise JobNotFound(job_id)
-            self._insert_event(conn, job, event, from_status=job.status.value, **fields)
+        """Append an event that changes no state (claim refused, stale commit, escalation...).
+
+        `fields`: worker_id, lease_id, operator, reason, host, detail (a mapping) and the error
+        fields error_class, error_type, error_message.
+        """
+        unknown = set(fields) - _EVENT_FIELDS
+        if unknown:
+            raise TypeError(f"unknown event fields: {sorted(unknown)}")
+        self.check_schema()
+        error = None
+        if any(fields.get(k) is not None for k in ("error_class", "error_type", "error_message")):
+            error = {"error_class": fields.get("error_class"), "error_type": fields.get("error_type"),
+                     "message": _truncate(fields.get("error_message"))}
+        operator = fields.get("operator")
+        result = self._sql.write(event_write(
+            job_id, event, lease_id=fields.get("lease_id"), worker_id=fields.get("worker_id"), error=error,
+            operator=operator, reason=fields.get("reason"),
+            host=fields.get("host") or (self.host if operator is not None else None),
+            detail=_detail(fields.get("detail"))))
+        if result is None:
+            raise JobNotFound(job_id)
+        self._emit_one(result)
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -559,128 +671,31 @@ class StateStore:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _emit_one(self, written: tuple[Mapping[str, Any], Mapping[str, Any]]) -> None:
+        if self._listeners:
+            job, event = written
+            self._emit([self._record(event, job)])
+
+    def _write_in(self, tx: Tx, write: JobWrite) -> tuple[dict[str, Any], dict[str, Any]]:
+        written = self._sql.write(write, tx)
+        if written is None:
+            raise JobNotFound(write.job_id)
+        return written
+
+    def _stale(self, job_id: str, lease_id: int, what: str, worker_id: str | None) -> Exception:
+        """Record a fenced write that lost (`stale_commit_rejected`, committed) and return its error."""
+        result = self._sql.write(event_write(job_id, "stale_commit_rejected", lease_id=lease_id, worker_id=worker_id,
+                                             detail=_detail({"write": what})))
+        if result is None:
+            return JobNotFound(job_id)
+        self._emit_one(result)
+        job = result[0]
+        return LeaseLost(job_id, lease_id, current_lease_id=job["lease_id"], status=job["status"])
+
     def _read(self) -> contextlib.AbstractContextManager[Connection]:
         self.check_schema()
         return read_connection(self.engine)
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[Connection]:
-        self.check_schema()
-        with write_transaction(self.engine) as conn:
-            pending: list[dict[str, Any]] = []
-            conn.info["reliable_events"] = pending
-            try:
-                yield conn
-            finally:
-                conn.info.pop("reliable_events", None)
-        self._emit(pending)
-
     def _get(self, conn: Connection, job_id: str) -> Job | None:
         row = conn.execute(select(jobs).where(jobs.c.job_id == job_id)).mappings().first()
         return None if row is None else Job.from_row(row)
-
-    def _update(self, conn: Connection, job_id: str, event: Event, *, values: Mapping[str, Any],
-                expected_version: int | None = None, lease_id: int | None = None,
-                extra: ColumnElement[bool] | None = None) -> Mapping[Any, Any] | None:
-        to = target(event)
-        conditions: list[ColumnElement[bool]] = [jobs.c.job_id == job_id,
-                                                 jobs.c.status.in_([s.value for s in sources(event)])]
-        if extra is not None:
-            conditions.append(extra)
-        if expected_version is not None:
-            conditions.append(jobs.c.version == expected_version)
-        if lease_id is not None:
-            conditions.append(jobs.c.lease_id == lease_id)
-        assignments: dict[str, Any] = {
-            "status": to.value, "previous_status": jobs.c.status, "version": jobs.c.version + 1,
-            "updated_at": self._now,
-        }
-        if to not in ACTIVE_STATES:
-            assignments.update(pause_requested=false(), stop_requested=false(),
-                               cancel_requested=false())
-        assignments.update(values)
-        stmt = update(jobs).where(*conditions).values(assignments).returning(*jobs.c)
-        return conn.execute(stmt).mappings().first()
-
-    def _stale(self, conn: Connection, job_id: str, lease_id: int, what: str,
-               worker_id: str | None) -> Exception:
-        current = self._get(conn, job_id)
-        if current is None:
-            return JobNotFound(job_id)
-        self._insert_event(conn, current, "stale_commit_rejected", from_status=current.status.value,
-                           worker_id=worker_id, lease_id=lease_id,
-                           detail={"write": what, "current_lease_id": current.lease_id})
-        return LeaseLost(job_id, lease_id, current_lease_id=current.lease_id, status=current.status.value)
-
-    def _end_attempt(self, conn: Connection, attempt_id: str | None, outcome: str,
-                     error: ErrorInfo | None) -> None:
-        if attempt_id is None:
-            return
-        conn.execute(
-            update(attempts).where(attempts.c.attempt_id == attempt_id, attempts.c.ended_at.is_(None))
-            .values(ended_at=self._now, outcome=outcome,
-                    error_class=error.error_class if error else None,
-                    error_type=error.error_type if error else None,
-                    error_message=_truncate(error.message) if error else None)
-        )
-
-    def _insert_event(self, conn: Connection, job: Job, event: Event | str, *,
-                      error: ErrorInfo | None = None, detail: Mapping[str, Any] | None = None,
-                      is_transition: bool = False, **fields: Any) -> None:
-        unknown = set(fields) - _EVENT_FIELDS
-        if unknown:
-            raise TypeError(f"unknown event fields: {sorted(unknown)}")
-        # A transition stamped updated_at with the database's now; other events read it once, so
-        # the row and what listeners get carry the same time.
-        at = job.updated_at if is_transition else float(conn.execute(select(self._now)).scalar_one())
-        row: dict[str, Any] = {
-            "job_id": job.job_id, "at": at, "event": str(event),
-            "from_status": job.previous_status.value if job.previous_status else None,
-            "to_status": job.status.value, "version": job.version, "attempt": job.attempt,
-            "attempt_id": job.attempt_id, "lease_id": job.lease_id, "worker_id": job.worker_id,
-            "queue": job.queue, "actor": job.actor, "workflow_id": job.workflow_id,
-            "trace_id": job.trace_id, "retry_count": job.retry_count,
-            "checkpoint": _dumps(job.checkpoint), "host": None,
-            "detail": _dumps(dict(detail)) if detail else None,
-        }
-        if error is not None:
-            row.update(error_class=error.error_class, error_type=error.error_type,
-                       error_message=_truncate(error.message))
-        if fields.get("operator") is not None:
-            row["host"] = self.host
-        row.update({k: v for k, v in fields.items() if v is not None or k in ("from_status",)})
-        conn.execute(insert(job_events).values(row))
-        pending = conn.info.get("reliable_events")
-        if pending is not None and self._listeners:
-            pending.append(self._event_record(row, job, at))
-
-    @staticmethod
-    def _event_record(row: Mapping[str, Any], job: Job, at: float) -> dict[str, Any]:
-        record = {name: row.get(name) for name in _EVENT_FIELDS | {"job_id", "event"}}
-        record["at"] = at
-        record["detail"] = json.loads(row["detail"]) if row.get("detail") else {}
-        record["checkpoint"] = job.checkpoint
-        record.update(started_at=job.started_at, scheduled_at=job.scheduled_at, dispatched_at=job.dispatched_at)
-        return record
-
-    @staticmethod
-    def _hot_record(job: Job, event: str, *, error: Mapping[str, Any] | None = None,
-                    detail: Mapping[str, Any] | None = None, from_status: str | None = None,
-                    at: float | None = None) -> dict[str, Any]:
-        return {
-            "job_id": job.job_id, "at": at if at is not None else job.updated_at, "event": event,
-            "from_status": from_status or (job.previous_status.value if job.previous_status else None),
-            "to_status": job.status.value, "version": job.version, "attempt": job.attempt,
-            "attempt_id": job.attempt_id, "lease_id": job.lease_id, "worker_id": job.worker_id,
-            "queue": job.queue, "actor": job.actor, "workflow_id": job.workflow_id, "trace_id": job.trace_id,
-            "error_class": (error or {}).get("error_class"), "error_type": (error or {}).get("error_type"),
-            "error_message": (error or {}).get("message"), "retry_count": job.retry_count,
-            "checkpoint": job.checkpoint, "operator": None, "reason": None, "host": None,
-            "detail": dict(detail or {}), "started_at": job.started_at, "scheduled_at": job.scheduled_at,
-            "dispatched_at": job.dispatched_at,
-        }
-
-    def _insert_ignore(self, table: Any, keys: list[str]) -> Any:
-        if self.dialect == "postgresql":
-            return pg_insert(table).on_conflict_do_nothing(index_elements=keys)
-        return sqlite_insert(table).on_conflict_do_nothing(index_elements=keys)

@@ -150,8 +150,7 @@ def test_checkpoint_pause_and_resume_from_checkpoint(harness: Harness) -> None:
     harness.worker.start()
     wait_for(lambda: harness.store.get(message.message_id).checkpoint == 3)
     job = harness.store.get(message.message_id)
-    harness.store.transition(job.job_id, Event.PAUSE_REQUEST, expected_version=job.version,
-                             values={"pause_requested": True}, operator="alice", reason="db maintenance")
+    harness.store.transition(job.job_id, Event.PAUSE_REQUEST, expected_version=job.version, operator="alice", reason="db maintenance")
     gate.set()
     wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.PAUSED)
     paused = harness.store.get(message.message_id)
@@ -185,8 +184,7 @@ def test_stale_worker_commit_is_rejected(harness: Harness) -> None:
     wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.RUNNING)
     job = harness.store.get(message.message_id)
     # Another worker takes over after a (simulated) lease expiry.
-    harness.store.transition(job.job_id, Event.LEASE_EXPIRED, expected_version=job.version, lease_id=job.lease_id,
-                             end_attempt=True)
+    harness.store.transition(job.job_id, Event.LEASE_EXPIRED, expected_version=job.version, lease_id=job.lease_id)
     takeover = harness.store.claim(job.job_id, worker_id="other", lease_ttl=30)
     stolen.set()
     release.set()
@@ -283,8 +281,7 @@ def test_stale_attempt_in_the_same_process_cannot_commit_with_the_new_lease(harn
     harness.worker.start()
     assert first_started.wait(5)
     job = harness.store.get(message.message_id)
-    harness.store.transition(job.job_id, Event.LEASE_EXPIRED, expected_version=job.version, lease_id=1,
-                             end_attempt=True, dispatch=True)
+    harness.store.transition(job.job_id, Event.LEASE_EXPIRED, expected_version=job.version, lease_id=1, dispatch=True)
     dispatch(harness.broker, harness.store.get(job.job_id))  # lands in this process, another thread
     wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.SUCCEEDED)
     release_first.set()

@@ -95,8 +95,7 @@ def test_fenced_finish_rejects_stale_lease_and_records_it(store: StateStore) -> 
     old = store.claim("job-1", worker_id="old", lease_ttl=0.2)
     time.sleep(0.4)
     [expired] = store.expired_leases()
-    store.transition("job-1", Event.LEASE_EXPIRED, expected_version=expired.version, lease_id=old.lease_id,
-                     end_attempt=True, dispatch=True, lease_expired=True)
+    store.transition("job-1", Event.LEASE_EXPIRED, expected_version=expired.version, lease_id=old.lease_id, dispatch=True, lease_expired=True)
     new = store.claim("job-1", worker_id="new", lease_ttl=30)
     assert new.lease_id == old.lease_id + 1
     for stale_write in (
@@ -119,8 +118,8 @@ def test_fenced_finish_rejects_stale_lease_and_records_it(store: StateStore) -> 
 def test_heartbeat_renews_all_leases_in_one_call_and_reports_flags(store: StateStore) -> None:
     store.register_many([new_job("a"), new_job("b"), new_job("c")])
     leases = {j: store.claim(j, worker_id="w", lease_ttl=1).lease_id for j in ("a", "b", "c")}
-    store.transition("b", Event.PAUSE_REQUEST, operator="op", values={"pause_requested": True})
-    store.transition("c", Event.CANCEL_REQUEST, operator="op", values={"cancel_requested": True})
+    store.transition("b", Event.PAUSE_REQUEST, operator="op")
+    store.transition("c", Event.CANCEL_REQUEST, operator="op")
     answer = store.renew("w", leases.items(), lease_ttl=60)
     assert set(answer) == {"a", "b", "c"}
     assert answer["b"].pause_requested and not answer["a"].pause_requested
@@ -206,7 +205,7 @@ def test_listeners_get_every_event_after_commit(store_url: str) -> None:
         store.finish("job-1", claim.lease_id, Event.SUCCEED)
     time.sleep(0.05)
     claim = store.claim("job-1", worker_id="w", lease_ttl=5)
-    store.transition("job-1", Event.STOP_REQUEST, operator="alice", reason="deploy", values={"stop_requested": True})
+    store.transition("job-1", Event.STOP_REQUEST, operator="alice", reason="deploy")
     names = [e["event"] for e in seen]
     assert names == ["enqueued", "claim", "checkpoint", "retry_scheduled", "stale_commit_rejected", "claim",
                      "stop_requested"]

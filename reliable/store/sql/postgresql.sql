@@ -1,0 +1,172 @@
+-- The store's writes on PostgreSQL, one named query per entry ("-- name: NAME").
+-- Parameters are psycopg's %(name)s, cast where a NULL would otherwise be ambiguous.
+-- What each parameter means, and how a transition sets it, is reliable/store/writes.py.
+
+-- name: write_job
+-- One write to a job row (a transition, a checkpoint, or nothing) plus its event row (and the
+-- attempt row a claim starts or a transition out of an active state ends), in ONE statement.
+-- Returns the job's columns followed by the event's; no row when the guard did not match.
+WITH t AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+),
+j AS (
+    UPDATE reliable_jobs AS r SET
+        status = coalesce(%(to_status)s::text, r.status),
+        previous_status = CASE WHEN %(transition)s::bool THEN r.status ELSE r.previous_status END,
+        version = r.version + CASE WHEN %(transition)s::bool THEN 1 ELSE 0 END,
+        lease_id = r.lease_id + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
+        attempt = r.attempt + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
+        attempt_id = CASE WHEN %(claim)s::bool THEN %(attempt_id)s::text ELSE r.attempt_id END,
+        worker_id = CASE WHEN %(claim)s::bool THEN %(worker_id)s::text ELSE r.worker_id END,
+        started_at = CASE WHEN %(claim)s::bool THEN t.now ELSE r.started_at END,
+        lease_expires_at = CASE WHEN %(release)s::bool THEN NULL
+                                WHEN %(lease_ttl)s::float8 IS NOT NULL THEN t.now + %(lease_ttl)s::float8
+                                ELSE r.lease_expires_at END,
+        finished_at = CASE WHEN NOT %(transition)s::bool THEN r.finished_at
+                           WHEN %(at_rest)s::bool THEN t.now ELSE NULL END,
+        retry_at = CASE WHEN NOT %(transition)s::bool THEN r.retry_at
+                        WHEN %(delay)s::float8 IS NOT NULL THEN t.now + %(delay)s::float8 ELSE NULL END,
+        scheduled_at = CASE WHEN %(schedule)s::bool THEN t.now + coalesce(%(delay)s::float8, 0)
+                            ELSE r.scheduled_at END,
+        dispatched_at = CASE %(dispatch)s::text WHEN 'now' THEN t.now WHEN 'clear' THEN NULL
+                             ELSE r.dispatched_at END,
+        retry_count = CASE %(retries)s::text WHEN 'count' THEN r.retry_count + 1 WHEN 'reset' THEN 0
+                           ELSE r.retry_count END,
+        pause_requested = CASE WHEN %(release)s::bool THEN FALSE
+                               ELSE r.pause_requested OR %(request_pause)s::bool END,
+        stop_requested = CASE WHEN %(release)s::bool THEN FALSE
+                              ELSE r.stop_requested OR %(request_stop)s::bool END,
+        cancel_requested = CASE WHEN %(release)s::bool THEN FALSE
+                                ELSE r.cancel_requested OR %(request_cancel)s::bool END,
+        stop_requested_at = CASE WHEN %(release)s::bool THEN NULL
+                                 WHEN %(request_stop)s::bool OR %(request_cancel)s::bool
+                                     THEN coalesce(r.stop_requested_at, t.now)
+                                 ELSE r.stop_requested_at END,
+        checkpoint = CASE %(checkpoint_op)s::text WHEN 'save' THEN %(checkpoint)s::text WHEN 'clear' THEN NULL
+                          ELSE r.checkpoint END,
+        checkpoint_version = r.checkpoint_version + CASE WHEN %(checkpoint_op)s::text = 'save' THEN 1 ELSE 0 END,
+        checkpoint_at = CASE %(checkpoint_op)s::text WHEN 'save' THEN t.now WHEN 'clear' THEN NULL
+                             ELSE r.checkpoint_at END,
+        checkpoint_schema = coalesce(%(checkpoint_schema)s::int4, r.checkpoint_schema),
+        last_error_class = CASE WHEN %(has_error)s::bool THEN %(error_class)s::text ELSE r.last_error_class END,
+        last_error_type = CASE WHEN %(has_error)s::bool THEN %(error_type)s::text ELSE r.last_error_type END,
+        last_error_message = CASE WHEN %(has_error)s::bool THEN %(error_message)s::text
+                                  ELSE r.last_error_message END,
+        updated_at = CASE WHEN %(transition)s::bool OR %(checkpoint_op)s::text = 'save' THEN t.now
+                          ELSE r.updated_at END
+    FROM t
+    WHERE r.job_id = %(job_id)s::text
+      AND (%(sources)s::text[] IS NULL OR r.status = ANY(%(sources)s::text[]))
+      AND (%(lease_id)s::int8 IS NULL OR r.lease_id = %(lease_id)s::int8)
+      AND (%(version)s::int8 IS NULL OR r.version = %(version)s::int8)
+      AND (NOT %(expired_only)s::bool OR r.lease_expires_at < t.now)
+      AND (NOT %(due_only)s::bool OR r.retry_at IS NULL OR r.retry_at <= t.now)
+      AND (NOT %(unpaused_only)s::bool OR NOT r.pause_requested)
+      AND (NOT %(uncancelled_only)s::bool OR NOT r.cancel_requested)
+    RETURNING r.*
+),
+attempt_started AS (
+    INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at,
+                                   checkpoint_version_start)
+    SELECT attempt_id, job_id, attempt, lease_id, worker_id, started_at, checkpoint_version
+    FROM j WHERE %(claim)s::bool
+),
+attempt_ended AS (
+    UPDATE reliable_attempts SET ended_at = (SELECT now FROM t), outcome = %(event)s::text,
+        error_class = %(error_class)s::text, error_type = %(error_type)s::text,
+        error_message = %(error_message)s::text
+    WHERE %(end_attempt)s::bool AND attempt_id = (SELECT attempt_id FROM j) AND ended_at IS NULL
+),
+e AS (
+    INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
+        lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
+        retry_count, checkpoint, operator, reason, host, detail)
+    SELECT j.job_id, (SELECT now FROM t), %(event)s::text,
+        CASE WHEN %(transition)s::bool THEN j.previous_status ELSE j.status END, j.status, j.version,
+        j.attempt, j.attempt_id, coalesce(%(event_lease_id)s::int8, j.lease_id),
+        coalesce(%(event_worker_id)s::text, CASE WHEN %(operator)s::text IS NULL THEN j.worker_id END),
+        j.queue, j.actor, j.workflow_id, j.trace_id, %(error_class)s::text, %(error_type)s::text,
+        %(error_message)s::text, j.retry_count, j.checkpoint, %(operator)s::text, %(reason)s::text,
+        %(host)s::text, %(detail)s::text
+    FROM j
+    RETURNING *
+)
+SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.version, j.lease_id, j.worker_id,
+    j.lease_expires_at, j.attempt, j.attempt_id, j.started_at, j.finished_at, j.retry_count, j.retry_at,
+    j.scheduled_at, j.dispatched_at, j.pause_requested, j.stop_requested, j.cancel_requested,
+    j.stop_requested_at, j.checkpoint, j.checkpoint_version, j.checkpoint_schema, j.checkpoint_at, j.owner,
+    j.workflow_id, j.trace_id, j.parent_job_id, j.last_error_class, j.last_error_type, j.last_error_message,
+    j.created_at, j.updated_at,
+    e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id, e.lease_id,
+    e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type, e.error_message,
+    e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail
+FROM j, e;
+
+-- name: enqueued_events
+-- The `enqueued` event of each newly registered job (registration inserts the rows first).
+INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
+    lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
+    retry_count, checkpoint, operator, reason, host, detail)
+SELECT j.job_id, j.created_at, 'enqueued', NULL, j.status, j.version, j.attempt, j.attempt_id, j.lease_id,
+    NULL, j.queue, j.actor, j.workflow_id, j.trace_id, NULL, NULL, NULL, j.retry_count, j.checkpoint, NULL,
+    NULL, NULL, n.detail
+FROM reliable_jobs AS j
+JOIN unnest(%(job_ids)s::text[], %(details)s::text[]) WITH ORDINALITY AS n(job_id, detail, position)
+  ON n.job_id = j.job_id
+ORDER BY n.position
+RETURNING *;
+
+-- name: insert_job
+-- Register one PENDING job; no row when the job_id exists already.
+INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, retry_count,
+    scheduled_at, dispatched_at, owner, workflow_id, trace_id, parent_job_id, checkpoint_schema,
+    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at)
+VALUES (%(job_id)s, %(queue)s, %(actor)s, %(message)s, %(status)s::text, 1, 0, 0, 0, %(now)s + %(delay)s::float8,
+    %(now)s, %(owner)s, %(workflow_id)s, %(trace_id)s, %(parent_job_id)s, %(checkpoint_schema)s::int4, 0,
+    FALSE, FALSE, FALSE, %(now)s, %(now)s)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id;
+
+-- name: now
+SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8);
+
+-- name: renew
+-- The heartbeat: extend every lease the process holds in one statement; the leases still held.
+UPDATE reliable_jobs
+SET lease_expires_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+                       + %(lease_ttl)s::float8,
+    worker_id = %(worker_id)s::text
+WHERE (job_id, lease_id) IN (SELECT * FROM unnest(%(job_ids)s::text[], %(lease_ids)s::int8[]))
+  AND status = ANY(%(active)s::text[])
+RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, lease_expires_at,
+    stop_requested_at;
+
+-- name: holds_lease
+SELECT 1 FROM reliable_jobs
+WHERE job_id = %(job_id)s AND lease_id = %(lease_id)s::int8 AND status = ANY(%(active)s::text[])
+FOR UPDATE;
+
+-- name: insert_effect
+INSERT INTO reliable_effects (job_id, op_key, attempt_id, lease_id, applied_at, duplicates)
+VALUES (%(job_id)s, %(op_key)s, %(attempt_id)s, %(lease_id)s::int8,
+        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), 0)
+ON CONFLICT (job_id, op_key) DO NOTHING
+RETURNING op_key;
+
+-- name: count_duplicate_effect
+UPDATE reliable_effects
+SET duplicates = duplicates + 1,
+    last_duplicate_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE job_id = %(job_id)s AND op_key = %(op_key)s
+RETURNING duplicates, attempt_id;
+
+-- name: mark_dispatched
+-- The sweeper's compare-and-set on dispatched_at: only one of several sweepers publishes.
+UPDATE reliable_jobs
+SET dispatched_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE job_id = %(job_id)s AND status = %(status)s::text AND version = %(version)s::int8
+  AND dispatched_at IS NOT DISTINCT FROM %(dispatched_at)s::float8
+RETURNING job_id;
+
+-- name: event_details
+SELECT detail FROM reliable_job_events WHERE job_id = %(job_id)s AND event = %(event)s ORDER BY id;

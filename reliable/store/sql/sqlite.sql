@@ -1,0 +1,133 @@
+-- The store's writes on SQLite, one named query per entry ("-- name: NAME"). Parameters are :name.
+-- A write runs as several statements inside one BEGIN IMMEDIATE transaction (no network: each costs
+-- little); :now is resolved first (the `now` query) so every statement of a write shares it.
+-- What each parameter means, and how a transition sets it, is reliable/store/writes.py.
+
+-- name: now
+SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0);
+
+-- name: write_job
+-- One write to a job row (a transition, a checkpoint, or nothing); the job's columns, or no row when
+-- the guard did not match. The attempt and event rows follow (attempt_started, attempt_ended, event).
+UPDATE reliable_jobs SET
+    status = coalesce(:to_status, status),
+    previous_status = CASE WHEN :transition THEN status ELSE previous_status END,
+    version = version + CASE WHEN :transition THEN 1 ELSE 0 END,
+    lease_id = lease_id + CASE WHEN :claim THEN 1 ELSE 0 END,
+    attempt = attempt + CASE WHEN :claim THEN 1 ELSE 0 END,
+    attempt_id = CASE WHEN :claim THEN :attempt_id ELSE attempt_id END,
+    worker_id = CASE WHEN :claim THEN :worker_id ELSE worker_id END,
+    started_at = CASE WHEN :claim THEN :now ELSE started_at END,
+    lease_expires_at = CASE WHEN :release THEN NULL
+                            WHEN :lease_ttl IS NOT NULL THEN :now + :lease_ttl
+                            ELSE lease_expires_at END,
+    finished_at = CASE WHEN NOT :transition THEN finished_at WHEN :at_rest THEN :now ELSE NULL END,
+    retry_at = CASE WHEN NOT :transition THEN retry_at WHEN :delay IS NOT NULL THEN :now + :delay ELSE NULL END,
+    scheduled_at = CASE WHEN :schedule THEN :now + coalesce(:delay, 0) ELSE scheduled_at END,
+    dispatched_at = CASE :dispatch WHEN 'now' THEN :now WHEN 'clear' THEN NULL ELSE dispatched_at END,
+    retry_count = CASE :retries WHEN 'count' THEN retry_count + 1 WHEN 'reset' THEN 0 ELSE retry_count END,
+    pause_requested = CASE WHEN :release THEN 0 ELSE pause_requested OR :request_pause END,
+    stop_requested = CASE WHEN :release THEN 0 ELSE stop_requested OR :request_stop END,
+    cancel_requested = CASE WHEN :release THEN 0 ELSE cancel_requested OR :request_cancel END,
+    stop_requested_at = CASE WHEN :release THEN NULL
+                             WHEN :request_stop OR :request_cancel THEN coalesce(stop_requested_at, :now)
+                             ELSE stop_requested_at END,
+    checkpoint = CASE :checkpoint_op WHEN 'save' THEN :checkpoint WHEN 'clear' THEN NULL ELSE checkpoint END,
+    checkpoint_version = checkpoint_version + CASE WHEN :checkpoint_op = 'save' THEN 1 ELSE 0 END,
+    checkpoint_at = CASE :checkpoint_op WHEN 'save' THEN :now WHEN 'clear' THEN NULL ELSE checkpoint_at END,
+    checkpoint_schema = coalesce(:checkpoint_schema, checkpoint_schema),
+    last_error_class = CASE WHEN :has_error THEN :error_class ELSE last_error_class END,
+    last_error_type = CASE WHEN :has_error THEN :error_type ELSE last_error_type END,
+    last_error_message = CASE WHEN :has_error THEN :error_message ELSE last_error_message END,
+    updated_at = CASE WHEN :transition OR :checkpoint_op = 'save' THEN :now ELSE updated_at END
+WHERE job_id = :job_id
+  AND (:sources IS NULL OR status IN (SELECT value FROM json_each(:sources)))
+  AND (:lease_id IS NULL OR lease_id = :lease_id)
+  AND (:version IS NULL OR version = :version)
+  AND (NOT :expired_only OR lease_expires_at < :now)
+  AND (NOT :due_only OR retry_at IS NULL OR retry_at <= :now)
+  AND (NOT :unpaused_only OR NOT pause_requested)
+  AND (NOT :uncancelled_only OR NOT cancel_requested)
+RETURNING job_id, queue, actor, message, status, previous_status, version, lease_id, worker_id,
+    lease_expires_at, attempt, attempt_id, started_at, finished_at, retry_count, retry_at, scheduled_at,
+    dispatched_at, pause_requested, stop_requested, cancel_requested, stop_requested_at, checkpoint,
+    checkpoint_version, checkpoint_schema, checkpoint_at, owner, workflow_id, trace_id, parent_job_id,
+    last_error_class, last_error_type, last_error_message, created_at, updated_at;
+
+-- name: attempt_started
+INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at,
+                               checkpoint_version_start)
+SELECT attempt_id, job_id, attempt, lease_id, worker_id, started_at, checkpoint_version
+FROM reliable_jobs WHERE job_id = :job_id;
+
+-- name: attempt_ended
+UPDATE reliable_attempts SET ended_at = :now, outcome = :event, error_class = :error_class,
+    error_type = :error_type, error_message = :error_message
+WHERE attempt_id = (SELECT attempt_id FROM reliable_jobs WHERE job_id = :job_id) AND ended_at IS NULL;
+
+-- name: event
+-- The event row of a write_job, from the row it just wrote.
+INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
+    lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
+    retry_count, checkpoint, operator, reason, host, detail)
+SELECT job_id, :now, :event, CASE WHEN :transition THEN previous_status ELSE status END, status, version,
+    attempt, attempt_id, coalesce(:event_lease_id, lease_id),
+    coalesce(:event_worker_id, CASE WHEN :operator IS NULL THEN worker_id END),
+    queue, actor, workflow_id, trace_id, :error_class, :error_type, :error_message, retry_count, checkpoint,
+    :operator, :reason, :host, :detail
+FROM reliable_jobs WHERE job_id = :job_id
+RETURNING *;
+
+-- name: enqueued_event
+-- The `enqueued` event of a newly registered job.
+INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
+    lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
+    retry_count, checkpoint, operator, reason, host, detail)
+SELECT job_id, created_at, 'enqueued', NULL, status, version, attempt, attempt_id, lease_id, NULL, queue,
+    actor, workflow_id, trace_id, NULL, NULL, NULL, retry_count, checkpoint, NULL, NULL, NULL, :detail
+FROM reliable_jobs WHERE job_id = :job_id
+RETURNING *;
+
+-- name: insert_job
+-- Register one PENDING job; no row when the job_id exists already.
+INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, retry_count,
+    scheduled_at, dispatched_at, owner, workflow_id, trace_id, parent_job_id, checkpoint_schema,
+    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at)
+VALUES (:job_id, :queue, :actor, :message, :status, 1, 0, 0, 0, :now + :delay, :now, :owner, :workflow_id,
+    :trace_id, :parent_job_id, :checkpoint_schema, 0, 0, 0, 0, :now, :now)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id;
+
+-- name: renew
+-- The heartbeat: extend every lease the process holds in one statement; the leases still held.
+UPDATE reliable_jobs
+SET lease_expires_at = :now + :lease_ttl, worker_id = :worker_id
+WHERE (job_id, lease_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                             FROM json_each(:leases))
+  AND status IN (SELECT value FROM json_each(:active))
+RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, lease_expires_at,
+    stop_requested_at;
+
+-- name: holds_lease
+SELECT 1 FROM reliable_jobs
+WHERE job_id = :job_id AND lease_id = :lease_id AND status IN (SELECT value FROM json_each(:active));
+
+-- name: insert_effect
+INSERT INTO reliable_effects (job_id, op_key, attempt_id, lease_id, applied_at, duplicates)
+VALUES (:job_id, :op_key, :attempt_id, :lease_id, :now, 0)
+ON CONFLICT (job_id, op_key) DO NOTHING
+RETURNING op_key;
+
+-- name: count_duplicate_effect
+UPDATE reliable_effects SET duplicates = duplicates + 1, last_duplicate_at = :now
+WHERE job_id = :job_id AND op_key = :op_key
+RETURNING duplicates, attempt_id;
+
+-- name: mark_dispatched
+-- The sweeper's compare-and-set on dispatched_at: only one of several sweepers publishes.
+UPDATE reliable_jobs SET dispatched_at = :now
+WHERE job_id = :job_id AND status = :status AND version = :version AND dispatched_at IS :dispatched_at
+RETURNING job_id;
+
+-- name: event_details
+SELECT detail FROM reliable_job_events WHERE job_id = :job_id AND event = :event ORDER BY id;

@@ -1,0 +1,252 @@
+"""Runs the store's named queries (reliable/store/sql/<dialect>.sql) on raw DB-API connections.
+
+Every write of the store goes through here: `write` executes one `JobWrite` (a transition, a
+checkpoint or a plain event) with its event row; the other queries (registration, heartbeat,
+effects, the sweeper's compare-and-set) are named in the same files. Connections come from the
+store's one bounded pool, checked out per call: no thread keeps one.
+
+On PostgreSQL a single write is one statement in autocommit mode (one round trip); several writes
+that must commit together share a transaction. On SQLite every call is one BEGIN IMMEDIATE
+transaction under the file's in-process writer lock, and `now` is resolved first so that every
+statement of a write shares one time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from sqlalchemy import Engine
+
+from ..states import ACTIVE_STATES
+from .db import sqlite_writer_lock, translate
+from .schema import job_events, jobs
+from .writes import JobWrite
+
+__all__ = ["EVENT_COLUMNS", "JOB_COLUMNS", "LEASE_COLUMNS", "SqlRunner", "Tx", "load_queries"]
+
+JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
+EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in job_events.c)
+LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
+                                  "cancel_requested", "lease_expires_at", "stop_requested_at")
+_ACTIVE = sorted(s.value for s in ACTIVE_STATES)
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@functools.cache
+def load_queries(dialect: str) -> Mapping[str, str]:
+    """The named queries of `dialect` ("postgresql" or "sqlite"), read once from the package."""
+    text = resources.files("reliable.store").joinpath("sql", f"{dialect}.sql").read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"{dialect}.sql: query {name!r} is defined twice")
+        lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
+        queries[name] = "\n".join(lines).strip().rstrip(";")
+    return queries
+
+
+@dataclass
+class Tx:
+    """A cursor inside one transaction, with the write time every statement of it shares."""
+
+    cursor: Any
+    now: float | None  # None on PostgreSQL without an injected clock: each statement asks the database
+
+
+class SqlRunner:
+    """The named queries of one engine's dialect, run on its pool's raw connections.
+
+    `clock` (tests) returns the time to use instead of the database's clock, or None.
+    """
+
+    def __init__(self, engine: Engine, *, clock: Callable[[], float | None] | None = None) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self.queries = load_queries(self.dialect)
+        self._clock = clock or (lambda: None)
+        self._postgres = self.dialect == "postgresql"
+
+    # -- connections -----------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        """A cursor in a transaction that commits when the block exits (rolls back on an error)."""
+        with sqlite_writer_lock(self.engine), self._connection() as raw:
+            cursor = raw.cursor()
+            try:
+                if self._postgres:
+                    with raw.driver_connection.transaction():
+                        yield Tx(cursor, self._clock())
+                    return
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    tx = Tx(cursor, None)
+                    tx.now = self._resolve_now(tx)
+                    yield tx
+                except BaseException:
+                    cursor.execute("ROLLBACK")
+                    raise
+                cursor.execute("COMMIT")
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def _single(self) -> Iterator[Tx]:
+        """One statement on PostgreSQL (autocommit: one round trip); a transaction on SQLite."""
+        if not self._postgres:
+            with self.transaction() as tx:
+                yield tx
+            return
+        with self._connection() as raw:
+            cursor = raw.cursor()
+            try:
+                yield Tx(cursor, self._clock())
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        try:
+            raw = self.engine.raw_connection()
+        except Exception as exc:
+            raise translate(exc, self.engine.url) from exc
+        driver: Any = raw.driver_connection
+        if self._postgres:
+            driver.autocommit = True
+        try:
+            yield raw
+        except self.engine.dialect.dbapi.Error as exc:  # type: ignore[union-attr]
+            if isinstance(exc, self.engine.dialect.dbapi.OperationalError):  # type: ignore[union-attr]
+                raw.invalidate()  # a broken connection never goes back to the pool
+            raise translate(exc, self.engine.url) from exc
+        finally:
+            if self._postgres and raw.dbapi_connection is not None and not driver.closed:
+                driver.autocommit = False  # as the pool hands it to SQLAlchemy
+            raw.close()
+
+    def _resolve_now(self, tx: Tx) -> float:
+        tx.cursor.execute(self.queries["now"], {"now": self._clock()})
+        return float(tx.cursor.fetchone()[0])
+
+    def _execute(self, tx: Tx, name: str, params: Mapping[str, Any]) -> Any:
+        tx.cursor.execute(self.queries[name], {**params, "now": tx.now})
+        return tx.cursor
+
+    def _array(self, values: Sequence[Any] | None) -> Any:
+        """A list parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
+        if values is None or self._postgres:
+            return values
+        return json.dumps(list(values))
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def write(self, write: JobWrite, tx: Tx | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Execute `write` with its event row: (job row, event row), or None when the guard failed."""
+        if tx is None:
+            with self._single() as own:
+                return self.write(write, own)
+        params = write.params(tx.now)
+        params["sources"] = self._array(write.sources)
+        cursor = self._execute(tx, "write_job", params)
+        row = cursor.fetchone()
+        if self._postgres:
+            if row is None:
+                return None
+            return dict(zip(JOB_COLUMNS, row[:len(JOB_COLUMNS)], strict=True)), \
+                dict(zip(EVENT_COLUMNS, row[len(JOB_COLUMNS):], strict=True))
+        if row is None:
+            return None
+        job = dict(zip(JOB_COLUMNS, row, strict=True))
+        if write.claim:
+            self._execute(tx, "attempt_started", params)
+        if write.end_attempt:
+            self._execute(tx, "attempt_ended", params)
+        event = self._execute(tx, "event", params).fetchone()
+        return job, dict(zip(EVENT_COLUMNS, event, strict=True))
+
+    def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None]
+                 ) -> tuple[float, list[dict[str, Any]]]:
+        """Insert new PENDING jobs (existing job_ids are left alone) and their `enqueued` events.
+
+        Returns the registration time and the event rows of the jobs that were new.
+        """
+        with self.transaction() as tx:
+            if tx.now is None:
+                tx.now = self._resolve_now(tx)
+            inserted = set(self._insert_jobs(tx, [{**row, "now": tx.now} for row in rows]))
+            fresh = [(row["job_id"], detail) for row, detail in zip(rows, details, strict=True)
+                     if row["job_id"] in inserted]
+            if not fresh:
+                return tx.now, []
+            if self._postgres:
+                cursor = self._execute(tx, "enqueued_events", {"job_ids": [f[0] for f in fresh],
+                                                               "details": [f[1] for f in fresh]})
+                events = cursor.fetchall()
+            else:
+                events = [self._execute(tx, "enqueued_event", {"job_id": job_id, "detail": detail}).fetchone()
+                          for job_id, detail in fresh]
+            return tx.now, [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in events]
+
+    def _insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[str]:
+        query = self.queries["insert_job"]
+        if not self._postgres:
+            return [r[0] for row in rows if (r := tx.cursor.execute(query, row).fetchone()) is not None]
+        # One pipelined batch; each row's RETURNING arrives as its own result set.
+        tx.cursor.executemany(query, rows, returning=True)
+        fresh = []
+        while True:
+            found = tx.cursor.fetchone()
+            if found is not None:
+                fresh.append(found[0])
+            if not tx.cursor.nextset():
+                return fresh
+
+    def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:
+        """Extend every given lease in one statement; the rows of the leases still held."""
+        params: dict[str, Any] = {"worker_id": worker_id, "lease_ttl": lease_ttl,
+                                  "active": self._array(_ACTIVE)}
+        if self._postgres:
+            params.update(job_ids=[j for j, _ in leases], lease_ids=[lease for _, lease in leases])
+        else:
+            params["leases"] = json.dumps([[j, lease] for j, lease in leases])
+        with self._single() as tx:
+            rows = self._execute(tx, "renew", params).fetchall()
+        return [dict(zip(LEASE_COLUMNS, row, strict=True)) for row in rows]
+
+    def holds_lease(self, tx: Tx, job_id: str, lease_id: int) -> bool:
+        """Whether `lease_id` still holds the job (locked for the rest of the transaction on PostgreSQL)."""
+        params = {"job_id": job_id, "lease_id": lease_id, "active": self._array(_ACTIVE)}
+        return self._execute(tx, "holds_lease", params).fetchone() is not None
+
+    def insert_effect(self, tx: Tx, job_id: str, op_key: str, *, attempt_id: str | None, lease_id: int) -> bool:
+        """Record the unit `op_key` as applied; False when it was recorded before."""
+        params = {"job_id": job_id, "op_key": op_key, "attempt_id": attempt_id, "lease_id": lease_id}
+        return self._execute(tx, "insert_effect", params).fetchone() is not None
+
+    def count_duplicate_effect(self, tx: Tx, job_id: str, op_key: str) -> tuple[int, str | None]:
+        """Count a replay of `op_key`; its duplicate count and the attempt that first applied it."""
+        row = self._execute(tx, "count_duplicate_effect", {"job_id": job_id, "op_key": op_key}).fetchone()
+        return int(row[0]), row[1]
+
+    def event_details(self, tx: Tx, job_id: str, event: str) -> list[str | None]:
+        """The detail (JSON text) of every `event` row of the job, oldest first."""
+        return [row[0] for row in self._execute(tx, "event_details", {"job_id": job_id, "event": event})]
+
+    def mark_dispatched(self, tx: Tx, job_id: str, *, status: str, version: int,
+                        dispatched_at: float | None) -> bool:
+        """The sweeper's compare-and-set on dispatched_at; True when this caller won."""
+        params = {"job_id": job_id, "status": status, "version": version, "dispatched_at": dispatched_at}
+        return self._execute(tx, "mark_dispatched", params).fetchone() is not None
+
+    def now(self) -> float:
+        """The store's current time (the database's clock, or the injected one)."""
+        with self._single() as tx:
+            return tx.now if tx.now is not None else self._resolve_now(tx)

@@ -1,0 +1,190 @@
+"""What each write to a job row does: derived once from `reliable.states`, pure (no I/O).
+
+Every change to a job row (a transition of any caller, a checkpoint, a plain event) is ONE
+`JobWrite`, executed by the single `write_job` query of each dialect (reliable/store/sql/*.sql)
+together with its event row. The worker's hot path, operator commands and recovery all build their
+writes here, so what a transition sets cannot differ between callers:
+
+- guard: the job is in one of `states.sources(event)`; plus the caller's fences (lease_id for a
+  worker, version for whoever read the row first, "lease expired by the database's clock" for
+  recovery); an outcome in RERUN_EVENTS also requires that no pause is requested, and a stop
+  outcome that a cancel upgrades (CANCEL_UPGRADES) that no cancel is requested.
+- lease: a claim takes a new lease (lease_id + 1, attempt + 1, worker, expiry); any target
+  outside ACTIVE_STATES releases it (expiry, control flags and stop time cleared).
+- finished_at: set entering AT_REST_STATES, cleared by any other transition.
+- retry_at: set (now + delay) entering RETRY_WAIT, cleared by any other transition;
+  scheduled_at: when the job is due, set entering PENDING or RETRY_WAIT;
+  dispatched_at: entering PENDING, "now" when the caller publishes, otherwise cleared so the
+  sweeper publishes (the worker's retry publishes its delayed message itself).
+- retry_count: counted entering RETRY_WAIT, reset by restart and requeue (a fresh budget).
+- the attempt row: inserted by a claim, ended by any transition out of an active state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..states import (
+    ACTIVE_STATES,
+    AT_REST_STATES,
+    CANCEL_UPGRADES,
+    RERUN_EVENTS,
+    Event,
+    JobStatus,
+    sources,
+    target,
+)
+
+__all__ = ["JobWrite", "event_write", "transition_write"]
+
+S = JobStatus
+E = Event
+
+#: Operator requests: the flag each one raises on a running job.
+_REQUESTS: Mapping[Event, str] = {E.PAUSE_REQUEST: "pause", E.STOP_REQUEST: "stop", E.CANCEL_REQUEST: "cancel"}
+#: Operator commands that give the job a fresh retry budget.
+_FRESH_BUDGET: frozenset[Event] = frozenset({E.RESTART, E.REQUEUE})
+#: Operator commands that run the job from the beginning.
+_FROM_SCRATCH: frozenset[Event] = frozenset({E.RESTART})
+
+
+@dataclass(frozen=True)
+class JobWrite:
+    """The parameters of one `write_job` execution (names match the SQL's parameters)."""
+
+    job_id: str
+    event: str
+    # guard
+    sources: list[str] | None
+    lease_id: int | None
+    version: int | None
+    expired_only: bool
+    due_only: bool
+    unpaused_only: bool
+    uncancelled_only: bool
+    # row
+    to_status: str | None
+    transition: bool
+    claim: bool
+    release: bool
+    lease_ttl: float | None
+    at_rest: bool
+    delay: float | None
+    schedule: bool
+    dispatch: str  # keep | now | clear
+    retries: str  # keep | count | reset
+    request_pause: bool
+    request_stop: bool
+    request_cancel: bool
+    checkpoint_op: str  # keep | save | clear
+    checkpoint: str | None
+    checkpoint_schema: int | None
+    worker_id: str | None
+    attempt_id: str | None
+    end_attempt: bool
+    has_error: bool
+    error_class: str | None
+    error_type: str | None
+    error_message: str | None
+    # the event row's own fields
+    event_worker_id: str | None
+    event_lease_id: int | None
+    operator: str | None
+    reason: str | None
+    host: str | None
+    detail: str | None
+    # the database clock, or an injected one (tests)
+    now: float | None = None
+
+    def params(self, now: float | None) -> dict[str, Any]:
+        """The query parameters, with `now` (None: the database's clock)."""
+        values = asdict(self)
+        values["now"] = now
+        return values
+
+
+def transition_write(
+    job_id: str, event: Event, *, lease_id: int | None = None, version: int | None = None,
+    expired_only: bool = False, worker_id: str | None = None, attempt_id: str | None = None,
+    lease_ttl: float | None = None, delay: float | None = None, dispatch: bool | None = None,
+    error: Mapping[str, str | None] | None = None, checkpoint_schema: int | None = None,
+    from_states: Iterable[JobStatus] | None = None, operator: str | None = None, reason: str | None = None,
+    host: str | None = None, detail: str | None = None,
+) -> JobWrite:
+    """The write of `event` on a job: everything it sets follows from the transition table.
+
+    `from_states` narrows the guard (a late completion names the one state it found); the default
+    is every state the table allows `event` from. `dispatch` says whether the caller publishes the
+    job's message right after (True), or leaves it to the sweeper (False); None keeps the rule's
+    default. `delay` is required entering RETRY_WAIT.
+    """
+    event = Event(event)
+    to = target(event)
+    allowed = set(sources(event)) if from_states is None else set(from_states)
+    claim = to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)
+    release = to not in ACTIVE_STATES
+    if claim and (lease_ttl is None or worker_id is None or attempt_id is None):
+        raise ValueError(f"{event.value}: a claim needs worker_id, attempt_id and lease_ttl")
+    if to is S.RETRY_WAIT and delay is None:
+        raise ValueError(f"{event.value}: entering RETRY_WAIT needs a delay")
+    if to is S.PENDING:
+        dispatch_mode = "now" if dispatch else "clear"
+    elif to is S.RETRY_WAIT:
+        dispatch_mode = "now" if dispatch or (dispatch is None and event is E.RETRY) else "clear"
+    else:
+        dispatch_mode = "keep"
+    if to is S.RETRY_WAIT:
+        retries = "count"
+    elif event in _FRESH_BUDGET:
+        retries = "reset"
+    else:
+        retries = "keep"
+    request = _REQUESTS.get(event)
+    return JobWrite(
+        job_id=job_id, event=event.value, sources=sorted(s.value for s in allowed), lease_id=lease_id,
+        version=version, expired_only=expired_only, due_only=claim, unpaused_only=event in RERUN_EVENTS,
+        uncancelled_only=event in CANCEL_UPGRADES,
+        to_status=to.value, transition=True, claim=claim, release=release,
+        lease_ttl=lease_ttl if claim else None, at_rest=to in AT_REST_STATES,
+        delay=delay if to is S.RETRY_WAIT else None, schedule=to in (S.PENDING, S.RETRY_WAIT),
+        dispatch=dispatch_mode, retries=retries, request_pause=request == "pause",
+        request_stop=request == "stop", request_cancel=request == "cancel",
+        checkpoint_op="clear" if event in _FROM_SCRATCH else "keep", checkpoint=None,
+        checkpoint_schema=checkpoint_schema, worker_id=worker_id if claim else None,
+        attempt_id=attempt_id if claim else None,
+        end_attempt=bool(sources(event) & ACTIVE_STATES) and release,
+        has_error=error is not None, error_class=(error or {}).get("error_class"),
+        error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
+        event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
+        detail=detail,
+    )
+
+
+def event_write(
+    job_id: str, event: str, *, lease_id: int | None = None, active_only: bool = False,
+    checkpoint: str | None = None, lease_ttl: float | None = None, worker_id: str | None = None,
+    error: Mapping[str, str | None] | None = None, operator: str | None = None, reason: str | None = None,
+    host: str | None = None, detail: str | None = None,
+) -> JobWrite:
+    """A write that changes no state: an event on the job, or a checkpoint (with `checkpoint`).
+
+    A checkpoint is fenced (`lease_id`, `active_only`), renews the lease by `lease_ttl` and does
+    not bump the version: an operator's compare-and-set never races a checkpoint.
+    """
+    saving = event == "checkpoint"
+    return JobWrite(
+        job_id=job_id, event=event,
+        sources=sorted(s.value for s in ACTIVE_STATES) if active_only else None,
+        lease_id=lease_id if saving or active_only else None, version=None, expired_only=False,
+        due_only=False, unpaused_only=False, uncancelled_only=False, to_status=None, transition=False,
+        claim=False, release=False,
+        lease_ttl=lease_ttl, at_rest=False, delay=None, schedule=False, dispatch="keep", retries="keep",
+        request_pause=False, request_stop=False, request_cancel=False,
+        checkpoint_op="save" if saving else "keep", checkpoint=checkpoint, checkpoint_schema=None,
+        worker_id=None, attempt_id=None, end_attempt=False, has_error=False,  # the row keeps its last error
+        error_class=(error or {}).get("error_class"), error_type=(error or {}).get("error_type"),
+        error_message=(error or {}).get("message"), event_worker_id=worker_id, event_lease_id=lease_id,
+        operator=operator, reason=reason, host=host, detail=detail,
+    )
