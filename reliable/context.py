@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .errors import JobCancelled, JobInterrupted, JobPaused, JobStopped, LeaseLost, LeaseLostInterrupt
 from .states import JobStatus
 from .store import Claim, LeaseStatus, StateStore
+from .store.retrying import retry_while_unavailable
 
 if TYPE_CHECKING:
     from .policy import JobContract
 
-__all__ = ["JobContext", "current_job"]
+__all__ = ["CheckpointCodec", "JobContext", "current_job"]
+
+T = TypeVar("T")
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("reliable_job", default=None)
 
@@ -29,6 +33,20 @@ def current_job() -> JobContext:
     if job is None:
         raise RuntimeError("current_job() is only available inside an actor tracked by reliable")
     return job
+
+
+class CheckpointCodec(Protocol):
+    """How an actor stores checkpoint values JSON cannot carry (declare `checkpoint_codec=` on the actor).
+
+    `encode` turns the actor's value into one that round-trips through JSON; `decode` turns it
+    back when the next attempt reads `checkpoint_value`.
+    """
+
+    def encode(self, value: Any) -> Any:
+        """The JSON-ready form of `value`."""
+
+    def decode(self, data: Any) -> Any:
+        """The actor's value from its JSON form."""
 
 
 @dataclass
@@ -57,6 +75,9 @@ class JobContext:
     contract: JobContract
     worker_id: str
     lease_ttl: float
+    #: The longest wait between tries of a write while the store is unreachable (see retry_while_unavailable).
+    store_retry_cap: float = 2.0
+    codec: CheckpointCodec | None = None
     thread_id: int = field(default_factory=threading.get_ident)
     _control: _Control = field(default_factory=_Control)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -100,15 +121,29 @@ class JobContext:
         return self.claim.job.checkpoint is not None
 
     def __post_init__(self) -> None:
-        self._checkpoint: Any = self.claim.job.checkpoint
+        stored = self.claim.job.checkpoint
+        self._checkpoint: Any = stored if self.codec is None or stored is None else self.codec.decode(stored)
+        #: Units applied whose record could not be written before the attempt ended (see record_effect).
+        self.unrecorded_effects: list[str] = []
+
+    def _store_call(self, what: str, call: Callable[[], T]) -> T:
+        """A write from inside the actor: waits out a store outage like claim and completion do."""
+        return retry_while_unavailable(call, what=f"job {self.job_id}: {what}", max_delay=self.store_retry_cap)
 
     # -- progress --------------------------------------------------------------------------------
 
     def checkpoint(self, value: Any) -> None:
-        """Durably record progress (JSON-serialisable), renew the lease, observe control requests."""
+        """Durably record progress, renew the lease, observe control requests.
+
+        `value` must round-trip through JSON (None, bool, int, float, str, lists, dicts with str
+        keys) unless the actor declares a `checkpoint_codec`: TypeError names the offending type.
+        While the store cannot be reached this waits (the lease is kept by the heartbeat), so an
+        outage never turns into a failed attempt.
+        """
+        data = value if self.codec is None else self.codec.encode(value)
         try:
-            lease = self.store.save_checkpoint(self.job_id, self.fencing_token, value,
-                                               lease_ttl=self.lease_ttl, worker_id=self.worker_id)
+            lease = self._store_call("checkpoint", lambda: self.store.save_checkpoint(
+                self.job_id, self.fencing_token, data, lease_ttl=self.lease_ttl, worker_id=self.worker_id))
         except LeaseLost:
             self.mark_lease_lost()
             raise LeaseLostInterrupt(f"job {self.job_id}: lease {self.fencing_token} lost") from None
@@ -137,18 +172,29 @@ class JobContext:
         return f"{self.job_id}:{item}"
 
     def record_effect(self, item: Any, result: Any = None) -> bool:
-        """Record that the unit `item` was applied; False when it had been already (a replay, counted)."""
+        """Record that the unit `item` was applied; False when it had been already (a replay, counted).
+
+        Waits while the store cannot be reached. If the attempt ends before the record lands (the
+        thread is interrupted while waiting), the unit is noted at the end of the attempt, and a later
+        attempt's first record of it is reported as a possible duplicate (`possible_duplicate_effect`
+        event and metric) instead of silently counting as the first.
+        """
+        key = self.operation_key(item)
+        self.unrecorded_effects.append(key)
         try:
-            effect = self.store.record_effect(self.job_id, self.fencing_token, self.operation_key(item),
-                                              attempt_id=self.attempt_id, result=result)
+            effect = self._store_call("record_effect", lambda: self.store.record_effect(
+                self.job_id, self.fencing_token, key, attempt_id=self.attempt_id, result=result,
+                worker_id=self.worker_id))
         except LeaseLost:
             self.mark_lease_lost()
             raise LeaseLostInterrupt(f"job {self.job_id}: lease {self.fencing_token} lost") from None
+        self.unrecorded_effects.remove(key)
         return effect.applied
 
     def effect_applied(self, item: Any) -> bool:
         """Whether the unit `item` was already recorded as applied (by this or an earlier attempt)."""
-        return self.store.effect_recorded(self.job_id, self.operation_key(item))
+        key = self.operation_key(item)
+        return self._store_call("effect_applied", lambda: self.store.effect_recorded(self.job_id, key))
 
     # -- used by the middleware and the heartbeat thread ----------------------------------------
 

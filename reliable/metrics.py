@@ -79,6 +79,7 @@ class _Collectors:
     retries: Counter
     budget_exhausted: Counter
     duplicate_effects: Counter
+    possible_duplicate_effects: Counter
     dead_letters: Counter
     review: Counter
     checkpoints: Counter
@@ -117,6 +118,9 @@ def _build(registry: CollectorRegistry) -> _Collectors:
         budget_exhausted=counter("reliable_retry_budget_exhausted_total",
                                  "Failures that found the retry budget exhausted."),
         duplicate_effects=counter("reliable_duplicate_effects_total", "Replayed operation keys detected."),
+        possible_duplicate_effects=counter(
+            "reliable_possible_duplicate_effects_total",
+            "Units recorded for the first time after an earlier attempt applied them without a record."),
         dead_letters=counter("reliable_dead_letters_total", "Jobs moved to DEAD."),
         review=counter("reliable_review_total", "Jobs moved to REVIEW."),
         checkpoints=counter("reliable_checkpoints_total", "Checkpoints written."),
@@ -265,6 +269,8 @@ class Metrics:
             c.stale_commits.labels(actor, queue).inc()
         elif name == "duplicate_effect":
             c.duplicate_effects.labels(actor, queue).inc()
+        elif name == "possible_duplicate_effect":
+            c.possible_duplicate_effects.labels(actor, queue).inc()
         elif name in _COMMANDS:
             c.control_commands.labels(_COMMANDS[name]).inc()
         elif name in ("force_stop", "force_cancel"):

@@ -55,7 +55,7 @@ logger = logging.getLogger("reliable.middleware")
 #: Actor options reliable understands (declared so `@dramatiq.actor(...)` accepts them).
 ACTOR_OPTIONS = frozenset({
     "reliable", "owner", "resumable", "checkpoint_schema", "idempotent", "stop_grace", "compensation",
-    "retry_on_crash", "resume_validator", "workflow_id",
+    "retry_on_crash", "resume_validator", "workflow_id", "checkpoint_codec",
 })
 
 #: Message option marking a message whose job is already in the store.
@@ -323,7 +323,9 @@ class ReliableMiddleware(Middleware):
             else:
                 self._refused(broker, message, refusal)
                 raise SkipMessage(refusal.reason) from None
-        context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl)
+        codec = self._actor_options(message.actor_name).get("checkpoint_codec")
+        context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
+                             store_retry_cap=self.heartbeat_interval, codec=codec)
         self._delivery.context = context
         assert self._heartbeat is not None
         self._heartbeat.add(context)
@@ -352,12 +354,19 @@ class ReliableMiddleware(Middleware):
             return
         try:
             context.leave()
+            self._note_unrecorded_effects(context)
             self._complete(broker, message, context, exception)
         finally:
             # Only now: the lease is renewed while the final write may still be retried (a slow or
             # blipping store must not let recovery reclaim a job that already finished).
             assert self._heartbeat is not None
             self._heartbeat.remove(context)
+
+    def _note_unrecorded_effects(self, context: JobContext) -> None:
+        """Units the attempt applied but could not record: a later first record is a possible duplicate."""
+        for key in context.unrecorded_effects:
+            self._with_store_retry("effect_unrecorded", lambda key=key: self.store.effect_unrecorded(  # type: ignore[misc]
+                context.job_id, key, lease_id=context.fencing_token, worker_id=self.worker_id))
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
