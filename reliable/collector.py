@@ -26,7 +26,6 @@ from sqlalchemy.engine import Connection
 
 from .states import JobStatus
 from .store import StateStore
-from .store.db import now_expression, read_connection
 from .store.schema import jobs
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
@@ -96,7 +95,7 @@ class StoreCollector(Collector):
         self._lock = threading.Lock()
         self._errors: dict[str, int] = {"store": 0, "rabbitmq": 0}
         self._queues: set[str] = set(queues)  # every queue seen so far: a drained queue reports 0
-        self._now = now_expression(store.engine)
+        self._now = store.now_sql
 
     def describe(self) -> Iterable[Any]:
         """Nothing: the families are known only at collection, and describing must not query."""
@@ -112,7 +111,7 @@ class StoreCollector(Collector):
         started = self._clock()
         families: list[Any] = []
         try:
-            with read_connection(self.store.engine) as conn:
+            with self.store.read() as conn:
                 families.extend(self._store_families(conn))
         except Exception as exc:  # a scrape must answer even when the store does not
             self._errors["store"] += 1

@@ -85,21 +85,19 @@ def _now(store: StateStore, flt: JobFilter) -> float | None:
 def select_jobs(store: StateStore, flt: JobFilter, *, limit: int | None = 100, newest_first: bool = False,
                 offset: int = 0) -> list[Job]:
     """Jobs matching `flt`: oldest change first (the order bulk commands work in), at most `limit`."""
-    store.check_schema()
     order = jobs.c.updated_at.desc() if newest_first else jobs.c.updated_at.asc()
     stmt: Select[tuple[object, ...]] = (select(jobs).where(*flt.conditions(_now(store, flt)))
                                         .order_by(order, jobs.c.job_id).offset(offset))
     if limit is not None:
         stmt = stmt.limit(limit)
-    with store.engine.connect() as conn:
+    with store.read() as conn:
         return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
 
 def count_jobs(store: StateStore, flt: JobFilter) -> int:
     """How many jobs match `flt`."""
-    store.check_schema()
     stmt = select(func.count()).select_from(jobs).where(*flt.conditions(_now(store, flt)))
-    with store.engine.connect() as conn:
+    with store.read() as conn:
         return int(conn.execute(stmt).scalar_one())
 
 

@@ -79,8 +79,8 @@ class AlertEngine:
         jobs = list(candidate.jobs)
         ids = [j.job_id for j in jobs]
         if not ids and candidate.sample is not None:
-            ids = sample_job_ids(self.store.engine, candidate.sample)
-        return self.renderer.annotations(candidate, job_contexts(self.store.engine, ids))
+            ids = sample_job_ids(self.store, candidate.sample)
+        return self.renderer.annotations(candidate, job_contexts(self.store, ids))
 
     def evaluate(self, *, persist: bool = True) -> Evaluation:
         """Evaluate every store rule once; with `persist`, advance and save the alert states."""
@@ -88,16 +88,16 @@ class AlertEngine:
         self.store.check_schema()
         now = self.clock()
         requests = [req for rule in self.rules for req in requests_for(rule)]
-        facts = collect_facts(self.store.engine, requests, now)
+        facts = collect_facts(self.store, requests, now)
         candidates = evaluate(self.rules, facts)
-        previous = load_alerts(self.store.engine)
+        previous = load_alerts(self.store)
         states, deleted = advance(previous, candidates, now, self.policy)
         for candidate in candidates:
             state = states[candidate.fingerprint]
             if state.state == FIRING and (due(state, now) or not state.annotations):
                 states[candidate.fingerprint] = replace(state, annotations=self._annotate(candidate))
         if persist:
-            save_alerts(self.store.engine, states.values(), deleted)
+            save_alerts(self.store, states.values(), deleted)
         return Evaluation(now, candidates, states, deleted, time.perf_counter() - started)
 
     def deliver(self) -> DeliveryReport:
@@ -105,7 +105,7 @@ class AlertEngine:
         if self.client is None:
             return DeliveryReport()
         now = self.clock()
-        pending = [s for s in load_alerts(self.store.engine).values() if due(s, now)]
+        pending = [s for s in load_alerts(self.store).values() if due(s, now)]
         if not pending:
             return DeliveryReport()
         body = [payload(s, now, self.policy, self.generator_url) for s in pending]
@@ -114,7 +114,7 @@ class AlertEngine:
         error = "; ".join(errors.values()) if errors else None
         if error:
             logger.warning("alert delivery failed (%d alerts kept for retry): %s", len(pending), error)
-        save_alerts(self.store.engine, [after_send(s, now, self.policy, error) for s in pending])
+        save_alerts(self.store, [after_send(s, now, self.policy, error) for s in pending])
         return DeliveryReport(sent=0 if error else len(pending), failed=len(pending) if error else 0, errors=errors)
 
     def run_once(self) -> tuple[Evaluation, DeliveryReport]:

@@ -6,11 +6,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
-from ..store.db import read_connection, write_transaction
+from ..store import StateStore
+from ..store.schema import alerts
 from .lifecycle import AlertState
-from .schema import alerts
 
 __all__ = ["delete_alerts", "load_alerts", "save_alerts"]
 
@@ -33,19 +33,19 @@ def _state(row: Mapping[Any, Any]) -> AlertState:
     return AlertState(**values)
 
 
-def load_alerts(engine: Engine) -> dict[str, AlertState]:
+def load_alerts(store: StateStore) -> dict[str, AlertState]:
     """Every alert row, by fingerprint."""
-    with read_connection(engine) as conn:
+    with store.read() as conn:
         return {row["fingerprint"]: _state(row) for row in conn.execute(select(alerts)).mappings()}
 
 
-def save_alerts(engine: Engine, states: Iterable[AlertState], deleted: Iterable[str] = ()) -> None:
+def save_alerts(store: StateStore, states: Iterable[AlertState], deleted: Iterable[str] = ()) -> None:
     """Upsert `states` and delete the `deleted` fingerprints, in one transaction."""
     rows = [_row(s) for s in states]
     gone = list(deleted)
     if not rows and not gone:
         return
-    with write_transaction(engine) as conn:
+    with store.write() as conn:
         for row in rows:
             values = {k: v for k, v in row.items() if k != "fingerprint"}
             result = conn.execute(update(alerts).where(alerts.c.fingerprint == row["fingerprint"]).values(**values))
@@ -55,6 +55,6 @@ def save_alerts(engine: Engine, states: Iterable[AlertState], deleted: Iterable[
             conn.execute(delete(alerts).where(alerts.c.fingerprint.in_(gone)))
 
 
-def delete_alerts(engine: Engine, fingerprints: Iterable[str]) -> None:
+def delete_alerts(store: StateStore, fingerprints: Iterable[str]) -> None:
     """Delete the given alert rows."""
-    save_alerts(engine, (), fingerprints)
+    save_alerts(store, (), fingerprints)

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, and_, case, func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..store.db import read_connection
+from ..store import StateStore
 from ..store.schema import attempts, job_events, jobs
 from .facts import EventCount, EventCounts, Facts, GroupAge, GroupAges, JobFact, JobSample, StaleJobs
 
@@ -90,10 +90,10 @@ def _counts(conn: Any, request: EventCounts, now: float) -> list[EventCount]:
             for row in conn.execute(stmt)]
 
 
-def collect_facts(engine: Engine, requests: Iterable[Any], now: float) -> Facts:
+def collect_facts(store: StateStore, requests: Iterable[Any], now: float) -> Facts:
     """Answer every distinct request in one read connection (no writes)."""
     answers: dict[Any, Sequence[Any]] = {}
-    with read_connection(engine) as conn:
+    with store.read() as conn:
         for request in dict.fromkeys(requests):
             if isinstance(request, StaleJobs):
                 answers[request] = _stale(conn, request, now)
@@ -106,9 +106,9 @@ def collect_facts(engine: Engine, requests: Iterable[Any], now: float) -> Facts:
     return Facts(now, answers)
 
 
-def sample_job_ids(engine: Engine, sample: JobSample, limit: int = 3) -> list[str]:
+def sample_job_ids(store: StateStore, sample: JobSample, limit: int = 3) -> list[str]:
     """A few job ids behind a grouped alert: the oldest in the states, or the latest with the events."""
-    with read_connection(engine) as conn:
+    with store.read() as conn:
         if sample.states:
             stmt = select(jobs.c.job_id).where(jobs.c.status.in_(sample.states))
             if sample.queue:
@@ -152,11 +152,11 @@ class JobContext:
     attempts: tuple[AttemptFact, ...]
 
 
-def job_contexts(engine: Engine, job_ids: Sequence[str], attempts_per_job: int = 3) -> list[JobContext]:
+def job_contexts(store: StateStore, job_ids: Sequence[str], attempts_per_job: int = 3) -> list[JobContext]:
     """The jobs (in the given order) with their latest attempts, newest first; missing ids are skipped."""
     if not job_ids:
         return []
-    with read_connection(engine) as conn:
+    with store.read() as conn:
         rows = {r.job_id: r for r in conn.execute(
             select(*_JOB_COLUMNS, jobs.c.updated_at).where(jobs.c.job_id.in_(list(job_ids))))}
         out = []

@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
 )
 
-__all__ = ["attempts", "effects", "job_events", "jobs", "metadata"]
+__all__ = ["alerts", "attempts", "effects", "job_events", "jobs", "metadata"]
 
 metadata = MetaData()
 
@@ -139,3 +139,25 @@ effects = Table(
     Column("duplicates", Integer, nullable=False, server_default="0"),
     Column("last_duplicate_at", Double),
 )
+
+# Every alert's lifecycle and delivery state, so none is lost (migration 0002).
+alerts = Table(
+    "reliable_alerts",
+    metadata,
+    Column("fingerprint", String(64), primary_key=True),  # hash of the label set
+    Column("alertname", String(255), nullable=False),
+    Column("labels", Text, nullable=False),  # JSON object
+    Column("annotations", Text, nullable=False),  # JSON object
+    Column("state", String(16), nullable=False),  # pending | firing | resolved
+    Column("pending_since", Double),
+    Column("starts_at", Double),
+    Column("ends_at", Double),
+    Column("last_evaluated_at", Double),
+    Column("last_sent_at", Double),
+    Column("next_send_at", Double),
+    Column("send_attempts", Integer, nullable=False, server_default="0"),
+    Column("last_error", Text),
+)
+
+Index("ix_reliable_alerts_state_next_send", alerts.c.state, alerts.c.next_send_at)
+Index("ix_reliable_alerts_alertname", alerts.c.alertname)

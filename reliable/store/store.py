@@ -31,7 +31,7 @@ from ..states import (
     late_target,
     target,
 )
-from .db import connect_engine, now_expression, read_connection
+from .db import connect_engine, now_expression, read_connection, write_transaction
 from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
@@ -239,6 +239,21 @@ class StateStore:
         """A connection for queries other modules run on the store's tables (errors translated)."""
         with self._read() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A connection in a write transaction for the store's other tables (alerts), errors translated.
+
+        Job rows are never written through it: their writes are `transition`, `finish` and friends.
+        """
+        self.check_schema()
+        with write_transaction(self.engine) as conn:
+            yield conn
+
+    @property
+    def now_sql(self) -> ColumnElement[float]:
+        """SQL for the store's current time, for queries other modules build (lease and due times)."""
+        return self._now
 
     # -- producer --------------------------------------------------------------------------------
 

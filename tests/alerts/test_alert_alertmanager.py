@@ -23,9 +23,9 @@ from sqlalchemy import select
 from reliable.alerts import AlertEngine, AlertmanagerClient, DeliveryPolicy, parse_rules
 from reliable.alerts.persist import load_alerts
 from reliable.alerts.runbooks import RunbookRenderer
-from reliable.alerts.schema import alerts as alerts_table
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
+from reliable.store.schema import alerts as alerts_table
 
 from support import require_service
 
@@ -157,7 +157,7 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         store.finish("job-one", lease_id, Event.SUCCEED, worker_id="worker-1")
         evaluation, report = engine.run_once()
         assert report.sent == 1 and not evaluation.firing
-        (row,) = load_alerts(store.engine).values()
+        (row,) = load_alerts(store).values()
         assert row.state == "resolved" and row.ends_at is not None and row.last_sent_at is not None
 
         def resolved() -> bool:
@@ -180,7 +180,7 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         assert engine.deliver().failed == 0  # not due yet: backing off
         time.sleep(0.3)
         assert engine.deliver().failed == 1  # retried after the backoff, still down, still kept
-        (queued_state,) = [s for s in load_alerts(store.engine).values() if s.labels.get("job_id") == "job-two"]
+        (queued_state,) = [s for s in load_alerts(store).values() if s.labels.get("job_id") == "job-two"]
         assert queued_state.send_attempts == 2 and queued_state.state == "firing"
 
         # 4. Alertmanager is back on the same port: the next delivery gets the alert through
@@ -191,5 +191,5 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         (alert,) = _wait(lambda: alertmanager.alerts("JobStuckTest"))
         assert alert["labels"]["job_id"] == "job-two" and alert["status"]["state"] == "active"
         assert f"`{attempt_two}`" in alert["annotations"]["runbook"]
-        state = next(s for s in load_alerts(store.engine).values() if s.labels.get("job_id") == "job-two")
+        state = next(s for s in load_alerts(store).values() if s.labels.get("job_id") == "job-two")
         assert state.send_attempts == 0 and state.last_error is None and state.last_sent_at is not None

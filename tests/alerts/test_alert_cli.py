@@ -53,7 +53,7 @@ def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
     text = CliRunner().invoke(cli, args)
     assert "Stuck{" in text.output and "1 alert(s) would fire" in text.output
     from reliable.alerts.persist import load_alerts
-    assert load_alerts(store.engine) == {}  # nothing written
+    assert load_alerts(store) == {}  # nothing written
 
 
 def test_run_without_alertmanager_is_a_clear_error(sqlite_url: str) -> None:

@@ -6,7 +6,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-import reliable.alerts.schema  # noqa: F401  (registers reliable_alerts on the store metadata)
 from reliable.store import StateStore
 from reliable.store.migrate import VERSION_TABLE, head_revision
 from reliable.store.schema import metadata

@@ -150,7 +150,8 @@ def test_checkpoint_pause_and_resume_from_checkpoint(harness: Harness) -> None:
     harness.worker.start()
     wait_for(lambda: harness.store.get(message.message_id).checkpoint == 3)
     job = harness.store.get(message.message_id)
-    harness.store.transition(job.job_id, Event.PAUSE_REQUEST, expected_version=job.version, operator="alice", reason="db maintenance")
+    harness.store.transition(job.job_id, Event.PAUSE_REQUEST, expected_version=job.version, operator="alice",
+                             reason="db maintenance")
     gate.set()
     wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.PAUSED)
     paused = harness.store.get(message.message_id)

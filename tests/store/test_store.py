@@ -95,7 +95,8 @@ def test_fenced_finish_rejects_stale_lease_and_records_it(store: StateStore) -> 
     old = store.claim("job-1", worker_id="old", lease_ttl=0.2)
     time.sleep(0.4)
     [expired] = store.expired_leases()
-    store.transition("job-1", Event.LEASE_EXPIRED, expected_version=expired.version, lease_id=old.lease_id, dispatch=True, lease_expired=True)
+    store.transition("job-1", Event.LEASE_EXPIRED, expected_version=expired.version, lease_id=old.lease_id,
+                     dispatch=True, lease_expired=True)
     new = store.claim("job-1", worker_id="new", lease_ttl=30)
     assert new.lease_id == old.lease_id + 1
     for stale_write in (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from alembic import context
 
-import reliable.alerts.schema  # noqa: F401  (registers reliable_alerts on the same metadata)
 from reliable.store.schema import metadata
 
 connection = context.config.attributes.get("connection")
