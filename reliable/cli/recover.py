@@ -41,10 +41,21 @@ def recover(store_url: str, broker_url: str | None, policies: str | None, once: 
         broker = RabbitmqBroker(url=broker_url)
     loop = Recovery(store, broker, policy, sweep_after=sweep_after)
     pause = interval if interval is not None else policy.lease.recovery_interval
+    from ..errors import StoreUnavailable
+
     while True:
-        report = loop.run_once()
+        try:
+            report = loop.run_once()
+        except StoreUnavailable as exc:
+            if once:
+                raise
+            # Keep looping: the loop holds lease expiry for a TTL once the store answers again.
+            click.echo(f"store unavailable, retrying in {pause:g}s: {exc}", err=True)
+            time.sleep(pause)
+            continue
+        held = " (lease expiry held: the store came back less than a lease TTL ago)" if report.expiry_held else ""
         click.echo(f"recovered {len(report.expired)} expired leases, promoted {len(report.retried)} retries, "
-                   f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races)")
+                   f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races){held}")
         if once:
             return
         time.sleep(pause)

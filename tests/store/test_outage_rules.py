@@ -1,0 +1,119 @@
+"""Leases survive the store's own outage (docs/concepts.md, "Leases and store outages").
+
+The outage is real: the test database stops accepting connections (ALLOW_CONNECTIONS false, its
+backends terminated), so every store call fails as it would with the server down, while the other
+tests' databases keep working. Time is an injected clock, so nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from sqlalchemy import create_engine, make_url, text
+
+from reliable.errors import LeaseLost, StoreUnavailable
+from reliable.policy import Policy
+from reliable.recovery import Recovery
+from reliable.states import Event, JobStatus
+from reliable.store import NewJob, StateStore
+
+from support import PG_ADMIN_URL
+
+TTL = 10.0
+
+
+@dataclass
+class Clock:
+    now: float = 1_950_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.contextmanager
+def database_outage(url: str) -> Iterator[None]:
+    """The database refuses every connection (existing ones are cut) until the block exits."""
+    name = make_url(url).database
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false'))
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :n"),
+                         {"n": name})
+        yield
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true'))
+        admin.dispose()
+
+
+@pytest.fixture
+def clocked(pg_store: StateStore) -> Iterator[tuple[StateStore, Clock]]:
+    clock = Clock()
+    store = StateStore(pg_store.engine.url.render_as_string(hide_password=False), clock=clock)
+    yield store, clock
+    store.close()
+
+
+def running(store: StateStore, job_id: str, *, idempotent: bool = True) -> int:
+    store.register(NewJob(job_id, queue="q", actor="a",
+                          message={"options": {"reliable_contract": {"idempotent": idempotent}}}))
+    return store.claim(job_id, worker_id="w", lease_ttl=TTL).lease_id
+
+
+def test_recovery_expires_no_lease_until_the_store_answered_for_a_ttl(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
+    lease = running(store, "job")
+    assert recovery.run_once().expired == {}
+    clock.now += 3 * TTL  # the outage outlasts the lease: no heartbeat could land
+    with database_outage(store.engine.url.render_as_string(hide_password=False)):
+        with pytest.raises(StoreUnavailable):
+            recovery.run_once()
+    back = recovery.run_once()
+    assert back.expiry_held and back.expired == {}, "expired a lease nobody could renew"
+    assert store.get("job").status is JobStatus.RUNNING
+    clock.now += TTL / 2
+    store.renew("w", [("job", lease)], TTL)  # the worker's heartbeat lands after the outage
+    clock.now += TTL / 2 + 0.1
+    assert recovery.run_once().expired == {}, "the renewed lease is still valid"
+    clock.now += TTL
+    assert recovery.run_once().expired == {"job": Event.LEASE_EXPIRED.value}, "a dead worker is recovered"
+
+
+def test_a_worker_commits_after_an_expiry_nobody_followed(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
+    recovery.run_once()
+    lease = running(store, "job")
+    other = running(store, "claimed-again")
+    review = running(store, "not-idempotent", idempotent=False)
+    clock.now += 2 * TTL
+    report = recovery.run_once()  # this loop saw no outage: it expires the three leases
+    assert set(report.expired) == {"job", "claimed-again", "not-idempotent"}
+    assert store.get("not-idempotent").status is JobStatus.REVIEW
+    store.claim("claimed-again", worker_id="w2", lease_ttl=TTL)  # the re-published message was claimed
+    done = store.finish("job", lease, Event.SUCCEED, worker_id="w")
+    assert done.status is JobStatus.SUCCEEDED
+    assert store.events("job")[-1].detail["late_completion"] is True
+    reviewed = store.finish("not-idempotent", review, Event.SUCCEED, worker_id="w")
+    assert reviewed.status is JobStatus.SUCCEEDED, "the body ran once and succeeded: no person needed"
+    with pytest.raises(LeaseLost):
+        store.finish("claimed-again", other, Event.SUCCEED, worker_id="w")
+    assert store.get("claimed-again").status is JobStatus.RUNNING, "the new holder keeps the job"
+
+
+def test_no_late_completion_once_an_operator_moved_the_job(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
+    recovery.run_once()
+    lease = running(store, "job", idempotent=False)
+    clock.now += 2 * TTL
+    recovery.run_once()
+    store.transition("job", Event.RESTART, operator="alice", reason="rerun it")
+    with pytest.raises(LeaseLost):
+        store.finish("job", lease, Event.SUCCEED, worker_id="w")
+    assert store.get("job").status is JobStatus.PENDING
