@@ -70,9 +70,8 @@ def test_recovery_expires_no_lease_until_the_store_answered_for_a_ttl(clocked: t
     lease = running(store, "job")
     assert recovery.run_once().expired == {}
     clock.now += 3 * TTL  # the outage outlasts the lease: no heartbeat could land
-    with database_outage(store.engine.url.render_as_string(hide_password=False)):
-        with pytest.raises(StoreUnavailable):
-            recovery.run_once()
+    with database_outage(store.engine.url.render_as_string(hide_password=False)), pytest.raises(StoreUnavailable):
+        recovery.run_once()
     back = recovery.run_once()
     assert back.expiry_held and back.expired == {}, "expired a lease nobody could renew"
     assert store.get("job").status is JobStatus.RUNNING
