@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 
 import pytest
 
@@ -29,3 +30,13 @@ def require_service(name: str, available: bool) -> None:
     if IN_CI:
         pytest.fail(f"{message}; under CI=true every integration test is mandatory")
     pytest.skip(f"{message} (start it to run this test)")
+
+
+@dataclass
+class Clock:
+    """An injectable clock for `StateStore(clock=...)`: tests move time instead of sleeping."""
+
+    now: float = 1_900_000_000.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -226,9 +226,11 @@ class SqlRunner:
         params = {"job_id": job_id, "lease_id": lease_id, "active": self._array(_ACTIVE)}
         return self._execute(tx, "holds_lease", params).fetchone() is not None
 
-    def insert_effect(self, tx: Tx, job_id: str, op_key: str, *, attempt_id: str | None, lease_id: int) -> bool:
-        """Record the unit `op_key` as applied; False when it was recorded before."""
-        params = {"job_id": job_id, "op_key": op_key, "attempt_id": attempt_id, "lease_id": lease_id}
+    def insert_effect(self, tx: Tx, job_id: str, op_key: str, *, attempt_id: str | None, lease_id: int,
+                      result: str | None) -> bool:
+        """Record the unit `op_key` as applied (with its result, JSON); False when it was recorded before."""
+        params = {"job_id": job_id, "op_key": op_key, "attempt_id": attempt_id, "lease_id": lease_id,
+                  "result": result}
         return self._execute(tx, "insert_effect", params).fetchone() is not None
 
     def count_duplicate_effect(self, tx: Tx, job_id: str, op_key: str) -> tuple[int, str | None]:

@@ -48,18 +48,18 @@ _ACTIVE = [s.value for s in ACTIVE_STATES]
 _MAX_ERROR_TEXT = 2000
 #: How many times a worker's outcome is re-decided against the job's current requests.
 _OUTCOME_ROUNDS = 3
-#: The event a worker's outcome is recorded under when a control request changed it.
+#: What `record_event` may set on an event row.
 _EVENT_FIELDS = frozenset({"worker_id", "lease_id", "operator", "reason", "host", "detail", "error_class",
                            "error_type", "error_message"})
 
 
-def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
-
-
 def _detail(detail: Mapping[str, Any] | None) -> str | None:
-    # default=str: a detail is diagnostics written by reliable itself, never state read back.
-    return json.dumps(dict(detail), default=str, separators=(",", ":")) if detail else None
+    return _json_text(dict(detail)) if detail else None
+
+
+def _json_text(value: Any) -> str | None:
+    # default=str: details and effect results are diagnostics, never state an attempt resumes from.
+    return None if value is None else json.dumps(value, default=str, separators=(",", ":"))
 
 
 def _truncate(text: str | None, limit: int = _MAX_ERROR_TEXT) -> str | None:
@@ -279,7 +279,7 @@ class StateStore:
     def _new_job_row(job: NewJob) -> dict[str, Any]:
         return {
             "job_id": job.job_id, "queue": job.queue, "actor": job.actor,
-            "message": json.dumps(dict(job.message), default=str, separators=(",", ":")),
+            "message": _json_text(dict(job.message)),
             "status": JobStatus.PENDING.value, "delay": job.delay or 0.0, "owner": job.owner,
             "workflow_id": job.workflow_id, "trace_id": job.trace_id, "parent_job_id": job.parent_job_id,
             "checkpoint_schema": job.checkpoint_schema,
@@ -380,7 +380,8 @@ class StateStore:
         with self._sql.transaction() as tx:
             if not self._sql.holds_lease(tx, job_id, lease_id):
                 effect = None
-            elif self._sql.insert_effect(tx, job_id, op_key, attempt_id=attempt_id, lease_id=lease_id):
+            elif self._sql.insert_effect(tx, job_id, op_key, attempt_id=attempt_id, lease_id=lease_id,
+                                         result=_json_text(result)):
                 possible = self._unrecorded(tx, job_id, op_key)
                 effect = Effect(job_id, op_key, applied=True, duplicates=0, attempt_id=attempt_id,
                                 possible_duplicate=possible)

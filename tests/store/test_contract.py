@@ -9,7 +9,6 @@ docs/concepts.md, independently of writes.py: a rule changed in one place and no
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,6 +18,8 @@ from reliable.states import ACTIVE_STATES, TRANSITIONS, Event, JobStatus
 from reliable.store import ErrorInfo, Job, NewJob, StateStore
 from reliable.store.sqlrunner import SqlRunner
 from reliable.store.writes import transition_write
+
+from support import Clock
 
 S, E = JobStatus, Event
 T0 = 1_800_000_000.0
@@ -31,17 +32,9 @@ WORKER = {E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PA
           E.STOP_OBSERVED, E.CANCEL_OBSERVED}
 
 
-@dataclass
-class Clock:
-    now: float = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clocked(store_url: str) -> Iterator[tuple[StateStore, Clock]]:
-    clock = Clock()
+    clock = Clock(T0)
     store = StateStore(store_url, clock=clock)
     yield store, clock
     store.close()

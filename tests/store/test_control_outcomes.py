@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
@@ -20,6 +19,8 @@ from reliable.policy import Policy
 from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus, honour_requests
 from reliable.store import ErrorInfo, NewJob, StateStore
+
+from support import Clock
 
 S, E = JobStatus, Event
 
@@ -44,13 +45,6 @@ def expected(pause: bool, stop: bool, cancel: bool, outcome: str) -> JobStatus:
         return S.PAUSED
     return plain
 
-
-@dataclass
-class Clock:
-    now: float = 1_900_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

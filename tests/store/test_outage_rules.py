@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from sqlalchemy import create_engine, make_url, text
@@ -20,17 +19,10 @@ from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
 
-from support import PG_ADMIN_URL
+from support import PG_ADMIN_URL, Clock
 
 TTL = 10.0
 
-
-@dataclass
-class Clock:
-    now: float = 1_950_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @contextlib.contextmanager

@@ -147,9 +147,9 @@ WHERE job_id = %(job_id)s AND lease_id = %(lease_id)s::int8 AND status = ANY(%(a
 FOR UPDATE;
 
 -- name: insert_effect
-INSERT INTO reliable_effects (job_id, op_key, attempt_id, lease_id, applied_at, duplicates)
+INSERT INTO reliable_effects (job_id, op_key, attempt_id, lease_id, applied_at, result, duplicates)
 VALUES (%(job_id)s, %(op_key)s, %(attempt_id)s, %(lease_id)s::int8,
-        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), 0)
+        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), %(result)s::text, 0)
 ON CONFLICT (job_id, op_key) DO NOTHING
 RETURNING op_key;
 

@@ -113,8 +113,8 @@ SELECT 1 FROM reliable_jobs
 WHERE job_id = :job_id AND lease_id = :lease_id AND status IN (SELECT value FROM json_each(:active));
 
 -- name: insert_effect
-INSERT INTO reliable_effects (job_id, op_key, attempt_id, lease_id, applied_at, duplicates)
-VALUES (:job_id, :op_key, :attempt_id, :lease_id, :now, 0)
+INSERT INTO reliable_effects (job_id, op_key, attempt_id, lease_id, applied_at, result, duplicates)
+VALUES (:job_id, :op_key, :attempt_id, :lease_id, :now, :result, 0)
 ON CONFLICT (job_id, op_key) DO NOTHING
 RETURNING op_key;
 
