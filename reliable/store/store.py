@@ -700,8 +700,11 @@ class StateStore:
 
     def _stale(self, job_id: str, lease_id: int, what: str, worker_id: str | None) -> Exception:
         """Record a fenced write that lost (`stale_commit_rejected`, committed) and return its error."""
+        current = self.find(job_id)
+        if current is None:
+            return JobNotFound(job_id)
         result = self._sql.write(event_write(job_id, "stale_commit_rejected", lease_id=lease_id, worker_id=worker_id,
-                                             detail=_detail({"write": what})))
+                                             detail=_detail({"write": what, "current_lease_id": current.lease_id})))
         if result is None:
             return JobNotFound(job_id)
         self._emit_one(result)
