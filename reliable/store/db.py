@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, literal_column
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
@@ -62,9 +63,10 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
             # One bounded pool serves every thread of the process (the worker's writes check a
             # connection out per statement); prepare_threshold: the hot statements run often.
             engine = create_engine(
-                parsed, pool_size=pool_size, max_overflow=0, pool_timeout=30, pool_pre_ping=True,
+                parsed, pool_size=pool_size, max_overflow=0, pool_timeout=30,
                 connect_args={"connect_timeout": 5, "prepare_threshold": 2},
             )
+            _ping_when_idle(engine)
     except NoSuchModuleError:
         raise ConfigError(f"store URL {url!r}: unknown driver {parsed.drivername!r}") from None
     except ModuleNotFoundError as exc:
@@ -72,6 +74,33 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
             f"store URL {url!r} needs the {exc.name!r} module: pip install 'reliable[postgresql]'"
         ) from None
     return engine
+
+
+#: A pooled PostgreSQL connection idle longer than this is pinged before it is handed out.
+PING_AFTER_IDLE = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection on checkout only if it sat idle (a restarted server cut it).
+
+    SQLAlchemy's pool_pre_ping pings on every checkout: a round trip per statement on the worker's
+    hot path, where connections go back and forth within milliseconds.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        record.info["reliable_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get("reliable_idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE:
+            return
+        try:
+            dbapi_conn.execute("SELECT 1")
+            dbapi_conn.rollback()
+        except Exception as exc:
+            raise DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -37,6 +37,29 @@ LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_request
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_PG_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True)
+class _Positional:
+    """A PostgreSQL query with its named parameters turned into $1..$n once, at load."""
+
+    sql: str
+    names: tuple[str, ...]
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        return [params[name] for name in self.names]
+
+
+def _positional(sql: str) -> _Positional:
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return _Positional(_PG_PARAM.sub(number, sql), tuple(names))
 
 
 @functools.cache
@@ -49,7 +72,8 @@ def load_queries(dialect: str) -> Mapping[str, str]:
         if name in queries:
             raise ValueError(f"{dialect}.sql: query {name!r} is defined twice")
         lines = [line for line in body.strip().splitlines() if not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
+        # One line, single spaces: the text stays short enough for the driver's statement cache.
+        queries[name] = " ".join(" ".join(lines).split()).rstrip(";")
     return queries
 
 
@@ -73,6 +97,9 @@ class SqlRunner:
         self.queries = load_queries(self.dialect)
         self._clock = clock or (lambda: None)
         self._postgres = self.dialect == "postgresql"
+        # PostgreSQL: psycopg's raw cursors take $n placeholders as they are, so a statement is
+        # never re-parsed on the client (named parameters are converted once, here).
+        self._positional = {name: _positional(sql) for name, sql in self.queries.items()} if self._postgres else {}
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -80,7 +107,7 @@ class SqlRunner:
     def transaction(self) -> Iterator[Tx]:
         """A cursor in a transaction that commits when the block exits (rolls back on an error)."""
         with sqlite_writer_lock(self.engine), self._connection() as raw:
-            cursor = raw.cursor()
+            cursor = self._cursor(raw)
             try:
                 if self._postgres:
                     with raw.driver_connection.transaction():
@@ -106,7 +133,7 @@ class SqlRunner:
                 yield tx
             return
         with self._connection() as raw:
-            cursor = raw.cursor()
+            cursor = self._cursor(raw)
             try:
                 yield Tx(cursor, self._clock())
             finally:
@@ -132,12 +159,24 @@ class SqlRunner:
                 driver.autocommit = False  # as the pool hands it to SQLAlchemy
             raw.close()
 
+    def _cursor(self, raw: Any) -> Any:
+        if self._postgres:
+            import psycopg
+
+            return psycopg.RawCursor(raw.driver_connection)
+        return raw.cursor()
+
     def _resolve_now(self, tx: Tx) -> float:
-        tx.cursor.execute(self.queries["now"], {"now": self._clock()})
+        self._execute(tx, "now", {})
         return float(tx.cursor.fetchone()[0])
 
     def _execute(self, tx: Tx, name: str, params: Mapping[str, Any]) -> Any:
-        tx.cursor.execute(self.queries[name], {**params, "now": tx.now})
+        params = {**params, "now": tx.now if tx.now is not None else self._clock()}
+        if self._postgres:
+            query = self._positional[name]
+            tx.cursor.execute(query.sql, query.values(params))
+        else:
+            tx.cursor.execute(self.queries[name], params)
         return tx.cursor
 
     def _array(self, values: Sequence[Any] | None) -> Any:
@@ -200,7 +239,8 @@ class SqlRunner:
         if not self._postgres:
             return [r[0] for row in rows if (r := tx.cursor.execute(query, row).fetchone()) is not None]
         # One pipelined batch; each row's RETURNING arrives as its own result set.
-        tx.cursor.executemany(query, rows, returning=True)
+        positional = self._positional["insert_job"]
+        tx.cursor.executemany(positional.sql, [positional.values(row) for row in rows], returning=True)
         fresh = []
         while True:
             found = tx.cursor.fetchone()

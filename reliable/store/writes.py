@@ -23,7 +23,7 @@ writes here, so what a transition sets cannot differ between callers:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..states import (
@@ -100,9 +100,12 @@ class JobWrite:
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""
-        values = asdict(self)
+        values = {name: getattr(self, name) for name in _FIELDS}
         values["now"] = now
         return values
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobWrite))
 
 
 def transition_write(
