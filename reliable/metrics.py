@@ -79,6 +79,7 @@ class _Collectors:
     retries: Counter
     budget_exhausted: Counter
     duplicate_effects: Counter
+    untrusted_options: Counter
     dead_letters: Counter
     review: Counter
     checkpoints: Counter
@@ -117,6 +118,8 @@ def _build(registry: CollectorRegistry) -> _Collectors:
         budget_exhausted=counter("reliable_retry_budget_exhausted_total",
                                  "Failures that found the retry budget exhausted."),
         duplicate_effects=counter("reliable_duplicate_effects_total", "Replayed operation keys detected."),
+        untrusted_options=counter("reliable_untrusted_options_total",
+                                  "Messages whose options tried to set the job contract or name code (ignored)."),
         dead_letters=counter("reliable_dead_letters_total", "Jobs moved to DEAD."),
         review=counter("reliable_review_total", "Jobs moved to REVIEW."),
         checkpoints=counter("reliable_checkpoints_total", "Checkpoints written."),
@@ -265,6 +268,8 @@ class Metrics:
             c.stale_commits.labels(actor, queue).inc()
         elif name == "duplicate_effect":
             c.duplicate_effects.labels(actor, queue).inc()
+        elif name == "untrusted_options_ignored":
+            c.untrusted_options.labels(actor, queue).inc()
         elif name in _COMMANDS:
             c.control_commands.labels(_COMMANDS[name]).inc()
         elif name in ("force_stop", "force_cancel"):

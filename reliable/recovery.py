@@ -17,6 +17,7 @@ import dramatiq
 from .compensation import compensate
 from .dispatch import dispatch
 from .errors import JobNotFound, TransitionRefused
+from .options import stored_contract
 from .policy import JobContract, Policy
 from .states import Event, JobStatus
 from .store import Job, StateStore
@@ -66,9 +67,10 @@ class Recovery:
         self.batch = batch
 
     def contract_of(self, job: Job) -> JobContract:
-        """The job's contract: policy, then the options stored with the job, then the live actor's."""
-        stored = (job.message.get("options") or {}).get("reliable_contract") or {}
-        return self.policy.contract(job.actor, job.queue, {**stored, **self.actor_options(job.actor)})
+        """The job's contract: policy, then the contract the actor declared (stored with the job at
+        registration), then the live actor's options. Never the options a producer put in the message."""
+        return self.policy.contract(job.actor, job.queue, {**stored_contract(job.message),
+                                                           **self.actor_options(job.actor)})
 
     def run_once(self) -> RecoveryReport:
         """Recover expired leases, promote overdue retries, re-publish lost messages."""

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine
 
 from ..errors import StoreError, StoreNotMigrated, StoreUnavailable
+from ..redact import redact_url
 from .db import sqlite_writer_lock
 from .schema import job_events, jobs
 
@@ -209,7 +210,7 @@ class HotPath:
     def _translate(self, exc: BaseException) -> Exception:
         text = str(getattr(exc, "orig", None) or exc).strip()
         lowered = text.lower()
-        url = self._url.render_as_string(hide_password=True)
+        url = redact_url(self._url)
         if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
             return StoreNotMigrated(f"the store at {url} has no reliable tables: "
                                     f"run `reliable db upgrade --store {url}`")

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
+from ..redact import redact_url
 from ..states import ACTIVE_STATES, TERMINAL_STATES, Event, JobStatus, sources, target
 from .db import connect_engine, now_expression, read_connection, write_transaction
 from .hotpath import HotPath
@@ -119,7 +120,7 @@ class StateStore:
     @property
     def url(self) -> str:
         """The store's URL with any password hidden."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return redact_url(self.engine.url)
 
     def upgrade(self) -> tuple[str | None, str]:
         """Apply the schema migrations (idempotent); return the revisions before and after."""
