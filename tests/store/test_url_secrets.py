@@ -203,12 +203,14 @@ def test_failed_authentication_masks_the_password(password_pg: tuple[int, str],
 
 # -- the CLI ---------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("command", ["jobs list", "demo --no-live"])
 @pytest.mark.parametrize("url", [f"postgresql+nosuchdriver://app:{SECRET}@db.example/app",
                                  f"postgresql+psycopg://app:{SECRET}@127.0.0.1:{{port}}/app"])
-def test_cli_errors_mask_the_password(url: str) -> None:
+def test_cli_errors_mask_the_password(url: str, command: str, tmp_path: Path) -> None:
     url = url.replace("{port}", str(free_port()))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELIABLE_")}
-    proc = subprocess.run([RELIABLE, "jobs", "list", "--store", url], capture_output=True, text=True,
+    extra = ["--workdir", str(tmp_path)] if command.startswith("demo") else []
+    proc = subprocess.run([RELIABLE, *command.split(), "--store", url, *extra], capture_output=True, text=True,
                           env=env, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "app:***@" in proc.stderr
