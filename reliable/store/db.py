@@ -63,7 +63,7 @@ def check_store_url(url: str | URL) -> URL:
     except NoSuchModuleError:
         problem = f"unknown driver {parsed.drivername!r}"
     except ImportError as exc:
-        problem = f"needs the {exc.name!r} module: pip install 'reliable[postgresql]'"
+        problem = f"needs the {exc.name or 'driver'!r} module: pip install 'reliable[postgresql]'"
     if problem is not None:
         raise ConfigError(f"store URL {shown}: {problem}")
     return parsed
