@@ -24,6 +24,7 @@ from .compensation import compensate
 from .dispatch import dispatch
 from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
 from .operators import Operator, OperatorsPolicy
+from .options import stored_contract
 from .selection import DISCARDED, JobFilter, select_jobs
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
@@ -142,8 +143,10 @@ class Control:
     # -- contract --------------------------------------------------------------------------------
 
     def options_for(self, job: Job) -> dict[str, Any]:
-        """The actor options known for the job: its message's, then configured ones, then the broker's actor."""
-        options: dict[str, Any] = dict((job.message or {}).get("options") or {})
+        """The actor options known for the job: the contract its actor declared (stored with the job at
+        registration), then configured ones, then the broker's actor. Never the message's own options:
+        a producer may not choose the code a resume runs nor make a job resumable."""
+        options: dict[str, Any] = stored_contract(job.message)
         options.update(self.actor_options.get(job.actor, {}))
         if self.broker is not None:
             with contextlib.suppress(Exception):  # ActorNotFound: the CLI's broker registers no actors
@@ -161,13 +164,13 @@ class Control:
                 checkpoint_schema=getattr(contract, "checkpoint_schema", None),
                 compensation=getattr(contract, "compensation", None) or None,
                 idempotent=bool(getattr(contract, "idempotent", False)),
-                resume_validator=options.get("resume_validator") or getattr(contract, "resume_validator", None),
+                resume_validator=getattr(contract, "resume_validator", None) or None,
                 known=True,
             )
         return ActorContract(
             resumable=bool(options.get("resumable", False)), checkpoint_schema=options.get("checkpoint_schema"),
             compensation=options.get("compensation") or None, idempotent=bool(options.get("idempotent", False)),
-            resume_validator=options.get("resume_validator"), known=known,
+            resume_validator=options.get("resume_validator") or None, known=known,
         )
 
     # -- commands --------------------------------------------------------------------------------

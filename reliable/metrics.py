@@ -80,6 +80,7 @@ class _Collectors:
     budget_exhausted: Counter
     duplicate_effects: Counter
     possible_duplicate_effects: Counter
+    untrusted_options: Counter
     dead_letters: Counter
     review: Counter
     checkpoints: Counter
@@ -121,6 +122,8 @@ def _build(registry: CollectorRegistry) -> _Collectors:
         possible_duplicate_effects=counter(
             "reliable_possible_duplicate_effects_total",
             "Units recorded for the first time after an earlier attempt applied them without a record."),
+        untrusted_options=counter("reliable_untrusted_options_total",
+                                  "Messages whose options tried to set the job contract or name code (ignored)."),
         dead_letters=counter("reliable_dead_letters_total", "Jobs moved to DEAD."),
         review=counter("reliable_review_total", "Jobs moved to REVIEW."),
         checkpoints=counter("reliable_checkpoints_total", "Checkpoints written."),
@@ -271,6 +274,8 @@ class Metrics:
             c.duplicate_effects.labels(actor, queue).inc()
         elif name == "possible_duplicate_effect":
             c.possible_duplicate_effects.labels(actor, queue).inc()
+        elif name == "untrusted_options_ignored":
+            c.untrusted_options.labels(actor, queue).inc()
         elif name in _COMMANDS:
             c.control_commands.labels(_COMMANDS[name]).inc()
         elif name in ("force_stop", "force_cancel"):

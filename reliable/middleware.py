@@ -42,28 +42,20 @@ from .errors import (
 from .events import JsonLogSink, current_trace_id
 from .leases import Heartbeat
 from .metrics import Metrics
+from .options import ACTOR_OPTIONS, STORED_CONTRACT, declared_contract, strip_untrusted
 from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import ErrorInfo, NewJob, StateStore
+from .store.db import check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
 
-__all__ = ["ACTOR_OPTIONS", "ReliableMiddleware"]
+__all__ = ["ReliableMiddleware"]
 
 logger = logging.getLogger("reliable.middleware")
 
-#: Actor options reliable understands (declared so `@dramatiq.actor(...)` accepts them).
-ACTOR_OPTIONS = frozenset({
-    "reliable", "owner", "resumable", "checkpoint_schema", "idempotent", "stop_grace", "compensation",
-    "retry_on_crash", "resume_validator", "workflow_id", "checkpoint_codec",
-})
-
 #: Message option marking a message whose job is already in the store.
 REGISTERED = "reliable_registered"
-
-#: Actor options that shape the job contract, stored with each job (see _new_job).
-CONTRACT_OPTIONS = ("owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_retries",
-                    "max_attempts", "compensation", "retry_on_crash", "resume_validator")
 
 #: The outcome each of reliable's own interrupts reports.
 _OBSERVED: dict[type[BaseException], Event] = {
@@ -111,6 +103,8 @@ class ReliableMiddleware(Middleware):
         self.recovery_enabled = recovery
         self.recovery_interval = recovery_interval if recovery_interval is not None else lease.recovery_interval
         self.sweep_after = sweep_after if sweep_after is not None else lease.sweep_after
+        if isinstance(store, str):
+            check_store_url(store)  # a bad URL fails here, not later in every worker's log
         self._store_arg = store
         self.metrics = Metrics() if metrics is True else (metrics or None)
         sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
@@ -160,10 +154,9 @@ class ReliableMiddleware(Middleware):
                 return
             if isinstance(self._store_arg, StateStore) and self._pid == -1:
                 store = self._store_arg
-            else:
-                url = self._store_arg if isinstance(self._store_arg, str) else \
-                    self._store_arg.engine.url.render_as_string(hide_password=False)
-                store = StateStore(url)
+            else:  # the URL object, never a rendered string: the password stays out of any text
+                url = self._store_arg if isinstance(self._store_arg, str) else self._store_arg.engine.url
+                store = StateStore(engine=connect_engine(url))
             for listener in self._listeners:
                 store.add_listener(listener)
             self._store = store
@@ -243,17 +236,22 @@ class ReliableMiddleware(Middleware):
         """Register the job (PENDING) before its message is published; no-op for a known job_id."""
         if message.message_id in getattr(self._bulk, "registered", ()):
             return  # enqueue_many registered it already, in one transaction with the others
-        job = self._new_job(broker, message, delay)
-        if job is not None:
+        prepared = self._new_job(broker, message, delay)
+        if prepared is not None:
+            job, ignored = prepared
             self._with_store_retry("register", lambda: self.store.register(job))
+            self._untrusted_ignored(job, ignored)
 
     def enqueue_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
         """Register many messages in one transaction, then publish them; how many were new jobs.
 
         The fast path for bulk producers: one store round trip per 500 jobs instead of one per job.
         """
-        jobs = [job for message in messages if (job := self._new_job(broker, message, None)) is not None]
+        prepared = [new for message in messages if (new := self._new_job(broker, message, None)) is not None]
+        jobs = [job for job, _ in prepared]
         created = int(self._with_store_retry("register", lambda: self.store.register_many(jobs)))
+        for job, ignored in prepared:
+            self._untrusted_ignored(job, ignored)
         self._bulk.registered = {job.job_id for job in jobs}
         try:
             for message in messages:
@@ -262,12 +260,18 @@ class ReliableMiddleware(Middleware):
             self._bulk.registered = set()
         return created
 
-    def _new_job(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> NewJob | None:
+    def _new_job(self, broker: dramatiq.Broker, message: dramatiq.Message[Any],
+                 delay: int | None) -> tuple[NewJob, tuple[str, ...]] | None:
+        """The job to register for `message` and the names of the options it may not set (removed)."""
         if not self.tracked(broker, message.actor_name):
             return None
         options = message.options
         if options.get(REGISTERED) or ("eta" in options and delay is None):
             return None  # re-dispatched, retried or promoted from the delay queue: the job exists
+        # A producer may not choose code or loosen the contract: those options come from the
+        # actor's declaration and the policy only. Removed from the message that is published and
+        # stored (so no later reader can trust them by mistake), and recorded on the job.
+        ignored = strip_untrusted(options)
         parent = _current.get()
         if parent is not None:
             options.setdefault("trace_id", parent.trace_id)
@@ -282,15 +286,27 @@ class ReliableMiddleware(Middleware):
         data["options"] = {k: v for k, v in options.items() if k != "eta"}
         # The contract declared in code travels with the job, so a recovery loop or CLI that does
         # not import the actor still decides with it (e.g. idempotent=False -> REVIEW after a crash).
-        declared = {k: actor_options[k] for k in CONTRACT_OPTIONS if k in actor_options}
+        declared = declared_contract(actor_options)
         if declared:
-            data["options"]["reliable_contract"] = declared
+            data["options"][STORED_CONTRACT] = declared
         return NewJob(
             job_id=message.message_id, queue=canonical_queue, actor=message.actor_name, message=data,
             owner=contract.owner, workflow_id=options.get("workflow_id") or actor_options.get("workflow_id"),
             trace_id=options.get("trace_id"), parent_job_id=options.get("parent_job_id"),
             checkpoint_schema=contract.checkpoint_schema, delay=(delay / 1000.0) if delay else None,
-        )
+        ), ignored
+
+    def _untrusted_ignored(self, job: NewJob, ignored: tuple[str, ...]) -> None:
+        if not ignored:
+            return
+        # Names only: a value may be a code path the producer wanted run.
+        logger.warning("job %s: message options %s ignored: the actor's declaration and the policy decide them",
+                       job.job_id, ", ".join(ignored))
+        try:
+            self.store.record_event(job.job_id, "untrusted_options_ignored", detail={"options": list(ignored)},
+                                    reason="a message may not set the job contract or name code")
+        except StoreError:
+            logger.warning("job %s: could not record the ignored message options", job.job_id, exc_info=True)
 
     # -- worker side -----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import dramatiq
 from .compensation import compensate
 from .dispatch import dispatch
 from .errors import JobNotFound, StoreUnavailable, TransitionRefused
+from .options import stored_contract
 from .policy import JobContract, Policy
 from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
@@ -77,9 +78,10 @@ class Recovery:
         self._expiry_held_until: float | None = None
 
     def contract_of(self, job: Job) -> JobContract:
-        """The job's contract: policy, then the options stored with the job, then the live actor's."""
-        stored = (job.message.get("options") or {}).get("reliable_contract") or {}
-        return self.policy.contract(job.actor, job.queue, {**stored, **self.actor_options(job.actor)})
+        """The job's contract: policy, then the contract the actor declared (stored with the job at
+        registration), then the live actor's options. Never the options a producer put in the message."""
+        return self.policy.contract(job.actor, job.queue, {**stored_contract(job.message),
+                                                           **self.actor_options(job.actor)})
 
     def run_once(self) -> RecoveryReport:
         """Recover expired leases, promote overdue retries, re-publish lost messages."""

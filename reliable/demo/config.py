@@ -25,9 +25,9 @@ class DemoSettings:
     otherwise a RabbitMQ URL, and the workers are real `dramatiq` processes.
     """
 
-    store_url: str
+    store_url: str = field(repr=False)  # URLs may hold passwords: shown only through redact_url
     workdir: Path
-    broker_url: str | None = None
+    broker_url: str | None = field(default=None, repr=False)
     speed: float = 1.0
     alertmanager: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
+
+from reliable.store.db import check_store_url
 
 __all__ = ["ensure_database"]
 
@@ -13,9 +14,9 @@ def ensure_database(url: str) -> str | None:
     """Create the PostgreSQL database `url` names if it is missing; a sentence saying so, else None.
 
     Anything else (SQLite, no right to create, server down) is left to the store, whose error says
-    what is wrong.
+    what is wrong; a wrong URL raises ConfigError (password masked).
     """
-    parsed = make_url(url)
+    parsed = check_store_url(url)
     name = parsed.database
     if not parsed.get_backend_name().startswith("postgresql") or not name or name == "postgres":
         return None

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from reliable.redact import redact_url
 from reliable.store import StateStore
 
 from .alerting import runbooks_dir
@@ -39,7 +40,7 @@ def report(console: Console, store: StateStore, settings: DemoSettings, job_ids:
             story_of(store.events(job.job_id), label))
     console.print()
     console.print(table)
-    store_arg = shlex.quote(settings.store_url)
+    store_arg = shlex.quote(redact_url(settings.store_url))
     review_id = job_ids.get("charge_card", "ID")
     dead_id = job_ids.get("send_webhook", "ID")
     commands = [

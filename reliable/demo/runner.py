@@ -17,6 +17,7 @@ from reliable.control import Control
 from reliable.errors import ReliableError
 from reliable.operators import Operator
 from reliable.policy import Policy
+from reliable.redact import redact_url
 from reliable.states import JobStatus
 from reliable.store import StateStore
 from reliable.store.records import Job
@@ -104,9 +105,9 @@ class Director:
 
     def _header(self) -> str:
         s = self.settings
-        where = (f"RabbitMQ {s.broker_url}, 3 real `dramatiq` worker processes" if s.real
+        where = (f"RabbitMQ {redact_url(s.broker_url or '')}, 3 real `dramatiq` worker processes" if s.real
                  else "Dramatiq's in-process StubBroker, 2 Workers (threads), no services needed")
-        return f"reliable demo: store {s.store_url}; {where}; logs in {s.workdir}"
+        return f"reliable demo: store {redact_url(s.store_url)}; {where}; logs in {s.workdir}"
 
     def _play(self, store: StateStore, policy: Policy, workers: Workers) -> dict[str, str]:
         control = Control(store, policy=policy, broker=workers.producer,

@@ -22,6 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 import reliable
 from reliable.errors import ConfigError
 from reliable.policy import Policy
+from reliable.redact import redact_url
 
 from .actors import ACTORS, World, declare, story_messages
 from .config import DemoSettings, queue_name
@@ -248,7 +249,7 @@ class ProcessWorkers:
             pika.BlockingConnection(pika.URLParameters(self.settings.broker_url)).close()
         except Exception as exc:
             why = f"{type(exc).__name__} {exc}".strip()
-            raise ConfigError(f"cannot reach RabbitMQ at {self.settings.broker_url}: {why}") from None
+            raise ConfigError(f"cannot reach RabbitMQ at {redact_url(self.settings.broker_url)}: {why}") from None
 
     def _delete_queues(self) -> None:
         import pika

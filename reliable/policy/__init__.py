@@ -7,7 +7,7 @@ Pure logic: only `reliable.policy.source` reads files. The middleware calls `Pol
 from __future__ import annotations
 
 from .durations import format_duration, parse_duration
-from .engine import ACTOR_OPTIONS, Policy
+from .engine import Policy
 from .matching import Rule
 from .model import (
     BUILTIN_CLASSES,
@@ -24,7 +24,6 @@ from .schema import Problem
 from .timing import backoff_ceiling, backoff_delay, parse_retry_after, retry_after_of
 
 __all__ = [
-    "ACTOR_OPTIONS",
     "BUILTIN_CLASSES",
     "BackoffSettings",
     "ClassSpec",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import PolicyError
+from ..options import CONTRACT_OPTIONS, RETRY_OPTIONS
 from .defaults import BUILTIN_PATH, builtin_document
 from .durations import format_duration, parse_duration
 from .fields import CONTRACT_KEYS, build_contract, contract_defaults
@@ -17,13 +18,9 @@ from .schema import PolicySpec, Problem, build_spec
 from .source import Document, read_documents
 from .timing import backoff_delay, retry_after_of
 
-__all__ = ["ACTOR_OPTIONS", "Policy"]
+__all__ = ["Policy"]
 
 DRAMATIQ_RETRY = "dramatiq.errors.Retry"
-
-#: Dramatiq actor options that override the policy's contract, and how each is read.
-ACTOR_OPTIONS = ("owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_retries",
-                 "max_attempts", "compensation", "retry_on_crash", "min_backoff", "max_backoff")
 
 
 @dataclass(frozen=True)
@@ -74,8 +71,9 @@ class Policy:
         Precedence, lowest first: built-in defaults, the policy's `defaults`, `queues.<queue>`,
         `actors.<actor>`, then the Dramatiq actor options (`owner`, `idempotent`, `resumable`,
         `checkpoint_schema`, `stop_grace` (seconds or "30s"), `max_retries` (= max_attempts - 1),
-        `max_attempts`, `compensation`, `retry_on_crash`, and Dramatiq's `min_backoff` / `max_backoff`
-        in milliseconds as backoff base / cap). `retry_on_crash` left unset follows `idempotent`.
+        `max_attempts`, `compensation`, `retry_on_crash`, `resume_validator`, and Dramatiq's
+        `min_backoff` / `max_backoff` in milliseconds as backoff base / cap). `retry_on_crash` left
+        unset follows `idempotent`. Pass the actor's declared options, never a message's.
         """
         flat = contract_defaults()
         flat.update(self.spec.defaults)
@@ -216,7 +214,7 @@ def _first(problems: list[Problem]) -> Problem:
 def _actor_options(actor: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """Contract overrides from Dramatiq actor options (PolicyError naming the actor and option when wrong)."""
     out: dict[str, Any] = {}
-    for key in ACTOR_OPTIONS:
+    for key in (*CONTRACT_OPTIONS, *RETRY_OPTIONS):
         if key not in options:
             continue
         value = options[key]

@@ -24,6 +24,7 @@ __all__ = [
     "build_contract",
     "choice",
     "class_name",
+    "code_reference",
     "contract_defaults",
     "duration",
     "identifier_path",
@@ -96,6 +97,14 @@ def identifier_path(value: Any) -> str:
     return value.strip()
 
 
+def code_reference(value: Any) -> str:
+    """A callable named as `package.module:function`."""
+    module, sep, function = value.strip().partition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not _DOTTED.match(module) or not re.match(r"^[A-Za-z_]\w*$", function):
+        raise ValueError(f"expected 'package.module:function', got {value!r}")
+    return f"{module}:{function}"
+
+
 def class_name(value: Any) -> str:
     """An error class name: letters, digits, '_' and '-'."""
     if not isinstance(value, str) or not re.match(r"^[A-Za-z][\w-]*$", value):
@@ -113,6 +122,7 @@ CONTRACT_KEYS: dict[str, Validator] = {
     "max_attempts": as_int(1),
     "retry_on_crash": as_optional(as_bool),
     "compensation": as_optional(as_str),
+    "resume_validator": as_optional(code_reference),
     "default_class": as_optional(class_name),
     "on_crash": choice("requeue", "retry"),
 }
@@ -153,7 +163,8 @@ def build_contract(flat: Mapping[str, Any]) -> JobContract:
         checkpoint_schema=flat["checkpoint_schema"], stop_grace=flat["stop_grace"],
         max_attempts=flat["max_attempts"],
         retry_on_crash=flat["idempotent"] if retry_on_crash is None else retry_on_crash,
-        compensation=flat["compensation"], sla_running=flat["sla.running"], sla_stopping=flat["sla.stopping"],
+        compensation=flat["compensation"], resume_validator=flat["resume_validator"],
+        sla_running=flat["sla.running"], sla_stopping=flat["sla.stopping"],
         sla_paused=flat["sla.paused"],
         backoff=BackoffSettings(base=flat["backoff.base"], cap=flat["backoff.cap"], jitter=flat["backoff.jitter"]),
         default_class=flat["default_class"],

@@ -131,6 +131,8 @@ class JobContract:
     max_attempts: int = 5
     retry_on_crash: bool = True
     compensation: str | None = None
+    #: `module:function` called with the Job before an operator's resume; False or raising refuses it.
+    resume_validator: str | None = None
     sla_running: float | None = None
     sla_stopping: float | None = None
     sla_paused: float | None = None

@@ -15,9 +15,11 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuch
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
+from ..redact import redact_url
 
 __all__ = [
     "SUPPORTED",
+    "check_store_url",
     "connect_engine",
     "now_expression",
     "read_connection",
@@ -30,49 +32,67 @@ __all__ = [
 SUPPORTED = ("sqlite", "postgresql")
 
 
-def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
-    """Create an engine for `url` (nothing is connected until first use).
+def check_store_url(url: str | URL) -> URL:
+    """Parse and check a store URL without connecting; the URL to create the engine with.
+
+    Raises ConfigError naming the problem (unparseable, unsupported database, unknown driver,
+    driver module missing, SQLite without a file) with any password masked. A `password` query
+    parameter moves into the URL's password, where SQLAlchemy's own reprs hide it too.
+    """
+    try:
+        parsed: URL | None = make_url(url)
+    except (ArgumentError, ValueError):
+        parsed = None
+    # Raised outside the `except`: the parser's error (which may quote the input) is not chained.
+    if parsed is None:
+        raise ConfigError("the store URL does not parse (it is not shown: it may contain a password); expected "
+                          "e.g. sqlite:///reliable.db or postgresql+psycopg://user@host:5432/dbname")
+    shown = redact_url(parsed)
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED:
+        raise ConfigError(f"unsupported store URL {shown}: reliable supports {', '.join(SUPPORTED)}")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(f"store URL {shown}: SQLite needs a file (e.g. sqlite:///reliable.db)")
+    if backend == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        query_password = parsed.query.get("password")
+        if isinstance(query_password, str) and parsed.password is None:
+            parsed = parsed.set(password=query_password).difference_update_query(["password"])
+    problem = None
+    try:
+        parsed.get_dialect().import_dbapi()
+    except NoSuchModuleError:
+        problem = f"unknown driver {parsed.drivername!r}"
+    except ImportError as exc:
+        problem = f"needs the {exc.name or 'driver'!r} module: pip install 'reliable[postgresql]'"
+    if problem is not None:
+        raise ConfigError(f"store URL {shown}: {problem}")
+    return parsed
+
+
+def connect_engine(url: str | URL, *, pool_size: int = 10) -> Engine:
+    """Create an engine for `url` (nothing is connected until first use); ConfigError if it is wrong.
 
     SQLite runs in WAL mode with a 30 s busy timeout, and write transactions take the write lock
     up front (BEGIN IMMEDIATE) so that two writers queue instead of failing with "database is
     locked" when one of them tries to upgrade a read lock. PostgreSQL keeps at most 2 idle
     connections (operator commands and reads are occasional; the worker hot path pins its own).
     """
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise ConfigError(
-            f"bad store URL {url!r}: expected e.g. sqlite:///reliable.db or "
-            "postgresql+psycopg://user@host:5432/dbname"
-        ) from None
-    backend = parsed.get_backend_name()
-    if backend not in SUPPORTED:
-        raise ConfigError(f"unsupported store URL {url!r}: reliable supports {', '.join(SUPPORTED)}")
-    if backend == "postgresql" and parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    try:
-        if backend == "sqlite":
-            if parsed.database in (None, "", ":memory:"):
-                raise ConfigError(f"store URL {url!r}: SQLite needs a file (e.g. sqlite:///reliable.db)")
-            engine = create_engine(
-                parsed,
-                connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
-            )
-            _configure_sqlite(engine)
-        else:
-            # One bounded pool serves every thread of the process (the worker's writes check a
-            # connection out per statement); prepare_threshold: the hot statements run often.
-            engine = create_engine(
-                parsed, pool_size=pool_size, max_overflow=0, pool_timeout=30,
-                connect_args={"connect_timeout": 5, "prepare_threshold": 2},
-            )
-            _ping_when_idle(engine)
-    except NoSuchModuleError:
-        raise ConfigError(f"store URL {url!r}: unknown driver {parsed.drivername!r}") from None
-    except ModuleNotFoundError as exc:
-        raise ConfigError(
-            f"store URL {url!r} needs the {exc.name!r} module: pip install 'reliable[postgresql]'"
-        ) from None
+    parsed = check_store_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_engine(
+            parsed, connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
+        )
+        _configure_sqlite(engine)
+        return engine
+    # One bounded pool serves every thread of the process (the worker's writes check a connection
+    # out per statement); prepare_threshold: the hot statements run often.
+    engine = create_engine(
+        parsed, pool_size=pool_size, max_overflow=0, pool_timeout=30,
+        connect_args={"connect_timeout": 5, "prepare_threshold": 2},
+    )
+    _ping_when_idle(engine)
     return engine
 
 
@@ -177,7 +197,7 @@ def translate(exc: BaseException, url: URL) -> Exception:
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     text = str(original).strip()
     lowered = text.lower()
-    where = url.render_as_string(hide_password=True)
+    where = redact_url(url)
     first = text.splitlines()[0] if text else type(original).__name__
     if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
         return StoreNotMigrated(f"the store at {where} has no reliable tables: "

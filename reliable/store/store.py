@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
+from ..redact import redact_url
 from ..states import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -176,7 +177,7 @@ class StateStore:
     @property
     def url(self) -> str:
         """The store's URL with any password hidden."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return redact_url(self.engine.url)
 
     def upgrade(self) -> tuple[str | None, str]:
         """Apply the schema migrations (idempotent); return the revisions before and after."""

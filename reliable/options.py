@@ -1,0 +1,74 @@
+"""The actor options reliable reads, listed once: which exist, which shape a job's contract, and
+which a message may never carry.
+
+A job's contract (may it be retried after a crash? resumed? which actor compensates it? which
+function validates a resume?) is decided by the code that declares the actor and by the policy,
+never by whoever publishes a message: a producer that could set ``resumable`` or
+``resume_validator="some.module:function"`` in a message's options would choose code that
+operators' tools import and run. So these options are read from the actor's declaration only,
+and a message that carries them has them removed at registration (and the fact recorded).
+Pure: no I/O, imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+__all__ = [
+    "ACTOR_OPTIONS",
+    "CODE_OPTIONS",
+    "CONTRACT_OPTIONS",
+    "RETRY_OPTIONS",
+    "STORED_CONTRACT",
+    "UNTRUSTED_IN_MESSAGE",
+    "declared_contract",
+    "stored_contract",
+    "strip_untrusted",
+]
+
+#: reliable's own actor options that shape the job contract or name code (see JobContract).
+CONTRACT_OPTIONS: tuple[str, ...] = (
+    "owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_attempts", "compensation",
+    "retry_on_crash", "resume_validator",
+)
+
+#: Dramatiq's Retries options the policy also reads (declared by Retries, message-first in Dramatiq).
+RETRY_OPTIONS: tuple[str, ...] = ("max_retries", "min_backoff", "max_backoff")
+
+#: The message option under which reliable's middleware stores the contract declared on the actor,
+#: so a recovery loop or CLI that does not import the actor still decides with it.
+STORED_CONTRACT = "reliable_contract"
+
+#: Options that hold code, used where the actor runs (never stored with a job).
+CODE_OPTIONS: tuple[str, ...] = ("checkpoint_codec",)
+
+#: The options reliable's middleware declares, so that `@dramatiq.actor(...)` accepts them.
+ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", *CONTRACT_OPTIONS, *CODE_OPTIONS})
+
+#: Options a message may not set: everything that shapes the contract or names code, whether
+#: reliable tracks the actor, and a forged stored contract. (workflow_id, trace_id and
+#: parent_job_id only link jobs; Dramatiq's retry options are Dramatiq's own.)
+UNTRUSTED_IN_MESSAGE: frozenset[str] = frozenset({"reliable", STORED_CONTRACT, *CONTRACT_OPTIONS, *CODE_OPTIONS})
+
+_CONTRACT_KEYS = (*CONTRACT_OPTIONS, *RETRY_OPTIONS)
+
+
+def declared_contract(actor_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The contract options an actor declares (what is stored with each of its jobs)."""
+    return {key: actor_options[key] for key in _CONTRACT_KEYS if key in actor_options}
+
+
+def stored_contract(message: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The contract stored with a job's message at registration (contract keys only; {} if none)."""
+    options = (message or {}).get("options") or {}
+    stored = options.get(STORED_CONTRACT) if isinstance(options, Mapping) else None
+    return declared_contract(stored) if isinstance(stored, Mapping) else {}
+
+
+def strip_untrusted(options: MutableMapping[str, Any]) -> tuple[str, ...]:
+    """Remove the options a message may not set from `options` (in place); their names, sorted."""
+    found = sorted(key for key in options if key in UNTRUSTED_IN_MESSAGE)
+    for key in found:
+        del options[key]
+    return tuple(found)
