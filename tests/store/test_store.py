@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +10,17 @@ import pytest
 from reliable.errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
+
+from support import Clock
+
+
+@pytest.fixture
+def clocked(store_url: str) -> Iterator[tuple[StateStore, Clock]]:
+    """A store on each database whose clock the test moves (no sleeping)."""
+    clock = Clock()
+    store = StateStore(store_url, clock=clock)
+    yield store, clock
+    store.close()
 
 
 def new_job(job_id: str = "job-1", **kw: object) -> NewJob:
@@ -72,7 +83,8 @@ def test_claim_refusal_reasons(store: StateStore) -> None:
     assert info.value.reason == "paused"
 
 
-def test_retry_wait_is_claimable_only_once_due(store: StateStore) -> None:
+def test_retry_wait_is_claimable_only_once_due(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
     store.register(new_job())
     claim = store.claim("job-1", worker_id="w", lease_ttl=5)
     err = ErrorInfo("transient", "TimeoutError", "slow")
@@ -83,17 +95,18 @@ def test_retry_wait_is_claimable_only_once_due(store: StateStore) -> None:
         store.claim("job-1", worker_id="w", lease_ttl=5)
     assert info.value.reason == "not_due"
     assert info.value.retry_in is not None and 0 < info.value.retry_in <= 0.6
-    time.sleep(0.7)
+    clock.now += 0.7
     second = store.claim("job-1", worker_id="w", lease_ttl=5)
     assert second.lease_id == 2 and second.job.attempt == 2 and second.job.retry_at is None
     [first, _] = store.attempts("job-1")
     assert first.outcome == "retry_scheduled" and first.error_class == "transient"
 
 
-def test_fenced_finish_rejects_stale_lease_and_records_it(store: StateStore) -> None:
+def test_fenced_finish_rejects_stale_lease_and_records_it(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
     store.register(new_job())
     old = store.claim("job-1", worker_id="old", lease_ttl=0.2)
-    time.sleep(0.4)
+    clock.now += 0.4
     [expired] = store.expired_leases()
     store.transition("job-1", Event.LEASE_EXPIRED, expected_version=expired.version, lease_id=old.lease_id,
                      dispatch=True, lease_expired=True)
@@ -177,12 +190,13 @@ def test_unknown_job_and_unmigrated_store(store: StateStore, tmp_path: Path) -> 
         bare.get("x")
 
 
-def test_recovery_queries(store: StateStore) -> None:
+def test_recovery_queries(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
     store.register_many([new_job("lease"), new_job("retry"), new_job("pending"), new_job("fresh")])
     store.claim("lease", worker_id="w", lease_ttl=0.1)
     claim = store.claim("retry", worker_id="w", lease_ttl=30)
     store.finish("retry", claim.lease_id, Event.RETRY, retry_delay=0.1)
-    time.sleep(2.0)
+    clock.now += 2.0
     store.register(new_job("later"))
     assert [j.job_id for j in store.expired_leases()] == ["lease"]
     assert [j.job_id for j in store.due_retries(grace=0.5)] == ["retry"]
@@ -196,7 +210,8 @@ def test_recovery_queries(store: StateStore) -> None:
 
 def test_listeners_get_every_event_after_commit(store_url: str) -> None:
     seen: list[dict[str, object]] = []
-    store = StateStore(store_url, listeners=[seen.append])
+    clock = Clock()
+    store = StateStore(store_url, listeners=[seen.append], clock=clock)
     store.add_listener(lambda event: 1 / 0)  # a broken observer never breaks a transition
     store.register(new_job())
     claim = store.claim("job-1", worker_id="w", lease_ttl=5)
@@ -204,7 +219,7 @@ def test_listeners_get_every_event_after_commit(store_url: str) -> None:
     store.finish("job-1", claim.lease_id, Event.RETRY, retry_delay=0.01, error=ErrorInfo("transient", "E", "m"))
     with pytest.raises(LeaseLost):
         store.finish("job-1", claim.lease_id, Event.SUCCEED)
-    time.sleep(0.05)
+    clock.now += 0.05
     claim = store.claim("job-1", worker_id="w", lease_ttl=5)
     store.transition("job-1", Event.STOP_REQUEST, operator="alice", reason="deploy")
     names = [e["event"] for e in seen]
