@@ -13,20 +13,13 @@ import reliable
 from reliable.dispatch import dispatch
 from reliable.states import Event, JobStatus
 
+from support import wait_for
+
 Harness = Any
 
 
 def events(h: Harness, job_id: str) -> list[str]:
     return [e.event for e in h.store.events(job_id)]
-
-
-def wait_for(predicate: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def test_jobs_succeed_with_full_history(harness: Harness) -> None:
