@@ -44,11 +44,10 @@ def frozen_mid_run(store: Any, worker: WorkerProcess) -> bool:
     return False
 
 
-def statements_in_flight(store: Any) -> int:
-    """Other sessions of this database running a statement that can still commit (not waiting on a lock)."""
+def busy_sessions(store: Any) -> int:
+    """Other sessions of this database not idle: running a statement (it may still commit) or in a transaction."""
     query = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                 "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state = 'active' "
-                 "AND wait_event_type IS DISTINCT FROM 'Lock'")
+                 "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'")
     with store.engine.connect() as conn:
         return int(conn.execute(query).scalar_one())
 
@@ -65,8 +64,9 @@ def test_sigkill_mid_run_recovers_every_job_exactly_once(producer: Any, start_wo
              context=first.output)
     first.kill()
     killed_at = time.monotonic()
-    # A statement sent before the freeze may still commit: read what the kill interrupted once none is left.
-    wait_for(lambda: statements_in_flight(store) == 0, "the killed worker's last statements to end")
+    # A statement sent before the freeze (or one waiting on a lock of the dead worker's) may still
+    # commit: read what the kill interrupted once every session of the dead worker is idle or gone.
+    wait_for(lambda: busy_sessions(store) == 0, "the killed worker's database sessions to end")
     running_before = store.list_jobs(status=[JobStatus.RUNNING], limit=JOBS)
     assert running_before, "the kill must land while jobs are running"
     interrupted = {j.job_id: j.checkpoint for j in running_before}
