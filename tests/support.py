@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = os.environ.get("RELIABLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 RABBITMQ_URL = os.environ.get("RELIABLE_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672/")
+CLI = "from reliable.cli.main import main; main()"
+
+T = TypeVar("T")
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def port_open(host: str, port: int) -> bool:
@@ -20,6 +32,13 @@ def port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def require_service(name: str, available: bool) -> None:
@@ -32,9 +51,75 @@ def require_service(name: str, available: bool) -> None:
     pytest.skip(f"{message} (start it to run this test)")
 
 
+def wait_for(condition: Callable[[], T], what: str = "the condition", *, timeout: float = 30.0,
+             interval: float = 0.05, context: Callable[[], str] | None = None) -> T:
+    """Poll `condition` until it returns something truthy and return that; fail after `timeout` s.
+
+    The only way the tests wait: on a condition with a deadline, never on a fixed sleep. The
+    failure names `what` and adds the tail of `context()` (e.g. a worker's log) when given.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            tail = f"\n{context()[-3000:]}" if context is not None else ""
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{tail}")
+        time.sleep(interval)
+
+
+@contextlib.contextmanager
+def exporter(store_url: str, *args: str, env: Mapping[str, str] | None = None,
+             startup: float = 30.0) -> Iterator[str]:
+    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL; stop it."""
+    port = free_port()
+    command: Sequence[str] = [sys.executable, "-c", CLI, "exporter", "--host", "127.0.0.1", "--port", str(port),
+                              "--store", store_url, *args]
+    child_env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    child_env.update(env or {})
+    process = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"exporter exited with {process.returncode}: {err.decode()}{out.decode()}")
+        try:
+            httpx.get(f"{base}/", timeout=1.0)
+        except httpx.TransportError:
+            return False
+        return True
+
+    try:
+        wait_for(listening, "the exporter to listen", timeout=startup)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def scrape(base: str) -> Samples:
+    """GET /metrics and parse it: {(sample name, sorted labels): value}."""
+    response = httpx.get(f"{base}/metrics", timeout=30.0)
+    assert response.status_code == 200, response.text
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
 @dataclass
 class Clock:
-    """An injectable clock for `StateStore(clock=...)`: tests move time instead of sleeping."""
+    """An injectable clock (`StateStore(clock=...)`, `AlertEngine(clock=...)`): tests move time, never sleep."""
 
     now: float = 1_900_000_000.0
 

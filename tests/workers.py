@@ -1,4 +1,4 @@
-"""Real worker processes and polling helpers for the integration and chaos tests."""
+"""Real worker processes for the integration and chaos tests (waiting: `support.wait_for`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +68,3 @@ class WorkerProcess:
 def send(broker: RabbitmqBroker, queue: str, actor: str, *args: Any) -> dramatiq.Message[Any]:
     """Enqueue a message for an actor this process does not declare."""
     return broker.enqueue(dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={}))
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, worker: WorkerProcess | None = None) -> None:
-    """Poll `predicate` until true; fail with `what` (and the worker's log tail) after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    tail = worker.output()[-3000:] if worker else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from reliable.states import Event
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import alerts as alerts_table
 
-from support import require_service
+from support import Clock, free_port, require_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
@@ -48,17 +46,11 @@ rules:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Alertmanager:
     """A real Alertmanager process on 127.0.0.1:port, started and stopped by the test."""
 
     def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.tmp = tmp
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,17 +61,16 @@ class Alertmanager:
              f"--storage.path={self.tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.port}",
              "--cluster.listen-address="],
             stdout=subprocess.DEVNULL, stderr=(self.tmp / "am.log").open("ab"))
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: {(self.tmp / 'am.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("alertmanager not ready after 20 s")
+        wait_for(self._ready, "alertmanager to be ready", timeout=20)
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"alertmanager exited: {(self.tmp / 'am.log').read_text()[-2000:]}")
+        try:
+            return httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -115,31 +106,23 @@ def _stuck_job(store: StateStore, job_id: str) -> tuple[int, str]:
     return claim.lease_id, claim.attempt_id
 
 
-def _wait(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
-
-
 def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         store: StateStore, alertmanager: Alertmanager) -> None:
     rules = parse_rules(RULES, "test.yaml")
     renderer = RunbookRenderer(ROOT / "runbooks", base_url="https://runbooks.example/",
                                links={"logs": "https://logs.example/?q={job_id}"})
-    policy = DeliveryPolicy(evaluation_interval=1, resend_interval=60, backoff_initial=0.2, backoff_max=1)
+    policy = DeliveryPolicy(evaluation_interval=1, resend_interval=60, backoff_initial=0.2, backoff_max=0.3)
+    clock = Clock(store.now())
     with httpx.Client(timeout=3) as http:
         engine = AlertEngine(store, rules, renderer, client=AlertmanagerClient([alertmanager.url], http),
-                             policy=policy)
+                             policy=policy, clock=clock)
 
         # 1. a job stuck past its SLA fires, with labels and a runbook naming attempts and checkpoint
         lease_id, attempt_id = _stuck_job(store, "job-one")
-        time.sleep(1.2)
+        clock.now = store.now() + 1.2  # the job's times are database time: the engine sees it 1.2 s later
         evaluation, report = engine.run_once()
         assert len(evaluation.firing) == 1 and report.sent == 1, report
-        (alert,) = _wait(lambda: alertmanager.alerts("JobStuckTest"))
+        (alert,) = wait_for(lambda: alertmanager.alerts("JobStuckTest"), "Alertmanager to list the alert")
         assert alert["labels"] == {"alertname": "JobStuckTest", "severity": "critical", "route": "page",
                                    "owner": "team-data", "queue": "exports", "actor": "export",
                                    "job_id": "job-one", "state": "RUNNING"}
@@ -164,31 +147,34 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
             found = alertmanager.alerts("JobStuckTest")
             return not found or all(a["status"]["state"] != "active" for a in found)
 
-        assert _wait(resolved), alertmanager.alerts("JobStuckTest")
+        wait_for(resolved, "Alertmanager to resolve the alert")  # once its clock passes endsAt
 
         # 3. Alertmanager goes down; a second job gets stuck: the alert is kept in the store
         alertmanager.stop()
         _, attempt_two = _stuck_job(store, "job-two")
-        time.sleep(1.2)
+        clock.now = store.now() + 1.2
         evaluation, report = engine.run_once()
         assert report.failed >= 1 and report.sent == 0
         with store.engine.connect() as conn:
             rows = {r.fingerprint: r for r in conn.execute(select(alerts_table))}
         (queued,) = [r for r in rows.values() if json.loads(r.labels).get("job_id") == "job-two"]
         assert queued.state == "firing" and queued.last_sent_at is None and queued.send_attempts == 1
-        assert queued.last_error and queued.next_send_at is not None
+        assert queued.last_error and queued.next_send_at == pytest.approx(clock.now + 0.2)  # backoff_initial
+        clock.now = queued.next_send_at - 0.01
         assert engine.deliver().failed == 0  # not due yet: backing off
-        time.sleep(0.3)
+        clock.now = queued.next_send_at
         assert engine.deliver().failed == 1  # retried after the backoff, still down, still kept
         (queued_state,) = [s for s in load_alerts(store).values() if s.labels.get("job_id") == "job-two"]
         assert queued_state.send_attempts == 2 and queued_state.state == "firing"
+        assert queued_state.next_send_at == pytest.approx(clock.now + 0.3), "doubled to 0.4 s, capped at 0.3 s"
 
         # 4. Alertmanager is back on the same port: the next delivery gets the alert through
         alertmanager.start()
-        time.sleep(1.1)  # past the (capped) backoff
+        assert queued_state.next_send_at is not None
+        clock.now = queued_state.next_send_at
         report = engine.deliver()
         assert report.sent >= 1 and not report.errors, report
-        (alert,) = _wait(lambda: alertmanager.alerts("JobStuckTest"))
+        (alert,) = wait_for(lambda: alertmanager.alerts("JobStuckTest"), "Alertmanager to list the second alert")
         assert alert["labels"]["job_id"] == "job-two" and alert["status"]["state"] == "active"
         assert f"`{attempt_two}`" in alert["annotations"]["runbook"]
         state = next(s for s in load_alerts(store).values() if s.labels.get("job_id") == "job-two")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from reliable.cli.main import cli
 from reliable.store import NewJob, StateStore
+
+from support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,8 @@ def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
     (Path(sqlite_url.removeprefix("sqlite:///")).parent / "rules.yaml").write_text(
         "rules:\n  - name: Stuck\n    kind: store\n    condition: {type: stuck, older_than: 0.5}\n"
         "    severity: info\n    owner: from_job\n    route: ticket\n    runbook: job_stuck.md.j2\n")
-    time.sleep(0.6)
+    # The command evaluates at the database's clock: wait until that clock has the job 0.5 s old.
+    wait_for(lambda: store.now() - (store.get("j-cli").started_at or float("inf")) >= 0.5, "the job to be 0.5 s old")
     rules = str(Path(sqlite_url.removeprefix("sqlite:///")).parent / "rules.yaml")
     args = ["alerts", "test", "--store", sqlite_url, "--rules", rules, "--runbooks", str(ROOT / "runbooks")]
     result = CliRunner().invoke(cli, [*args, "--json"])

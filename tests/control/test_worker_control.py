@@ -11,7 +11,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,12 @@ import reliable
 from reliable.control import Control
 from reliable.errors import ControlRefused
 from reliable.operators import Operator
+from reliable.policy import Policy
+from reliable.recovery import Recovery
 from reliable.states import JobStatus
 from reliable.store import StateStore
 
-from support import RABBITMQ_URL, port_open, require_service
+from support import RABBITMQ_URL, port_open, require_service, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,21 +45,13 @@ lease:
 OPS = Operator("oncall", "test-host", "test")
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout}s")
-
-
 @dataclass
 class Rig:
     broker: Any
     store: StateStore
     worker: Worker
     queue: str
+    policy: Policy
     pages: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # job -> [(attempt, page)]
     compensated: list[str] = field(default_factory=list)
 
@@ -65,7 +59,7 @@ class Rig:
         return self.store.get(job_id).status
 
     def wait_status(self, job_id: str, status: JobStatus, timeout: float = 20.0) -> None:
-        wait_for(lambda: self.status(job_id) is status, timeout, f"job {job_id} in {status.value}")
+        wait_for(lambda: self.status(job_id) is status, f"job {job_id} in {status.value}", timeout=timeout)
 
     def control(self, **kw: Any) -> Control:
         return Control(self.store, broker=self.broker, identity=OPS, **kw)
@@ -82,7 +76,7 @@ def rig(pg_database: str, tmp_path: Path) -> Iterator[Rig]:
     broker.emit_after("process_boot")
     middleware = reliable.install(broker, store=pg_database, policies=policy)
     queue = f"control-{uuid.uuid4().hex[:8]}"
-    rig = Rig(broker, middleware.store, Worker(broker, worker_timeout=100, worker_threads=2), queue)
+    rig = Rig(broker, middleware.store, Worker(broker, worker_timeout=100, worker_threads=2), queue, middleware.policy)
 
     @dramatiq.actor(broker=broker, queue_name=queue, resumable=True, checkpoint_schema=1,
                     compensation="undo_pages", stop_grace=2)
@@ -132,8 +126,10 @@ def test_pause_lands_in_paused_at_the_next_checkpoint_and_resume_continues(rig: 
     paused = rig.store.get(job_id)
     assert paused.checkpoint is not None and paused.checkpoint > 0
     assert max(page for _, page in rig.pages["p"]) == paused.checkpoint - 1  # stopped right after the unit
-    time.sleep(0.5)
-    assert rig.status(job_id) is JobStatus.PAUSED  # nothing dispatched while paused
+    # Nothing dispatches a paused job: not even a recovery pass that sweeps every job at once.
+    report = Recovery(rig.store, rig.broker, rig.policy, sweep_after=0, retry_grace=0).run_once()
+    assert job_id not in (*report.expired, *report.retried, *report.redispatched), report
+    assert rig.status(job_id) is JobStatus.PAUSED
     resumed = rig.control().resume(job_id, reason="maintenance over")
     assert resumed.dispatched
     rig.wait_status(job_id, JobStatus.SUCCEEDED, timeout=30)

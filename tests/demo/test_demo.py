@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,7 @@ from reliable.demo.story import EXPECTED, differences
 from reliable.states import JobStatus
 from reliable.store import NewJob
 
-from support import PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
+from support import PG_ADMIN_URL, RABBITMQ_URL, free_port, port_open, require_service, wait_for
 
 RELIABLE = Path(sys.executable).parent / "reliable"
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
@@ -49,12 +47,10 @@ STEPS = {
 }
 
 
-def run_demo(workdir: Path, store_url: str, *extra: str, timeout: float) -> tuple[subprocess.CompletedProcess[str],
-                                                                                  float]:
-    started = time.monotonic()
-    result = subprocess.run([str(RELIABLE), "demo", "--no-live", "--store", store_url, "--workdir", str(workdir),
-                             *extra], capture_output=True, text=True, timeout=timeout)
-    return result, time.monotonic() - started
+def run_demo(workdir: Path, store_url: str, *extra: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run `reliable demo`; it exits non-zero if its story overran the demo's own time budget."""
+    return subprocess.run([str(RELIABLE), "demo", "--no-live", "--store", store_url, "--workdir", str(workdir),
+                           *extra], capture_output=True, text=True, timeout=timeout)
 
 
 def final_states(store_url: str) -> dict[str, tuple[JobStatus, int]]:
@@ -80,12 +76,11 @@ def check_story(result: subprocess.CompletedProcess[str], store_url: str) -> Non
 
 def test_default_demo_tells_the_whole_story_on_sqlite(tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'demo.db'}"
-    result, seconds = run_demo(tmp_path / "work", store_url, timeout=150)
+    result = run_demo(tmp_path / "work", store_url, timeout=150)
     check_story(result, store_url)
     output = result.stdout
     assert "simulated crash" in output and "for a real SIGKILL" in output, "the simulation must say so"
     assert "a stale record_effect with old lease 1 was refused" in output, "the hung worker's write is fenced"
-    assert seconds < 75, f"the default demo took {seconds:.0f}s"
     store = StateStore(store_url)
     try:
         jobs = {job.actor: job for job in store.list_jobs(limit=100)}
@@ -115,9 +110,7 @@ def test_story_differences_are_reported(tmp_path: Path) -> None:
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     """A real Alertmanager (Debian's prometheus-alertmanager) on a free port; its URL."""
     require_service("Alertmanager (prometheus-alertmanager)", shutil.which(AM_BINARY) is not None)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     config = tmp_path / "am.yml"
     config.write_text("route: {receiver: nobody}\nreceivers: [{name: nobody}]\n")
     proc = subprocess.Popen([AM_BINARY, f"--config.file={config}", f"--storage.path={tmp_path / 'am-data'}",
@@ -125,17 +118,15 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while not _ready(url):
-            assert proc.poll() is None and time.monotonic() < deadline, "alertmanager did not start"
-            time.sleep(0.1)
+        wait_for(lambda: _ready(url, proc), "alertmanager to start", timeout=20)
         yield url
     finally:
         proc.terminate()
         proc.wait(10)
 
 
-def _ready(url: str) -> bool:
+def _ready(url: str, proc: subprocess.Popen[bytes]) -> bool:
+    assert proc.poll() is None, f"alertmanager exited with {proc.returncode}"
     try:
         return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
     except httpx.HTTPError:
@@ -144,7 +135,7 @@ def _ready(url: str) -> bool:
 
 def test_demo_delivers_its_alerts_to_alertmanager(tmp_path: Path, alertmanager: str) -> None:
     store_url = f"sqlite:///{tmp_path / 'demo.db'}"
-    result, _ = run_demo(tmp_path / "work", store_url, "--speed", "3", "--alertmanager", alertmanager, timeout=120)
+    result = run_demo(tmp_path / "work", store_url, "--speed", "3", "--alertmanager", alertmanager, timeout=120)
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"Alertmanager {alertmanager}: sent 2" in result.stdout
     alerts = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
@@ -171,9 +162,8 @@ def fresh_pg_database() -> Iterator[str]:
 @pytest.mark.timeout(150)
 def test_real_demo_on_rabbitmq_and_postgresql_kills_a_worker(tmp_path: Path, fresh_pg_database: str) -> None:
     require_service("RabbitMQ", port_open("127.0.0.1", 5672))
-    result, seconds = run_demo(tmp_path / "work", fresh_pg_database, "--broker", RABBITMQ_URL, timeout=120)
+    result = run_demo(tmp_path / "work", fresh_pg_database, "--broker", RABBITMQ_URL, timeout=120)
     check_story(result, fresh_pg_database)
     output = result.stdout
     assert "kill -9 worker-2 (process group" in output
     assert "rebuild_index: claimed by worker-3 (attempt 2" in output, "the replacement worker resumed the job"
-    assert seconds < 120

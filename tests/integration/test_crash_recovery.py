@@ -9,13 +9,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from reliable.states import JobStatus
 from reliable.store.schema import effects, jobs
 
-from support import RABBITMQ_URL
-from workers import send, wait_until
+from support import RABBITMQ_URL, wait_for
+from workers import WorkerProcess, send
 
 pytestmark = pytest.mark.integration
 
@@ -29,25 +29,51 @@ def status_counts(store: Any) -> Counter[str]:
         return Counter({s: n for s, n in conn.execute(select(jobs.c.status, func.count()).group_by(jobs.c.status))})
 
 
+def frozen_mid_run(store: Any, worker: WorkerProcess) -> bool:
+    """Freeze `worker` (SIGSTOP) once a fifth of the jobs are done; keep it frozen if a job is part-way.
+
+    Frozen, nothing changes in the store but the statements already sent; a job seen between its
+    first and last checkpoint has no finish among them.
+    """
+    if status_counts(store)[JobStatus.SUCCEEDED.value] < JOBS // 5:
+        return False
+    worker.signal(signal.SIGSTOP)
+    if any(0 < (job.checkpoint or 0) < UNITS for job in store.list_jobs(status=[JobStatus.RUNNING], limit=JOBS)):
+        return True
+    worker.signal(signal.SIGCONT)
+    return False
+
+
+def busy_sessions(store: Any) -> int:
+    """Other sessions of this database not idle: running a statement (it may still commit) or in a transaction."""
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                 "AND pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'")
+    with store.engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
 def test_sigkill_mid_run_recovers_every_job_exactly_once(producer: Any, start_worker: Any, queue_name: str) -> None:
     broker, store = producer
     messages = [send(broker, queue_name, "units", UNITS, UNIT_SECONDS) for _ in range(JOBS)]
     assert status_counts(store)[JobStatus.PENDING.value] == JOBS
 
     first = start_worker(RELIABLE_TEST_LEASE_TTL=2, RELIABLE_TEST_HEARTBEAT=0.5)
-    # Let it get well into the run: some jobs done, several mid-way with checkpoints.
-    wait_until(lambda: status_counts(store)[JobStatus.SUCCEEDED.value] >= JOBS // 5, 90, "a fifth of the jobs done",
-               first)
-    running_before = store.list_jobs(status=[JobStatus.RUNNING], limit=JOBS)
-    first.signal(signal.SIGKILL)
+    # Kill it well into the run (some jobs done, one mid-way with checkpoints), frozen first so the
+    # jobs seen running are still running when SIGKILL lands.
+    wait_for(lambda: frozen_mid_run(store, first), "a fifth of the jobs done and one part-way", timeout=90,
+             context=first.output)
     first.kill()
     killed_at = time.monotonic()
+    # A statement sent before the freeze (or one waiting on a lock of the dead worker's) may still
+    # commit: read what the kill interrupted once every session of the dead worker is idle or gone.
+    wait_for(lambda: busy_sessions(store) == 0, "the killed worker's database sessions to end")
+    running_before = store.list_jobs(status=[JobStatus.RUNNING], limit=JOBS)
     assert running_before, "the kill must land while jobs are running"
     interrupted = {j.job_id: j.checkpoint for j in running_before}
 
     second = start_worker(RELIABLE_TEST_LEASE_TTL=2, RELIABLE_TEST_HEARTBEAT=0.5, RELIABLE_TEST_RECOVERY_INTERVAL=0.5)
-    wait_until(lambda: status_counts(store)[JobStatus.SUCCEEDED.value] == JOBS, 60 + JOBS // 2, "all jobs SUCCEEDED",
-               second)
+    wait_for(lambda: status_counts(store)[JobStatus.SUCCEEDED.value] == JOBS, "all jobs SUCCEEDED",
+             timeout=60 + JOBS // 2, context=second.output)
     recovered_in = time.monotonic() - killed_at
 
     # Every job succeeded; nothing lost.

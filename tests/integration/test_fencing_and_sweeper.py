@@ -9,7 +9,8 @@ import pytest
 
 from reliable.states import JobStatus
 
-from workers import purge, send, wait_until
+from support import wait_for
+from workers import purge, send
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +21,8 @@ def test_frozen_worker_commit_is_refused_after_reassignment(producer: Any, start
     message = send(broker, queue_name, "units", 20, 0.2)
     job_id = message.message_id
     frozen = start_worker(RELIABLE_TEST_LEASE_TTL=2, RELIABLE_TEST_HEARTBEAT=0.5)
-    wait_until(lambda: (store.get(job_id).checkpoint or 0) >= 2, 30, "the first worker to checkpoint", frozen)
+    wait_for(lambda: (store.get(job_id).checkpoint or 0) >= 2, "the first worker to checkpoint", timeout=30,
+             context=frozen.output)
     frozen.signal(signal.SIGSTOP)
     first = store.get(job_id)
     assert first.status is JobStatus.RUNNING and first.lease_id == 1
@@ -29,13 +31,14 @@ def test_frozen_worker_commit_is_refused_after_reassignment(producer: Any, start
     # message too; the sweeper publishes again when no claim follows within sweep_after.
     rescuer = start_worker(RELIABLE_TEST_LEASE_TTL=2, RELIABLE_TEST_HEARTBEAT=0.5,
                            RELIABLE_TEST_RECOVERY_INTERVAL=0.5, RELIABLE_TEST_SWEEP_AFTER=2)
-    wait_until(lambda: store.get(job_id).status is JobStatus.SUCCEEDED, 60, "the second worker to finish", rescuer)
+    wait_for(lambda: store.get(job_id).status is JobStatus.SUCCEEDED, "the second worker to finish", timeout=60,
+             context=rescuer.output)
     done = store.get(job_id)
     assert done.worker_id != first.worker_id and done.lease_id == 2 and done.attempt == 2
 
     frozen.signal(signal.SIGCONT)
-    wait_until(lambda: any(e.event == "stale_commit_rejected" for e in store.events(job_id)), 20,
-               "the thawed worker's write to be refused", frozen)
+    wait_for(lambda: any(e.event == "stale_commit_rejected" for e in store.events(job_id)),
+             "the thawed worker's write to be refused", timeout=20, context=frozen.output)
 
     final = store.get(job_id)
     assert final.status is JobStatus.SUCCEEDED and final.worker_id == done.worker_id and final.checkpoint == 20
@@ -56,6 +59,7 @@ def test_sweeper_redispatches_a_message_the_broker_lost(producer: Any, start_wor
     assert purge(rabbitmq_url, queue_name) == 1, "the message is gone from RabbitMQ"
     assert store.get(message.message_id).status is JobStatus.PENDING
     worker = start_worker(RELIABLE_TEST_SWEEP_AFTER=1, RELIABLE_TEST_RECOVERY_INTERVAL=0.5)
-    wait_until(lambda: store.get(message.message_id).status is JobStatus.SUCCEEDED, 30, "the swept job", worker)
+    wait_for(lambda: store.get(message.message_id).status is JobStatus.SUCCEEDED, "the swept job", timeout=30,
+             context=worker.output)
     events = [e.event for e in store.events(message.message_id)]
     assert events == ["enqueued", "redispatched", "claim", "succeed"]

@@ -10,8 +10,7 @@ import importlib
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -30,6 +29,8 @@ from reliable.policy import Policy
 from reliable.recovery import Recovery
 from reliable.states import JobStatus
 from reliable.store import StateStore
+
+from support import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -82,17 +83,8 @@ def worker(broker: dramatiq.Broker) -> Iterator[Worker]:
                 middleware.store.close()
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def wait_status(store: StateStore, job_id: str, status: JobStatus, timeout: float = 15.0) -> None:
-    wait_for(lambda: store.get(job_id).status is status, f"job {job_id} to be {status.value}", timeout)
+def wait_status(store: StateStore, job_id: str, status: JobStatus) -> None:
+    wait_for(lambda: store.get(job_id).status is status, f"job {job_id} to be {status.value}")
 
 
 def events(store: StateStore, job_id: str) -> list[str]:
@@ -246,7 +238,9 @@ def test_crashed_payment_goes_to_review_not_retry(payments: tuple[ModuleType, An
     job_id = payment.charge_card.send("order-4", 4200).message_id
     # A worker claims the job and dies: its lease expires and nobody renews it.
     store.claim(job_id, worker_id="crashed-worker", lease_ttl=0.1)
-    time.sleep(0.3)
+    expires = store.get(job_id).lease_expires_at
+    assert expires is not None
+    wait_for(lambda: store.now() > expires, "the database's clock to pass the lease expiry")
     report = Recovery(store, None, middleware.policy).run_once()  # contract travels with the job
     assert report.expired == {job_id: "lease_expired_review"}
     assert store.get(job_id).status is JobStatus.REVIEW

@@ -40,6 +40,16 @@ def units(n_units: int, unit_seconds: float) -> None:
         job.checkpoint(unit + 1)
 
 
+@dramatiq.actor(queue_name=QUEUE, time_limit=600_000)
+def hold(release: str, timeout: float) -> None:
+    """Keep running (holding the lease) until the file `release` exists: the test decides when it ends."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} was not created within {timeout}s")
+        time.sleep(0.05)
+
+
 @dramatiq.actor(queue_name=QUEUE)
 def noop() -> None:
     """Do nothing (the lost-message test)."""
