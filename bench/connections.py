@@ -64,8 +64,9 @@ def measure(processes: int, threads: int, jobs: int, nap: float, actor: str, tmp
     queue = f"bench_{uuid.uuid4().hex[:8]}"
     store_url = fresh_pg()
     database = store_url.rsplit("/", 1)[1]
-    env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
-           "BENCH_MODE": "reliable", "BENCH_METRICS": "0", "BENCH_RECOVERY": "1", "BENCH_STORE": store_url}
+    env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "BENCH_MODE": "reliable",
+           "BENCH_METRICS": "0", "BENCH_RECOVERY": "1", "BENCH_STORE": store_url,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     broker = RabbitmqBroker(url=BROKER)
     broker.declare_queue(queue)
     middleware = reliable.install(broker, store=store_url, recovery=False, metrics=False, json_logs=False)

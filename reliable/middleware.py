@@ -29,6 +29,7 @@ from .context import JobContext, _current
 from .dispatch import message_for
 from .errors import (
     ClaimRefused,
+    ConfigError,
     JobCancelled,
     JobForceStopped,
     JobInterrupted,
@@ -48,6 +49,7 @@ from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import ErrorInfo, NewJob, StateStore
+from .store.db import DEFAULT_MAX_CONNECTIONS, check_max_connections
 
 __all__ = ["ACTOR_OPTIONS", "ReliableMiddleware"]
 
@@ -82,6 +84,8 @@ class ReliableMiddleware(Middleware):
 
     Parameters:
       store: a StateStore, or its URL (the store is opened lazily in each worker process).
+      max_connections: the most store connections each process opens (default 10, see
+        docs/operations.md); with a StateStore, pass it to the StateStore instead.
       policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
       lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
       recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
@@ -96,7 +100,10 @@ class ReliableMiddleware(Middleware):
                  recovery: bool = True, recovery_interval: float | None = None,
                  sweep_after: float | None = None,
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
-                 metrics: Metrics | bool = True, json_logs: bool = True) -> None:
+                 metrics: Metrics | bool = True, json_logs: bool = True,
+                 max_connections: int | None = None) -> None:
+        if max_connections is not None and isinstance(store, StateStore):
+            raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
         lease = self.policy.lease
         self.lease_ttl = lease_ttl if lease_ttl is not None else lease.ttl
@@ -108,6 +115,11 @@ class ReliableMiddleware(Middleware):
         self.recovery_interval = recovery_interval if recovery_interval is not None else lease.recovery_interval
         self.sweep_after = sweep_after if sweep_after is not None else lease.sweep_after
         self._store_arg = store
+        if isinstance(store, StateStore):
+            self.max_connections = store.max_connections
+        else:
+            self.max_connections = check_max_connections(
+                DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
         self.metrics = Metrics() if metrics is True else (metrics or None)
         sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
         if self.metrics is not None:
@@ -156,10 +168,11 @@ class ReliableMiddleware(Middleware):
                 return
             if isinstance(self._store_arg, StateStore) and self._pid == -1:
                 store = self._store_arg
-            else:
-                url = self._store_arg if isinstance(self._store_arg, str) else \
-                    self._store_arg.engine.url.render_as_string(hide_password=False)
-                store = StateStore(url)
+            elif isinstance(self._store_arg, str):
+                store = StateStore(self._store_arg, max_connections=self.max_connections)
+            else:  # a StateStore from before a fork: a store of this process with the same settings
+                store = StateStore(self._store_arg.engine.url.render_as_string(hide_password=False),
+                                   max_connections=self.max_connections, pool_timeout=self._store_arg.pool_timeout)
             for listener in self._listeners:
                 store.add_listener(listener)
             self._store = store

@@ -11,14 +11,20 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, literal_column
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "POOL_TIMEOUT",
     "SUPPORTED",
+    "check_max_connections",
     "connect_engine",
     "now_expression",
+    "pool_exhausted",
     "read_connection",
     "sqlite_writer_lock",
     "translate_errors",
@@ -27,15 +33,37 @@ __all__ = [
 
 SUPPORTED = ("sqlite", "postgresql")
 
+#: Connections one process opens to one store at most. Dramatiq's default 8 worker threads plus
+#: reliable's heartbeat and recovery threads each get one without waiting; more threads take turns
+#: (a statement holds its connection for a millisecond or so). See docs/operations.md for sizing.
+DEFAULT_MAX_CONNECTIONS = 10
+#: Seconds a thread waits for a free connection before it gets StoreUnavailable. Statements are
+#: short: a wait this long means the database is stuck, not that the pool is too small.
+POOL_TIMEOUT = 10.0
 
-def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
+
+def check_max_connections(value: int) -> int:
+    """`value` if it is a usable connection limit (an int >= 1); ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_connections must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def connect_engine(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                   pool_timeout: float = POOL_TIMEOUT) -> Engine:
     """Create an engine for `url` (nothing is connected until first use).
+
+    One bounded pool: at most `max_connections` connections, opened on demand and kept; a thread
+    that finds them all in use waits up to `pool_timeout` seconds, then gets StoreUnavailable
+    (through `translate_errors`). Every caller, the worker hot path included, holds a connection
+    for one transaction and never takes a second one meanwhile, so any bound >= 1 is safe.
 
     SQLite runs in WAL mode with a 30 s busy timeout, and write transactions take the write lock
     up front (BEGIN IMMEDIATE) so that two writers queue instead of failing with "database is
-    locked" when one of them tries to upgrade a read lock. PostgreSQL keeps at most 2 idle
-    connections (operator commands and reads are occasional; the worker hot path pins its own).
+    locked" when one of them tries to upgrade a read lock.
     """
+    bounded: dict[str, Any] = {"pool_size": check_max_connections(max_connections), "max_overflow": 0,
+                               "pool_timeout": pool_timeout}
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -53,14 +81,16 @@ def connect_engine(url: str, *, pool_size: int = 10) -> Engine:
             if parsed.database in (None, "", ":memory:"):
                 raise ConfigError(f"store URL {url!r}: SQLite needs a file (e.g. sqlite:///reliable.db)")
             engine = create_engine(
-                parsed,
+                parsed, **bounded,
                 connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
             )
             _configure_sqlite(engine)
         else:
+            # No pre-ping: it would add a round trip to every hot-path statement. A connection
+            # found dead raises once (StoreUnavailable, which callers retry) and invalidates the
+            # whole pool, so the others reconnect on their next checkout (see HotPath._cursor).
             engine = create_engine(
-                parsed, pool_size=min(pool_size, 2), max_overflow=pool_size, pool_pre_ping=True,
-                connect_args={"connect_timeout": 5},
+                parsed, **bounded, connect_args={"connect_timeout": 5, "prepare_threshold": 2},
             )
     except NoSuchModuleError:
         raise ConfigError(f"store URL {url!r}: unknown driver {parsed.drivername!r}") from None
@@ -124,11 +154,23 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+def pool_exhausted(engine: Engine) -> StoreUnavailable:
+    """The error for a thread that waited `pool_timeout` for a connection and got none."""
+    pool = engine.pool
+    limits = f"all {pool.size()} connections" if isinstance(pool, QueuePool) else "every connection"
+    waited = f" for {pool.timeout():g}s" if isinstance(pool, QueuePool) else ""
+    url = engine.url.render_as_string(hide_password=True)
+    return StoreUnavailable(f"cannot use the store at {url}: {limits} of this process stayed busy{waited} "
+                            "(see max_connections in docs/operations.md)")
+
+
 @contextlib.contextmanager
 def translate_errors(engine: Engine) -> Iterator[None]:
     """Turn driver errors into reliable's: unreachable, unmigrated, or a plain StoreError."""
     try:
         yield
+    except PoolTimeout as exc:
+        raise pool_exhausted(engine) from exc
     except DBAPIError as exc:
         text = str(exc.orig) if exc.orig is not None else str(exc)
         lowered = text.lower()

@@ -1,7 +1,8 @@
 """The worker's hot path (claim, finish, checkpoint, heartbeat) as hand-written SQL.
 
 These run once or more per job, so they bypass SQLAlchemy's statement building and run on raw
-DB-API connections from a small autocommit pool. On PostgreSQL each is ONE statement (one round
+DB-API connections drawn from the store's pool, one checkout per statement (autocommit on
+PostgreSQL while held). On PostgreSQL each is ONE statement (one round
 trip): a CTE that updates the job, inserts the event row (and the attempt row) and returns the
 job. On SQLite the same steps run in one BEGIN IMMEDIATE transaction (no network, so several
 statements cost little). The SQL is data; the guards mirror `reliable.states.TRANSITIONS`.
@@ -10,15 +11,15 @@ statements cost little). The SQL is data; the guards mirror `reliable.states.TRA
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..errors import StoreError, StoreNotMigrated, StoreUnavailable
-from .db import sqlite_writer_lock
+from .db import pool_exhausted, sqlite_writer_lock
 from .schema import job_events, jobs
 
 __all__ = ["HotPath"]
@@ -154,54 +155,59 @@ _SQLITE_EVENT_INSERT = (f"INSERT INTO reliable_job_events ({', '.join(EVENT_COLU
 class HotPath:
     """Raw-SQL implementations of the per-job worker writes, for one engine's database."""
 
-    def __init__(self, engine: Engine, *, pool_size: int = 10) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.dialect = engine.dialect.name
         self._url = engine.url
-        if self.dialect == "postgresql":
-            # Each thread pins one connection: no overflow limit, or thread N+1 would wait forever.
-            self._engine = create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=pool_size,
-                                         max_overflow=-1, connect_args={"connect_timeout": 5,
-                                                                               "prepare_threshold": 2})
-        else:
-            self._engine = engine  # SQLite: same file, driver-level autocommit already
+        # The store's one bounded pool: a statement checks a connection out and returns it, so a
+        # process never holds more than the store's max_connections (pinning one per thread did).
+        self._engine = engine
         self._dbapi = engine.dialect.dbapi
-        self._own_engine = self._engine is not engine
-        self._local = threading.local()
 
     def dispose(self) -> None:
-        """Close the hot path's own connections."""
-        if self._own_engine:
-            self._engine.dispose()
+        """Nothing to close: the connections belong to the store's engine (StateStore.close)."""
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
-        # PostgreSQL: each thread keeps one autocommit connection (worker threads live as long as
-        # the process; a pool checkout per statement cost ~12% of the hot path). SQLite: the pool.
-        pinned = self.dialect == "postgresql"
-        raw = getattr(self._local, "raw", None) if pinned else None
-        if raw is None:
-            try:
-                raw = self._engine.raw_connection()
-            except Exception as exc:
-                raise self._translate(exc) from exc
-            if pinned:
-                self._local.raw = raw
+        # One pool checkout per statement. PostgreSQL: the connection runs in autocommit while we
+        # hold it (one statement, one round trip; no BEGIN/COMMIT) and goes back in the pool's
+        # default mode. SQLite connections are driver-level autocommit already.
         try:
+            raw = self._engine.raw_connection()
+        except PoolTimeout as exc:
+            raise pool_exhausted(self._engine) from exc
+        except Exception as exc:
+            raise self._translate(exc) from exc
+        flip = self.dialect == "postgresql"
+        failed: BaseException | None = None
+        try:
+            if flip:
+                raw.driver_connection.autocommit = True  # type: ignore[union-attr]
             cursor = raw.cursor()
             try:
                 yield cursor
             finally:
                 cursor.close()
         except self._dbapi.Error as exc:  # type: ignore[union-attr]
-            if pinned:
-                self._local.raw = None
-            try:
-                raw.invalidate() if self._is_disconnect(exc) else raw.close()
-            finally:
-                raise self._translate(exc) from exc
+            failed = exc
+            raise self._translate(exc) from exc
+        except BaseException as exc:  # e.g. an interrupt landing mid-statement: state unknown
+            failed = exc
+            raise
         finally:
-            if not pinned:
-                raw.close()
+            self._release(raw, failed, flip)
+
+    def _release(self, raw: Any, failed: BaseException | None, flipped: bool) -> None:
+        if failed is not None and self._is_disconnect(failed):
+            # Like SQLAlchemy on a disconnect: every connection opened before now is recycled at its
+            # next checkout, so one error (not one per pooled connection) reports a restart.
+            self._engine.pool._invalidate(raw, failed)
+            return
+        try:
+            if flipped:
+                raw.driver_connection.autocommit = False
+            raw.close()  # back to the pool
+        except Exception:
+            raw.invalidate()
 
     def _is_disconnect(self, exc: BaseException) -> bool:
         return isinstance(exc, self._dbapi.OperationalError)  # type: ignore[union-attr]

@@ -28,7 +28,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
 from ..states import ACTIVE_STATES, TERMINAL_STATES, Event, JobStatus, sources, target
-from .db import connect_engine, now_expression, read_connection, write_transaction
+from .db import (
+    DEFAULT_MAX_CONNECTIONS,
+    POOL_TIMEOUT,
+    check_max_connections,
+    connect_engine,
+    now_expression,
+    read_connection,
+    write_transaction,
+)
 from .hotpath import HotPath
 from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
@@ -67,25 +75,30 @@ class StateStore:
     Parameters:
       url: a SQLAlchemy URL, e.g. ``sqlite:///reliable.db`` or
         ``postgresql+psycopg://postgres@127.0.0.1:5432/reliable``.
-      engine: an engine to use instead of creating one from `url`.
+      engine: an engine to use instead of creating one from `url` (its pool is used as it is).
       host: recorded on operator events; defaults to this machine's host name.
+      max_connections: the most connections this store opens (one pool per store object, so per
+        process in a worker); threads beyond it wait up to `pool_timeout` seconds for a free one,
+        then get StoreUnavailable. Default 10; see docs/operations.md for sizing it against
+        PostgreSQL's max_connections.
       listeners: callables given every event row after its commit (see add_listener).
     """
 
     def __init__(self, url: str | None = None, *, engine: Engine | None = None,
-                 host: str | None = None, pool_size: int = 10,
-                 listeners: Sequence[EventListener] = ()) -> None:
+                 host: str | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 pool_timeout: float = POOL_TIMEOUT, listeners: Sequence[EventListener] = ()) -> None:
         if engine is None:
             if url is None:
                 raise TypeError("StateStore needs a url or an engine")
-            engine = connect_engine(url, pool_size=pool_size)
+            engine = connect_engine(url, max_connections=max_connections, pool_timeout=pool_timeout)
         self.engine = engine
         self.dialect = engine.dialect.name
         self.host = host or socket.gethostname()
         self._now = now_expression(engine)
         self._ready = False
         self._ready_lock = threading.Lock()
-        self._pool_size = pool_size
+        self.max_connections = check_max_connections(max_connections)
+        self.pool_timeout = pool_timeout
         self._hot_path: HotPath | None = None
         self._listeners: list[EventListener] = list(listeners)
 
@@ -111,7 +124,7 @@ class StateStore:
         if self._hot_path is None:
             with self._ready_lock:
                 if self._hot_path is None:
-                    self._hot_path = HotPath(self.engine, pool_size=self._pool_size)
+                    self._hot_path = HotPath(self.engine)
         return self._hot_path
 
     # -- lifecycle -------------------------------------------------------------------------------
