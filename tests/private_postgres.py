@@ -82,6 +82,12 @@ class PrivatePostgres:
         """The store URL of `database` on this cluster."""
         return self.url.rsplit("/", 1)[0] + f"/{database}"
 
+    def create_database(self, name: str) -> str:
+        """CREATE DATABASE `name`; its URL."""
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url_for(name)
+
     def _run(self, *argv: str) -> str:
         command = [str(self.bindir / argv[0]), *argv[1:]]
         if self._as_postgres:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, literal_column
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.elements import ColumnElement
@@ -86,12 +87,10 @@ def connect_engine(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
             )
             _configure_sqlite(engine)
         else:
-            # No pre-ping: it would add a round trip to every hot-path statement. A connection
-            # found dead raises once (StoreUnavailable, which callers retry) and invalidates the
-            # whole pool, so the others reconnect on their next checkout (see HotPath._cursor).
             engine = create_engine(
                 parsed, **bounded, connect_args={"connect_timeout": 5, "prepare_threshold": 2},
             )
+            _drop_hung_up_connections(engine)
     except NoSuchModuleError:
         raise ConfigError(f"store URL {url!r}: unknown driver {parsed.drivername!r}") from None
     except ModuleNotFoundError as exc:
@@ -99,6 +98,28 @@ def connect_engine(url: str, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
             f"store URL {url!r} needs the {exc.name!r} module: pip install 'reliable[postgresql]'"
         ) from None
     return engine
+
+
+def _drop_hung_up_connections(engine: Engine) -> None:
+    """Replace, at checkout, a pooled PostgreSQL connection the server has closed.
+
+    SQLAlchemy's pre-ping would cost a round trip per checkout, i.e. per hot-path statement. This
+    costs one non-blocking poll: an idle connection has nothing to read unless the server hung up
+    (a restart sends "terminating connection" and closes; a crash closes), so after a PostgreSQL
+    restart the pool reconnects instead of failing a statement on each stale connection. A
+    connection cut without notice (a network partition) still fails on first use: StoreUnavailable,
+    and the whole pool is recycled (`HotPath._cursor`, and SQLAlchemy on the general path).
+    """
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        try:
+            hung_up = (dbapi_conn.closed or dbapi_conn.broken
+                       or bool(select.select([dbapi_conn.fileno()], [], [], 0)[0]))
+        except Exception:  # fileno() of a closed connection, a bad descriptor: unusable either way
+            hung_up = True
+        if hung_up:
+            raise DisconnectionError("the server closed this pooled connection")
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -581,11 +581,12 @@ class StateStore:
         self.check_schema()
         with write_transaction(self.engine) as conn:
             pending: list[dict[str, Any]] = []
-            conn.info["reliable_events"] = pending
+            info = conn.info  # kept: after a disconnect, conn.info raises instead of the real error
+            info["reliable_events"] = pending
             try:
                 yield conn
             finally:
-                conn.info.pop("reliable_events", None)
+                info.pop("reliable_events", None)
         self._emit(pending)
 
     def _get(self, conn: Connection, job_id: str) -> Job | None:

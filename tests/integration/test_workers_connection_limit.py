@@ -59,11 +59,7 @@ class SessionPeak(threading.Thread):
 def test_four_processes_of_sixteen_threads_fit_in_fifty_connections(rabbitmq_url: str, queue_name: str,
                                                                      tmp_path: Path) -> None:
     with private_postgres(max_connections=50) as pg:
-        admin = create_engine(pg.url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-        with admin.connect() as conn:
-            conn.execute(text("CREATE DATABASE store"))
-        admin.dispose()
-        store_url = pg.url_for("store")
+        store_url = pg.create_database("store")
         tagged = f"{store_url}?application_name={TEST_APP}"
         observer = StateStore(tagged, max_connections=1)
         observer.upgrade()
