@@ -1,8 +1,12 @@
-"""The benchmark's worker app: a no-op actor, with or without reliable (BENCH_MODE=plain|reliable)."""
+"""The benchmark's worker app: a no-op actor, with or without reliable (BENCH_MODE=plain|reliable).
+
+BENCH_RECOVERY=1 runs reliable's recovery loop in every worker process (the production default).
+"""
 
 from __future__ import annotations
 
 import os
+import time
 
 import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
@@ -11,7 +15,7 @@ broker = RabbitmqBroker(url=os.environ["BENCH_BROKER"])
 if os.environ.get("BENCH_MODE", "plain") != "plain":
     import reliable
 
-    reliable.install(broker, store=os.environ["BENCH_STORE"], recovery=False,
+    reliable.install(broker, store=os.environ["BENCH_STORE"], recovery=os.environ.get("BENCH_RECOVERY") == "1",
                      metrics=os.environ.get("BENCH_METRICS", "1") == "1",
                      json_logs=os.environ.get("BENCH_JSON_LOGS", "0") == "1")
 dramatiq.set_broker(broker)
@@ -20,3 +24,21 @@ dramatiq.set_broker(broker)
 @dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
 def noop(n: int) -> None:
     """Do nothing: the benchmark measures the framework, not the job."""
+
+
+@dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
+def nap(seconds: float) -> None:
+    """Sleep a little: keeps every worker thread busy at once (the connection count bench)."""
+    time.sleep(seconds)
+
+
+@dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
+def steps(units: int, seconds: float) -> None:
+    """Record an effect and a checkpoint per unit (reliable mode only): the store's general path too."""
+    import reliable
+
+    job = reliable.current_job()
+    for unit in range(job.checkpoint_value or 0, units):
+        job.record_effect(unit)
+        time.sleep(seconds)
+        job.checkpoint(unit + 1)

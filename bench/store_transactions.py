@@ -43,7 +43,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(url: str, n: int, threads: int) -> tuple[float, float, float, float]:
-    store = StateStore(url, pool_size=max(threads, 5))
+    store = StateStore(url, max_connections=max(threads, 5))
     ids = [f"{uuid.uuid4().hex}" for _ in range(n)]
     store.register_many([NewJob(i, "bench", "noop", {}) for i in ids])
     leases: dict[str, int] = {}

@@ -47,7 +47,8 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
       broker: the application's Dramatiq broker (RabbitmqBroker, StubBroker, ...).
       store: the state store URL (``sqlite:///reliable.db``, ``postgresql+psycopg://...``) or a StateStore.
       policies: a policy file or directory (see docs/policies.md), a loaded Policy, or None for defaults.
-      options: passed to ReliableMiddleware (lease_ttl, heartbeat_interval, recovery, listeners, ...).
+      options: passed to ReliableMiddleware (lease_ttl, heartbeat_interval, recovery, listeners,
+        max_connections, ...).
 
     Dramatiq's Retries middleware is kept for actors declared with ``reliable=False`` and disabled
     for every tracked actor: reliable's policy owns retries.

@@ -29,6 +29,7 @@ from .context import JobContext, _current
 from .dispatch import message_for
 from .errors import (
     ClaimRefused,
+    ConfigError,
     JobCancelled,
     JobForceStopped,
     JobInterrupted,
@@ -47,7 +48,7 @@ from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import ErrorInfo, NewJob, StateStore
-from .store.db import check_store_url, connect_engine
+from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
 
 __all__ = ["ReliableMiddleware"]
@@ -78,6 +79,8 @@ class ReliableMiddleware(Middleware):
 
     Parameters:
       store: a StateStore, or its URL (the store is opened lazily in each worker process).
+      max_connections: the most store connections each process opens (default 10, see
+        docs/operations.md); with a StateStore, pass it to the StateStore instead.
       policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
       lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
       recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
@@ -92,7 +95,10 @@ class ReliableMiddleware(Middleware):
                  recovery: bool = True, recovery_interval: float | None = None,
                  sweep_after: float | None = None,
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
-                 metrics: Metrics | bool = True, json_logs: bool = True) -> None:
+                 metrics: Metrics | bool = True, json_logs: bool = True,
+                 max_connections: int | None = None) -> None:
+        if max_connections is not None and isinstance(store, StateStore):
+            raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
         lease = self.policy.lease
         self.lease_ttl = lease_ttl if lease_ttl is not None else lease.ttl
@@ -106,6 +112,11 @@ class ReliableMiddleware(Middleware):
         if isinstance(store, str):
             check_store_url(store)  # a bad URL fails here, not later in every worker's log
         self._store_arg = store
+        if isinstance(store, StateStore):
+            self.max_connections = store.max_connections
+        else:
+            self.max_connections = check_max_connections(
+                DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
         self.metrics = Metrics() if metrics is True else (metrics or None)
         sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
         if self.metrics is not None:
@@ -156,7 +167,9 @@ class ReliableMiddleware(Middleware):
                 store = self._store_arg
             else:  # the URL object, never a rendered string: the password stays out of any text
                 url = self._store_arg if isinstance(self._store_arg, str) else self._store_arg.engine.url
-                store = StateStore(engine=connect_engine(url))
+                timeout = POOL_TIMEOUT if isinstance(self._store_arg, str) else self._store_arg.pool_timeout
+                engine = connect_engine(url, max_connections=self.max_connections, pool_timeout=timeout)
+                store = StateStore(engine=engine, max_connections=self.max_connections, pool_timeout=timeout)
             for listener in self._listeners:
                 store.add_listener(listener)
             self._store = store

@@ -235,9 +235,11 @@ def late_target(state: JobStatus | str, event: Event | str) -> JobStatus | None:
     expiry was the job's last transition.
     """
     state, event = JobStatus(state), Event(event)
-    if state in LATE_COMPLETION_FROM and event in _LATE_OUTCOMES:
-        return target(event)
-    return None
+    if state not in LATE_COMPLETION_FROM or event not in _LATE_OUTCOMES:
+        return None
+    if state is S.PAUSED and event in RERUN_EVENTS:
+        return None  # recovery honoured a pause: the attempt's retry must not undo it
+    return target(event)
 
 
 def honour_requests(event: Event | str, status: JobStatus | str, *, pause_requested: bool,

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pika
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -17,6 +18,25 @@ from reliable.store import StateStore
 from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
 
 __all__ = ["IN_CI", "PG_ADMIN_URL", "RABBITMQ_URL", "port_open", "require_service"]
+
+
+@pytest.fixture
+def rabbitmq_url() -> str:
+    """The shared RabbitMQ's URL (required)."""
+    require_service("RabbitMQ", port_open("127.0.0.1", 5672))
+    return RABBITMQ_URL
+
+
+@pytest.fixture
+def queue_name(rabbitmq_url: str) -> Iterator[str]:
+    """A queue name of this test's own; the queue and its delay/dead-letter queues are deleted after."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    yield name
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    channel = connection.channel()
+    for suffix in ("", ".DQ", ".XQ"):
+        channel.queue_delete(name + suffix)
+    connection.close()
 
 
 @pytest.fixture(scope="session")

@@ -35,17 +35,17 @@ def port_open(host: str, port: int) -> bool:
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (the caller binds it soon after)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def require_service(name: str, available: bool) -> None:
-    """Skip (locally) or fail (CI) when a real service the test needs is absent."""
+def require_service(name: str, available: bool, *, problem: str = "is not reachable on 127.0.0.1") -> None:
+    """Skip (locally) or fail (CI) when a real service (or a tool) the test needs is absent."""
     if available:
         return
-    message = f"{name} is not reachable on 127.0.0.1"
+    message = f"{name} {problem}"
     if IN_CI:
         pytest.fail(f"{message}; under CI=true every integration test is mandatory")
     pytest.skip(f"{message} (start it to run this test)")

@@ -26,15 +26,19 @@ def purge(rabbitmq_url: str, queue: str) -> int:
 
 
 class WorkerProcess:
-    """A real `dramatiq` CLI worker (its own process group) running tests/integration/apps/units_app."""
+    """A real `dramatiq` CLI worker (its own process group) running an app module of `app_dir`.
 
-    def __init__(self, env: dict[str, str], log: Path, processes: int = 1, threads: int = 8) -> None:
+    The default is tests/integration/apps/units_app; the app reads its settings from `env`.
+    """
+
+    def __init__(self, env: dict[str, str], log: Path, processes: int = 1, threads: int = 8, *,
+                 app: str = "units_app", app_dir: Path = APPS) -> None:
         self.log_path = log
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dramatiq", "units_app", "-p", str(processes), "-t", str(threads),
+            [sys.executable, "-m", "dramatiq", app, "-p", str(processes), "-t", str(threads),
              "-Q", env["RELIABLE_TEST_QUEUE"]],
-            cwd=APPS, env={**os.environ, **env, "PYTHONPATH": str(APPS)}, stdout=self._log,
+            cwd=app_dir, env={**os.environ, **env, "PYTHONPATH": str(app_dir)}, stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, literal_column
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
 from ..redact import redact_url
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
+    "POOL_TIMEOUT",
     "SUPPORTED",
+    "check_max_connections",
     "check_store_url",
     "connect_engine",
     "now_expression",
+    "pool_exhausted",
     "read_connection",
     "sqlite_writer_lock",
     "translate",
@@ -31,6 +37,13 @@ __all__ = [
 
 SUPPORTED = ("sqlite", "postgresql")
 
+#: Connections one process opens to one store at most. Dramatiq's default 8 worker threads plus
+#: reliable's heartbeat and recovery threads each get one without waiting; more threads take turns
+#: (a statement holds its connection for a millisecond or so). See docs/operations.md for sizing.
+DEFAULT_MAX_CONNECTIONS = 10
+#: Seconds a thread waits for a free connection before it gets StoreUnavailable. Statements are
+#: short: a wait this long means the database is stuck, not that the pool is too small.
+POOL_TIMEOUT = 10.0
 
 def check_store_url(url: str | URL) -> URL:
     """Parse and check a store URL without connecting; the URL to create the engine with.
@@ -71,56 +84,61 @@ def check_store_url(url: str | URL) -> URL:
     return parsed
 
 
-def connect_engine(url: str | URL, *, pool_size: int = 10) -> Engine:
+def check_max_connections(value: int) -> int:
+    """`value` if it is a usable connection limit (an int >= 1); ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"max_connections must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def connect_engine(url: str | URL, *, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                   pool_timeout: float = POOL_TIMEOUT) -> Engine:
     """Create an engine for `url` (nothing is connected until first use); ConfigError if it is wrong.
+
+    One bounded pool: at most `max_connections` connections, opened on demand and kept; a thread
+    that finds them all in use waits up to `pool_timeout` seconds, then gets StoreUnavailable
+    (through `translate_errors`). Every caller, the worker hot path included, holds a connection
+    for one transaction and never takes a second one meanwhile, so any bound >= 1 is safe.
 
     SQLite runs in WAL mode with a 30 s busy timeout, and write transactions take the write lock
     up front (BEGIN IMMEDIATE) so that two writers queue instead of failing with "database is
-    locked" when one of them tries to upgrade a read lock. PostgreSQL keeps at most 2 idle
-    connections (operator commands and reads are occasional; the worker hot path pins its own).
+    locked" when one of them tries to upgrade a read lock.
     """
+    bounded: dict[str, Any] = {"pool_size": check_max_connections(max_connections), "max_overflow": 0,
+                               "pool_timeout": pool_timeout}
     parsed = check_store_url(url)
     if parsed.get_backend_name() == "sqlite":
         engine = create_engine(
-            parsed, connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
+            parsed, **bounded, connect_args={"timeout": 30, "isolation_level": None, "check_same_thread": False},
         )
         _configure_sqlite(engine)
         return engine
-    # One bounded pool serves every thread of the process (the worker's writes check a connection
-    # out per statement); prepare_threshold: the hot statements run often.
-    engine = create_engine(
-        parsed, pool_size=pool_size, max_overflow=0, pool_timeout=30,
-        connect_args={"connect_timeout": 5, "prepare_threshold": 2},
-    )
-    _ping_when_idle(engine)
+    # prepare_threshold: the worker's statements run often; the server keeps their plans.
+    engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": 5, "prepare_threshold": 2})
+    _drop_hung_up_connections(engine)
     return engine
 
 
-#: A pooled PostgreSQL connection idle longer than this is pinged before it is handed out.
-PING_AFTER_IDLE = 1.0
+def _drop_hung_up_connections(engine: Engine) -> None:
+    """Replace, at checkout, a pooled PostgreSQL connection the server has closed.
 
-
-def _ping_when_idle(engine: Engine) -> None:
-    """Ping a pooled connection on checkout only if it sat idle (a restarted server cut it).
-
-    SQLAlchemy's pool_pre_ping pings on every checkout: a round trip per statement on the worker's
-    hot path, where connections go back and forth within milliseconds.
+    SQLAlchemy's pre-ping would cost a round trip per checkout, i.e. per hot-path statement. This
+    costs one non-blocking poll: an idle connection has nothing to read unless the server hung up
+    (a restart sends "terminating connection" and closes; a crash closes), so after a PostgreSQL
+    restart the pool reconnects instead of failing a statement on each stale connection. A
+    connection cut without notice (a network partition) still fails on first use: StoreUnavailable,
+    and the whole pool is recycled (`SqlRunner._release`, and SQLAlchemy on the general path).
     """
 
-    @event.listens_for(engine, "checkin")
-    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
-        record.info["reliable_idle_since"] = time.monotonic()
-
     @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_conn: Any, record: Any, proxy: Any) -> None:
-        since = record.info.get("reliable_idle_since")
-        if since is None or time.monotonic() - since < PING_AFTER_IDLE:
-            return
+    def _on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         try:
-            dbapi_conn.execute("SELECT 1")
-            dbapi_conn.rollback()
-        except Exception as exc:
-            raise DisconnectionError(f"stale pooled connection: {exc}") from exc
+            hung_up = (dbapi_conn.closed or dbapi_conn.broken
+                       or bool(select.select([dbapi_conn.fileno()], [], [], 0)[0]))
+        except Exception:  # fileno() of a closed connection, a bad descriptor: unusable either way
+            hung_up = True
+        if hung_up:
+            raise DisconnectionError("the server closed this pooled connection")
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -176,11 +194,25 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+def pool_exhausted(engine: Engine) -> StoreUnavailable:
+    """The error for a thread that waited `pool_timeout` for a connection and got none."""
+    pool = engine.pool
+    limits = f"all {pool.size()} connections" if isinstance(pool, QueuePool) else "every connection"
+    waited = f" for {pool.timeout():g}s" if isinstance(pool, QueuePool) else ""
+    url = redact_url(engine.url)
+    return StoreUnavailable(f"cannot use the store at {url}: {limits} of this process stayed busy{waited} "
+                            "(see max_connections in docs/operations.md)")
+
+
 @contextlib.contextmanager
 def translate_errors(engine: Engine) -> Iterator[None]:
     """Turn driver errors into reliable's: unreachable, unmigrated, or a plain StoreError."""
     try:
         yield
+    except PoolTimeout as exc:
+        raise pool_exhausted(engine) from exc
+    except DisconnectionError as exc:  # the pool could not hand out a live connection
+        raise StoreUnavailable(f"cannot use the store at {redact_url(engine.url)}: {exc}") from exc
     except DBAPIError as exc:
         raise translate(exc, engine.url) from exc
 
@@ -192,8 +224,6 @@ def translate(exc: BaseException, url: URL) -> Exception:
     (StoreNotMigrated), the database cannot be reached or the pool is exhausted
     (StoreUnavailable), or anything else (StoreError).
     """
-    from sqlalchemy.exc import TimeoutError as PoolTimeout
-
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     text = str(original).strip()
     lowered = text.lower()

@@ -23,9 +23,10 @@ from importlib import resources
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..states import ACTIVE_STATES
-from .db import sqlite_writer_lock, translate
+from .db import pool_exhausted, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
 
@@ -97,6 +98,7 @@ class SqlRunner:
         self.queries = load_queries(self.dialect)
         self._clock = clock or (lambda: None)
         self._postgres = self.dialect == "postgresql"
+        self._dbapi: Any = engine.dialect.dbapi
         # PostgreSQL: psycopg's raw cursors take $n placeholders as they are, so a statement is
         # never re-parsed on the client (named parameters are converted once, here).
         self._positional = {name: _positional(sql) for name, sql in self.queries.items()} if self._postgres else {}
@@ -141,23 +143,44 @@ class SqlRunner:
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
+        """A pooled raw connection for one call (PostgreSQL: in autocommit while we hold it)."""
         try:
             raw = self.engine.raw_connection()
+        except PoolTimeout as exc:
+            raise pool_exhausted(self.engine) from exc
         except Exception as exc:
             raise translate(exc, self.engine.url) from exc
-        driver: Any = raw.driver_connection
-        if self._postgres:
-            driver.autocommit = True
+        failed: BaseException | None = None
         try:
+            if self._postgres:
+                driver: Any = raw.driver_connection
+                driver.autocommit = True
             yield raw
-        except self.engine.dialect.dbapi.Error as exc:  # type: ignore[union-attr]
-            if isinstance(exc, self.engine.dialect.dbapi.OperationalError):  # type: ignore[union-attr]
-                raw.invalidate()  # a broken connection never goes back to the pool
+        except self._dbapi.Error as exc:
+            failed = exc
             raise translate(exc, self.engine.url) from exc
+        except BaseException as exc:  # e.g. an async interrupt landing mid-statement: state unknown
+            failed = exc
+            raise
         finally:
-            if self._postgres and raw.dbapi_connection is not None and not driver.closed:
+            self._release(raw, failed)
+
+    def _release(self, raw: Any, failed: BaseException | None) -> None:
+        if failed is not None and isinstance(failed, self._dbapi.OperationalError):
+            # Like SQLAlchemy on a disconnect: every connection opened before now is recycled at
+            # its next checkout, so one error (not one per pooled connection) reports a restart.
+            self.engine.pool._invalidate(raw, failed)
+            return
+        if failed is not None and not isinstance(failed, self._dbapi.Error):
+            raw.invalidate()  # interrupted mid-protocol: never hand this connection out again
+            return
+        try:
+            if self._postgres:
+                driver = raw.driver_connection
                 driver.autocommit = False  # as the pool hands it to SQLAlchemy
-            raw.close()
+            raw.close()  # back to the pool
+        except Exception:
+            raw.invalidate()
 
     def _cursor(self, raw: Any) -> Any:
         if self._postgres:

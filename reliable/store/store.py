@@ -32,7 +32,15 @@ from ..states import (
     late_target,
     target,
 )
-from .db import connect_engine, now_expression, read_connection, write_transaction
+from .db import (
+    DEFAULT_MAX_CONNECTIONS,
+    POOL_TIMEOUT,
+    check_max_connections,
+    connect_engine,
+    now_expression,
+    read_connection,
+    write_transaction,
+)
 from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
@@ -47,8 +55,9 @@ EventListener = Callable[[dict[str, Any]], None]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
 _MAX_ERROR_TEXT = 2000
-#: How many times a worker's outcome is re-decided against the job's current requests.
-_OUTCOME_ROUNDS = 3
+#: How many times a worker's outcome is re-decided against the job's current requests (a pause,
+#: a stop and a cancel may each land between two tries, and then the write itself).
+_OUTCOME_ROUNDS = 4
 #: What `record_event` may set on an event row.
 _EVENT_FIELDS = frozenset({"worker_id", "lease_id", "operator", "reason", "host", "detail", "error_class",
                            "error_type", "error_message"})
@@ -118,23 +127,25 @@ class StateStore:
     Parameters:
       url: a SQLAlchemy URL, e.g. ``sqlite:///reliable.db`` or
         ``postgresql+psycopg://postgres@127.0.0.1:5432/reliable``.
-      engine: an engine to use instead of creating one from `url`.
+      engine: an engine to use instead of creating one from `url` (its pool is used as it is).
       host: recorded on operator events; defaults to this machine's host name.
-      pool_size: the most connections this store holds at once in this process (threads beyond it
-        wait for one; see docs/operations.md for sizing against the database's max_connections).
+      max_connections: the most connections this store opens (one pool per store object, so per
+        process in a worker); threads beyond it wait up to `pool_timeout` seconds for a free one,
+        then get StoreUnavailable. Default 10; see docs/operations.md for sizing it against
+        PostgreSQL's max_connections.
       listeners: callables given every event row after its commit (see add_listener).
       clock: for tests, returns the time (epoch seconds) the store uses instead of the database's
         clock; None from it falls back to the database's.
     """
 
     def __init__(self, url: str | None = None, *, engine: Engine | None = None,
-                 host: str | None = None, pool_size: int = 10,
-                 listeners: Sequence[EventListener] = (),
+                 host: str | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+                 pool_timeout: float = POOL_TIMEOUT, listeners: Sequence[EventListener] = (),
                  clock: Callable[[], float | None] | None = None) -> None:
         if engine is None:
             if url is None:
                 raise TypeError("StateStore needs a url or an engine")
-            engine = connect_engine(url, pool_size=pool_size)
+            engine = connect_engine(url, max_connections=max_connections, pool_timeout=pool_timeout)
         self.engine = engine
         self.dialect = engine.dialect.name
         self.host = host or socket.gethostname()
@@ -142,6 +153,8 @@ class StateStore:
         self._db_now = now_expression(engine)
         self._ready = False
         self._ready_lock = threading.Lock()
+        self.max_connections = check_max_connections(max_connections)
+        self.pool_timeout = pool_timeout
         self._sql = SqlRunner(engine, clock=clock)
         self._listeners: list[EventListener] = list(listeners)
 

@@ -8,8 +8,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -71,14 +69,7 @@ class ChaosWorker(WorkerProcess):
     """A real `dramatiq` CLI worker running tests/chaos/apps/chaos_app.py in its own process group."""
 
     def __init__(self, env: dict[str, str], log: Path, processes: int = 1, threads: int = 8) -> None:
-        self.log_path = log
-        self._log = log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dramatiq", "chaos_app", "-p", str(processes), "-t", str(threads),
-             "-Q", env["RELIABLE_TEST_QUEUE"]],
-            cwd=APP_DIR, env={**os.environ, **env, "PYTHONPATH": str(APP_DIR)}, stdout=self._log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        super().__init__(env, log, processes, threads, app="chaos_app", app_dir=APP_DIR)
 
     def pids(self) -> set[int]:
         """Every live process of its group (the CLI's main process and the forked workers)."""

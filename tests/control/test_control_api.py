@@ -222,7 +222,7 @@ def race_resumes(store_url: str, job_id: str, contenders: int) -> list[str]:
     lock = threading.Lock()
 
     def contender(index: int) -> None:
-        own = StateStore(store_url, pool_size=1)
+        own = StateStore(store_url, max_connections=1)
         control = Control(own, identity=Operator(f"op{index}", "h", "test"), actor_options=RESUMABLE)
         barrier.wait()
         try:

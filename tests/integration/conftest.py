@@ -3,37 +3,17 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 import reliable
 from reliable.store import StateStore
 
-from support import RABBITMQ_URL, port_open, require_service
 from workers import WorkerProcess
-
-
-@pytest.fixture
-def rabbitmq_url() -> str:
-    require_service("RabbitMQ", port_open("127.0.0.1", 5672))
-    return RABBITMQ_URL
-
-
-@pytest.fixture
-def queue_name(rabbitmq_url: str) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    yield name
-    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    channel = connection.channel()
-    for suffix in ("", ".DQ", ".XQ"):
-        channel.queue_delete(name + suffix)
-    connection.close()
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus
 from reliable.store import Job, StateStore
 
-from workers import wait_until
+from support import wait_for
 
 Harness = Any
 
@@ -42,6 +42,7 @@ FORBIDDEN: dict[str, Any] = {
     "retry_on_crash": True,
     "resume_validator": "sidefx_probe:check",
     "max_attempts": 50,
+    "checkpoint_codec": "sidefx_probe:check",
     STORED_CONTRACT: {"idempotent": True, "resumable": True, "retry_on_crash": True, "max_attempts": 50,
                       "resume_validator": "sidefx_probe:check", "compensation": "evil_compensation"},
 }
@@ -212,7 +213,7 @@ def test_a_message_compensation_is_never_enqueued(harness: Harness, declared: st
     claim = store.claim(running_id, worker_id="w-dead", lease_ttl=1.0)
     store.record_effect(running_id, claim.lease_id, "unit-0", attempt_id=claim.attempt_id)
     Control(store, policy=policy).cancel(running_id, reason="customer withdrew")
-    wait_until(lambda: any(j.job_id == running_id for j in store.expired_leases()), 10, "the lease to expire")
+    wait_for(lambda: any(j.job_id == running_id for j in store.expired_leases()), "the lease to expire", timeout=10)
     Recovery(store, broker, policy).run_once()
 
     for job_id in (paused_job.job_id, running_id):
@@ -238,8 +239,8 @@ def test_recovery_decides_a_crash_with_the_declared_contract(harness: Harness, i
     message = charge.send_with_options(idempotent=not idempotent, retry_on_crash=not idempotent)
     store = harness.store
     store.claim(message.message_id, worker_id="w-dead", lease_ttl=0.05)
-    wait_until(lambda: any(j.job_id == message.message_id for j in store.expired_leases()), 10,
-               "the lease to expire")
+    wait_for(lambda: any(j.job_id == message.message_id for j in store.expired_leases()), "the lease to expire",
+             timeout=10)
     report = Recovery(store, None, harness.middleware.policy).run_once()
     assert store.get(message.message_id).status is expected
     assert report.expired[message.message_id] == ("lease_expired_review" if expected is JobStatus.REVIEW

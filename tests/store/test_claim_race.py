@@ -16,7 +16,7 @@ RACES = int(os.environ.get("RELIABLE_RACES", "1000"))
 def run_races(url: str) -> None:
     setup = StateStore(url)
     setup.register_many([NewJob(f"race-{i}", "default", "noop", {}) for i in range(RACES)])
-    stores = [StateStore(url, pool_size=1) for _ in range(THREADS)]
+    stores = [StateStore(url, max_connections=1) for _ in range(THREADS)]
     barrier = threading.Barrier(THREADS)
     wins: Counter[str] = Counter()
     refusals: Counter[str] = Counter()

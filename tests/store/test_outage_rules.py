@@ -108,3 +108,18 @@ def test_no_late_completion_once_an_operator_moved_the_job(clocked: tuple[StateS
     with pytest.raises(LeaseLost):
         store.finish("job", lease, Event.SUCCEED, worker_id="w")
     assert store.get("job").status is JobStatus.PENDING
+
+
+def test_a_late_retry_never_undoes_a_pause_recovery_honoured(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
+    recovery.run_once()
+    lease = running(store, "job")
+    store.transition("job", Event.PAUSE_REQUEST, operator="alice", reason="maintenance")
+    clock.now += 2 * TTL
+    assert recovery.run_once().expired == {"job": Event.PAUSE_OBSERVED.value}
+    with pytest.raises(LeaseLost):
+        store.finish("job", lease, Event.RETRY, worker_id="w", retry_delay=1.0)
+    assert store.get("job").status is JobStatus.PAUSED
+    done = store.finish("job", lease, Event.SUCCEED, worker_id="w")
+    assert done.status is JobStatus.SUCCEEDED, "the work did finish: a late success still counts"

@@ -31,8 +31,7 @@ from reliable.errors import ConfigError, StoreError
 from reliable.redact import redact_url
 from reliable.store import StateStore
 
-from support import require_service
-from workers import wait_until
+from support import require_service, wait_for
 
 SECRET = "s3cr3t-pw"
 RELIABLE = str(Path(sys.executable).parent / "reliable")
@@ -259,7 +258,7 @@ def test_worker_log_masks_the_password_when_the_store_refuses(tmp_path: Path) ->
         return text.count("claim: store unavailable") >= 2 and "recovery pass failed" in text
 
     try:
-        wait_until(warned, 60, "the worker's store warnings")
+        wait_for(warned, "the worker's store warnings", timeout=60)
     finally:
         proc.kill()
         proc.wait(10)
