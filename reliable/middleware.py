@@ -342,9 +342,11 @@ class ReliableMiddleware(Middleware):
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
         job_id = message.message_id
         contract = self.contract_for(message.actor_name, message.queue_name)
+        # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
+        attempt_id = uuid.uuid4().hex
         try:
             claim = self._with_store_retry("claim", lambda: self.store.claim(
-                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl))
+                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id))
         except ClaimRefused as refusal:
             if refusal.reason == "not_found":  # published by a producer without the middleware
                 self.before_enqueue(broker, message.copy(queue_name=message.queue_name), None)

@@ -74,7 +74,6 @@ class Recovery:
         self.lease_ttl = lease_ttl if lease_ttl is not None else policy.lease.ttl
         self.batch = batch
         self._unreachable_seen = False
-        self._restart_checked = False
         self._expiry_held_until: float | None = None
 
     def contract_of(self, job: Job) -> JobContract:
@@ -93,11 +92,9 @@ class Recovery:
 
     def _expiry_allowed(self, now: float) -> bool:
         """Whether leases may be expired now (see the module docstring)."""
-        if not self._restart_checked:
-            since = self.store.serving_since()
-            if since is not None:
-                self._hold_expiry(since + self.lease_ttl)
-            self._restart_checked = True
+        since = self.store.serving_since()  # every pass: a restart between two passes counts too
+        if since is not None:
+            self._hold_expiry(since + self.lease_ttl)
         if self._unreachable_seen:
             self._unreachable_seen = False
             self._hold_expiry(now + self.lease_ttl)

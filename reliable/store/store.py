@@ -313,7 +313,10 @@ class StateStore:
                                  attempt_id=attempt_id or uuid.uuid4().hex)
         result = self._sql.write(write)
         if result is None:
-            raise self._claim_refusal(job_id, self.find(job_id))
+            current = self.find(job_id)
+            if current is not None and current.attempt_id == write.attempt_id and current.status in ACTIVE_STATES:
+                return Claim(current)  # our own claim committed, its reply was lost: a retry finds it
+            raise self._claim_refusal(job_id, current)
         self._emit_one(result)
         return Claim(Job.from_row(result[0]))
 
@@ -454,7 +457,9 @@ class StateStore:
             extra["delay"] = retry_delay
         self.check_schema()
         requested = event
+        tried: set[str] = set()
         for _ in range(_OUTCOME_ROUNDS):
+            tried.add(event.value)
             write = transition_write(
                 job_id, event, lease_id=lease_id, worker_id=worker_id, error=info,
                 delay=retry_delay if target(event) is JobStatus.RETRY_WAIT else None,
@@ -475,6 +480,8 @@ class StateStore:
                 extra["requested_outcome"] = requested.value
                 event = resolved
                 continue
+            if self._committed_already(current, lease_id, tried):
+                return current  # our own write committed, its reply was lost: a retry finds it
             result = self._late_completion(current, event, write, extra)
             if result is None:
                 raise self._stale(job_id, lease_id, event.value, worker_id)
@@ -483,6 +490,18 @@ class StateStore:
             raise self._stale(job_id, lease_id, event.value, worker_id)
         self._emit_one(result)
         return Job.from_row(result[0])
+
+    def _committed_already(self, job: Job, lease_id: int, events: set[str]) -> bool:
+        """Whether the job's last transition is this lease's own outcome (one of `events`)."""
+        if job.lease_id != lease_id or job.previous_status not in ACTIVE_STATES:
+            return False
+        stmt = select(job_events.c.event, job_events.c.lease_id, job_events.c.detail).where(
+            job_events.c.job_id == job.job_id, job_events.c.version == job.version,
+            job_events.c.to_status == job.status.value)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        return any(event in events and lease == lease_id and "expired_lease" not in json.loads(detail or "{}")
+                   for event, lease, detail in rows)
 
     def _late_completion(self, current: Job, event: Event, write: JobWrite,
                          extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -123,3 +123,19 @@ def test_a_late_retry_never_undoes_a_pause_recovery_honoured(clocked: tuple[Stat
     assert store.get("job").status is JobStatus.PAUSED
     done = store.finish("job", lease, Event.SUCCEED, worker_id="w")
     assert done.status is JobStatus.SUCCEEDED, "the work did finish: a late success still counts"
+
+
+def test_a_retry_after_a_lost_reply_finds_its_own_committed_write(clocked: tuple[StateStore, Clock]) -> None:
+    """The store committed, the reply was lost, the caller retried: the retry is not a stale commit."""
+    store, _ = clocked
+    store.register(NewJob("job", queue="q", actor="a", message={}))
+    first = store.claim("job", worker_id="w", lease_ttl=TTL, attempt_id="attempt-1")
+    again = store.claim("job", worker_id="w", lease_ttl=TTL, attempt_id="attempt-1")
+    assert again.lease_id == first.lease_id and again.attempt_id == "attempt-1"
+    done = store.finish("job", first.lease_id, Event.SUCCEED, worker_id="w")
+    retried = store.finish("job", first.lease_id, Event.SUCCEED, worker_id="w")
+    assert retried.status is JobStatus.SUCCEEDED and retried.version == done.version
+    events = [e.event for e in store.events("job")]
+    assert events == ["enqueued", "claim", "succeed"], "no second claim, no stale commit recorded"
+    with pytest.raises(LeaseLost):  # a different outcome from the same lease is still refused
+        store.finish("job", first.lease_id, Event.FAIL, worker_id="w")
