@@ -5,9 +5,10 @@ lease still expired by the database's clock) and publishes only when its own wri
 recovery loops (one per worker process, or `reliable recover` processes) can run at once.
 
 A lease is never expired because nobody could reach the store: after this loop found the store
-unreachable, and after the database server (re)started, it expires no lease until the store has
-been reachable for a full lease TTL, long enough for every live worker's heartbeat to renew its
-leases (docs/concepts.md, "Leases and store outages").
+unreachable, after the heartbeats recorded an outage in the store (`StateStore.outage_ended_at`),
+and after the database server (re)started, it expires no lease until the store has been reachable
+for a full lease TTL, long enough for every live worker's heartbeat to renew its leases
+(docs/concepts.md, "Leases and store outages").
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class Recovery:
         since = self.store.serving_since()  # every pass: a restart between two passes counts too
         if since is not None:
             self._hold_expiry(since + self.lease_ttl)
+        ended = self.store.outage_ended_at()  # seen by the heartbeats: held by every recovery loop
+        if ended is not None:
+            self._hold_expiry(ended + self.lease_ttl)
         if self._unreachable_seen:
             self._unreachable_seen = False
             self._hold_expiry(now + self.lease_ttl)

@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
 )
 
-__all__ = ["alerts", "attempts", "effects", "job_events", "jobs", "metadata"]
+__all__ = ["alerts", "attempts", "effects", "job_events", "jobs", "liveness", "metadata"]
 
 metadata = MetaData()
 
@@ -161,3 +161,12 @@ alerts = Table(
 
 Index("ix_reliable_alerts_state_next_send", alerts.c.state, alerts.c.next_send_at)
 Index("ix_reliable_alerts_alertname", alerts.c.alertname)
+
+# One row: when any heartbeat last reached the store, and when an outage ended (migration 0005).
+liveness = Table(
+    "reliable_liveness",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("last_beat_at", Double),
+    Column("outage_ended_at", Double),
+)

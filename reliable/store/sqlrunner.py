@@ -281,8 +281,16 @@ class SqlRunner:
         else:
             params["leases"] = json.dumps([[j, lease] for j, lease in leases])
         with self._single() as tx:
+            if not self._postgres:
+                self._execute(tx, "beat", params)
             rows = self._execute(tx, "renew", params).fetchall()
         return [dict(zip(LEASE_COLUMNS, row, strict=True)) for row in rows]
+
+    def outage_ended_at(self) -> float | None:
+        """When the last outage ended, as the first heartbeat after it saw it (None: never)."""
+        with self._single() as tx:
+            row = self._execute(tx, "outage_ended_at", {}).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     def holds_lease(self, tx: Tx, job_id: str, lease_id: int) -> bool:
         """Whether `lease_id` still holds the job (locked for the rest of the transaction on PostgreSQL)."""

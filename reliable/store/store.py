@@ -248,6 +248,15 @@ class StateStore:
             value = conn.execute(select(func.extract("epoch", func.pg_postmaster_start_time()))).scalar_one()
         return float(value)
 
+    def outage_ended_at(self) -> float | None:
+        """When the last store outage ended, as seen by the first heartbeat after it (None: never).
+
+        Every heartbeat stamps the store; one that finds the previous stamp (of any process) older
+        than its lease TTL records that nobody could reach the store until now.
+        """
+        self.check_schema()
+        return self._sql.outage_ended_at()
+
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
         """A connection for queries other modules run on the store's tables (errors translated)."""

@@ -139,3 +139,25 @@ def test_a_retry_after_a_lost_reply_finds_its_own_committed_write(clocked: tuple
     assert events == ["enqueued", "claim", "succeed"], "no second claim, no stale commit recorded"
     with pytest.raises(LeaseLost):  # a different outcome from the same lease is still refused
         store.finish("job", first.lease_id, Event.FAIL, worker_id="w")
+
+
+def test_a_recovery_loop_that_never_saw_the_outage_still_holds_expiry(store_url: str) -> None:
+    """`reliable recover --once` from cron, or a worker started after the outage: the store remembers."""
+    clock = Clock()
+    store = StateStore(store_url, clock=clock)
+    try:
+        lease = running(store, "job")
+        store.renew("w", [("job", lease)], TTL)  # heartbeats reach the store...
+        clock.now += 3 * TTL  # ...then nobody can reach it for three TTLs
+        store.renew("w", [("job", lease)], TTL)  # the first beat after it: the outage ended now
+        ended = store.outage_ended_at()
+        assert ended == clock.now
+        running(store, "orphan")  # a job whose worker died during the outage
+        clock.now += TTL + 1  # its lease is past, but the store answered for a TTL only just now
+        clock.now -= 2
+        fresh = Recovery(store, None, Policy.load(None), lease_ttl=TTL)  # remembers nothing itself
+        assert fresh.run_once().expiry_held
+        clock.now += 2
+        assert "orphan" in fresh.run_once().expired
+    finally:
+        store.close()

@@ -128,14 +128,27 @@ SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8);
 
 -- name: renew
 -- The heartbeat: extend every lease the process holds in one statement; the leases still held.
+-- It also stamps the liveness row: a beat that finds the last one (of any process) older than a
+-- lease TTL marks the end of an outage (recovery then holds lease expiry for a TTL).
+WITH t AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+),
+beat AS (
+    INSERT INTO reliable_liveness AS l (id, last_beat_at) SELECT 1, t.now FROM t
+    ON CONFLICT (id) DO UPDATE SET
+        outage_ended_at = CASE WHEN excluded.last_beat_at - l.last_beat_at > %(lease_ttl)s::float8
+                               THEN excluded.last_beat_at ELSE l.outage_ended_at END,
+        last_beat_at = excluded.last_beat_at
+)
 UPDATE reliable_jobs
-SET lease_expires_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
-                       + %(lease_ttl)s::float8,
-    worker_id = %(worker_id)s::text
+SET lease_expires_at = (SELECT now FROM t) + %(lease_ttl)s::float8, worker_id = %(worker_id)s::text
 WHERE (job_id, lease_id) IN (SELECT * FROM unnest(%(job_ids)s::text[], %(lease_ids)s::int8[]))
   AND status = ANY(%(active)s::text[])
 RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, lease_expires_at,
     stop_requested_at;
+
+-- name: outage_ended_at
+SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;
 
 -- name: holds_lease
 SELECT 1 FROM reliable_jobs

@@ -108,6 +108,17 @@ WHERE (job_id, lease_id) IN (SELECT json_extract(value, '$[0]'), json_extract(va
 RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, lease_expires_at,
     stop_requested_at;
 
+-- name: beat
+-- Stamps the liveness row (see postgresql.sql's renew): run in the heartbeat's transaction.
+INSERT INTO reliable_liveness (id, last_beat_at) VALUES (1, :now)
+ON CONFLICT (id) DO UPDATE SET
+    outage_ended_at = CASE WHEN excluded.last_beat_at - last_beat_at > :lease_ttl
+                           THEN excluded.last_beat_at ELSE outage_ended_at END,
+    last_beat_at = excluded.last_beat_at;
+
+-- name: outage_ended_at
+SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;
+
 -- name: holds_lease
 SELECT 1 FROM reliable_jobs
 WHERE job_id = :job_id AND lease_id = :lease_id AND status IN (SELECT value FROM json_each(:active));
