@@ -8,7 +8,6 @@ docs/concepts.md, independently of writes.py: a rule changed in one place and no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from reliable.store.writes import transition_write
 from support import Clock
 
 S, E = JobStatus, Event
-T0 = 1_800_000_000.0
 TTL = 30.0
 DELAY = 7.5
 AT_REST = {S.PAUSED, S.STOPPED, S.REVIEW, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.DEAD}
@@ -32,12 +30,6 @@ WORKER = {E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PA
           E.STOP_OBSERVED, E.CANCEL_OBSERVED}
 
 
-@pytest.fixture
-def clocked(store_url: str) -> Iterator[tuple[StateStore, Clock]]:
-    clock = Clock(T0)
-    store = StateStore(store_url, clock=clock)
-    yield store, clock
-    store.close()
 
 
 def put_in(store: StateStore, clock: Clock, job_id: str, state: JobStatus) -> Job:

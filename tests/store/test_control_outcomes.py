@@ -9,7 +9,6 @@ through `StateStore.finish` (as the worker's middleware commits them) and the re
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 
@@ -47,20 +46,14 @@ def expected(pause: bool, stop: bool, cancel: bool, outcome: str) -> JobStatus:
 
 
 
-@pytest.fixture
-def setup(store_url: str) -> Iterator[tuple[StateStore, Clock]]:
-    clock = Clock()
-    store = StateStore(store_url, clock=clock)
-    yield store, clock
-    store.close()
 
 
 COMBOS = list(itertools.product([False, True], repeat=3))
 
 
 @pytest.mark.parametrize("outcome", list(OUTCOMES))
-def test_every_request_combination_with_every_outcome(setup: tuple[StateStore, Clock], outcome: str) -> None:
-    store, clock = setup
+def test_every_request_combination_with_every_outcome(clocked: tuple[StateStore, Clock], outcome: str) -> None:
+    store, clock = clocked
     policy = Policy.load(None)
     control = Control(store, policy=policy, identity=Operator("alice", "ops-host", "test"))
     recovery = Recovery(store, None, policy, lease_ttl=10.0)

@@ -43,7 +43,7 @@ def database_outage(url: str) -> Iterator[None]:
 
 
 @pytest.fixture
-def clocked(pg_store: StateStore) -> Iterator[tuple[StateStore, Clock]]:
+def pg_clocked(pg_store: StateStore) -> Iterator[tuple[StateStore, Clock]]:
     clock = Clock()
     store = StateStore(pg_store.engine.url.render_as_string(hide_password=False), clock=clock)
     yield store, clock
@@ -56,8 +56,8 @@ def running(store: StateStore, job_id: str, *, idempotent: bool = True) -> int:
     return store.claim(job_id, worker_id="w", lease_ttl=TTL).lease_id
 
 
-def test_recovery_expires_no_lease_until_the_store_answered_for_a_ttl(clocked: tuple[StateStore, Clock]) -> None:
-    store, clock = clocked
+def test_recovery_expires_no_lease_until_the_store_answered_for_a_ttl(pg_clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = pg_clocked
     recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
     lease = running(store, "job")
     assert recovery.run_once().expired == {}
@@ -75,8 +75,8 @@ def test_recovery_expires_no_lease_until_the_store_answered_for_a_ttl(clocked: t
     assert recovery.run_once().expired == {"job": Event.LEASE_EXPIRED.value}, "a dead worker is recovered"
 
 
-def test_a_worker_commits_after_an_expiry_nobody_followed(clocked: tuple[StateStore, Clock]) -> None:
-    store, clock = clocked
+def test_a_worker_commits_after_an_expiry_nobody_followed(pg_clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = pg_clocked
     recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
     recovery.run_once()
     lease = running(store, "job")
@@ -97,8 +97,8 @@ def test_a_worker_commits_after_an_expiry_nobody_followed(clocked: tuple[StateSt
     assert store.get("claimed-again").status is JobStatus.RUNNING, "the new holder keeps the job"
 
 
-def test_no_late_completion_once_an_operator_moved_the_job(clocked: tuple[StateStore, Clock]) -> None:
-    store, clock = clocked
+def test_no_late_completion_once_an_operator_moved_the_job(pg_clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = pg_clocked
     recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
     recovery.run_once()
     lease = running(store, "job", idempotent=False)
@@ -110,8 +110,8 @@ def test_no_late_completion_once_an_operator_moved_the_job(clocked: tuple[StateS
     assert store.get("job").status is JobStatus.PENDING
 
 
-def test_a_late_retry_never_undoes_a_pause_recovery_honoured(clocked: tuple[StateStore, Clock]) -> None:
-    store, clock = clocked
+def test_a_late_retry_never_undoes_a_pause_recovery_honoured(pg_clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = pg_clocked
     recovery = Recovery(store, None, Policy.load(None), lease_ttl=TTL)
     recovery.run_once()
     lease = running(store, "job")
@@ -125,9 +125,9 @@ def test_a_late_retry_never_undoes_a_pause_recovery_honoured(clocked: tuple[Stat
     assert done.status is JobStatus.SUCCEEDED, "the work did finish: a late success still counts"
 
 
-def test_a_retry_after_a_lost_reply_finds_its_own_committed_write(clocked: tuple[StateStore, Clock]) -> None:
+def test_a_retry_after_a_lost_reply_finds_its_own_committed_write(pg_clocked: tuple[StateStore, Clock]) -> None:
     """The store committed, the reply was lost, the caller retried: the retry is not a stale commit."""
-    store, _ = clocked
+    store, _ = pg_clocked
     store.register(NewJob("job", queue="q", actor="a", message={}))
     first = store.claim("job", worker_id="w", lease_ttl=TTL, attempt_id="attempt-1")
     again = store.claim("job", worker_id="w", lease_ttl=TTL, attempt_id="attempt-1")

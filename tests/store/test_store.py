@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,15 +11,6 @@ from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
 
 from support import Clock
-
-
-@pytest.fixture
-def clocked(store_url: str) -> Iterator[tuple[StateStore, Clock]]:
-    """A store on each database whose clock the test moves (no sleeping)."""
-    clock = Clock()
-    store = StateStore(store_url, clock=clock)
-    yield store, clock
-    store.close()
 
 
 def new_job(job_id: str = "job-1", **kw: object) -> NewJob:
