@@ -42,8 +42,8 @@ def drive(store: StateStore) -> None:
     first = store.claim("ok", worker_id="w1", lease_ttl=30)
     store.save_checkpoint("ok", first.lease_id, {"page": 2}, lease_ttl=30, worker_id="w1")
     store.finish("ok", first.lease_id, Event.SUCCEED, worker_id="w1")
-    with pytest.raises(LeaseLost):
-        store.finish("ok", first.lease_id, Event.SUCCEED, worker_id="w1")
+    with pytest.raises(LeaseLost):  # another outcome of the same, finished attempt: a stale write
+        store.finish("ok", first.lease_id, Event.FAIL, worker_id="w1")
 
     store.register(NewJob("flaky", "exports", "export", {}, trace_id="b" * 32))
     claim = store.claim("flaky", worker_id="w2", lease_ttl=30)
