@@ -35,7 +35,7 @@ from workers import WorkerProcess
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 
 RUNS, BODY_JOBS, UNIT_JOBS, UNITS = 5, 8, 4, 3
-JOBS = BODY_JOBS + UNIT_JOBS
+JOBS = BODY_JOBS + UNIT_JOBS  # fewer than one process's threads: prefetched messages all start
 LEASE_TTL, HEARTBEAT, RECOVERY_INTERVAL = 6.0, 2.0, 0.7
 OUTAGE = 15.0  # seconds the store is down: two and a half lease TTLs (the scenario)
 START_TIMEOUT = 60.0  # for every body of a run to be running (threads may still be retrying the last run's writes)
@@ -142,7 +142,7 @@ def test_a_store_outage_longer_than_the_lease_runs_no_body_twice(rabbitmq_url: s
                "RELIABLE_TEST_QUEUE": queue_name, "RELIABLE_OUTAGE_DIR": str(records),
                "RELIABLE_TEST_LEASE_TTL": str(LEASE_TTL), "RELIABLE_TEST_HEARTBEAT": str(HEARTBEAT),
                "RELIABLE_TEST_RECOVERY_INTERVAL": str(RECOVERY_INTERVAL)}
-        worker = WorkerProcess(env, tmp_path / "worker.log", processes=2, threads=8, app="outage_app",
+        worker = WorkerProcess(env, tmp_path / "worker.log", processes=2, threads=16, app="outage_app",
                                app_dir=APP_DIR)
         try:
             for run in range(1, RUNS + 1):
