@@ -521,4 +521,5 @@ class ReliableMiddleware(Middleware):
         The wait between tries is capped by the heartbeat interval, so a write lands within about
         one interval of the store's return: before recovery may expire any lease (a full TTL).
         """
-        return retry_while_unavailable(call, what=f"{what} (message kept unacked)", max_delay=self.heartbeat_interval)
+        return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval,
+                                       note=" (message kept unacked)")
