@@ -5,7 +5,8 @@
 -- name: write_job
 -- One write to a job row (a transition, a checkpoint, or nothing) plus its event row (and the
 -- attempt row a claim starts or a transition out of an active state ends), in ONE statement.
--- Returns the job's columns followed by the event's; no row when the guard did not match.
+-- Returns the job's columns followed by the event's, listed (as schema.py orders them); no row when
+-- the guard did not match.
 WITH t AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 ),
@@ -77,7 +78,16 @@ e AS (
     FROM j
     RETURNING *
 )
-SELECT j.*, e.* FROM j, e;
+SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.version, j.lease_id, j.worker_id,
+    j.lease_expires_at, j.attempt, j.attempt_id, j.started_at, j.finished_at, j.retry_count, j.retry_at,
+    j.scheduled_at, j.dispatched_at, j.pause_requested, j.stop_requested, j.cancel_requested,
+    j.stop_requested_at, j.checkpoint, j.checkpoint_version, j.checkpoint_schema, j.checkpoint_at, j.owner,
+    j.workflow_id, j.trace_id, j.parent_job_id, j.last_error_class, j.last_error_type, j.last_error_message,
+    j.created_at, j.updated_at,
+    e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id,
+    e.lease_id, e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type,
+    e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail
+FROM j, e;
 
 -- name: enqueued_events
 -- The `enqueued` event of each newly registered job (registration inserts the rows first).
@@ -91,7 +101,9 @@ FROM reliable_jobs AS j
 JOIN unnest(%(job_ids)s::text[], %(details)s::text[]) WITH ORDINALITY AS n(job_id, detail, position)
   ON n.job_id = j.job_id
 ORDER BY n.position
-RETURNING *;
+RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
+    queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
+    operator, reason, host, detail;
 
 -- name: insert_job
 -- Register one PENDING job; no row when the job_id exists already.

@@ -76,7 +76,9 @@ SELECT job_id, :now, :event, CASE WHEN :transition THEN previous_status ELSE sta
     queue, actor, workflow_id, trace_id, :error_class, :error_type, :error_message, retry_count, checkpoint,
     :operator, :reason, :host, :detail
 FROM reliable_jobs WHERE job_id = :job_id
-RETURNING *;
+RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
+    queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
+    operator, reason, host, detail;
 
 -- name: enqueued_event
 -- The `enqueued` event of a newly registered job.
@@ -86,7 +88,9 @@ INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, vers
 SELECT job_id, created_at, 'enqueued', NULL, status, version, attempt, attempt_id, lease_id, NULL, queue,
     actor, workflow_id, trace_id, NULL, NULL, NULL, retry_count, checkpoint, NULL, NULL, NULL, :detail
 FROM reliable_jobs WHERE job_id = :job_id
-RETURNING *;
+RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
+    queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
+    operator, reason, host, detail;
 
 -- name: insert_job
 -- Register one PENDING job; no row when the job_id exists already.
