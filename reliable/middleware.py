@@ -12,6 +12,7 @@ Hooks (see Dramatiq's broker.py and worker.py):
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -396,8 +397,9 @@ class ReliableMiddleware(Middleware):
     def _note_unrecorded_effects(self, context: JobContext) -> None:
         """Units the attempt applied but could not record: a later first record is a possible duplicate."""
         for key in context.unrecorded_effects:
-            self._with_store_retry("effect_unrecorded", lambda key=key: self.store.effect_unrecorded(  # type: ignore[misc]
-                context.job_id, key, lease_id=context.fencing_token, worker_id=self.worker_id))
+            self._with_store_retry("effect_unrecorded", functools.partial(
+                self.store.effect_unrecorded, context.job_id, key, lease_id=context.fencing_token,
+                worker_id=self.worker_id))
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""

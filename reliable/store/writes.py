@@ -95,8 +95,6 @@ class JobWrite:
     reason: str | None
     host: str | None
     detail: str | None
-    # the database clock, or an injected one (tests)
-    now: float | None = None
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""
