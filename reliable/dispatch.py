@@ -11,13 +11,22 @@ from .store import Job
 __all__ = ["dispatch", "message_for"]
 
 
-def message_for(job: Job) -> dramatiq.Message[Any]:
-    """Rebuild the Dramatiq message a job was enqueued with (same message_id = job_id)."""
+def message_for(job: Job, *, traceback: str | None = None) -> dramatiq.Message[Any]:
+    """Rebuild the Dramatiq message a job was enqueued with (same message_id = job_id).
+
+    Like Dramatiq's Retries, a job that was retried carries `retries` (the job's retry count),
+    `requeue_timestamp` and, when the caller knows it, the last attempt's `traceback`.
+    """
     data = dict(job.message)
     options = dict(data.get("options") or {})
     # Delivery details of the previous publish must not leak into the new one.
     for key in ("eta", "retries", "traceback", "requeue_timestamp", "redelivered"):
         options.pop(key, None)
+    if job.retry_count:
+        options["retries"] = job.retry_count
+        options["requeue_timestamp"] = int(job.updated_at * 1000)
+        if traceback is not None:
+            options["traceback"] = traceback
     return dramatiq.Message(
         queue_name=job.queue,
         actor_name=job.actor,

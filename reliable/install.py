@@ -8,35 +8,41 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, Retries
 
+from .continuations import kind_of
 from .middleware import ReliableMiddleware
 from .policy import Policy
 from .store import StateStore
 
-__all__ = ["GuardedRetries", "install"]
+__all__ = ["ForUntrackedActors", "install"]
 
 
-class GuardedRetries(Middleware):
-    """Dramatiq's Retries, but only for actors reliable does not track (`reliable=False`).
+class ForUntrackedActors(Middleware):
+    """A Dramatiq middleware (Retries, Pipelines, Callbacks) that acts only for actors reliable
+    does not track (`reliable=False`).
 
-    For tracked actors the policy decides retries and the store records them; letting Retries act
-    too would retry twice, and its re-enqueue-then-ack can lose a message (Dramatiq PR #545).
+    For tracked actors reliable does their work itself: the policy decides retries and the store
+    records them (letting Retries act too would retry twice, and its re-enqueue-then-ack can lose a
+    message: Dramatiq PR #545); the next pipeline step, callbacks and `on_retry_exhausted` are
+    registered in the transaction that commits the job's outcome (`reliable.continuations`).
     """
 
-    def __init__(self, retries: Retries, reliable: ReliableMiddleware) -> None:
-        self.retries = retries
+    def __init__(self, inner: Middleware, reliable: ReliableMiddleware) -> None:
+        self.inner = inner
         self.reliable = reliable
+
+    def __repr__(self) -> str:
+        return f"ForUntrackedActors({self.inner!r})"
 
     @property
     def actor_options(self) -> set[str]:
-        """Retries' own options (max_retries, min_backoff, ...) stay valid on every actor."""
-        return set(self.retries.actor_options)
+        """The wrapped middleware's options (max_retries, on_success, pipe_target...) stay valid."""
+        return set(self.inner.actor_options)
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
-        """Delegate to Retries for untracked actors only."""
+        """Delegate for untracked actors only."""
         if not self.reliable.tracked(broker, message.actor_name):
-            self.retries.after_process_message(  # type: ignore[no-untyped-call]
-                broker, message, result=result, exception=exception)
+            self.inner.after_process_message(broker, message, result=result, exception=exception)
 
 
 def install(broker: dramatiq.Broker, *, store: StateStore | str,
@@ -50,14 +56,21 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
       options: passed to ReliableMiddleware (lease_ttl, heartbeat_interval, recovery, listeners,
         max_connections, ...).
 
-    Dramatiq's Retries middleware is kept for actors declared with ``reliable=False`` and disabled
-    for every tracked actor: reliable's policy owns retries.
+    Dramatiq's Retries, Pipelines and Callbacks middleware are kept for actors declared with
+    ``reliable=False``; for every tracked actor reliable does their work (see ForUntrackedActors).
     """
     policy = policies if isinstance(policies, Policy) else Policy.load(policies)
     middleware = ReliableMiddleware(store, policy=policy, **options)
+    kinds: set[str] = set()
     for index, existing in enumerate(broker.middleware):
+        kind = kind_of(existing)
+        if kind is None:
+            continue
+        kinds.add(kind)
         if isinstance(existing, Retries):
-            broker.middleware[index] = GuardedRetries(existing, middleware)
+            middleware.dramatiq_retries = existing
+        broker.middleware[index] = ForUntrackedActors(existing, middleware)
+    middleware.continuation_kinds = frozenset(kinds)
     broker.add_middleware(middleware)
     middleware.broker = broker
     return middleware

@@ -5,8 +5,12 @@ Hooks (see Dramatiq's broker.py and worker.py):
 - before_process_message (worker thread): the claim, a compare-and-set. Refused -> SkipMessage:
   the message is acknowledged and dropped, the store already holds the truth.
 - after_process_message (worker thread): success or the policy's decision for the exception, as a
-  write fenced by the lease. The message is always acknowledged: retries are new (delayed)
-  publishes decided here, never Dramatiq's Retries middleware (see `install`).
+  write fenced by the lease, with the messages that follow it (next pipeline step, callbacks,
+  on_retry_exhausted: `reliable.continuations`) registered in the same transaction. Retries are
+  new (delayed) publishes decided here, never Dramatiq's Retries middleware (see `install`). A
+  job that ends FAILED or DEAD has its message failed (nacked), as Dramatiq's Retries would, so
+  Results stores the exception and StubBroker.join(fail_fast=True) raises it; any other outcome
+  is acknowledged.
 - after/before_worker_boot/shutdown: the per-process heartbeat and recovery threads.
 """
 
@@ -18,8 +22,9 @@ import os
 import socket
 import threading
 import time
+import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dramatiq
@@ -27,6 +32,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from .compensation import compensate
 from .context import JobContext, _current
+from .continuations import FollowUp, follow_ups
 from .dispatch import message_for
 from .errors import (
     ClaimRefused,
@@ -44,7 +50,7 @@ from .errors import (
 from .events import JsonLogSink, current_trace_id
 from .leases import Heartbeat
 from .metrics import Metrics
-from .options import ACTOR_OPTIONS, STORED_CONTRACT, declared_contract, strip_untrusted
+from .options import ACTOR_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
 from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
@@ -73,6 +79,8 @@ _ACTIONS: dict[str, Event] = {
 MAX_BROKER_DELAY = 15 * 60.0
 #: The window over which retries are counted against an actor's retry budget.
 RETRY_BUDGET_WINDOW = 60.0
+#: Outcomes that are final failures in Dramatiq's sense: the message is failed (nacked).
+_FAILED_FOR_GOOD = frozenset({JobStatus.FAILED, JobStatus.DEAD})
 
 
 class ReliableMiddleware(Middleware):
@@ -136,6 +144,11 @@ class ReliableMiddleware(Middleware):
         self._delivery = threading.local()
         self._bulk = threading.local()
         self.broker: dramatiq.Broker | None = None
+        #: The continuation kinds reliable sends for tracked actors (set by `install` from the
+        #: Dramatiq middleware it found: see `reliable.continuations`).
+        self.continuation_kinds: frozenset[str] = frozenset()
+        #: Dramatiq's Retries middleware of the broker, if any: its `retry_when` applies to tracked actors.
+        self.dramatiq_retries: Any = None
 
     @property
     def actor_options(self) -> set[str]:
@@ -189,9 +202,11 @@ class ReliableMiddleware(Middleware):
         except dramatiq.errors.ActorNotFound:
             return {}
 
-    def contract_for(self, actor_name: str, queue: str) -> JobContract:
-        """The job contract of an actor: policy defaults, queue and actor sections, actor options."""
-        return self.policy.contract(actor_name, queue, self._actor_options(actor_name))
+    def contract_for(self, actor_name: str, queue: str, message_options: dict[str, Any] | None = None) -> JobContract:
+        """The job contract: policy defaults, queue and actor sections, actor options, then the
+        Dramatiq retry options of the message (max_retries, min_backoff, max_backoff), as Dramatiq."""
+        return self.policy.contract(actor_name, queue,
+                                    contract_options(self._actor_options(actor_name), message_options))
 
     def tracked(self, broker: dramatiq.Broker, actor_name: str) -> bool:
         """Whether reliable tracks this actor (all do, unless declared with `reliable=False`)."""
@@ -293,6 +308,7 @@ class ReliableMiddleware(Middleware):
         options["trace_id"] = current_trace_id(options)
         options[REGISTERED] = True  # travels with every copy of the message, see above
         actor_options = self._actor_options(message.actor_name)
+        _link_workflow(message, actor_options)
         canonical_queue = message.queue_name.removesuffix(".DQ")
         contract = self.policy.contract(message.actor_name, canonical_queue, actor_options)
         data = message.asdict()
@@ -305,7 +321,7 @@ class ReliableMiddleware(Middleware):
             data["options"][STORED_CONTRACT] = declared
         return NewJob(
             job_id=message.message_id, queue=canonical_queue, actor=message.actor_name, message=data,
-            owner=contract.owner, workflow_id=options.get("workflow_id") or actor_options.get("workflow_id"),
+            owner=contract.owner, workflow_id=options.get("workflow_id"),
             trace_id=options.get("trace_id"), parent_job_id=options.get("parent_job_id"),
             checkpoint_schema=contract.checkpoint_schema, delay=(delay / 1000.0) if delay else None,
         ), ignored
@@ -342,7 +358,7 @@ class ReliableMiddleware(Middleware):
 
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
         job_id = message.message_id
-        contract = self.contract_for(message.actor_name, message.queue_name)
+        contract = self.contract_for(message.actor_name, message.queue_name, message.options)
         # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
         attempt_id = uuid.uuid4().hex
         try:
@@ -354,6 +370,9 @@ class ReliableMiddleware(Middleware):
                 claim = self.store.claim(job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl)
             else:
                 self._refused(broker, message, refusal)
+                # This delivery never ran: Dramatiq's Results must not store None for it (its
+                # after_skip_message would, over a real result or while the job runs elsewhere).
+                message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
@@ -387,7 +406,7 @@ class ReliableMiddleware(Middleware):
         try:
             context.leave()
             self._note_unrecorded_effects(context)
-            self._complete(broker, message, context, exception)
+            self._complete(broker, message, context, result, exception)
         finally:
             # Only now: the lease is renewed while the final write may still be retried (a slow or
             # blipping store must not let recovery reclaim a job that already finished).
@@ -422,42 +441,94 @@ class ReliableMiddleware(Middleware):
             return None
         return context
 
-    def _complete(self, broker: dramatiq.Broker, message: Any, context: JobContext,
+    def _complete(self, broker: dramatiq.Broker, message: Any, context: JobContext, result: Any,
                   exception: BaseException | None) -> None:
         if exception is None:
-            self._conclude(broker, context, self._finish(context, Event.SUCCEED), None)
+            planned = self._plan(broker, message, context, result=result)
+            job = self._finish(context, Event.SUCCEED, planned=planned)
+            self._conclude(broker, message, context, job, None, planned)
             return
         if isinstance(exception, LeaseLostInterrupt):
             logger.warning("job %s: lease lost, attempt %s abandoned", context.job_id, context.attempt_id)
             return
         observed = _OBSERVED.get(type(exception)) if isinstance(exception, JobInterrupted) else None
         if observed is not None:
+            # An operator's pause, stop or cancel, not a failure: no on_failure callback follows.
             # The store turns a stop into a cancel when one was requested since (honour_requests).
             job = self._finish(context, observed, detail={"interrupt": type(exception).__name__})
-            self._conclude(broker, context, job, None)
+            self._conclude(broker, message, context, job, None, [])
             return
         # A failure (or an interrupt we do not own, e.g. Dramatiq's TimeLimit): the policy decides;
         # the store then honours any stop, cancel or pause requested meanwhile.
+        retries = _count_failure(message, exception)
+        actor_options = self._actor_options(context.claim.job.actor)
         decision = self.policy.decide(Failure(
             exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
             attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
             now=time.time(), recent_retries=self._recent_retries(context),
             rate_limited_retries=self._rate_limited_retries(context),
+            throws=message.options.get("throws") or actor_options.get("throws"),
+            retry_when=actor_options.get("retry_when") or getattr(self.dramatiq_retries, "retry_when", None),
         ))
         event = _ACTIONS.get(decision.action)
         if event is None:
             raise ValueError(f"policy decision {decision.action!r} is not valid for a failed attempt")
+        exhausted = {"retries": retries - 1, "max_retries": context.contract.max_attempts - 1} \
+            if decision.retries_exhausted else None
+        planned = self._plan(broker, message, context, exception=exception, exhausted=exhausted)
         error = ErrorInfo(decision.error_class, decision.exception_type, decision.message)
         delay = decision.delay if decision.action == "retry" else None
-        job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail())
-        self._conclude(broker, context, job, decision)
+        job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
+                           planned=planned)
+        self._conclude(broker, message, context, job, decision, planned)
 
-    def _conclude(self, broker: dramatiq.Broker, context: JobContext, job: Any, decision: Decision | None) -> None:
+    def _plan(self, broker: dramatiq.Broker, message: Any, context: JobContext, *, result: Any = None,
+              exception: BaseException | None = None,
+              exhausted: dict[str, Any] | None = None) -> list[tuple[FollowUp, NewJob | None]]:
+        """The messages that follow this attempt, each with the job to register for it (None: untracked)."""
+        if not self.continuation_kinds:
+            return []
+        try:
+            found = follow_ups(broker, message, kinds=self.continuation_kinds, result=result, exception=exception,
+                               exhausted=exhausted)
+        except Exception:
+            logger.exception("job %s: could not build the messages that follow it; they are not sent",
+                             context.job_id)
+            return []
+        planned: list[tuple[FollowUp, NewJob | None]] = []
+        job = context.claim.job
+        for follow_up in found:
+            options = follow_up.message.options
+            options["trace_id"] = job.trace_id or options.get("trace_id")
+            options["parent_job_id"] = job.job_id
+            if job.workflow_id:
+                options.setdefault("workflow_id", job.workflow_id)
+            try:
+                follow_up.message.encode()  # what the broker will do: fail here, not inside the commit
+                prepared = self._new_job(broker, follow_up.message, follow_up.delay)
+            except Exception:
+                logger.exception("job %s: the %s message that follows it cannot be sent; dropped",
+                                 context.job_id, follow_up.message.actor_name)
+                continue
+            if prepared is not None:
+                self._untrusted_ignored(*prepared)
+            planned.append((follow_up, None if prepared is None else prepared[0]))
+        return planned
+
+    def _conclude(self, broker: dramatiq.Broker, message: Any, context: JobContext, job: Any,
+                  decision: Decision | None, planned: list[tuple[FollowUp, NewJob | None]]) -> None:
         """Act on where the attempt's outcome left the job (the store may have changed it)."""
         if job is None:
             return
         if decision is not None and (decision.alert or (decision.action == "halt" and job.status is JobStatus.STOPPED)):
             self._alert(context, decision)
+        for follow_up, _registered in planned:
+            if follow_up.applies(job.status):
+                try:
+                    broker.enqueue(follow_up.message, delay=follow_up.delay)
+                except Exception:  # registered with the outcome: the sweeper publishes it
+                    logger.warning("job %s: publishing the %s message that follows it failed; the recovery "
+                                   "loop will", context.job_id, follow_up.message.actor_name, exc_info=True)
         if job.status is JobStatus.CANCELLED:
             warning = compensate(self.store, broker, job, context.contract.compensation, worker_id=self.worker_id)
             if warning:
@@ -466,17 +537,24 @@ class ReliableMiddleware(Middleware):
             delay = max(0.0, job.retry_at - job.updated_at)
             if delay <= MAX_BROKER_DELAY:
                 try:
-                    broker.enqueue(message_for(job), delay=int(delay * 1000))
+                    broker.enqueue(message_for(job, traceback=message.options.get("traceback")),
+                                   delay=int(delay * 1000))
                 except Exception:
                     logger.warning("job %s: publishing the retry failed; the recovery loop will re-dispatch it",
                                    context.job_id, exc_info=True)
+        elif job.status in _FAILED_FOR_GOOD and decision is not None:
+            message.fail()  # as Dramatiq's Retries: nacked, Results stores the exception
 
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
-                retry_delay: float | None = None, detail: dict[str, Any] | None = None) -> Any:
+                retry_delay: float | None = None, detail: dict[str, Any] | None = None,
+                planned: Sequence[tuple[FollowUp, NewJob | None]] = ()) -> Any:
+        def registered(status: JobStatus) -> list[NewJob]:
+            return [job for follow_up, job in planned if job is not None and follow_up.applies(status)]
+
         try:
             return self._with_store_retry(event.value, lambda: self.store.finish(
                 context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
-                retry_delay=retry_delay, detail=detail))
+                retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None))
         except LeaseLost:
             logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
                            context.job_id, context.attempt_id, context.fencing_token)
@@ -525,3 +603,32 @@ class ReliableMiddleware(Middleware):
         """
         return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval,
                                        note=" (message kept unacked)")
+
+
+def _count_failure(message: Any, exception: BaseException) -> int:
+    """Set Dramatiq's `retries`, `traceback` and `requeue_timestamp` on a failed attempt's message,
+    as its Retries middleware does (callbacks and the retry see them); the new `retries`."""
+    options = message.options
+    options["retries"] = int(options.get("retries") or 0) + 1
+    options["traceback"] = "".join(traceback.format_exception(type(exception), exception,
+                                                              exception.__traceback__, limit=30))
+    options["requeue_timestamp"] = int(time.time() * 1000)
+    return int(options["retries"])
+
+
+def _link_workflow(message: dramatiq.Message[Any], actor_options: dict[str, Any]) -> None:
+    """Give a message the workflow it belongs to: a declared or inherited `workflow_id`, its
+    group's completion id, or, for the first step of a pipeline, its own id; every later step of
+    the pipeline (the nested `pipe_target`s) carries the same id."""
+    options = message.options
+    workflow_id = (options.get("workflow_id") or actor_options.get("workflow_id")
+                   or options.get("group_completion_uuid")
+                   or (message.message_id if options.get("pipe_target") is not None else None))
+    if not workflow_id:
+        return
+    options["workflow_id"] = workflow_id
+    step = options.get("pipe_target")
+    while isinstance(step, dict):
+        step_options = step.setdefault("options", {})
+        step_options.setdefault("workflow_id", workflow_id)
+        step = step_options.get("pipe_target")

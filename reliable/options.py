@@ -22,6 +22,7 @@ __all__ = [
     "RETRY_OPTIONS",
     "STORED_CONTRACT",
     "UNTRUSTED_IN_MESSAGE",
+    "contract_options",
     "declared_contract",
     "stored_contract",
     "strip_untrusted",
@@ -57,6 +58,16 @@ _CONTRACT_KEYS = (*CONTRACT_OPTIONS, *RETRY_OPTIONS)
 def declared_contract(actor_options: Mapping[str, Any]) -> dict[str, Any]:
     """The contract options an actor declares (what is stored with each of its jobs)."""
     return {key: actor_options[key] for key in _CONTRACT_KEYS if key in actor_options}
+
+
+def contract_options(actor_options: Mapping[str, Any], message_options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options a job's contract is computed from: the actor's, then the Dramatiq retry options
+    (max_retries, min_backoff, max_backoff) a message may set, which win as they do in Dramatiq."""
+    merged = dict(actor_options)
+    for key in RETRY_OPTIONS:
+        if message_options and message_options.get(key) is not None:
+            merged[key] = message_options[key]
+    return merged
 
 
 def stored_contract(message: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import dramatiq
 from .compensation import compensate
 from .dispatch import dispatch
 from .errors import JobNotFound, StoreUnavailable, TransitionRefused
-from .options import stored_contract
+from .options import contract_options, stored_contract
 from .policy import JobContract, Policy
 from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
@@ -79,9 +79,11 @@ class Recovery:
 
     def contract_of(self, job: Job) -> JobContract:
         """The job's contract: policy, then the contract the actor declared (stored with the job at
-        registration), then the live actor's options. Never the options a producer put in the message."""
-        return self.policy.contract(job.actor, job.queue, {**stored_contract(job.message),
-                                                           **self.actor_options(job.actor)})
+        registration), then the live actor's options, then Dramatiq's retry options of the message
+        (as Dramatiq reads them). Never a contract option a producer put in the message."""
+        options = {**stored_contract(job.message), **self.actor_options(job.actor)}
+        return self.policy.contract(job.actor, job.queue,
+                                    contract_options(options, (job.message or {}).get("options")))
 
     def run_once(self) -> RecoveryReport:
         """Recover expired leases, promote overdue retries, re-publish lost messages."""

@@ -29,15 +29,18 @@ def jobs() -> None:
 @click.option("--queue", help="Only this queue.")
 @click.option("--actor", help="Only this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
+@click.option("--workflow", "workflow_id", metavar="ID",
+              help="Only the jobs of this workflow: a pipeline (the id of its first step) or a group with "
+                   "completion callbacks (its completion id), their callbacks included.")
 @click.option("--limit", default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
 def list_(store_url: str, statuses: tuple[str, ...], queue: str | None, actor: str | None,
-          error_class: str | None, limit: int, as_json: bool) -> None:
+          error_class: str | None, workflow_id: str | None, limit: int, as_json: bool) -> None:
     """List jobs, most recently updated first."""
     store = open_store(store_url)
     found = store.list_jobs(status=[s.upper() for s in statuses] or None, queue=queue, actor=actor,
-                            error_class=error_class, limit=limit)
+                            error_class=error_class, workflow_id=workflow_id, limit=limit)
     if as_json:
         emit_json([job_dict(job) for job in found])
         return
@@ -65,7 +68,7 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
     console = Console()
     for name in ("job_id", "status", "queue", "actor", "owner", "attempt", "retry_count", "lease_id",
                  "worker_id", "checkpoint", "checkpoint_version", "last_error_class", "last_error_type",
-                 "last_error_message", "trace_id", "workflow_id"):
+                 "last_error_message", "trace_id", "workflow_id", "parent_job_id"):
         console.print(f"[bold]{name:>20}[/bold]  {getattr(job, name)}")
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")

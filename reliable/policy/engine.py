@@ -72,8 +72,9 @@ class Policy:
         `actors.<actor>`, then the Dramatiq actor options (`owner`, `idempotent`, `resumable`,
         `checkpoint_schema`, `stop_grace` (seconds or "30s"), `max_retries` (= max_attempts - 1),
         `max_attempts`, `compensation`, `retry_on_crash`, `resume_validator`, and Dramatiq's
-        `min_backoff` / `max_backoff` in milliseconds as backoff base / cap). `retry_on_crash` left
-        unset follows `idempotent`. Pass the actor's declared options, never a message's.
+        `min_backoff` / `max_backoff` in milliseconds: min_backoff is the backoff base and a floor,
+        max_backoff the cap). `retry_on_crash` left unset follows `idempotent`. Pass the actor's
+        declared options (`reliable.options.contract_options` adds the retry options a message may set).
         """
         flat = contract_defaults()
         flat.update(self.spec.defaults)
@@ -110,7 +111,12 @@ class Policy:
     # -- decisions ----------------------------------------------------------------------------
 
     def decide(self, failure: Failure) -> Decision:
-        """What becomes of a failed attempt: retry (with delay), fail, review, dead or halt."""
+        """What becomes of a failed attempt: retry (with delay), fail, review, dead or halt.
+
+        An exception the actor declares in Dramatiq's `throws` fails the job at once. Otherwise the
+        policy's class decides; for a class that retries, Dramatiq's `retry_when` (when declared)
+        replaces the max_attempts count.
+        """
         exc, contract = failure.exception, failure.contract
         error_class, _rule, label = self.classify(exc, failure.actor, failure.queue, contract)
         spec = self.spec.classes.get(error_class) or BUILTIN_CLASSES["transient"]
@@ -119,6 +125,10 @@ class Policy:
             "message": truncate(exception_message(exc)), "attempt": failure.attempt,
             "retry_count": failure.retry_count,
         }
+        if failure.throws and isinstance(exc, failure.throws):
+            return Decision(action="fail", delay=None, alert=False,
+                            reason=f"{type(exc).__name__} is declared in the actor's throws: the job fails "
+                                   "without a retry", **{**common, "rule": "actor option throws"})
         matched = f"rule {label}" if label else "no rule matched (default class)"
         if spec.action != "retry":
             reasons = {
@@ -132,8 +142,13 @@ class Policy:
         if spec.rate_limited:
             return self._rate_limited(failure, contract, common)
         failures = max(1, failure.attempt - failure.rate_limited_retries)
-        if failures >= contract.max_attempts:
-            return Decision(action="dead", delay=None, alert=spec.alert,
+        if failure.retry_when is not None:
+            if not failure.retry_when(failures - 1, exc):
+                return Decision(action="dead", delay=None, alert=spec.alert, retries_exhausted=True,
+                                reason=f"{error_class} on failed attempt {failures} ({matched}): the actor's "
+                                       "retry_when said no more retries", **common)
+        elif failures >= contract.max_attempts:
+            return Decision(action="dead", delay=None, alert=spec.alert, retries_exhausted=True,
                             reason=f"{error_class} on failed attempt {failures} of {contract.max_attempts} "
                                    f"({matched}): no attempts left", **common)
         delay = backoff_delay(contract.backoff, failures - 1, failure.rand)
@@ -141,8 +156,8 @@ class Policy:
         retry_delay = getattr(exc, "delay", None) if is_instance_of_path(exc, DRAMATIQ_RETRY) else None
         if isinstance(retry_delay, int | float) and not isinstance(retry_delay, bool) and retry_delay >= 0:
             delay, note = float(retry_delay) / 1000.0, "the delay dramatiq.Retry asked for"
-        reason = (f"{error_class} ({matched}): retry {failures} of {contract.max_attempts - 1} in "
-                  f"{format_duration(delay)} ({note})")
+        of = "allowed by retry_when" if failure.retry_when is not None else f"of {contract.max_attempts - 1}"
+        reason = f"{error_class} ({matched}): retry {failures} {of} in {format_duration(delay)} ({note})"
         return self._budgeted(failure, contract, delay, reason, spec.alert, common)
 
     def _rate_limited(self, failure: Failure, contract: JobContract, common: dict[str, Any]) -> Decision:
@@ -190,7 +205,7 @@ class Policy:
                             reason=f"attempt {attempt} crashed and {actor} is not idempotent (and retry_on_crash is "
                                    "not set): a side effect may have happened; a person must reconcile", **common)
         if attempt >= contract.max_attempts:
-            return Decision(action="dead", delay=None, alert=False,
+            return Decision(action="dead", delay=None, alert=False, retries_exhausted=True,
                             reason=f"attempt {attempt} of {contract.max_attempts} crashed: no attempts left", **common)
         if contract.on_crash == "retry":
             delay = backoff_delay(contract.backoff, attempt - 1, rand)
@@ -224,7 +239,10 @@ def _actor_options(actor: str, options: Mapping[str, Any]) -> dict[str, Any]:
             elif key in ("min_backoff", "max_backoff"):
                 if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                     raise ValueError(f"expected milliseconds (a number >= 0), got {value!r}")
-                out["backoff.base" if key == "min_backoff" else "backoff.cap"] = float(value) / 1000.0
+                if key == "min_backoff":  # Dramatiq's minimum: the base of the backoff and a floor
+                    out["backoff.base"] = out["backoff.floor"] = float(value) / 1000.0
+                else:
+                    out["backoff.cap"] = float(value) / 1000.0
             elif key == "stop_grace":
                 out[key] = parse_duration(value)
             else:

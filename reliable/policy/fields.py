@@ -130,7 +130,7 @@ CONTRACT_KEYS: dict[str, Validator] = {
 #: Nested contract sections; their keys flatten to "<section>.<key>". retry_budget may be null (no budget).
 NESTED_CONTRACT_KEYS: dict[str, dict[str, Validator]] = {
     "sla": {"running": as_optional(duration), "stopping": as_optional(duration), "paused": as_optional(duration)},
-    "backoff": {"base": duration, "cap": duration, "jitter": choice(*JITTERS)},
+    "backoff": {"base": duration, "cap": duration, "jitter": choice(*JITTERS), "floor": duration},
     "rate_limit": {"max_wait": duration, "max_retries": as_int(0), "alert_after": as_int(1)},
     "retry_budget": {"per_minute": as_int(1), "on_exhausted": choice("dead", "delay"), "delay": duration},
 }
@@ -166,7 +166,8 @@ def build_contract(flat: Mapping[str, Any]) -> JobContract:
         compensation=flat["compensation"], resume_validator=flat["resume_validator"],
         sla_running=flat["sla.running"], sla_stopping=flat["sla.stopping"],
         sla_paused=flat["sla.paused"],
-        backoff=BackoffSettings(base=flat["backoff.base"], cap=flat["backoff.cap"], jitter=flat["backoff.jitter"]),
+        backoff=BackoffSettings(base=flat["backoff.base"], cap=flat["backoff.cap"], jitter=flat["backoff.jitter"],
+                                floor=flat["backoff.floor"]),
         default_class=flat["default_class"],
         rate_limit=RateLimitSettings(max_wait=flat["rate_limit.max_wait"],
                                      max_retries=flat["rate_limit.max_retries"],

@@ -53,11 +53,16 @@ class LeaseSettings:
 
 @dataclass(frozen=True)
 class BackoffSettings:
-    """Exponential backoff: retry n (0-based) waits up to min(cap, base * 2**n) seconds, jittered."""
+    """Exponential backoff: retry n (0-based) waits up to min(cap, base * 2**n) seconds, jittered.
+
+    `floor` is the least any retry waits (Dramatiq's `min_backoff` sets it): the jittered delay is
+    spread over [floor, ceiling] instead of [0, ceiling].
+    """
 
     base: float = 1.0
     cap: float = 300.0
     jitter: Jitter = "full"
+    floor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,11 @@ class Failure:
     recent_retries: int = 0
     rand: Callable[[], float] | None = None
     rate_limited_retries: int = 0
+    #: Dramatiq's `throws` option: exception classes that fail the job at once (never retried).
+    throws: type[BaseException] | tuple[type[BaseException], ...] | None = None
+    #: Dramatiq's `retry_when(retries, exception)`: when set, it alone says whether a retryable
+    #: failure is retried (instead of max_attempts); False means the retries are exhausted.
+    retry_when: Callable[[int, BaseException], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +199,8 @@ class Decision:
     alert: bool
     rate_limited: bool = False
     budget_exhausted: bool = False
+    #: DEAD because no retry is left (max_attempts or retry_when): Dramatiq's on_retry_exhausted applies.
+    retries_exhausted: bool = False
     exception_type: str | None = None
     message: str | None = None
     attempt: int | None = None
@@ -205,6 +217,7 @@ class Decision:
             "alert": self.alert,
             "rate_limited": self.rate_limited,
             "budget_exhausted": self.budget_exhausted,
+            "retries_exhausted": self.retries_exhausted,
             "exception_type": self.exception_type,
             "message": self.message,
             "attempt": self.attempt,

@@ -27,15 +27,21 @@ def backoff_ceiling(settings: BackoffSettings, retry: int) -> float:
 
 
 def backoff_delay(settings: BackoffSettings, retry: int, rand: Callable[[], float] | None = None) -> float:
-    """The delay before retry `retry` (0-based): full jitter U(0, ceiling), equal jitter, or the ceiling."""
+    """The delay before retry `retry` (0-based): full jitter U(0, ceiling), equal jitter, or the ceiling.
+
+    With a floor, the jittered value is spread over [floor, ceiling] instead: no retry comes back
+    sooner than the floor (a floor above the cap yields the cap).
+    """
     ceiling = backoff_ceiling(settings, retry)
     if settings.jitter == "none":
-        return ceiling
+        return max(ceiling, min(settings.floor, settings.cap))
     r = (rand or random.random)()
     r = min(max(r, 0.0), 1.0)
-    if settings.jitter == "equal":
-        return ceiling / 2 + r * ceiling / 2
-    return r * ceiling
+    share = 0.5 + r / 2 if settings.jitter == "equal" else r
+    floor = min(settings.floor, settings.cap)
+    if floor >= ceiling:
+        return floor
+    return floor + share * (ceiling - floor)
 
 
 def parse_retry_after(value: object, now: float) -> float | None:

@@ -234,28 +234,31 @@ class SqlRunner:
         event = self._execute(tx, "event", params).fetchone()
         return job, dict(zip(EVENT_COLUMNS, event, strict=True))
 
-    def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None]
+    def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None
                  ) -> tuple[float, list[dict[str, Any]]]:
         """Insert new PENDING jobs (existing job_ids are left alone) and their `enqueued` events.
 
-        Returns the registration time and the event rows of the jobs that were new.
+        Returns the registration time and the event rows of the jobs that were new. With `tx`, in
+        that transaction (e.g. with the outcome of the attempt they follow).
         """
-        with self.transaction() as tx:
-            if tx.now is None:
-                tx.now = self._resolve_now(tx)
-            inserted = set(self._insert_jobs(tx, [{**row, "now": tx.now} for row in rows]))
-            fresh = [(row["job_id"], detail) for row, detail in zip(rows, details, strict=True)
-                     if row["job_id"] in inserted]
-            if not fresh:
-                return tx.now, []
-            if self._postgres:
-                cursor = self._execute(tx, "enqueued_events", {"job_ids": [f[0] for f in fresh],
-                                                               "details": [f[1] for f in fresh]})
-                events = cursor.fetchall()
-            else:
-                events = [self._execute(tx, "enqueued_event", {"job_id": job_id, "detail": detail}).fetchone()
-                          for job_id, detail in fresh]
-            return tx.now, [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in events]
+        if tx is None:
+            with self.transaction() as own:
+                return self.register(rows, details, own)
+        if tx.now is None:
+            tx.now = self._resolve_now(tx)
+        inserted = set(self._insert_jobs(tx, [{**row, "now": tx.now} for row in rows]))
+        fresh = [(row["job_id"], detail) for row, detail in zip(rows, details, strict=True)
+                 if row["job_id"] in inserted]
+        if not fresh:
+            return tx.now, []
+        if self._postgres:
+            cursor = self._execute(tx, "enqueued_events", {"job_ids": [f[0] for f in fresh],
+                                                           "details": [f[1] for f in fresh]})
+            events = cursor.fetchall()
+        else:
+            events = [self._execute(tx, "enqueued_event", {"job_id": job_id, "detail": detail}).fetchone()
+                      for job_id, detail in fresh]
+        return tx.now, [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in events]
 
     def _insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[str]:
         query = self.queries["insert_job"]

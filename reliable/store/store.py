@@ -292,11 +292,14 @@ class StateStore:
         rows = [self._new_job_row(job) for job in new_jobs]
         details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
         _, events = self._sql.register(rows, details)
+        self._emit_registered(rows, events)
+        return len(events)
+
+    def _emit_registered(self, rows: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> None:
         if self._listeners:
             by_id = {row["job_id"]: row for row in rows}
             self._emit([self._record(e, {"dispatched_at": e["at"], **by_id.get(e["job_id"], {}),
                                          "scheduled_at": None}) for e in events])
-        return len(events)
 
     @staticmethod
     def _new_job_row(job: NewJob) -> dict[str, Any]:
@@ -449,7 +452,8 @@ class StateStore:
 
     def finish(self, job_id: str, lease_id: int, event: Event, *, worker_id: str | None = None,
                error: ErrorInfo | None = None, retry_delay: float | None = None,
-               detail: Mapping[str, Any] | None = None) -> Job:
+               detail: Mapping[str, Any] | None = None,
+               follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None) -> Job:
         """End the attempt holding `lease_id` with `event` (succeed, fail, retry, review, ...).
 
         Fenced by the lease: a worker whose lease was reassigned gets LeaseLost, its result is
@@ -458,6 +462,10 @@ class StateStore:
         asked to pause ends PAUSED; the returned job says where it ended. A worker whose lease was
         expired while it could not reach the store still commits if nobody claimed the job since
         (`reliable.states.late_target`).
+
+        `follow_ups(status)` names the jobs that follow the attempt if it ends in `status` (the next
+        pipeline step, callbacks): they are registered PENDING in the same transaction as the
+        outcome, so a crash right after the commit cannot lose them (the sweeper publishes them).
         """
         info = None if error is None else {"error_class": error.error_class, "error_type": error.error_type,
                                            "message": _truncate(error.message)}
@@ -473,7 +481,7 @@ class StateStore:
                 job_id, event, lease_id=lease_id, worker_id=worker_id, error=info,
                 delay=retry_delay if target(event) is JobStatus.RETRY_WAIT else None,
                 detail=_detail(extra))
-            result = self._sql.write(write)
+            result = self._write_following(write, follow_ups)
             if result is not None:
                 break
             current = self.find(job_id)
@@ -491,7 +499,7 @@ class StateStore:
                 continue
             if self._committed_already(current, lease_id, tried):
                 return current  # our own write committed, its reply was lost: a retry finds it
-            result = self._late_completion(current, event, write, extra)
+            result = self._late_completion(current, event, write, extra, follow_ups)
             if result is None:
                 raise self._stale(job_id, lease_id, event.value, worker_id)
             break
@@ -512,8 +520,25 @@ class StateStore:
         return any(event in events and lease == lease_id and "expired_lease" not in json.loads(detail or "{}")
                    for event, lease, detail in rows)
 
-    def _late_completion(self, current: Job, event: Event, write: JobWrite,
-                         extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    def _write_following(self, write: JobWrite, follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None
+                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Execute `write`; with the jobs that follow its outcome, register them in the same transaction."""
+        new_jobs = follow_ups(JobStatus(write.to_status)) if follow_ups and write.to_status else ()
+        if not new_jobs:
+            return self._sql.write(write)
+        rows = [self._new_job_row(job) for job in new_jobs]
+        details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
+        with self._sql.transaction() as tx:
+            result = self._sql.write(write, tx)
+            if result is None:
+                return None
+            _, events = self._sql.register(rows, details, tx)
+        self._emit_registered(rows, events)
+        return result
+
+    def _late_completion(self, current: Job, event: Event, write: JobWrite, extra: dict[str, Any],
+                         follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
+                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         if late_target(current.status, event) is None or current.previous_status not in ACTIVE_STATES:
             return None
         if not self._expired_by_recovery(current):
@@ -526,7 +551,7 @@ class StateStore:
                                                     "error_type": write.error_type,
                                                     "message": write.error_message},
             delay=write.delay, detail=_detail(detail))
-        return self._sql.write(late)
+        return self._write_following(late, follow_ups)
 
     def _expired_by_recovery(self, job: Job) -> bool:
         """Whether the job's last transition was recovery expiring its current lease."""
@@ -654,9 +679,12 @@ class StateStore:
 
     def list_jobs(self, *, status: Sequence[JobStatus | str] | None = None, queue: str | None = None,
                   actor: str | None = None, error_class: str | None = None,
-                  updated_before: float | None = None, limit: int = 100) -> list[Job]:
+                  updated_before: float | None = None, workflow_id: str | None = None,
+                  limit: int = 100) -> list[Job]:
         """Jobs matching every given filter, most recently updated first."""
         stmt = select(jobs)
+        if workflow_id:
+            stmt = stmt.where(jobs.c.workflow_id == workflow_id)
         if status:
             stmt = stmt.where(jobs.c.status.in_([JobStatus(s).value for s in status]))
         if queue:

@@ -108,7 +108,10 @@ def test_failures_follow_the_policy(harness: Harness) -> None:
     assert "alert" in events(harness, f.message_id)
     dead = harness.store.get(d.message_id)
     assert dead.attempt == 3 and dead.last_error_class == "transient"
-    assert harness.broker.dead_letters == [], "tracked jobs never go to Dramatiq's dead letters"
+    # As under Dramatiq's Retries, a job that ends FAILED or DEAD has its message failed (nacked):
+    # StubBroker dead-letters it; a STOPPED job is acknowledged (an operator may resume it).
+    dead_lettered = sorted(m.message_id for m in harness.broker.dead_letters)
+    assert dead_lettered == sorted([b.message_id, d.message_id])
 
 
 def test_untracked_actor_keeps_dramatiq_retries(harness: Harness) -> None:
