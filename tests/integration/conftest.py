@@ -33,11 +33,11 @@ def worker_env(rabbitmq_url: str, queue_name: str, pg_database: str) -> dict[str
 def start_worker(tmp_path: Path, worker_env: dict[str, str]) -> Iterator[Callable[..., WorkerProcess]]:
     started: list[WorkerProcess] = []
 
-    def start(**overrides: Any) -> WorkerProcess:
+    def start(app: str = "units_app", **overrides: Any) -> WorkerProcess:
         env = {**worker_env, **{k: str(v) for k, v in overrides.items()}}
         logs = Path(os.environ.get("RELIABLE_TEST_LOGS", tmp_path))
         logs.mkdir(parents=True, exist_ok=True)
-        worker = WorkerProcess(env, logs / f"{env['RELIABLE_TEST_QUEUE']}-worker-{len(started)}.log")
+        worker = WorkerProcess(env, logs / f"{env['RELIABLE_TEST_QUEUE']}-worker-{len(started)}.log", app=app)
         started.append(worker)
         return worker
 
