@@ -58,6 +58,7 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
 
     Dramatiq's Retries, Pipelines and Callbacks middleware are kept for actors declared with
     ``reliable=False``; for every tracked actor reliable does their work (see ForUntrackedActors).
+    GroupCallbacks is replaced so that group barriers are kept in the store (`reliable.groups`).
     """
     policy = policies if isinstance(policies, Policy) else Policy.load(policies)
     middleware = ReliableMiddleware(store, policy=policy, **options)
@@ -73,4 +74,5 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
     middleware.continuation_kinds = frozenset(kinds)
     broker.add_middleware(middleware)
     middleware.broker = broker
+    middleware.adopt_group_callbacks(broker)
     return middleware

@@ -48,13 +48,14 @@ from .errors import (
     TransitionRefused,
 )
 from .events import JsonLogSink, current_trace_id
+from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
 from .metrics import Metrics
 from .options import ACTOR_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
 from .policy import Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
-from .store import ErrorInfo, NewJob, StateStore
+from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
 
@@ -149,6 +150,8 @@ class ReliableMiddleware(Middleware):
         self.continuation_kinds: frozenset[str] = frozenset()
         #: Dramatiq's Retries middleware of the broker, if any: its `retry_when` applies to tracked actors.
         self.dramatiq_retries: Any = None
+        #: The broker's GroupCallbacks, replaced so group barriers live in the store (reliable.groups).
+        self.group_callbacks: TrackedGroupCallbacks | None = None
 
     @property
     def actor_options(self) -> set[str]:
@@ -222,6 +225,7 @@ class ReliableMiddleware(Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Start the heartbeat and, if enabled, the recovery loop of this process."""
         self.broker = broker
+        self.adopt_group_callbacks(broker)
         self._ensure_process()
         assert self._heartbeat is not None
         self._heartbeat.start()
@@ -259,12 +263,23 @@ class ReliableMiddleware(Middleware):
             except Exception:
                 logger.exception("recovery pass failed unexpectedly")
 
+    def adopt_group_callbacks(self, broker: dramatiq.Broker) -> None:
+        """Keep group barriers in the store from now on, if the broker has GroupCallbacks (reliable.groups)."""
+        if self.group_callbacks is None:
+            self.group_callbacks = adopt_group_callbacks(broker, self)
+
+    def create_barrier(self, barrier_id: str, parties: int) -> None:
+        """Create a group's completion barrier in the store (waits while the store is unreachable)."""
+        self._with_store_retry("create_barrier", lambda: self.store.create_barrier(barrier_id, parties))
+
     # -- producer side ---------------------------------------------------------------------------
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register the job (PENDING) before its message is published; no-op for a known job_id."""
         if message.message_id in getattr(self._bulk, "registered", ()):
             return  # enqueue_many registered it already, in one transaction with the others
+        if self.group_callbacks is None and "group_completion_uuid" in message.options:
+            self.adopt_group_callbacks(broker)  # GroupCallbacks added after install: the next groups
         prepared = self._new_job(broker, message, delay)
         if prepared is not None:
             job, ignored = prepared
@@ -445,8 +460,11 @@ class ReliableMiddleware(Middleware):
                   exception: BaseException | None) -> None:
         if exception is None:
             planned = self._plan(broker, message, context, result=result)
-            job = self._finish(context, Event.SUCCEED, planned=planned)
+            fan_in = self._fan_in(broker, message, context)
+            job = self._finish(context, Event.SUCCEED, planned=planned, fan_in=fan_in[0] if fan_in else None)
             self._conclude(broker, message, context, job, None, planned)
+            if fan_in is not None and job is not None and job.status is JobStatus.SUCCEEDED:
+                self._group_arrived(broker, message, context, *fan_in)
             return
         if isinstance(exception, LeaseLostInterrupt):
             logger.warning("job %s: lease lost, attempt %s abandoned", context.job_id, context.attempt_id)
@@ -515,6 +533,46 @@ class ReliableMiddleware(Middleware):
             planned.append((follow_up, None if prepared is None else prepared[0]))
         return planned
 
+    def _fan_in(self, broker: dramatiq.Broker, message: Any, context: JobContext
+                ) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
+        """A group member's arrival at its completion barrier, with the group's callbacks to register."""
+        barrier_id = message.options.get("group_completion_uuid")
+        callbacks = message.options.get("group_completion_callbacks")
+        if not barrier_id or not callbacks or self.group_callbacks is None:
+            return None
+        job = context.claim.job
+        messages: list[dramatiq.Message[Any]] = []
+        new_jobs: list[NewJob] = []
+        for data in callbacks:
+            callback: dramatiq.Message[Any] = dramatiq.Message(**data)
+            callback.options.update(trace_id=job.trace_id, parent_job_id=job.job_id, workflow_id=barrier_id)
+            prepared = self._new_job(broker, callback, None)
+            messages.append(callback)
+            if prepared is not None:
+                new_jobs.append(prepared[0])
+        return FanIn(barrier_id, new_jobs), messages
+
+    def _group_arrived(self, broker: dramatiq.Broker, message: Any, context: JobContext, fan_in: FanIn,
+                       callbacks: list[dramatiq.Message[Any]]) -> None:
+        """Publish the group's completion callbacks if this member cleared its barrier (registered
+        with its success), or let Dramatiq's barrier decide for a group the store does not know."""
+        if not fan_in.known:
+            from dramatiq.rate_limits import Barrier
+
+            assert self.group_callbacks is not None
+            inner = self.group_callbacks.inner
+            barrier = Barrier(inner.rate_limiter_backend, fan_in.barrier_id, ttl=inner.barrier_ttl)  # type: ignore[no-untyped-call]
+            if not barrier.wait(block=False):  # type: ignore[no-untyped-call]
+                return
+        elif not fan_in.cleared:
+            return
+        for callback in callbacks:
+            try:
+                broker.enqueue(callback)
+            except Exception:  # registered with the success: the sweeper publishes it
+                logger.warning("job %s: publishing the group's completion callback %s failed; the recovery loop "
+                               "will", context.job_id, callback.actor_name, exc_info=True)
+
     def _conclude(self, broker: dramatiq.Broker, message: Any, context: JobContext, job: Any,
                   decision: Decision | None, planned: list[tuple[FollowUp, NewJob | None]]) -> None:
         """Act on where the attempt's outcome left the job (the store may have changed it)."""
@@ -547,14 +605,15 @@ class ReliableMiddleware(Middleware):
 
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
                 retry_delay: float | None = None, detail: dict[str, Any] | None = None,
-                planned: Sequence[tuple[FollowUp, NewJob | None]] = ()) -> Any:
+                planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None) -> Any:
         def registered(status: JobStatus) -> list[NewJob]:
             return [job for follow_up, job in planned if job is not None and follow_up.applies(status)]
 
         try:
             return self._with_store_retry(event.value, lambda: self.store.finish(
                 context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
-                retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None))
+                retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None,
+                fan_in=fan_in))
         except LeaseLost:
             logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
                            context.job_id, context.attempt_id, context.fencing_token)

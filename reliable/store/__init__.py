@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
+from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob
 from .store import StateStore
 
-__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "Job", "JobEvent", "LeaseStatus", "NewJob", "StateStore"]
+__all__ = [
+    "Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob", "StateStore",
+]

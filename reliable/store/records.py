@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..states import JobStatus
 
-__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "Job", "JobEvent", "LeaseStatus", "NewJob"]
+__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob"]
 
 
 def _loads(text: str | None) -> Any:
@@ -30,6 +30,21 @@ class NewJob:
     parent_job_id: str | None = None
     checkpoint_schema: int | None = None
     delay: float | None = None  # seconds until the job is due (Dramatiq's eta)
+
+
+@dataclass
+class FanIn:
+    """A group member's arrival at its group's completion barrier, committed with its success.
+
+    When this arrival clears the barrier, `jobs` (the group's completion callbacks) are registered
+    in the same transaction and `StateStore.finish` sets `cleared`; `known` is False when the
+    store holds no such barrier (the group was created without it: Dramatiq's barrier decides).
+    """
+
+    barrier_id: str
+    jobs: Sequence[NewJob]
+    cleared: bool = False
+    known: bool = True
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from sqlalchemy import (
     Text,
 )
 
-__all__ = ["alerts", "attempts", "effects", "job_events", "jobs", "liveness", "metadata"]
+__all__ = ["alerts", "attempts", "barriers", "effects", "job_events", "jobs", "liveness", "metadata"]
 
 metadata = MetaData()
 
@@ -169,4 +169,14 @@ liveness = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("last_beat_at", Double),
     Column("outage_ended_at", Double),
+)
+
+# The completion barrier of a Dramatiq group with completion callbacks (migration 0006).
+barriers = Table(
+    "reliable_barriers",
+    metadata,
+    Column("barrier_id", String(64), primary_key=True),
+    Column("parties", Integer, nullable=False),
+    Column("remaining", Integer, nullable=False),
+    Column("created_at", Double, nullable=False),
 )

@@ -322,6 +322,17 @@ class SqlRunner:
         params = {"job_id": job_id, "status": status, "version": version, "dispatched_at": dispatched_at}
         return self._execute(tx, "mark_dispatched", params).fetchone() is not None
 
+    def create_barrier(self, barrier_id: str, parties: int) -> bool:
+        """Create a group's completion barrier for `parties` members; False if it exists."""
+        with self.transaction() as tx:
+            return self._execute(tx, "create_barrier", {"barrier_id": barrier_id, "parties": parties}
+                                 ).fetchone() is not None
+
+    def arrive_at_barrier(self, tx: Tx, barrier_id: str) -> int | None:
+        """One member arrived: the members still awaited (0: this one cleared it); None: no such barrier."""
+        row = self._execute(tx, "arrive_at_barrier", {"barrier_id": barrier_id}).fetchone()
+        return None if row is None else int(row[0])
+
     def now(self) -> float:
         """The store's current time (the database's clock, or the injected one)."""
         with self._single() as tx:

@@ -41,7 +41,7 @@ from .db import (
     read_connection,
     write_transaction,
 )
-from .records import Attempt, Claim, Effect, ErrorInfo, Job, JobEvent, LeaseStatus, NewJob
+from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
 from .writes import JobWrite, event_write, transition_write
@@ -453,7 +453,8 @@ class StateStore:
     def finish(self, job_id: str, lease_id: int, event: Event, *, worker_id: str | None = None,
                error: ErrorInfo | None = None, retry_delay: float | None = None,
                detail: Mapping[str, Any] | None = None,
-               follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None) -> Job:
+               follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
+               fan_in: FanIn | None = None) -> Job:
         """End the attempt holding `lease_id` with `event` (succeed, fail, retry, review, ...).
 
         Fenced by the lease: a worker whose lease was reassigned gets LeaseLost, its result is
@@ -466,6 +467,8 @@ class StateStore:
         `follow_ups(status)` names the jobs that follow the attempt if it ends in `status` (the next
         pipeline step, callbacks): they are registered PENDING in the same transaction as the
         outcome, so a crash right after the commit cannot lose them (the sweeper publishes them).
+        `fan_in`: a group member's arrival at its completion barrier, counted in the transaction
+        that commits its success (see FanIn).
         """
         info = None if error is None else {"error_class": error.error_class, "error_type": error.error_type,
                                            "message": _truncate(error.message)}
@@ -481,7 +484,7 @@ class StateStore:
                 job_id, event, lease_id=lease_id, worker_id=worker_id, error=info,
                 delay=retry_delay if target(event) is JobStatus.RETRY_WAIT else None,
                 detail=_detail(extra))
-            result = self._write_following(write, follow_ups)
+            result = self._write_following(write, follow_ups, fan_in)
             if result is not None:
                 break
             current = self.find(job_id)
@@ -499,7 +502,7 @@ class StateStore:
                 continue
             if self._committed_already(current, lease_id, tried):
                 return current  # our own write committed, its reply was lost: a retry finds it
-            result = self._late_completion(current, event, write, extra, follow_ups)
+            result = self._late_completion(current, event, write, extra, follow_ups, fan_in)
             if result is None:
                 raise self._stale(job_id, lease_id, event.value, worker_id)
             break
@@ -520,25 +523,44 @@ class StateStore:
         return any(event in events and lease == lease_id and "expired_lease" not in json.loads(detail or "{}")
                    for event, lease, detail in rows)
 
-    def _write_following(self, write: JobWrite, follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None
-                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Execute `write`; with the jobs that follow its outcome, register them in the same transaction."""
-        new_jobs = follow_ups(JobStatus(write.to_status)) if follow_ups and write.to_status else ()
-        if not new_jobs:
+    def _write_following(self, write: JobWrite, follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None,
+                         fan_in: FanIn | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Execute `write`; register the jobs that follow its outcome and count a group member's
+        arrival at its barrier in the same transaction."""
+        status = JobStatus(write.to_status) if write.to_status else None
+        new_jobs = list(follow_ups(status)) if follow_ups and status else []
+        arriving = fan_in if fan_in is not None and status is JobStatus.SUCCEEDED else None
+        if not new_jobs and arriving is None:
             return self._sql.write(write)
-        rows = [self._new_job_row(job) for job in new_jobs]
-        details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
+        registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         with self._sql.transaction() as tx:
             result = self._sql.write(write, tx)
             if result is None:
                 return None
-            _, events = self._sql.register(rows, details, tx)
-        self._emit_registered(rows, events)
+            if arriving is not None:
+                remaining = self._sql.arrive_at_barrier(tx, arriving.barrier_id)
+                arriving.known = remaining is not None
+                arriving.cleared = remaining == 0
+                if arriving.cleared:
+                    new_jobs.extend(arriving.jobs)
+            if new_jobs:
+                rows = [self._new_job_row(job) for job in new_jobs]
+                details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
+                registered.append((rows, self._sql.register(rows, details, tx)[1]))
+        for rows, events in registered:
+            self._emit_registered(rows, events)
         return result
+
+    def create_barrier(self, barrier_id: str, parties: int) -> bool:
+        """Create a group's completion barrier awaiting `parties` members (False: it exists already)."""
+        if parties < 1:
+            raise ValueError(f"a barrier needs at least one party, got {parties}")
+        self.check_schema()
+        return self._sql.create_barrier(barrier_id, parties)
 
     def _late_completion(self, current: Job, event: Event, write: JobWrite, extra: dict[str, Any],
                          follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
-                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                         fan_in: FanIn | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
         if late_target(current.status, event) is None or current.previous_status not in ACTIVE_STATES:
             return None
         if not self._expired_by_recovery(current):
@@ -551,7 +573,7 @@ class StateStore:
                                                     "error_type": write.error_type,
                                                     "message": write.error_message},
             delay=write.delay, detail=_detail(detail))
-        return self._write_following(late, follow_ups)
+        return self._write_following(late, follow_ups, fan_in)
 
     def _expired_by_recovery(self, job: Job) -> bool:
         """Whether the job's last transition was recovery expiring its current lease."""

@@ -21,10 +21,12 @@ from dramatiq.middleware import CurrentMessage, GroupCallbacks
 from dramatiq.rate_limits.backends import StubBackend as StubRateLimiterBackend
 from dramatiq.results import ResultFailure, Results
 from dramatiq.results.backends import StubBackend
+from sqlalchemy import select
 
 import reliable
 from reliable.states import JobStatus
 from reliable.store import StateStore
+from reliable.store.schema import barriers
 
 from support import wait_for
 
@@ -268,7 +270,44 @@ def test_group_members_carry_the_group_id(setup: Setup) -> None:
     members = [setup.store.get(m.message_id) for m in group.children]
     workflow = {m.workflow_id for m in members}
     assert len(workflow) == 1 and None not in workflow
-    assert {j.job_id for j in setup.store.list_jobs(workflow_id=workflow.pop())} == {m.job_id for m in members}
+    group_id = workflow.pop()
+    callback = setup.store.list_jobs(actor="after_all")[0]
+    assert (callback.workflow_id, callback.status) == (group_id, JobStatus.SUCCEEDED)
+    assert callback.parent_job_id in {m.job_id for m in members}, "the member that cleared the barrier"
+    assert {j.job_id for j in setup.store.list_jobs(workflow_id=group_id)} == \
+        {m.job_id for m in members} | {callback.job_id}
+    with setup.store.read() as conn:
+        barrier = conn.execute(select(barriers).where(barriers.c.barrier_id == group_id)).mappings().one()
+    assert (barrier["parties"], barrier["remaining"]) == (2, 0), "the barrier was kept in the store"
+
+
+def test_a_group_barrier_counts_each_member_once_in_its_commit(setup: Setup) -> None:
+    from reliable.states import Event
+    from reliable.store import FanIn, NewJob
+
+    store = setup.store
+    assert store.create_barrier("g1", 2) and not store.create_barrier("g1", 2)
+    for job_id in ("m1", "m2"):
+        store.register(NewJob(job_id=job_id, queue="default", actor="member", message={}, workflow_id="g1"))
+    callback = NewJob(job_id="cb", queue="default", actor="after_all", message={}, workflow_id="g1")
+    first = store.claim("m1", worker_id="w", lease_ttl=30)
+    second = store.claim("m2", worker_id="w", lease_ttl=30)
+    failed = FanIn("g1", [callback])
+    store.finish("m1", first.lease_id, Event.FAIL, fan_in=failed)
+    assert not failed.cleared and store.find("cb") is None, "only a success arrives at the barrier"
+    store.transition("m1", Event.RESTART, operator="test", reason="run it again", dispatch=True)
+    again = store.claim("m1", worker_id="w", lease_ttl=30)
+    arrived = FanIn("g1", [callback])
+    store.finish("m1", again.lease_id, Event.SUCCEED, fan_in=arrived)
+    assert (arrived.known, arrived.cleared) == (True, False) and store.find("cb") is None
+    last = FanIn("g1", [callback])
+    store.finish("m2", second.lease_id, Event.SUCCEED, fan_in=last)
+    assert last.cleared and store.get("cb").status is JobStatus.PENDING
+    unknown = FanIn("no-such-group", [])
+    store.register(NewJob(job_id="m3", queue="default", actor="member", message={}))
+    third = store.claim("m3", worker_id="w", lease_ttl=30)
+    store.finish("m3", third.lease_id, Event.SUCCEED, fan_in=unknown)
+    assert (unknown.known, unknown.cleared) == (False, False)
 
 
 def test_follow_ups_commit_with_the_outcome_or_not_at_all(setup: Setup) -> None:

@@ -172,3 +172,16 @@ RETURNING job_id;
 
 -- name: event_details
 SELECT detail FROM reliable_job_events WHERE job_id = %(job_id)s AND event = %(event)s ORDER BY id;
+
+-- name: create_barrier
+INSERT INTO reliable_barriers (barrier_id, parties, remaining, created_at)
+VALUES (%(barrier_id)s, %(parties)s::int4, %(parties)s::int4,
+        coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8))
+ON CONFLICT (barrier_id) DO NOTHING
+RETURNING barrier_id;
+
+-- name: arrive_at_barrier
+-- One member arrived (in the transaction committing its success): how many are still awaited.
+UPDATE reliable_barriers SET remaining = remaining - 1
+WHERE barrier_id = %(barrier_id)s AND remaining > 0
+RETURNING remaining;

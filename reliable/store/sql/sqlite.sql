@@ -146,3 +146,15 @@ RETURNING job_id;
 
 -- name: event_details
 SELECT detail FROM reliable_job_events WHERE job_id = :job_id AND event = :event ORDER BY id;
+
+-- name: create_barrier
+INSERT INTO reliable_barriers (barrier_id, parties, remaining, created_at)
+VALUES (:barrier_id, :parties, :parties, :now)
+ON CONFLICT (barrier_id) DO NOTHING
+RETURNING barrier_id;
+
+-- name: arrive_at_barrier
+-- One member arrived (in the transaction committing its success): how many are still awaited.
+UPDATE reliable_barriers SET remaining = remaining - 1
+WHERE barrier_id = :barrier_id AND remaining > 0
+RETURNING remaining;
