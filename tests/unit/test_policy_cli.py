@@ -19,8 +19,9 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_check_ok() -> None:
     done = run("check", "policies/examples/http_api.yaml")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 9 rules, 2 actors"
-    assert run("check", "policies").stdout.strip() == "OK: 9 rules, 0 actors"
+    assert done.stdout.strip() == "OK: 9 user rules + 10 built-in rules, 2 actors"
+    assert done.stderr == ""  # no warning: its retrying rules say `idempotent: true`
+    assert run("check", "policies").stdout.strip() == "OK: 10 user rules + 10 built-in rules, 0 actors"
 
 
 def test_check_bad_file_one_line_per_problem(tmp_path: Path) -> None:
@@ -54,7 +55,7 @@ def test_check_imports_project_modules_from_the_current_directory(tmp_path: Path
     (tmp_path / "p.yaml").write_text("rules:\n  - {exception: myapp_errors_for_test.Flaky, class: transient}\n")
     done = run("check", "p.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 1 rules, 0 actors"
+    assert done.stdout.strip() == "OK: 1 user rules + 10 built-in rules, 0 actors"
 
 
 def test_check_missing_path() -> None:
@@ -70,7 +71,7 @@ def test_explain_json() -> None:
     out = json.loads(done.stdout)
     decision = out["decision"]
     assert (decision["action"], decision["error_class"], decision["delay"]) == ("retry", "rate_limited", 30.0)
-    assert decision["rule"] == "policies/examples/http_api.yaml:32 (throttled)"
+    assert decision["rule"] == "policies/examples/http_api.yaml:33 (throttled)"
     assert out["rules_tried"][-1]["matches"] is True
 
 
