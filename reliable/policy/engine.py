@@ -48,7 +48,10 @@ class Policy:
     @classmethod
     def from_documents(cls, documents: list[Document], *,
                        subclass: Mapping[tuple[str, str], bool] | None = None) -> Policy:
-        """A policy from documents already read (raises PolicyError for the first problem)."""
+        """A policy from documents already read, as given (`defaults.layered` puts the built-in one under them).
+
+        Raises PolicyError for the first problem.
+        """
         spec, problems = build_spec(documents, subclass=subclass)
         if problems or spec is None:
             raise _first(problems).error()
