@@ -12,6 +12,7 @@ end can build one per request (`control.as_operator(Operator(name, host, "api"))
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class ActorContract:
     resumable: bool = False
     checkpoint_schema: int | None = None
     compensation: str | None = None
-    idempotent: bool = False
+    idempotent: bool = True  # as JobContract: a job is idempotent unless its policy or actor says otherwise
     resume_validator: str | None = None
     known: bool = False  # False: no policy and no registered actor told us anything
 
@@ -169,7 +170,7 @@ class Control:
             )
         return ActorContract(
             resumable=bool(options.get("resumable", False)), checkpoint_schema=options.get("checkpoint_schema"),
-            compensation=options.get("compensation") or None, idempotent=bool(options.get("idempotent", False)),
+            compensation=options.get("compensation") or None, idempotent=bool(options.get("idempotent", True)),
             resume_validator=options.get("resume_validator") or None, known=known,
         )
 
@@ -195,9 +196,15 @@ class Control:
         """FAILED/DEAD/REVIEW/STOPPED/CANCELLED -> PENDING from the beginning (checkpoint cleared)."""
         return self._run("restart", job_id, reason, dry_run, self._plan_restart)
 
-    def requeue(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
-        """FAILED/DEAD -> PENDING from the last checkpoint, with a fresh retry budget (`reliable retry`)."""
-        return self._run("requeue", job_id, reason, dry_run, self._plan_requeue)
+    def requeue(self, job_id: str, *, reason: str | None = None, dry_run: bool = False,
+                allow_duplicate_side_effects: bool = False) -> CommandResult:
+        """FAILED/DEAD -> PENDING from the last checkpoint, with a fresh retry budget (`reliable retry`).
+
+        A job whose contract is not idempotent is refused unless `allow_duplicate_side_effects`: its
+        side effect may already have happened, and running it again may repeat it.
+        """
+        return self._run("requeue", job_id, reason, dry_run,
+                         functools.partial(self._plan_requeue, allow_duplicates=allow_duplicate_side_effects))
 
     def reconcile(self, job_id: str, *, resolution: str, reason: str | None = None,
                   dry_run: bool = False) -> CommandResult:
@@ -316,15 +323,26 @@ class Control:
                      checkpoint_schema=contract.checkpoint_schema,
                      detail={"cleared_checkpoint_version": job.checkpoint_version})
 
-    def _plan_requeue(self, job: Job, reason: str | None) -> _Plan:
+    def _plan_requeue(self, job: Job, reason: str | None, *, allow_duplicates: bool) -> _Plan:
         self._require_state(job, Event.REQUEUE, "requeue",
                             hint="retry takes FAILED or DEAD jobs; use `reliable resume` or `reliable restart`")
         contract = self.contract_for(job)
         # Unlike resume, a retry without any contract information trusts the worker's own check.
         if job.checkpoint is not None and (contract.known or contract.checkpoint_schema is not None):
             self._check_schema(job, contract, alternative="restart")
-        return _Plan(Event.REQUEUE, dispatch=self.broker is not None,
-                     detail={"from_checkpoint": job.checkpoint_version})
+        detail: dict[str, Any] = {"from_checkpoint": job.checkpoint_version}
+        warnings: tuple[str, ...] = ()
+        if not contract.idempotent:
+            if not allow_duplicates:
+                raise ControlRefused(
+                    f"job {job.job_id}: actor {job.actor!r} is not idempotent, so its side effect (a charge, an "
+                    "email...) may already have happened and running it again may repeat it; reconcile instead: "
+                    "check the downstream system, and only if the effect did not happen run it again with "
+                    "--allow-duplicate-side-effects (or take it out of the dead letters: `reliable dlq discard`)")
+            detail["allow_duplicate_side_effects"] = True
+            warnings = (f"actor {job.actor!r} is not idempotent: running it again may repeat its side effect "
+                        "(allowed by --allow-duplicate-side-effects)",)
+        return _Plan(Event.REQUEUE, dispatch=self.broker is not None, detail=detail, warnings=warnings)
 
     def _require_state(self, job: Job, event: Event, command: str, *, hint: str | None = None) -> None:
         if (job.status, event) not in TRANSITIONS:

@@ -27,8 +27,8 @@ from ..store import Job, StateStore
 from .common import emit_json, fmt_time, open_store, store_option
 
 __all__ = [
-    "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "cancel", "control_options", "filter_options", "pause",
-    "reconcile", "restart", "resume", "retry", "run_command", "stop",
+    "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
+    "control_options", "filter_options", "pause", "reconcile", "restart", "resume", "retry", "run_command", "stop",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,7 +100,8 @@ def control_options(func: F) -> F:
                           f"{ENV_OPERATORS_FILE}; without one every command is allowed]."),
         click.option("--policies", "policies_path", envvar="RELIABLE_POLICIES", show_envvar=True,
                      type=click.Path(exists=True),
-                     help="Policy file or directory (job contracts: resumable, checkpoint_schema, compensation)."),
+                     help="Policy file or directory (job contracts: resumable, checkpoint_schema, compensation, "
+                                  "idempotent)."),
         click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
                      help="RabbitMQ URL (amqp://...): publish resumed/requeued jobs and compensations now. "
                           "Without it the workers' sweeper publishes them."),
@@ -115,6 +116,15 @@ def control_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+ALLOW_DUPLICATES = "allow_duplicate_side_effects"
+
+#: `retry` / `dlq requeue` of a job whose actor is not idempotent (see Control.requeue).
+allow_duplicates_option = click.option(
+    "--allow-duplicate-side-effects", ALLOW_DUPLICATES, is_flag=True,
+    help="Also run jobs whose actor is not idempotent (idempotent: false). Their side effect may already have "
+         "happened and may happen again, so without this flag they are refused: check the downstream system first.")
 
 
 def _fail(message: str, code: int = EXIT_ERROR) -> None:
@@ -368,17 +378,24 @@ def restart(params: dict[str, Any]) -> None:
     return None
 
 
-@_command("retry", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\
+def _retry_extra(params: dict[str, Any]) -> dict[str, Any]:
+    return {ALLOW_DUPLICATES: params.pop(ALLOW_DUPLICATES)}
+
+
+retry = allow_duplicates_option(_command("retry", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\
 The job goes back to PENDING with a fresh retry budget and keeps its checkpoint (refused when the
 checkpoint's schema no longer matches the actor: use `reliable restart`). A bulk retry needs
 --reason; use --rate to spare downstream services.
 
+A job whose actor is not idempotent (idempotent: false in its actor options or the policy: pass
+--policies) is refused: its side effect (a charge, an email) may already have happened. Check the
+downstream system; only if the effect did not happen, pass --allow-duplicate-side-effects.
+
 \b
 Examples:
   reliable retry 3f2a...
-  reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")
-def retry(params: dict[str, Any]) -> None:
-    return None
+  reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
+    _retry_extra))
 
 
 def _reconcile_extra(params: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,14 @@ import click
 
 from ..states import JobStatus
 from .common import handle_errors, open_store, store_option
-from .control import EXIT_CODES_HELP, control_options, filter_options, run_command
+from .control import (
+    ALLOW_DUPLICATES,
+    EXIT_CODES_HELP,
+    allow_duplicates_option,
+    control_options,
+    filter_options,
+    run_command,
+)
 from .views import list_view, show_view
 
 __all__ = ["dlq"]
@@ -60,13 +67,20 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
 @click.argument("job_ids", nargs=-1)
 @filter_options
 @control_options
+@allow_duplicates_option
 def requeue(job_ids: tuple[str, ...], **params: Any) -> None:
     """Run dead jobs again from their last checkpoint (fresh retry budget).
 
     Give job ids, or filters (--queue, --actor, --error-class, --older-than) to select DEAD jobs.
     Several jobs need --yes and --reason; use --rate to spare downstream services.
+
+    A job whose actor is not idempotent is refused unless --allow-duplicate-side-effects: its side
+    effect may already have happened. Check the downstream system first (pass --policies so the
+    policy's queue and actor sections count).
     """
-    run_command("requeue", job_ids, params, force_states=DEAD if not job_ids else (), exclude_discarded=not job_ids)
+    allow = params.pop(ALLOW_DUPLICATES)
+    run_command("requeue", job_ids, params, force_states=DEAD if not job_ids else (), exclude_discarded=not job_ids,
+                **{ALLOW_DUPLICATES: allow})
 
 
 @dlq.command(epilog=EXIT_CODES_HELP)

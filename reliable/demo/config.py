@@ -78,7 +78,8 @@ def demo_policy(settings: DemoSettings) -> str:
     s = settings.seconds
     ttl = settings.lease_ttl
     return f"""\
-# The policy of `reliable demo`: like policies/default.yaml, but fast, so the story fits in a minute.
+# The policy of `reliable demo`: the built-in policy (policies/default.yaml) made fast, so the story
+# fits in a minute. It extends the built-in policy: its rules (429, 5xx, timeouts, bad values...) apply.
 version: 1
 lease:
   ttl: {ttl:g}
@@ -90,14 +91,6 @@ defaults:
   owner: team-demo
   max_attempts: 3
   backoff: {{base: {s(1.0):g}, cap: {s(3.0):g}, jitter: equal}}
-rules:
-  - {{name: http-429, status: 429, class: rate_limited}}
-  - {{name: http-invalid, status: [400, 422], class: invalid_input}}
-  - {{name: http-5xx, status: "5xx", class: transient}}
-  - {{name: http-transport, exception: httpx.TransportError, class: transient}}
-  - {{name: timeouts, exception: TimeoutError, class: transient}}
-  - {{name: connection, exception: ConnectionError, class: transient}}
-  - {{name: bad-values, exception: [ValueError, TypeError], class: invalid_input}}
 actors:
   charge_card:
     owner: team-payments

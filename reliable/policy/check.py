@@ -3,15 +3,26 @@
 Importing is what makes `check` stricter than `Policy.load`: at run time rules match by name and
 nothing is imported; here a path whose module cannot be imported, or that names no exception
 class, is an error, and subclass relationships learnt from the imports also reveal shadowed rules.
+A valid policy may still get warnings: a rule that would retry a non-idempotent job after an
+ambiguous error (see `reliable.policy.ambiguity`).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import PolicyError
+from .ambiguity import (
+    AmbiguityWarning,
+    DeclaredActor,
+    ambiguous_exception_paths,
+    ambiguous_retries,
+    non_idempotent_scopes,
+)
+from .defaults import BUILTIN_PATH, layered
 from .engine import Policy
 from .matching import Rule
 from .schema import Problem, build_spec, collect_rules
@@ -22,13 +33,20 @@ __all__ = ["CheckResult", "check_path", "resolve_exception"]
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What `check_path` found: the problems (empty when valid) and, when valid, the policy."""
+    """What `check_path` found: the problems (empty when valid) and, when valid, the policy.
+
+    `rules` counts the user's rules, `builtin_rules` the built-in ones in use (0 when a file says
+    `inherit: false`); `warnings` do not make the policy invalid.
+    """
 
     problems: tuple[Problem, ...]
     policy: Policy | None
     rules: int
     actors: int
     queues: int
+    builtin_rules: int = 0
+    inherits: bool = True
+    warnings: tuple[AmbiguityWarning, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -81,12 +99,17 @@ def _import_problems(rules: list[Rule]) -> tuple[list[Problem], dict[tuple[str, 
     return problems, subclass
 
 
-def check_path(path: str | os.PathLike[str]) -> CheckResult:
-    """Validate the policy file or directory at `path` strictly; every problem, in file order."""
+def check_path(path: str | os.PathLike[str] | None, *, actors: Sequence[DeclaredActor] = ()) -> CheckResult:
+    """Validate the policy file or directory at `path` (None: the built-in policy) strictly.
+
+    Every problem, in file order; for a valid policy, warnings for rules that would retry the
+    non-idempotent jobs it declares (and those of `actors`, as their code declares them) after an
+    ambiguous error.
+    """
     problems: list[Problem] = []
     documents: list[Document] = []
     try:
-        files = policy_files(path)
+        files = [] if path is None else policy_files(path)
     except PolicyError as exc:
         return CheckResult((_from_error(exc),), None, 0, 0, 0)
     for file in files:
@@ -94,6 +117,7 @@ def check_path(path: str | os.PathLike[str]) -> CheckResult:
             documents.append(read_document(file))
         except PolicyError as exc:
             problems.append(_from_error(exc))
+    documents = layered(documents)
     import_problems, subclass = _import_problems(collect_rules(documents))
     spec, spec_problems = build_spec(documents, subclass=subclass)
     problems.extend(spec_problems)
@@ -103,8 +127,20 @@ def check_path(path: str | os.PathLike[str]) -> CheckResult:
     if problems or spec is None:
         return CheckResult(tuple(problems), None, 0, 0, 0)
     policy = Policy(spec)
-    rules = len(spec.rules) + sum(len(s.rules) for s in (*spec.queues.values(), *spec.actors.values()))
-    return CheckResult((), policy, rules, len(spec.actors), len(spec.queues))
+    scopes = [rule for _, rule in spec.all_rules()]
+    builtin = sum(1 for rule in scopes if rule.path == BUILTIN_PATH)
+    warnings = ambiguous_retries(policy, _probes(), non_idempotent_scopes(policy, actors))
+    return CheckResult((), policy, len(scopes) - builtin, len(spec.actors), len(spec.queues), builtin_rules=builtin,
+                       inherits=spec.inherits, warnings=tuple(warnings))
+
+
+def _probes() -> dict[str, BaseException]:
+    """An instance of each ambiguous exception class (made without calling its __init__: no arguments needed)."""
+    probes: dict[str, BaseException] = {}
+    for path in ambiguous_exception_paths():
+        cls = resolve_exception(path)
+        probes[path] = cls.__new__(cls)
+    return probes
 
 
 def _from_error(exc: PolicyError) -> Problem:

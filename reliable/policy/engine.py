@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import PolicyError
 from ..options import CONTRACT_OPTIONS, RETRY_OPTIONS
-from .defaults import BUILTIN_PATH, builtin_document
+from .defaults import BUILTIN_PATH, layered
 from .durations import format_duration, parse_duration
 from .fields import CONTRACT_KEYS, build_contract, contract_defaults
 from .matching import Rule, class_path, exception_message, is_instance_of_path, truncate
@@ -39,15 +39,19 @@ class Policy:
     def load(cls, path: str | os.PathLike[str] | None) -> Policy:
         """Load a policy file, a directory of *.yaml / *.yml files (merged in name order), or None: built-in.
 
-        Raises PolicyError (one line naming file, line and field) for the first problem found.
+        Files extend the built-in policy: their keys override its keys and their rules are tried
+        before its rules, unless a file says `inherit: false`. Raises PolicyError (one line naming
+        file, line and field) for the first problem found.
         """
-        documents = [builtin_document()] if path is None else read_documents(path)
-        return cls.from_documents(documents)
+        return cls.from_documents(layered([] if path is None else read_documents(path)))
 
     @classmethod
     def from_documents(cls, documents: list[Document], *,
                        subclass: Mapping[tuple[str, str], bool] | None = None) -> Policy:
-        """A policy from documents already read (raises PolicyError for the first problem)."""
+        """A policy from documents already read, as given (`defaults.layered` puts the built-in one under them).
+
+        Raises PolicyError for the first problem.
+        """
         spec, problems = build_spec(documents, subclass=subclass)
         if problems or spec is None:
             raise _first(problems).error()
@@ -57,6 +61,11 @@ class Policy:
     def sources(self) -> tuple[str, ...]:
         """The files this policy was read from (or "<built-in>")."""
         return self.spec.sources
+
+    @property
+    def inherits(self) -> bool:
+        """Whether this policy extends the built-in one (False when a file says `inherit: false`)."""
+        return self.spec.inherits
 
     @property
     def classes(self) -> Mapping[str, ClassSpec]:
@@ -99,13 +108,16 @@ class Policy:
 
     def classify(self, exc: BaseException, actor: str, queue: str,
                  contract: JobContract | None = None) -> tuple[str, Rule | None, str | None]:
-        """(error class, matching rule or None, rule label or None) for `exc`; first match wins."""
+        """(error class, matching rule or None, rule label or None) for `exc`; first match wins.
+
+        Rules with an `idempotent` condition only apply when the job's contract agrees.
+        """
+        contract = contract or self.contract(actor, queue)
         for rule in self.rules_for(actor, queue):
-            if rule.matches(exc):
+            if rule.matches(exc, idempotent=contract.idempotent):
                 return rule.error_class, rule, rule.label
         if is_instance_of_path(exc, DRAMATIQ_RETRY):
             return "transient", None, f"{BUILTIN_PATH} (dramatiq-retry)"
-        contract = contract or self.contract(actor, queue)
         return contract.fallback_class, None, None
 
     # -- decisions ----------------------------------------------------------------------------

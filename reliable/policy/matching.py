@@ -1,8 +1,8 @@
 """Matching exceptions against classification rules, without importing anything. Pure.
 
-A rule matches when every condition it names holds: the exception is (a subclass of) one of the
-dotted paths, its HTTP status is one of the statuses, its message matches the regex, its attributes
-equal the given values.
+A rule matches when every condition it names holds: the job's contract is (not) idempotent, the
+exception is (a subclass of) one of the dotted paths, its HTTP status is one of the statuses, its
+message matches the regex, its attributes equal the given values.
 """
 
 from __future__ import annotations
@@ -145,14 +145,22 @@ class Rule:
     path: str | None = None
     line: int | None = None
     exception_line: int | None = None
+    #: True / False: the rule only applies to jobs whose contract is / is not idempotent; None: to every job.
+    idempotent: bool | None = None
 
     @property
     def label(self) -> str:
         """Where the rule is and its name, e.g. "policies/default.yaml:41 (http-429)"."""
         return f"{self.source} ({self.name})"
 
-    def matches(self, exc: BaseException) -> bool:
-        """Whether every condition of the rule holds for `exc`."""
+    def applies_to(self, idempotent: bool) -> bool:
+        """Whether the rule's `idempotent` condition, if it has one, admits a job whose contract says `idempotent`."""
+        return self.idempotent is None or self.idempotent is idempotent
+
+    def matches(self, exc: BaseException, *, idempotent: bool) -> bool:
+        """Whether every condition of the rule holds for `exc` raised by a job (`idempotent`: its contract's)."""
+        if not self.applies_to(idempotent):
+            return False
         if self.exceptions and not any(is_instance_of_path(exc, path) for path in self.exceptions):
             return False
         if self.statuses is not None and http_status(exc) not in self.statuses:
@@ -166,6 +174,8 @@ class Rule:
 
         `subclass[(child, parent)]` may tell that one path is a subclass of another (known when imported).
         """
+        if self.idempotent is not None and self.idempotent is not other.idempotent:
+            return False
         if self.exceptions:
             if not other.exceptions:
                 return False
@@ -181,6 +191,8 @@ class Rule:
     def describe(self) -> str:
         """The rule's conditions in one line."""
         parts = []
+        if self.idempotent is not None:
+            parts.append("job idempotent" if self.idempotent else "job not idempotent")
         if self.exceptions:
             parts.append("exception " + " | ".join(self.exceptions))
         if self.statuses is not None:

@@ -1,18 +1,20 @@
 """Validating policy documents into a PolicySpec. Pure: it works on documents already read.
 
-Every problem names file, line and field and says what was expected. Files are merged in order:
-later files may add rules, classes, queues and actors; a key defined in two places is an error
-naming both.
+Every problem names file, line and field and says what was expected. Documents are merged in
+order. The built-in document (`Document.builtin`) is a base layer: the user's documents override its
+keys, and their rules are tried before its rules. The user's own files may add rules, classes,
+queues and actors; a key the user defines in two places is an error naming both.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import PolicyError
+from .defaults import BUILTIN_PATH
 from .durations import parse_duration
 from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_str, choice, class_name, identifier_path
 from .matching import Rule, normalize_exception_path, parse_statuses
@@ -21,9 +23,9 @@ from .source import Document, YList, YMap
 
 __all__ = ["PolicySpec", "Problem", "Section", "build_spec", "collect_rules"]
 
-TOP_KEYS = ("version", "lease", "defaults", "classes", "rules", "queues", "actors")
+TOP_KEYS = ("version", "inherit", "lease", "defaults", "classes", "rules", "queues", "actors")
 LEASE_KEYS = ("ttl", "heartbeat_interval", "recovery_interval", "sweep_after", "retry_grace")
-RULE_KEYS = ("name", "description", "exception", "status", "message", "attribute", "class")
+RULE_KEYS = ("name", "description", "idempotent", "exception", "status", "message", "attribute", "class")
 CLASS_KEYS = ("action", "alert", "rate_limited", "description")
 _SCALAR = (str, int, float, bool, type(None))
 
@@ -67,6 +69,13 @@ class PolicySpec:
     queues: Mapping[str, Section]
     actors: Mapping[str, Section]
     sources: tuple[str, ...] = ()
+    #: Where each key was set, "path:line" ("defaults.default_class", "classes.transient", "lease.ttl"...).
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def inherits(self) -> bool:
+        """Whether the built-in policy is part of this one (no file said `inherit: false`)."""
+        return BUILTIN_PATH in self.sources
 
     def all_rules(self) -> Iterator[tuple[str, Rule]]:
         """Every rule with its scope ("global", "queue payments", "actor send")."""
@@ -84,21 +93,33 @@ class _Builder:
     defaults: dict[str, Any] = field(default_factory=dict)
     classes: dict[str, ClassSpec] = field(default_factory=dict)
     rules: list[Rule] = field(default_factory=list)
+    builtin_rules: list[Rule] = field(default_factory=list)
     queues: dict[str, Section] = field(default_factory=dict)
     actors: dict[str, Section] = field(default_factory=dict)
     origins: dict[str, tuple[str, int]] = field(default_factory=dict)
+    builtin_keys: set[str] = field(default_factory=set)
     class_refs: list[tuple[str, str, int, str]] = field(default_factory=list)
+    in_builtin: bool = False
 
     def add(self, path: str, line: int | None, fld: str, message: str) -> None:
         self.problems.append(Problem(path, line, fld, message))
 
     def claim(self, key: str, path: str, line: int, fld: str) -> bool:
-        """Record where `key` is defined; False (and a problem naming both places) if it already was."""
-        if key in self.origins:
+        """Record where `key` is defined; False (and a problem naming both places) if the user already did.
+
+        A key of the built-in document is overridden, not duplicated.
+        """
+        if key in self.origins and key not in self.builtin_keys:
             first_path, first_line = self.origins[key]
-            self.add(path, line, fld, f"defined twice: first at {first_path}:{first_line}, again here")
+            self.add(path, line, fld, f"defined twice: first at {first_path}:{first_line}, again here (your "
+                                      "files extend the built-in policy: set each key once, no need to copy "
+                                      "policies/default.yaml)")
             return False
         self.origins[key] = (path, line)
+        if self.in_builtin:
+            self.builtin_keys.add(key)
+        else:
+            self.builtin_keys.discard(key)
         return True
 
     def mapping(self, value: Any, path: str, line: int, fld: str) -> YMap | None:
@@ -125,9 +146,14 @@ class _Builder:
 
     def document(self, doc: Document) -> None:
         root, path = doc.root, doc.path
+        self.in_builtin = doc.builtin
         self.known_keys(root, TOP_KEYS, path, "")
         if "version" in root and root["version"] != 1:
             self.add(path, root.key_line("version"), "version", f"expected 1, got {root['version']!r}")
+        if "inherit" in root:
+            ok, _ = self.value(root, "inherit", as_bool, path, "inherit")
+            if ok:
+                self.claim("inherit", path, root.key_line("inherit"), "inherit")
         if "lease" in root and (m := self.mapping(root["lease"], path, root.key_line("lease"), "lease")):
             self.lease_section(m, path)
         if "defaults" in root and (m := self.mapping(root["defaults"], path, root.key_line("defaults"), "defaults")):
@@ -138,7 +164,8 @@ class _Builder:
             for name in m:
                 self.class_section(name, m[name], path, m.key_line(name))
         if "rules" in root:
-            self.rules.extend(self.rule_list(root["rules"], path, root.key_line("rules"), "rules"))
+            target_rules = self.builtin_rules if doc.builtin else self.rules
+            target_rules.extend(self.rule_list(root["rules"], path, root.key_line("rules"), "rules"))
         for kind, target in (("queues", self.queues), ("actors", self.actors)):
             if kind in root and (m := self.mapping(root[kind], path, root.key_line(kind), kind)):
                 for name in m:
@@ -254,6 +281,9 @@ class _Builder:
                 self.class_refs.append((cls, path, m.key_line("class"), f"{fld}.class"))
         if not any(key in m for key in ("exception", "status", "message", "attribute")):
             self.add(path, line, fld, "a rule needs at least one condition: exception, status, message or attribute")
+        idempotent = None
+        if "idempotent" in m:
+            ok, idempotent = self.value(m, "idempotent", as_bool, path, f"{fld}.idempotent")
         exceptions: tuple[str, ...] = ()
         if "exception" in m:
             raw = m["exception"] if isinstance(m["exception"], list) else [m["exception"]]
@@ -281,7 +311,7 @@ class _Builder:
             return None
         return Rule(name=name, error_class=m["class"], exceptions=exceptions, statuses=statuses, message=pattern,
                     attributes=attributes, source=f"{path}:{line}" if line else path, path=path, line=line,
-                    exception_line=m.key_line("exception") if exceptions else None)
+                    exception_line=m.key_line("exception") if exceptions else None, idempotent=idempotent)
 
     # -- whole-policy checks ------------------------------------------------------------------
 
@@ -291,7 +321,9 @@ class _Builder:
             if name not in known:
                 self.add(path, line, fld, f"unknown error class {name!r}; expected one of: {', '.join(sorted(known))} "
                                           "(or define it under 'classes')")
-        for scope, rules in (("rules", self.rules), *((f"queues.{n}.rules", s.rules) for n, s in self.queues.items()),
+        # Each layer on its own: a user rule that hides a built-in one overrides it on purpose.
+        for scope, rules in (("rules", self.rules), ("rules", self.builtin_rules),
+                             *((f"queues.{n}.rules", s.rules) for n, s in self.queues.items()),
                              *((f"actors.{n}.rules", s.rules) for n, s in self.actors.items())):
             self.shadowing(scope, rules, subclass)
         defaults = LeaseSettings()
@@ -307,8 +339,10 @@ class _Builder:
             lease = LeaseSettings(**self.lease)
         if self.problems or lease is None:
             return None
-        return PolicySpec(lease=lease, defaults=dict(self.defaults), classes=known, rules=tuple(self.rules),
-                          queues=dict(self.queues), actors=dict(self.actors))
+        origins = {key: f"{path}:{line}" if line else path for key, (path, line) in self.origins.items()}
+        return PolicySpec(lease=lease, defaults=dict(self.defaults), classes=known,
+                          rules=(*self.rules, *self.builtin_rules), queues=dict(self.queues),
+                          actors=dict(self.actors), origins=origins)
 
     def shadowing(self, scope: str, rules: Sequence[Rule],
                   subclass: Mapping[tuple[str, str], bool] | None) -> None:
@@ -339,7 +373,7 @@ def collect_rules(documents: list[Document]) -> list[Rule]:
     builder = _Builder()
     for doc in documents:
         builder.document(doc)
-    rules = list(builder.rules)
+    rules = [*builder.rules, *builder.builtin_rules]
     for section in (*builder.queues.values(), *builder.actors.values()):
         rules.extend(section.rules)
     return rules
@@ -353,6 +387,5 @@ def build_spec(documents: list[Document], *,
         builder.document(doc)
     spec = builder.finish(subclass)
     if spec is not None:
-        spec = PolicySpec(lease=spec.lease, defaults=spec.defaults, classes=spec.classes, rules=spec.rules,
-                          queues=spec.queues, actors=spec.actors, sources=tuple(d.path for d in documents))
+        spec = replace(spec, sources=tuple(d.path for d in documents))
     return spec, builder.problems

@@ -39,10 +39,15 @@ class YList(list[Any]):
 
 @dataclass(frozen=True)
 class Document:
-    """One policy file: its display path and its top-level mapping."""
+    """One policy file: its display path and its top-level mapping.
+
+    `builtin` marks the built-in policy's document: the documents on top of it override its keys,
+    and their rules are tried before its rules (see `reliable.policy.defaults.layered`).
+    """
 
     path: str
     root: YMap
+    builtin: bool = False
 
 
 def _line(node: Node) -> int:

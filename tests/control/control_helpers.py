@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from reliable.options import STORED_CONTRACT
 from reliable.states import Event
 from reliable.store import ErrorInfo, Job, NewJob, StateStore
 
@@ -18,9 +19,10 @@ ACTOR = "export"
 
 
 def make(store: StateStore, job_id: str, *, queue: str = QUEUE, actor: str = ACTOR,
-         schema: int | None = 2) -> Job:
-    """A PENDING job."""
-    store.register(NewJob(job_id, queue, actor, {"args": [job_id], "kwargs": {}, "options": {}},
+         schema: int | None = 2, contract: dict[str, Any] | None = None) -> Job:
+    """A PENDING job; `contract`: the actor options stored with it, as the middleware does at registration."""
+    options = {STORED_CONTRACT: contract} if contract else {}
+    store.register(NewJob(job_id, queue, actor, {"args": [job_id], "kwargs": {}, "options": options},
                           checkpoint_schema=schema))
     return store.get(job_id)
 

@@ -19,8 +19,9 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_check_ok() -> None:
     done = run("check", "policies/examples/http_api.yaml")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 9 rules, 2 actors"
-    assert run("check", "policies").stdout.strip() == "OK: 9 rules, 0 actors"
+    assert done.stdout.strip() == "OK: 9 user rules + 10 built-in rules, 2 actors"
+    assert done.stderr == ""  # no warning: its retrying rules say `idempotent: true`
+    assert run("check", "policies").stdout.strip() == "OK: 10 user rules + 10 built-in rules, 0 actors"
 
 
 def test_check_bad_file_one_line_per_problem(tmp_path: Path) -> None:
@@ -54,7 +55,7 @@ def test_check_imports_project_modules_from_the_current_directory(tmp_path: Path
     (tmp_path / "p.yaml").write_text("rules:\n  - {exception: myapp_errors_for_test.Flaky, class: transient}\n")
     done = run("check", "p.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 1 rules, 0 actors"
+    assert done.stdout.strip() == "OK: 1 user rules + 10 built-in rules, 0 actors"
 
 
 def test_check_missing_path() -> None:
@@ -70,7 +71,7 @@ def test_explain_json() -> None:
     out = json.loads(done.stdout)
     decision = out["decision"]
     assert (decision["action"], decision["error_class"], decision["delay"]) == ("retry", "rate_limited", 30.0)
-    assert decision["rule"] == "policies/examples/http_api.yaml:32 (throttled)"
+    assert decision["rule"] == "policies/examples/http_api.yaml:33 (throttled)"
     assert out["rules_tried"][-1]["matches"] is True
 
 
@@ -103,3 +104,103 @@ def test_explain_bad_policy_is_one_line_exit_2() -> None:
         "invalid_input, rate_limited, side_effect_unknown, transient (or define it under 'classes') "
         "(field: rules[0].class)"
     ]
+
+
+# -- extension, warnings, the built-in policy and --app ------------------------------------------------
+
+APP = """\
+import dramatiq
+from dramatiq.brokers.stub import StubBroker
+
+import reliable
+
+broker = StubBroker()
+reliable.install(broker, store="sqlite:///{db}", policies="{policy}")
+
+
+@dramatiq.actor(broker=broker, queue_name="payments", idempotent=False, max_retries=2)
+def charge(order_id: str) -> None:
+    pass
+
+
+@dramatiq.actor(broker=broker, queue_name="emails")
+def send_email(to: str) -> None:
+    pass
+"""
+
+
+def shop_app(folder: Path) -> Path:
+    """A Dramatiq app module `shopapp` in `folder` installing reliable with a policy that sets an owner."""
+    policy = folder / "shop_policy.yaml"
+    policy.write_text("defaults:\n  owner: team-shop\n")
+    (folder / "shopapp.py").write_text(APP.format(db=folder / "r.db", policy=policy))
+    return policy
+
+
+def test_check_without_a_path_and_with_inherit_false(tmp_path: Path) -> None:
+    assert run("check").stdout.strip() == "OK: the built-in policy, 10 rules, 0 actors"
+    (tmp_path / "p.yaml").write_text("inherit: false\nrules:\n  - {exception: TimeoutError, class: transient}\n")
+    done = run("check", "p.yaml", cwd=tmp_path)
+    assert done.stdout.strip() == "OK: 1 user rules (built-in rules dropped: inherit: false), 0 actors"
+
+
+def test_check_warns_on_retrying_a_non_idempotent_job_exit_0(tmp_path: Path) -> None:
+    shop_app(tmp_path)
+    (tmp_path / "p.yaml").write_text("rules:\n  - name: network\n    exception: httpx.TransportError\n"
+                                     "    class: transient\n")
+    plain = run("check", "p.yaml", cwd=tmp_path)
+    assert (plain.returncode, plain.stderr) == (0, "")  # nothing non-idempotent without the app's actors
+    done = run("check", "p.yaml", "--app", "shopapp", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "OK: 1 user rules + 10 built-in rules, 0 actors, 2 app actors; 1 warning(s)"
+    [warning] = done.stderr.strip().splitlines()
+    assert warning.startswith("p.yaml:2: warning: rule 'network' (class transient) retries httpx.ReadTimeout")
+    assert "actor 'charge' (queue 'payments'), which is not idempotent (shopapp.charge)" in warning
+
+
+def test_explain_without_a_path_uses_the_builtin_policy() -> None:
+    done = run("explain", "--exception", "httpx.ReadTimeout", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["policy"] == ["<built-in>"] and out["queue"] == "default"
+    assert (out["decision"]["action"], out["decision"]["rule"]) == ("retry", "<built-in> (http-transport)")
+    ambiguous = next(r for r in out["rules_tried"] if r["rule"] == "<built-in> (ambiguous-after-send)")
+    assert ambiguous["applies"] is False  # the default contract is idempotent
+    text = run("explain", "--exception", "httpx.ReadTimeout").stdout
+    assert "skipped: the job is idempotent" in text
+    assert run("explain").returncode == 2
+
+
+def test_explain_with_app_shows_each_actors_contract_and_decision(tmp_path: Path) -> None:
+    policy = shop_app(tmp_path)
+    done = run("explain", "--app", "shopapp", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["policy"] == ["<built-in>", str(policy)]  # the policy the app installed
+    contracts = {a["actor"]: (a["queue"], a["contract"]) for a in out["actors"]}
+    assert set(contracts) == {"charge", "send_email"}
+    queue, charge = contracts["charge"]
+    assert (queue, charge["idempotent"], charge["max_attempts"], charge["retry_on_crash"], charge["owner"]) == \
+        ("payments", False, 3, False, "team-shop")
+    assert contracts["send_email"][1]["idempotent"] is True
+    per_actor = json.loads(run("explain", "--app", "shopapp", "--exception", "httpx.ReadTimeout", "--json",
+                               cwd=tmp_path).stdout)
+    actions = {a["actor"]: (a["decision"]["action"], a["decision"]["error_class"]) for a in per_actor["actors"]}
+    assert actions == {"charge": ("review", "side_effect_unknown"), "send_email": ("retry", "transient")}
+    one = json.loads(run("explain", "--app", "shopapp", "--actor", "charge", "--exception", "httpx.ConnectError",
+                         "--json", cwd=tmp_path).stdout)
+    assert (one["queue"], one["decision"]["action"], one["contract"]["max_attempts"]) == ("payments", "retry", 3)
+    given = json.loads(run("explain", str(ROOT / "policies" / "default.yaml"), "--app", "shopapp", "--actor",
+                           "charge", "--exception", "httpx.ReadTimeout", "--json", cwd=tmp_path).stdout)
+    assert given["policy"] == ["<built-in>", str(ROOT / "policies" / "default.yaml")]  # PATH wins over the app's
+    assert given["decision"]["action"] == "review" and given["contract"]["owner"] is None
+
+
+def test_explain_app_errors_are_one_line(tmp_path: Path) -> None:
+    shop_app(tmp_path)
+    for args, fragment in ((("--app", "no_such_app_xyz"), "importing 'no_such_app_xyz' failed"),
+                           (("--app", "shopapp:nope"), "shopapp.nope is not a Dramatiq broker"),
+                           (("--app", "shopapp", "--actor", "ghost"), "no actor 'ghost'")):
+        done = run("explain", *args, cwd=tmp_path)
+        assert done.returncode == 2, args
+        assert len(done.stderr.strip().splitlines()) == 1 and fragment in done.stderr, done.stderr

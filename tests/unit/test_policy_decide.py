@@ -75,7 +75,7 @@ def test_side_effect_unknown_goes_to_review_never_retried(tmp_path: Path) -> Non
 def test_non_idempotent_default_class_is_review(default: Policy) -> None:
     contract = default.contract("charge", "payments", {"idempotent": False})
     assert fail(default, KeyError("x"), contract=contract).action == "review"
-    assert fail(default, TimeoutError(), contract=contract).action == "retry"  # a rule said transient
+    assert fail(default, ConnectionRefusedError(), contract=contract).action == "retry"  # a rule said transient
 
 
 def test_transient_backoff_then_dead(default: Policy) -> None:

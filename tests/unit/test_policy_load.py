@@ -69,11 +69,12 @@ def test_duplicate_actor_across_files_names_both_places() -> None:
 def test_directory_merges_files_in_name_order() -> None:
     policy = Policy.load(POLICY_DIR / "merge")
     assert policy.lease == LeaseSettings(ttl=60.0, heartbeat_interval=20.0)
-    assert [rule.name for rule in policy.rules_for("x", "y")] == ["first", "second"]
+    builtin = [rule.name for rule in Policy.load(None).rules_for("x", "y")]
+    assert [rule.name for rule in policy.rules_for("x", "y")] == ["first", "second", *builtin]
     assert policy.contract("a1", "q1").owner == "one"
     assert policy.contract("a2", "q1").idempotent is False
     assert policy.contract("a2", "other").max_attempts == 3
-    assert len(policy.sources) == 2  # ignored.txt is not read
+    assert len(policy.sources) == 3  # the built-in policy and two files; ignored.txt is not read
 
 
 def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
