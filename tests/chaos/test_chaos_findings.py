@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any, cast
 
+import dramatiq
 import pytest
 
 from reliable.context import JobContext
@@ -33,11 +33,13 @@ def test_heartbeat_after_own_success_is_not_a_stale_commit(sqlite_url: str) -> N
         heartbeat.add(context)
         context.enter()
 
+        message = dramatiq.Message(queue_name="q", actor_name="units", args=(), kwargs={}, options={},
+                                   message_id="job-1")
         real_renew = store.renew
 
         def renew_after_the_attempt_ended(*args: Any, **kwargs: Any) -> Any:
             # The heartbeat holds its snapshot; the actor returns and its after-hook runs to the end.
-            middleware.after_process_message(cast(Any, None), SimpleNamespace(message_id="job-1", actor_name="units"))
+            middleware.after_process_message(cast(Any, None), message)
             return real_renew(*args, **kwargs)
 
         store.renew = renew_after_the_attempt_ended  # type: ignore[method-assign]
