@@ -564,6 +564,9 @@ class ReliableMiddleware(Middleware):
             barrier = Barrier(inner.rate_limiter_backend, fan_in.barrier_id, ttl=inner.barrier_ttl)  # type: ignore[no-untyped-call]
             if not barrier.wait(block=False):  # type: ignore[no-untyped-call]
                 return
+            # Not registered with the success (the store has no barrier to clear): register now,
+            # before publishing, as a producer's enqueue would.
+            self._with_store_retry("register", lambda: self.store.register_many(fan_in.jobs))
         elif not fan_in.cleared:
             return
         for callback in callbacks:

@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=("sqlite", "postgresql", "all"), default="all")
     parser.add_argument("--plain", action="store_true", help="run without reliable (the baseline)")
     parser.add_argument("--source", type=Path, help="a Dramatiq checkout whose tests/ to run instead of the sdist's")
-    parser.add_argument("-n", "--workers", type=int, default=1, help="pytest-xdist workers (default 1: Dramatiq's timing-based tests are not made for a shared CPU)")
+    parser.add_argument("-n", "--workers", type=int, default=1,
+                        help="pytest-xdist workers (default 1: Dramatiq's timing-based tests want the CPU)")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     options = parser.parse_args(argv)
     version = metadata.version("dramatiq")
