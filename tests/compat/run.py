@@ -121,11 +121,12 @@ def run(work: Path, store: str | None, modules: tuple[str, ...], workers: int, e
         template = pg_template()
         env["RELIABLE_COMPAT_PG_TEMPLATE"] = template
         env["RELIABLE_COMPAT_PG_ADMIN"] = PG_ADMIN_URL
-    targets = [f"tests/{m}" for m in modules] or ["tests"]
+    chosen = [arg for arg in extra if arg.startswith("tests/")]
+    targets = [] if chosen else [f"tests/{m}" for m in modules] or ["tests"]
     parallel = ["-n", str(workers), "--dist", "loadgroup"] if workers > 1 else []
     args = [sys.executable, "-m", "pytest", "-p", "reliable_compat_plugin", "-p", "no:cacheprovider", "-q",
             "-rfEX", *parallel, *targets, *extra]
-    print(f"== Dramatiq's tests, {'with reliable on ' + store if store else 'plain Dramatiq'}: {' '.join(targets)}",
+    print(f"== Dramatiq's tests, {'with reliable on ' + store if store else 'plain Dramatiq'}: {' '.join(targets + chosen)}",
           flush=True)
     try:
         code = subprocess.run(args, cwd=work, env=env).returncode
