@@ -52,7 +52,7 @@ from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
 from .metrics import Metrics
 from .options import ACTOR_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
-from .policy import Decision, Failure, JobContract, Policy
+from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
@@ -604,6 +604,8 @@ class ReliableMiddleware(Middleware):
                     logger.warning("job %s: publishing the retry failed; the recovery loop will re-dispatch it",
                                    context.job_id, exc_info=True)
         elif job.status in _FAILED_FOR_GOOD and decision is not None:
+            if decision.rule == THROWS_RULE:
+                logger.info("Aborting message %r.", message.message_id)  # Retries' line, which apps may watch for
             message.fail()  # as Dramatiq's Retries: nacked, Results stores the exception
 
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,

@@ -7,7 +7,7 @@ Pure logic: only `reliable.policy.source` reads files. The middleware calls `Pol
 from __future__ import annotations
 
 from .durations import format_duration, parse_duration
-from .engine import Policy
+from .engine import THROWS_RULE, Policy
 from .matching import Rule
 from .model import (
     BUILTIN_CLASSES,
@@ -25,6 +25,7 @@ from .timing import backoff_ceiling, backoff_delay, parse_retry_after, retry_aft
 
 __all__ = [
     "BUILTIN_CLASSES",
+    "THROWS_RULE",
     "BackoffSettings",
     "ClassSpec",
     "Decision",

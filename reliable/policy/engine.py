@@ -18,7 +18,10 @@ from .schema import PolicySpec, Problem, build_spec
 from .source import Document, read_documents
 from .timing import backoff_delay, retry_after_of
 
-__all__ = ["Policy"]
+__all__ = ["THROWS_RULE", "Policy"]
+
+THROWS_RULE = "actor option throws"
+"""The rule named in a Decision for an exception the actor declared in `throws=`."""
 
 DRAMATIQ_RETRY = "dramatiq.errors.Retry"
 
@@ -140,7 +143,7 @@ class Policy:
         if failure.throws and isinstance(exc, failure.throws):
             return Decision(action="fail", delay=None, alert=False,
                             reason=f"{type(exc).__name__} is declared in the actor's throws: the job fails "
-                                   "without a retry", **{**common, "rule": "actor option throws"})
+                                   "without a retry", **{**common, "rule": THROWS_RULE})
         matched = f"rule {label}" if label else "no rule matched (default class)"
         if spec.action != "retry":
             reasons = {

@@ -126,8 +126,8 @@ def run(work: Path, store: str | None, modules: tuple[str, ...], workers: int, e
     parallel = ["-n", str(workers), "--dist", "loadgroup"] if workers > 1 else []
     args = [sys.executable, "-m", "pytest", "-p", "reliable_compat_plugin", "-p", "no:cacheprovider", "-q",
             "-rfEX", *parallel, *targets, *extra]
-    print(f"== Dramatiq's tests, {'with reliable on ' + store if store else 'plain Dramatiq'}: {' '.join(targets + chosen)}",
-          flush=True)
+    what = f"with reliable on {store}" if store else "plain Dramatiq"
+    print(f"== Dramatiq's tests, {what}: {' '.join(targets + chosen)}", flush=True)
     try:
         code = subprocess.run(args, cwd=work, env=env).returncode
     finally:
