@@ -1,12 +1,14 @@
 """Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
-    .venv/bin/python bench/throughput.py [--jobs 10000] [--runs 5] [--processes 1] [--threads 8]
+    .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
         [--modes plain,reliable-pg,reliable-pg-nometrics,reliable-sqlite]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
 one finished (reliable: SUCCEEDED in the store). Modes alternate run by run; medians are printed
-with the ratio to plain Dramatiq. Needs RabbitMQ and (for -pg modes) PostgreSQL on 127.0.0.1.
+with the ratio to plain Dramatiq, for each worker configuration (processes x threads). PostgreSQL
+CPU counts only the backends serving the run's own database. Needs RabbitMQ and (for -pg modes)
+PostgreSQL on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import dramatiq
 import pika
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 import reliable
 
@@ -34,20 +37,55 @@ BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
+def _proc_cpu(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(match: str) -> float:
     """CPU time (user + system) of every process whose command line contains `match` (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if match not in cmdline:
                 continue
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            total += _proc_cpu(stat)
         except (OSError, IndexError, ValueError):
             continue
     return total
+
+
+class BackendCpu:
+    """CPU time of the PostgreSQL backends serving one database (not the server's other processes).
+
+    Backends are sampled while the run goes (`sample`), so one that closes before the end still
+    counts up to its last sample; a backend already open at the start counts from its first sample.
+    """
+
+    def __init__(self, store_url: str) -> None:
+        self.database = store_url.rsplit("/", 1)[1]
+        self.engine = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.sample()
+
+    def sample(self) -> None:
+        """Read the CPU time of every backend now connected to the database."""
+        with self.engine.connect() as conn:
+            pids = conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = :db AND pid <> "
+                                     "pg_backend_pid()"), {"db": self.database}).scalars().all()
+        for pid in pids:
+            try:
+                seconds = _proc_cpu(Path(f"/proc/{pid}/stat"))
+            except (OSError, IndexError, ValueError):
+                continue
+            self.first.setdefault(pid, seconds)
+            self.last[pid] = seconds
+
+    def seconds(self) -> float:
+        """CPU seconds the database's backends used since they were first seen."""
+        return sum(self.last[pid] - self.first[pid] for pid in self.last)
 
 
 def queue_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
@@ -108,11 +146,15 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
     log = (tmp / f"{queue}.log").open("wb")
     worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t",
                                str(threads), "-Q", queue], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
-    pg_before = cpu_seconds("postgres:")
+    backends = BackendCpu(store_url) if store_url and store_url.startswith("postgresql") else None
     try:
         started = None
         start_depth = jobs
+        polls = 0
         while True:
+            polls += 1
+            if backends is not None and polls % 10 == 0:
+                backends.sample()
             depth = queue_depth(channel, queue)
             now = time.perf_counter()
             if started is None and depth < jobs:
@@ -125,13 +167,17 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
         if store_url:  # finished = SUCCEEDED in the store, not just taken off the queue
             store = reliable.StateStore(store_url)
             while store.count_by_status().get(reliable.JobStatus.SUCCEEDED, 0) < jobs:
+                if backends is not None:
+                    backends.sample()
                 time.sleep(0.05)
             store.close()
         else:  # in-flight prefetched messages: at most processes * threads * 2, well under 1% of the run
             time.sleep(0)
         elapsed = time.perf_counter() - (started or time.perf_counter())
         worker_cpu = cpu_seconds(f"-Q {queue}")
-        pg_cpu = cpu_seconds("postgres:") - pg_before
+        if backends is not None:
+            backends.sample()
+        pg_cpu = backends.seconds() if backends is not None else 0.0
     finally:
         worker.terminate()
         worker.wait(30)
@@ -146,27 +192,30 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
     return done / elapsed, 1000 * worker_cpu / jobs, 1000 * pg_cpu / jobs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--modes", default="plain,reliable-pg")
-    args = parser.parse_args()
-    modes = args.modes.split(",")
+def parse_configs(text: str) -> list[tuple[int, int]]:
+    """`1x8,2x32` -> [(1, 8), (2, 32)]: worker processes x threads per process."""
+    configs = []
+    for item in text.split(","):
+        processes, _, threads = item.strip().partition("x")
+        if not (processes.isdigit() and threads.isdigit()) or int(processes) < 1 or int(threads) < 1:
+            raise SystemExit(f"--configs: {item!r} is not PROCESSESxTHREADS (e.g. 2x8)")
+        configs.append((int(processes), int(threads)))
+    return configs
+
+
+def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads: int, tmp: Path) -> None:
+    """Alternate the modes `runs` times at -p processes -t threads; print each run and the medians."""
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
-    with tempfile.TemporaryDirectory() as tmp:
-        for run in range(args.runs):
-            for mode in modes:
-                rate, worker_ms, pg_ms = run_once(mode, args.jobs, args.processes, args.threads, Path(tmp))
-                results[mode].append(rate)
-                cpu[mode].append((worker_ms, pg_ms))
-                print(f"run {run + 1}/{args.runs} {mode:>24}: {rate:8.0f} jobs/s  worker {worker_ms:.2f} ms CPU/job"
-                      f"  postgres {pg_ms:.2f} ms CPU/job", flush=True)
+    for run in range(runs):
+        for mode in modes:
+            rate, worker_ms, pg_ms = run_once(mode, jobs, processes, threads, tmp)
+            results[mode].append(rate)
+            cpu[mode].append((worker_ms, pg_ms))
+            print(f"-p {processes} -t {threads} run {run + 1}/{runs} {mode:>24}: {rate:8.0f} jobs/s  "
+                  f"worker {worker_ms:.2f} ms CPU/job  postgres {pg_ms:.2f} ms CPU/job", flush=True)
     plain = statistics.median(results["plain"]) if "plain" in results else None
-    print(f"\n{args.jobs} no-op jobs, -p {args.processes} -t {args.threads}, median of {args.runs} alternating runs")
+    print(f"\n{jobs} no-op jobs, -p {processes} -t {threads}, median of {runs} alternating runs")
     print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7} {'worker ms CPU/job':>18} {'postgres ms CPU/job':>20}")
     for mode, rates in results.items():
         median = statistics.median(rates)
@@ -174,6 +223,20 @@ def main() -> None:
         worker_ms = statistics.median(c[0] for c in cpu[mode])
         pg_ms = statistics.median(c[1] for c in cpu[mode])
         print(f"{mode:>24} {median:9.0f} {ratio:>7} {worker_ms:18.2f} {pg_ms:20.2f}")
+    print(flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=8_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--configs", default="1x8,2x8,2x32", help="worker processes x threads, comma-separated")
+    parser.add_argument("--modes", default="plain,reliable-pg")
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        for processes, threads in parse_configs(args.configs):
+            bench_config(modes, args.jobs, args.runs, processes, threads, Path(tmp))
 
 
 if __name__ == "__main__":
