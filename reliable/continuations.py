@@ -14,7 +14,8 @@ from reading actors off the broker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,8 @@ __all__ = ["KINDS", "FollowUp", "follow_ups", "kind_of"]
 KINDS: dict[type[dramatiq.Middleware], str] = {
     Pipelines: "pipelines", Callbacks: "callbacks", Retries: "on_retry_exhausted",
 }
+
+logger = logging.getLogger(__name__)
 
 _SUCCEEDED = frozenset({JobStatus.SUCCEEDED})
 _DEAD = frozenset({JobStatus.DEAD})
@@ -61,29 +64,43 @@ def follow_ups(broker: dramatiq.Broker, message: Any, *, kinds: frozenset[str], 
     """What Dramatiq would send after this attempt of `message`, as it would build it.
 
     `exhausted` (Dramatiq's `{"retries": ..., "max_retries": ...}`) is given when the failure used
-    up the job's retries: `on_retry_exhausted` then follows if the job ends DEAD.
+    up the job's retries: `on_retry_exhausted` then follows if the job ends DEAD. Each message is
+    built on its own, as Dramatiq's separate middleware would: one that cannot be built (an
+    `on_success` naming no actor, say) is logged and left out, and never costs the others.
     """
     actor_options = broker.get_actor(message.actor_name).options
 
     def option(name: str) -> Any:
         return message.options.get(name) or actor_options.get(name)
 
-    found: list[FollowUp] = []
+    def next_step(target: Mapping[str, Any]) -> FollowUp:
+        step: dramatiq.Message[Any] = dramatiq.Message(**target)
+        if not (step.options.get("pipe_ignore") or actor_options.get("pipe_ignore")):
+            step = step.copy(args=(*step.args, result))
+        return FollowUp(step, step.options.get("delay"), _SUCCEEDED)
+
+    builders: list[tuple[str, Callable[[], FollowUp]]] = []
     if exception is None:
         target = message.options.get("pipe_target")
         if "pipelines" in kinds and target is not None:
-            step: dramatiq.Message[Any] = dramatiq.Message(**target)
-            if not (step.options.get("pipe_ignore") or actor_options.get("pipe_ignore")):
-                step = step.copy(args=(*step.args, result))
-            found.append(FollowUp(step, step.options.get("delay"), _SUCCEEDED))
+            builders.append(("the next pipeline step", lambda: next_step(target)))
         if "callbacks" in kinds and (name := option("on_success")):
-            found.append(FollowUp(_message(broker, name, message.asdict(), result), None, _SUCCEEDED))
-        return found
-    if "callbacks" in kinds and (name := option("on_failure")):
-        failure = {"type": type(exception).__name__, "message": str(exception)}
-        found.append(FollowUp(_message(broker, name, message.asdict(), failure), None, None))
-    if "on_retry_exhausted" in kinds and exhausted is not None and (name := option("on_retry_exhausted")):
-        found.append(FollowUp(_message(broker, name, message.asdict(), dict(exhausted)), None, _DEAD))
+            builders.append((f"on_success {name!r}", lambda: FollowUp(
+                _message(broker, name, message.asdict(), result), None, _SUCCEEDED)))
+    else:
+        if "callbacks" in kinds and (failed := option("on_failure")):
+            failure = {"type": type(exception).__name__, "message": str(exception)}
+            builders.append((f"on_failure {failed!r}", lambda: FollowUp(
+                _message(broker, failed, message.asdict(), failure), None, None)))
+        if "on_retry_exhausted" in kinds and exhausted is not None and (gave_up := option("on_retry_exhausted")):
+            builders.append((f"on_retry_exhausted {gave_up!r}", lambda: FollowUp(
+                _message(broker, gave_up, message.asdict(), dict(exhausted)), None, _DEAD)))
+    found: list[FollowUp] = []
+    for what, build in builders:
+        try:
+            found.append(build())
+        except Exception:
+            logger.exception("message %s: %s cannot be built; it is not sent", message.message_id, what)
     return found
 
 

@@ -66,8 +66,9 @@ class StoreBarrierBackend(RateLimiterBackend):
 
 
 class TrackedGroupCallbacks(GroupCallbacks):
-    """Dramatiq's GroupCallbacks (still found by `group.run()`), with its barriers also in the store;
-    for tracked actors the completion is decided by reliable's middleware, for the others by Dramatiq's."""
+    """Dramatiq's GroupCallbacks (still found by `group.run()`), with its barriers also in the store,
+    where every member's success arrives (tracked members' with their commit); Dramatiq's barrier
+    decides only for a group the store does not know."""
 
     def __init__(self, inner: GroupCallbacks, reliable: ReliableMiddleware) -> None:
         super().__init__(StoreBarrierBackend(inner.rate_limiter_backend, reliable), barrier_ttl=inner.barrier_ttl)
@@ -76,10 +77,14 @@ class TrackedGroupCallbacks(GroupCallbacks):
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
-        """Dramatiq's barrier, for untracked actors only."""
-        if not self.reliable.tracked(broker, message.actor_name):
-            self.inner.after_process_message(  # type: ignore[no-untyped-call]
-                broker, message, result=result, exception=exception)
+        """An untracked member's success arrives at the store's barrier (Dramatiq's, for a group the
+        store does not know); a tracked member's is counted by reliable's middleware, with its commit."""
+        if self.reliable.tracked(broker, message.actor_name):
+            return
+        if exception is None and self.reliable.untracked_member_succeeded(broker, message):
+            return
+        self.inner.after_process_message(  # type: ignore[no-untyped-call]
+            broker, message, result=result, exception=exception)
 
 
 def adopt_group_callbacks(broker: dramatiq.Broker, reliable: ReliableMiddleware) -> TrackedGroupCallbacks | None:

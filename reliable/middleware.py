@@ -369,6 +369,7 @@ class ReliableMiddleware(Middleware):
             # without a claim: never let that happen. The job row is the truth; a PENDING job is
             # re-dispatched by the sweeper.
             logger.exception("claim of message %s failed; skipping it", message.message_id)
+            message.options["store_results"] = False  # never ran: Results must not store None for it
             raise SkipMessage("claim failed") from None
 
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
@@ -381,7 +382,9 @@ class ReliableMiddleware(Middleware):
                 job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id))
         except ClaimRefused as refusal:
             if refusal.reason == "not_found":  # published by a producer without the middleware
-                self.before_enqueue(broker, message.copy(queue_name=message.queue_name), None)
+                unknown = message.copy(queue_name=message.queue_name)
+                unknown.options.pop(REGISTERED, None)  # whatever it claims, the store has no such job
+                self.before_enqueue(broker, unknown, None)
                 claim = self.store.claim(job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl)
             else:
                 self._refused(broker, message, refusal)
@@ -462,6 +465,8 @@ class ReliableMiddleware(Middleware):
             planned = self._plan(broker, message, context, result=result)
             fan_in = self._fan_in(broker, message, context)
             job = self._finish(context, Event.SUCCEED, planned=planned, fan_in=fan_in[0] if fan_in else None)
+            if job is None:  # discarded (lease reassigned): Dramatiq's Results must not keep this value
+                message.options["store_results"] = False
             self._conclude(broker, message, context, job, None, planned)
             if fan_in is not None and job is not None and job.status is JobStatus.SUCCEEDED:
                 self._group_arrived(broker, message, context, *fan_in)
@@ -536,21 +541,47 @@ class ReliableMiddleware(Middleware):
     def _fan_in(self, broker: dramatiq.Broker, message: Any, context: JobContext
                 ) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
         """A group member's arrival at its completion barrier, with the group's callbacks to register."""
+        job = context.claim.job
+        return self._group_completion(broker, message, trace_id=job.trace_id, parent_job_id=job.job_id)
+
+    def _group_completion(self, broker: dramatiq.Broker, message: Any, *, trace_id: str | None,
+                          parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
         barrier_id = message.options.get("group_completion_uuid")
         callbacks = message.options.get("group_completion_callbacks")
         if not barrier_id or not callbacks or self.group_callbacks is None:
             return None
-        job = context.claim.job
         messages: list[dramatiq.Message[Any]] = []
         new_jobs: list[NewJob] = []
         for data in callbacks:
-            callback: dramatiq.Message[Any] = dramatiq.Message(**data)
-            callback.options.update(trace_id=job.trace_id, parent_job_id=job.job_id, workflow_id=barrier_id)
+            # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
+            callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
+            callback.options.update(trace_id=trace_id, parent_job_id=parent_job_id, workflow_id=barrier_id)
             prepared = self._new_job(broker, callback, None)
             messages.append(callback)
             if prepared is not None:
                 new_jobs.append(prepared[0])
         return FanIn(barrier_id, new_jobs), messages
+
+    def untracked_member_succeeded(self, broker: dramatiq.Broker, message: Any) -> bool:
+        """An untracked group member's success arrives at its group's barrier in the store (so a
+        group mixing tracked and untracked members completes); False when the store does not know
+        the barrier, and Dramatiq's barrier decides."""
+        built = self._group_completion(broker, message, trace_id=message.options.get("trace_id"),
+                                       parent_job_id=message.message_id)
+        if built is None:
+            return False
+        fan_in, callbacks = built
+        self._with_store_retry("arrive_at_barrier", lambda: self.store.arrive_at_barrier(fan_in))
+        if not fan_in.known:
+            return False
+        if fan_in.cleared:
+            for callback in callbacks:
+                try:
+                    broker.enqueue(callback)
+                except Exception:  # registered with the arrival: the sweeper publishes it
+                    logger.warning("message %s: publishing the group's completion callback %s failed; the "
+                                   "recovery loop will", message.message_id, callback.actor_name, exc_info=True)
+        return True
 
     def _group_arrived(self, broker: dramatiq.Broker, message: Any, context: JobContext, fan_in: FanIn,
                        callbacks: list[dramatiq.Message[Any]]) -> None:

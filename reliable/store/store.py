@@ -538,11 +538,7 @@ class StateStore:
             if result is None:
                 return None
             if arriving is not None:
-                remaining = self._sql.arrive_at_barrier(tx, arriving.barrier_id)
-                arriving.known = remaining is not None
-                arriving.cleared = remaining == 0
-                if arriving.cleared:
-                    new_jobs.extend(arriving.jobs)
+                new_jobs.extend(self._arrive(tx, arriving))
             if new_jobs:
                 rows = [self._new_job_row(job) for job in new_jobs]
                 details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
@@ -550,6 +546,29 @@ class StateStore:
         for rows, events in registered:
             self._emit_registered(rows, events)
         return result
+
+    def _arrive(self, tx: Tx, fan_in: FanIn) -> Sequence[NewJob]:
+        """Count one arrival at `fan_in`'s barrier (sets known/cleared); the jobs to register with it."""
+        remaining = self._sql.arrive_at_barrier(tx, fan_in.barrier_id)
+        fan_in.known = remaining is not None
+        fan_in.cleared = remaining == 0
+        return fan_in.jobs if fan_in.cleared else ()
+
+    def arrive_at_barrier(self, fan_in: FanIn) -> FanIn:
+        """A group member's arrival at its barrier in a transaction of its own (members whose success
+        reliable does not commit: untracked actors); the clearing arrival registers `fan_in.jobs`
+        in it. Returns `fan_in` with known/cleared set."""
+        self.check_schema()
+        registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+        with self._sql.transaction() as tx:
+            new_jobs = list(self._arrive(tx, fan_in))
+            if new_jobs:
+                rows = [self._new_job_row(job) for job in new_jobs]
+                details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
+                registered.append((rows, self._sql.register(rows, details, tx)[1]))
+        for rows, events in registered:
+            self._emit_registered(rows, events)
+        return fan_in
 
     def create_barrier(self, barrier_id: str, parties: int) -> bool:
         """Create a group's completion barrier awaiting `parties` members (False: it exists already)."""

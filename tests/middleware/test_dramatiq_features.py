@@ -19,7 +19,7 @@ from dramatiq import Worker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import CurrentMessage, GroupCallbacks
 from dramatiq.rate_limits.backends import StubBackend as StubRateLimiterBackend
-from dramatiq.results import ResultFailure, Results
+from dramatiq.results import ResultFailure, ResultMissing, Results
 from dramatiq.results.backends import StubBackend
 from sqlalchemy import select
 
@@ -336,3 +336,104 @@ def test_follow_ups_commit_with_the_outcome_or_not_at_all(setup: Setup) -> None:
     registered = store.get("next-step")
     assert registered.status is JobStatus.PENDING and registered.parent_job_id == "parent"
     assert json.loads(json.dumps(registered.message)) == {"args": []}
+
+
+def test_a_group_mixing_tracked_and_untracked_members_completes(setup: Setup) -> None:
+    """Every member's success arrives at the store's barrier, an untracked one's in its own commit."""
+    finished: list[int] = []
+
+    @dramatiq.actor
+    def tracked(n: int) -> int:
+        return n
+
+    @dramatiq.actor(reliable=False)
+    def untracked(n: int) -> int:
+        return n
+
+    @dramatiq.actor
+    def after_all() -> None:
+        finished.append(1)
+
+    group = dramatiq.group([tracked.message(1), untracked.message(2), untracked.message(3)])
+    group.add_completion_callback(after_all.message())
+    group.run()
+    setup.run()
+    wait_for(lambda: finished == [1], "the mixed group's completion callback")
+    callback = setup.store.list_jobs(actor="after_all")[0]
+    assert callback.status is JobStatus.SUCCEEDED
+    with setup.store.read() as conn:
+        barrier = conn.execute(select(barriers).where(barriers.c.barrier_id == callback.workflow_id)
+                               ).mappings().one()
+    assert (barrier["parties"], barrier["remaining"]) == (3, 0)
+
+
+def test_a_group_created_before_group_callbacks_was_adopted_completes_on_dramatiqs_barrier(
+        sqlite_url: str) -> None:
+    """GroupCallbacks added after install, and a group run before reliable saw it: Dramatiq's barrier
+    decides, and the callback (tracked) is registered before it is published (no claim `not_found`)."""
+    broker = StubBroker()
+    broker.emit_after("process_boot")
+    dramatiq.set_broker(broker)
+    middleware = reliable.install(broker, store=sqlite_url, recovery=False)
+    worker = Worker(broker, worker_timeout=50, worker_threads=2)
+    worker.start()
+    broker.add_middleware(GroupCallbacks(StubRateLimiterBackend()))  # after the worker booted
+    finished: list[int] = []
+    try:
+        @dramatiq.actor
+        def member(n: int) -> int:
+            return n
+
+        @dramatiq.actor(reliable=False)
+        def untracked_member(n: int) -> int:
+            return n
+
+        @dramatiq.actor
+        def after_all(n: int) -> None:
+            finished.append(n)
+
+        for callback_arg, children in ((1, [member.message(1), member.message(2)]),
+                                       (2, [untracked_member.message(1), untracked_member.message(2)])):
+            group = dramatiq.group(children)
+            group.add_completion_callback(after_all.message(callback_arg))
+            group.run()
+        wait_for(lambda: sorted(finished) == [1, 2], "both groups' completion callbacks")
+        callbacks = middleware.store.list_jobs(actor="after_all")
+        assert sorted(j.status.value for j in callbacks) == ["SUCCEEDED", "SUCCEEDED"]
+    finally:
+        worker.stop()
+        broker.close()
+
+
+def test_a_callback_that_cannot_be_built_never_costs_the_next_pipeline_step(setup: Setup) -> None:
+    @dramatiq.actor(on_success="no_such_actor")
+    def first(n: int) -> int:
+        return n
+
+    @dramatiq.actor
+    def second(n: int, previous: int) -> int:
+        return n + previous
+
+    pipe = dramatiq.pipeline([first.message(1), second.message(2)])
+    pipe.run()
+    setup.run()
+    assert setup.store.get(pipe.messages[1].message_id).status is JobStatus.SUCCEEDED
+
+
+def test_a_claim_that_fails_never_stores_a_result(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    @dramatiq.actor(store_results=True)
+    def answer() -> int:
+        return 42
+
+    calls: list[str] = []
+
+    def broken_claim(*args: Any, **kwargs: Any) -> Any:
+        calls.append("claim")
+        raise RuntimeError("the store answered nonsense")
+
+    monkeypatch.setattr(setup.middleware.store, "claim", broken_claim)
+    message = answer.send()
+    setup.run()
+    assert calls, "the claim was tried"
+    with pytest.raises(ResultMissing):
+        setup.results.get_result(message)
