@@ -711,13 +711,24 @@ def _count_failure(message: Any, exception: BaseException) -> int:
     return int(options["retries"])
 
 
+def _group_at_end(options: dict[str, Any]) -> str | None:
+    """The group a pipeline belongs to: a group of pipelines marks only each pipeline's last step."""
+    step = options.get("pipe_target")
+    while isinstance(step, dict):
+        step_options = step.get("options") or {}
+        if step_options.get("group_completion_uuid"):
+            return str(step_options["group_completion_uuid"])
+        step = step_options.get("pipe_target")
+    return None
+
+
 def _link_workflow(message: dramatiq.Message[Any], actor_options: dict[str, Any]) -> None:
     """Give a message the workflow it belongs to: a declared or inherited `workflow_id`, its
-    group's completion id, or, for the first step of a pipeline, its own id; every later step of
-    the pipeline (the nested `pipe_target`s) carries the same id."""
+    group's completion id (for a pipeline in a group: the id on its last step), or, for the first
+    step of a pipeline, its own id; every later step (the nested `pipe_target`s) carries the same id."""
     options = message.options
     workflow_id = (options.get("workflow_id") or actor_options.get("workflow_id")
-                   or options.get("group_completion_uuid")
+                   or options.get("group_completion_uuid") or _group_at_end(options)
                    or (message.message_id if options.get("pipe_target") is not None else None))
     if not workflow_id:
         return

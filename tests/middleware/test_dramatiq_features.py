@@ -437,3 +437,26 @@ def test_a_claim_that_fails_never_stores_a_result(setup: Setup, monkeypatch: pyt
     assert calls, "the claim was tried"
     with pytest.raises(ResultMissing):
         setup.results.get_result(message)
+
+
+def test_a_pipeline_inside_a_group_belongs_to_the_group(setup: Setup) -> None:
+    finished: list[int] = []
+
+    @dramatiq.actor
+    def step(n: int, previous: int | None = None) -> int:
+        return n
+
+    @dramatiq.actor
+    def after_all() -> None:
+        finished.append(1)
+
+    pipe = dramatiq.pipeline([step.message(1), step.message(2)])
+    group = dramatiq.group([pipe, step.message(3)])
+    group.add_completion_callback(after_all.message())
+    group.run()
+    setup.run()
+    wait_for(lambda: finished == [1], "the group's completion callback")
+    callback = setup.store.list_jobs(actor="after_all")[0]
+    in_group = {j.job_id for j in setup.store.list_jobs(workflow_id=callback.workflow_id)}
+    expected = {m.message_id for m in pipe.messages} | {group.children[1].message_id, callback.job_id}
+    assert in_group == expected, "the pipeline's steps belong to the group, not a workflow of their own"
