@@ -3,8 +3,9 @@
     .venv/bin/python bench/store_transactions.py [--jobs 3000] [--threads 1,8]
 
 Each measurement registers fresh jobs, then claims them all, then marks them all SUCCEEDED, from
-1 or N threads of one process. Prints transactions/s per database, operation and thread count, and
-the claim latency (p50, p99) as the caller sees it.
+1 or N threads of one process; then runs whole lifecycles (claim + success per job, as a worker
+thread does). Prints transactions/s per database, operation and thread count, job lifecycles/s,
+and the claim latency (p50, p99) as the caller sees it.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(url: str, n: int, threads: int) -> tuple[float, float, float, float]:
+def measure(url: str, n: int, threads: int) -> tuple[float, float, float, float, float]:
     store = StateStore(url, max_connections=max(threads, 5))
     ids = [f"{uuid.uuid4().hex}" for _ in range(n)]
-    store.register_many([NewJob(i, "bench", "noop", {}) for i in ids])
+    whole = [f"{uuid.uuid4().hex}" for _ in range(n)]
+    store.register_many([NewJob(i, "bench", "noop", {}) for i in ids + whole])
     leases: dict[str, int] = {}
     latencies: list[float] = []
 
@@ -57,10 +59,15 @@ def measure(url: str, n: int, threads: int) -> tuple[float, float, float, float]
     def succeed(job_id: str) -> None:
         store.finish(job_id, leases[job_id], Event.SUCCEED)
 
+    def lifecycle(job_id: str) -> None:  # what a worker thread does per job: claim, then succeed
+        lease = store.claim(job_id, worker_id="bench", lease_ttl=60).lease_id
+        store.finish(job_id, lease, Event.SUCCEED)
+
     claims = timed(threads, ids, claim)
     successes = timed(threads, ids, succeed)
+    lifecycles = timed(threads, whole, lifecycle)
     store.close()
-    return claims, successes, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.99)
+    return claims, successes, lifecycles, 1000 * percentile(latencies, 0.5), 1000 * percentile(latencies, 0.99)
 
 
 def main() -> None:
@@ -73,16 +80,17 @@ def main() -> None:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     pg_url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-    print(f"{'database':>10} {'threads':>7} {'claims/s':>9} {'success/s':>9} {'claim p50 ms':>12} {'p99 ms':>7}")
+    print(f"{'database':>10} {'threads':>7} {'claims/s':>9} {'success/s':>9} {'lifecycles/s':>12} "
+          f"{'claim p50 ms':>12} {'p99 ms':>7}")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sqlite_url = f"sqlite:///{Path(tmp) / 'bench.db'}"
             for label, url in (("sqlite", sqlite_url), ("postgresql", pg_url)):
                 StateStore(url).upgrade()
                 for threads in (int(t) for t in args.threads.split(",")):
-                    claims, successes, p50, p99 = measure(url, args.jobs, threads)
-                    print(f"{label:>10} {threads:>7} {claims:9.0f} {successes:9.0f} {p50:12.2f} {p99:7.2f}",
-                          flush=True)
+                    claims, successes, lifecycles, p50, p99 = measure(url, args.jobs, threads)
+                    print(f"{label:>10} {threads:>7} {claims:9.0f} {successes:9.0f} {lifecycles:12.0f} "
+                          f"{p50:12.2f} {p99:7.2f}", flush=True)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
