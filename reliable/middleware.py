@@ -98,6 +98,9 @@ class ReliableMiddleware(Middleware):
       listeners: more store event listeners, called with every event row after its commit.
       metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
       json_logs: emit one JSON log line per event on the "reliable.events" logger.
+      group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
+        threads in batches, one statement each (same guards, same durability; see
+        reliable/store/batching.py). Taken from the StateStore when one is passed.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -106,7 +109,7 @@ class ReliableMiddleware(Middleware):
                  sweep_after: float | None = None,
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
                  metrics: Metrics | bool = True, json_logs: bool = True,
-                 max_connections: int | None = None) -> None:
+                 max_connections: int | None = None, group_commit: bool = True) -> None:
         if max_connections is not None and isinstance(store, StateStore):
             raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
@@ -122,6 +125,8 @@ class ReliableMiddleware(Middleware):
         if isinstance(store, str):
             check_store_url(store)  # a bad URL fails here, not later in every worker's log
         self._store_arg = store
+        #: PostgreSQL: claims and finishes of all worker threads committed in batches (batching.py).
+        self.group_commit = store.group_commit if isinstance(store, StateStore) else group_commit
         if isinstance(store, StateStore):
             self.max_connections = store.max_connections
         else:
@@ -186,7 +191,8 @@ class ReliableMiddleware(Middleware):
                 url = self._store_arg if isinstance(self._store_arg, str) else self._store_arg.engine.url
                 timeout = POOL_TIMEOUT if isinstance(self._store_arg, str) else self._store_arg.pool_timeout
                 engine = connect_engine(url, max_connections=self.max_connections, pool_timeout=timeout)
-                store = StateStore(engine=engine, max_connections=self.max_connections, pool_timeout=timeout)
+                store = StateStore(engine=engine, max_connections=self.max_connections, pool_timeout=timeout,
+                                   group_commit=self.group_commit)
             for listener in self._listeners:
                 store.add_listener(listener)
             self._store = store

@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..states import ACTIVE_STATES
+from .batching import GroupCommit, batch_write_sql
 from .db import pool_exhausted, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
@@ -92,7 +93,8 @@ class SqlRunner:
     `clock` (tests) returns the time to use instead of the database's clock, or None.
     """
 
-    def __init__(self, engine: Engine, *, clock: Callable[[], float | None] | None = None) -> None:
+    def __init__(self, engine: Engine, *, clock: Callable[[], float | None] | None = None,
+                 group_commit: bool = False) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.queries = load_queries(self.dialect)
@@ -102,6 +104,11 @@ class SqlRunner:
         # PostgreSQL: psycopg's raw cursors take $n placeholders as they are, so a statement is
         # never re-parsed on the client (named parameters are converted once, here).
         self._positional = {name: _positional(sql) for name, sql in self.queries.items()} if self._postgres else {}
+        if self._postgres:
+            self._positional["write_jobs"] = _positional(batch_write_sql(self.queries["write_job"]))
+        #: PostgreSQL: single writes outside a transaction go through the process's flusher.
+        self.group_commit = GroupCommit(self.write_many, self._write_alone) if group_commit and self._postgres \
+            else None
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -213,8 +220,9 @@ class SqlRunner:
     def write(self, write: JobWrite, tx: Tx | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Execute `write` with its event row: (job row, event row), or None when the guard failed."""
         if tx is None:
-            with self._single() as own:
-                return self.write(write, own)
+            if self.group_commit is not None:
+                return self.group_commit.write(write)
+            return self._write_alone(write)
         params = write.params(tx.now)
         params["sources"] = self._array(write.sources)
         cursor = self._execute(tx, "write_job", params)
@@ -233,6 +241,30 @@ class SqlRunner:
             self._execute(tx, "attempt_ended", params)
         event = self._execute(tx, "event", params).fetchone()
         return job, dict(zip(EVENT_COLUMNS, event, strict=True))
+
+    def _write_alone(self, write: JobWrite) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        with self._single() as own:
+            return self.write(write, own)
+
+    def write_many(self, writes: Sequence[JobWrite]) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
+        """Execute several writes of distinct jobs as ONE statement (PostgreSQL, autocommit): each
+        write's (job row, event row), or None where its guard did not match (see batching.py)."""
+        if not self._postgres:
+            raise NotImplementedError("write_many is PostgreSQL's group commit; SQLite writes one at a time")
+        if len({w.job_id for w in writes}) != len(writes):
+            raise ValueError("a batch holds each job once")
+        rows = []
+        for write in writes:
+            params = write.params(None)
+            del params["now"]
+            rows.append(params)
+        with self._single() as tx:
+            cursor = self._execute(tx, "write_jobs", {"rows": json.dumps(rows)})
+            found = {row[0]: row for row in cursor.fetchall()}
+        split = len(JOB_COLUMNS)
+        return [None if (row := found.get(w.job_id)) is None else
+                (dict(zip(JOB_COLUMNS, row[:split], strict=True)), dict(zip(EVENT_COLUMNS, row[split:], strict=True)))
+                for w in writes]
 
     def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None
                  ) -> tuple[float, list[dict[str, Any]]]:

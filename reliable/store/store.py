@@ -136,12 +136,15 @@ class StateStore:
       listeners: callables given every event row after its commit (see add_listener).
       clock: for tests, returns the time (epoch seconds) the store uses instead of the database's
         clock; None from it falls back to the database's.
+      group_commit: PostgreSQL: the single writes of all this process's threads (claims, successes,
+        checkpoints...) are sent together, one statement and one commit per batch, each write keeping
+        its own guard and outcome (reliable/store/batching.py). Ignored on SQLite.
     """
 
     def __init__(self, url: str | None = None, *, engine: Engine | None = None,
                  host: str | None = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  pool_timeout: float = POOL_TIMEOUT, listeners: Sequence[EventListener] = (),
-                 clock: Callable[[], float | None] | None = None) -> None:
+                 clock: Callable[[], float | None] | None = None, group_commit: bool = False) -> None:
         if engine is None:
             if url is None:
                 raise TypeError("StateStore needs a url or an engine")
@@ -155,7 +158,8 @@ class StateStore:
         self._ready_lock = threading.Lock()
         self.max_connections = check_max_connections(max_connections)
         self.pool_timeout = pool_timeout
-        self._sql = SqlRunner(engine, clock=clock)
+        self.group_commit = group_commit
+        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit)
         self._listeners: list[EventListener] = list(listeners)
 
     def add_listener(self, listener: EventListener) -> None:

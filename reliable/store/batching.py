@@ -1,0 +1,168 @@
+"""Group commit on PostgreSQL: the single writes of all a process's threads, as one statement.
+
+A worker thread that claims or finishes a job waits for a round trip and a commit (an fsync). With
+`group_commit`, its `JobWrite` goes to one flusher thread per process instead, which sends every
+write pending at that moment as ONE statement (`write_jobs`, derived from `write_job`): one round
+trip and one commit for the batch. Rows are locked in job_id order; each write keeps its own guard,
+so a refused row (a stale lease, say) returns nothing for that write and never fails the others,
+and each thread gets its own row's outcome, exactly as from a single write: durability and fencing
+are unchanged. While one batch is in flight the next one gathers, so batches grow with the load
+and a lone thread pays only a thread hand-off.
+
+A batch that fails for anything but a lost connection is retried row by row, so one bad write
+fails alone. A lost connection fails every write of the batch with StoreUnavailable: each caller's
+own retry loop handles it as it would a single write (a lost reply is recognised by its attempt id).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import StoreUnavailable
+from .writes import JobWrite
+
+__all__ = ["GroupCommit", "batch_write_sql"]
+
+WriteResult = tuple[dict[str, Any], dict[str, Any]] | None
+_CAST_PARAM = re.compile(r"%\((\w+)\)s::([a-z0-9]+(?:\[\])?)")
+
+
+def _once(sql: str, old: str, new: str) -> str:
+    if sql.count(old) != 1:
+        raise ValueError(f"write_job no longer has exactly one {old!r}: update batch_write_sql")
+    return sql.replace(old, new)
+
+
+def batch_write_sql(single: str) -> str:
+    """`write_jobs` from `write_job` (PostgreSQL, normalised to one line): the same statement over
+    the rows of a JSON array (`%(rows)s`), one per write, so the transition is written once.
+
+    Every `%(name)s::type` parameter becomes the column `p.name` of `jsonb_to_recordset`; the job
+    row is matched by `p.job_id` after locking the batch's rows in job_id order (no deadlock between
+    two flushers); the attempt and event rows join `p` on job_id (a batch holds a job once).
+    """
+    columns: dict[str, str] = {"job_id": "text"}
+    for name, cast in _CAST_PARAM.findall(single):
+        if name != "now":
+            columns.setdefault(name, cast)
+
+    def column(match: re.Match[str]) -> str:
+        return match.group(0) if match.group(1) == "now" else f"p.{match.group(1)}"
+
+    sql = _CAST_PARAM.sub(column, single)
+    record = ", ".join(f"{name} {cast}" for name, cast in columns.items())
+    sql = _once(sql, "), j AS (", f"), p AS (SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({record})), "
+                "locked AS (SELECT r.job_id FROM reliable_jobs AS r WHERE r.job_id IN (SELECT job_id FROM p) "
+                "ORDER BY r.job_id FOR UPDATE), j AS (")
+    sql = _once(sql, "FROM t WHERE r.job_id = %(job_id)s",
+                "FROM t, p WHERE r.job_id = p.job_id AND r.job_id IN (SELECT job_id FROM locked)")
+    sql = _once(sql, "FROM j WHERE p.claim", "FROM j JOIN p ON p.job_id = j.job_id WHERE p.claim")
+    sql = _once(sql, "WHERE p.end_attempt AND a.attempt_id = (SELECT attempt_id FROM j)",
+                "FROM j JOIN p ON p.job_id = j.job_id WHERE p.end_attempt AND a.attempt_id = j.attempt_id")
+    sql = _once(sql, "FROM j RETURNING *", "FROM j JOIN p ON p.job_id = j.job_id RETURNING *")
+    sql = _once(sql, "FROM j, e", "FROM j JOIN e ON e.job_id = j.job_id")
+    if "%(" in sql.replace("%(now)s", "").replace("%(rows)s", ""):
+        raise ValueError("write_jobs kept a parameter of write_job: update batch_write_sql")
+    return sql
+
+
+@dataclass
+class _Pending:
+    write: JobWrite
+    done: threading.Event = field(default_factory=threading.Event)
+    result: WriteResult = None
+    error: BaseException | None = None
+
+
+class GroupCommit:
+    """The process's flusher: `write()` blocks until the batch holding the write has committed.
+
+    `write_many` executes a batch (one statement, one commit); `write_one` a single write (the
+    row-by-row fallback). `max_batch` bounds a statement's size. Fork-safe: a child process starts
+    its own flusher on first use.
+    """
+
+    def __init__(self, write_many: Callable[[Sequence[JobWrite]], list[WriteResult]],
+                 write_one: Callable[[JobWrite], WriteResult], *, max_batch: int = 64) -> None:
+        self._write_many = write_many
+        self._write_one = write_one
+        self.max_batch = max_batch
+        self._pid = -1
+        self.batches = 0
+        self.writes = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._thread: threading.Thread | None = None
+
+    def write(self, write: JobWrite) -> WriteResult:
+        """Execute `write` in the next batch; its result (None: the guard did not match)."""
+        if self._pid != os.getpid():
+            self._reset()
+        pending = _Pending(write)
+        with self._cond:
+            self._queue.append(pending)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._flush_forever, name="reliable-group-commit",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def _take(self) -> list[_Pending]:
+        with self._cond:
+            while not self._queue:
+                self._cond.wait()
+            batch: list[_Pending] = []
+            seen: set[str] = set()
+            rest: list[_Pending] = []
+            for pending in self._queue:
+                # A job appears once per statement; a second write of it waits for the next batch.
+                if len(batch) < self.max_batch and pending.write.job_id not in seen:
+                    seen.add(pending.write.job_id)
+                    batch.append(pending)
+                else:
+                    rest.append(pending)
+            self._queue = rest
+            return batch
+
+    def _flush_forever(self) -> None:
+        while True:
+            self._flush(self._take())
+
+    def _flush(self, batch: list[_Pending]) -> None:
+        self.batches += 1
+        self.writes += len(batch)
+        try:
+            results = self._write_many([p.write for p in batch]) if len(batch) > 1 \
+                else [self._write_one(batch[0].write)]
+        except StoreUnavailable as exc:
+            for pending in batch:
+                pending.error = exc
+                pending.done.set()
+            return
+        except BaseException:
+            self._one_by_one(batch)
+            return
+        for pending, result in zip(batch, results, strict=True):
+            pending.result = result
+            pending.done.set()
+
+    def _one_by_one(self, batch: list[_Pending]) -> None:
+        for pending in batch:
+            try:
+                pending.result = self._write_one(pending.write)
+            except BaseException as exc:
+                pending.error = exc
+            pending.done.set()

@@ -1,0 +1,169 @@
+"""Group commit on PostgreSQL: one statement per batch, each write with its own guard and outcome."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reliable.errors import LeaseLost, StoreUnavailable
+from reliable.states import Event, JobStatus
+from reliable.store import NewJob, StateStore
+from reliable.store.batching import GroupCommit, _Pending, batch_write_sql
+from reliable.store.sqlrunner import load_queries
+from reliable.store.writes import transition_write
+
+from support import wait_for
+
+
+def test_the_batch_statement_is_derived_from_the_single_one() -> None:
+    sql = batch_write_sql(load_queries("postgresql")["write_job"])
+    assert "jsonb_to_recordset(%(rows)s::jsonb)" in sql
+    assert "ORDER BY r.job_id FOR UPDATE" in sql
+    leftover = sql.replace("%(now)s", "").replace("%(rows)s", "")
+    assert "%(" not in leftover
+
+
+def test_a_changed_single_statement_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="update batch_write_sql"):
+        batch_write_sql(load_queries("postgresql")["write_job"].replace("FROM j, e", "FROM e, j"))
+
+
+@pytest.fixture
+def pg(pg_store: StateStore) -> Iterator[StateStore]:
+    store = StateStore(engine=pg_store.engine, group_commit=True)
+    yield store
+
+
+def _register(store: StateStore, *job_ids: str) -> None:
+    store.register_many([NewJob(job_id, "q", "a", {}) for job_id in job_ids])
+
+
+def test_a_batch_commits_each_write_with_its_own_guard(pg: StateStore) -> None:
+    _register(pg, "a", "b", "c")
+    claims = {j: pg.claim(j, worker_id="w", lease_ttl=60) for j in ("a", "b", "c")}
+    writes = [transition_write(j, Event.SUCCEED, lease_id=claims[j].lease_id + (1 if j == "b" else 0),
+                               worker_id="w") for j in ("a", "b", "c")]
+    results = pg._sql.write_many(writes)
+    assert [r is not None for r in results] == [True, False, True]
+    assert [pg.get(j).status for j in ("a", "b", "c")] == [JobStatus.SUCCEEDED, JobStatus.RUNNING,
+                                                          JobStatus.SUCCEEDED]
+    job, event = results[0]  # type: ignore[misc]
+    assert (job["job_id"], event["job_id"], event["event"]) == ("a", "a", Event.SUCCEED.value)
+    attempts = pg.attempts("a")
+    assert attempts[-1].outcome == Event.SUCCEED.value and attempts[-1].ended_at is not None
+
+
+def test_batched_and_single_writes_leave_the_same_rows(pg_store: StateStore) -> None:
+    """The same lifecycle (claim, retry, claim, checkpoint, succeed) written one by one and in batches."""
+    single, batched = pg_store, StateStore(engine=pg_store.engine, group_commit=True)
+    _register(single, "one")
+    _register(batched, "two")
+    for store, job_id in ((single, "one"), (batched, "two")):
+        claim = store.claim(job_id, worker_id="w", lease_ttl=60, attempt_id=f"{job_id}-1")
+        store.finish(job_id, claim.lease_id, Event.RETRY, worker_id="w", retry_delay=0.0)
+        claim = store.claim(job_id, worker_id="w", lease_ttl=60, attempt_id=f"{job_id}-2")
+        store.save_checkpoint(job_id, claim.lease_id, {"done": 3}, lease_ttl=60, worker_id="w")
+        store.finish(job_id, claim.lease_id, Event.SUCCEED, worker_id="w")
+    ignore = {"job_id", "attempt_id", "started_at", "finished_at", "lease_expires_at", "retry_at", "scheduled_at",
+              "dispatched_at", "checkpoint_at", "created_at", "updated_at", "trace_id", "id", "at"}
+
+    def shape(store: StateStore, job_id: str) -> tuple[Any, ...]:
+        job = {k: v for k, v in vars(store.get(job_id)).items() if k not in ignore}
+        events = [{k: v for k, v in vars(e).items() if k not in ignore} for e in store.events(job_id)]
+        return job, events, [(a.attempt, a.outcome) for a in store.attempts(job_id)]
+
+    assert shape(single, "one") == shape(batched, "two")
+    assert batched._sql.group_commit is not None and batched._sql.group_commit.writes >= 5
+
+
+def test_a_stale_row_in_a_batch_is_refused_and_the_others_commit(pg: StateStore) -> None:
+    job_ids = ["first", "b1", "b2", "stale", "b3"]
+    _register(pg, *job_ids)
+    leases = {j: pg.claim(j, worker_id="w", lease_ttl=60).lease_id for j in job_ids}
+    group = pg._sql.group_commit
+    assert group is not None
+    release = threading.Event()
+    real_one = group._write_one
+
+    def held(write: Any) -> Any:  # the first flush waits, so the next writes gather into one batch
+        release.wait(10)
+        return real_one(write)
+
+    group._write_one = held  # type: ignore[method-assign]
+    sizes: list[int] = []
+    real_many = group._write_many
+
+    def recorded(writes: Any) -> Any:
+        sizes.append(len(writes))
+        return real_many(writes)
+
+    group._write_many = recorded  # type: ignore[method-assign]
+    outcomes: dict[str, object] = {}
+
+    def finish(job_id: str) -> None:
+        lease = leases[job_id] + (7 if job_id == "stale" else 0)
+        try:
+            outcomes[job_id] = pg.finish(job_id, lease, Event.SUCCEED, worker_id="w").status
+        except LeaseLost as exc:
+            outcomes[job_id] = exc
+
+    threads = [threading.Thread(target=finish, args=("first",))]
+    start = group.batches
+    threads[0].start()
+    wait_for(lambda: group.batches == start + 1, "the first flush")
+    batches_before = group.batches
+    for job_id in job_ids[1:]:
+        threads.append(threading.Thread(target=finish, args=(job_id,)))
+        threads[-1].start()
+    wait_for(lambda: len(group._queue) == 4, "four writes waiting behind the first")
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert sizes[0] == 4, "the four waiting writes went as one statement"
+    assert group.batches > batches_before
+    assert isinstance(outcomes["stale"], LeaseLost)
+    assert {j: outcomes[j] for j in ("first", "b1", "b2", "b3")} == dict.fromkeys(
+        ("first", "b1", "b2", "b3"), JobStatus.SUCCEEDED)
+    assert pg.get("stale").status is JobStatus.RUNNING
+    assert "stale_commit_rejected" in [e.event for e in pg.events("stale")]
+
+
+def test_a_batch_that_fails_is_written_row_by_row(pg: StateStore) -> None:
+    _register(pg, "x", "y")
+    leases = {j: pg.claim(j, worker_id="w", lease_ttl=60).lease_id for j in ("x", "y")}
+    calls: list[int] = []
+
+    def broken(writes: Any) -> Any:
+        calls.append(len(writes))
+        raise RuntimeError("one bad row")
+
+    group = GroupCommit(broken, pg._sql._write_alone)
+    batch = [_Pending(transition_write(j, Event.SUCCEED, lease_id=leases[j], worker_id="w")) for j in ("x", "y")]
+    group._flush(batch)
+    assert calls == [2], "tried as one statement first"
+    assert all(p.error is None and p.result is not None for p in batch)
+    assert [pg.get(j).status for j in ("x", "y")] == [JobStatus.SUCCEEDED] * 2
+
+
+def test_a_lost_connection_fails_every_write_of_the_batch_for_its_caller_to_retry(pg: StateStore) -> None:
+    def unavailable(writes: Any) -> Any:
+        raise StoreUnavailable("connection lost")
+
+    group = GroupCommit(unavailable, pg._sql._write_alone)
+    batch = [_Pending(transition_write(j, Event.SUCCEED, lease_id=1, worker_id="w")) for j in ("x", "y")]
+    group._flush(batch)
+    assert all(isinstance(p.error, StoreUnavailable) and p.done.is_set() for p in batch)
+
+
+def test_a_forked_child_starts_its_own_flusher(pg: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    _register(pg, "parent", "child")
+    group = pg._sql.group_commit
+    assert group is not None
+    pg.claim("parent", worker_id="w", lease_ttl=60)
+    first = group._thread
+    monkeypatch.setattr("reliable.store.batching.os.getpid", lambda: -12345)
+    pg.claim("child", worker_id="w", lease_ttl=60)
+    assert group._thread is not first and group._pid == -12345
