@@ -1,7 +1,7 @@
 """Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-nometrics,reliable-sqlite]
+        [--modes plain,reliable-pg,reliable-pg-nogc,reliable-pg-nometrics,reliable-sqlite]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -110,13 +111,22 @@ def drop_pg(url: str) -> None:
     admin.dispose()
 
 
-def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> tuple[float, float, float]:
-    """One run: (jobs/s, worker CPU ms per job, PostgreSQL CPU ms per job)."""
+def batch_size(log: Path) -> float | None:
+    """The mean group-commit batch of a run, from the worker processes' shutdown lines."""
+    writes = batches = 0
+    for match in re.finditer(r"group commit: (\d+) writes in (\d+) batches", log.read_text(errors="replace")):
+        writes, batches = writes + int(match.group(1)), batches + int(match.group(2))
+    return writes / batches if batches else None
+
+
+def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> tuple[float, float, float, float | None]:
+    """One run: (jobs/s, worker CPU ms per job, PostgreSQL CPU ms per job, mean group-commit batch)."""
     queue = f"bench_{uuid.uuid4().hex[:8]}"
     store_url = None
     env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
            "BENCH_MODE": "plain" if mode == "plain" else "reliable",
-           "BENCH_METRICS": "0" if mode.endswith("nometrics") else "1"}
+           "BENCH_METRICS": "0" if mode.endswith("nometrics") else "1",
+           "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1"}
     if mode.startswith("reliable-pg"):
         store_url = fresh_pg()
     elif mode == "reliable-sqlite":
@@ -189,7 +199,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
         if store_url and store_url.startswith("postgresql"):
             drop_pg(store_url)
     done = start_depth if started else jobs
-    return done / elapsed, 1000 * worker_cpu / jobs, 1000 * pg_cpu / jobs
+    return done / elapsed, 1000 * worker_cpu / jobs, 1000 * pg_cpu / jobs, batch_size(tmp / f"{queue}.log")
 
 
 def parse_configs(text: str) -> list[tuple[int, int]]:
@@ -207,22 +217,28 @@ def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads
     """Alternate the modes `runs` times at -p processes -t threads; print each run and the medians."""
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    batches: dict[str, list[float]] = {mode: [] for mode in modes}
     for run in range(runs):
         for mode in modes:
-            rate, worker_ms, pg_ms = run_once(mode, jobs, processes, threads, tmp)
+            rate, worker_ms, pg_ms, batch = run_once(mode, jobs, processes, threads, tmp)
             results[mode].append(rate)
             cpu[mode].append((worker_ms, pg_ms))
+            if batch is not None:
+                batches[mode].append(batch)
             print(f"-p {processes} -t {threads} run {run + 1}/{runs} {mode:>24}: {rate:8.0f} jobs/s  "
-                  f"worker {worker_ms:.2f} ms CPU/job  postgres {pg_ms:.2f} ms CPU/job", flush=True)
+                  f"worker {worker_ms:.2f} ms CPU/job  postgres {pg_ms:.2f} ms CPU/job"
+                  + (f"  batch {batch:.1f}" if batch is not None else ""), flush=True)
     plain = statistics.median(results["plain"]) if "plain" in results else None
     print(f"\n{jobs} no-op jobs, -p {processes} -t {threads}, median of {runs} alternating runs")
-    print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7} {'worker ms CPU/job':>18} {'postgres ms CPU/job':>20}")
+    print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7} {'worker ms CPU/job':>18} {'postgres ms CPU/job':>20} "
+          f"{'batch':>6}")
     for mode, rates in results.items():
         median = statistics.median(rates)
         ratio = f"{median / plain:6.2f}x" if plain else "-"
         worker_ms = statistics.median(c[0] for c in cpu[mode])
         pg_ms = statistics.median(c[1] for c in cpu[mode])
-        print(f"{mode:>24} {median:9.0f} {ratio:>7} {worker_ms:18.2f} {pg_ms:20.2f}")
+        batch = f"{statistics.median(batches[mode]):6.1f}" if batches[mode] else f"{'-':>6}"
+        print(f"{mode:>24} {median:9.0f} {ratio:>7} {worker_ms:18.2f} {pg_ms:20.2f} {batch}")
     print(flush=True)
 
 

@@ -258,6 +258,10 @@ class ReliableMiddleware(Middleware):
         if self._recovery_thread is not None:
             self._recovery_thread.join(5)
             self._recovery_thread = None
+        group = self._store.group_commit_stats() if self._store is not None else None
+        if group is not None and group[0]:
+            batches, writes = group
+            logger.info("group commit: %d writes in %d batches (%.1f per batch)", writes, batches, writes / batches)
 
     def _recover_forever(self) -> None:
         assert self._recovery is not None

@@ -162,6 +162,11 @@ class StateStore:
         self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit)
         self._listeners: list[EventListener] = list(listeners)
 
+    def group_commit_stats(self) -> tuple[int, int] | None:
+        """(batches, writes) this process's group commit has sent so far; None when it is off."""
+        group = self._sql.group_commit
+        return None if group is None else (group.batches, group.writes)
+
     def add_listener(self, listener: EventListener) -> None:
         """Call `listener(event)` with every event row this store writes, after its commit.
 
