@@ -5,7 +5,7 @@
 Each measurement registers fresh jobs, then claims them all, then marks them all SUCCEEDED, from
 1 or N threads of one process; then runs whole lifecycles (claim + success per job, as a worker
 thread does). Prints transactions/s per database, operation and thread count, job lifecycles/s,
-and the claim latency (p50, p99) as the caller sees it.
+and the claim latency (p50, p99) as the caller sees it; PostgreSQL with and without group commit.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(url: str, n: int, threads: int) -> tuple[float, float, float, float, float]:
-    store = StateStore(url, max_connections=max(threads, 5))
+def measure(url: str, n: int, threads: int, group_commit: bool = False) -> tuple[float, float, float, float, float]:
+    store = StateStore(url, max_connections=max(threads, 5), group_commit=group_commit)
     ids = [f"{uuid.uuid4().hex}" for _ in range(n)]
     whole = [f"{uuid.uuid4().hex}" for _ in range(n)]
     store.register_many([NewJob(i, "bench", "noop", {}) for i in ids + whole])
@@ -85,10 +85,11 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             sqlite_url = f"sqlite:///{Path(tmp) / 'bench.db'}"
-            for label, url in (("sqlite", sqlite_url), ("postgresql", pg_url)):
+            for label, url, group_commit in (("sqlite", sqlite_url, False), ("postgresql", pg_url, False),
+                                             ("pg+group", pg_url, True)):
                 StateStore(url).upgrade()
                 for threads in (int(t) for t in args.threads.split(",")):
-                    claims, successes, lifecycles, p50, p99 = measure(url, args.jobs, threads)
+                    claims, successes, lifecycles, p50, p99 = measure(url, args.jobs, threads, group_commit)
                     print(f"{label:>10} {threads:>7} {claims:9.0f} {successes:9.0f} {lifecycles:12.0f} "
                           f"{p50:12.2f} {p99:7.2f}", flush=True)
     finally:
