@@ -159,7 +159,8 @@ class StateStore:
         self.max_connections = check_max_connections(max_connections)
         self.pool_timeout = pool_timeout
         self.group_commit = group_commit
-        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit)
+        # The flusher keeps one connection of the pool: with a pool of one, nothing would be left.
+        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit and self.max_connections > 1)
         self._listeners: list[EventListener] = list(listeners)
 
     def group_commit_stats(self) -> tuple[int, int] | None:
@@ -229,7 +230,8 @@ class StateStore:
             self._ready = True
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (and the one group commit keeps)."""
+        self._sql.release_kept()
         self.engine.dispose()
 
     def now(self) -> float:

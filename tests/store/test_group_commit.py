@@ -22,7 +22,7 @@ def test_the_batch_statement_is_derived_from_the_single_one() -> None:
     sql = batch_write_sql(load_queries("postgresql")["write_job"])
     assert "jsonb_to_recordset(%(rows)s::jsonb)" in sql
     assert "ORDER BY r.job_id FOR UPDATE" in sql
-    leftover = sql.replace("%(now)s", "").replace("%(rows)s", "")
+    leftover = sql.replace("%(now)s", "").replace("%(rows)s", "").replace("%(ids)s", "")
     assert "%(" not in leftover
 
 
