@@ -142,7 +142,16 @@ class GroupCommit:
 
     def _flush_forever(self) -> None:
         while True:
-            self._flush(self._take())
+            batch = self._take()
+            try:
+                self._flush(batch)
+            except BaseException as exc:  # never leave a caller waiting on a write nobody will answer
+                for pending in batch:
+                    if not pending.done.is_set():
+                        pending.error = exc
+                        pending.done.set()
+                if not isinstance(exc, Exception):
+                    raise
 
     def _flush(self, batch: list[_Pending]) -> None:
         self.batches += 1
