@@ -244,8 +244,13 @@ class ReliableMiddleware(Middleware):
             self._recovery_thread.start()
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Stop the recovery loop; the heartbeat keeps running until the worker threads finish."""
+        """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
+        the worker threads finish."""
         self._recovery_stop.set()
+        # A pass still publishing while Dramatiq stops its consumers could declare a queue, and the
+        # worker would add a consumer to the dict it is iterating (RuntimeError in Worker.stop).
+        if self._recovery_thread is not None:
+            self._recovery_thread.join(10)
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the heartbeat once every worker thread has finished its message."""
