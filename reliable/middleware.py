@@ -590,12 +590,7 @@ class ReliableMiddleware(Middleware):
         if not fan_in.known:
             return False
         if fan_in.cleared:
-            for callback in callbacks:
-                try:
-                    broker.enqueue(callback)
-                except Exception:  # registered with the arrival: the sweeper publishes it
-                    logger.warning("message %s: publishing the group's completion callback %s failed; the "
-                                   "recovery loop will", message.message_id, callback.actor_name, exc_info=True)
+            _publish_group_callbacks(broker, message.message_id, callbacks)
         return True
 
     def _group_arrived(self, broker: dramatiq.Broker, message: Any, context: JobContext, fan_in: FanIn,
@@ -615,12 +610,7 @@ class ReliableMiddleware(Middleware):
             self._with_store_retry("register", lambda: self.store.register_many(fan_in.jobs))
         elif not fan_in.cleared:
             return
-        for callback in callbacks:
-            try:
-                broker.enqueue(callback)
-            except Exception:  # registered with the success: the sweeper publishes it
-                logger.warning("job %s: publishing the group's completion callback %s failed; the recovery loop "
-                               "will", context.job_id, callback.actor_name, exc_info=True)
+        _publish_group_callbacks(broker, context.job_id, callbacks)
 
     def _conclude(self, broker: dramatiq.Broker, message: Any, context: JobContext, job: Any,
                   decision: Decision | None, planned: list[tuple[FollowUp, NewJob | None]]) -> None:
@@ -724,6 +714,16 @@ def _count_failure(message: Any, exception: BaseException) -> int:
                                                               exception.__traceback__, limit=30))
     options["requeue_timestamp"] = int(time.time() * 1000)
     return int(options["retries"])
+
+
+def _publish_group_callbacks(broker: dramatiq.Broker, member_id: str, callbacks: list[dramatiq.Message[Any]]) -> None:
+    """Publish a group's completion callbacks, already registered: one that fails is left to the sweeper."""
+    for callback in callbacks:
+        try:
+            broker.enqueue(callback)
+        except Exception:
+            logger.warning("job %s: publishing the group's completion callback %s failed; the recovery loop "
+                           "will", member_id, callback.actor_name, exc_info=True)
 
 
 def _group_at_end(options: dict[str, Any]) -> str | None:

@@ -152,15 +152,19 @@ class SqlRunner:
             finally:
                 cursor.close()
 
-    @contextmanager
-    def _connection(self) -> Iterator[Any]:
-        """A pooled raw connection for one call (PostgreSQL: in autocommit while we hold it)."""
+    def _checkout(self) -> Any:
+        """A raw connection from the pool; a full pool or an unreachable server as our errors."""
         try:
-            raw = self.engine.raw_connection()
+            return self.engine.raw_connection()
         except PoolTimeout as exc:
             raise pool_exhausted(self.engine) from exc
         except Exception as exc:
             raise translate(exc, self.engine.url) from exc
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled raw connection for one call (PostgreSQL: in autocommit while we hold it)."""
+        raw = self._checkout()
         failed: BaseException | None = None
         try:
             if self._postgres:
@@ -253,12 +257,7 @@ class SqlRunner:
         PostgreSQL CPU each). Replaced after any error; never shared, so the setting stays on it."""
         with self._kept_lock:
             if self._kept is None or self._kept[1] != os.getpid():
-                try:
-                    raw = self.engine.raw_connection()
-                except PoolTimeout as exc:
-                    raise pool_exhausted(self.engine) from exc
-                except Exception as exc:
-                    raise translate(exc, self.engine.url) from exc
+                raw = self._checkout()
                 driver: Any = raw.driver_connection
                 try:
                     driver.autocommit = True

@@ -551,12 +551,16 @@ class StateStore:
             if arriving is not None:
                 new_jobs.extend(self._arrive(tx, arriving))
             if new_jobs:
-                rows = [self._new_job_row(job) for job in new_jobs]
-                details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
-                registered.append((rows, self._sql.register(rows, details, tx)[1]))
+                registered.append(self._register_in(tx, new_jobs))
         for rows, events in registered:
             self._emit_registered(rows, events)
         return result
+
+    def _register_in(self, tx: Tx, new_jobs: Sequence[NewJob]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Register `new_jobs` inside `tx`: their rows and `enqueued` events, to emit after the commit."""
+        rows = [self._new_job_row(job) for job in new_jobs]
+        details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
+        return rows, self._sql.register(rows, details, tx)[1]
 
     def _arrive(self, tx: Tx, fan_in: FanIn) -> Sequence[NewJob]:
         """Count one arrival at `fan_in`'s barrier (sets known/cleared); the jobs to register with it."""
@@ -574,9 +578,7 @@ class StateStore:
         with self._sql.transaction() as tx:
             new_jobs = list(self._arrive(tx, fan_in))
             if new_jobs:
-                rows = [self._new_job_row(job) for job in new_jobs]
-                details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
-                registered.append((rows, self._sql.register(rows, details, tx)[1]))
+                registered.append(self._register_in(tx, new_jobs))
         for rows, events in registered:
             self._emit_registered(rows, events)
         return fan_in

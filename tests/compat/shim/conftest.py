@@ -100,13 +100,18 @@ def redis_worker(redis_broker: RedisBroker) -> Iterator[Worker]:
     yield from _started(redis_broker, worker_threads=32)
 
 
-@pytest.fixture
-def redis_result_backend() -> Iterator[res_backends.RedisBackend]:
+def _flushed(make: Callable[[], Any]) -> Iterator[Any]:
+    """A Redis-backed backend on an empty Redis, emptied again after the test."""
     _require("Redis", _redis_ping)
-    backend = res_backends.RedisBackend()
+    backend = make()
     backend.client.flushall()
     yield backend
     backend.client.flushall()
+
+
+@pytest.fixture
+def redis_result_backend() -> Iterator[res_backends.RedisBackend]:
+    yield from _flushed(res_backends.RedisBackend)
 
 
 @pytest.fixture
@@ -121,11 +126,7 @@ def result_backend(request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture
 def redis_rate_limiter_backend() -> Iterator[rl_backends.RedisBackend]:
-    _require("Redis", _redis_ping)
-    backend = rl_backends.RedisBackend()
-    backend.client.flushall()
-    yield backend
-    backend.client.flushall()
+    yield from _flushed(rl_backends.RedisBackend)
 
 
 @pytest.fixture
