@@ -27,6 +27,13 @@ def noop(n: int) -> None:
     """Do nothing: the benchmark measures the framework, not the job."""
 
 
+if os.environ.get("BENCH_MODE", "plain") != "plain":
+
+    @dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"], fast_path=True)
+    def fast_noop(n: int) -> None:
+        """Do nothing on reliable's fast path (no claim before the run; one commit after it)."""
+
+
 @dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
 def nap(seconds: float) -> None:
     """Sleep a little: keeps every worker thread busy at once (the connection count bench)."""

@@ -1,7 +1,8 @@
 """Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-nogc,reliable-pg-nometrics,reliable-sqlite]
+        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-nogc,reliable-pg-nometrics,reliable-sqlite,
+                 reliable-sqlite-fast]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
@@ -125,11 +126,11 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
     store_url = None
     env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
            "BENCH_MODE": "plain" if mode == "plain" else "reliable",
-           "BENCH_METRICS": "0" if mode.endswith("nometrics") else "1",
+           "BENCH_METRICS": "0" if "nometrics" in mode else "1",
            "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1"}
     if mode.startswith("reliable-pg"):
         store_url = fresh_pg()
-    elif mode == "reliable-sqlite":
+    elif mode.startswith("reliable-sqlite"):
         store_url = f"sqlite:///{tmp / (queue + '.db')}"
         reliable.StateStore(store_url).upgrade()
     if store_url:
@@ -140,7 +141,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
 
     broker = RabbitmqBroker(url=BROKER)
     messages: list[dramatiq.Message[Any]] = [
-        dramatiq.Message(queue_name=queue, actor_name="noop", args=(i,), kwargs={}, options={}) for i in range(jobs)
+        dramatiq.Message(queue_name=queue, actor_name="fast_noop" if "fast" in mode else "noop", args=(i,),
+                         kwargs={}, options={}) for i in range(jobs)
     ]
     broker.declare_queue(queue)
     if store_url:

@@ -28,10 +28,12 @@ def _boundary() -> None:
 
 
 def current_job() -> JobContext:
-    """The job the calling actor is running; RuntimeError outside a reliable-tracked actor."""
+    """The job the calling actor is running; RuntimeError outside a reliable-tracked actor (or on
+    the fast path, until a failure moves the job to the durable path)."""
     job = _current.get()
     if job is None:
-        raise RuntimeError("current_job() is only available inside an actor tracked by reliable")
+        raise RuntimeError("current_job() is only available inside an actor tracked by reliable, and not on "
+                           "the fast path (fast_path=True: no claim, lease or checkpoints before a success)")
     return job
 
 

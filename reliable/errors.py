@@ -19,9 +19,10 @@ stop, cancel or lost lease observed at a checkpoint.
 
 from __future__ import annotations
 
-from dramatiq.middleware import Interrupt
+from dramatiq.middleware import Interrupt, MiddlewareError
 
 __all__ = [
+    "ActorContractError",
     "ClaimRefused",
     "ConfigError",
     "ControlRefused",
@@ -64,6 +65,11 @@ class PolicyError(ConfigError):
         prefix = f"{where}: " if path or line is not None else ""
         suffix = f" (field: {field})" if field else ""
         super().__init__(f"{prefix}{message}{suffix}")
+
+
+class ActorContractError(PolicyError, MiddlewareError):
+    """An actor's declaration contradicts itself or the policy (e.g. `fast_path=True` with
+    `resumable=True`); raised from `@dramatiq.actor` (a MiddlewareError, so Dramatiq lets it through)."""
 
 
 class StoreError(ReliableError):

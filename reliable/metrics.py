@@ -33,7 +33,7 @@ __all__ = ["ATTEMPT_OUTCOMES", "DURATION_BUCKETS", "LATENCY_BUCKETS", "Metrics",
 
 #: Events that end an attempt (the `outcome` label). Forced stop/cancel end one too.
 ATTEMPT_OUTCOMES: frozenset[str] = frozenset({
-    "succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt", "pause_observed",
+    "succeed", "fast_succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt", "pause_observed",
     "stop_observed", "cancel_observed", "lease_expired", "lease_expired_backoff", "lease_expired_review",
     "lease_expired_dead", "force_stop", "force_cancel",
 })
@@ -50,7 +50,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 )
 
 _TRANSITIONS = frozenset({
-    "enqueued", "claim", "succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt",
+    "enqueued", "claim", "succeed", "fast_succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt",
     "pause_observed", "stop_observed", "cancel_observed", "pause", "pause_requested", "stop",
     "stop_requested", "cancel", "cancel_requested", "resume", "restart", "requeue", "reconcile_succeeded",
     "reconcile_cancelled", "lease_expired", "lease_expired_backoff", "lease_expired_review",
@@ -301,6 +301,8 @@ class Metrics:
     def _attempt_ended(self, event: Mapping[str, Any], outcome: str, actor: str, queue: str) -> None:
         c = self._c
         c.attempts.labels(actor, queue, outcome).inc()
+        if outcome == "fast_succeed":
+            return  # no claim recorded when the run started: its length is unknown here
         duration = _seconds(event.get("at"), event.get("started_at"))
         if duration is not None:
             c.attempt_duration.labels(actor, queue, outcome).observe(duration)

@@ -35,6 +35,7 @@ from .context import JobContext, _current
 from .continuations import FollowUp, follow_ups
 from .dispatch import message_for
 from .errors import (
+    ActorContractError,
     ClaimRefused,
     ConfigError,
     JobCancelled,
@@ -44,6 +45,7 @@ from .errors import (
     JobStopped,
     LeaseLost,
     LeaseLostInterrupt,
+    PolicyError,
     StoreError,
     TransitionRefused,
 )
@@ -224,6 +226,17 @@ class ReliableMiddleware(Middleware):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: Any) -> None:
+        """Resolve the contract of a tracked actor now: a contradiction (e.g. `fast_path=True` with
+        `resumable=True`) fails at its declaration (PolicyError naming actor and option), not at its
+        first message."""
+        if not actor.options.get("reliable", True):
+            return
+        try:
+            self.policy.contract(actor.actor_name, actor.queue_name, dict(actor.options))
+        except PolicyError as exc:
+            raise ActorContractError(str(exc)) from None
+
     def after_process_boot(self, broker: dramatiq.Broker) -> None:
         """Remember the broker (re-dispatch needs it)."""
         self.broker = broker
@@ -390,6 +403,13 @@ class ReliableMiddleware(Middleware):
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
         job_id = message.message_id
         contract = self.contract_for(message.actor_name, message.queue_name, message.options)
+        if contract.fast_path and self._fast_eligible(broker, message):
+            status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
+            if status is JobStatus.PENDING:
+                self._delivery.fast = job_id
+                return
+            # Anything else (a retry, a paused or finished job, an unknown message): the durable
+            # claim decides, as for any actor.
         # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
         attempt_id = uuid.uuid4().hex
         try:
@@ -430,9 +450,45 @@ class ReliableMiddleware(Middleware):
             logger.warning("could not record the refused claim of %s", message.message_id, exc_info=True)
         logger.info("message %s skipped: claim refused (%s)", message.message_id, refusal.reason)
 
+    def _fast_eligible(self, broker: dramatiq.Broker, message: Any) -> bool:
+        """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
+        step, on_success, a group's completion) that would have to be registered with it."""
+        if message.options.get("pipe_target") is not None or message.options.get("group_completion_uuid"):
+            return False
+        return not (message.options.get("on_success") or self._actor_options(message.actor_name).get("on_success"))
+
+    def _fast_done(self, broker: dramatiq.Broker, message: Any, result: Any,
+                   exception: BaseException | None) -> None:
+        """A fast-path run ended: commit a success in one compare-and-set; claim a failure and
+        let the durable path decide it (policy, retry, callbacks) as for any attempt."""
+        job_id = message.message_id
+        attempt_id = uuid.uuid4().hex  # one for every try: a retry after a lost reply finds its commit
+        if exception is None:
+            job = self._with_store_retry("fast_succeed", lambda: self.store.fast_succeed(
+                job_id, worker_id=self.worker_id, attempt_id=attempt_id))
+            if job is None:
+                logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
+                message.options["store_results"] = False
+            return
+        contract = self.contract_for(message.actor_name, message.queue_name, message.options)
+        try:
+            claim = self._with_store_retry("claim", lambda: self.store.claim(
+                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id))
+        except ClaimRefused as refusal:
+            logger.warning("job %s: fast-path failure not recorded, the job left PENDING during the run (%s)",
+                           job_id, refusal.reason)
+            return
+        codec = self._actor_options(message.actor_name).get("checkpoint_codec")
+        context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
+                             store_retry_cap=self.heartbeat_interval, codec=codec)
+        self._complete(broker, message, context, None, exception)
+
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         """Commit the attempt's outcome, fenced by its lease."""
+        if self._take_fast(message):
+            self._fast_done(broker, message, result, exception)
+            return
         context = self._take(message)
         if context is None:
             return
@@ -455,6 +511,8 @@ class ReliableMiddleware(Middleware):
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
+        if self._take_fast(message):
+            return  # nothing was claimed: the job is still PENDING
         context = self._take(message)
         if context is None:
             return
@@ -466,6 +524,11 @@ class ReliableMiddleware(Middleware):
         finally:
             assert self._heartbeat is not None
             self._heartbeat.remove(context)
+
+    def _take_fast(self, message: Any) -> bool:
+        fast: str | None = getattr(self._delivery, "fast", None)
+        self._delivery.fast = None
+        return fast is not None and fast == message.message_id
 
     def _take(self, message: Any) -> JobContext | None:
         context: JobContext | None = getattr(self._delivery, "context", None)

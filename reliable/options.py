@@ -31,7 +31,7 @@ __all__ = [
 #: reliable's own actor options that shape the job contract or name code (see JobContract).
 CONTRACT_OPTIONS: tuple[str, ...] = (
     "owner", "idempotent", "resumable", "checkpoint_schema", "stop_grace", "max_attempts", "compensation",
-    "retry_on_crash", "resume_validator",
+    "retry_on_crash", "resume_validator", "fast_path",
 )
 
 #: Dramatiq's Retries options the policy also reads (declared by Retries, message-first in Dramatiq).

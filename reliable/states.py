@@ -70,6 +70,8 @@ class Event(StrEnum):
     # worker
     CLAIM = "claim"
     SUCCEED = "succeed"
+    #: A fast-path actor's run committed without a claim before it (see FAST_PATH_FROM).
+    FAST_SUCCEED = "fast_succeed"
     RETRY = "retry_scheduled"
     FAIL = "fail"
     NEED_REVIEW = "need_review"
@@ -109,6 +111,10 @@ TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
     (S.PENDING, E.CLAIM): S.RUNNING,
     (S.RETRY_WAIT, E.CLAIM): S.RUNNING,  # the delayed message arrived at retry_at
     (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
+    # The fast path (an actor declared `fast_path=True`): no claim before the run, one
+    # compare-and-set after it. It takes and releases a lease in the same write (lease_id and
+    # attempt + 1), so any older lease is fenced; a duplicate delivery's second commit is refused.
+    (S.PENDING, E.FAST_SUCCEED): S.SUCCEEDED,
     (S.RUNNING, E.RETRY): S.RETRY_WAIT,
     (S.RUNNING, E.FAIL): S.FAILED,
     (S.RUNNING, E.NEED_REVIEW): S.REVIEW,

@@ -26,7 +26,7 @@ __all__ = [
     "StaleJobs",
 ]
 
-SUCCESS_EVENTS = ("succeed",)
+SUCCESS_EVENTS = ("succeed", "fast_succeed")
 #: A job that ended badly (the error-budget "bad events").
 FAILURE_EVENTS = ("fail", "dead_letter", "need_review")
 #: An attempt that did not succeed, retried or not.

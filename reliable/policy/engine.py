@@ -96,6 +96,10 @@ class Policy:
         flat.update(_actor_options(actor, options))
         if flat["backoff.base"] > flat["backoff.cap"]:
             flat["backoff.base"] = flat["backoff.cap"]
+        if flat["fast_path"] and (flat["resumable"] or not flat["idempotent"]):
+            why = ("a resumable actor needs the checkpoints a claim's lease gives" if flat["resumable"] else
+                   "a duplicate delivery may run twice on the fast path: declare idempotent actors only")
+            raise PolicyError(f"actor {actor!r}: fast_path=True is refused: {why}", field="fast_path")
         return build_contract(flat)
 
     # -- classification -----------------------------------------------------------------------

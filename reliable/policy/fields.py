@@ -117,6 +117,7 @@ CONTRACT_KEYS: dict[str, Validator] = {
     "owner": as_optional(as_str),
     "idempotent": as_bool,
     "resumable": as_bool,
+    "fast_path": as_bool,
     "checkpoint_schema": as_optional(as_int(0)),
     "stop_grace": duration,
     "max_attempts": as_int(1),
@@ -159,7 +160,7 @@ def build_contract(flat: Mapping[str, Any]) -> JobContract:
                              on_exhausted=flat["retry_budget.on_exhausted"], delay=flat["retry_budget.delay"])
     retry_on_crash = flat["retry_on_crash"]
     return JobContract(
-        owner=flat["owner"], idempotent=flat["idempotent"], resumable=flat["resumable"],
+        owner=flat["owner"], idempotent=flat["idempotent"], resumable=flat["resumable"], fast_path=flat["fast_path"],
         checkpoint_schema=flat["checkpoint_schema"], stop_grace=flat["stop_grace"],
         max_attempts=flat["max_attempts"],
         retry_on_crash=flat["idempotent"] if retry_on_crash is None else retry_on_crash,

@@ -131,6 +131,9 @@ class JobContract:
     owner: str | None = None
     idempotent: bool = True
     resumable: bool = False
+    #: Short idempotent actors: no claim before the run, one compare-and-set after a success
+    #: (docs/concepts.md, "The fast path"). Refused with resumable or idempotent=False.
+    fast_path: bool = False
     checkpoint_schema: int | None = None
     stop_grace: float = 30.0
     max_attempts: int = 5

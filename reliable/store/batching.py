@@ -64,7 +64,7 @@ def batch_write_sql(single: str) -> str:
     sql = _once(sql, "FROM t WHERE r.job_id = %(job_id)s",
                 "FROM t, p WHERE r.job_id = ANY(%(ids)s::text[]) AND r.job_id = p.job_id "
                 "AND r.job_id IN (SELECT job_id FROM locked)")
-    sql = _once(sql, "FROM j WHERE p.claim", "FROM j JOIN p ON p.job_id = j.job_id WHERE p.claim")
+    sql = _once(sql, "FROM j WHERE p.start_attempt", "FROM j JOIN p ON p.job_id = j.job_id WHERE p.start_attempt")
     sql = _once(sql, "WHERE p.end_attempt AND a.attempt_id = (SELECT attempt_id FROM j)",
                 "FROM j JOIN p ON p.job_id = j.job_id WHERE p.end_attempt AND a.attempt_id = j.attempt_id")
     sql = _once(sql, "FROM j RETURNING *", "FROM j JOIN p ON p.job_id = j.job_id RETURNING *")

@@ -243,7 +243,7 @@ class SqlRunner:
         if row is None:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
-        if write.claim:
+        if write.start_attempt:
             self._execute(tx, "attempt_started", params)
         if write.end_attempt:
             self._execute(tx, "attempt_ended", params)
@@ -369,6 +369,12 @@ class SqlRunner:
                 self._execute(tx, "beat", params)
             rows = self._execute(tx, "renew", params).fetchall()
         return [dict(zip(LEASE_COLUMNS, row, strict=True)) for row in rows]
+
+    def job_status(self, job_id: str) -> str | None:
+        """The job's state (None: no such job), read alone by primary key."""
+        with self._single() as tx:
+            row = self._execute(tx, "job_status", {"job_id": job_id}).fetchone()
+        return None if row is None else str(row[0])
 
     def outage_ended_at(self) -> float | None:
         """When the last outage ended, as the first heartbeat after it saw it (None: never)."""

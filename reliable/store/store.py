@@ -343,6 +343,40 @@ class StateStore:
         self._emit_one(result)
         return Claim(Job.from_row(result[0]))
 
+    def job_status(self, job_id: str) -> JobStatus | None:
+        """The job's state alone (None: no such job): the fast path's look before a run."""
+        self.check_schema()
+        status = self._sql.job_status(job_id)
+        return None if status is None else JobStatus(status)
+
+    def fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str) -> Job | None:
+        """Commit a fast-path run that succeeded: ONE compare-and-set PENDING -> SUCCEEDED.
+
+        No claim came before the run, so the write takes and releases a lease at once (lease_id
+        and attempt + 1: any older lease is fenced) and writes no attempt row. None when the job
+        is no longer PENDING (a duplicate delivery committed first, an operator paused or
+        cancelled it meanwhile, or it runs on the durable path): this run's outcome is discarded.
+        A retry after a lost reply finds its own commit by `attempt_id`; a refusal is recorded as
+        `stale_commit_rejected` (detail.write = "fast_succeed").
+        """
+        self.check_schema()
+        result = self._sql.write(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id,
+                                                  attempt_id=attempt_id))
+        if result is None:
+            current = self.find(job_id)
+            if current is None:
+                return None
+            if current.attempt_id == attempt_id and current.status is JobStatus.SUCCEEDED:
+                return current
+            # The run happened but its outcome loses: recorded, so a second run is never unnoticed.
+            refused = self._sql.write(event_write(job_id, "stale_commit_rejected", worker_id=worker_id, detail=_detail(
+                {"write": Event.FAST_SUCCEED.value, "status": current.status.value, "attempt_id": attempt_id})))
+            if refused is not None:
+                self._emit_one(refused)
+            return None
+        self._emit_one(result)
+        return Job.from_row(result[0])
+
     def _claim_refusal(self, job_id: str, job: Job | None) -> ClaimRefused:
         if job is None:
             return ClaimRefused(job_id, "not_found")

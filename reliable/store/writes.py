@@ -17,7 +17,9 @@ writes here, so what a transition sets cannot differ between callers:
   dispatched_at: entering PENDING, "now" when the caller publishes, otherwise cleared so the
   sweeper publishes (the worker's retry publishes its delayed message itself).
 - retry_count: counted entering RETRY_WAIT, reset by restart and requeue (a fresh budget).
-- the attempt row: inserted by a claim, ended by any transition out of an active state.
+- the attempt row: inserted by a claim, ended by any transition out of an active state. A
+  fast-path commit (FAST_SUCCEED: a lease taken and released in the same write) has none: its
+  event row carries the attempt, its worker and its outcome.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class JobWrite:
     to_status: str | None
     transition: bool
     claim: bool
+    start_attempt: bool
     release: bool
     lease_ttl: float | None
     at_rest: bool
@@ -124,9 +127,9 @@ def transition_write(
     event = Event(event)
     to = target(event)
     allowed = set(sources(event)) if from_states is None else set(from_states)
-    claim = to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)
+    claim = (to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)) or event is E.FAST_SUCCEED
     release = to not in ACTIVE_STATES
-    if claim and (lease_ttl is None or worker_id is None or attempt_id is None):
+    if claim and (worker_id is None or attempt_id is None or (lease_ttl is None and not release)):
         raise ValueError(f"{event.value}: a claim needs worker_id, attempt_id and lease_ttl")
     if to is S.RETRY_WAIT and delay is None:
         raise ValueError(f"{event.value}: entering RETRY_WAIT needs a delay")
@@ -147,8 +150,8 @@ def transition_write(
         job_id=job_id, event=event.value, sources=sorted(s.value for s in allowed), lease_id=lease_id,
         version=version, expired_only=expired_only, due_only=claim, unpaused_only=event in RERUN_EVENTS,
         uncancelled_only=event in CANCEL_UPGRADES,
-        to_status=to.value, transition=True, claim=claim, release=release,
-        lease_ttl=lease_ttl if claim else None, at_rest=to in AT_REST_STATES,
+        to_status=to.value, transition=True, claim=claim, start_attempt=claim and not release, release=release,
+        lease_ttl=lease_ttl if claim and not release else None, at_rest=to in AT_REST_STATES,
         delay=delay if to is S.RETRY_WAIT else None, schedule=to in (S.PENDING, S.RETRY_WAIT),
         dispatch=dispatch_mode, retries=retries, request_pause=request == "pause",
         request_stop=request == "stop", request_cancel=request == "cancel",
@@ -180,7 +183,7 @@ def event_write(
         sources=sorted(s.value for s in ACTIVE_STATES) if active_only else None,
         lease_id=lease_id if saving or active_only else None, version=None, expired_only=False,
         due_only=False, unpaused_only=False, uncancelled_only=False, to_status=None, transition=False,
-        claim=False, release=False,
+        claim=False, start_attempt=False, release=False,
         lease_ttl=lease_ttl, at_rest=False, delay=None, schedule=False, dispatch="keep", retries="keep",
         request_pause=False, request_stop=False, request_cancel=False,
         checkpoint_op="save" if saving else "keep", checkpoint=checkpoint, checkpoint_schema=None,

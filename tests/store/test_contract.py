@@ -60,6 +60,8 @@ def write_for(before: Job, event: Event) -> Any:
     kwargs: dict[str, Any] = {"delay": DELAY if TRANSITIONS.get((before.status, event)) is S.RETRY_WAIT else None}
     if event is E.CLAIM:
         kwargs.update(worker_id="w2", attempt_id="att-2", lease_ttl=TTL)
+    elif event is E.FAST_SUCCEED:  # a lease taken and released in one write, no TTL
+        kwargs.update(worker_id="w2", attempt_id="att-2")
     elif event in WORKER:
         kwargs.update(lease_id=before.lease_id, worker_id="w1",
                       error={"error_class": "transient", "error_type": "E", "message": "m"})
@@ -98,6 +100,8 @@ def expected_row(before: Job, event: Event, now: float) -> dict[str, Any]:
     if event is E.CLAIM:
         row.update(lease_id=before.lease_id + 1, attempt=before.attempt + 1, worker_id="w2", started_at=now,
                    lease_expires_at=now + TTL, retry_at=None)
+    elif event is E.FAST_SUCCEED:
+        row.update(lease_id=before.lease_id + 1, attempt=before.attempt + 1, worker_id="w2", started_at=now)
     if to not in ACTIVE_STATES:
         row.update(lease_expires_at=None, pause_requested=False, stop_requested=False, cancel_requested=False)
     if event in (E.STOP_REQUEST, E.CANCEL_REQUEST):
@@ -132,12 +136,14 @@ def test_every_transition_writes_what_the_rules_say(clocked: tuple[StateStore, C
     assert (last.version, last.attempt, last.lease_id, last.at) == (after.version, after.attempt, after.lease_id,
                                                                     clock.now)
     assert last.operator == ("alice" if write.operator else None)
-    assert last.worker_id == ("w2" if event is E.CLAIM else "w1" if event in WORKER else
+    assert last.worker_id == ("w2" if event in (E.CLAIM, E.FAST_SUCCEED) else "w1" if event in WORKER else
                               None if write.operator else after.worker_id)
     # The attempt row: a claim starts one; leaving an active state ends it, named by the event.
     attempts = store.attempts("job")
     if event is E.CLAIM:
         assert attempts[-1].attempt_id == "att-2" and attempts[-1].ended_at is None
+    elif event is E.FAST_SUCCEED:
+        assert attempts == [], "a fast-path commit writes no attempt row"
     elif state in ACTIVE_STATES and after.status not in ACTIVE_STATES:
         assert (attempts[-1].outcome, attempts[-1].ended_at) == (event.value, clock.now)
     elif attempts:
@@ -167,6 +173,8 @@ def _loose_kwargs(event: Event) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"delay": DELAY if target(event) is S.RETRY_WAIT else None}
     if event is E.CLAIM:
         kwargs.update(worker_id="w2", attempt_id="att-x", lease_ttl=TTL)
+    elif event is E.FAST_SUCCEED:
+        kwargs.update(worker_id="w2", attempt_id="att-x")
     return kwargs
 
 

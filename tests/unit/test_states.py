@@ -26,6 +26,7 @@ EXPECTED = {
     (S.PENDING, E.CLAIM): S.RUNNING,
     (S.RETRY_WAIT, E.CLAIM): S.RUNNING,
     (S.RUNNING, E.SUCCEED): S.SUCCEEDED,
+    (S.PENDING, E.FAST_SUCCEED): S.SUCCEEDED,
     (S.RUNNING, E.RETRY): S.RETRY_WAIT,
     (S.RUNNING, E.FAIL): S.FAILED,
     (S.RUNNING, E.NEED_REVIEW): S.REVIEW,
@@ -102,7 +103,7 @@ def test_every_event_has_one_target_and_is_used() -> None:
 
 
 def test_terminal_states_only_leave_by_operator() -> None:
-    worker_or_recovery = {E.CLAIM, E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT,
+    worker_or_recovery = {E.CLAIM, E.SUCCEED, E.FAST_SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT,
                           E.LEASE_EXPIRED, E.RETRY_DUE, E.FORCE_STOP}
     for state in TERMINAL_STATES:
         assert not (allowed_events(state) & worker_or_recovery)

@@ -59,7 +59,7 @@ attempt_started AS (
     INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at,
                                    checkpoint_version_start)
     SELECT j.attempt_id, j.job_id, j.attempt, j.lease_id, j.worker_id, j.started_at, j.checkpoint_version
-    FROM j WHERE %(claim)s::bool
+    FROM j WHERE %(start_attempt)s::bool
 ),
 attempt_ended AS (
     UPDATE reliable_attempts AS a SET ended_at = (SELECT now FROM t), outcome = %(event)s::text, error_class = %(error_class)s::text,
@@ -139,6 +139,10 @@ WHERE (job_id, lease_id) IN (SELECT * FROM unnest(%(job_ids)s::text[], %(lease_i
   AND status = ANY(%(active)s::text[])
 RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, lease_expires_at,
     stop_requested_at;
+
+-- name: job_status
+-- The fast path's look before a run: only the state, by primary key.
+SELECT status FROM reliable_jobs WHERE job_id = %(job_id)s;
 
 -- name: outage_ended_at
 SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;

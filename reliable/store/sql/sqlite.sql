@@ -120,6 +120,10 @@ ON CONFLICT (id) DO UPDATE SET
                            THEN excluded.last_beat_at ELSE outage_ended_at END,
     last_beat_at = excluded.last_beat_at;
 
+-- name: job_status
+-- The fast path's look before a run: only the state, by primary key.
+SELECT status FROM reliable_jobs WHERE job_id = :job_id;
+
 -- name: outage_ended_at
 SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;
 

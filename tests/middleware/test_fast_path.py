@@ -1,0 +1,191 @@
+"""The opt-in fast path (`fast_path=True`): no claim before the run, one compare-and-set after it.
+
+On SQLite and PostgreSQL (group commit), with Dramatiq's StubBroker and a real Worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq import Worker
+from dramatiq.brokers.stub import StubBroker
+
+import reliable
+from reliable.control import Control
+from reliable.errors import PolicyError
+from reliable.states import JobStatus
+from reliable.store import StateStore
+
+from support import wait_for
+
+
+class Setup:
+    """A StubBroker with reliable installed on `store_url`, and a worker started on demand."""
+
+    def __init__(self, store_url: str, policy: Path) -> None:
+        self.broker = StubBroker()
+        self.broker.emit_after("process_boot")
+        dramatiq.set_broker(self.broker)
+        self.middleware = reliable.install(self.broker, store=store_url, policies=policy, recovery=False,
+                                           metrics=False, json_logs=False)
+        self.worker = Worker(self.broker, worker_timeout=50, worker_threads=4)
+
+    @property
+    def store(self) -> StateStore:
+        return self.middleware.store
+
+    def run(self) -> None:
+        self.worker.start()
+        self.broker.join("default", fail_fast=False)
+        self.worker.join()
+
+    def events(self, job_id: str) -> list[str]:
+        return [e.event for e in self.store.events(job_id)]
+
+
+@pytest.fixture
+def setup(store_url: str, policy_file: Path) -> Iterator[Setup]:
+    s = Setup(store_url, policy_file)
+    yield s
+    s.worker.stop()
+    s.broker.close()
+    s.store.close()
+
+
+def test_a_success_commits_once_without_a_claim(setup: Setup) -> None:
+    ran: list[int] = []
+
+    @dramatiq.actor(fast_path=True)
+    def add(x: int) -> int:
+        ran.append(x)
+        return x + 1
+
+    messages = [add.send(i) for i in range(6)]
+    setup.run()
+    assert sorted(ran) == list(range(6))
+    for message in messages:
+        job = setup.store.get(message.message_id)
+        assert job.status is JobStatus.SUCCEEDED and job.attempt == 1 and job.lease_id == 1
+        assert job.worker_id == setup.middleware.worker_id and job.lease_expires_at is None
+        assert setup.events(message.message_id) == ["enqueued", "fast_succeed"]
+        assert setup.store.attempts(message.message_id) == []  # one write: no attempt row
+
+
+def test_a_duplicate_delivery_may_run_twice_but_commits_once_and_is_recorded(setup: Setup) -> None:
+    both_running = threading.Barrier(2, timeout=10)
+    runs: list[str] = []
+
+    @dramatiq.actor(fast_path=True)
+    def touch() -> None:
+        runs.append(threading.current_thread().name)
+        both_running.wait()  # the two copies run at the same time: neither commits before the other runs
+
+    message = touch.send()
+    setup.broker.enqueue(message)  # the same message_id again, as a redelivery would
+    setup.run()
+    assert len(runs) == 2
+    history = setup.store.events(message.message_id)
+    names = [e.event for e in history]
+    assert sorted(names) == ["enqueued", "fast_succeed", "stale_commit_rejected"], names
+    refused = next(e for e in history if e.event == "stale_commit_rejected")
+    assert refused.detail["write"] == "fast_succeed" and refused.detail["status"] == "SUCCEEDED"
+    job = setup.store.get(message.message_id)
+    assert job.status is JobStatus.SUCCEEDED and job.attempt == 1
+
+
+@pytest.mark.parametrize("command", ["pause", "cancel"])
+def test_a_pause_or_cancel_requested_before_the_run_is_honoured(setup: Setup, command: str) -> None:
+    ran: list[bool] = []
+
+    @dramatiq.actor(fast_path=True)
+    def charge() -> None:
+        ran.append(True)
+
+    message = charge.send()
+    control = Control(setup.store, policy=setup.middleware.policy)
+    getattr(control, command)(message.message_id, reason="maintenance")
+    setup.run()
+    assert ran == []
+    job = setup.store.get(message.message_id)
+    assert job.status is (JobStatus.PAUSED if command == "pause" else JobStatus.CANCELLED)
+    names = setup.events(message.message_id)
+    assert "claim_refused" in names and "fast_succeed" not in names
+
+
+def test_a_failure_takes_the_durable_path_and_its_retry_too(setup: Setup) -> None:
+    calls: list[int] = []
+
+    @dramatiq.actor(fast_path=True)
+    def flaky() -> str:
+        calls.append(reliable.current_job().attempt if len(calls) else 0)
+        if len(calls) == 1:
+            raise TimeoutError("upstream slow")  # transient in the test policy: retried
+        return "done"
+
+    message = flaky.send()
+    setup.run()
+    wait_for(lambda: setup.store.get(message.message_id).status is JobStatus.SUCCEEDED, "the retry to succeed",
+             timeout=20)
+    assert setup.events(message.message_id) == ["enqueued", "claim", "retry_scheduled", "claim", "succeed"]
+    assert calls == [0, 2], "the retry ran on the durable path, with a claim (and current_job())"
+    job = setup.store.get(message.message_id)
+    assert job.attempt == 2 and job.lease_id == 2
+
+
+def test_a_final_failure_is_decided_by_the_policy(setup: Setup) -> None:
+    @dramatiq.actor(fast_path=True)
+    def parse() -> None:
+        raise ValueError("not a number")  # invalid_input in the test policy: FAILED at once
+
+    message = parse.send()
+    setup.run()
+    job = setup.store.get(message.message_id)
+    assert job.status is JobStatus.FAILED and job.last_error_class == "invalid_input"
+    assert setup.events(message.message_id) == ["enqueued", "claim", "fail"]
+
+
+def test_current_job_is_not_available_on_the_fast_path(setup: Setup) -> None:
+    seen: list[str] = []
+
+    @dramatiq.actor(fast_path=True)
+    def look() -> None:
+        try:
+            reliable.current_job()
+        except RuntimeError as exc:
+            seen.append(str(exc))
+
+    look.send()
+    setup.run()
+    assert len(seen) == 1 and "fast_path" in seen[0]
+
+
+def test_a_message_whose_success_is_followed_runs_on_the_durable_path(setup: Setup) -> None:
+    @dramatiq.actor(fast_path=True)
+    def first() -> int:
+        return 1
+
+    @dramatiq.actor
+    def second(value: int) -> None:
+        pass
+
+    pipe = dramatiq.pipeline([first.message(), second.message()])
+    pipe.run()
+    setup.run()
+    wait_for(lambda: setup.store.count_by_status().get(JobStatus.SUCCEEDED, 0) == 2, "both steps", timeout=20)
+    first_id = pipe.messages[0].message_id
+    assert setup.events(first_id) == ["enqueued", "claim", "succeed"]
+
+
+@pytest.mark.parametrize(("options", "why"), [({"resumable": True}, "resumable"),
+                                              ({"idempotent": False}, "idempotent")])
+def test_the_fast_path_is_refused_for_resumable_or_non_idempotent_actors(setup: Setup, options: dict[str, Any],
+                                                                         why: str) -> None:
+    with pytest.raises(PolicyError, match=f"actor 'risky': fast_path=True is refused.*{why}"):
+        @dramatiq.actor(actor_name="risky", fast_path=True, **options)
+        def risky() -> None:
+            pass
