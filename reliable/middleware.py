@@ -464,8 +464,11 @@ class ReliableMiddleware(Middleware):
         job_id = message.message_id
         attempt_id = uuid.uuid4().hex  # one for every try: a retry after a lost reply finds its commit
         if exception is None:
+            # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
+            # trace; the broker's redelivered flag says an earlier run may have happened.
+            detail = {"redelivered": True} if getattr(message, "redelivered", False) else None
             job = self._with_store_retry("fast_succeed", lambda: self.store.fast_succeed(
-                job_id, worker_id=self.worker_id, attempt_id=attempt_id))
+                job_id, worker_id=self.worker_id, attempt_id=attempt_id, detail=detail))
             if job is None:
                 logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
                 message.options["store_results"] = False

@@ -349,7 +349,8 @@ class StateStore:
         status = self._sql.job_status(job_id)
         return None if status is None else JobStatus(status)
 
-    def fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str) -> Job | None:
+    def fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str,
+                     detail: Mapping[str, Any] | None = None) -> Job | None:
         """Commit a fast-path run that succeeded: ONE compare-and-set PENDING -> SUCCEEDED.
 
         No claim came before the run, so the write takes and releases a lease at once (lease_id
@@ -361,7 +362,7 @@ class StateStore:
         """
         self.check_schema()
         result = self._sql.write(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id,
-                                                  attempt_id=attempt_id))
+                                                  attempt_id=attempt_id, detail=_detail(detail)))
         if result is None:
             current = self.find(job_id)
             if current is None:

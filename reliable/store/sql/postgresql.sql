@@ -46,7 +46,9 @@ j AS (
         updated_at = CASE WHEN %(transition)s::bool OR %(checkpoint_op)s::text = 'save' THEN t.now ELSE r.updated_at END
     FROM t
     WHERE r.job_id = %(job_id)s
-      AND (%(sources)s::text[] IS NULL OR r.status = ANY(%(sources)s::text[]))
+      -- `|| ''`: the guard must not let the planner serve the lookup from a partial index
+      -- (migration 0007) instead of the primary key (measured: 2.5x the CPU of a claim).
+      AND (%(sources)s::text[] IS NULL OR (r.status || '') = ANY(%(sources)s::text[]))
       AND (%(lease_id)s::int8 IS NULL OR r.lease_id = %(lease_id)s::int8)
       AND (%(version)s::int8 IS NULL OR r.version = %(version)s::int8)
       AND (NOT %(expired_only)s::bool OR r.lease_expires_at < t.now)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
+from pathlib import Path
 
 import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
@@ -43,6 +45,18 @@ def units(n_units: int, unit_seconds: float) -> None:
 @dramatiq.actor(queue_name=QUEUE, time_limit=600_000)
 def hold(release: str, timeout: float) -> None:
     """Keep running (holding the lease) until the file `release` exists: the test decides when it ends."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} was not created within {timeout}s")
+        time.sleep(0.05)
+
+
+@dramatiq.actor(queue_name=QUEUE, fast_path=True, time_limit=600_000)
+def fast_hold(release: str, started_dir: str, timeout: float) -> None:
+    """`hold` on the fast path (no claim): first leave a marker file of its own in `started_dir`,
+    so the test counts the runs, then keep running until the file `release` exists."""
+    Path(started_dir, f"{os.getpid()}-{uuid.uuid4().hex}").touch()
     deadline = time.monotonic() + timeout
     while not os.path.exists(release):
         if time.monotonic() > deadline:
