@@ -53,7 +53,7 @@ from .events import JsonLogSink, current_trace_id
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
 from .metrics import Metrics
-from .options import ACTOR_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
+from .options import ACTOR_OPTIONS, RETRY_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
 from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .recovery import Recovery
 from .states import Event, JobStatus
@@ -84,6 +84,8 @@ MAX_BROKER_DELAY = 15 * 60.0
 RETRY_BUDGET_WINDOW = 60.0
 #: Outcomes that are final failures in Dramatiq's sense: the message is failed (nacked).
 _FAILED_FOR_GOOD = frozenset({JobStatus.FAILED, JobStatus.DEAD})
+#: Contracts kept per (policy, actor, queue, message retry options); more distinct keys are computed each time.
+_CONTRACT_CACHE = 10_000
 
 
 class ReliableMiddleware(Middleware):
@@ -150,6 +152,7 @@ class ReliableMiddleware(Middleware):
         # The attempt a worker thread is running. Per thread, not per job id: a stale attempt and
         # its re-claimed successor can run the same job in two threads of one process.
         self._delivery = threading.local()
+        self._contracts: dict[tuple[Any, ...], JobContract] = {}
         self._bulk = threading.local()
         self.broker: dramatiq.Broker | None = None
         #: The continuation kinds reliable sends for tracked actors (set by `install` from the
@@ -216,8 +219,15 @@ class ReliableMiddleware(Middleware):
     def contract_for(self, actor_name: str, queue: str, message_options: dict[str, Any] | None = None) -> JobContract:
         """The job contract: policy defaults, queue and actor sections, actor options, then the
         Dramatiq retry options of the message (max_retries, min_backoff, max_backoff), as Dramatiq."""
-        return self.policy.contract(actor_name, queue,
-                                    contract_options(self._actor_options(actor_name), message_options))
+        retry_options = tuple((key, message_options.get(key)) for key in RETRY_OPTIONS) if message_options else ()
+        key = (id(self.policy), actor_name, queue, retry_options)
+        contract = self._contracts.get(key)
+        if contract is None:  # computed once per actor, queue and message retry options (the hot path)
+            contract = self.policy.contract(actor_name, queue,
+                                            contract_options(self._actor_options(actor_name), message_options))
+            if len(self._contracts) < _CONTRACT_CACHE:
+                self._contracts[key] = contract
+        return contract
 
     def tracked(self, broker: dramatiq.Broker, actor_name: str) -> bool:
         """Whether reliable tracks this actor (all do, unless declared with `reliable=False`)."""
@@ -230,6 +240,7 @@ class ReliableMiddleware(Middleware):
         """Resolve the contract of a tracked actor now: a contradiction (e.g. `fast_path=True` with
         `resumable=True`) fails at its declaration (PolicyError naming actor and option), not at its
         first message."""
+        self._contracts.clear()  # a re-declared actor may change its options
         if not actor.options.get("reliable", True):
             return
         try:

@@ -163,6 +163,9 @@ TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
 }
 
 _TARGETS: Mapping[Event, JobStatus] = {ev: to for (_, ev), to in TRANSITIONS.items()}
+_SOURCES: Mapping[Event, frozenset[JobStatus]] = {
+    ev: frozenset(state for (state, e) in TRANSITIONS if e is ev) for ev in Event
+}
 assert all(TRANSITIONS[k] is _TARGETS[k[1]] for k in TRANSITIONS), "an event must have one target"
 
 #: States no worker moves a job out of.
@@ -224,8 +227,7 @@ def next_state(state: JobStatus | str, event: Event | str) -> JobStatus:
 
 def sources(event: Event | str) -> frozenset[JobStatus]:
     """The states from which `event` is allowed (used as the guard of a compare-and-set)."""
-    event = Event(event)
-    return frozenset(state for (state, ev) in TRANSITIONS if ev is event)
+    return _SOURCES[Event(event)]
 
 
 def allowed_events(state: JobStatus | str) -> frozenset[Event]:

@@ -24,8 +24,9 @@ writes here, so what a transition sets cannot differ between callers:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from ..states import (
@@ -101,12 +102,9 @@ class JobWrite:
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""
-        values = {name: getattr(self, name) for name in _FIELDS}
+        values = dict(self.__dict__)  # the fields (a plain dataclass keeps them there): one copy, no lookups
         values["now"] = now
         return values
-
-
-_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobWrite))
 
 
 def transition_write(
@@ -125,14 +123,32 @@ def transition_write(
     default. `delay` is required entering RETRY_WAIT.
     """
     event = Event(event)
-    to = target(event)
-    allowed = set(sources(event)) if from_states is None else set(from_states)
-    claim = (to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)) or event is E.FAST_SUCCEED
-    release = to not in ACTIVE_STATES
+    rule = _rule(event, None if from_states is None else frozenset(from_states), dispatch)
+    claim, release = rule["claim"], rule["release"]
     if claim and (worker_id is None or attempt_id is None or (lease_ttl is None and not release)):
         raise ValueError(f"{event.value}: a claim needs worker_id, attempt_id and lease_ttl")
-    if to is S.RETRY_WAIT and delay is None:
+    entering_retry_wait = rule["to_status"] == S.RETRY_WAIT.value
+    if entering_retry_wait and delay is None:
         raise ValueError(f"{event.value}: entering RETRY_WAIT needs a delay")
+    return JobWrite(
+        job_id=job_id, lease_id=lease_id, version=version, expired_only=expired_only,
+        lease_ttl=lease_ttl if claim and not release else None, delay=delay if entering_retry_wait else None,
+        checkpoint=None, checkpoint_schema=checkpoint_schema, worker_id=worker_id if claim else None,
+        attempt_id=attempt_id if claim else None,
+        has_error=error is not None, error_class=(error or {}).get("error_class"),
+        error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
+        event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
+        detail=detail, **rule,
+    )
+
+
+@functools.cache
+def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool | None) -> dict[str, Any]:
+    """What `event` writes whatever the job and caller: derived once per (event, guard, dispatch)."""
+    to = target(event)
+    allowed = sources(event) if from_states is None else from_states
+    claim = (to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)) or event is E.FAST_SUCCEED
+    release = to not in ACTIVE_STATES
     if to is S.PENDING:
         dispatch_mode = "now" if dispatch else "clear"
     elif to is S.RETRY_WAIT:
@@ -146,24 +162,16 @@ def transition_write(
     else:
         retries = "keep"
     request = _REQUESTS.get(event)
-    return JobWrite(
-        job_id=job_id, event=event.value, sources=sorted(s.value for s in allowed), lease_id=lease_id,
-        version=version, expired_only=expired_only, due_only=claim, unpaused_only=event in RERUN_EVENTS,
-        uncancelled_only=event in CANCEL_UPGRADES,
-        to_status=to.value, transition=True, claim=claim, start_attempt=claim and not release, release=release,
-        lease_ttl=lease_ttl if claim and not release else None, at_rest=to in AT_REST_STATES,
-        delay=delay if to is S.RETRY_WAIT else None, schedule=to in (S.PENDING, S.RETRY_WAIT),
-        dispatch=dispatch_mode, retries=retries, request_pause=request == "pause",
-        request_stop=request == "stop", request_cancel=request == "cancel",
-        checkpoint_op="clear" if event in _FROM_SCRATCH else "keep", checkpoint=None,
-        checkpoint_schema=checkpoint_schema, worker_id=worker_id if claim else None,
-        attempt_id=attempt_id if claim else None,
-        end_attempt=bool(sources(event) & ACTIVE_STATES) and release,
-        has_error=error is not None, error_class=(error or {}).get("error_class"),
-        error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
-        event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
-        detail=detail,
-    )
+    return {
+        "event": event.value, "sources": sorted(s.value for s in allowed), "due_only": claim,
+        "unpaused_only": event in RERUN_EVENTS, "uncancelled_only": event in CANCEL_UPGRADES,
+        "to_status": to.value, "transition": True, "claim": claim, "start_attempt": claim and not release,
+        "release": release, "at_rest": to in AT_REST_STATES, "schedule": to in (S.PENDING, S.RETRY_WAIT),
+        "dispatch": dispatch_mode, "retries": retries, "request_pause": request == "pause",
+        "request_stop": request == "stop", "request_cancel": request == "cancel",
+        "checkpoint_op": "clear" if event in _FROM_SCRATCH else "keep",
+        "end_attempt": bool(sources(event) & ACTIVE_STATES) and release,
+    }
 
 
 def event_write(

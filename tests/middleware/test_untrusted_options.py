@@ -43,6 +43,7 @@ FORBIDDEN: dict[str, Any] = {
     "resume_validator": "sidefx_probe:check",
     "max_attempts": 50,
     "checkpoint_codec": "sidefx_probe:check",
+    "fast_path": True,
     STORED_CONTRACT: {"idempotent": True, "resumable": True, "retry_on_crash": True, "max_attempts": 50,
                       "resume_validator": "sidefx_probe:check", "compensation": "evil_compensation"},
 }
