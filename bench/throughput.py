@@ -1,8 +1,8 @@
 """Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-nogc,reliable-pg-nometrics,reliable-sqlite,
-                 reliable-sqlite-fast]
+        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-nogc,reliable-pg-nometrics,reliable-pg-fullidx,
+                 reliable-sqlite,reliable-sqlite-fast]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
@@ -105,6 +105,21 @@ def fresh_pg() -> str:
     return url
 
 
+def full_indexes(url: str) -> None:
+    """Replace the partial job indexes (migration 0007) by the full ones of 0006: the A/B of that lever."""
+    from sqlalchemy import Index
+
+    from reliable.store.schema import PARTIAL_JOB_INDEXES, jobs
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    with engine.connect() as conn:
+        for index in jobs.indexes:
+            if index.name in PARTIAL_JOB_INDEXES:
+                conn.execute(text(f"DROP INDEX {index.name}"))
+                Index(index.name, *index.columns).create(conn)
+    engine.dispose()
+
+
 def drop_pg(url: str) -> None:
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -130,6 +145,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
            "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1"}
     if mode.startswith("reliable-pg"):
         store_url = fresh_pg()
+        if "fullidx" in mode:
+            full_indexes(store_url)
     elif mode.startswith("reliable-sqlite"):
         store_url = f"sqlite:///{tmp / (queue + '.db')}"
         reliable.StateStore(store_url).upgrade()

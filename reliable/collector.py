@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import Select, func, literal, select, union_all
 from sqlalchemy.engine import Connection
 
-from .states import JobStatus
+from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
 from .store.schema import jobs
 
@@ -33,9 +33,7 @@ __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
 logger = logging.getLogger("reliable.collector")
 
 #: States counted by default: everything but the final outcomes nobody acts on.
-DEFAULT_COUNTED_STATES: frozenset[JobStatus] = frozenset(JobStatus) - {
-    JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED,
-}
+DEFAULT_COUNTED_STATES: frozenset[JobStatus] = UNFINISHED_STATES
 
 #: Seconds a job may stay in each state before it counts as stuck. RUNNING is measured from the
 #: attempt's claim (started_at), STOPPING from the stop request, PAUSED from the pause (updated_at).

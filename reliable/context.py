@@ -21,6 +21,10 @@ __all__ = ["CheckpointCodec", "JobContext", "current_job"]
 T = TypeVar("T")
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("reliable_job", default=None)
+#: The (job_id, trace_id) a fast-path actor is running (it has no JobContext): the job and trace
+#: the messages it sends are linked to, as a durable job's are through `_current`.
+_fast_run: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
+    "reliable_fast_run", default=None)
 
 
 def _boundary() -> None:

@@ -24,7 +24,7 @@ from dramatiq.middleware import Callbacks, Pipelines, Retries
 
 from .states import JobStatus
 
-__all__ = ["KINDS", "FollowUp", "follow_ups", "kind_of"]
+__all__ = ["KINDS", "FollowUp", "follow_ups", "follows_success", "kind_of"]
 
 #: The Dramatiq middleware whose continuations reliable takes over, by the kind they send.
 KINDS: dict[type[dramatiq.Middleware], str] = {
@@ -58,6 +58,17 @@ class FollowUp:
         return self.statuses is None or status in self.statuses
 
 
+#: The options that make a message send something after its success (the next pipeline step,
+#: Callbacks' on_success): `follow_ups` builds from them, `follows_success` tells whether any is set.
+_SUCCESS_OPTIONS = ("pipe_target", "on_success")
+
+
+def follows_success(message: Any, actor_options: Mapping[str, Any]) -> bool:
+    """Whether a success of `message` sends a message that `follow_ups` would build (whichever
+    Dramatiq middleware are on the broker): such a success must be registered with its continuation."""
+    return any(message.options.get(key) is not None or actor_options.get(key) for key in _SUCCESS_OPTIONS)
+
+
 def follow_ups(broker: dramatiq.Broker, message: Any, *, kinds: frozenset[str], result: Any = None,
                exception: BaseException | None = None,
                exhausted: Mapping[str, Any] | None = None) -> list[FollowUp]:
@@ -81,10 +92,10 @@ def follow_ups(broker: dramatiq.Broker, message: Any, *, kinds: frozenset[str], 
 
     builders: list[tuple[str, Callable[[], FollowUp]]] = []
     if exception is None:
-        target = message.options.get("pipe_target")
+        target = message.options.get(_SUCCESS_OPTIONS[0])
         if "pipelines" in kinds and target is not None:
             builders.append(("the next pipeline step", lambda: next_step(target)))
-        if "callbacks" in kinds and (name := option("on_success")):
+        if "callbacks" in kinds and (name := option(_SUCCESS_OPTIONS[1])):
             builders.append((f"on_success {name!r}", lambda: FollowUp(
                 _message(broker, name, message.asdict(), result), None, _SUCCEEDED)))
     else:

@@ -31,8 +31,8 @@ import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
 
 from .compensation import compensate
-from .context import JobContext, _current
-from .continuations import FollowUp, follow_ups
+from .context import JobContext, _current, _fast_run
+from .continuations import FollowUp, follow_ups, follows_success
 from .dispatch import message_for
 from .errors import (
     ActorContractError,
@@ -244,7 +244,7 @@ class ReliableMiddleware(Middleware):
         if not actor.options.get("reliable", True):
             return
         try:
-            self.policy.contract(actor.actor_name, actor.queue_name, dict(actor.options))
+            self.policy.contract(actor.actor_name, actor.queue_name, dict(actor.options), strict=True)
         except PolicyError as exc:
             raise ActorContractError(str(exc)) from None
 
@@ -356,9 +356,10 @@ class ReliableMiddleware(Middleware):
         # stored (so no later reader can trust them by mistake), and recorded on the job.
         ignored = strip_untrusted(options)
         parent = _current.get()
-        if parent is not None:
-            options.setdefault("trace_id", parent.trace_id)
-            options.setdefault("parent_job_id", parent.job_id)
+        link = (parent.job_id, parent.trace_id) if parent is not None else _fast_run.get()
+        if link is not None:
+            options.setdefault("trace_id", link[1])
+            options.setdefault("parent_job_id", link[0])
         options["trace_id"] = current_trace_id(options)
         options[REGISTERED] = True  # travels with every copy of the message, see above
         actor_options = self._actor_options(message.actor_name)
@@ -418,6 +419,7 @@ class ReliableMiddleware(Middleware):
             status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
             if status is JobStatus.PENDING:
                 self._delivery.fast = job_id
+                _fast_run.set((job_id, message.options.get("trace_id")))
                 return
             # Anything else (a retry, a paused or finished job, an unknown message): the durable
             # claim decides, as for any actor.
@@ -464,9 +466,9 @@ class ReliableMiddleware(Middleware):
     def _fast_eligible(self, broker: dramatiq.Broker, message: Any) -> bool:
         """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
         step, on_success, a group's completion) that would have to be registered with it."""
-        if message.options.get("pipe_target") is not None or message.options.get("group_completion_uuid"):
+        if message.options.get("group_completion_uuid"):
             return False
-        return not (message.options.get("on_success") or self._actor_options(message.actor_name).get("on_success"))
+        return not follows_success(message, self._actor_options(message.actor_name))
 
     def _fast_done(self, broker: dramatiq.Broker, message: Any, result: Any,
                    exception: BaseException | None) -> None:
@@ -484,18 +486,36 @@ class ReliableMiddleware(Middleware):
                 logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
                 message.options["store_results"] = False
             return
+        context = self._claim_after_run(message, attempt_id, "failure")
+        if context is None:
+            return
+        try:
+            self._complete(broker, message, context, None, exception)
+        finally:
+            assert self._heartbeat is not None
+            self._heartbeat.remove(context)
+
+    def _claim_after_run(self, message: Any, attempt_id: str, what: str) -> JobContext | None:
+        """Claim a fast-path job whose run ended without a success, so the durable path decides
+        what follows (held in the heartbeat while it does). Only from PENDING: a job that moved on
+        meanwhile (a duplicate's outcome, an operator) is left alone."""
+        job_id = message.message_id
         contract = self.contract_for(message.actor_name, message.queue_name, message.options)
         try:
             claim = self._with_store_retry("claim", lambda: self.store.claim(
-                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id))
+                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id,
+                from_states=(JobStatus.PENDING,)))
         except ClaimRefused as refusal:
-            logger.warning("job %s: fast-path failure not recorded, the job left PENDING during the run (%s)",
-                           job_id, refusal.reason)
-            return
+            logger.warning("job %s: fast-path %s not recorded, the job left PENDING during the run (%s)",
+                           job_id, what, refusal.reason)
+            return None
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
                              store_retry_cap=self.heartbeat_interval, codec=codec)
-        self._complete(broker, message, context, None, exception)
+        assert self._heartbeat is not None
+        self._heartbeat.add(context)
+        self._heartbeat.start()
+        return context
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
@@ -525,13 +545,16 @@ class ReliableMiddleware(Middleware):
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
-        if self._take_fast(message):
-            return  # nothing was claimed: the job is still PENDING
-        context = self._take(message)
+        context: JobContext | None
+        if self._take_fast(message):  # nothing was claimed yet: claim it now, as the durable path had
+            context = self._claim_after_run(message, uuid.uuid4().hex, "skip")
+        else:
+            context = self._take(message)
+            if context is not None:
+                context.leave()
         if context is None:
             return
         try:
-            context.leave()
             logger.warning("job %s: skipped by another middleware after its claim; released for a retry",
                            context.job_id)
             self._finish(context, Event.RETRY, retry_delay=0.0, detail={"skipped_by_middleware": True})
@@ -542,6 +565,7 @@ class ReliableMiddleware(Middleware):
     def _take_fast(self, message: Any) -> bool:
         fast: str | None = getattr(self._delivery, "fast", None)
         self._delivery.fast = None
+        _fast_run.set(None)
         return fast is not None and fast == message.message_id
 
     def _take(self, message: Any) -> JobContext | None:

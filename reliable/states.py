@@ -33,9 +33,11 @@ __all__ = [
     "AT_REST_STATES",
     "CANCEL_UPGRADES",
     "LATE_COMPLETION_FROM",
+    "ONE_WRITE_RUNS",
     "RERUN_EVENTS",
     "TERMINAL_STATES",
     "TRANSITIONS",
+    "UNFINISHED_STATES",
     "WORKER_OUTCOMES",
     "Event",
     "JobStatus",
@@ -171,12 +173,19 @@ assert all(TRANSITIONS[k] is _TARGETS[k[1]] for k in TRANSITIONS), "an event mus
 #: States no worker moves a job out of.
 TERMINAL_STATES: frozenset[JobStatus] = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.DEAD})
 
+#: Every state but the final outcomes nobody acts on (SUCCEEDED, FAILED, CANCELLED): what the
+#: metrics collector counts by default and what the store's partial indexes hold (schema.py).
+UNFINISHED_STATES: frozenset[JobStatus] = frozenset(JobStatus) - {S.SUCCEEDED, S.FAILED, S.CANCELLED}
+
 #: States in which a worker holds a lease on the job.
 ACTIVE_STATES: frozenset[JobStatus] = frozenset({S.RUNNING, S.STOPPING})
 
 #: States in which nothing moves the job on its own: `finished_at` is set on entering them and
 #: cleared on leaving them (an operator's resume, restart or retry).
 AT_REST_STATES: frozenset[JobStatus] = TERMINAL_STATES | {S.PAUSED, S.STOPPED, S.REVIEW}
+
+#: Events whose write takes and releases a lease at once: a run committed with no claim before it.
+ONE_WRITE_RUNS: frozenset[Event] = frozenset({E.FAST_SUCCEED})
 
 #: What a worker's attempt can end with (the events of `StateStore.finish`).
 WORKER_OUTCOMES: frozenset[Event] = frozenset({

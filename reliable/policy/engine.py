@@ -77,7 +77,7 @@ class Policy:
 
     # -- contracts ----------------------------------------------------------------------------
 
-    def contract(self, actor: str, queue: str, options: Mapping[str, Any] = {}) -> JobContract:
+    def contract(self, actor: str, queue: str, options: Mapping[str, Any] = {}, *, strict: bool = False) -> JobContract:
         """The job contract of `actor` on `queue`.
 
         Precedence, lowest first: built-in defaults, the policy's `defaults`, `queues.<queue>`,
@@ -87,6 +87,8 @@ class Policy:
         `min_backoff` / `max_backoff` in milliseconds: min_backoff is the backoff base and a floor,
         max_backoff the cap). `retry_on_crash` left unset follows `idempotent`. Pass the actor's
         declared options (`reliable.options.contract_options` adds the retry options a message may set).
+        `fast_path` is dropped for resumable or non-idempotent jobs; `strict=True` (an actor's
+        declaration) raises PolicyError instead.
         """
         flat = contract_defaults()
         flat.update(self.spec.defaults)
@@ -97,9 +99,13 @@ class Policy:
         if flat["backoff.base"] > flat["backoff.cap"]:
             flat["backoff.base"] = flat["backoff.cap"]
         if flat["fast_path"] and (flat["resumable"] or not flat["idempotent"]):
-            why = ("a resumable actor needs the checkpoints a claim's lease gives" if flat["resumable"] else
-                   "a duplicate delivery may run twice on the fast path: declare idempotent actors only")
-            raise PolicyError(f"actor {actor!r}: fast_path=True is refused: {why}", field="fast_path")
+            # Refused loudly where the actor is declared (strict); anywhere else (a job stored
+            # under an older declaration, a policy default) the durable path applies.
+            if strict:
+                why = ("a resumable actor needs the checkpoints a claim's lease gives" if flat["resumable"] else
+                       "a duplicate delivery may run twice on the fast path: declare idempotent actors only")
+                raise PolicyError(f"actor {actor!r}: fast_path=True is refused: {why}", field="fast_path")
+            flat["fast_path"] = False
         return build_contract(flat)
 
     # -- classification -----------------------------------------------------------------------

@@ -22,6 +22,8 @@ from sqlalchemy import (
     text,
 )
 
+from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
+
 __all__ = ["PARTIAL_JOB_INDEXES", "alerts", "attempts", "barriers", "effects", "job_events", "jobs", "liveness",
            "metadata"]
 
@@ -70,21 +72,22 @@ jobs = Table(
     Column("updated_at", Double, nullable=False),
 )
 
-#: On PostgreSQL the job indexes are partial (migration 0007): each holds only the rows of the
+def _in(states: frozenset[JobStatus]) -> str:
+    return "status IN (" + ", ".join(f"'{state.value}'" for state in sorted(states)) + ")"
+
+
+#: On PostgreSQL most job indexes are partial (migration 0007): each holds only the rows of the
 #: states its queries ask for, so a transition maintains only what it must (a finish into
-#: SUCCEEDED writes the primary key and ix_reliable_jobs_status_updated, not nine indexes). Their
-#: predicates, by index name; SQLite keeps full indexes (its planner uses a partial index only when
-#: a query repeats the predicate word for word).
+#: SUCCEEDED writes the primary key, (status, updated_at) and (actor, status), not nine indexes).
+#: Their predicates, by index name; SQLite keeps full indexes (its planner uses a partial index
+#: only when a query repeats the predicate word for word).
 PARTIAL_JOB_INDEXES: dict[str, str] = {
-    # the collector's counts by state and queue, the oldest due PENDING job: unfinished states
-    "ix_reliable_jobs_status_queue_scheduled":
-        "status IN ('DEAD', 'PAUSED', 'PENDING', 'RETRY_WAIT', 'REVIEW', 'RUNNING', 'STOPPED', 'STOPPING')",
-    "ix_reliable_jobs_status_started_queue": "status = 'RUNNING'",  # stuck RUNNING jobs
-    "ix_reliable_jobs_status_lease": "status IN ('RUNNING', 'STOPPING')",  # expired leases
-    "ix_reliable_jobs_status_retry": "status = 'RETRY_WAIT'",  # retries past due
-    "ix_reliable_jobs_status_dispatched": "status = 'PENDING'",  # the sweeper's lost messages
-    "ix_reliable_jobs_actor_status":
-        "status IN ('DEAD', 'PAUSED', 'PENDING', 'RETRY_WAIT', 'REVIEW', 'RUNNING', 'STOPPED', 'STOPPING')",
+    # the collector's counts by state and queue, the oldest due PENDING job
+    "ix_reliable_jobs_status_queue_scheduled": _in(UNFINISHED_STATES),
+    "ix_reliable_jobs_status_started_queue": _in(frozenset({JobStatus.RUNNING})),  # stuck RUNNING jobs
+    "ix_reliable_jobs_status_lease": _in(ACTIVE_STATES),  # expired leases
+    "ix_reliable_jobs_status_retry": _in(frozenset({JobStatus.RETRY_WAIT})),  # retries past due
+    "ix_reliable_jobs_status_dispatched": _in(frozenset({JobStatus.PENDING})),  # the sweeper's lost messages
     "ix_reliable_jobs_workflow": "workflow_id IS NOT NULL",
 }
 
@@ -100,7 +103,7 @@ _job_index("ix_reliable_jobs_status_lease", jobs.c.status, jobs.c.lease_expires_
 _job_index("ix_reliable_jobs_status_retry", jobs.c.status, jobs.c.retry_at)
 _job_index("ix_reliable_jobs_status_dispatched", jobs.c.status, jobs.c.dispatched_at)
 _job_index("ix_reliable_jobs_status_updated", jobs.c.status, jobs.c.updated_at)  # every state: listings, purges
-_job_index("ix_reliable_jobs_actor_status", jobs.c.actor, jobs.c.status)
+_job_index("ix_reliable_jobs_actor_status", jobs.c.actor, jobs.c.status)  # every state: a listing by actor
 _job_index("ix_reliable_jobs_workflow", jobs.c.workflow_id)
 
 job_events = Table(

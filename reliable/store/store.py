@@ -325,15 +325,16 @@ class StateStore:
     # -- worker ----------------------------------------------------------------------------------
 
     def claim(self, job_id: str, *, worker_id: str, lease_ttl: float,
-              attempt_id: str | None = None) -> Claim:
+              attempt_id: str | None = None, from_states: Iterable[JobStatus] | None = None) -> Claim:
         """Take the job for one attempt: RUNNING, a new lease_id (fencing token), attempt + 1.
 
-        Wins only from PENDING, or from RETRY_WAIT once retry_at has passed. Otherwise raises
-        ClaimRefused with the reason (held under a live lease, paused, finished, not due...).
+        Wins only from PENDING, or from RETRY_WAIT once retry_at has passed (`from_states` narrows
+        that). Otherwise raises ClaimRefused with the reason (held under a live lease, paused,
+        finished, not due...).
         """
         self.check_schema()
         write = transition_write(job_id, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
-                                 attempt_id=attempt_id or uuid.uuid4().hex)
+                                 attempt_id=attempt_id or uuid.uuid4().hex, from_states=from_states)
         result = self._sql.write(write)
         if result is None:
             current = self.find(job_id)

@@ -33,6 +33,7 @@ from ..states import (
     ACTIVE_STATES,
     AT_REST_STATES,
     CANCEL_UPGRADES,
+    ONE_WRITE_RUNS,
     RERUN_EVENTS,
     Event,
     JobStatus,
@@ -147,7 +148,7 @@ def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool
     """What `event` writes whatever the job and caller: derived once per (event, guard, dispatch)."""
     to = target(event)
     allowed = sources(event) if from_states is None else from_states
-    claim = (to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)) or event is E.FAST_SUCCEED
+    claim = (to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)) or event in ONE_WRITE_RUNS
     release = to not in ACTIVE_STATES
     if to is S.PENDING:
         dispatch_mode = "now" if dispatch else "clear"

@@ -189,3 +189,56 @@ def test_the_fast_path_is_refused_for_resumable_or_non_idempotent_actors(setup: 
         @dramatiq.actor(actor_name="risky", fast_path=True, **options)
         def risky() -> None:
             pass
+
+
+def test_messages_sent_by_a_fast_path_actor_are_linked_to_it(setup: Setup) -> None:
+    @dramatiq.actor
+    def child() -> None:
+        pass
+
+    @dramatiq.actor(fast_path=True)
+    def parent() -> None:
+        child.send()
+
+    message = parent.send()
+    setup.run()
+    wait_for(lambda: setup.store.count_by_status().get(JobStatus.SUCCEEDED, 0) == 2, "parent and child", timeout=20)
+    [spawned] = [j for j in setup.store.list_jobs() if j.actor == "child"]
+    parent_job = setup.store.get(message.message_id)
+    assert spawned.parent_job_id == parent_job.job_id and spawned.trace_id == parent_job.trace_id
+
+
+def test_a_fast_path_message_skipped_by_a_later_middleware_is_claimed_and_retried(setup: Setup) -> None:
+    from dramatiq.middleware import Middleware, SkipMessage
+
+    class SkipOnce(Middleware):
+        skipped: list[str] = []
+
+        def before_process_message(self, broker: Any, message: Any) -> None:
+            if not self.skipped:
+                self.skipped.append(message.message_id)
+                raise SkipMessage("not now")
+
+    setup.broker.add_middleware(SkipOnce())  # after reliable's middleware
+    ran: list[bool] = []
+
+    @dramatiq.actor(fast_path=True)
+    def later() -> None:
+        ran.append(True)
+
+    message = later.send()
+    setup.run()
+    history = setup.store.events(message.message_id)
+    assert [e.event for e in history][:3] == ["enqueued", "claim", "retry_scheduled"], history
+    assert history[2].detail.get("skipped_by_middleware") is True
+    assert ran == [], "the skipped delivery never ran"
+
+
+def test_a_stored_fast_path_contract_never_breaks_recovery_or_control(setup: Setup) -> None:
+    policy = setup.middleware.policy
+    # A job stored under fast_path=True whose actor is now declared idempotent=False: the durable
+    # contract applies wherever the stored and current options meet (no PolicyError).
+    contract = policy.contract("sync", "default", {"fast_path": True, "idempotent": False})
+    assert contract.fast_path is False and contract.idempotent is False
+    with pytest.raises(PolicyError):
+        policy.contract("sync", "default", {"fast_path": True, "idempotent": False}, strict=True)
