@@ -107,16 +107,14 @@ def fresh_pg() -> str:
 
 def full_indexes(url: str) -> None:
     """Replace the partial job indexes (migration 0007) by the full ones of 0006: the A/B of that lever."""
-    from sqlalchemy import Index
-
     from reliable.store.schema import PARTIAL_JOB_INDEXES, jobs
 
     engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with engine.connect() as conn:
-        for index in jobs.indexes:
-            if index.name in PARTIAL_JOB_INDEXES:
-                conn.execute(text(f"DROP INDEX {index.name}"))
-                Index(index.name, *index.columns).create(conn)
+        for index in [i for i in jobs.indexes if i.name in PARTIAL_JOB_INDEXES]:
+            columns = ", ".join(c.name for c in index.columns)
+            conn.execute(text(f"DROP INDEX {index.name}"))
+            conn.execute(text(f"CREATE INDEX {index.name} ON reliable_jobs ({columns})"))
     engine.dispose()
 
 
