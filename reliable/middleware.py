@@ -415,7 +415,7 @@ class ReliableMiddleware(Middleware):
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
         job_id = message.message_id
         contract = self.contract_for(message.actor_name, message.queue_name, message.options)
-        if contract.fast_path and self._fast_eligible(broker, message):
+        if contract.fast_path and self._fast_eligible(message):
             status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
             if status is JobStatus.PENDING:
                 self._delivery.fast = job_id
@@ -440,14 +440,19 @@ class ReliableMiddleware(Middleware):
                 # after_skip_message would, over a real result or while the job runs elsewhere).
                 message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
+        context = self._hold(message, claim, contract)
+        self._delivery.context = context
+        context.enter()
+
+    def _hold(self, message: Any, claim: Any, contract: JobContract) -> JobContext:
+        """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
                              store_retry_cap=self.heartbeat_interval, codec=codec)
-        self._delivery.context = context
         assert self._heartbeat is not None
         self._heartbeat.add(context)
         self._heartbeat.start()
-        context.enter()
+        return context
 
     def _refused(self, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> None:
         redelivered = getattr(message, "redelivered", None)
@@ -463,7 +468,7 @@ class ReliableMiddleware(Middleware):
             logger.warning("could not record the refused claim of %s", message.message_id, exc_info=True)
         logger.info("message %s skipped: claim refused (%s)", message.message_id, refusal.reason)
 
-    def _fast_eligible(self, broker: dramatiq.Broker, message: Any) -> bool:
+    def _fast_eligible(self, message: Any) -> bool:
         """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
         step, on_success, a group's completion) that would have to be registered with it."""
         if message.options.get("group_completion_uuid"):
@@ -509,13 +514,7 @@ class ReliableMiddleware(Middleware):
             logger.warning("job %s: fast-path %s not recorded, the job left PENDING during the run (%s)",
                            job_id, what, refusal.reason)
             return None
-        codec = self._actor_options(message.actor_name).get("checkpoint_codec")
-        context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
-                             store_retry_cap=self.heartbeat_interval, codec=codec)
-        assert self._heartbeat is not None
-        self._heartbeat.add(context)
-        self._heartbeat.start()
-        return context
+        return self._hold(message, claim, contract)
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:

@@ -72,7 +72,7 @@ class Event(StrEnum):
     # worker
     CLAIM = "claim"
     SUCCEED = "succeed"
-    #: A fast-path actor's run committed without a claim before it (see FAST_PATH_FROM).
+    #: A fast-path actor's run committed without a claim before it (see ONE_WRITE_RUNS).
     FAST_SUCCEED = "fast_succeed"
     RETRY = "retry_scheduled"
     FAIL = "fail"

@@ -371,10 +371,8 @@ class StateStore:
             if current.attempt_id == attempt_id and current.status is JobStatus.SUCCEEDED:
                 return current
             # The run happened but its outcome loses: recorded, so a second run is never unnoticed.
-            refused = self._sql.write(event_write(job_id, "stale_commit_rejected", worker_id=worker_id, detail=_detail(
-                {"write": Event.FAST_SUCCEED.value, "status": current.status.value, "attempt_id": attempt_id})))
-            if refused is not None:
-                self._emit_one(refused)
+            self._record_stale(job_id, lease_id=None, worker_id=worker_id, detail={
+                "write": Event.FAST_SUCCEED.value, "status": current.status.value, "attempt_id": attempt_id})
             return None
         self._emit_one(result)
         return Job.from_row(result[0])
@@ -863,13 +861,21 @@ class StateStore:
         current = self.find(job_id)
         if current is None:
             return JobNotFound(job_id)
-        result = self._sql.write(event_write(job_id, "stale_commit_rejected", lease_id=lease_id, worker_id=worker_id,
-                                             detail=_detail({"write": what, "current_lease_id": current.lease_id})))
-        if result is None:
+        job = self._record_stale(job_id, lease_id=lease_id, worker_id=worker_id,
+                                 detail={"write": what, "current_lease_id": current.lease_id})
+        if job is None:
             return JobNotFound(job_id)
-        self._emit_one(result)
-        job = result[0]
         return LeaseLost(job_id, lease_id, current_lease_id=job["lease_id"], status=job["status"])
+
+    def _record_stale(self, job_id: str, *, lease_id: int | None, worker_id: str | None,
+                      detail: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Commit a `stale_commit_rejected` event (a worker's write that lost); the job row, None if gone."""
+        result = self._sql.write(event_write(job_id, "stale_commit_rejected", lease_id=lease_id, worker_id=worker_id,
+                                             detail=_detail(detail)))
+        if result is None:
+            return None
+        self._emit_one(result)
+        return result[0]
 
     def _read(self) -> contextlib.AbstractContextManager[Connection]:
         self.check_schema()
