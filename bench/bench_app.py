@@ -19,12 +19,6 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
                      metrics=os.environ.get("BENCH_METRICS", "1") == "1",
                      json_logs=os.environ.get("BENCH_JSON_LOGS", "0") == "1",
                      group_commit=os.environ.get("BENCH_GROUP_COMMIT", "1") == "1")
-    if os.environ.get("BENCH_LINGER"):
-        from reliable.store.batching import GroupCommit
-
-        # The flusher's linger is not an install option: this A/B sets its default for the run.
-        assert GroupCommit.__init__.__kwdefaults__ is not None
-        GroupCommit.__init__.__kwdefaults__["linger"] = float(os.environ["BENCH_LINGER"])
 dramatiq.set_broker(broker)
 
 

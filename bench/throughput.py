@@ -141,8 +141,6 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
            "BENCH_MODE": "plain" if mode == "plain" else "reliable",
            "BENCH_METRICS": "0" if "nometrics" in mode else "1",
            "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1"}
-    if (linger := re.search(r"linger(\d+)", mode)) is not None:
-        env["BENCH_LINGER"] = str(int(linger.group(1)) / 1e6)  # microseconds in the mode's name
     if mode.startswith("reliable-pg"):
         store_url = fresh_pg()
         if "fullidx" in mode:

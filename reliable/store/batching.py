@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,14 +91,10 @@ class GroupCommit:
     """
 
     def __init__(self, write_many: Callable[[Sequence[JobWrite]], list[WriteResult]],
-                 write_one: Callable[[JobWrite], WriteResult], *, max_batch: int = 64,
-                 linger: float = 0.0) -> None:
+                 write_one: Callable[[JobWrite], WriteResult], *, max_batch: int = 64) -> None:
         self._write_many = write_many
         self._write_one = write_one
         self.max_batch = max_batch
-        #: Seconds the flusher may wait for a batch to grow back to the previous batch's size.
-        self.linger = linger
-        self._last_size = 1
         self._pid = -1
         self.batches = 0
         self.writes = 0
@@ -132,10 +127,6 @@ class GroupCommit:
         with self._cond:
             while not self._queue:
                 self._cond.wait()
-            if self.linger > 0 and len(self._queue) < self._last_size:
-                deadline = time.monotonic() + self.linger
-                while len(self._queue) < self._last_size and (left := deadline - time.monotonic()) > 0:
-                    self._cond.wait(left)
             batch: list[_Pending] = []
             seen: set[str] = set()
             rest: list[_Pending] = []
@@ -147,7 +138,6 @@ class GroupCommit:
                 else:
                     rest.append(pending)
             self._queue = rest
-            self._last_size = len(batch)
             return batch
 
     def _flush_forever(self) -> None:
