@@ -57,7 +57,7 @@ class Alertmanager:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [AM_BINARY, f"--config.file={ROOT / 'examples/alertmanager/alertmanager.yml'}",
+            [AM_BINARY, f"--config.file={ROOT / 'reliable/defaults/alertmanager/alertmanager.yml'}",
              f"--storage.path={self.tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.port}",
              "--cluster.listen-address="],
             stdout=subprocess.DEVNULL, stderr=(self.tmp / "am.log").open("ab"))
@@ -109,7 +109,7 @@ def _stuck_job(store: StateStore, job_id: str) -> tuple[int, str]:
 def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         store: StateStore, alertmanager: Alertmanager) -> None:
     rules = parse_rules(RULES, "test.yaml")
-    renderer = RunbookRenderer(ROOT / "runbooks", base_url="https://runbooks.example/",
+    renderer = RunbookRenderer(ROOT / "reliable/defaults/runbooks", base_url="https://runbooks.example/",
                                links={"logs": "https://logs.example/?q={job_id}"})
     policy = DeliveryPolicy(evaluation_interval=1, resend_interval=60, backoff_initial=0.2, backoff_max=0.3)
     clock = Clock(store.now())

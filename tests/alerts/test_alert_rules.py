@@ -35,7 +35,7 @@ def _rule(**overrides: str) -> str:
 
 
 def test_defaults_load() -> None:
-    rules = load_rules(ROOT / "alert_rules")
+    rules = load_rules(ROOT / "reliable/defaults/alert_rules")
     names = {r.name for r in rules}
     assert {"JobStuck", "ErrorBudgetBurnFast", "ReliableHeartbeatFailures"} <= names
     assert all(r.runbook for r in rules)

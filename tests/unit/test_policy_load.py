@@ -111,7 +111,7 @@ def test_check_finds_rules_shadowed_by_a_superclass() -> None:
 
 
 def test_shipped_policies_pass_check() -> None:
-    for path in (ROOT / "policies", ROOT / "policies" / "default.yaml", ROOT / "policies/examples/http_api.yaml"):
+    for path in (ROOT / "reliable/defaults/policies", ROOT / "reliable/defaults/policies/default.yaml", ROOT / "reliable/defaults/policies/examples/http_api.yaml"):
         result = check_path(path)
         assert result.ok, result.problems
 
