@@ -17,7 +17,8 @@ from reliable.policy.defaults import AMBIGUOUS_RULE, BUILTIN_PATH
 from reliable.policy.source import Document, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_YAML = ROOT / "reliable/defaults/policies/default.yaml"
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+DEFAULT_YAML = SHIPPED / "policies/default.yaml"
 NOW = 1_800_000_000.0
 
 
@@ -268,6 +269,6 @@ def test_check_warns_for_actors_declared_in_code(tmp_path: Path) -> None:
 
 
 def test_shipped_policies_have_no_warnings() -> None:
-    for path in (ROOT / "reliable/defaults/policies", ROOT / "reliable/defaults/policies/examples/http_api.yaml", ROOT / "examples/policies"):
+    for path in (SHIPPED / "policies", SHIPPED / "policies/examples/http_api.yaml", ROOT / "examples/policies"):
         result = check_path(path)
         assert result.ok and result.warnings == (), (path, result.warnings)
