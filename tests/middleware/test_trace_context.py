@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import reliable
+from reliable.errors import ConfigError
 from reliable.states import JobStatus
 from reliable.store import Job
 from reliable.tracecontext import TraceParent, span_id_for, trace_id_from
@@ -213,3 +216,28 @@ def test_the_active_span_at_enqueue_is_the_messages_parent(traced: Traced) -> No
     trace = TraceParent.parse(message.options["traceparent"])
     assert trace == TraceParent(format(request.get_span_context().trace_id, "032x"),
                                 format(request.get_span_context().span_id, "016x"))
+
+
+def test_tracing_without_opentelemetry_is_a_config_error(monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # the import now raises ImportError
+    with pytest.raises(ConfigError, match=r"tracing=True needs OpenTelemetry: pip install 'reliable\[otel\]'"):
+        reliable.ReliableMiddleware(sqlite_url, metrics=False, tracing=True)
+
+
+def test_opentelemetry_is_not_imported_when_tracing_is_off(sqlite_url: str) -> None:
+    code = ("import sys, dramatiq, reliable\n"
+            "from dramatiq import Worker\n"
+            "from dramatiq.brokers.stub import StubBroker\n"
+            "broker = StubBroker(); broker.emit_after('process_boot'); dramatiq.set_broker(broker)\n"
+            f"reliable.install(broker, store={sqlite_url!r}, recovery=False, metrics=False)\n"
+            "@dramatiq.actor\n"
+            "def b() -> None: pass\n"
+            "@dramatiq.actor\n"
+            "def a() -> None:\n"
+            "    b.send()\n"
+            "worker = Worker(broker, worker_timeout=50); worker.start()\n"
+            "a.send(); broker.join('default'); worker.join(); worker.stop()\n"
+            "assert not [m for m in sys.modules if m.startswith('opentelemetry')]\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert '"event":"succeed"' in done.stderr  # both jobs ran (their events are JSON lines on stderr)
