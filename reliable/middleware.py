@@ -60,7 +60,7 @@ from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
-from .tracecontext import TRACEPARENT, TraceParent, new_span_id, new_trace_id, trace_id_from
+from .tracecontext import TRACEPARENT, TraceParent, new_span_id, new_trace_id, span_id_for, trace_id_from
 from .tracing import AttemptSpan, Tracing
 
 __all__ = ["ReliableMiddleware"]
@@ -432,8 +432,11 @@ class ReliableMiddleware(Middleware):
             status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
             if status is JobStatus.PENDING:
                 self._delivery.fast = job_id
-                span_id = self._start_span(message, attempt=None, attempt_id=None)
-                _fast_run.set((job_id, self._message_trace(message).child(span_id)))
+                # The run's attempt id is chosen now, so the messages it sends name its span.
+                attempt_id = self._delivery.fast_attempt = uuid.uuid4().hex
+                trace = self._message_trace(message)
+                span_id = self._start_span(message, attempt=None, attempt_id=attempt_id, parent=trace)
+                _fast_run.set((job_id, trace.child(span_id or span_id_for(attempt_id))))
                 return
             # Anything else (a retry, a paused or finished job, an unknown message): the durable
             # claim decides, as for any actor.
@@ -497,7 +500,8 @@ class ReliableMiddleware(Middleware):
         """A fast-path run ended: commit a success in one compare-and-set; claim a failure and
         let the durable path decide it (policy, retry, callbacks) as for any attempt."""
         job_id = message.message_id
-        attempt_id = uuid.uuid4().hex  # one for every try: a retry after a lost reply finds its commit
+        # One for every try: a retry after a lost reply finds its commit.
+        attempt_id: str = getattr(self._delivery, "fast_attempt", None) or uuid.uuid4().hex
         if exception is None:
             # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
             # trace; the broker's redelivered flag says an earlier run may have happened.
@@ -597,12 +601,14 @@ class ReliableMiddleware(Middleware):
         return TraceParent(trace_id_from(given) if isinstance(given, str) and given.strip() else new_trace_id(),
                            new_span_id())
 
-    def _start_span(self, message: Any, *, attempt: int | None, attempt_id: str | None) -> str | None:
-        """Start the attempt's span when tracing is on; its span id (None: no span)."""
+    def _start_span(self, message: Any, *, attempt: int | None, attempt_id: str | None,
+                    parent: TraceParent | None = None) -> str | None:
+        """Start the attempt's span (a child of `parent`, default: the message's trace context)
+        when tracing is on; its span id (None: no span)."""
         if self.tracing is None:
             return None
         try:
-            span = self.tracing.start(self._message_trace(message), job_id=message.message_id,
+            span = self.tracing.start(parent or self._message_trace(message), job_id=message.message_id,
                                       actor=message.actor_name, queue=message.queue_name.removesuffix(".DQ"),
                                       attempt=attempt, attempt_id=attempt_id)
         except Exception:  # a broken tracing setup must not fail the job

@@ -124,6 +124,26 @@ def test_pipeline_steps_and_messages_sent_by_an_actor_are_children_of_the_attemp
     assert child.parent_job_id == third.job_id
 
 
+def test_messages_sent_by_a_fast_path_run_name_its_attempt_span(harness: Harness) -> None:
+    @dramatiq.actor
+    def fast_child() -> None:
+        pass
+
+    @dramatiq.actor(fast_path=True)
+    def fast_parent() -> None:
+        fast_child.send()
+
+    message = fast_parent.send()
+    harness.worker.start()
+    wait_for(lambda: len(harness.store.list_jobs(actor="fast_child")) == 1, "the child job")
+    harness.join()
+    [done] = [e for e in harness.store.events(message.message_id) if e.event == "fast_succeed"]
+    [child] = harness.store.list_jobs(actor="fast_child")
+    assert done.attempt_id is not None
+    assert traceparent(child) == TraceParent(harness.store.get(message.message_id).trace_id,
+                                             span_id_for(done.attempt_id))
+
+
 # -- OpenTelemetry (the otel extra) ---------------------------------------------------------------
 
 class Traced:
