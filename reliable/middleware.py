@@ -60,7 +60,7 @@ from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
-from .tracecontext import TRACEPARENT, TraceParent, new_span_id, new_trace_id, span_id_for, trace_id_from
+from .tracecontext import TRACEPARENT, TraceParent, span_id_for
 from .tracing import AttemptSpan, Tracing
 
 __all__ = ["ReliableMiddleware"]
@@ -371,7 +371,7 @@ class ReliableMiddleware(Middleware):
         if link is not None:
             options.setdefault("parent_job_id", link[0])
             sender = sender or link[1]
-        trace = _trace_for(options, sender, message.message_id)
+        trace = TraceParent.for_message(options, sender=sender, job_id=message.message_id)
         options[TRACEPARENT] = str(trace)
         options["trace_id"] = trace.trace_id
         options[REGISTERED] = True  # travels with every copy of the message, see above
@@ -592,14 +592,8 @@ class ReliableMiddleware(Middleware):
             self._heartbeat.remove(context)
 
     def _message_trace(self, message: Any) -> TraceParent:
-        """The trace context a delivered message carries (a valid ``traceparent`` option, else its
-        ``trace_id`` with a new span id)."""
-        trace = TraceParent.from_options(message.options, job_id=message.message_id)
-        if trace is not None:
-            return trace
-        given = message.options.get("trace_id")
-        return TraceParent(trace_id_from(given) if isinstance(given, str) and given.strip() else new_trace_id(),
-                           new_span_id())
+        """The trace context a delivered message carries (see `TraceParent.for_message`)."""
+        return TraceParent.for_message(message.options, job_id=message.message_id)
 
     def _start_span(self, message: Any, *, attempt: int | None, attempt_id: str | None,
                     parent: TraceParent | None = None) -> str | None:
@@ -872,22 +866,6 @@ class ReliableMiddleware(Middleware):
         """
         return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval,
                                        note=" (message kept unacked)")
-
-
-def _trace_for(options: dict[str, Any], sender: TraceParent | None, job_id: str) -> TraceParent:
-    """The trace context of a new message: its own valid ``traceparent``; else its ``trace_id``
-    option (`trace_id_from`), as a child of `sender` when that is the same trace; else a child of
-    `sender` (the running attempt, the active span); else a new trace."""
-    given = TraceParent.from_options(options, job_id=job_id)
-    if given is not None:
-        return given
-    trace_id = options.get("trace_id")
-    if isinstance(trace_id, str) and trace_id.strip():
-        mapped = trace_id_from(trace_id)
-        if sender is not None and sender.trace_id == mapped:
-            return sender
-        return TraceParent(mapped, new_span_id())
-    return sender if sender is not None else TraceParent(new_trace_id(), new_span_id())
 
 
 def _count_failure(message: Any, exception: BaseException) -> int:

@@ -126,3 +126,21 @@ class TraceParent:
             logger.warning("message %s: option traceparent %r is not a valid W3C traceparent; ignored",
                            job_id, shown)
         return parsed
+
+    @classmethod
+    def for_message(cls, options: Mapping[str, Any], *, sender: TraceParent | None = None,
+                    job_id: str = "") -> TraceParent:
+        """The trace context of a message with these options: its own valid ``traceparent``; else
+        its ``trace_id`` option (`trace_id_from`), as `sender` when that is the same trace, else
+        with a new span id; else `sender` (the running attempt, the active span); else a new trace.
+        """
+        given = cls.from_options(options, job_id=job_id)
+        if given is not None:
+            return given
+        trace_id = options.get("trace_id")
+        if isinstance(trace_id, str) and trace_id.strip():
+            mapped = trace_id_from(trace_id)
+            if sender is not None and sender.trace_id == mapped:
+                return sender
+            return cls(mapped, new_span_id())
+        return sender if sender is not None else cls(new_trace_id(), new_span_id())

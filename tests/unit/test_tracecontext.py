@@ -86,3 +86,16 @@ def test_child_keeps_the_trace_with_a_new_span() -> None:
     child = parent.child()
     assert child.trace_id == parent.trace_id and child.span_id != parent.span_id and not child.sampled
     assert parent.child("00f067aa0ba902b7").span_id == "00f067aa0ba902b7"
+
+
+def test_for_message_chooses_one_trace() -> None:
+    sender = TraceParent(new_trace_id(), new_span_id())
+    given = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    assert TraceParent.for_message({"traceparent": given, "trace_id": "x"}, sender=sender) == TraceParent.parse(given)
+    assert TraceParent.for_message({"trace_id": sender.trace_id.upper()}, sender=sender) == sender
+    mapped = TraceParent.for_message({"trace_id": "request-123"}, sender=sender)
+    assert mapped.trace_id == trace_id_from("request-123") and mapped.span_id != sender.span_id
+    assert TraceParent.for_message({"trace_id": 7}, sender=sender) == sender  # not text: not a trace id
+    assert TraceParent.for_message({"traceparent": "bad"}, sender=sender) == sender
+    fresh = TraceParent.for_message({})
+    assert W3C.fullmatch(str(fresh)) and fresh != TraceParent.for_message({})
