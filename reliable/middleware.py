@@ -61,7 +61,7 @@ from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
 from .tracecontext import TRACEPARENT, TraceParent, span_id_for
-from .tracing import AttemptSpan, Tracing
+from .tracing import Tracing
 
 __all__ = ["ReliableMiddleware"]
 
@@ -371,9 +371,7 @@ class ReliableMiddleware(Middleware):
         if link is not None:
             options.setdefault("parent_job_id", link[0])
             sender = sender or link[1]
-        trace = TraceParent.for_message(options, sender=sender, job_id=message.message_id)
-        options[TRACEPARENT] = str(trace)
-        options["trace_id"] = trace.trace_id
+        options.update(TraceParent.for_message(options, sender=sender, job_id=message.message_id).as_options())
         options[REGISTERED] = True  # travels with every copy of the message, see above
         actor_options = self._actor_options(message.actor_name)
         _link_workflow(message, actor_options)
@@ -457,18 +455,16 @@ class ReliableMiddleware(Middleware):
                 # after_skip_message would, over a real result or while the job runs elsewhere).
                 message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
-        self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
-        context = self._hold(message, claim, contract)
+        span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
+        context = self._hold(message, claim, contract, span_id=span_id)
         self._delivery.context = context
         context.enter()
 
-    def _hold(self, message: Any, claim: Any, contract: JobContract) -> JobContext:
+    def _hold(self, message: Any, claim: Any, contract: JobContract, *, span_id: str | None = None) -> JobContext:
         """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
-        span: AttemptSpan | None = getattr(self._delivery, "span", None)
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
-                             store_retry_cap=self.heartbeat_interval, codec=codec,
-                             span_id=span.traceparent.span_id if span is not None else None)
+                             store_retry_cap=self.heartbeat_interval, codec=codec, span_id=span_id)
         assert self._heartbeat is not None
         self._heartbeat.add(context)
         self._heartbeat.start()
@@ -535,7 +531,8 @@ class ReliableMiddleware(Middleware):
             logger.warning("job %s: fast-path %s not recorded, the job left PENDING during the run (%s)",
                            job_id, what, refusal.reason)
             return None
-        return self._hold(message, claim, contract)
+        active = self.tracing.current() if self.tracing is not None else None  # the run's span, still current
+        return self._hold(message, claim, contract, span_id=active.span_id if active else None)
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
@@ -601,25 +598,13 @@ class ReliableMiddleware(Middleware):
         when tracing is on; its span id (None: no span)."""
         if self.tracing is None:
             return None
-        try:
-            span = self.tracing.start(parent or self._message_trace(message), job_id=message.message_id,
-                                      actor=message.actor_name, queue=message.queue_name.removesuffix(".DQ"),
-                                      attempt=attempt, attempt_id=attempt_id)
-        except Exception:  # a broken tracing setup must not fail the job
-            logger.warning("job %s: could not start its span", message.message_id, exc_info=True)
-            return None
-        self._delivery.span = span
-        return span.traceparent.span_id
+        return self.tracing.start(parent or self._message_trace(message), job_id=message.message_id,
+                                  actor=message.actor_name, queue=message.queue_name.removesuffix(".DQ"),
+                                  attempt=attempt, attempt_id=attempt_id)
 
     def _end_span(self, exception: BaseException | None, *, outcome: str | None = None) -> None:
-        span: AttemptSpan | None = getattr(self._delivery, "span", None)
-        self._delivery.span = None
-        if span is None or self.tracing is None:
-            return
-        try:
-            self.tracing.end(span, exception, outcome=outcome)
-        except Exception:
-            logger.warning("could not end an attempt's span", exc_info=True)
+        if self.tracing is not None:
+            self.tracing.end(exception, outcome=outcome)
 
     def _take_fast(self, message: Any) -> bool:
         fast: str | None = getattr(self._delivery, "fast", None)
@@ -697,9 +682,7 @@ class ReliableMiddleware(Middleware):
         job = context.claim.job
         for follow_up in found:
             options = follow_up.message.options
-            trace = context.traceparent
-            options[TRACEPARENT] = str(trace)
-            options["trace_id"] = trace.trace_id
+            options.update(context.traceparent.as_options())
             options["parent_job_id"] = job.job_id
             if job.workflow_id:
                 options.setdefault("workflow_id", job.workflow_id)
@@ -718,8 +701,7 @@ class ReliableMiddleware(Middleware):
     def _fan_in(self, broker: dramatiq.Broker, message: Any, context: JobContext
                 ) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
         """A group member's arrival at its completion barrier, with the group's callbacks to register."""
-        trace = context.traceparent
-        return self._group_completion(broker, message, trace={TRACEPARENT: str(trace), "trace_id": trace.trace_id},
+        return self._group_completion(broker, message, trace=context.traceparent.as_options(),
                                       parent_job_id=context.job_id)
 
     def _group_completion(self, broker: dramatiq.Broker, message: Any, *, trace: dict[str, Any],

@@ -90,6 +90,10 @@ class TraceParent:
     def __str__(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
 
+    def as_options(self) -> dict[str, str]:
+        """The message options that carry this context: ``traceparent`` and ``trace_id``."""
+        return {TRACEPARENT: str(self), "trace_id": self.trace_id}
+
     def child(self, span_id: str | None = None) -> TraceParent:
         """The context a message sent from span `span_id` (default: a new one) carries."""
         return TraceParent(self.trace_id, span_id or new_span_id(), self.sampled)

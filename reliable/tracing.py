@@ -11,6 +11,8 @@ recorded. At enqueue, the active span (an HTTP request's, say) is the parent of 
 from __future__ import annotations
 
 import importlib
+import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,8 @@ from .errors import ConfigError, JobInterrupted, LeaseLostInterrupt
 from .tracecontext import TraceParent, span_id_for
 
 __all__ = ["AttemptSpan", "Tracing", "outcome_of"]
+
+logger = logging.getLogger("reliable.tracing")
 
 #: The name of the tracer (the instrumentation scope) the spans come from.
 TRACER_NAME = "reliable"
@@ -49,7 +53,8 @@ class AttemptSpan:
 
 
 class Tracing:
-    """Starts and ends the attempt spans; ConfigError when opentelemetry is not installed."""
+    """Starts and ends the attempt spans, one at a time per worker thread; ConfigError when
+    opentelemetry is not installed. A tracing error is logged, never raised into the job."""
 
     def __init__(self, tracer_provider: Any = None) -> None:
         try:
@@ -58,6 +63,7 @@ class Tracing:
         except ImportError:
             raise ConfigError("tracing=True needs OpenTelemetry: pip install 'reliable[otel]'") from None
         self._tracer = self._trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
+        self._running = threading.local()
 
     def current(self) -> TraceParent | None:
         """The active span's context as a traceparent (None without a valid active span)."""
@@ -68,8 +74,20 @@ class Tracing:
                            bool(context.trace_flags & 1))
 
     def start(self, parent: TraceParent, *, job_id: str, actor: str, queue: str, attempt: int | None,
-              attempt_id: str | None) -> AttemptSpan:
-        """Start the attempt's span as a child of `parent` and make it current in this thread."""
+              attempt_id: str | None) -> str | None:
+        """Start the attempt's span as a child of `parent` and make it current in this thread; its
+        span id (None when it could not start)."""
+        try:
+            attempt_span = self._start(parent, job_id=job_id, actor=actor, queue=queue, attempt=attempt,
+                                       attempt_id=attempt_id)
+        except Exception:  # a broken tracing setup must not fail the job
+            logger.warning("job %s: could not start its span", job_id, exc_info=True)
+            return None
+        self._running.span = attempt_span
+        return attempt_span.traceparent.span_id
+
+    def _start(self, parent: TraceParent, *, job_id: str, actor: str, queue: str, attempt: int | None,
+               attempt_id: str | None) -> AttemptSpan:
         trace = self._trace
         remote = trace.SpanContext(int(parent.trace_id, 16), int(parent.span_id, 16), is_remote=True,
                                    trace_flags=trace.TraceFlags(1 if parent.sampled else 0))
@@ -91,10 +109,19 @@ class Tracing:
             if own.is_valid else parent
         return AttemptSpan(span, token, traceparent)
 
-    def end(self, attempt: AttemptSpan, exception: BaseException | None, *, outcome: str | None = None) -> None:
-        """Set the outcome (`outcome_of` unless given) and ERROR status for a failure, end the span,
-        restore the context."""
-        outcome = outcome or outcome_of(exception)
+    def end(self, exception: BaseException | None, *, outcome: str | None = None) -> None:
+        """End this thread's attempt span, if any: its outcome (`outcome_of` unless given), ERROR
+        status for a failure; the context as it was before `start`."""
+        attempt: AttemptSpan | None = getattr(self._running, "span", None)
+        self._running.span = None
+        if attempt is None:
+            return
+        try:
+            self._end(attempt, exception, outcome or outcome_of(exception))
+        except Exception:
+            logger.warning("could not end an attempt's span", exc_info=True)
+
+    def _end(self, attempt: AttemptSpan, exception: BaseException | None, outcome: str) -> None:
         span = attempt.span
         span.set_attribute("reliable.outcome", outcome)
         if outcome == "failed" and exception is not None:

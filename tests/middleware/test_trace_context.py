@@ -226,6 +226,26 @@ def test_messages_sent_in_an_attempt_span_are_its_children(traced: Traced) -> No
         format(parent_span.context.trace_id, "032x")
 
 
+def test_a_failed_fast_path_runs_callback_is_a_child_of_its_span(traced: Traced) -> None:
+    @dramatiq.actor
+    def failure_seen(message_data: dict[str, Any], error: dict[str, Any]) -> None:
+        pass
+
+    @dramatiq.actor(fast_path=True, on_failure="failure_seen")
+    def fast_bad() -> None:
+        raise ValueError("bad input")
+
+    message = fast_bad.send()
+    traced.run()
+    wait_for(lambda: len(traced.spans()) == 2, "the run's and the callback's spans")
+    run_span, callback_span = traced.spans()
+    assert dict(run_span.attributes or {})["reliable.outcome"] == "failed"
+    assert traced.store.get(message.message_id).status is JobStatus.FAILED
+    [callback] = traced.store.list_jobs(actor="failure_seen")
+    assert traceparent(callback).span_id == format(run_span.context.span_id, "016x")
+    assert callback_span.parent is not None and callback_span.parent.span_id == run_span.context.span_id
+
+
 def test_the_active_span_at_enqueue_is_the_messages_parent(traced: Traced) -> None:
     @dramatiq.actor
     def requested() -> None:
