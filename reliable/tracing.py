@@ -92,8 +92,7 @@ class Tracing:
         remote = trace.SpanContext(int(parent.trace_id, 16), int(parent.span_id, 16), is_remote=True,
                                    trace_flags=trace.TraceFlags(1 if parent.sampled else 0))
         attributes: dict[str, Any] = {
-            "messaging.system": "rabbitmq", "messaging.operation": "process",
-            "messaging.destination.name": queue, "messaging.message.id": job_id,
+            "messaging.operation": "process", "messaging.destination.name": queue, "messaging.message.id": job_id,
             "reliable.job_id": job_id, "reliable.actor": actor, "reliable.queue": queue,
         }
         if attempt is not None:
