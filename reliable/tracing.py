@@ -57,6 +57,9 @@ class Tracing:
     opentelemetry is not installed. A tracing error is logged, never raised into the job."""
 
     def __init__(self, tracer_provider: Any = None) -> None:
+        if tracer_provider is not None and not callable(getattr(tracer_provider, "get_tracer", None)):
+            raise ConfigError(f"tracing: expected True or an OpenTelemetry TracerProvider, got "
+                              f"{type(tracer_provider).__name__}")
         try:
             self._trace: Any = importlib.import_module("opentelemetry.trace")
             self._context: Any = importlib.import_module("opentelemetry.context")

@@ -281,3 +281,8 @@ def test_opentelemetry_is_not_imported_when_tracing_is_off(sqlite_url: str) -> N
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     assert '"event":"succeed"' in done.stderr  # both jobs ran (their events are JSON lines on stderr)
+
+
+def test_tracing_with_something_else_than_a_tracer_provider_is_a_config_error(sqlite_url: str) -> None:
+    with pytest.raises(ConfigError, match="tracing: expected True or an OpenTelemetry TracerProvider, got str"):
+        reliable.ReliableMiddleware(sqlite_url, metrics=False, tracing="yes")
