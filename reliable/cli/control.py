@@ -24,7 +24,17 @@ from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..selection import JobFilter, count_jobs, parse_age, select_jobs, statuses
 from ..states import TRANSITIONS, Event, JobStatus
 from ..store import Job, StateStore
-from .common import emit_json, fmt_time, open_store, store_option
+from .common import (
+    emit_json,
+    fmt_time,
+    id_column,
+    job_id_argument,
+    open_store,
+    print_table,
+    resolve_job_ids,
+    stdout_console,
+    store_option,
+)
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
@@ -179,7 +189,7 @@ def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_st
 
 
 def _sample_table(jobs: list[Job], title: str) -> Table:
-    table = Table("job_id", "status", "queue", "actor", "attempt", "updated", title=title)
+    table = Table(id_column(), "status", "queue", "actor", "attempt", "updated", title=title)
     for job in jobs[:SAMPLE]:
         table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt), fmt_time(job.updated_at))
     return table
@@ -189,7 +199,7 @@ def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any]
     limit = params["limit"]
     console.print(f"[bold]{command}[/bold]: {matched} job(s) match"
                   + (f"; only the first {limit} (oldest change first) will be processed" if matched > limit else ""))
-    console.print(_sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
+    print_table(console, _sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
     if params["dry_run"] or params["yes"]:
         return
     if sys.stdin.isatty():
@@ -210,13 +220,13 @@ def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], 
 
 def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...],
          exclude_discarded: bool, **kwargs: Any) -> None:
-    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
-                       exclude_discarded=exclude_discarded)
-    if not job_ids and flt.queue is None and flt.actor is None and flt.error_class is None \
-            and flt.older_than is None and not params.get("status_names") and not force_states:
+    if not job_ids and not _has_filters(params) and not force_states:
         raise ConfigError("give job ids or at least one filter (--queue, --actor, --status, --error-class, "
                           "--older-than)")
     store = open_store(params["store_url"])
+    job_ids = resolve_job_ids(store, job_ids)
+    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
+                       exclude_discarded=exclude_discarded)
     control = build_control(store, params)
     reason: str | None = params.get("reason")
     limit: int = params["limit"]
@@ -226,9 +236,6 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
         jobs = [store.get(job_ids[0])]
         matched = 1
     else:
-        missing = [i for i in job_ids if store.find(i) is None]
-        if missing:
-            raise ConfigError(f"no job with id {', '.join(missing)}")
         matched = count_jobs(store, flt)
         jobs = select_jobs(store, flt, limit=limit)
         if not jobs:
@@ -280,11 +287,11 @@ def _render(command: str, report: BulkReport, matched: int, params: dict[str, An
         if result.outcome != "refused":
             click.echo(f"{command} {result.job_id}: {result.message}")
     else:
-        table = Table("job_id", "before", "after", "outcome", "message", title=f"{command}: results")
+        table = Table(id_column(), "before", "after", "outcome", "message", title=f"{command}: results")
         for r in report.results:
             table.add_row(r.job_id, r.before.status.value if r.before else "-", r.job.status.value if r.job else "-",
                           r.outcome, r.message)
-        Console().print(table)
+        print_table(stdout_console(), table)
         click.echo(", ".join(f"{k}: {v}" for k, v in report.summary().items()))
     for r in report.results:
         for warning in r.warnings:
@@ -303,7 +310,7 @@ def _command(name: str, short: str, body: str) -> Callable[[F], click.Command]:
 
         wrapper.__doc__ = f"{short}\n\n{body}\n\n{EXIT_CODES_HELP}"
         cmd = click.command(name, short_help=short)(
-            click.argument("job_ids", nargs=-1)(filter_options(control_options(wrapper))))
+            job_id_argument("job_ids", many=True)(filter_options(control_options(wrapper))))
         return cmd
 
     return decorate
