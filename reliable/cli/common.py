@@ -146,15 +146,21 @@ def id_column(header: str = "job_id") -> Column:
 def print_table(console: Console, table: Table) -> None:
     """Print `table` with nothing cut off: no_wrap columns (ids) stay whole and the others fold on a
     terminal; off a terminal every row is one line, however wide."""
+    whole = 0
     for column in table.columns:
         if column.no_wrap:
             cells = [column.header, *column.cells]
             column.min_width = max(Measurement.get(console, console.options, cell).maximum for cell in cells)
+            whole += column.min_width
         else:
             column.overflow = "fold"
+            whole += 1
     if not console.is_terminal:
         wide = console.options.update_width(sys.maxsize)
         console.width = max(console.width, Measurement.get(console, wide, table).maximum)
+    else:
+        # A terminal too narrow for the whole ids: wider lines (the terminal wraps them) rather than cut ids.
+        console.width = max(console.width, whole + 3 * len(table.columns) + 1)
     console.print(table)
 
 
