@@ -22,8 +22,9 @@ from ..store import StateStore
 from ..store.db import check_store_url
 
 __all__ = [
-    "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE", "emit_json", "fmt_time", "handle_errors", "id_column", "job_id_argument",
-    "open_store", "print_table", "resolve_job_id", "resolve_job_ids", "stdout_console", "store_option",
+    "CANDIDATES_SHOWN", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE", "emit_json", "fmt_time", "handle_errors", "id_column",
+    "job_id_argument", "open_store", "print_table", "resolve_job_id", "resolve_job_ids", "stdout_console",
+    "store_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -159,7 +160,8 @@ def print_table(console: Console, table: Table) -> None:
         wide = console.options.update_width(sys.maxsize)
         console.width = max(console.width, Measurement.get(console, wide, table).maximum)
     else:
-        # A terminal too narrow for the whole ids: wider lines (the terminal wraps them) rather than cut ids.
+        # A terminal too narrow for the whole ids (each column adds 3 of padding and border): wider
+        # lines, which the terminal wraps, rather than cut ids.
         console.width = max(console.width, whole + 3 * len(table.columns) + 1)
     console.print(table)
 

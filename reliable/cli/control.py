@@ -323,7 +323,7 @@ and moves the job to PAUSED. Nothing is dispatched for a paused job until `relia
 
 \b
 Examples:
-  reliable pause 3f2a... --reason "downstream maintenance"
+  reliable pause 3f2a9c1e --reason "downstream maintenance"
   reliable pause --queue exports --status RUNNING --yes --reason "db failover\"""")
 def pause(params: dict[str, Any]) -> None:
     return None
@@ -338,7 +338,7 @@ A STOPPED job can be resumed (`reliable resume`) or restarted.
 
 \b
 Example:
-  reliable stop 3f2a... --reason "runaway export, ticket OPS-12\"""")
+  reliable stop 3f2a9c1e --reason "runaway export, ticket OPS-12\"""")
 def stop(params: dict[str, Any]) -> None:
     return None
 
@@ -354,7 +354,7 @@ that partial side effects remain: nothing is rolled back.
 
 \b
 Example:
-  reliable cancel 3f2a... --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
+  reliable cancel 3f2a9c1e --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
 def cancel(params: dict[str, Any]) -> None:
     return None
 
@@ -368,7 +368,7 @@ refuses. Two operators resuming the same job at once: exactly one wins, the othe
 
 \b
 Examples:
-  reliable resume 3f2a... --policies policies/
+  reliable resume 3f2a9c1e --policies policies/
   reliable resume --queue exports --status PAUSED --rate 5 --yes --reason "maintenance over\"""")
 def resume(params: dict[str, Any]) -> None:
     return None
@@ -380,7 +380,7 @@ retry budget (checkpoint_version keeps counting up). Side effects already applie
 
 \b
 Example:
-  reliable restart 3f2a... --reason "input file fixed\"""")
+  reliable restart 3f2a9c1e --reason "input file fixed\"""")
 def restart(params: dict[str, Any]) -> None:
     return None
 
@@ -400,7 +400,7 @@ downstream system; only if the effect did not happen, pass --allow-duplicate-sid
 
 \b
 Examples:
-  reliable retry 3f2a...
+  reliable retry 3f2a9c1e
   reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
     _retry_extra))
 
@@ -424,4 +424,4 @@ No compensation is run by reconcile. Same as `reliable review resolve`.
 
 \b
 Example:
-  reliable reconcile 3f2a... --as succeeded --reason "payment found in the PSP dashboard\"""")(_reconcile_extra))
+  reliable reconcile 3f2a9c1e --as succeeded --reason "payment found in the PSP dashboard\"""")(_reconcile_extra))

@@ -54,8 +54,7 @@ def list_(store_url: str, statuses: tuple[str, ...], queue: str | None, actor: s
     if as_json:
         emit_json([job_dict(job) for job in found])
         return
-    table = Table(id_column(), "status", "queue", "actor", "attempt", "retries", "checkpoint",
-                  "updated")
+    table = Table(id_column(), "status", "queue", "actor", "attempt", "retries", "checkpoint", "updated")
     for job in found:
         table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt),
                       str(job.retry_count), repr(job.checkpoint) if job.checkpoint is not None else "-",

@@ -65,7 +65,7 @@ def resolve(job_ids: tuple[str, ...], resolution: str, **params: Any) -> None:
 
     \b
     Example:
-      reliable review resolve 3f2a... --as succeeded --reason "charge found in the PSP dashboard"
+      reliable review resolve 3f2a9c1e --as succeeded --reason "charge found in the PSP dashboard"
     """
     run_command("reconcile", job_ids, params, force_states=REVIEW if not job_ids else (),
                 resolution=resolution.lower())
