@@ -24,7 +24,17 @@ from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..selection import JobFilter, count_jobs, parse_age, select_jobs, statuses
 from ..states import TRANSITIONS, Event, JobStatus
 from ..store import Job, StateStore
-from .common import emit_json, fmt_time, open_store, store_option
+from .common import (
+    emit_json,
+    fmt_time,
+    id_column,
+    job_id_argument,
+    open_store,
+    print_table,
+    resolve_job_ids,
+    stdout_console,
+    store_option,
+)
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
@@ -179,7 +189,7 @@ def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_st
 
 
 def _sample_table(jobs: list[Job], title: str) -> Table:
-    table = Table("job_id", "status", "queue", "actor", "attempt", "updated", title=title)
+    table = Table(id_column(), "status", "queue", "actor", "attempt", "updated", title=title)
     for job in jobs[:SAMPLE]:
         table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt), fmt_time(job.updated_at))
     return table
@@ -189,7 +199,7 @@ def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any]
     limit = params["limit"]
     console.print(f"[bold]{command}[/bold]: {matched} job(s) match"
                   + (f"; only the first {limit} (oldest change first) will be processed" if matched > limit else ""))
-    console.print(_sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
+    print_table(console, _sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
     if params["dry_run"] or params["yes"]:
         return
     if sys.stdin.isatty():
@@ -210,13 +220,13 @@ def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], 
 
 def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...],
          exclude_discarded: bool, **kwargs: Any) -> None:
-    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
-                       exclude_discarded=exclude_discarded)
-    if not job_ids and flt.queue is None and flt.actor is None and flt.error_class is None \
-            and flt.older_than is None and not params.get("status_names") and not force_states:
+    if not job_ids and not _has_filters(params) and not force_states:
         raise ConfigError("give job ids or at least one filter (--queue, --actor, --status, --error-class, "
                           "--older-than)")
     store = open_store(params["store_url"])
+    job_ids = resolve_job_ids(store, job_ids)
+    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
+                       exclude_discarded=exclude_discarded)
     control = build_control(store, params)
     reason: str | None = params.get("reason")
     limit: int = params["limit"]
@@ -226,9 +236,6 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
         jobs = [store.get(job_ids[0])]
         matched = 1
     else:
-        missing = [i for i in job_ids if store.find(i) is None]
-        if missing:
-            raise ConfigError(f"no job with id {', '.join(missing)}")
         matched = count_jobs(store, flt)
         jobs = select_jobs(store, flt, limit=limit)
         if not jobs:
@@ -280,11 +287,11 @@ def _render(command: str, report: BulkReport, matched: int, params: dict[str, An
         if result.outcome != "refused":
             click.echo(f"{command} {result.job_id}: {result.message}")
     else:
-        table = Table("job_id", "before", "after", "outcome", "message", title=f"{command}: results")
+        table = Table(id_column(), "before", "after", "outcome", "message", title=f"{command}: results")
         for r in report.results:
             table.add_row(r.job_id, r.before.status.value if r.before else "-", r.job.status.value if r.job else "-",
                           r.outcome, r.message)
-        Console().print(table)
+        print_table(stdout_console(), table)
         click.echo(", ".join(f"{k}: {v}" for k, v in report.summary().items()))
     for r in report.results:
         for warning in r.warnings:
@@ -303,7 +310,7 @@ def _command(name: str, short: str, body: str) -> Callable[[F], click.Command]:
 
         wrapper.__doc__ = f"{short}\n\n{body}\n\n{EXIT_CODES_HELP}"
         cmd = click.command(name, short_help=short)(
-            click.argument("job_ids", nargs=-1)(filter_options(control_options(wrapper))))
+            job_id_argument("job_ids", many=True)(filter_options(control_options(wrapper))))
         return cmd
 
     return decorate
@@ -316,7 +323,7 @@ and moves the job to PAUSED. Nothing is dispatched for a paused job until `relia
 
 \b
 Examples:
-  reliable pause 3f2a... --reason "downstream maintenance"
+  reliable pause 3f2a9c1e --reason "downstream maintenance"
   reliable pause --queue exports --status RUNNING --yes --reason "db failover\"""")
 def pause(params: dict[str, Any]) -> None:
     return None
@@ -331,7 +338,7 @@ A STOPPED job can be resumed (`reliable resume`) or restarted.
 
 \b
 Example:
-  reliable stop 3f2a... --reason "runaway export, ticket OPS-12\"""")
+  reliable stop 3f2a9c1e --reason "runaway export, ticket OPS-12\"""")
 def stop(params: dict[str, Any]) -> None:
     return None
 
@@ -347,7 +354,7 @@ that partial side effects remain: nothing is rolled back.
 
 \b
 Example:
-  reliable cancel 3f2a... --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
+  reliable cancel 3f2a9c1e --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
 def cancel(params: dict[str, Any]) -> None:
     return None
 
@@ -361,7 +368,7 @@ refuses. Two operators resuming the same job at once: exactly one wins, the othe
 
 \b
 Examples:
-  reliable resume 3f2a... --policies policies/
+  reliable resume 3f2a9c1e --policies policies/
   reliable resume --queue exports --status PAUSED --rate 5 --yes --reason "maintenance over\"""")
 def resume(params: dict[str, Any]) -> None:
     return None
@@ -373,7 +380,7 @@ retry budget (checkpoint_version keeps counting up). Side effects already applie
 
 \b
 Example:
-  reliable restart 3f2a... --reason "input file fixed\"""")
+  reliable restart 3f2a9c1e --reason "input file fixed\"""")
 def restart(params: dict[str, Any]) -> None:
     return None
 
@@ -393,7 +400,7 @@ downstream system; only if the effect did not happen, pass --allow-duplicate-sid
 
 \b
 Examples:
-  reliable retry 3f2a...
+  reliable retry 3f2a9c1e
   reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
     _retry_extra))
 
@@ -417,4 +424,4 @@ No compensation is run by reconcile. Same as `reliable review resolve`.
 
 \b
 Example:
-  reliable reconcile 3f2a... --as succeeded --reason "payment found in the PSP dashboard\"""")(_reconcile_extra))
+  reliable reconcile 3f2a9c1e --as succeeded --reason "payment found in the PSP dashboard\"""")(_reconcile_extra))

@@ -17,8 +17,11 @@ def db() -> None:
 @store_option
 @handle_errors
 def upgrade(store_url: str) -> None:
-    """Apply every pending migration (safe to run again: it does nothing when up to date)."""
-    store = open_store(store_url)
+    """Apply every pending migration (safe to run again: it does nothing when up to date).
+
+    A SQLite store's file is created here, and only here.
+    """
+    store = open_store(store_url, create=True)
     before, after = store.upgrade()
     if before == after:
         click.echo(f"{store.url}: already at revision {after}")

@@ -8,7 +8,7 @@ import click
 
 from ..selection import JobFilter, parse_age
 from ..states import JobStatus
-from .common import handle_errors, open_store, store_option
+from .common import handle_errors, job_id_argument, open_store, resolve_job_id, store_option
 from .control import EXIT_CODES_HELP, control_options, filter_options, run_command
 from .views import list_view, show_view
 
@@ -43,18 +43,19 @@ def list_(store_url: str, queue: str | None, actor: str | None, error_class: str
 
 
 @review.command()
-@click.argument("job_id")
+@job_id_argument()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: job, attempts, last_error, checkpoint, effects, "
                                                       "events.")
 @handle_errors
 def show(job_id: str, store_url: str, as_json: bool) -> None:
     """Show a job: attempt history, last error, last checkpoint, side effects applied and events."""
-    show_view(open_store(store_url), job_id, as_json=as_json)
+    store = open_store(store_url)
+    show_view(store, resolve_job_id(store, job_id), as_json=as_json)
 
 
 @review.command(epilog=EXIT_CODES_HELP)
-@click.argument("job_ids", nargs=-1)
+@job_id_argument("job_ids", many=True)
 @click.option("--as", "resolution", required=True, type=click.Choice(["succeeded", "cancelled"], case_sensitive=False),
               help="How the job really ended, as you checked downstream.")
 @filter_options
@@ -64,7 +65,7 @@ def resolve(job_ids: tuple[str, ...], resolution: str, **params: Any) -> None:
 
     \b
     Example:
-      reliable review resolve 3f2a... --as succeeded --reason "charge found in the PSP dashboard"
+      reliable review resolve 3f2a9c1e --as succeeded --reason "charge found in the PSP dashboard"
     """
     run_command("reconcile", job_ids, params, force_states=REVIEW if not job_ids else (),
                 resolution=resolution.lower())
