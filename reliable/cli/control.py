@@ -208,9 +208,9 @@ def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], 
     """
     try:
         require_reason(command, params.get("reason"))
-    except ReasonRequired as exc:
-        raise click.UsageError(f"{exc.command} needs --reason \"why\" (it is recorded on every job the command "
-                               "changes); nothing was done") from None
+    except ReasonRequired:
+        raise click.UsageError("--reason is required: say why (it is recorded on every job the command changes); "
+                               "nothing was done") from None
     try:
         _run(command, job_ids, params, force_states=force_states, exclude_discarded=exclude_discarded, **kwargs)
     except ReliableError as exc:
