@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..alerts.durations import parse_duration
@@ -62,12 +63,14 @@ def list_(store_url: str, statuses: tuple[str, ...], queue: str | None, actor: s
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def show(job_id: str, store_url: str, as_json: bool) -> None:
-    """Show one job: its state, lease, checkpoint, last error and attempts."""
+    """Show one job: its state, lease, checkpoint, last error, last event (who, why) and attempts."""
     store = open_store(store_url)
     job = store.get(job_id)
     attempts = store.attempts(job_id)
+    last = next(iter(store.events(job_id, limit=1)), None)
     if as_json:
-        emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts]})
+        emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts],
+                   "last_event": last.as_dict() if last else None})
         return
     console = Console()
     for name in ("job_id", "status", "queue", "actor", "owner", "attempt", "retry_count", "lease_id",
@@ -76,11 +79,20 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
         console.print(f"[bold]{name:>20}[/bold]  {getattr(job, name)}")
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")
+    if last is not None:
+        console.print(f"[bold]{'last_event':>20}[/bold]  {escape(describe_event(last))}", highlight=False)
     table = Table("attempt", "attempt_id", "worker", "started", "ended", "outcome", "error")
     for a in attempts:
         table.add_row(str(a.attempt), a.attempt_id, a.worker_id or "-", fmt_time(a.started_at),
                       fmt_time(a.ended_at), a.outcome or "-", a.error_class or "-")
     console.print(table)
+
+
+def describe_event(event: JobEvent) -> str:
+    """One line: the event, when, who made it (an operator or a worker) and why."""
+    who = f" by operator {event.operator}" if event.operator else f" by worker {event.worker_id}" \
+        if event.worker_id else ""
+    return f"{event.event} at {fmt_time(event.at)}{who}" + (f": {event.reason}" if event.reason else "")
 
 
 def parse_since(ctx: click.Context | None, param: click.Parameter | None,
@@ -174,11 +186,12 @@ def events(job_id: str, store_url: str, names: tuple[str, ...], since: timedelta
             first, last = row.events[0], row.events[-1]
             table.add_row(fmt_time(first.at), f"checkpoint x{len(row.events)}", first.from_status or "-",
                           last.to_status or "-", str(first.attempt), str(first.lease_id), first.worker_id or "-",
-                          "-", f"{_short(first.checkpoint)} .. {_short(last.checkpoint)} (until {fmt_time(last.at)})")
+                          "-", escape(f"{_short(first.checkpoint)} .. {_short(last.checkpoint)} "
+                                      f"(until {fmt_time(last.at)})"))
             continue
         why = row.reason or (f"{row.error_class}: {row.error_message}" if row.error_class else "")
         if row.event == "checkpoint":
             why = _short(row.checkpoint)
         table.add_row(fmt_time(row.at), row.event, row.from_status or "-", row.to_status or "-", str(row.attempt),
-                      str(row.lease_id), row.worker_id or "-", row.operator or "-", why)
+                      str(row.lease_id), row.worker_id or "-", row.operator or "-", escape(why))
     Console().print(table)

@@ -94,7 +94,7 @@ def test_operator_events_carry_the_operator_and_no_worker(store: StateStore, sto
     ended(store, "f", Event.FAIL)  # ran on w1, which is still the job's last worker
     ended(store, "d", Event.DEAD_LETTER)
     for args in (["pause", "r"], ["restart", "f"], ["dlq", "discard", "d"]):
-        result = run(store_url, *args, "--reason", "because")
+        result = run(store_url, *args, "--reason", "[ops] because")
         assert result.exit_code == 0, result.output
     refused = run(store_url, "resume", "f", "--reason", "by mistake")  # f is PENDING now
     assert refused.exit_code == 1
@@ -106,7 +106,21 @@ def test_operator_events_carry_the_operator_and_no_worker(store: StateStore, sto
         assert all(e["operator"] == "carol" and e["worker_id"] is None for e in by_operator), by_operator
         assert any(e["worker_id"] == "w1" for e in events), "the worker's own events keep their worker"
         table = run(store_url, "jobs", "events", job_id)
+        assert "[ops] because" in table.output  # a reason is text, not markup
         for name in names:
             (row,) = lines(table, name)
             cells = [cell.strip() for cell in row.split("│")]
             assert cells[7:9] == ["-", "carol"], row  # worker, operator
+
+
+def test_jobs_show_names_who_made_the_last_change(store: StateStore, store_url: str) -> None:
+    ended(store, "f", Event.FAIL)
+    shown = run(store_url, "jobs", "show", "f")
+    assert "last_event" in shown.output and "fail at" in shown.output and "by worker w1" in shown.output
+    assert run(store_url, "restart", "f", "--reason", "[urgent] input fixed").exit_code == 0
+    shown = run(store_url, "jobs", "show", "f")
+    assert "restart at" in shown.output and "by operator carol: [urgent] input fixed" in shown.output
+    assert "by worker" not in shown.output
+    last = json.loads(run(store_url, "jobs", "show", "f", "--json").output)["last_event"]
+    assert (last["event"], last["operator"], last["worker_id"], last["reason"]) == ("restart", "carol", None,
+                                                                                    "[urgent] input fixed")
