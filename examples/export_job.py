@@ -6,9 +6,9 @@ Run from the repository root (RabbitMQ up; see examples/shared.py for BROKER_URL
     .venv/bin/reliable db upgrade                                   # once: create ./reliable.db
     .venv/bin/dramatiq examples.export_job -p 1 -t 2                # terminal 1: a worker
     .venv/bin/python -m examples.export_job acme 300                # terminal 2: prints the job id
-    .venv/bin/reliable pause JOB_ID                                 # pauses after the current page
+    .venv/bin/reliable pause JOB_ID --reason "try it"               # pauses after the current page
     .venv/bin/reliable jobs show JOB_ID                             # PAUSED, checkpoint {"next_page": N, ...}
-    .venv/bin/reliable resume JOB_ID --policies examples/policies/ --broker amqp://guest:guest@127.0.0.1:5672/
+    .venv/bin/reliable resume JOB_ID --reason "go on" --policies examples/policies/ --broker amqp://guest:guest@127.0.0.1:5672/
     .venv/bin/reliable jobs events JOB_ID                           # the whole history
 
 How pause/resume works: `reliable pause` on a RUNNING job only sets `pause_requested` on its row.

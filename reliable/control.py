@@ -2,8 +2,10 @@
 
 Every command is a compare-and-set transition in the state store (never only a broker message),
 so it works while workers or the queue are overloaded, and it is audited on the job as an event
-carrying the operator, the reason and the host. Refused commands (not authorized, not allowed in
-the job's state, failed validation, lost race) raise and are audited as `command_refused`.
+carrying the operator, the reason and the host. Every command needs a reason (`require_reason`):
+without one it raises ReasonRequired before reading or writing anything. Refused commands (not
+authorized, not allowed in the job's state, failed validation, lost race) raise and are audited as
+`command_refused`.
 
 `Control` takes the identity as data and assumes no terminal, so an authenticated network front
 end can build one per request (`control.as_operator(Operator(name, host, "api"))`) unchanged.
@@ -23,28 +25,40 @@ import dramatiq
 from .bulk import BulkReport, Progress, RateLimiter, run_bulk
 from .compensation import compensate
 from .dispatch import dispatch
-from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
-from .operators import Operator, OperatorsPolicy
+from .errors import ControlRefused, JobNotFound, ReasonRequired, ReliableError, TransitionRefused
+from .operators import COMMANDS, Operator, OperatorsPolicy
 from .options import stored_contract
 from .selection import DISCARDED, JobFilter, select_jobs
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
 
 __all__ = [
-    "DESTRUCTIVE",
+    "NEEDS_REASON",
     "ActorContract",
     "CommandResult",
     "ContractSource",
     "Control",
+    "require_reason",
 ]
 
 S = JobStatus
 
-#: Commands that need a reason (requeue needs one when it touches more than one job).
-DESTRUCTIVE: frozenset[str] = frozenset({"stop", "cancel", "restart", "discard", "reconcile"})
+#: The commands that need a reason: every operator command, on one job or many, dry run or not. Each
+#: changes a job (or takes it out of the dead letters) and the job's history must say why.
+NEEDS_REASON: frozenset[str] = COMMANDS
 
 _RESUMABLE_FROM = (S.PAUSED, S.STOPPED)
 _CONFLICT_RETRIES = 3
+
+
+def require_reason(command: str, reason: str | None) -> None:
+    """Raise ReasonRequired when `command` needs a reason and `reason` is missing or blank.
+
+    The one check of the rule: `Control` makes it before reading the job, the CLI before opening
+    the store, so a forgotten reason writes nothing (no `command_refused` either).
+    """
+    if command in NEEDS_REASON and not (reason and reason.strip()):
+        raise ReasonRequired(command)
 
 
 class ContractSource(Protocol):
@@ -123,6 +137,9 @@ class Control:
       operators: the authorization policy; None allows every command (see OperatorsPolicy).
       identity: who is acting; defaults to `Operator.resolve()` (RELIABLE_OPERATOR or the OS user).
       actor_options: options per actor name, for actors not registered on `broker`.
+
+    Every command takes `reason` (why; recorded on the job's events) and raises ReasonRequired
+    without one, before it reads or writes anything.
     """
 
     def __init__(self, store: StateStore, *, policy: ContractSource | None = None,
@@ -221,6 +238,7 @@ class Control:
 
     def discard(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
         """Take a DEAD job out of the dead-letter listing (an audited `discarded` event; it stays DEAD)."""
+        require_reason("discard", reason)
         identity = self.identity
         job = self.store.get(job_id)
         try:
@@ -249,12 +267,10 @@ class Control:
                  **kwargs: Any) -> BulkReport:
         """Apply `command` to each job (at most `limit`), `rate` per second, reporting each result.
 
-        Refusals do not stop the run; they are in the report. A bulk requeue needs a reason.
+        Refusals do not stop the run; they are in the report. Without a reason it raises
+        ReasonRequired before acting on any job.
         """
-        if command == "requeue" and len(jobs) > 1 and not (reason and reason.strip()):
-            raise ControlRefused("a bulk requeue needs --reason (why are these jobs being replayed?)")
-        if command in DESTRUCTIVE and len(jobs) > 1 and not (reason and reason.strip()):
-            raise ControlRefused(f"{command} of several jobs needs a reason (--reason)")
+        require_reason(command, reason)
         method = getattr(self, command, None)
         if method is None or command.startswith("_") or command in ("select", "run_bulk"):
             raise ControlRefused(f"unknown command {command!r}")
@@ -379,12 +395,11 @@ class Control:
     # -- execution -------------------------------------------------------------------------------
 
     def _precheck(self, command: str, job: Job, reason: str | None) -> None:
-        if command in DESTRUCTIVE and not (reason and reason.strip()):
-            raise ControlRefused(f"job {job.job_id}: {command} needs a reason (--reason)")
         self.operators.check(self.identity.name, command, job.queue)
 
     def _run(self, command: str, job_id: str, reason: str | None, dry_run: bool,
              planner: Callable[[Job, str | None], _Plan]) -> CommandResult:
+        require_reason(command, reason)
         for _ in range(_CONFLICT_RETRIES):
             job = self.store.get(job_id)
             try:

@@ -2,7 +2,8 @@
 
     ReliableError
     ├── ConfigError                 bad argument, URL or setting
-    │   └── PolicyError             a policy / rule file is wrong (names file, line, field)
+    │   ├── PolicyError             a policy / rule file is wrong (names file, line, field)
+    │   └── ReasonRequired          an operator command without a reason (nothing was written)
     ├── StoreError                  the state store cannot serve the request
     │   ├── StoreUnavailable        the database cannot be reached
     │   └── StoreNotMigrated        the schema is missing or out of date
@@ -35,6 +36,7 @@ __all__ = [
     "LeaseLost",
     "LeaseLostInterrupt",
     "PolicyError",
+    "ReasonRequired",
     "ReliableError",
     "StoreError",
     "StoreNotMigrated",
@@ -65,6 +67,14 @@ class PolicyError(ConfigError):
         prefix = f"{where}: " if path or line is not None else ""
         suffix = f" (field: {field})" if field else ""
         super().__init__(f"{prefix}{message}{suffix}")
+
+
+class ReasonRequired(ConfigError):
+    """An operator command was given no reason (or a blank one); raised before anything is read or written."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        super().__init__(f"{command} needs a reason: say why (it is recorded on every job the command changes)")
 
 
 class ActorContractError(PolicyError, MiddlewareError):

@@ -18,8 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..bulk import BulkReport
-from ..control import DESTRUCTIVE, CommandResult, ContractSource, Control
-from ..errors import ConfigError, ControlRefused, ReliableError
+from ..control import CommandResult, ContractSource, Control, require_reason
+from ..errors import ConfigError, ControlRefused, ReasonRequired, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..selection import JobFilter, count_jobs, parse_age, select_jobs, statuses
 from ..states import TRANSITIONS, Event, JobStatus
@@ -67,8 +67,9 @@ COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {
 
 EXIT_CODES_HELP = (
     "Exit status: 0 done; 1 refused for at least one job (not authorized, wrong state, failed "
-    "validation, lost a race; each refusal is recorded on the job as `command_refused`); 2 bad input "
-    "or store error; 3 several jobs selected without --yes."
+    "validation, lost a race; each refusal is recorded on the job as `command_refused`); 2 bad input, "
+    "such as a missing --reason (every command that changes jobs needs one; nothing is written), or a "
+    "store error; 3 several jobs selected without --yes."
 )
 
 
@@ -101,8 +102,8 @@ def control_options(func: F) -> F:
     """The options every operator command takes (store, identity, authorization, bulk safety, output)."""
     options = [
         store_option,
-        click.option("--reason", help="Why you are doing this; recorded on every job. Required for stop, cancel, "
-                                      "restart, reconcile, discard and any bulk retry/requeue."),
+        click.option("--reason", help="Why you are doing this (required, also with --dry-run); recorded on every "
+                                      "job the command changes."),
         click.option("--operator", "operator_name",
                      help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]."),
         click.option("--operators-file", type=click.Path(dir_okay=False),
@@ -211,7 +212,15 @@ def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any]
 
 def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...]
                 = (), exclude_discarded: bool = False, **kwargs: Any) -> None:
-    """Select jobs, confirm when several, run `command` on each and report; exits with EXIT_* codes."""
+    """Select jobs, confirm when several, run `command` on each and report; exits with EXIT_* codes.
+
+    A missing --reason is a usage error (exit 2) found before the store is opened: nothing is written.
+    """
+    try:
+        require_reason(command, params.get("reason"))
+    except ReasonRequired:
+        raise click.UsageError("--reason is required: say why (it is recorded on every job the command changes); "
+                               "nothing was done") from None
     try:
         _run(command, job_ids, params, force_states=force_states, exclude_discarded=exclude_discarded, **kwargs)
     except ReliableError as exc:
@@ -245,11 +254,8 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
             else:
                 err.print(f"{command}: no job matches")
             return
-        if len(jobs) > 1 or not job_ids:
-            if len(jobs) > 1 and (command in DESTRUCTIVE or command == "requeue") and not (reason or "").strip():
-                raise ConfigError(f"{command} of several jobs needs --reason")
-            if len(jobs) > 1:
-                _confirm(command, jobs, matched, params, err)
+        if len(jobs) > 1:
+            _confirm(command, jobs, matched, params, err)
     report = _execute(control, command, jobs, params, reason, err, **kwargs)
     _render(command, report, matched, params, err)
     if control.broker is not None:
@@ -329,7 +335,7 @@ def pause(params: dict[str, Any]) -> None:
     return None
 
 
-@_command("stop", "Stop jobs (running ones after their current unit). Needs --reason.", """\
+@_command("stop", "Stop jobs (running ones after their current unit).", """\
 PENDING, RETRY_WAIT and PAUSED jobs move to STOPPED at once. A RUNNING job moves to STOPPING: its
 worker finishes the unit, checkpoints and moves it to STOPPED. Past the job's stop grace period the
 worker's heartbeat records an `escalation` event and terminates the job's thread (force_stop); a
@@ -343,7 +349,7 @@ def stop(params: dict[str, Any]) -> None:
     return None
 
 
-@_command("cancel", "Cancel jobs; runs the compensation actor if side effects were applied. Needs --reason.", """\
+@_command("cancel", "Cancel jobs; runs the compensation actor if side effects were applied.", """\
 PENDING, RETRY_WAIT, PAUSED and STOPPED jobs move to CANCELLED at once. A RUNNING (or STOPPING) job
 is flagged cancel_requested: its worker stops after the current unit and ends CANCELLED.
 
@@ -368,13 +374,13 @@ refuses. Two operators resuming the same job at once: exactly one wins, the othe
 
 \b
 Examples:
-  reliable resume 3f2a9c1e --policies policies/
+  reliable resume 3f2a9c1e --policies policies/ --reason "maintenance over"
   reliable resume --queue exports --status PAUSED --rate 5 --yes --reason "maintenance over\"""")
 def resume(params: dict[str, Any]) -> None:
     return None
 
 
-@_command("restart", "Run jobs again from the beginning (checkpoint cleared). Needs --reason.", """\
+@_command("restart", "Run jobs again from the beginning (checkpoint cleared).", """\
 FAILED, DEAD, REVIEW, STOPPED and CANCELLED jobs go back to PENDING with no checkpoint and a fresh
 retry budget (checkpoint_version keeps counting up). Side effects already applied are not undone.
 
@@ -391,8 +397,8 @@ def _retry_extra(params: dict[str, Any]) -> dict[str, Any]:
 
 retry = allow_duplicates_option(_command("retry", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\
 The job goes back to PENDING with a fresh retry budget and keeps its checkpoint (refused when the
-checkpoint's schema no longer matches the actor: use `reliable restart`). A bulk retry needs
---reason; use --rate to spare downstream services.
+checkpoint's schema no longer matches the actor: use `reliable restart`). Use --rate to spare
+downstream services in a bulk retry.
 
 A job whose actor is not idempotent (idempotent: false in its actor options or the policy: pass
 --policies) is refused: its side effect (a charge, an email) may already have happened. Check the
@@ -400,7 +406,7 @@ downstream system; only if the effect did not happen, pass --allow-duplicate-sid
 
 \b
 Examples:
-  reliable retry 3f2a9c1e
+  reliable retry 3f2a9c1e --reason "provider fixed the outage"
   reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
     _retry_extra))
 
@@ -417,7 +423,7 @@ def _with_resolution(cmd: click.Command) -> click.Command:
 
 
 reconcile = _with_resolution(_command(
-    "reconcile", "Resolve REVIEW jobs as succeeded or cancelled. Needs --as and --reason.", """\
+    "reconcile", "Resolve REVIEW jobs as succeeded or cancelled. Needs --as.", """\
 A REVIEW job hit a side effect whose outcome is unknown (e.g. a non-idempotent call timed out).
 Check the downstream system, then record what really happened: --as succeeded or --as cancelled.
 No compensation is run by reconcile. Same as `reliable review resolve`.

@@ -73,7 +73,7 @@ def requeue(job_ids: tuple[str, ...], **params: Any) -> None:
     """Run dead jobs again from their last checkpoint (fresh retry budget).
 
     Give job ids, or filters (--queue, --actor, --error-class, --older-than) to select DEAD jobs.
-    Several jobs need --yes and --reason; use --rate to spare downstream services.
+    Needs --reason; several jobs also need --yes. Use --rate to spare downstream services.
 
     A job whose actor is not idempotent is refused unless --allow-duplicate-side-effects: its side
     effect may already have happened. Check the downstream system first (pass --policies so the
@@ -89,7 +89,7 @@ def requeue(job_ids: tuple[str, ...], **params: Any) -> None:
 @filter_options
 @control_options
 def discard(job_ids: tuple[str, ...], **params: Any) -> None:
-    """Take dead jobs out of the dead-letter listing. Needs --reason.
+    """Take dead jobs out of the dead-letter listing.
 
     The job stays DEAD (its history is kept); a `discarded` event with your name and reason is
     recorded and `dlq list` no longer shows it (`--include-discarded` does). If the job is later

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
 import click
+from rich.markup import escape
 from rich.table import Table
 
+from ..alerts.durations import parse_duration
 from ..states import JobStatus
-from ..store import Job
+from ..store import Job, JobEvent
 from .common import (
     emit_json,
     fmt_time,
@@ -68,13 +73,15 @@ def list_(store_url: str, statuses: tuple[str, ...], queue: str | None, actor: s
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def show(job_id: str, store_url: str, as_json: bool) -> None:
-    """Show one job: its state, lease, checkpoint, last error and attempts."""
+    """Show one job: its state, lease, checkpoint, last error, last event (who, why) and attempts."""
     store = open_store(store_url)
     job_id = resolve_job_id(store, job_id)
     job = store.get(job_id)
     attempts = store.attempts(job_id)
+    last = next(iter(store.events(job_id, limit=1)), None)
     if as_json:
-        emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts]})
+        emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts],
+                   "last_event": last.as_dict() if last else None})
         return
     console = stdout_console()
     for name in ("job_id", "status", "queue", "actor", "owner", "attempt", "retry_count", "lease_id",
@@ -83,6 +90,8 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
         console.print(f"[bold]{name:>20}[/bold]  {getattr(job, name)}")
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")
+    if last is not None:
+        console.print(f"[bold]{'last_event':>20}[/bold]  {escape(describe_event(last))}", highlight=False)
     table = Table("attempt", id_column("attempt_id"), "worker", "started", "ended", "outcome", "error")
     for a in attempts:
         table.add_row(str(a.attempt), a.attempt_id, a.worker_id or "-", fmt_time(a.started_at),
@@ -90,22 +99,110 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
     print_table(console, table)
 
 
+def describe_event(event: JobEvent) -> str:
+    """One line: the event, when, who made it (an operator or a worker) and why."""
+    who = f" by operator {event.operator}" if event.operator else f" by worker {event.worker_id}" \
+        if event.worker_id else ""
+    return f"{event.event} at {fmt_time(event.at)}{who}" + (f": {event.reason}" if event.reason else "")
+
+
+def parse_since(ctx: click.Context | None, param: click.Parameter | None,
+                value: str | None) -> timedelta | datetime | None:
+    """--since: a duration back from now (10m, 2h, 1d) or an ISO time (UTC unless it has an offset)."""
+    if value is None:
+        return None
+    try:
+        return timedelta(seconds=parse_duration(value))
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a duration back from now (30s, 10m, 2h, 1d) nor an ISO "
+                                 "time (2026-06-01T12:00:00, UTC unless an offset is given)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@dataclass
+class CheckpointRun:
+    """Consecutive checkpoint events of one attempt (one lease), shown as one line."""
+
+    events: list[JobEvent]
+
+
+def collapse_checkpoints(history: list[JobEvent]) -> list[JobEvent | CheckpointRun]:
+    """`history` with each run of two or more consecutive checkpoints of one lease as a CheckpointRun."""
+    rows: list[JobEvent | CheckpointRun] = []
+    for event in history:
+        last = rows[-1] if rows else None
+        if event.event == "checkpoint" and isinstance(last, CheckpointRun) \
+                and last.events[-1].lease_id == event.lease_id:
+            last.events.append(event)
+        elif event.event == "checkpoint" and isinstance(last, JobEvent) and last.event == "checkpoint" \
+                and last.lease_id == event.lease_id:
+            rows[-1] = CheckpointRun([last, event])
+        else:
+            rows.append(event)
+    return rows
+
+
+def _short(value: object, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else f"{text[:width - 3]}..."
+
+
 @jobs.command()
 @job_id_argument()
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--event", "names", multiple=True, metavar="NAME",
+              help="Only events with this name (repeatable): e.g. --event pause_requested --event resume.")
+@click.option("--since", callback=parse_since, metavar="WHEN",
+              help="Only events from then on: a duration back from now (10m, 2h, 1d) or an ISO time "
+                   "(2026-06-01T12:00:00; UTC unless it has an offset).")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N",
+              help="Only the most recent N events (of those --event and --since select; counted before collapsing).")
+@click.option("--all", "show_all", is_flag=True,
+              help="Show every checkpoint event. By default consecutive checkpoints of an attempt are one line.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: every event selected (never collapsed).")
 @handle_errors
-def events(job_id: str, store_url: str, as_json: bool) -> None:
-    """The job's event history: every transition, who made it, when and why."""
+def events(job_id: str, store_url: str, names: tuple[str, ...], since: timedelta | datetime | None,
+           limit: int | None, show_all: bool, as_json: bool) -> None:
+    """The job's event history: every transition, who made it (worker or operator), when and why.
+
+    \b
+    Examples:
+      reliable jobs events 3f2a9c1e                          # checkpoints collapsed: "checkpoint x60"
+      reliable jobs events 3f2a9c1e --since 1h --limit 20    # the last 20 events of the last hour
+      reliable jobs events 3f2a9c1e --event pause_requested --event resume --json
+    """
     store = open_store(store_url)
     job_id = resolve_job_id(store, job_id)
-    history = store.events(job_id)
+    start = None
+    if since is not None:
+        start = store.now() - since.total_seconds() if isinstance(since, timedelta) else since.timestamp()
+    history = store.events(job_id, events=names or None, since=start, limit=limit)
     if as_json:
         emit_json([event.as_dict() for event in history])
         return
-    table = Table("at", "event", "from", "to", "attempt", "lease", "worker", "operator", "reason / error")
-    for e in history:
-        why = e.reason or (f"{e.error_class}: {e.error_message}" if e.error_class else "")
-        table.add_row(fmt_time(e.at), e.event, e.from_status or "-", e.to_status or "-", str(e.attempt),
-                      str(e.lease_id), e.worker_id or "-", e.operator or "-", why)
+    if not history:
+        click.echo(f"job {job_id}: no event matches", err=True)
+        return
+    rows: list[JobEvent | CheckpointRun] = list(history) if show_all else collapse_checkpoints(history)
+    caption = (f"{len(history)} events in {len(rows)} lines: consecutive checkpoints collapsed (--all shows each)"
+               if len(rows) < len(history) else None)
+    table = Table("at", "event", "from", "to", "attempt", "lease", "worker", "operator", "reason / error",
+                  caption=caption)
+    for row in rows:
+        if isinstance(row, CheckpointRun):
+            first, last = row.events[0], row.events[-1]
+            table.add_row(fmt_time(first.at), f"checkpoint x{len(row.events)}", first.from_status or "-",
+                          last.to_status or "-", str(first.attempt), str(first.lease_id), first.worker_id or "-",
+                          "-", escape(f"{_short(first.checkpoint)} .. {_short(last.checkpoint)} "
+                                      f"(until {fmt_time(last.at)})"))
+            continue
+        why = row.reason or (f"{row.error_class}: {row.error_message}" if row.error_class else "")
+        if row.event == "checkpoint":
+            why = _short(row.checkpoint)
+        table.add_row(fmt_time(row.at), row.event, row.from_status or "-", row.to_status or "-", str(row.attempt),
+                      str(row.lease_id), row.worker_id or "-", row.operator or "-", escape(why))
     print_table(stdout_console(), table)

@@ -13,7 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("reliable.cli.alerts:alerts",
                "Alert rules over the state store, Prometheus rule export, Alertmanager delivery."),
     "cancel": ("reliable.cli.control:cancel",
-               "Cancel jobs; runs the compensation actor if side effects were applied. Needs --reason."),
+               "Cancel jobs; runs the compensation actor if side effects were applied."),
     "db": ("reliable.cli.db:db", "Create or migrate the state store's schema."),
     "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
     "exporter": ("reliable.cli.exporter:exporter",
@@ -24,16 +24,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pause": ("reliable.cli.control:pause", "Pause jobs (running ones at their next checkpoint)."),
     "policy": ("reliable.cli.policy:policy", "Validate policy files and explain what a failure would become."),
     "reconcile": ("reliable.cli.control:reconcile",
-                  "Resolve REVIEW jobs as succeeded or cancelled. Needs --as and --reason."),
+                  "Resolve REVIEW jobs as succeeded or cancelled. Needs --as."),
     "recover": ("reliable.cli.recover:recover",
                 "Run the recovery loop: expired leases, due retries, lost messages."),
     "restart": ("reliable.cli.control:restart",
-                "Run jobs again from the beginning (checkpoint cleared). Needs --reason."),
+                "Run jobs again from the beginning (checkpoint cleared)."),
     "resume": ("reliable.cli.control:resume", "Resume PAUSED or STOPPED jobs from their last checkpoint."),
     "retry": ("reliable.cli.control:retry", "Requeue FAILED or DEAD jobs from their last checkpoint."),
     "review": ("reliable.cli.review:review", "Jobs waiting for a person (REVIEW): list, show, resolve."),
     "stop": ("reliable.cli.control:stop",
-             "Stop jobs (running ones after their current unit). Needs --reason."),
+             "Stop jobs (running ones after their current unit)."),
 }
 
 

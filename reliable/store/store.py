@@ -755,13 +755,25 @@ class StateStore:
         # In character order every id starting with "ab1" is below "ab2": the range's end.
         return self._sql.job_ids_by_prefix(prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1), limit)
 
-    def events(self, job_id: str, *, limit: int | None = None) -> list[JobEvent]:
-        """The job's event history, oldest first."""
-        stmt = select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
+    def events(self, job_id: str, *, events: Sequence[str] | None = None, since: float | None = None,
+               limit: int | None = None) -> list[JobEvent]:
+        """The job's event history, oldest first, filtered in the database.
+
+        `events`: only these event names; `since`: only events at or after this time (epoch
+        seconds); `limit`: only the most recent `limit` of the events that match.
+        """
+        stmt = select(job_events).where(job_events.c.job_id == job_id)
+        if events:
+            stmt = stmt.where(job_events.c.event.in_(list(events)))
+        if since is not None:
+            stmt = stmt.where(job_events.c.at >= since)
         if limit is not None:
-            stmt = stmt.limit(limit)
+            stmt = stmt.order_by(job_events.c.id.desc()).limit(limit)
+        else:
+            stmt = stmt.order_by(job_events.c.id)
         with self._read() as conn:
-            return [JobEvent.from_row(row) for row in conn.execute(stmt).mappings()]
+            found = [JobEvent.from_row(row) for row in conn.execute(stmt).mappings()]
+        return found[::-1] if limit is not None else found
 
     def attempts(self, job_id: str) -> list[Attempt]:
         """The job's attempts, oldest first."""

@@ -10,7 +10,7 @@ from control_helpers import ACTOR, QUEUE, ended, make, paused, running
 from dramatiq.brokers.stub import StubBroker
 
 from reliable.control import Control
-from reliable.errors import ControlRefused, JobNotFound
+from reliable.errors import ConfigError, ControlRefused, JobNotFound, ReasonRequired
 from reliable.operators import Operator, OperatorsPolicy
 from reliable.selection import JobFilter, count_jobs, select_jobs
 from reliable.states import Event, JobStatus
@@ -45,7 +45,7 @@ def test_pause_pending_is_immediate_and_audited(store: StateStore, control: Cont
 
 def test_pause_retry_wait_is_immediate(store: StateStore, control: Control) -> None:
     ended(store, "j", Event.RETRY)
-    assert control.pause("j").job.status is JobStatus.PAUSED  # type: ignore[union-attr]
+    assert control.pause("j", reason="test").job.status is JobStatus.PAUSED  # type: ignore[union-attr]
 
 
 def test_pause_running_sets_the_flag_for_the_worker(store: StateStore, control: Control) -> None:
@@ -59,7 +59,7 @@ def test_pause_running_sets_the_flag_for_the_worker(store: StateStore, control: 
 def test_pause_of_a_finished_job_is_refused_and_audited(store: StateStore, control: Control) -> None:
     ended(store, "j", Event.FAIL)
     with pytest.raises(ControlRefused, match="cannot pause a FAILED job"):
-        control.pause("j")
+        control.pause("j", reason="test")
     event = last(store, "j")
     assert event.event == "command_refused" and event.operator == "alice" and event.detail["command"] == "pause"
     assert event.host == "ops-box"
@@ -67,18 +67,29 @@ def test_pause_of_a_finished_job_is_refused_and_audited(store: StateStore, contr
 
 def test_unknown_job(control: Control) -> None:
     with pytest.raises(JobNotFound):
-        control.pause("nope")
+        control.pause("nope", reason="test")
 
 
 # -- stop ----------------------------------------------------------------------------------------
 
 
-def test_stop_requires_a_reason_and_the_refusal_is_audited(store: StateStore, control: Control) -> None:
-    make(store, "j")
-    with pytest.raises(ControlRefused, match="needs a reason"):
-        control.stop("j")
-    assert store.get("j").status is JobStatus.PENDING
-    assert last(store, "j").event == "command_refused"
+@pytest.mark.parametrize("command", ["pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile",
+                                     "discard"])
+@pytest.mark.parametrize("reason", [None, "   "])
+def test_every_command_needs_a_reason_and_a_missing_one_writes_nothing(
+        store: StateStore, control: Control, command: str, reason: str | None) -> None:
+    ended(store, "j", Event.NEED_REVIEW)
+    before = store.events("j")
+    extra = {"resolution": "succeeded"} if command == "reconcile" else {}
+    for dry_run in (False, True):
+        with pytest.raises(ReasonRequired, match=f"{command} needs a reason") as raised:
+            getattr(control, command)("j", reason=reason, dry_run=dry_run, **extra)
+        assert raised.value.command == command and isinstance(raised.value, ConfigError)
+    with pytest.raises(ReasonRequired):
+        control.run_bulk(command, [store.get("j")], reason=reason, **extra)
+    with pytest.raises(ReasonRequired):  # before looking the job up: bad input first, whatever the job
+        getattr(control, command)("no-such-job", reason=reason, **extra)
+    assert store.events("j") == before and store.get("j").status is JobStatus.REVIEW
 
 
 @pytest.mark.parametrize("setup", ["pending", "paused"])
@@ -169,7 +180,7 @@ def test_resume_with_a_broker_dispatches_the_stored_message(store: StateStore) -
     broker = StubBroker()
     control = Control(store, identity=ALICE, broker=broker, actor_options=RESUMABLE)
     paused(store, "j")
-    result = control.resume("j")
+    result = control.resume("j", reason="test")
     assert result.dispatched and store.get("j").dispatched_at is not None
     import dramatiq
 
@@ -182,7 +193,7 @@ def test_resume_refused_when_not_resumable(store: StateStore) -> None:
     control = Control(store, identity=ALICE)
     paused(store, "j")
     with pytest.raises(ControlRefused, match=r"not resumable.*reliable restart j"):
-        control.resume("j")
+        control.resume("j", reason="test")
     assert store.get("j").status is JobStatus.PAUSED
     assert last(store, "j").event == "command_refused"
 
@@ -191,7 +202,7 @@ def test_resume_refused_on_incompatible_checkpoint_schema(store: StateStore) -> 
     control = Control(store, identity=ALICE, actor_options={ACTOR: {"resumable": True, "checkpoint_schema": 3}})
     paused(store, "j", schema=2)
     with pytest.raises(ControlRefused, match="schema 2 but actor 'export' now expects 3"):
-        control.resume("j")
+        control.resume("j", reason="test")
     assert store.get("j").status is JobStatus.PAUSED
 
 
@@ -209,10 +220,10 @@ def test_resume_validator(store: StateStore, tmp_path: Path, monkeypatch: pytest
         if store.find("a") is None:
             paused(store, "a")
         with pytest.raises(ControlRefused, match=expect):
-            control.resume("a")
+            control.resume("a", reason="test")
     control = Control(store, identity=ALICE, actor_options={
         ACTOR: {"resumable": True, "checkpoint_schema": 2, "resume_validator": "my_validators:ok"}})
-    assert control.resume("a").job.status is JobStatus.PENDING  # type: ignore[union-attr]
+    assert control.resume("a", reason="test").job.status is JobStatus.PENDING  # type: ignore[union-attr]
 
 
 def race_resumes(store_url: str, job_id: str, contenders: int) -> list[str]:
@@ -226,7 +237,7 @@ def race_resumes(store_url: str, job_id: str, contenders: int) -> list[str]:
         control = Control(own, identity=Operator(f"op{index}", "h", "test"), actor_options=RESUMABLE)
         barrier.wait()
         try:
-            control.resume(job_id)
+            control.resume(job_id, reason="test")
             outcome = "won"
         except ControlRefused as exc:
             outcome = "refused: " + str(exc)
@@ -259,8 +270,6 @@ def test_two_racing_resumes_exactly_one_wins(store: StateStore, store_url: str) 
 def test_restart_clears_checkpoint_keeps_checkpoint_version(store: StateStore, control: Control) -> None:
     ended(store, "j", Event.FAIL, checkpoint=5)
     before = store.get("j")
-    with pytest.raises(ControlRefused, match="needs a reason"):
-        control.restart("j")
     result = control.restart("j", reason="input fixed")
     job = store.get("j")
     assert result.outcome == "done" and job.status is JobStatus.PENDING and job.checkpoint is None
@@ -275,28 +284,26 @@ def test_restart_from_dead_and_review(store: StateStore, control: Control, event
 
 def test_requeue_keeps_checkpoint_and_resets_retries(store: StateStore, control: Control) -> None:
     ended(store, "j", Event.DEAD_LETTER, checkpoint=4)
-    result = control.requeue("j")
+    result = control.requeue("j", reason="test")
     job = store.get("j")
     assert result.event == "requeue" and job.status is JobStatus.PENDING and job.checkpoint == 4
     assert job.retry_count == 0
     make(store, "p")
     with pytest.raises(ControlRefused, match="cannot requeue a PENDING job"):
-        control.requeue("p")
+        control.requeue("p", reason="test")
 
 
 def test_requeue_refused_on_incompatible_checkpoint(store: StateStore) -> None:
     control = Control(store, identity=ALICE, actor_options={ACTOR: {"checkpoint_schema": 9}})
     ended(store, "j", Event.FAIL, checkpoint=4)
     with pytest.raises(ControlRefused, match="reliable restart j"):
-        control.requeue("j")
+        control.requeue("j", reason="test")
 
 
 @pytest.mark.parametrize(("resolution", "status"), [("succeeded", JobStatus.SUCCEEDED),
                                                      ("cancelled", JobStatus.CANCELLED)])
 def test_reconcile(store: StateStore, control: Control, resolution: str, status: JobStatus) -> None:
     ended(store, "j", Event.NEED_REVIEW)
-    with pytest.raises(ControlRefused, match="needs a reason"):
-        control.reconcile("j", resolution=resolution)
     result = control.reconcile("j", resolution=resolution, reason="checked the PSP")
     assert result.job.status is status  # type: ignore[union-attr]
     assert last(store, "j").detail["resolution"] == resolution
@@ -308,12 +315,10 @@ def test_discard_hides_from_the_dead_letters_until_it_dies_again(store: StateSto
     ended(store, "j", Event.DEAD_LETTER)
     dlq = JobFilter(statuses=(JobStatus.DEAD,), exclude_discarded=True)
     assert [j.job_id for j in select_jobs(store, dlq)] == ["j"]
-    with pytest.raises(ControlRefused, match="needs a reason"):
-        control.discard("j")
     control.discard("j", reason="duplicate order")
     assert select_jobs(store, dlq) == [] and count_jobs(store, dlq) == 0
     assert store.get("j").status is JobStatus.DEAD
-    control.requeue("j")
+    control.requeue("j", reason="test")
     claim = store.claim("j", worker_id="w", lease_ttl=30)
     store.finish("j", claim.lease_id, Event.DEAD_LETTER)
     assert [j.job_id for j in select_jobs(store, dlq)] == ["j"]
@@ -341,19 +346,19 @@ def test_authorization_refusal_is_audited(store: StateStore) -> None:
     bob = Control(store, identity=Operator("bobby", "laptop", "test"), operators=policy, actor_options=RESUMABLE)
     make(store, "j")
     make(store, "other", queue="billing")
-    assert bob.pause("j").job.status is JobStatus.PAUSED  # type: ignore[union-attr]
+    assert bob.pause("j", reason="test").job.status is JobStatus.PAUSED  # type: ignore[union-attr]
     with pytest.raises(ControlRefused, match=r"operator 'bobby' .*support.* may not resume jobs on queue 'exports'"):
-        bob.resume("j")
+        bob.resume("j", reason="test")
     with pytest.raises(ControlRefused, match="may not pause jobs on queue 'billing'"):
-        bob.pause("other")
+        bob.pause("other", reason="test")
     event = last(store, "j")
     assert (event.event, event.operator, event.host) == ("command_refused", "bobby", "laptop")
     assert store.get("j").status is JobStatus.PAUSED
     eve = Control(store, identity=Operator("eve", "h", "test"), operators=policy)
     with pytest.raises(ControlRefused, match="no role"):
-        eve.pause("other")
+        eve.pause("other", reason="test")
     admin = bob.as_operator(Operator("alice", "h", "api"))
-    assert admin.resume("j").job.status is JobStatus.PENDING  # type: ignore[union-attr]
+    assert admin.resume("j", reason="test").job.status is JobStatus.PENDING  # type: ignore[union-attr]
 
 
 # -- bulk ----------------------------------------------------------------------------------------
@@ -367,15 +372,15 @@ def test_bulk_limit_dry_run_and_progress(store: StateStore, control: Control) ->
     assert len(jobs) == 6
     versions = {j.job_id: j.version for j in jobs}
     events_before = sum(len(store.events(j.job_id)) for j in jobs)
-    dry = control.run_bulk("pause", jobs, limit=4, dry_run=True)
+    dry = control.run_bulk("pause", jobs, reason="test", limit=4, dry_run=True)
     assert dry.count("dry_run") == 4 and dry.skipped == 2
     assert {j.job_id: j.version for j in control.select(JobFilter(queue=QUEUE), limit=None)} == versions
     assert sum(len(store.events(j.job_id)) for j in jobs) == events_before
     seen: list[tuple[int, int]] = []
-    report = control.run_bulk("pause", jobs, limit=4, progress=lambda d, t, r: seen.append((d, t)))
+    report = control.run_bulk("pause", jobs, reason="test", limit=4, progress=lambda d, t, r: seen.append((d, t)))
     assert report.count("done") == 4 and seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert store.count_by_status()[JobStatus.PAUSED] == 4
-    report = control.run_bulk("pause", jobs, limit=100)
+    report = control.run_bulk("pause", jobs, reason="test", limit=100)
     assert report.count("done") == 2 and report.refused == 4  # already paused: refused, run continued
 
 
@@ -390,8 +395,6 @@ def test_bulk_rate_with_an_injected_clock(store: StateStore, control: Control) -
         now[0] += seconds
 
     jobs = control.select(JobFilter(statuses=(JobStatus.DEAD,)))
-    with pytest.raises(ControlRefused, match="bulk requeue needs --reason"):
-        control.run_bulk("requeue", jobs)
     report = control.run_bulk("requeue", jobs, reason="API is back", rate=2.0, clock=lambda: now[0], sleep=sleep)
     assert report.count("done") == 5
     assert sum(sleeps) == pytest.approx(2.0)  # first token free, then one every 0.5 s

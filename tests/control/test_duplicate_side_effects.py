@@ -36,7 +36,7 @@ def test_requeue_of_a_non_idempotent_job_is_refused_and_says_why(store: StateSto
     dead(store, "pay", contract=NOT_IDEMPOTENT)
     before = event_names(store, "pay")
     with pytest.raises(ControlRefused) as caught:
-        control.requeue("pay")
+        control.requeue("pay", reason="test")
     message = str(caught.value)
     assert "not idempotent" in message and "may already have happened" in message
     assert "reconcile" in message and "--allow-duplicate-side-effects" in message
@@ -48,7 +48,7 @@ def test_requeue_of_a_non_idempotent_job_is_refused_and_says_why(store: StateSto
 
 def test_requeue_with_the_flag_runs_it_and_records_that_it_was_allowed(store: StateStore, control: Control) -> None:
     dead(store, "pay", contract=NOT_IDEMPOTENT)
-    result = control.requeue("pay", allow_duplicate_side_effects=True)
+    result = control.requeue("pay", reason="test", allow_duplicate_side_effects=True)
     assert result.outcome == "done" and store.get("pay").status is JobStatus.PENDING
     assert any("not idempotent" in warning for warning in result.warnings)
     requeue = store.events("pay")[-1]
@@ -58,7 +58,7 @@ def test_requeue_with_the_flag_runs_it_and_records_that_it_was_allowed(store: St
 def test_a_dry_run_refusal_writes_nothing(store: StateStore, control: Control) -> None:
     dead(store, "pay", contract=NOT_IDEMPOTENT)
     before = event_names(store, "pay")
-    result = control.requeue("pay", dry_run=True)
+    result = control.requeue("pay", reason="test", dry_run=True)
     assert result.outcome == "refused" and "not idempotent" in result.message
     assert event_names(store, "pay") == before
 
@@ -66,8 +66,8 @@ def test_a_dry_run_refusal_writes_nothing(store: StateStore, control: Control) -
 def test_idempotent_jobs_need_no_flag(store: StateStore, control: Control) -> None:
     dead(store, "plain")  # no contract: idempotent, like JobContract's default
     dead(store, "safe", contract={"idempotent": True})
-    assert control.requeue("plain").outcome == "done"
-    assert control.requeue("safe").outcome == "done"
+    assert control.requeue("plain", reason="test").outcome == "done"
+    assert control.requeue("safe", reason="test").outcome == "done"
 
 
 def test_the_policy_can_make_a_queue_non_idempotent(store: StateStore, tmp_path: Path) -> None:
@@ -75,8 +75,9 @@ def test_the_policy_can_make_a_queue_non_idempotent(store: StateStore, tmp_path:
     path.write_text("queues:\n  payments: {idempotent: false}\n")
     dead(store, "pay", queue="payments")
     with pytest.raises(ControlRefused, match="not idempotent"):
-        Control(store, identity=ALICE, policy=Policy.load(path)).requeue("pay")
-    assert Control(store, identity=ALICE).requeue("pay").outcome == "done"  # without the policy nobody said so
+        Control(store, identity=ALICE, policy=Policy.load(path)).requeue("pay", reason="test")
+    # without the policy nobody said so
+    assert Control(store, identity=ALICE).requeue("pay", reason="test").outcome == "done"
 
 
 def test_bulk_refuses_each_non_idempotent_job_and_runs_the_rest(store: StateStore, control: Control) -> None:
@@ -97,10 +98,11 @@ def test_bulk_refuses_each_non_idempotent_job_and_runs_the_rest(store: StateStor
 def test_cli_retry_and_dlq_requeue_refuse_without_the_flag(store: StateStore, store_url: str) -> None:
     dead(store, "pay", contract=NOT_IDEMPOTENT)
     for command in (("retry",), ("dlq", "requeue")):
-        proc = cli(*command, "pay", store_url=store_url, check=1)
+        proc = cli(*command, "pay", "--reason", "r", store_url=store_url, check=1)
         assert "not idempotent" in proc.stderr and "--allow-duplicate-side-effects" in proc.stderr, proc.stderr
         assert store.get("pay").status is JobStatus.DEAD
-    out = cli_json("dlq", "requeue", "pay", "--allow-duplicate-side-effects", store_url=store_url)
+    out = cli_json("dlq", "requeue", "pay", "--allow-duplicate-side-effects", "--reason", "checked: not charged",
+                   store_url=store_url)
     assert out["results"][0]["status"] == "PENDING" and out["results"][0]["warnings"]
     assert "--allow-duplicate-side-effects" in cli("retry", "--help", store_url=None).stdout
 

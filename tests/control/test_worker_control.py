@@ -173,7 +173,7 @@ def test_cancel_of_a_running_job_runs_its_compensation(rig: Rig) -> None:
 def test_cancel_of_a_paused_job_with_effects_enqueues_the_compensation(rig: Rig) -> None:
     job_id = rig.paged.send("cp", 40, True).message_id  # type: ignore[attr-defined]
     started(rig, "cp", 2)
-    rig.control().pause(job_id)
+    rig.control().pause(job_id, reason="test")
     rig.wait_status(job_id, JobStatus.PAUSED, timeout=10)
     result = rig.control().cancel(job_id, reason="not needed any more")
     assert result.compensation == "undo_pages" and result.job.status is JobStatus.CANCELLED  # type: ignore[union-attr]
@@ -183,7 +183,7 @@ def test_cancel_of_a_paused_job_with_effects_enqueues_the_compensation(rig: Rig)
 def test_two_racing_resumes_one_winner_and_one_run(rig: Rig) -> None:
     job_id = rig.paged.send("r", 30).message_id  # type: ignore[attr-defined]
     started(rig, "r")
-    rig.control().pause(job_id)
+    rig.control().pause(job_id, reason="test")
     rig.wait_status(job_id, JobStatus.PAUSED, timeout=10)
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
@@ -211,11 +211,11 @@ def test_two_racing_resumes_one_winner_and_one_run(rig: Rig) -> None:
 def test_resume_refused_on_an_incompatible_checkpoint_schema(rig: Rig) -> None:
     job_id = rig.paged.send("x", 30).message_id  # type: ignore[attr-defined]
     started(rig, "x")
-    rig.control().pause(job_id)
+    rig.control().pause(job_id, reason="test")
     rig.wait_status(job_id, JobStatus.PAUSED, timeout=10)
     # The actor was redeployed with checkpoint_schema=2: the stored checkpoint (schema 1) is unusable.
     upgraded = Control(rig.store, identity=OPS, actor_options={"paged": {"resumable": True, "checkpoint_schema": 2}})
     with pytest.raises(ControlRefused, match="schema 1 but actor 'paged' now expects 2"):
-        upgraded.resume(job_id)
+        upgraded.resume(job_id, reason="test")
     assert rig.status(job_id) is JobStatus.PAUSED
     assert rig.store.events(job_id)[-1].event == "command_refused"

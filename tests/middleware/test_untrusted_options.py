@@ -139,7 +139,7 @@ def test_forged_stored_contract_is_dropped_when_the_actor_declares_none(harness:
     assert STORED_CONTRACT not in job.message["options"]
     assert Recovery(store, None, policy).contract_of(job) == policy.contract("plain", "default")
     with pytest.raises(ControlRefused, match="not resumable"):
-        Control(store, policy=policy).resume(job.job_id)
+        Control(store, policy=policy).resume(job.job_id, reason="test")
     assert [e.detail for e in ignored_events(store, job.job_id)] == [{"options": [STORED_CONTRACT]}]
 
 
@@ -155,7 +155,7 @@ def test_resume_refuses_a_non_resumable_actor_even_when_the_message_says_resumab
     job = paused(store, message.message_id)
     control = Control(store, policy=harness.middleware.policy if use_policy else None)
     with pytest.raises(ControlRefused, match=f"actor 'export' is not resumable.*reliable restart {job.job_id}"):
-        control.resume(job.job_id)
+        control.resume(job.job_id, reason="test")
     assert store.get(job.job_id).status is JobStatus.PAUSED
 
 
@@ -173,7 +173,7 @@ def test_a_message_resume_validator_is_never_imported(harness: Harness, probe: P
     message = export.send_with_options(resume_validator=validator)
     store = harness.store
     job = paused(store, message.message_id)
-    result = Control(store, policy=harness.middleware.policy).resume(job.job_id)
+    result = Control(store, policy=harness.middleware.policy).resume(job.job_id, reason="test")
     assert result.job is not None and result.job.status is JobStatus.PENDING
     assert module not in sys.modules and not probe.exists()
     assert "Beautiful is better than ugly" not in capsys.readouterr().out
@@ -187,7 +187,7 @@ def test_a_declared_resume_validator_is_imported_and_called(harness: Harness, pr
 
     job = paused(harness.store, export.send().message_id)
     with pytest.raises(ControlRefused, match="resume validator sidefx_probe:check refused"):
-        Control(harness.store, policy=harness.middleware.policy).resume(job.job_id)
+        Control(harness.store, policy=harness.middleware.policy).resume(job.job_id, reason="test")
     assert probe.exists()
 
 

@@ -256,3 +256,27 @@ def test_listeners_get_every_event_after_commit(store_url: str) -> None:
         assert emitted["at"] == row.at
     assert seen[3]["detail"] == {"delay": 0.01} and seen[3]["started_at"] is not None
     store.close()
+
+
+def test_events_are_filtered_by_name_time_and_count_in_the_database(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    store.register(new_job())
+    start = clock.now
+    claim = store.claim("job-1", worker_id="w1", lease_ttl=30)
+    for page in range(5):
+        clock.now += 10
+        store.save_checkpoint("job-1", claim.lease_id, {"page": page}, lease_ttl=30)
+    clock.now += 10
+    store.transition("job-1", Event.PAUSE_REQUEST, operator="alice", reason="maintenance")
+    everything = store.events("job-1")
+    assert [e.event for e in everything] == ["enqueued", "claim", *["checkpoint"] * 5, "pause_requested"]
+    assert [e.event for e in store.events("job-1", events=["claim", "pause_requested"])] == ["claim",
+                                                                                           "pause_requested"]
+    assert store.events("job-1", events=["no_such_event"]) == []
+    recent = store.events("job-1", since=start + 30)  # checkpoints at +30 and +40 and +50, pause at +60
+    assert [e.checkpoint for e in recent if e.event == "checkpoint"] == [{"page": 2}, {"page": 3}, {"page": 4}]
+    assert recent == everything[-4:]
+    assert store.events("job-1", limit=2) == everything[-2:], "the most recent ones, oldest first"
+    assert store.events("job-1", limit=100) == everything
+    last_two = store.events("job-1", events=["checkpoint"], since=start + 20, limit=2)
+    assert [e.checkpoint for e in last_two] == [{"page": 3}, {"page": 4}]

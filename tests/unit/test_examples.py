@@ -169,7 +169,7 @@ def test_export_pauses_at_a_checkpoint_and_resumes_from_it(env: Path) -> None:
         assert store.get(job_id).checkpoint == {"next_page": 4, "rows": 40}, "page 3 finished, then paused"
 
         control = Control(store, policy=Policy.load(EXAMPLES / "policies"), broker=export.broker)
-        assert control.resume(job_id).outcome == "done"
+        assert control.resume(job_id, reason="test").outcome == "done"
         wait_status(store, job_id, JobStatus.SUCCEEDED)
     job = store.get(job_id)
     assert fetched == [0, 1, 2, 3, 4, 5], "resumed at the checkpoint, no page fetched twice"
