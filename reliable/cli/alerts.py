@@ -12,12 +12,11 @@ import click
 import httpx
 
 from ..alerts import AlertConfig, AlertEngine, AlertmanagerClient, export_yaml, load_config, load_rules
-from ..alerts.durations import parse_duration
 from ..alerts.engine import DeliveryReport, Evaluation
 from ..alerts.rules import AlertRule
 from ..alerts.runbooks import RunbookRenderer
 from ..errors import ConfigError, PolicyError
-from .common import emit_json, handle_errors, open_store, store_option
+from .common import POSITIVE_DURATION, emit_json, handle_errors, open_store, store_option
 
 __all__ = ["alerts"]
 
@@ -44,16 +43,6 @@ def _load(rules_path: Path, renderer: RunbookRenderer) -> list[AlertRule]:
     for rule in rules:
         renderer.check(rule)
     return rules
-
-
-def _duration(value: str, name: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except ValueError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-    if seconds <= 0:
-        raise ConfigError(f"{name} must be longer than 0s")
-    return seconds
 
 
 @click.group()
@@ -127,24 +116,24 @@ def test_(store_url: str, rules_path: Path, config_path: Path | None, runbooks_d
 @runbooks_option
 @click.option("--alertmanager", "alertmanagers", multiple=True, metavar="URL",
               help="Alertmanager base URL (repeatable; each gets every alert). Default: from --config.")
-@click.option("--interval", default="30s", show_default=True, help="Evaluation interval.")
+@click.option("--interval", type=POSITIVE_DURATION, default="30s", show_default=True,
+              help="Evaluation interval (30s, 1m30s or seconds).")
 @click.option("--once", is_flag=True, help="Run one cycle (evaluate + deliver) and exit.")
 @handle_errors
 def run(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir: Path | None,
-        alertmanagers: tuple[str, ...], interval: str, once: bool) -> None:
+        alertmanagers: tuple[str, ...], interval: float, once: bool) -> None:
     """Evaluate the store rules every --interval and deliver alerts to Alertmanager (API v2).
 
     Alert state lives in the store (reliable_alerts): if Alertmanager is down, alerts are retried
     with backoff and delivered once it is back. Stop with Ctrl-C or SIGTERM.
     """
     config = _config(config_path)
-    seconds = _duration(interval, "--interval")
     urls = alertmanagers or config.alertmanagers
     if not urls:
         raise ConfigError("no Alertmanager: pass --alertmanager URL or set alertmanagers in --config")
     renderer = _renderer(config, runbooks_dir)
     rules = _load(rules_path, renderer)
-    policy = config.policy if config_path else type(config.policy)(evaluation_interval=seconds)
+    policy = config.policy if config_path else type(config.policy)(evaluation_interval=interval)
     with httpx.Client(timeout=config.timeout) as http:
         engine = AlertEngine(open_store(store_url), rules, renderer, client=AlertmanagerClient(urls, http),
                              policy=policy, generator_url=config.generator_url)
@@ -160,7 +149,7 @@ def run(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            engine.run(seconds, stop, report)
+            engine.run(interval, stop, report)
         except KeyboardInterrupt:
             stop.set()
 

@@ -11,10 +11,14 @@ from typing import Any, TypeVar
 
 import click
 
+from ..durations import parse_duration
 from ..errors import ReliableError
 from ..store import StateStore
 
-__all__ = ["DEFAULT_STORE", "emit_json", "fmt_time", "handle_errors", "open_store", "store_option"]
+__all__ = [
+    "DEFAULT_STORE", "DURATION", "POSITIVE_DURATION", "Duration", "emit_json", "fmt_time", "handle_errors",
+    "open_store", "store_option",
+]
 
 DEFAULT_STORE = "sqlite:///reliable.db"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,6 +27,30 @@ store_option = click.option(
     "--store", "store_url", envvar="RELIABLE_STORE", default=DEFAULT_STORE, show_default=True,
     show_envvar=True, help="State store URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB).",
 )
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only since click 8.3; we allow 8.1
+    """A time option in the one duration grammar (reliable.durations): 1h30m, 90s, 500ms or seconds."""
+
+    name = "duration"
+
+    def __init__(self, *, positive: bool = False) -> None:
+        self.positive = positive
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Seconds in `value`; a usage error naming the option and showing the accepted forms otherwise."""
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if self.positive and seconds <= 0:
+            self.fail(f"bad duration {value!r}: expected more than zero", param, ctx)
+        return seconds
+
+
+#: Any duration (zero allowed), and one that must be longer than zero (an interval).
+DURATION = Duration()
+POSITIVE_DURATION = Duration(positive=True)
 
 
 def handle_errors(func: F) -> F:

@@ -21,10 +21,10 @@ from ..bulk import BulkReport
 from ..control import DESTRUCTIVE, CommandResult, ContractSource, Control
 from ..errors import ConfigError, ControlRefused, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from ..selection import JobFilter, count_jobs, parse_age, select_jobs, statuses
+from ..selection import JobFilter, count_jobs, select_jobs, statuses
 from ..states import TRANSITIONS, Event, JobStatus
 from ..store import Job, StateStore
-from .common import emit_json, fmt_time, open_store, store_option
+from .common import DURATION, emit_json, fmt_time, open_store, store_option
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
@@ -79,8 +79,8 @@ def filter_options(func: F) -> F:
                      help="Only jobs in this state (repeatable). Default for a filter: the states the command "
                           "applies to."),
         click.option("--error-class", help="Only jobs whose last error has this class (e.g. transient)."),
-        click.option("--older-than", help="Only jobs whose state last changed longer ago than this (90s, 15m, "
-                                          "1h, 2d)."),
+        click.option("--older-than", type=DURATION,
+                     help="Only jobs whose state last changed longer ago than this (1h30m, 90s, 2d or seconds)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -164,9 +164,8 @@ def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_st
                  force_states: tuple[JobStatus, ...] = (), exclude_discarded: bool = False) -> JobFilter:
     """The JobFilter for the ids and filter options given (states default to what the command acts on)."""
     chosen = statuses(params.get("status_names") or ())
-    older = params.get("older_than")
     flt = JobFilter(job_ids=tuple(job_ids), statuses=chosen, queue=params.get("queue"), actor=params.get("actor"),
-                    error_class=params.get("error_class"), older_than=parse_age(older) if older else None,
+                    error_class=params.get("error_class"), older_than=params.get("older_than"),
                     exclude_discarded=exclude_discarded)
     if force_states:
         allowed = tuple(s for s in (chosen or force_states) if s in force_states)

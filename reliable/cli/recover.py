@@ -6,7 +6,7 @@ import time
 
 import click
 
-from .common import handle_errors, open_store, store_option
+from .common import DURATION, POSITIVE_DURATION, handle_errors, open_store, store_option
 
 
 @click.command()
@@ -17,9 +17,11 @@ from .common import handle_errors, open_store, store_option
 @click.option("--policies", type=click.Path(exists=True), envvar="RELIABLE_POLICIES", show_envvar=True,
               help="Policy file or directory (crash decisions, lease settings). Default: built-in policy.")
 @click.option("--once", is_flag=True, help="Run one pass and exit (for cron or a test).")
-@click.option("--interval", type=float, default=None, help="Seconds between passes (default: the policy's).")
-@click.option("--sweep-after", type=float, default=None,
-              help="Re-publish PENDING jobs not claimed this many seconds after dispatch (default: policy).")
+@click.option("--interval", type=POSITIVE_DURATION, default=None,
+              help="Time between passes (5s, 1m or seconds) [default: the policy's lease.recovery_interval].")
+@click.option("--sweep-after", type=DURATION, default=None,
+              help="Re-publish PENDING jobs not claimed this long after dispatch (5m, 90s or seconds) "
+                   "[default: the policy's].")
 @handle_errors
 def recover(store_url: str, broker_url: str | None, policies: str | None, once: bool, interval: float | None,
             sweep_after: float | None) -> None:

@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from ..selection import JobFilter, parse_age
+from ..selection import JobFilter
 from ..states import JobStatus
-from .common import handle_errors, open_store, store_option
+from .common import DURATION, handle_errors, open_store, store_option
 from .control import EXIT_CODES_HELP, control_options, filter_options, run_command
 from .views import list_view, show_view
 
@@ -30,15 +30,15 @@ def review() -> None:
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--actor", help="Only jobs of this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
-@click.option("--older-than", help="Only jobs waiting for longer than this (90s, 15m, 1h, 2d).")
+@click.option("--older-than", type=DURATION, help="Only jobs waiting for longer than this (1h30m, 90s, 2d or seconds).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
 @handle_errors
-def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: str | None,
+def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: float | None,
           limit: int, as_json: bool) -> None:
     """List jobs waiting for review, most recent first."""
     flt = JobFilter(statuses=REVIEW, queue=queue, actor=actor, error_class=error_class,
-                    older_than=parse_age(older_than) if older_than else None)
+                    older_than=older_than)
     list_view(open_store(store_url), flt, limit=limit, as_json=as_json, title="review")
 
 

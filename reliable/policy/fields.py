@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .durations import parse_duration
+from ..durations import parse_duration
 from .model import JITTERS, BackoffSettings, JobContract, RateLimitSettings, RetryBudget
 
 __all__ = [

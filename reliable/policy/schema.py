@@ -13,9 +13,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..durations import parse_duration
 from ..errors import PolicyError
 from .defaults import BUILTIN_PATH
-from .durations import parse_duration
 from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_str, choice, class_name, identifier_path
 from .matching import Rule, normalize_exception_path, parse_statuses
 from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings
