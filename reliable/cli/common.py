@@ -79,6 +79,6 @@ def fmt_time(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def emit_json(value: Any) -> None:
-    """Print `value` as indented JSON."""
-    click.echo(json.dumps(value, indent=2, default=str))
+def emit_json(value: Any, *, one_line: bool = False) -> None:
+    """Print `value` as indented JSON, or on one line (a loop prints one object per line: JSON Lines)."""
+    click.echo(json.dumps(value, indent=None if one_line else 2, default=str))
