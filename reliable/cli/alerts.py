@@ -23,9 +23,10 @@ from .common import POSITIVE_DURATION, emit_json, handle_errors, open_store, sto
 __all__ = ["alerts"]
 
 rules_option = click.option("--rules", "rules_path", default="alert_rules", show_default=True,
-                            envvar="RELIABLE_ALERT_RULES",
+                            envvar="RELIABLE_ALERT_RULES", show_envvar=True,
                             type=click.Path(path_type=Path), help="Rule file or directory of *.yaml.")
 config_option = click.option("--config", "config_path", type=click.Path(path_type=Path), envvar="RELIABLE_ALERT_CONFIG",
+                             show_envvar=True,
                              help="Alerting settings YAML (alertmanagers, runbook_base_url, links, timings).")
 runbooks_option = click.option("--runbooks", "runbooks_dir", type=click.Path(path_type=Path),
                                help="Runbook template directory [default: from --config, else ./runbooks].")

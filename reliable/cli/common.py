@@ -13,11 +13,12 @@ import click
 
 from ..durations import parse_duration
 from ..errors import ReliableError
+from ..states import JobStatus
 from ..store import StateStore
 
 __all__ = [
-    "DEFAULT_STORE", "DURATION", "POSITIVE_DURATION", "Duration", "emit_json", "fmt_time", "handle_errors",
-    "open_store", "store_option",
+    "DEFAULT_STORE", "DURATION", "POSITIVE_DURATION", "STATE_CHOICE", "Duration", "emit_json", "fmt_time",
+    "handle_errors", "open_store", "state_option", "store_option",
 ]
 
 DEFAULT_STORE = "sqlite:///reliable.db"
@@ -51,6 +52,32 @@ class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only since
 #: Any duration (zero allowed), and one that must be longer than zero (an interval).
 DURATION = Duration()
 POSITIVE_DURATION = Duration(positive=True)
+
+
+#: A job state, in any case (`running` is RUNNING).
+STATE_CHOICE = click.Choice([s.value for s in JobStatus], case_sensitive=False)
+
+
+def state_option(help_text: str) -> Callable[[F], F]:
+    """`--state STATE` (repeatable, any case), passed as `states`: a tuple of state names in upper case.
+
+    `--status`, its name in earlier versions, still works: hidden from --help, with a warning on stderr.
+    """
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def merged(*args: Any, **kwargs: Any) -> Any:
+            old = kwargs.pop("deprecated_status")
+            if old:
+                click.echo("warning: --status is deprecated, use --state", err=True)
+            kwargs["states"] = (*kwargs["states"], *old)
+            return func(*args, **kwargs)
+
+        with_old = click.option("--status", "deprecated_status", multiple=True, type=STATE_CHOICE, hidden=True)
+        with_new = click.option("--state", "states", multiple=True, type=STATE_CHOICE, help=help_text)
+        return with_new(with_old(merged))  # type: ignore[return-value]
+
+    return decorate
 
 
 def handle_errors(func: F) -> F:

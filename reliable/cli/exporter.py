@@ -8,8 +8,7 @@ import click
 
 from ..durations import parse_duration
 from ..exporter import serve
-from ..states import JobStatus
-from .common import handle_errors, open_store, store_option
+from .common import STATE_CHOICE, handle_errors, open_store, store_option
 
 
 def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
@@ -34,8 +33,8 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--sla", "sla_items", multiple=True, metavar="STATE=DURATION",
               help="Stuck threshold for RUNNING, STOPPING or PAUSED, e.g. RUNNING=2h (repeatable). "
                    "Defaults: 1h, 5m, 1d.")
-@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobStatus]),
-              help="Count only these states in reliable_jobs (repeatable). Default: all but SUCCEEDED, "
+@click.option("--state", "states", multiple=True, type=STATE_CHOICE,
+              help="Count only these states in reliable_jobs (repeatable, any case). Default: all but SUCCEEDED, "
                    "FAILED, CANCELLED (final states grow without bound; their rates come from counters).")
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
               type=click.Path(file_okay=False), help="The workers' prometheus_client multiprocess directory.")

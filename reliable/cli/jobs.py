@@ -6,11 +6,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..states import JobStatus
 from ..store import Job
-from .common import emit_json, fmt_time, handle_errors, open_store, store_option
-
-STATUS_CHOICE = click.Choice([s.value for s in JobStatus], case_sensitive=False)
+from .common import emit_json, fmt_time, handle_errors, open_store, state_option, store_option
 
 
 def job_dict(job: Job) -> dict[str, object]:
@@ -25,7 +22,7 @@ def jobs() -> None:
 
 @jobs.command("list")
 @store_option
-@click.option("--status", "statuses", multiple=True, type=STATUS_CHOICE, help="Only these states (repeatable).")
+@state_option("Only jobs in these states (repeatable, any case).")
 @click.option("--queue", help="Only this queue.")
 @click.option("--actor", help="Only this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
@@ -35,11 +32,11 @@ def jobs() -> None:
 @click.option("--limit", default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def list_(store_url: str, statuses: tuple[str, ...], queue: str | None, actor: str | None,
+def list_(store_url: str, states: tuple[str, ...], queue: str | None, actor: str | None,
           error_class: str | None, workflow_id: str | None, limit: int, as_json: bool) -> None:
     """List jobs, most recently updated first."""
     store = open_store(store_url)
-    found = store.list_jobs(status=[s.upper() for s in statuses] or None, queue=queue, actor=actor,
+    found = store.list_jobs(status=list(states) or None, queue=queue, actor=actor,
                             error_class=error_class, workflow_id=workflow_id, limit=limit)
     if as_json:
         emit_json([job_dict(job) for job in found])

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from ..selection import JobFilter
 from ..states import JobStatus
 from .common import DURATION, handle_errors, open_store, store_option
-from .control import EXIT_CODES_HELP, control_options, filter_options, run_command
+from .control import reconcile
 from .views import list_view, show_view
 
 __all__ = ["review"]
@@ -21,7 +19,8 @@ REVIEW = (JobStatus.REVIEW,)
 def review() -> None:
     """Jobs in REVIEW: a side effect may or may not have happened (e.g. a non-idempotent call timed
     out, or the worker crashed in the middle). A person checks the downstream system, then resolves
-    the job as succeeded or cancelled (`resolve`), or runs it again (`reliable restart`).
+    the job as succeeded or cancelled (`resolve`, an alias of `reliable reconcile`), or runs it again
+    (`reliable restart`).
     """
 
 
@@ -53,18 +52,5 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
     show_view(open_store(store_url), job_id, as_json=as_json)
 
 
-@review.command(epilog=EXIT_CODES_HELP)
-@click.argument("job_ids", nargs=-1)
-@click.option("--as", "resolution", required=True, type=click.Choice(["succeeded", "cancelled"], case_sensitive=False),
-              help="How the job really ended, as you checked downstream.")
-@filter_options
-@control_options
-def resolve(job_ids: tuple[str, ...], resolution: str, **params: Any) -> None:
-    """Resolve REVIEW jobs as succeeded or cancelled. Needs --as and --reason.
-
-    \b
-    Example:
-      reliable review resolve 3f2a... --as succeeded --reason "charge found in the PSP dashboard"
-    """
-    run_command("reconcile", job_ids, params, force_states=REVIEW if not job_ids else (),
-                resolution=resolution.lower())
+# One implementation, two names: `reliable reconcile` is the command, `review resolve` its alias here.
+review.add_command(reconcile, "resolve")

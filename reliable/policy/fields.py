@@ -66,7 +66,7 @@ def as_int(minimum: int) -> Validator:
 
 
 def duration(value: Any) -> float:
-    """A duration: seconds, or a string with a unit."""
+    """A duration: seconds, or a string like 500ms, 30s, 1h30m (reliable.durations)."""
     return parse_duration(value)
 
 

@@ -181,7 +181,7 @@ class _Builder:
         for key in LEASE_KEYS:
             if key not in m:
                 continue
-            ok, seconds = self.value(m, key, _duration, path, f"lease.{key}")
+            ok, seconds = self.value(m, key, parse_duration, path, f"lease.{key}")
             if not ok or not self.claim(f"lease.{key}", path, m.key_line(key), f"lease.{key}"):
                 continue
             if key != "retry_grace" and seconds <= 0:
@@ -353,10 +353,6 @@ class _Builder:
                              f"rule {later.name!r} is unreachable: rule {earlier.name!r} at {earlier.source} "
                              "matches everything it matches (same or broader match); put the narrower rule first")
                     break
-
-
-def _duration(value: Any) -> float:
-    return parse_duration(value)
 
 
 def _regex(value: Any) -> re.Pattern[str]:
