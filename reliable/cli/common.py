@@ -30,7 +30,7 @@ store_option = click.option(
 )
 
 
-class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only since click 8.3; we allow 8.1
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic in recent click only; pyproject allows 8.1
     """A time option in the one duration grammar (reliable.durations): 1h30m, 90s, 500ms or seconds."""
 
     name = "duration"
