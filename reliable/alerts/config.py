@@ -25,7 +25,8 @@ class AlertConfig:
 
     alertmanagers: tuple[str, ...] = ()
     runbook_base_url: str = ""
-    runbooks: str = "runbooks"
+    #: Runbook template directory; empty: the runbooks shipped with reliable.
+    runbooks: str = ""
     links: Mapping[str, str] = field(default_factory=dict)
     generator_url: str | None = None
     timeout: float = 5.0

@@ -12,6 +12,7 @@ from typing import Any
 import click
 import httpx
 
+from .. import defaults
 from ..alerts import AlertConfig, AlertEngine, AlertmanagerClient, export_yaml, load_config, load_rules
 from ..alerts.engine import DeliveryReport, Evaluation
 from ..alerts.promql import export_rule_groups
@@ -22,27 +23,40 @@ from .common import POSITIVE_DURATION, emit_json, handle_errors, open_store, sto
 
 __all__ = ["alerts"]
 
-rules_option = click.option("--rules", "rules_path", default="alert_rules", show_default=True,
-                            envvar="RELIABLE_ALERT_RULES", show_envvar=True,
-                            type=click.Path(path_type=Path), help="Rule file or directory of *.yaml.")
+rules_option = click.option("--rules", "rules_path", envvar="RELIABLE_ALERT_RULES", show_envvar=True,
+                            type=click.Path(path_type=Path),
+                            help="Rule file or directory of *.yaml [default: the rules shipped with reliable; "
+                                 "`reliable init` copies them for editing].")
 config_option = click.option("--config", "config_path", type=click.Path(path_type=Path), envvar="RELIABLE_ALERT_CONFIG",
                              show_envvar=True,
                              help="Alerting settings YAML (alertmanagers, runbook_base_url, links, timings).")
 runbooks_option = click.option("--runbooks", "runbooks_dir", type=click.Path(path_type=Path),
-                               help="Runbook template directory [default: from --config, else ./runbooks].")
+                               help="Runbook template directory [default: from --config, else the runbooks shipped "
+                                    "with reliable].")
 
 
 def _config(path: Path | None) -> AlertConfig:
     return load_config(path) if path is not None else AlertConfig()
 
 
+def _runbooks(given: Path | None, config: AlertConfig | None = None) -> Path:
+    """--runbooks, else the settings file's `runbooks`, else the shipped templates."""
+    if given is not None:
+        return given
+    return Path(config.runbooks) if config is not None and config.runbooks else defaults.path("runbooks")
+
+
 def _renderer(config: AlertConfig, runbooks_dir: Path | None) -> RunbookRenderer:
-    return RunbookRenderer(runbooks_dir or Path(config.runbooks), links=config.links,
+    return RunbookRenderer(_runbooks(runbooks_dir, config), links=config.links,
                            base_url=config.runbook_base_url)
 
 
-def _load(rules_path: Path, renderer: RunbookRenderer) -> list[AlertRule]:
-    rules = load_rules(rules_path)
+def _rules(given: Path | None) -> Path:
+    return given if given is not None else defaults.path("alert_rules")
+
+
+def _load(rules_path: Path | None, renderer: RunbookRenderer) -> list[AlertRule]:
+    rules = load_rules(_rules(rules_path))
     for rule in rules:
         renderer.check(rule)
     return rules
@@ -62,11 +76,11 @@ def alerts() -> None:
 def check(path: Path, runbooks_dir: Path | None, as_json: bool) -> None:
     """Validate the rule files at PATH (a file or a directory): one line per problem, exit 2 on errors.
 
-    Runbook templates named by the rules are compiled too (from --runbooks, default ./runbooks).
+    Runbook templates named by the rules are compiled too (from --runbooks, default the shipped ones).
     """
     problems: list[PolicyError] = []
     rules = load_rules(path, collect=problems)
-    renderer = RunbookRenderer(runbooks_dir or Path("runbooks"))
+    renderer = RunbookRenderer(_runbooks(runbooks_dir))
     for rule in rules:
         try:
             renderer.check(rule)
@@ -93,7 +107,7 @@ def check(path: Path, runbooks_dir: Path | None, as_json: bool) -> None:
 @runbooks_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def test_(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir: Path | None,
+def test_(store_url: str, rules_path: Path | None, config_path: Path | None, runbooks_dir: Path | None,
           as_json: bool) -> None:
     """Evaluate the store rules once and print what would fire; sends and writes nothing.
 
@@ -134,7 +148,7 @@ def test_(store_url: str, rules_path: Path, config_path: Path | None, runbooks_d
               help="Print one JSON object per cycle, one per line: {evaluated_at, seconds, rules, firing: "
                    "[{alertname, labels}], sent, failed, errors}.")
 @handle_errors
-def run(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir: Path | None,
+def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbooks_dir: Path | None,
         alertmanagers: tuple[str, ...], interval: float, once: bool, as_json: bool) -> None:
     """Evaluate the store rules every --interval and deliver alerts to Alertmanager (API v2).
 
@@ -182,12 +196,12 @@ def run(store_url: str, rules_path: Path, config_path: Path | None, runbooks_dir
 @click.option("--json", "as_json", is_flag=True,
               help="Write the rule file as JSON ({groups: [...]}; promtool reads it as YAML too).")
 @handle_errors
-def export_prometheus(rules_path: Path, config_path: Path | None, out: Path | None,
+def export_prometheus(rules_path: Path | None, config_path: Path | None, out: Path | None,
                       runbook_base_url: str | None, as_json: bool) -> None:
     """Write the PromQL rules as a Prometheus rule file (check it with `promtool check rules`)."""
     config = _config(config_path)
     base_url = runbook_base_url if runbook_base_url is not None else config.runbook_base_url
-    rules = load_rules(rules_path)
+    rules = load_rules(_rules(rules_path))
     text = json.dumps(export_rule_groups(rules, base_url), indent=2) + "\n" if as_json else export_yaml(rules, base_url)
     if out is None:
         click.echo(text, nl=False)

@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
     "exporter": ("reliable.cli.exporter:exporter",
                  "Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape."),
+    "init": ("reliable.cli.init:init",
+             "Copy the shipped policies, alert rules, runbooks and dashboards into a project for editing."),
     "jobs": ("reliable.cli.jobs:jobs", "List, show and trace jobs."),
     "pause": ("reliable.cli.control:pause", "Pause jobs (running ones at their next checkpoint)."),
     "policy": ("reliable.cli.policy:policy", "Validate policy files and explain what a failure would become."),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-import reliable
+from reliable import defaults
 from reliable.alerts import AlertEngine, AlertmanagerClient, AlertState, RunbookRenderer, load_rules
 from reliable.store import StateStore
 
@@ -18,33 +18,9 @@ from .config import DemoSettings
 
 __all__ = ["AlertRound", "evaluate_alerts", "runbooks_dir"]
 
-RUNBOOKS = ("dead_letter_growth.md.j2", "review_queue_age.md.j2")
-
-_FALLBACK_LAYOUT = """\
-# {{ alert.name }} ({{ alert.severity }}, route {{ alert.route }}, owner {{ alert.owner }})
-
-{{ summary }}
-
-{% for j in jobs %}
-- Job `{{ j.job_id }}`: {{ j.status }}, queue `{{ j.queue }}`, actor `{{ j.actor }}`, attempt {{ j.attempt }}
-  - Last error class: {{ j.last_error_class or "none" }}
-  - Safe next action: `{{ j.actions[-1] }}` (inspect first: `{{ j.actions[0] }}`)
-{% endfor %}
-
-Runbook: {{ runbook_url }}
-"""
-
-
 def runbooks_dir(settings: DemoSettings) -> Path:
-    """The project's runbooks/ (a source checkout), else minimal ones written into the working directory."""
-    shipped = Path(reliable.__file__).resolve().parent.parent / "runbooks"
-    if all((shipped / name).is_file() for name in RUNBOOKS):
-        return shipped
-    fallback = settings.workdir / "runbooks"
-    fallback.mkdir(parents=True, exist_ok=True)
-    for name in RUNBOOKS:
-        (fallback / name).write_text(_FALLBACK_LAYOUT, encoding="utf-8")
-    return fallback
+    """The runbooks shipped with reliable (the same templates `reliable alerts` renders)."""
+    return defaults.path("runbooks")
 
 
 @dataclass(frozen=True)

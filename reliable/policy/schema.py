@@ -112,8 +112,8 @@ class _Builder:
         if key in self.origins and key not in self.builtin_keys:
             first_path, first_line = self.origins[key]
             self.add(path, line, fld, f"defined twice: first at {first_path}:{first_line}, again here (your "
-                                      "files extend the built-in policy: set each key once, no need to copy "
-                                      "policies/default.yaml)")
+                                      "files extend the built-in policy: set each key once, in one file; "
+                                      "default.yaml from `reliable init` is a copy of the built-in to edit)")
             return False
         self.origins[key] = (path, line)
         if self.in_builtin:

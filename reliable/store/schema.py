@@ -6,6 +6,7 @@ Times are seconds since the epoch as double precision, always taken from the dat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -24,8 +25,11 @@ from sqlalchemy import (
 
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
-__all__ = ["PARTIAL_JOB_INDEXES", "alerts", "attempts", "barriers", "effects", "job_events", "jobs", "liveness",
-           "metadata"]
+__all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "attempts", "barriers",
+           "effects", "job_events", "jobs", "liveness", "metadata"]
+
+#: Every table reliable owns (its Alembic version table too) starts with it.
+TABLE_PREFIX = "reliable_"
 
 metadata = MetaData()
 
@@ -211,3 +215,9 @@ barriers = Table(
     Column("remaining", Integer, nullable=False),
     Column("created_at", Double, nullable=False),
 )
+
+
+def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
+    """For an application's own Alembic ``env.py``: ``context.configure(..., include_name=alembic_include_name)``
+    leaves reliable's tables out of autogenerate (``reliable db upgrade`` migrates them)."""
+    return not (type_ == "table" and name is not None and name.startswith(TABLE_PREFIX))

@@ -28,6 +28,7 @@ from reliable.store.schema import alerts as alerts_table
 from support import Clock, free_port, require_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
 pytestmark = pytest.mark.integration
 
@@ -57,7 +58,7 @@ class Alertmanager:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [AM_BINARY, f"--config.file={ROOT / 'examples/alertmanager/alertmanager.yml'}",
+            [AM_BINARY, f"--config.file={SHIPPED / 'alertmanager/alertmanager.yml'}",
              f"--storage.path={self.tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.port}",
              "--cluster.listen-address="],
             stdout=subprocess.DEVNULL, stderr=(self.tmp / "am.log").open("ab"))
@@ -109,7 +110,7 @@ def _stuck_job(store: StateStore, job_id: str) -> tuple[int, str]:
 def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         store: StateStore, alertmanager: Alertmanager) -> None:
     rules = parse_rules(RULES, "test.yaml")
-    renderer = RunbookRenderer(ROOT / "runbooks", base_url="https://runbooks.example/",
+    renderer = RunbookRenderer(SHIPPED / "runbooks", base_url="https://runbooks.example/",
                                links={"logs": "https://logs.example/?q={job_id}"})
     policy = DeliveryPolicy(evaluation_interval=1, resend_interval=60, backoff_initial=0.2, backoff_max=0.3)
     clock = Clock(store.now())

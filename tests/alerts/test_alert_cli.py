@@ -13,11 +13,12 @@ from reliable.store import NewJob, StateStore
 from support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
 
 
 def test_check_ok_on_defaults() -> None:
-    result = CliRunner().invoke(cli, ["alerts", "check", str(ROOT / "alert_rules"),
-                                      "--runbooks", str(ROOT / "runbooks")])
+    result = CliRunner().invoke(cli, ["alerts", "check", str(SHIPPED / "alert_rules"),
+                                      "--runbooks", str(SHIPPED / "runbooks")])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("OK: ")
 
@@ -28,7 +29,7 @@ def test_check_one_line_per_problem_exit_2(tmp_path: Path) -> None:
                                      "    severity: loud\n    owner: t\n    route: page\n")
     (tmp_path / "b.yaml").write_text("rules:\n  - name: B\n    kind: store\n    condition: {type: nope}\n"
                                      "    severity: info\n    owner: t\n    route: page\n")
-    result = CliRunner().invoke(cli, ["alerts", "check", str(tmp_path), "--runbooks", str(ROOT / "runbooks")])
+    result = CliRunner().invoke(cli, ["alerts", "check", str(tmp_path), "--runbooks", str(SHIPPED / "runbooks")])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 2
@@ -46,7 +47,7 @@ def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
     # The command evaluates at the database's clock: wait until that clock has the job 0.5 s old.
     wait_for(lambda: store.now() - (store.get("j-cli").started_at or float("inf")) >= 0.5, "the job to be 0.5 s old")
     rules = str(Path(sqlite_url.removeprefix("sqlite:///")).parent / "rules.yaml")
-    args = ["alerts", "test", "--store", sqlite_url, "--rules", rules, "--runbooks", str(ROOT / "runbooks")]
+    args = ["alerts", "test", "--store", sqlite_url, "--rules", rules, "--runbooks", str(SHIPPED / "runbooks")]
     result = CliRunner().invoke(cli, [*args, "--json"])
     assert result.exit_code == 0, result.output
     (alert,) = json.loads(result.output)["alerts"]
@@ -59,11 +60,11 @@ def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
 
 
 def test_run_without_alertmanager_is_a_clear_error(sqlite_url: str) -> None:
-    result = CliRunner().invoke(cli, ["alerts", "run", "--store", sqlite_url, "--rules", str(ROOT / "alert_rules"),
+    result = CliRunner().invoke(cli, ["alerts", "run", "--store", sqlite_url, "--rules", str(SHIPPED / "alert_rules"),
                                       "--once"])
     assert result.exit_code == 2 and "no Alertmanager" in result.output
 
 
 def test_export_to_stdout() -> None:
-    result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--rules", str(ROOT / "alert_rules")])
+    result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--rules", str(SHIPPED / "alert_rules")])
     assert result.exit_code == 0 and "alert: ReliableHeartbeatFailures" in result.output

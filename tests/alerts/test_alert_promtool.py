@@ -16,6 +16,7 @@ from reliable.cli.main import cli
 from support import require_service
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
 BASE = "https://runbooks.example/reliable/"
 
 
@@ -29,7 +30,7 @@ def _promtool() -> str:
 @pytest.fixture
 def exported(tmp_path: Path) -> Path:
     out = tmp_path / "reliable_rules.yml"
-    result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--rules", str(ROOT / "alert_rules"),
+    result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--rules", str(SHIPPED / "alert_rules"),
                                       "--out", str(out), "--runbook-base-url", BASE])
     assert result.exit_code == 0, result.output
     return out
@@ -40,7 +41,7 @@ def test_export_shape(exported: Path) -> None:
     (group,) = doc["groups"]
     assert set(group) == {"name", "rules"}  # promtool 2.42 rejects group labels and query_offset
     names = [r["alert"] for r in group["rules"]]
-    assert names == [r.name for r in load_rules(ROOT / "alert_rules") if r.kind == "promql"]
+    assert names == [r.name for r in load_rules(SHIPPED / "alert_rules") if r.kind == "promql"]
     first = group["rules"][0]
     assert first["labels"] == {"owner": "platform", "route": "page", "severity": "critical"}
     assert first["annotations"]["runbook_url"] == BASE + "reliableheartbeatfailures"
@@ -52,7 +53,7 @@ def test_promtool_check_rules(exported: Path) -> None:
     done = subprocess.run([promtool, "check", "rules", "--lint=duplicate-rules", str(exported)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    count = sum(r.kind == "promql" for r in load_rules(ROOT / "alert_rules"))
+    count = sum(r.kind == "promql" for r in load_rules(SHIPPED / "alert_rules"))
     assert f"SUCCESS: {count} rules found" in done.stdout
 
 

@@ -14,6 +14,7 @@ from reliable.alerts.runbooks import RunbookRenderer, next_actions, safe_url
 from reliable.errors import ConfigError, PolicyError
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
 EVIL = "boom {{ 7*7 }} {% for x in range(3) %}loop{% endfor %} <script>alert(1)</script> {{ ''.__class__ }}" + "x" * 900
 
 
@@ -46,7 +47,7 @@ def _context(message: str) -> tuple[Candidate, list[JobContext]]:
 
 
 def renderer() -> RunbookRenderer:
-    return RunbookRenderer(ROOT / "runbooks", base_url="https://runbooks.example/",
+    return RunbookRenderer(SHIPPED / "runbooks", base_url="https://runbooks.example/",
                            links={"logs": "https://logs.example/?q={job_id}&t={trace_id}",
                                   "traces": "https://traces.example/trace/{trace_id}"})
 
@@ -85,7 +86,7 @@ def test_runbook_names_attempts_checkpoint_links_and_action() -> None:
 
 def test_every_shipped_runbook_renders_without_jobs() -> None:
     r = renderer()
-    for path in sorted((ROOT / "runbooks").glob("[!_]*.md.j2")):
+    for path in sorted((SHIPPED / "runbooks").glob("[!_]*.md.j2")):
         candidate, _ = _context("x")
         candidate = Candidate(_rule(path.name), candidate.labels, 1.0)
         text = r.annotations(candidate, [])["runbook"]
@@ -114,9 +115,9 @@ def test_links_are_percent_encoded_and_checked() -> None:
     assert safe_url("https://l/?q={job_id}", {"job_id": "a b/<c>"}) == "https://l/?q=a%20b%2F%3Cc%3E"
     assert safe_url("https://l/{trace_id}", {}) == "https://l/"
     with pytest.raises(ConfigError, match="unknown placeholder"):
-        RunbookRenderer(ROOT / "runbooks", links={"logs": "https://l/{job_id.__class__}"})
+        RunbookRenderer(SHIPPED / "runbooks", links={"logs": "https://l/{job_id.__class__}"})
     with pytest.raises(ConfigError, match="http"):
-        RunbookRenderer(ROOT / "runbooks", links={"logs": "javascript:alert(1)"})
+        RunbookRenderer(SHIPPED / "runbooks", links={"logs": "javascript:alert(1)"})
 
 
 def test_next_actions_are_quoted_commands() -> None:

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from reliable.metrics import Metrics
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "reliable-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "reliable" / "defaults" / "grafana" / "reliable-dashboard.json"
 STORE_FAMILIES = {
     "reliable_jobs", "reliable_oldest_pending_timestamp_seconds", "reliable_jobs_stuck", "reliable_dead_letter_jobs",
     "reliable_review_jobs", "reliable_rabbitmq_queue_messages", "reliable_collector_errors_total",

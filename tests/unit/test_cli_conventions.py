@@ -17,6 +17,7 @@ from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
 TIME_OPTIONS = {"--older-than", "--interval", "--sweep-after"}
 #: Commands with no --json, and why.
 NO_JSON = {
@@ -180,20 +181,20 @@ def test_policy_check_json(tmp_path: Path) -> None:
 
 
 def test_alerts_check_json(tmp_path: Path) -> None:
-    good = run("alerts", "check", str(ROOT / "alert_rules"), "--runbooks", str(ROOT / "runbooks"), "--json")
+    good = run("alerts", "check", str(SHIPPED / "alert_rules"), "--runbooks", str(SHIPPED / "runbooks"), "--json")
     assert good.exit_code == 0 and json.loads(good.stdout)["ok"] is True
     (tmp_path / "r.yaml").write_text("rules:\n  - name: A\n    kind: store\n"
                                      "    condition: {type: stuck, older_than: 1h}\n    for: 1m1m\n"
                                      "    severity: info\n    owner: t\n    route: page\n")
-    bad = run("alerts", "check", str(tmp_path), "--runbooks", str(ROOT / "runbooks"), "--json")
+    bad = run("alerts", "check", str(tmp_path), "--runbooks", str(SHIPPED / "runbooks"), "--json")
     assert bad.exit_code == 2
     (problem,) = json.loads(bad.stdout)["problems"]
     assert (problem["line"], problem["field"]) == (5, "for") and "bad duration '1m1m'" in problem["message"]
 
 
 def test_alerts_run_json_one_object_per_cycle(sqlite_url: str) -> None:
-    result = run("alerts", "run", "--once", "--json", "--store", sqlite_url, "--rules", str(ROOT / "alert_rules"),
-                 "--runbooks", str(ROOT / "runbooks"), "--alertmanager", "http://127.0.0.1:9", "--interval", "1m30s")
+    result = run("alerts", "run", "--once", "--json", "--store", sqlite_url, "--rules", str(SHIPPED / "alert_rules"),
+                 "--runbooks", str(SHIPPED / "runbooks"), "--alertmanager", "http://127.0.0.1:9", "--interval", "1m30s")
     assert result.exit_code == 0, result.output
     (line,) = result.stdout.splitlines()
     cycle = json.loads(line)
@@ -201,6 +202,6 @@ def test_alerts_run_json_one_object_per_cycle(sqlite_url: str) -> None:
 
 
 def test_alerts_export_prometheus_json() -> None:
-    result = run("alerts", "export-prometheus", "--rules", str(ROOT / "alert_rules"), "--json")
+    result = run("alerts", "export-prometheus", "--rules", str(SHIPPED / "alert_rules"), "--json")
     groups = json.loads(result.stdout)["groups"]
     assert any(rule.get("alert") == "ReliableHeartbeatFailures" for group in groups for rule in group["rules"])

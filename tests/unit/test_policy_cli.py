@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+POLICIES = "reliable/defaults/policies"  # relative to ROOT, the commands' cwd
 RELIABLE = str(Path(sys.executable).parent / "reliable")
 BAD = ROOT / "tests" / "policy" / "bad"
 
@@ -17,11 +19,11 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def test_check_ok() -> None:
-    done = run("check", "policies/examples/http_api.yaml")
+    done = run("check", f"{POLICIES}/examples/http_api.yaml")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "OK: 9 user rules + 10 built-in rules, 2 actors"
     assert done.stderr == ""  # no warning: its retrying rules say `idempotent: true`
-    assert run("check", "policies").stdout.strip() == "OK: 10 user rules + 10 built-in rules, 0 actors"
+    assert run("check", f"{POLICIES}").stdout.strip() == "OK: 10 user rules + 10 built-in rules, 0 actors"
 
 
 def test_check_bad_file_one_line_per_problem(tmp_path: Path) -> None:
@@ -65,34 +67,34 @@ def test_check_missing_path() -> None:
 
 
 def test_explain_json() -> None:
-    done = run("explain", "policies/examples/http_api.yaml", "--exception", "httpx.HTTPStatusError",
+    done = run("explain", f"{POLICIES}/examples/http_api.yaml", "--exception", "httpx.HTTPStatusError",
                "--status", "429", "--retry-after", "30", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     decision = out["decision"]
     assert (decision["action"], decision["error_class"], decision["delay"]) == ("retry", "rate_limited", 30.0)
-    assert decision["rule"] == "policies/examples/http_api.yaml:33 (throttled)"
+    assert decision["rule"] == f"{POLICIES}/examples/http_api.yaml:33 (throttled)"
     assert out["rules_tried"][-1]["matches"] is True
 
 
 def test_explain_queue_and_subclass() -> None:
-    done = run("explain", "policies/examples/http_api.yaml", "--exception", "httpx.ReadTimeout", "--queue",
+    done = run("explain", f"{POLICIES}/examples/http_api.yaml", "--exception", "httpx.ReadTimeout", "--queue",
                "payments", "--json")
     out = json.loads(done.stdout)
     assert out["decision"]["action"] == "review"
     assert out["decision"]["rule"].endswith("(maybe-charged)")
-    done = run("explain", "policies/examples/http_api.yaml", "--exception", "httpx.ReadTimeout", "--json")
+    done = run("explain", f"{POLICIES}/examples/http_api.yaml", "--exception", "httpx.ReadTimeout", "--json")
     assert json.loads(done.stdout)["decision"]["rule"].endswith("(timeouts)")  # a subclass of TimeoutException
 
 
 def test_explain_text_and_unknown_exception() -> None:
-    done = run("explain", "policies/default.yaml", "--exception", "acme.errors.Unauthorized", "--status", "401",
+    done = run("explain", f"{POLICIES}/default.yaml", "--exception", "acme.errors.Unauthorized", "--status", "401",
                "--message", "token expired")
     assert done.returncode == 0, done.stderr
     assert "HALT" in done.stdout
     assert "http-auth" in done.stdout
     assert "matching by name only" in done.stdout
-    retry = run("explain", "policies/default.yaml", "--exception", "TimeoutError", "--attempt", "2")
+    retry = run("explain", f"{POLICIES}/default.yaml", "--exception", "TimeoutError", "--attempt", "2")
     assert "RETRY in" in retry.stdout and "jitter: between 0ms and 2s" in retry.stdout
 
 
@@ -190,9 +192,9 @@ def test_explain_with_app_shows_each_actors_contract_and_decision(tmp_path: Path
     one = json.loads(run("explain", "--app", "shopapp", "--actor", "charge", "--exception", "httpx.ConnectError",
                          "--json", cwd=tmp_path).stdout)
     assert (one["queue"], one["decision"]["action"], one["contract"]["max_attempts"]) == ("payments", "retry", 3)
-    given = json.loads(run("explain", str(ROOT / "policies" / "default.yaml"), "--app", "shopapp", "--actor",
+    given = json.loads(run("explain", str(SHIPPED / "policies/default.yaml"), "--app", "shopapp", "--actor",
                            "charge", "--exception", "httpx.ReadTimeout", "--json", cwd=tmp_path).stdout)
-    assert given["policy"] == ["<built-in>", str(ROOT / "policies" / "default.yaml")]  # PATH wins over the app's
+    assert given["policy"] == ["<built-in>", str(SHIPPED / "policies/default.yaml")]  # PATH wins over the app's
     assert given["decision"]["action"] == "review" and given["contract"]["owner"] is None
 
 

@@ -14,6 +14,7 @@ from reliable.errors import PolicyError
 from reliable.policy import Decision, Failure, JobContract, Policy, RetryBudget
 
 ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
 NOW = 1_800_000_000.0
 
 
@@ -223,7 +224,7 @@ TABLE: list[BaseException] = [
 @pytest.mark.parametrize("attempt", [1, 3, 5])
 @pytest.mark.parametrize("options", [{}, {"idempotent": False}])
 def test_shipped_default_yaml_equals_builtin(attempt: int, options: dict[str, object]) -> None:
-    builtin, shipped = Policy.load(None), Policy.load(ROOT / "policies" / "default.yaml")
+    builtin, shipped = Policy.load(None), Policy.load(SHIPPED / "policies/default.yaml")
     assert builtin.lease == shipped.lease
     assert builtin.classes == shipped.classes
     contract = builtin.contract("a", "q", options)
@@ -239,7 +240,7 @@ def test_shipped_default_yaml_equals_builtin(attempt: int, options: dict[str, ob
 
 
 def test_example_http_policy() -> None:
-    policy = Policy.load(ROOT / "policies" / "examples" / "http_api.yaml")
+    policy = Policy.load(SHIPPED / "policies/examples/http_api.yaml")
     throttled = fail(policy, httpx_error(503, "30"))
     assert (throttled.action, throttled.delay) == ("retry", 30.0)
     assert fail(policy, httpx_error(422)).action == "fail"

@@ -1,0 +1,45 @@
+"""`reliable init`: copy the shipped operational files into a project for editing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import defaults
+from .common import emit_json, handle_errors
+
+__all__ = ["init"]
+
+_NEXT_STEPS = """\
+Next:
+  reliable.install(broker, store=..., policies="{policies}")   # in your app, beside the broker
+  reliable policy check {policies}
+  reliable alerts check {alert_rules} --runbooks {runbooks}
+  reliable alerts export-prometheus --rules {alert_rules} --out reliable-rules.yaml   # for Prometheus
+Grafana: import {grafana}; Alertmanager: see {alertmanager}."""
+
+
+@click.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--only", "names", multiple=True, type=click.Choice(defaults.SHIPPED),
+              help="Copy only this folder (repeatable). Default: all of them.")
+@click.option("--force", is_flag=True, help="Overwrite files that exist (default: keep them and say so).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def init(directory: Path, names: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Copy reliable's policies, alert rules, runbooks, Grafana dashboard and Alertmanager example
+    into DIRECTORY (default: the current one) so the project can edit and version them.
+
+    The copies are the same files reliable uses when no path is given. Existing files are kept.
+    """
+    copied = defaults.copy_into(directory, names=names or defaults.SHIPPED, overwrite=force)
+    if as_json:
+        emit_json({"written": [str(p) for p in copied.written], "kept": [str(p) for p in copied.kept]})
+        return
+    for path in copied.written:
+        click.echo(f"wrote {path}")
+    for path in copied.kept:
+        click.echo(f"kept  {path} (exists; --force overwrites)")
+    click.echo(f"{len(copied.written)} written, {len(copied.kept)} kept.")
+    click.echo(_NEXT_STEPS.format(**{name: directory / name for name in defaults.SHIPPED}))

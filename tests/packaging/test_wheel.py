@@ -1,0 +1,124 @@
+"""The pip user's first hour, for real: the wheel built from this checkout, installed in a fresh
+virtual environment outside it, adopted into a small app with the README's two lines, a real
+`dramatiq` worker on RabbitMQ, and the operational files (`reliable init`, the shipped alert rules
+checked by promtool) used from the installed package only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from support import require_service, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = {"policies/default.yaml", "policies/examples/http_api.yaml", "policies/operators/operators.yaml",
+           "alert_rules/store.yaml", "alert_rules/prometheus.yaml", "runbooks/_layout.md.j2",
+           "runbooks/job_stuck.md.j2", "grafana/reliable-dashboard.json", "alertmanager/alertmanager.yml",
+           "alertmanager/reliable-alerts.yaml"}
+
+APP = '''\
+import dramatiq
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
+import reliable
+
+broker = RabbitmqBroker(url={rabbitmq!r})
+reliable.install(broker, store={store!r}, policies="policies/")
+dramatiq.set_broker(broker)
+
+
+@dramatiq.actor(queue_name={queue!r})
+def add(a: int, b: int) -> int:
+    return a + b
+'''
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this checkout (pip builds it in an isolated environment, as a user's pip would)."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+                   check=True, timeout=600, capture_output=True)
+    (found,) = out.glob("reliable-*.whl")
+    return found
+
+
+def test_the_wheel_ships_the_operational_files_and_the_license(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = {name for name in SHIPPED if f"reliable/defaults/{name}" not in names}
+    assert not missing, f"the wheel lacks {sorted(missing)}"
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in metadata
+    import reliable
+
+    assert f"Version: {reliable.__version__}\n" in metadata  # one version source: reliable.__version__
+
+
+def test_a_fresh_install_adopts_an_app_runs_a_worker_and_exports_checked_rules(
+        wheel: Path, tmp_path: Path, rabbitmq_url: str, queue_name: str) -> None:
+    promtool = shutil.which("promtool")
+    require_service("promtool (Debian package `prometheus`)", promtool is not None)
+    assert promtool is not None
+    venv, project = tmp_path / "venv", tmp_path / "project"
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RELIABLE_STORE",
+                                                            "PROMETHEUS_MULTIPROC_DIR")}
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    python, reliable_cli, dramatiq_cli = (str(venv / "bin" / name) for name in ("python", "reliable", "dramatiq"))
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)], tmp_path, env,
+         timeout=900)
+    where = _run([python, "-c", "import reliable; print(reliable.__file__)"], project, env).strip()
+    assert where.startswith(str(venv)), f"imported {where}, not the installed wheel"
+
+    # The operational files come from the installed package: no checkout in sight.
+    _run([reliable_cli, "init"], project, env)
+    for name in SHIPPED:
+        assert (project / name).is_file(), f"reliable init did not write {name}"
+    assert "OK:" in _run([reliable_cli, "policy", "check", "policies/"], project, env)
+    assert "OK: 26 rules" in _run([reliable_cli, "alerts", "check", "alert_rules/", "--runbooks", "runbooks/"],
+                                  project, env)
+    rules = project / "reliable-rules.yaml"
+    _run([reliable_cli, "alerts", "export-prometheus", "--out", str(rules)], project, env)  # the shipped rules
+    _run([promtool, "check", "rules", str(rules)], project, env)
+
+    # The README's two lines on a small app, a real worker, a job that succeeds.
+    store = f"sqlite:///{project / 'app.db'}"
+    (project / "app.py").write_text(APP.format(rabbitmq=rabbitmq_url, store=store, queue=queue_name))
+    _run([reliable_cli, "db", "upgrade", "--store", store], project, env)
+    enqueue = textwrap.dedent("""\
+        import app
+        print(app.add.send(2, 3).message_id)
+    """)
+    job_id = _run([python, "-c", enqueue], project, env).strip()
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen([dramatiq_cli, "app", "-p", "1", "-t", "2", "-Q", queue_name], cwd=project, env=env,
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def status() -> str | None:
+            out = _run([reliable_cli, "jobs", "show", job_id, "--store", store, "--json"], project, env)
+            found = json.loads(out)
+            return found["job"]["status"] if found["job"]["status"] == "SUCCEEDED" else None
+
+        wait_for(status, f"job {job_id} SUCCEEDED", timeout=120, interval=0.5,
+                 context=lambda: (tmp_path / "worker.log").read_text(errors="replace"))
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        log.close()
