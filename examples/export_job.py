@@ -2,6 +2,7 @@
 
 Run from the repository root (RabbitMQ up; see examples/shared.py for BROKER_URL and RELIABLE_STORE):
 
+    export RELIABLE_STORE=sqlite:///reliable.db                     # the examples' store, for the CLI
     .venv/bin/reliable db upgrade                                   # once: create ./reliable.db
     .venv/bin/dramatiq examples.export_job -p 1 -t 2                # terminal 1: a worker
     .venv/bin/python -m examples.export_job acme 300                # terminal 2: prints the job id

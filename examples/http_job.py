@@ -2,6 +2,7 @@
 
 Run from the repository root (RabbitMQ up; see examples/shared.py for the environment):
 
+    export RELIABLE_STORE=sqlite:///reliable.db                     # the examples' store, for the CLI
     .venv/bin/reliable db upgrade                                   # once
     THROTTLE_EVERY=4 .venv/bin/python -m examples.fake_api          # terminal 1: every 4th request is a 429
     .venv/bin/dramatiq examples.http_job -p 1 -t 2                  # terminal 2: a worker

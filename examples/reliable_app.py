@@ -8,8 +8,8 @@ Run from the repository root, with RabbitMQ at BROKER_URL (default amqp://guest:
     .venv/bin/dramatiq examples.plain_app -p 1 -t 4                 # the worker
     .venv/bin/python -m examples.plain_app                          # enqueue a few messages
 
-The reliable version needs its state store once: `.venv/bin/reliable db upgrade` (SQLite file
-./reliable.db by default; set RELIABLE_STORE=postgresql+psycopg://... for PostgreSQL), then the
+The reliable version needs its state store once: `export RELIABLE_STORE=sqlite:///reliable.db` (the
+app's default; postgresql+psycopg://... for PostgreSQL) and `.venv/bin/reliable db upgrade`, then the
 same two commands with examples.reliable_app, and `.venv/bin/reliable jobs list` to see the jobs.
 BROKER_URL=stub:// uses Dramatiq's in-process StubBroker instead (the tests do).
 """

@@ -7,8 +7,8 @@ One module creates the broker so that one worker can run every example:
 Environment:
   BROKER_URL       RabbitMQ URL (default amqp://guest:guest@127.0.0.1:5672/); stub:// for an
                    in-process StubBroker (tests)
-  RELIABLE_STORE   state store URL (default sqlite:///reliable.db; create it with
-                   `.venv/bin/reliable db upgrade --store URL`)
+  RELIABLE_STORE   state store URL (default sqlite:///reliable.db here; the `reliable` command has
+                   no default, so export it; create the store with `.venv/bin/reliable db upgrade`)
   API_URL          the HTTP API the payment and HTTP jobs call (default http://127.0.0.1:8099, where
                    `.venv/bin/python -m examples.fake_api` serves a fake one)
 """

@@ -31,6 +31,7 @@ from .states import Event, JobStatus
 
 if TYPE_CHECKING:
     from .context import JobContext, current_job
+    from .events import JsonFormatter
     from .install import install
     from .middleware import ReliableMiddleware
     from .policy import Policy
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "JobContext": ".context",
     "current_job": ".context",
+    "JsonFormatter": ".events",
     "install": ".install",
     "ReliableMiddleware": ".middleware",
     "Policy": ".policy",
@@ -72,6 +74,7 @@ __all__ = [
     "JobPaused",
     "JobStatus",
     "JobStopped",
+    "JsonFormatter",
     "LeaseLost",
     "Policy",
     "PolicyError",

@@ -12,6 +12,7 @@ from .errors import JobCancelled, JobInterrupted, JobPaused, JobStopped, LeaseLo
 from .states import JobStatus
 from .store import Claim, LeaseStatus, StateStore
 from .store.retrying import retry_while_unavailable
+from .tracecontext import TraceParent, new_trace_id, span_id_for, trace_id_from
 
 if TYPE_CHECKING:
     from .policy import JobContract
@@ -21,9 +22,9 @@ __all__ = ["CheckpointCodec", "JobContext", "current_job"]
 T = TypeVar("T")
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("reliable_job", default=None)
-#: The (job_id, trace_id) a fast-path actor is running (it has no JobContext): the job and trace
-#: the messages it sends are linked to, as a durable job's are through `_current`.
-_fast_run: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
+#: The (job_id, trace context) a fast-path actor is running (it has no JobContext): the job and
+#: trace the messages it sends are linked to, as a durable job's are through `_current`.
+_fast_run: contextvars.ContextVar[tuple[str, TraceParent] | None] = contextvars.ContextVar(
     "reliable_fast_run", default=None)
 
 
@@ -84,6 +85,8 @@ class JobContext:
     #: The longest wait between tries of a write while the store is unreachable (see retry_while_unavailable).
     store_retry_cap: float = 2.0
     codec: CheckpointCodec | None = None
+    #: The attempt's span id: the OpenTelemetry span's when tracing is on, else `span_id_for(attempt_id)`.
+    span_id: str | None = None
     thread_id: int = field(default_factory=threading.get_ident)
     _control: _Control = field(default_factory=_Control)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -115,6 +118,12 @@ class JobContext:
     def trace_id(self) -> str | None:
         """The job's trace id."""
         return self.claim.job.trace_id
+
+    @property
+    def traceparent(self) -> TraceParent:
+        """The W3C trace context of this attempt: what the messages it sends carry."""
+        trace_id = trace_id_from(self.trace_id) if self.trace_id else new_trace_id()
+        return TraceParent(trace_id, self.span_id or span_id_for(self.attempt_id))
 
     @property
     def checkpoint_value(self) -> Any:

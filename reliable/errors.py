@@ -87,9 +87,9 @@ class StoreNotMigrated(StoreError):
 class JobNotFound(ReliableError):
     """No job has the given id."""
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job_id: str, *, hint: str | None = None) -> None:
         self.job_id = job_id
-        super().__init__(f"no job with id {job_id!r}")
+        super().__init__(f"no job with id {job_id!r}" + (f" ({hint})" if hint else ""))
 
 
 class TransitionRefused(ReliableError):

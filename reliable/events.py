@@ -3,31 +3,32 @@
 The StateStore calls its listeners with every event row after the commit (see
 `StateStore.add_listener`). `JsonLogSink` is such a listener: it emits exactly one log record per
 event on the ``reliable.events`` logger at INFO. The application chooses handlers; `JsonFormatter`
-renders a record as exactly one JSON object per line. Log lines are for people and log pipelines:
-no decision in reliable ever reads log text (decisions read the store).
+renders a record as exactly one JSON object per line, and `log_events_to_stderr` (what
+``install(json_logs=True)`` calls) gives the logger its own stderr handler with it. Log lines are for
+people and log pipelines: no decision in reliable ever reads log text (decisions read the store).
 
-Trace ids: `current_trace_id` takes the id from the Dramatiq message options (``trace_id``), else
-from the active OpenTelemetry span when ``opentelemetry`` is installed (imported lazily, optional),
-else generates a W3C-compatible 32-hex id with `new_trace_id`.
+Times are ISO-8601 UTC with milliseconds (``2026-12-03T12:08:46.123Z``). Trace ids are W3C trace
+ids (see `reliable.tracecontext`); an event of an attempt also names the attempt's ``span_id``.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import secrets
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from .tracecontext import new_trace_id, span_id_for
 
 __all__ = [
     "EVENT_FIELDS",
     "LOGGER_NAME",
     "JsonFormatter",
     "JsonLogSink",
-    "current_trace_id",
     "event_record",
+    "log_events_to_stderr",
     "new_trace_id",
 ]
 
@@ -36,22 +37,22 @@ LOGGER_NAME = "reliable.events"
 
 #: The fields of every event line, in order (missing ones are written as null).
 EVENT_FIELDS: tuple[str, ...] = (
-    "time", "at", "event", "job_id", "attempt_id", "attempt", "from_status", "to_status", "version",
-    "lease_id", "worker_id", "queue", "actor", "workflow_id", "trace_id", "error_class", "error_type",
+    "ts", "event", "job_id", "attempt_id", "attempt", "from_status", "to_status", "version",
+    "lease_id", "worker_id", "queue", "actor", "workflow_id", "trace_id", "span_id", "error_class", "error_type",
     "error_message", "retry_count", "checkpoint", "operator", "reason", "host", "detail",
     "started_at", "scheduled_at", "dispatched_at",
 )
 
+#: The event's epoch-seconds fields written as ISO-8601 times.
+_TIMES = ("started_at", "scheduled_at", "dispatched_at")
 _DEFAULT_MAX_TEXT = 2000
-_INVALID_TRACE_ID = "0" * 32
-_TRACE_OPTION = "trace_id"
-_MAX_TRACE_ID = 64  # the store's trace_id column
 
 
-def _iso(epoch: float | None) -> str | None:
+def _iso(epoch: Any) -> str | None:
+    """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``; None stays None."""
     if epoch is None:
         return None
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(float(epoch), UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _clip(value: Any, limit: int) -> str | None:
@@ -67,19 +68,23 @@ def _clip(value: Any, limit: int) -> str | None:
 def event_record(event: Mapping[str, Any], *, max_text: int = _DEFAULT_MAX_TEXT) -> dict[str, Any]:
     """The JSON-ready dict one log line carries for `event` (a store listener's event row).
 
-    Every field of EVENT_FIELDS is present (None when unknown); ``time`` is ``at`` as ISO-8601
-    UTC; ``error_message`` and ``reason`` are cut to `max_text` characters. Extra keys of `event`
-    follow the known ones.
+    Every field of EVENT_FIELDS is present (None when unknown). ``ts`` is the event's ``at`` (the
+    database clock's epoch seconds) and ``started_at``, ``scheduled_at``, ``dispatched_at`` are
+    ISO-8601 UTC with milliseconds; ``span_id`` is the attempt's (`span_id_for`); ``error_message``
+    and ``reason`` are cut to `max_text` characters. Extra keys of `event` follow the known ones.
     """
     record: dict[str, Any] = {name: event.get(name) for name in EVENT_FIELDS}
-    at = event.get("at")
-    record["time"] = _iso(float(at)) if at is not None else None
+    record["ts"] = _iso(event.get("at"))
+    for name in _TIMES:
+        record[name] = _iso(event.get(name))
+    attempt_id = event.get("attempt_id")
+    record["span_id"] = span_id_for(str(attempt_id)) if attempt_id else None
     record["error_message"] = _clip(event.get("error_message"), max_text)
     record["reason"] = _clip(event.get("reason"), max_text)
     if record["detail"] is None:
         record["detail"] = {}
     for key, value in event.items():
-        if key not in record:
+        if key not in record and key != "at":
             record[key] = value
     return record
 
@@ -126,8 +131,9 @@ class JsonFormatter(logging.Formatter):
     """Format every log record as exactly one JSON object on one line.
 
     A record from JsonLogSink becomes its event fields plus ``level`` and ``logger``; any other
-    record becomes ``time``, ``level``, ``logger``, ``message`` (and ``exception`` when there is
-    one). Newlines inside values are escaped by JSON, so a record can never span lines.
+    record becomes ``ts``, ``level``, ``logger``, ``message`` (and ``exception`` when there is
+    one). Newlines inside values are escaped by JSON, so a record can never span lines. Attach it
+    to any handler: ``handler.setFormatter(reliable.JsonFormatter())``.
     """
 
     def format(self, record: logging.LogRecord) -> str:
@@ -136,43 +142,42 @@ class JsonFormatter(logging.Formatter):
         if isinstance(event, dict):
             line: dict[str, Any] = {**event, "level": record.levelname, "logger": record.name}
         else:
-            line = {"time": _iso(record.created), "level": record.levelname, "logger": record.name,
+            line = {"ts": _iso(record.created), "level": record.levelname, "logger": record.name,
                     "message": record.getMessage()}
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return _dumps(line)
 
 
-def new_trace_id() -> str:
-    """A random W3C trace-context trace id: 32 lower-case hex digits, never all zeros."""
-    while True:
-        trace_id = secrets.token_hex(16)
-        if trace_id != _INVALID_TRACE_ID:
-            return trace_id
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler writing to whatever ``sys.stderr`` is when a record is emitted.
 
-
-def _otel_trace_id() -> str | None:
-    try:
-        trace: Any = importlib.import_module("opentelemetry.trace")
-    except ImportError:
-        return None
-    try:
-        context = trace.get_current_span().get_span_context()
-        if not context.is_valid:
-            return None
-        return format(int(context.trace_id), "032x")
-    except Exception:  # a broken tracing setup must not break job processing
-        return None
-
-
-def current_trace_id(message_options: Mapping[str, Any]) -> str:
-    """The trace id for a job: the message's ``trace_id`` option, the active span's, or a new one.
-
-    `message_options` is a Dramatiq message's ``options``. A producer propagates the id to child
-    jobs by putting the running job's trace id into the child message's options. A given id longer
-    than the store's column (64 characters) is ignored rather than cut.
+    Dramatiq's worker processes replace ``sys.stderr`` with their logging pipe, and pytest swaps
+    it per test: a stream captured once would be the wrong one.
     """
-    given = message_options.get(_TRACE_OPTION)
-    if isinstance(given, str) and 0 < len(given.strip()) <= _MAX_TRACE_ID:
-        return given.strip()
-    return _otel_trace_id() or new_trace_id()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record to the current stderr."""
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def log_events_to_stderr(name: str = LOGGER_NAME) -> logging.Handler | None:
+    """Give the event logger `name` a stderr handler with JsonFormatter: one JSON object per line.
+
+    The logger stops propagating (so the events are not written a second time inside the root
+    handler's text format) and is set to INFO unless it has a level. Nothing changes when the
+    logger has a handler already: the application's own (it decides where events go), or this
+    one from an earlier call (a second `install`, the same code in a forked process). Returns the
+    handler added, or None.
+    """
+    target = logging.getLogger(name)
+    if target.handlers:
+        return None
+    handler = _StderrHandler()
+    handler.setFormatter(JsonFormatter())
+    target.addHandler(handler)
+    target.propagate = False
+    if target.level == logging.NOTSET:
+        target.setLevel(logging.INFO)
+    return handler

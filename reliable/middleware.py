@@ -49,7 +49,7 @@ from .errors import (
     StoreError,
     TransitionRefused,
 )
-from .events import JsonLogSink, current_trace_id
+from .events import JsonLogSink, log_events_to_stderr
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
 from .metrics import Metrics
@@ -60,6 +60,8 @@ from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
+from .tracecontext import TRACEPARENT, TraceParent, span_id_for
+from .tracing import Tracing
 
 __all__ = ["ReliableMiddleware"]
 
@@ -101,7 +103,11 @@ class ReliableMiddleware(Middleware):
         every worker process. Safe with many processes: each step is a compare-and-set.
       listeners: more store event listeners, called with every event row after its commit.
       metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
-      json_logs: emit one JSON log line per event on the "reliable.events" logger.
+      json_logs: emit one JSON log line per event on the "reliable.events" logger, written to
+        stderr by its own handler (`reliable.events.log_events_to_stderr`: not propagated to the
+        root logger, unless the application attached a handler to that logger itself).
+      tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
+        True for the global TracerProvider, or a TracerProvider. Off (False) by default.
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
         threads in batches, one statement each (same guards, same durability; see
         reliable/store/batching.py). Taken from the StateStore when one is passed.
@@ -113,7 +119,7 @@ class ReliableMiddleware(Middleware):
                  sweep_after: float | None = None,
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
                  metrics: Metrics | bool = True, json_logs: bool = True,
-                 max_connections: int | None = None, group_commit: bool = True) -> None:
+                 max_connections: int | None = None, group_commit: bool = True, tracing: object = False) -> None:
         if max_connections is not None and isinstance(store, StateStore):
             raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
@@ -138,6 +144,10 @@ class ReliableMiddleware(Middleware):
                 DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
         self.metrics = Metrics() if metrics is True else (metrics or None)
         sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
+        if json_logs:
+            log_events_to_stderr()
+        #: The attempt spans (None: tracing off, opentelemetry never imported).
+        self.tracing = Tracing(None if tracing is True else tracing) if tracing else None
         if self.metrics is not None:
             sinks.append(self.metrics)
         self._listeners = (*sinks, *listeners)
@@ -356,11 +366,12 @@ class ReliableMiddleware(Middleware):
         # stored (so no later reader can trust them by mistake), and recorded on the job.
         ignored = strip_untrusted(options)
         parent = _current.get()
-        link = (parent.job_id, parent.trace_id) if parent is not None else _fast_run.get()
+        link = (parent.job_id, parent.traceparent) if parent is not None else _fast_run.get()
+        sender = self.tracing.current() if self.tracing is not None else None
         if link is not None:
-            options.setdefault("trace_id", link[1])
             options.setdefault("parent_job_id", link[0])
-        options["trace_id"] = current_trace_id(options)
+            sender = sender or link[1]
+        options.update(TraceParent.for_message(options, sender=sender, job_id=message.message_id).as_options())
         options[REGISTERED] = True  # travels with every copy of the message, see above
         actor_options = self._actor_options(message.actor_name)
         _link_workflow(message, actor_options)
@@ -419,7 +430,11 @@ class ReliableMiddleware(Middleware):
             status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
             if status is JobStatus.PENDING:
                 self._delivery.fast = job_id
-                _fast_run.set((job_id, message.options.get("trace_id")))
+                # The run's attempt id is chosen now, so the messages it sends name its span.
+                attempt_id = self._delivery.fast_attempt = uuid.uuid4().hex
+                trace = self._message_trace(message)
+                span_id = self._start_span(message, attempt=None, attempt_id=attempt_id, parent=trace)
+                _fast_run.set((job_id, trace.child(span_id or span_id_for(attempt_id))))
                 return
             # Anything else (a retry, a paused or finished job, an unknown message): the durable
             # claim decides, as for any actor.
@@ -440,15 +455,16 @@ class ReliableMiddleware(Middleware):
                 # after_skip_message would, over a real result or while the job runs elsewhere).
                 message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
-        context = self._hold(message, claim, contract)
+        span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
+        context = self._hold(message, claim, contract, span_id=span_id)
         self._delivery.context = context
         context.enter()
 
-    def _hold(self, message: Any, claim: Any, contract: JobContract) -> JobContext:
+    def _hold(self, message: Any, claim: Any, contract: JobContract, *, span_id: str | None = None) -> JobContext:
         """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
-                             store_retry_cap=self.heartbeat_interval, codec=codec)
+                             store_retry_cap=self.heartbeat_interval, codec=codec, span_id=span_id)
         assert self._heartbeat is not None
         self._heartbeat.add(context)
         self._heartbeat.start()
@@ -480,7 +496,8 @@ class ReliableMiddleware(Middleware):
         """A fast-path run ended: commit a success in one compare-and-set; claim a failure and
         let the durable path decide it (policy, retry, callbacks) as for any attempt."""
         job_id = message.message_id
-        attempt_id = uuid.uuid4().hex  # one for every try: a retry after a lost reply finds its commit
+        # One for every try: a retry after a lost reply finds its commit.
+        attempt_id: str = getattr(self._delivery, "fast_attempt", None) or uuid.uuid4().hex
         if exception is None:
             # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
             # trace; the broker's redelivered flag says an earlier run may have happened.
@@ -514,26 +531,30 @@ class ReliableMiddleware(Middleware):
             logger.warning("job %s: fast-path %s not recorded, the job left PENDING during the run (%s)",
                            job_id, what, refusal.reason)
             return None
-        return self._hold(message, claim, contract)
+        active = self.tracing.current() if self.tracing is not None else None  # the run's span, still current
+        return self._hold(message, claim, contract, span_id=active.span_id if active else None)
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
-        """Commit the attempt's outcome, fenced by its lease."""
-        if self._take_fast(message):
-            self._fast_done(broker, message, result, exception)
-            return
-        context = self._take(message)
-        if context is None:
-            return
+        """Commit the attempt's outcome, fenced by its lease; then end the attempt's span."""
         try:
-            context.leave()
-            self._note_unrecorded_effects(context)
-            self._complete(broker, message, context, result, exception)
+            if self._take_fast(message):
+                self._fast_done(broker, message, result, exception)
+                return
+            context = self._take(message)
+            if context is None:
+                return
+            try:
+                context.leave()
+                self._note_unrecorded_effects(context)
+                self._complete(broker, message, context, result, exception)
+            finally:
+                # Only now: the lease is renewed while the final write may still be retried (a slow or
+                # blipping store must not let recovery reclaim a job that already finished).
+                assert self._heartbeat is not None
+                self._heartbeat.remove(context)
         finally:
-            # Only now: the lease is renewed while the final write may still be retried (a slow or
-            # blipping store must not let recovery reclaim a job that already finished).
-            assert self._heartbeat is not None
-            self._heartbeat.remove(context)
+            self._end_span(exception)
 
     def _note_unrecorded_effects(self, context: JobContext) -> None:
         """Units the attempt applied but could not record: a later first record is a possible duplicate."""
@@ -544,6 +565,12 @@ class ReliableMiddleware(Middleware):
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
+        try:
+            self._skipped(message)
+        finally:
+            self._end_span(None, outcome="skipped")
+
+    def _skipped(self, message: Any) -> None:
         context: JobContext | None
         if self._take_fast(message):  # nothing was claimed yet: claim it now, as the durable path had
             context = self._claim_after_run(message, uuid.uuid4().hex, "skip")
@@ -560,6 +587,24 @@ class ReliableMiddleware(Middleware):
         finally:
             assert self._heartbeat is not None
             self._heartbeat.remove(context)
+
+    def _message_trace(self, message: Any) -> TraceParent:
+        """The trace context a delivered message carries (see `TraceParent.for_message`)."""
+        return TraceParent.for_message(message.options, job_id=message.message_id)
+
+    def _start_span(self, message: Any, *, attempt: int | None, attempt_id: str | None,
+                    parent: TraceParent | None = None) -> str | None:
+        """Start the attempt's span (a child of `parent`, default: the message's trace context)
+        when tracing is on; its span id (None: no span)."""
+        if self.tracing is None:
+            return None
+        return self.tracing.start(parent or self._message_trace(message), job_id=message.message_id,
+                                  actor=message.actor_name, queue=message.queue_name.removesuffix(".DQ"),
+                                  attempt=attempt, attempt_id=attempt_id)
+
+    def _end_span(self, exception: BaseException | None, *, outcome: str | None = None) -> None:
+        if self.tracing is not None:
+            self.tracing.end(exception, outcome=outcome)
 
     def _take_fast(self, message: Any) -> bool:
         fast: str | None = getattr(self._delivery, "fast", None)
@@ -637,7 +682,7 @@ class ReliableMiddleware(Middleware):
         job = context.claim.job
         for follow_up in found:
             options = follow_up.message.options
-            options["trace_id"] = job.trace_id or options.get("trace_id")
+            options.update(context.traceparent.as_options())
             options["parent_job_id"] = job.job_id
             if job.workflow_id:
                 options.setdefault("workflow_id", job.workflow_id)
@@ -656,10 +701,10 @@ class ReliableMiddleware(Middleware):
     def _fan_in(self, broker: dramatiq.Broker, message: Any, context: JobContext
                 ) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
         """A group member's arrival at its completion barrier, with the group's callbacks to register."""
-        job = context.claim.job
-        return self._group_completion(broker, message, trace_id=job.trace_id, parent_job_id=job.job_id)
+        return self._group_completion(broker, message, trace=context.traceparent.as_options(),
+                                      parent_job_id=context.job_id)
 
-    def _group_completion(self, broker: dramatiq.Broker, message: Any, *, trace_id: str | None,
+    def _group_completion(self, broker: dramatiq.Broker, message: Any, *, trace: dict[str, Any],
                           parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
         barrier_id = message.options.get("group_completion_uuid")
         callbacks = message.options.get("group_completion_callbacks")
@@ -670,7 +715,7 @@ class ReliableMiddleware(Middleware):
         for data in callbacks:
             # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
             callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
-            callback.options.update(trace_id=trace_id, parent_job_id=parent_job_id, workflow_id=barrier_id)
+            callback.options.update(trace, parent_job_id=parent_job_id, workflow_id=barrier_id)
             prepared = self._new_job(broker, callback, None)
             messages.append(callback)
             if prepared is not None:
@@ -681,8 +726,8 @@ class ReliableMiddleware(Middleware):
         """An untracked group member's success arrives at its group's barrier in the store (so a
         group mixing tracked and untracked members completes); False when the store does not know
         the barrier, and Dramatiq's barrier decides."""
-        built = self._group_completion(broker, message, trace_id=message.options.get("trace_id"),
-                                       parent_job_id=message.message_id)
+        trace = {key: message.options[key] for key in (TRACEPARENT, "trace_id") if message.options.get(key)}
+        built = self._group_completion(broker, message, trace=trace, parent_job_id=message.message_id)
         if built is None:
             return False
         fan_in, callbacks = built

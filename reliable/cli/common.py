@@ -3,31 +3,65 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Column, Table
 
 from ..durations import parse_duration
-from ..errors import ReliableError
+from ..errors import ConfigError, JobNotFound, ReliableError
+from ..redact import redact_url
 from ..states import JobStatus
 from ..store import StateStore
+from ..store.db import check_store_url
 
 __all__ = [
-    "DEFAULT_STORE", "DURATION", "POSITIVE_DURATION", "STATE_CHOICE", "Duration", "emit_json", "fmt_time",
-    "handle_errors", "open_store", "state_option", "store_option",
+    "CANDIDATES_SHOWN", "DURATION", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE", "POSITIVE_DURATION", "STATE_CHOICE",
+    "Duration", "emit_json", "fmt_time", "handle_errors", "id_column", "job_id_argument", "open_store", "print_table",
+    "resolve_job_id", "resolve_job_ids", "state_option", "stdout_console", "store_option",
 ]
 
-DEFAULT_STORE = "sqlite:///reliable.db"
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The fewest characters of a job id that name it (a whole id of any length always does).
+MIN_PREFIX = 6
+#: How many of the jobs an ambiguous prefix matches its error lists.
+CANDIDATES_SHOWN = 10
+#: Cut ids end like this (rich tables, the demo's lines): copied with the id, they are ignored.
+_ELLIPSES = ("...", "…")
+
+JOB_ID_HELP = (f"A job id may be cut to its first {MIN_PREFIX} or more characters when no other job's id starts "
+               "with them (a trailing '...' is ignored).")
+
+NO_STORE = ("no state store given: set RELIABLE_STORE=URL or pass --store URL, the store your workers use: "
+            "postgresql+psycopg://USER@HOST/DB or sqlite:///PATH (a new one is created by `reliable db upgrade "
+            "--store URL`)")
+
 store_option = click.option(
-    "--store", "store_url", envvar="RELIABLE_STORE", default=DEFAULT_STORE, show_default=True,
-    show_envvar=True, help="State store URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB).",
+    "--store", "store_url", envvar="RELIABLE_STORE", show_envvar=True, metavar="URL",
+    help="State store URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB). Required: there is no default.",
 )
+
+
+def job_id_argument(name: str = "job_id", *, many: bool = False) -> Callable[[F], F]:
+    """The JOB_ID argument (JOB_IDS: any number of them); the command's help says what a prefix does.
+
+    The command resolves it with `resolve_job_id(s)` once its store is open.
+    """
+
+    def decorate(func: F) -> F:
+        func.__doc__ = f"{inspect.cleandoc(func.__doc__ or '')}\n\n{JOB_ID_HELP}"
+        return click.argument(name, nargs=-1 if many else 1)(func)
+
+    return decorate
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]  # generic in recent click only; pyproject allows 8.1
@@ -94,16 +128,94 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def open_store(url: str) -> StateStore:
-    """Open the store at `url` (connections are made on first use)."""
+def open_store(url: str | None, *, create: bool = False) -> StateStore:
+    """Open the store at `url` (connections are made on first use).
+
+    No URL is a ConfigError saying how to give one: no command picks a database by itself. A
+    SQLite file that does not exist is a ConfigError naming it, unless `create` (`db upgrade`):
+    a read never leaves an empty database behind.
+    """
+    if not url:
+        raise ConfigError(NO_STORE)
+    parsed = check_store_url(url)
+    if not create and parsed.get_backend_name() == "sqlite" and parsed.database and "uri" not in parsed.query:
+        path = os.path.abspath(parsed.database)
+        if not os.path.exists(path):
+            raise ConfigError(f"store {redact_url(parsed)}: the SQLite file {path} does not exist (check --store / "
+                              f"RELIABLE_STORE; a new store is created by `reliable db upgrade --store URL`)")
     return StateStore(url)
 
 
+def resolve_job_id(store: StateStore, given: str) -> str:
+    """The job id `given` names: a whole id, or a prefix of at least MIN_PREFIX characters of one id.
+
+    A trailing "..." or "…" (copied from a cut table) is ignored. No such job: JobNotFound; a prefix
+    of several ids: a usage error (exit status 2) listing some of them.
+    """
+    prefix = given
+    for ellipsis in _ELLIPSES:
+        prefix = prefix.removesuffix(ellipsis)
+    if len(prefix) < MIN_PREFIX or not (prefix.isascii() and prefix.isprintable()):
+        if store.find(given) is None:
+            raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
+        return given
+    found = store.job_ids_with_prefix(prefix, limit=CANDIDATES_SHOWN + 1)
+    if found and found[0] == prefix:
+        return prefix  # a whole id is the smallest of the ids it starts
+    if not found:
+        raise JobNotFound(given, hint="nor any id starting with it")
+    if len(found) > 1:
+        shown = ", ".join(found[:CANDIDATES_SHOWN]) + (", ..." if len(found) > CANDIDATES_SHOWN else "")
+        raise click.UsageError(f"job id prefix {prefix!r} matches several jobs: {shown}; give more characters",
+                               ctx=click.get_current_context(silent=True))
+    return found[0]
+
+
+def resolve_job_ids(store: StateStore, given: Iterable[str]) -> tuple[str, ...]:
+    """`resolve_job_id` of each of `given`, in order, each job once."""
+    return tuple(dict.fromkeys(resolve_job_id(store, job_id) for job_id in given))
+
+
 def fmt_time(epoch: float | None) -> str:
-    """An epoch time as a short UTC ISO string, or '-'."""
+    """An epoch time in UTC, ISO 8601 with its zone (2026-12-03T12:08:10Z), or '-'."""
     if epoch is None:
         return "-"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stdout_console() -> Console:
+    """The console tables and job details print on: off a terminal (a pipe, a file) it never wraps a line."""
+    console = Console()
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
+
+
+def id_column(header: str = "job_id") -> Column:
+    """A table column of ids: `print_table` prints them whole."""
+    return Column(header, no_wrap=True)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table` with nothing cut off: no_wrap columns (ids) stay whole and the others fold on a
+    terminal; off a terminal every row is one line, however wide."""
+    whole = 0
+    for column in table.columns:
+        if column.no_wrap:
+            cells = [column.header, *column.cells]
+            column.min_width = max(Measurement.get(console, console.options, cell).maximum for cell in cells)
+            whole += column.min_width
+        else:
+            column.overflow = "fold"
+            whole += 1
+    if not console.is_terminal:
+        wide = console.options.update_width(sys.maxsize)
+        console.width = max(console.width, Measurement.get(console, wide, table).maximum)
+    else:
+        # A terminal too narrow for the whole ids (each column adds 3 of padding and border): wider
+        # lines, which the terminal wraps, rather than cut ids.
+        console.width = max(console.width, whole + 3 * len(table.columns) + 1)
+    console.print(table)
 
 
 def emit_json(value: Any, *, one_line: bool = False) -> None:

@@ -23,7 +23,19 @@ from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..selection import JobFilter, count_jobs, select_jobs, statuses
 from ..states import TRANSITIONS, Event, JobStatus
 from ..store import Job, StateStore
-from .common import DURATION, emit_json, fmt_time, open_store, state_option, store_option
+from .common import (
+    DURATION,
+    emit_json,
+    fmt_time,
+    id_column,
+    job_id_argument,
+    open_store,
+    print_table,
+    resolve_job_ids,
+    state_option,
+    stdout_console,
+    store_option,
+)
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
@@ -173,7 +185,7 @@ def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_st
 
 
 def _sample_table(jobs: list[Job], title: str) -> Table:
-    table = Table("job_id", "status", "queue", "actor", "attempt", "updated", title=title)
+    table = Table(id_column(), "status", "queue", "actor", "attempt", "updated", title=title)
     for job in jobs[:SAMPLE]:
         table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt), fmt_time(job.updated_at))
     return table
@@ -183,7 +195,7 @@ def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any]
     limit = params["limit"]
     console.print(f"[bold]{command}[/bold]: {matched} job(s) match"
                   + (f"; only the first {limit} (oldest change first) will be processed" if matched > limit else ""))
-    console.print(_sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
+    print_table(console, _sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
     if params["dry_run"] or params["yes"]:
         return
     if sys.stdin.isatty():
@@ -204,13 +216,13 @@ def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], 
 
 def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...],
          exclude_discarded: bool, **kwargs: Any) -> None:
-    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
-                       exclude_discarded=exclude_discarded)
-    if not job_ids and flt.queue is None and flt.actor is None and flt.error_class is None \
-            and flt.older_than is None and not params.get("states") and not force_states:
+    if not job_ids and not _has_filters(params) and not force_states:
         raise ConfigError("give job ids or at least one filter (--queue, --actor, --state, --error-class, "
                           "--older-than)")
     store = open_store(params["store_url"])
+    job_ids = resolve_job_ids(store, job_ids)
+    flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
+                       exclude_discarded=exclude_discarded)
     control = build_control(store, params)
     reason: str | None = params.get("reason")
     limit: int = params["limit"]
@@ -220,9 +232,6 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
         jobs = [store.get(job_ids[0])]
         matched = 1
     else:
-        missing = [i for i in job_ids if store.find(i) is None]
-        if missing:
-            raise ConfigError(f"no job with id {', '.join(missing)}")
         matched = count_jobs(store, flt)
         jobs = select_jobs(store, flt, limit=limit)
         if not jobs:
@@ -275,11 +284,11 @@ def _render(command: str, report: BulkReport, matched: int, params: dict[str, An
         if result.outcome != "refused":
             click.echo(f"{command} {result.job_id}: {result.message}")
     else:
-        table = Table("job_id", "before", "after", "outcome", "message", title=f"{command}: results")
+        table = Table(id_column(), "before", "after", "outcome", "message", title=f"{command}: results")
         for r in report.results:
             table.add_row(r.job_id, r.before.status.value if r.before else "-", r.job.status.value if r.job else "-",
                           r.outcome, r.message)
-        Console().print(table)
+        print_table(stdout_console(), table)
         click.echo(", ".join(f"{k}: {v}" for k, v in report.summary().items()))
     for r in report.results:
         for warning in r.warnings:
@@ -301,7 +310,7 @@ def _command(name: str, short: str, body: str, *, view: tuple[JobStatus, ...] = 
 
         wrapper.__doc__ = f"{short}\n\n{body}\n\n{EXIT_CODES_HELP}"
         cmd = click.command(name, short_help=short)(
-            click.argument("job_ids", nargs=-1)(filter_options(control_options(wrapper))))
+            job_id_argument("job_ids", many=True)(filter_options(control_options(wrapper))))
         return cmd
 
     return decorate
@@ -314,7 +323,7 @@ and moves the job to PAUSED. Nothing is dispatched for a paused job until `relia
 
 \b
 Examples:
-  reliable pause 3f2a... --reason "downstream maintenance"
+  reliable pause 3f2a9c1e --reason "downstream maintenance"
   reliable pause --queue exports --state RUNNING --yes --reason "db failover\"""")
 def pause(params: dict[str, Any]) -> None:
     return None
@@ -329,7 +338,7 @@ A STOPPED job can be resumed (`reliable resume`) or restarted.
 
 \b
 Example:
-  reliable stop 3f2a... --reason "runaway export, ticket OPS-12\"""")
+  reliable stop 3f2a9c1e --reason "runaway export, ticket OPS-12\"""")
 def stop(params: dict[str, Any]) -> None:
     return None
 
@@ -345,7 +354,7 @@ that partial side effects remain: nothing is rolled back.
 
 \b
 Example:
-  reliable cancel 3f2a... --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
+  reliable cancel 3f2a9c1e --reason "customer withdrew the request" --broker amqp://guest:guest@localhost/""")
 def cancel(params: dict[str, Any]) -> None:
     return None
 
@@ -359,7 +368,7 @@ refuses. Two operators resuming the same job at once: exactly one wins, the othe
 
 \b
 Examples:
-  reliable resume 3f2a... --policies policies/
+  reliable resume 3f2a9c1e --policies policies/
   reliable resume --queue exports --state PAUSED --rate 5 --yes --reason "maintenance over\"""")
 def resume(params: dict[str, Any]) -> None:
     return None
@@ -371,7 +380,7 @@ retry budget (checkpoint_version keeps counting up). Side effects already applie
 
 \b
 Example:
-  reliable restart 3f2a... --reason "input file fixed\"""")
+  reliable restart 3f2a9c1e --reason "input file fixed\"""")
 def restart(params: dict[str, Any]) -> None:
     return None
 
@@ -391,7 +400,7 @@ downstream system; only if the effect did not happen, pass --allow-duplicate-sid
 
 \b
 Examples:
-  reliable retry 3f2a...
+  reliable retry 3f2a9c1e
   reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
     _retry_extra))
 
@@ -416,6 +425,6 @@ the filters pick; several need --yes). `reliable review resolve` is an alias of 
 
 \b
 Examples:
-  reliable reconcile 3f2a... --as succeeded --reason "payment found in the PSP dashboard"
+  reliable reconcile 3f2a9c1e --as succeeded --reason "payment found in the PSP dashboard"
   reliable review resolve --queue billing --as cancelled --yes --reason "refunded by hand\"""",
     view=(JobStatus.REVIEW,))(_reconcile_extra))

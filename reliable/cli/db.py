@@ -21,9 +21,9 @@ def db() -> None:
 def upgrade(store_url: str, as_json: bool) -> None:
     """Apply every pending migration (safe to run again: it does nothing when up to date).
 
-    Prints each migration applied, oldest first.
+    Prints each migration applied, oldest first. A SQLite store's file is created here, and only here.
     """
-    store = open_store(store_url)
+    store = open_store(store_url, create=True)
     before, after = store.upgrade()
     applied = migrate.applied_between(before, after)
     if as_json:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..states import JobStatus
-from .common import DURATION, handle_errors, open_store, store_option
+from .common import DURATION, handle_errors, job_id_argument, open_store, resolve_job_id, store_option
 from .control import (
     ALLOW_DUPLICATES,
     EXIT_CODES_HELP,
@@ -53,18 +53,19 @@ def list_(store_url: str, queue: str | None, actor: str | None, error_class: str
 
 
 @dlq.command()
-@click.argument("job_id")
+@job_id_argument()
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: job, attempts, last_error, checkpoint, effects, "
                                                       "events.")
 @handle_errors
 def show(job_id: str, store_url: str, as_json: bool) -> None:
     """Show a job: attempt history, last error, last checkpoint, side effects and events."""
-    show_view(open_store(store_url), job_id, as_json=as_json)
+    store = open_store(store_url)
+    show_view(store, resolve_job_id(store, job_id), as_json=as_json)
 
 
 @dlq.command(epilog=EXIT_CODES_HELP)
-@click.argument("job_ids", nargs=-1)
+@job_id_argument("job_ids", many=True)
 @filter_options
 @control_options
 @allow_duplicates_option
@@ -84,7 +85,7 @@ def requeue(job_ids: tuple[str, ...], **params: Any) -> None:
 
 
 @dlq.command(epilog=EXIT_CODES_HELP)
-@click.argument("job_ids", nargs=-1)
+@job_id_argument("job_ids", many=True)
 @filter_options
 @control_options
 def discard(job_ids: tuple[str, ...], **params: Any) -> None:

@@ -43,7 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def cli() -> None:
     """Operate Dramatiq jobs tracked by reliable: state store, jobs, control, recovery.
 
-    Every command takes --store (or RELIABLE_STORE); the default is sqlite:///reliable.db.
+    Every command but demo needs the state store: --store URL, or set RELIABLE_STORE once (there is
+    no default). Times are UTC (2026-12-03T12:08:10Z); a job id may be cut to its first 6 characters.
     """
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from ..selection import JobFilter, count_jobs, select_jobs
 from ..store import Job, StateStore
-from .common import emit_json, fmt_time
+from .common import emit_json, fmt_time, id_column, print_table, stdout_console
 
 __all__ = ["job_dict", "list_view", "show_view"]
 
@@ -27,13 +26,13 @@ def list_view(store: StateStore, flt: JobFilter, *, limit: int, as_json: bool, t
         emit_json({"total": total, "jobs": [job_dict(job) for job in found]})
         return
     shown = f", showing {len(found)}" if total > len(found) else ""
-    table = Table("job_id", "status", "queue", "actor", "attempt", "error class", "last error", "checkpoint",
+    table = Table(id_column(), "status", "queue", "actor", "attempt", "error class", "last error", "checkpoint",
                   "updated", title=f"{title}: {total} job(s){shown}")
     for job in found:
         table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt),
                       job.last_error_class or "-", (job.last_error_message or "-")[:60],
                       "-" if job.checkpoint is None else repr(job.checkpoint)[:30], fmt_time(job.updated_at))
-    Console().print(table)
+    print_table(stdout_console(), table)
 
 
 def show_view(store: StateStore, job_id: str, *, as_json: bool) -> None:
@@ -52,7 +51,7 @@ def show_view(store: StateStore, job_id: str, *, as_json: bool) -> None:
             "effects": [e.__dict__ for e in effects], "events": [e.as_dict() for e in events],
         })
         return
-    console = Console()
+    console = stdout_console()
     console.print(f"[bold]{job.job_id}[/bold]  {job.status.value}  queue={job.queue}  actor={job.actor}  "
                   f"owner={job.owner or '-'}  attempts={job.attempt}  retries={job.retry_count}", highlight=False)
     console.print(f"last error: {job.last_error_class or '-'} {job.last_error_type or ''}: "
@@ -62,14 +61,15 @@ def show_view(store: StateStore, job_id: str, *, as_json: bool) -> None:
     console.print(f"side effects applied: {len(effects)}"
                   + (f" ({', '.join(e.op_key for e in effects[:5])}{'...' if len(effects) > 5 else ''})"
                      if effects else ""), highlight=False)
-    table = Table("attempt", "attempt_id", "worker", "started", "ended", "outcome", "error", title="attempts")
+    table = Table("attempt", id_column("attempt_id"), "worker", "started", "ended", "outcome", "error",
+                  title="attempts")
     for a in attempts:
         table.add_row(str(a.attempt), a.attempt_id, a.worker_id or "-", fmt_time(a.started_at), fmt_time(a.ended_at),
                       a.outcome or "-", f"{a.error_class or '-'}: {a.error_message or ''}"[:60])
-    console.print(table)
+    print_table(console, table)
     table = Table("at", "event", "from", "to", "operator", "host", "reason / error", title="events")
     for e in events:
         why = e.reason or (f"{e.error_class}: {e.error_message}" if e.error_class else "")
         table.add_row(fmt_time(e.at), e.event, e.from_status or "-", e.to_status or "-", e.operator or "-",
                       e.host or "-", why)
-    console.print(table)
+    print_table(console, table)

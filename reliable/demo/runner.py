@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from reliable.control import Control
 from reliable.errors import ReliableError
+from reliable.events import LOGGER_NAME
 from reliable.operators import Operator
 from reliable.policy import Policy
 from reliable.redact import redact_url
@@ -98,6 +99,7 @@ class Director:
         finally:
             store.close()
             logging.getLogger().removeHandler(handler)
+            logging.getLogger(LOGGER_NAME).removeHandler(handler)
             handler.close()
 
     def _budget(self) -> float:
@@ -257,4 +259,9 @@ def _log_to_file(settings: DemoSettings) -> logging.Handler:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    # install(json_logs=True) leaves an event logger that has a handler alone; without this one
+    # it would write the events to stderr, over the story on the screen.
+    events = logging.getLogger(LOGGER_NAME)
+    events.addHandler(handler)
+    events.propagate = False
     return handler

@@ -376,6 +376,12 @@ class SqlRunner:
             row = self._execute(tx, "job_status", {"job_id": job_id}).fetchone()
         return None if row is None else str(row[0])
 
+    def job_ids_by_prefix(self, prefix: str, prefix_end: str, limit: int) -> list[str]:
+        """The ids in [prefix, prefix_end) that start with `prefix`, smallest first, at most `limit`."""
+        params = {"prefix": prefix, "prefix_end": prefix_end, "limit": limit}
+        with self._single() as tx:
+            return [str(row[0]) for row in self._execute(tx, "job_ids_by_prefix", params).fetchall()]
+
     def outage_ended_at(self) -> float | None:
         """When the last outage ended, as the first heartbeat after it saw it (None: never)."""
         with self._single() as tx:

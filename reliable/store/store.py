@@ -21,7 +21,7 @@ from sqlalchemy import Engine, and_, func, literal, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
+from ..errors import ClaimRefused, ConfigError, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
 from ..redact import redact_url
 from ..states import (
     ACTIVE_STATES,
@@ -743,6 +743,17 @@ class StateStore:
         """The job's current projection, or None."""
         with self._read() as conn:
             return self._get(conn, job_id)
+
+    def job_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        """The ids starting with `prefix` (printable ASCII), smallest first, at most `limit` of them.
+
+        One range read on the primary key's index, however many jobs the store holds.
+        """
+        if not (prefix and prefix.isascii() and prefix.isprintable()):
+            raise ConfigError(f"a job id prefix is made of printable ASCII characters, not {prefix!r}")
+        self.check_schema()
+        # In character order every id starting with "ab1" is below "ab2": the range's end.
+        return self._sql.job_ids_by_prefix(prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1), limit)
 
     def events(self, job_id: str, *, limit: int | None = None) -> list[JobEvent]:
         """The job's event history, oldest first."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,7 +16,7 @@ from reliable.collector import StoreCollector
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
 
-from support import RABBITMQ_URL, port_open, require_service
+from support import CLI, RABBITMQ_URL, port_open, require_service
 
 
 def populate(store: StateStore, queue: str = "exports") -> None:
@@ -98,11 +101,19 @@ def test_unreachable_store_gives_503_and_metrics_still_answer() -> None:
     assert "reliable_jobs" not in families(samples)
 
 
-def test_unmigrated_store_is_unhealthy(tmp_path: object) -> None:
-    url = f"sqlite:///{tmp_path}/empty.db"
-    with exporter(url) as base:
+def test_unmigrated_store_is_unhealthy(tmp_path: Path) -> None:
+    (tmp_path / "empty.db").touch()  # an empty SQLite database: no schema
+    with exporter(f"sqlite:///{tmp_path}/empty.db") as base:
         health = httpx.get(f"{base}/healthz", timeout=20)
     assert health.status_code == 503 and "reliable db upgrade" in health.text
+
+
+def test_a_missing_sqlite_file_is_refused_at_start_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    proc = subprocess.run([sys.executable, "-c", CLI, "exporter", "--port", "0", "--store", f"sqlite:///{missing}"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and f"the SQLite file {missing} does not exist" in proc.stderr
+    assert not missing.exists()
 
 
 @pytest.mark.integration

@@ -7,13 +7,13 @@ import json
 import logging
 import re
 import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from reliable.events import EVENT_FIELDS, JsonFormatter, JsonLogSink, current_trace_id, new_trace_id
+from reliable.events import EVENT_FIELDS, JsonFormatter, JsonLogSink, log_events_to_stderr, new_trace_id
+from reliable.tracecontext import span_id_for
 
 
 @pytest.fixture
@@ -54,7 +54,9 @@ def test_one_json_line_per_event_with_every_field(capture: tuple[logging.Logger,
     first, second = lines(stream)
     assert set(EVENT_FIELDS) <= set(first)
     assert first["event"] == "retry_scheduled" and first["job_id"] == "j1" and first["attempt_id"] == "a1"
-    assert first["time"] == "2023-11-14T22:13:20.250000Z" and first["at"] == 1_700_000_000.25
+    assert first["ts"] == "2023-11-14T22:13:20.250Z" and "at" not in first and "time" not in first
+    assert first["started_at"] == "2023-11-14T22:13:10.000Z" and first["scheduled_at"] == "2023-11-14T22:13:21.750Z"
+    assert first["dispatched_at"] is None and first["span_id"] == span_id_for("a1")
     assert first["checkpoint"] == {"page": 3} and first["detail"] == {"delay": 1.5}
     assert first["workflow_id"] is None and "workflow_id" in first  # nulls are kept, not dropped
     assert first["level"] == "INFO" and first["logger"] == logger.name
@@ -115,7 +117,8 @@ def test_formatter_renders_any_record_as_one_json_object() -> None:
     assert "\n" not in text
     parsed = json.loads(text)
     assert parsed["message"] == "failed now" and parsed["level"] == "ERROR"
-    assert "ValueError: bad" in parsed["exception"] and parsed["time"].endswith("Z")
+    assert "ValueError: bad" in parsed["exception"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", parsed["ts"])
 
 
 def test_new_trace_id_is_w3c_compatible() -> None:
@@ -124,32 +127,34 @@ def test_new_trace_id_is_w3c_compatible() -> None:
     assert all(re.fullmatch(r"[0-9a-f]{32}", i) and i != "0" * 32 for i in ids)
 
 
-def test_trace_id_from_message_options_first() -> None:
-    assert current_trace_id({"trace_id": "abc123"}) == "abc123"
-    too_long = "x" * 65
-    assert current_trace_id({"trace_id": too_long}) != too_long
-    assert re.fullmatch(r"[0-9a-f]{32}", current_trace_id({"trace_id": ""}))
+def test_log_events_to_stderr_adds_one_json_handler_and_stops_propagation(
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    name = "test.reliable.events.stderr"
+    logger = logging.getLogger(name)
+    try:
+        handler = log_events_to_stderr(name)
+        assert handler is not None and logger.handlers == [handler]
+        assert log_events_to_stderr(name) is None and logger.handlers == [handler]  # never twice
+        assert logger.propagate is False and logger.level == logging.INFO
+        with caplog.at_level(logging.INFO):
+            JsonLogSink(logger)(event())
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and json.loads(err)["event"] == "retry_scheduled"
+        assert caplog.records == []  # the root logger's handlers do not see it a second time
+    finally:
+        for added in list(logger.handlers):
+            logger.removeHandler(added)
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)
 
 
-def _fake_otel(monkeypatch: pytest.MonkeyPatch, trace_id: int, valid: bool) -> None:
-    context = types.SimpleNamespace(trace_id=trace_id, is_valid=valid)
-    span = types.SimpleNamespace(get_span_context=lambda: context)
-    trace = types.ModuleType("opentelemetry.trace")
-    trace.get_current_span = lambda: span  # type: ignore[attr-defined]
-    package = types.ModuleType("opentelemetry")
-    package.trace = trace  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "opentelemetry", package)
-    monkeypatch.setitem(sys.modules, "opentelemetry.trace", trace)
-
-
-def test_trace_id_from_the_active_opentelemetry_span(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_otel(monkeypatch, 0x4BF92F3577B34DA6A3CE929D0E0E4736, valid=True)
-    assert current_trace_id({}) == "4bf92f3577b34da6a3ce929d0e0e4736"
-    assert current_trace_id({"trace_id": "from-message"}) == "from-message"
-
-
-def test_invalid_span_or_no_opentelemetry_generates_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_otel(monkeypatch, 0, valid=False)
-    assert re.fullmatch(r"[0-9a-f]{32}", current_trace_id({}))
-    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # import now raises ImportError
-    assert re.fullmatch(r"[0-9a-f]{32}", current_trace_id({}))
+def test_log_events_to_stderr_leaves_an_application_handler_alone() -> None:
+    name = "test.reliable.events.app"
+    logger = logging.getLogger(name)
+    own = logging.StreamHandler(io.StringIO())
+    logger.addHandler(own)
+    try:
+        assert log_events_to_stderr(name) is None
+        assert logger.handlers == [own] and logger.propagate is True and logger.level == logging.NOTSET
+    finally:
+        logger.removeHandler(own)

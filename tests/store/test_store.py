@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from reliable.errors import ClaimRefused, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
+from reliable.errors import ClaimRefused, ConfigError, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
+from reliable.store.sqlrunner import load_queries
 
 from support import Clock
 
@@ -178,6 +179,37 @@ def test_unknown_job_and_unmigrated_store(store: StateStore, tmp_path: Path) -> 
     bare = StateStore(f"sqlite:///{tmp_path}/bare.db")
     with pytest.raises(StoreNotMigrated, match="reliable db upgrade --store sqlite:///"):
         bare.get("x")
+
+
+def test_job_ids_with_prefix_is_exact_at_the_edges_of_its_range(store: StateStore) -> None:
+    store.register_many([new_job(i) for i in ("ab", "ab-1", "ab1", "ab1~", "ab2", "aB1", "b", "ab!")])
+    assert store.job_ids_with_prefix("ab1", limit=10) == ["ab1", "ab1~"]
+    assert store.job_ids_with_prefix("ab", limit=10) == ["ab", "ab!", "ab-1", "ab1", "ab1~", "ab2"]
+    assert store.job_ids_with_prefix("ab", limit=2) == ["ab", "ab!"]
+    assert store.job_ids_with_prefix("ab1~", limit=10) == ["ab1~"]
+    assert store.job_ids_with_prefix("ab~", limit=10) == []
+    assert store.job_ids_with_prefix("c", limit=10) == []
+    with pytest.raises(ConfigError, match="printable ASCII"):
+        store.job_ids_with_prefix("\u00e9t\u00e9", limit=1)
+
+
+def test_job_ids_with_prefix_reads_a_range_of_the_primary_key(store: StateStore) -> None:
+    sql = load_queries(store.dialect)["job_ids_by_prefix"]
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        if store.dialect == "postgresql":
+            cursor.execute("SET enable_seqscan = off")  # a few rows: the planner would scan them all
+            cursor.execute(f"EXPLAIN {sql}", {"prefix": "ab", "prefix_end": "ac", "limit": 11})
+            plan = " ".join(row[0] for row in cursor.fetchall())
+            assert "Index" in plan and "reliable_jobs_pkey" in plan, plan
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", {"prefix": "ab", "prefix_end": "ac", "limit": 11})
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+            assert "job_id>? AND job_id<?" in plan, plan
+    finally:
+        raw.rollback()
+        raw.close()
 
 
 def test_recovery_queries(clocked: tuple[StateStore, Clock]) -> None:

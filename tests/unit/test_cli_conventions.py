@@ -145,6 +145,7 @@ def test_review_resolve_is_reconcile() -> None:
 
 
 def test_db_upgrade_and_current_json(tmp_path: Path) -> None:
+    (tmp_path / "fresh.db").touch()  # an empty database: only `db upgrade` creates a missing file
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     first = json.loads(run("db", "current", "--store", url, "--json").stdout)
     assert first["current"] is None and first["up_to_date"] is False

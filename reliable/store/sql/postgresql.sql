@@ -146,6 +146,14 @@ RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requ
 -- The fast path's look before a run: only the state, by primary key.
 SELECT status FROM reliable_jobs WHERE job_id = %(job_id)s;
 
+-- name: job_ids_by_prefix
+-- The ids starting with %(prefix)s, smallest first: a range on the primary key (its index serves it
+-- in any collation; LIKE 'x%' needs the C collation), then the exact test, as a linguistic collation
+-- may order ids otherwise than their characters.
+SELECT job_id FROM reliable_jobs
+WHERE job_id >= %(prefix)s::text AND job_id < %(prefix_end)s::text AND starts_with(job_id, %(prefix)s::text)
+ORDER BY job_id LIMIT %(limit)s::int8;
+
 -- name: outage_ended_at
 SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;
 

@@ -124,6 +124,13 @@ ON CONFLICT (id) DO UPDATE SET
 -- The fast path's look before a run: only the state, by primary key.
 SELECT status FROM reliable_jobs WHERE job_id = :job_id;
 
+-- name: job_ids_by_prefix
+-- The ids starting with :prefix, smallest first: a range on the primary key (LIKE would not use its
+-- index), then the exact test. :prefix_end is above every id starting with :prefix (StateStore).
+SELECT job_id FROM reliable_jobs
+WHERE job_id >= :prefix AND job_id < :prefix_end AND substr(job_id, 1, length(:prefix)) = :prefix
+ORDER BY job_id LIMIT :limit;
+
 -- name: outage_ended_at
 SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;
 
