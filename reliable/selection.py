@@ -13,24 +13,10 @@ from .states import JobStatus
 from .store import Job, StateStore
 from .store.schema import job_events, jobs
 
-__all__ = ["DISCARDED", "JobFilter", "count_jobs", "parse_age", "select_jobs", "statuses"]
+__all__ = ["DISCARDED", "JobFilter", "count_jobs", "select_jobs", "statuses"]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
 DISCARDED = "discarded"
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
-def parse_age(text: str) -> float:
-    """'90s', '15m', '1h', '2d', '1w' or a plain number of seconds -> seconds; ConfigError otherwise."""
-    value = text.strip().lower()
-    try:
-        seconds = float(value[:-1]) * _UNITS[value[-1]] if value and value[-1] in _UNITS else float(value)
-    except ValueError:
-        raise ConfigError(f"invalid age {text!r}: use a number with s, m, h, d or w (e.g. 1h)") from None
-    if seconds < 0:
-        raise ConfigError(f"invalid age {text!r}: must not be negative")
-    return seconds
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .durations import parse_duration
+from ..durations import parse_duration
 from .yamlsrc import Located, LocatedMap, LocatedSeq
 
 __all__ = [

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..durations import parse_duration
 from ..errors import ConfigError, PolicyError
-from .durations import parse_duration
 from .lifecycle import DeliveryPolicy
 from .runbooks import check_link_template
 from .yamlsrc import LocatedMap, LocatedSeq, parse_located

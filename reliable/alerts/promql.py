@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
+from ..durations import format_prometheus
 from .conditions import PromQLCondition
-from .durations import format_prometheus
 from .rules import AlertRule
 
 __all__ = ["export_rule_groups", "export_yaml"]

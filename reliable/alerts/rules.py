@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..durations import parse_duration
 from ..errors import PolicyError
 from .conditions import PromQLCondition, StoreCondition, parse_condition
-from .durations import parse_duration
 from .yamlsrc import Located, LocatedMap, LocatedSeq, parse_located
 
 __all__ = [

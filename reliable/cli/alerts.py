@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -13,19 +14,21 @@ import httpx
 
 from .. import defaults
 from ..alerts import AlertConfig, AlertEngine, AlertmanagerClient, export_yaml, load_config, load_rules
-from ..alerts.durations import parse_duration
 from ..alerts.engine import DeliveryReport, Evaluation
+from ..alerts.promql import export_rule_groups
 from ..alerts.rules import AlertRule
 from ..alerts.runbooks import RunbookRenderer
 from ..errors import ConfigError, PolicyError
-from .common import emit_json, handle_errors, open_store, store_option
+from .common import POSITIVE_DURATION, emit_json, handle_errors, open_store, store_option
 
 __all__ = ["alerts"]
 
-rules_option = click.option("--rules", "rules_path", envvar="RELIABLE_ALERT_RULES", type=click.Path(path_type=Path),
+rules_option = click.option("--rules", "rules_path", envvar="RELIABLE_ALERT_RULES", show_envvar=True,
+                            type=click.Path(path_type=Path),
                             help="Rule file or directory of *.yaml [default: the rules shipped with reliable; "
                                  "`reliable init` copies them for editing].")
 config_option = click.option("--config", "config_path", type=click.Path(path_type=Path), envvar="RELIABLE_ALERT_CONFIG",
+                             show_envvar=True,
                              help="Alerting settings YAML (alertmanagers, runbook_base_url, links, timings).")
 runbooks_option = click.option("--runbooks", "runbooks_dir", type=click.Path(path_type=Path),
                                help="Runbook template directory [default: from --config, else the runbooks shipped "
@@ -59,16 +62,6 @@ def _load(rules_path: Path | None, renderer: RunbookRenderer) -> list[AlertRule]
     return rules
 
 
-def _duration(value: str, name: str) -> float:
-    try:
-        seconds = parse_duration(value)
-    except ValueError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-    if seconds <= 0:
-        raise ConfigError(f"{name} must be longer than 0s")
-    return seconds
-
-
 @click.group()
 def alerts() -> None:
     """Alert rules over the state store, Prometheus rule export, Alertmanager delivery."""
@@ -77,8 +70,10 @@ def alerts() -> None:
 @alerts.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @runbooks_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {ok, rules, store, promql, problems: [{path, line, field, message}]}.")
 @handle_errors
-def check(path: Path, runbooks_dir: Path | None) -> None:
+def check(path: Path, runbooks_dir: Path | None, as_json: bool) -> None:
     """Validate the rule files at PATH (a file or a directory): one line per problem, exit 2 on errors.
 
     Runbook templates named by the rules are compiled too (from --runbooks, default the shipped ones).
@@ -91,12 +86,18 @@ def check(path: Path, runbooks_dir: Path | None) -> None:
             renderer.check(rule)
         except PolicyError as exc:
             problems.append(exc)
-    for problem in problems:
-        click.echo(f"error: {problem}", err=True)
+    store = sum(r.kind == "store" for r in rules)
+    if as_json:
+        emit_json({"ok": not problems, "rules": len(rules), "store": store, "promql": len(rules) - store,
+                   "problems": [{"path": p.path, "line": p.line, "field": p.field, "message": str(p)}
+                                for p in problems]})
+    else:
+        for problem in problems:
+            click.echo(f"error: {problem}", err=True)
+        if not problems:
+            click.echo(f"OK: {len(rules)} rules ({store} store, {len(rules) - store} promql)")
     if problems:
         sys.exit(2)
-    store = sum(r.kind == "store" for r in rules)
-    click.echo(f"OK: {len(rules)} rules ({store} store, {len(rules) - store} promql)")
 
 
 @alerts.command("test")
@@ -140,29 +141,38 @@ def test_(store_url: str, rules_path: Path | None, config_path: Path | None, run
 @runbooks_option
 @click.option("--alertmanager", "alertmanagers", multiple=True, metavar="URL",
               help="Alertmanager base URL (repeatable; each gets every alert). Default: from --config.")
-@click.option("--interval", default="30s", show_default=True, help="Evaluation interval.")
+@click.option("--interval", type=POSITIVE_DURATION, default="30s", show_default=True,
+              help="Evaluation interval (30s, 1m30s or seconds).")
 @click.option("--once", is_flag=True, help="Run one cycle (evaluate + deliver) and exit.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per cycle, one per line: {evaluated_at, seconds, rules, firing: "
+                   "[{alertname, labels}], sent, failed, errors}.")
 @handle_errors
 def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbooks_dir: Path | None,
-        alertmanagers: tuple[str, ...], interval: str, once: bool) -> None:
+        alertmanagers: tuple[str, ...], interval: float, once: bool, as_json: bool) -> None:
     """Evaluate the store rules every --interval and deliver alerts to Alertmanager (API v2).
 
     Alert state lives in the store (reliable_alerts): if Alertmanager is down, alerts are retried
     with backoff and delivered once it is back. Stop with Ctrl-C or SIGTERM.
     """
     config = _config(config_path)
-    seconds = _duration(interval, "--interval")
     urls = alertmanagers or config.alertmanagers
     if not urls:
         raise ConfigError("no Alertmanager: pass --alertmanager URL or set alertmanagers in --config")
     renderer = _renderer(config, runbooks_dir)
     rules = _load(rules_path, renderer)
-    policy = config.policy if config_path else type(config.policy)(evaluation_interval=seconds)
+    policy = config.policy if config_path else type(config.policy)(evaluation_interval=interval)
     with httpx.Client(timeout=config.timeout) as http:
         engine = AlertEngine(open_store(store_url), rules, renderer, client=AlertmanagerClient(urls, http),
                              policy=policy, generator_url=config.generator_url)
 
         def report(evaluation: Evaluation, delivery: DeliveryReport) -> None:
+            if as_json:
+                emit_json({"evaluated_at": evaluation.now, "seconds": evaluation.seconds, "rules": len(engine.rules),
+                           "firing": [{"alertname": a.alertname, "labels": dict(a.labels)} for a in evaluation.firing],
+                           "sent": delivery.sent, "failed": delivery.failed, "errors": delivery.errors},
+                          one_line=True)
+                return
             click.echo(f"evaluated {len(engine.rules)} rules in {evaluation.seconds * 1000:.0f} ms: "
                        f"{len(evaluation.firing)} firing; sent {delivery.sent}, failed {delivery.failed}"
                        + (f" ({'; '.join(delivery.errors.values())})" if delivery.errors else ""))
@@ -173,7 +183,7 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            engine.run(seconds, stop, report)
+            engine.run(interval, stop, report)
         except KeyboardInterrupt:
             stop.set()
 
@@ -183,13 +193,16 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
 @config_option
 @click.option("--out", "out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
 @click.option("--runbook-base-url", help="Base of runbook_url annotations [default: from --config].")
+@click.option("--json", "as_json", is_flag=True,
+              help="Write the rule file as JSON ({groups: [...]}; promtool reads it as YAML too).")
 @handle_errors
 def export_prometheus(rules_path: Path | None, config_path: Path | None, out: Path | None,
-                      runbook_base_url: str | None) -> None:
+                      runbook_base_url: str | None, as_json: bool) -> None:
     """Write the PromQL rules as a Prometheus rule file (check it with `promtool check rules`)."""
     config = _config(config_path)
-    text = export_yaml(load_rules(_rules(rules_path)), runbook_base_url if runbook_base_url is not None
-                       else config.runbook_base_url)
+    base_url = runbook_base_url if runbook_base_url is not None else config.runbook_base_url
+    rules = load_rules(_rules(rules_path))
+    text = json.dumps(export_rule_groups(rules, base_url), indent=2) + "\n" if as_json else export_yaml(rules, base_url)
     if out is None:
         click.echo(text, nl=False)
     else:

@@ -16,15 +16,17 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Column, Table
 
+from ..durations import parse_duration
 from ..errors import ConfigError, JobNotFound, ReliableError
 from ..redact import redact_url
+from ..states import JobStatus
 from ..store import StateStore
 from ..store.db import check_store_url
 
 __all__ = [
-    "CANDIDATES_SHOWN", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE", "emit_json", "fmt_time", "handle_errors", "id_column",
-    "job_id_argument", "open_store", "print_table", "resolve_job_id", "resolve_job_ids", "stdout_console",
-    "store_option",
+    "CANDIDATES_SHOWN", "DURATION", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE", "POSITIVE_DURATION", "STATE_CHOICE",
+    "Duration", "emit_json", "fmt_time", "handle_errors", "id_column", "job_id_argument", "open_store", "print_table",
+    "resolve_job_id", "resolve_job_ids", "state_option", "stdout_console", "store_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,6 +60,56 @@ def job_id_argument(name: str = "job_id", *, many: bool = False) -> Callable[[F]
     def decorate(func: F) -> F:
         func.__doc__ = f"{inspect.cleandoc(func.__doc__ or '')}\n\n{JOB_ID_HELP}"
         return click.argument(name, nargs=-1 if many else 1)(func)
+
+    return decorate
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic in recent click only; pyproject allows 8.1
+    """A time option in the one duration grammar (reliable.durations): 1h30m, 90s, 500ms or seconds."""
+
+    name = "duration"
+
+    def __init__(self, *, positive: bool = False) -> None:
+        self.positive = positive
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        """Seconds in `value`; a usage error naming the option and showing the accepted forms otherwise."""
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if self.positive and seconds <= 0:
+            self.fail(f"bad duration {value!r}: expected more than zero", param, ctx)
+        return seconds
+
+
+#: Any duration (zero allowed), and one that must be longer than zero (an interval).
+DURATION = Duration()
+POSITIVE_DURATION = Duration(positive=True)
+
+
+#: A job state, in any case (`running` is RUNNING).
+STATE_CHOICE = click.Choice([s.value for s in JobStatus], case_sensitive=False)
+
+
+def state_option(help_text: str) -> Callable[[F], F]:
+    """`--state STATE` (repeatable, any case), passed as `states`: a tuple of state names in upper case.
+
+    `--status`, its name in earlier versions, still works: hidden from --help, with a warning on stderr.
+    """
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def merged(*args: Any, **kwargs: Any) -> Any:
+            old = kwargs.pop("deprecated_status")
+            if old:
+                click.echo("warning: --status is deprecated, use --state", err=True)
+            kwargs["states"] = (*kwargs["states"], *old)
+            return func(*args, **kwargs)
+
+        with_old = click.option("--status", "deprecated_status", multiple=True, type=STATE_CHOICE, hidden=True)
+        with_new = click.option("--state", "states", multiple=True, type=STATE_CHOICE, help=help_text)
+        return with_new(with_old(merged))  # type: ignore[return-value]
 
     return decorate
 
@@ -166,6 +218,6 @@ def print_table(console: Console, table: Table) -> None:
     console.print(table)
 
 
-def emit_json(value: Any) -> None:
-    """Print `value` as indented JSON."""
-    click.echo(json.dumps(value, indent=2, default=str))
+def emit_json(value: Any, *, one_line: bool = False) -> None:
+    """Print `value` as indented JSON, or on one line (a loop prints one object per line: JSON Lines)."""
+    click.echo(json.dumps(value, indent=None if one_line else 2, default=str))

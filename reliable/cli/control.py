@@ -7,7 +7,6 @@ progress and renders results.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,10 +20,11 @@ from ..bulk import BulkReport
 from ..control import CommandResult, ContractSource, Control, require_reason
 from ..errors import ConfigError, ControlRefused, ReasonRequired, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from ..selection import JobFilter, count_jobs, parse_age, select_jobs, statuses
+from ..selection import JobFilter, count_jobs, select_jobs, statuses
 from ..states import TRANSITIONS, Event, JobStatus
 from ..store import Job, StateStore
 from .common import (
+    DURATION,
     emit_json,
     fmt_time,
     id_column,
@@ -32,6 +32,7 @@ from .common import (
     open_store,
     print_table,
     resolve_job_ids,
+    state_option,
     stdout_console,
     store_option,
 )
@@ -50,8 +51,6 @@ EXIT_UNCONFIRMED = 3  # several jobs selected and the operator did not confirm
 DEFAULT_LIMIT = 100
 ENV_OPERATORS_FILE = "RELIABLE_OPERATORS_FILE"
 SAMPLE = 5
-
-STATUS_CHOICE = click.Choice([s.value for s in JobStatus], case_sensitive=False)
 
 #: The events each command may use: their source states are what a filter selects by default.
 COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {
@@ -74,7 +73,7 @@ EXIT_CODES_HELP = (
 
 
 def command_states(command: str) -> tuple[JobStatus, ...]:
-    """The states `command` can act on (what a filter without --status selects)."""
+    """The states `command` can act on (what a filter without --state selects)."""
     if command == "discard":
         return (JobStatus.DEAD,)
     events = COMMAND_EVENTS[command]
@@ -82,16 +81,15 @@ def command_states(command: str) -> tuple[JobStatus, ...]:
 
 
 def filter_options(func: F) -> F:
-    """--queue, --actor, --status, --error-class, --older-than."""
+    """--queue, --actor, --state, --error-class, --older-than."""
     options = [
         click.option("--queue", help="Only jobs of this queue."),
         click.option("--actor", help="Only jobs of this actor."),
-        click.option("--status", "status_names", multiple=True, type=STATUS_CHOICE,
-                     help="Only jobs in this state (repeatable). Default for a filter: the states the command "
-                          "applies to."),
+        state_option("Only jobs in this state (repeatable, any case). Default for a filter: the states the "
+                     "command applies to."),
         click.option("--error-class", help="Only jobs whose last error has this class (e.g. transient)."),
-        click.option("--older-than", help="Only jobs whose state last changed longer ago than this (90s, 15m, "
-                                          "1h, 2d)."),
+        click.option("--older-than", type=DURATION,
+                     help="Only jobs whose state last changed longer ago than this (1h30m, 90s, 2d or seconds)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -106,9 +104,9 @@ def control_options(func: F) -> F:
                                       "job the command changes."),
         click.option("--operator", "operator_name",
                      help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]."),
-        click.option("--operators-file", type=click.Path(dir_okay=False),
-                     help=f"Operators policy (YAML) authorizing commands per identity and queue [env: "
-                          f"{ENV_OPERATORS_FILE}; without one every command is allowed]."),
+        click.option("--operators-file", type=click.Path(dir_okay=False), envvar=ENV_OPERATORS_FILE, show_envvar=True,
+                     help="Operators policy (YAML) authorizing commands per identity and queue (without one every "
+                          "command is allowed)."),
         click.option("--policies", "policies_path", envvar="RELIABLE_POLICIES", show_envvar=True,
                      type=click.Path(exists=True),
                      help="Policy file or directory (job contracts: resumable, checkpoint_schema, compensation, "
@@ -155,7 +153,6 @@ def _load_policy(path: str | None) -> ContractSource | None:
 
 
 def _operators(path: str | None) -> OperatorsPolicy | None:
-    path = path or os.environ.get(ENV_OPERATORS_FILE) or None
     return OperatorsPolicy.load(path) if path else None
 
 
@@ -174,15 +171,14 @@ def build_control(store: StateStore, params: dict[str, Any]) -> Control:
 def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_states: tuple[JobStatus, ...],
                  force_states: tuple[JobStatus, ...] = (), exclude_discarded: bool = False) -> JobFilter:
     """The JobFilter for the ids and filter options given (states default to what the command acts on)."""
-    chosen = statuses(params.get("status_names") or ())
-    older = params.get("older_than")
+    chosen = statuses(params.get("states") or ())
     flt = JobFilter(job_ids=tuple(job_ids), statuses=chosen, queue=params.get("queue"), actor=params.get("actor"),
-                    error_class=params.get("error_class"), older_than=parse_age(older) if older else None,
+                    error_class=params.get("error_class"), older_than=params.get("older_than"),
                     exclude_discarded=exclude_discarded)
     if force_states:
         allowed = tuple(s for s in (chosen or force_states) if s in force_states)
         if not allowed:
-            raise ConfigError(f"--status must be one of {', '.join(s.value for s in force_states)} here")
+            raise ConfigError(f"--state must be one of {', '.join(s.value for s in force_states)} here")
         return JobFilter(**{**flt.__dict__, "statuses": allowed})
     if not job_ids and not chosen:
         return JobFilter(**{**flt.__dict__, "statuses": default_states})
@@ -230,7 +226,7 @@ def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], 
 def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...],
          exclude_discarded: bool, **kwargs: Any) -> None:
     if not job_ids and not _has_filters(params) and not force_states:
-        raise ConfigError("give job ids or at least one filter (--queue, --actor, --status, --error-class, "
+        raise ConfigError("give job ids or at least one filter (--queue, --actor, --state, --error-class, "
                           "--older-than)")
     store = open_store(params["store_url"])
     job_ids = resolve_job_ids(store, job_ids)
@@ -265,7 +261,8 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
 
 
 def _has_filters(params: dict[str, Any]) -> bool:
-    return any(params.get(k) for k in ("queue", "actor", "status_names", "error_class", "older_than"))
+    return any(params.get(k) for k in ("queue", "actor", "states", "error_class")) \
+        or params.get("older_than") is not None
 
 
 def _execute(control: Control, command: str, jobs: list[Job], params: dict[str, Any], reason: str | None,
@@ -306,13 +303,16 @@ def _render(command: str, report: BulkReport, matched: int, params: dict[str, An
             click.echo(f"error: {r.message}", err=True)
 
 
-def _command(name: str, short: str, body: str) -> Callable[[F], click.Command]:
+def _command(name: str, short: str, body: str, *, view: tuple[JobStatus, ...] = ()) -> Callable[[F], click.Command]:
+    """A control command; with `view`, a call without job ids selects jobs in those states (filters narrow them)."""
+
     def decorate(func: F) -> click.Command:
         @functools.wraps(func)
         def wrapper(**params: Any) -> None:
             job_ids = params.pop("job_ids")
             extra = func(params)
-            run_command(name if name != "retry" else "requeue", job_ids, params, **(extra or {}))
+            run_command(name if name != "retry" else "requeue", job_ids, params,
+                        force_states=view if not job_ids else (), **(extra or {}))
 
         wrapper.__doc__ = f"{short}\n\n{body}\n\n{EXIT_CODES_HELP}"
         cmd = click.command(name, short_help=short)(
@@ -330,7 +330,7 @@ and moves the job to PAUSED. Nothing is dispatched for a paused job until `relia
 \b
 Examples:
   reliable pause 3f2a9c1e --reason "downstream maintenance"
-  reliable pause --queue exports --status RUNNING --yes --reason "db failover\"""")
+  reliable pause --queue exports --state RUNNING --yes --reason "db failover\"""")
 def pause(params: dict[str, Any]) -> None:
     return None
 
@@ -375,7 +375,7 @@ refuses. Two operators resuming the same job at once: exactly one wins, the othe
 \b
 Examples:
   reliable resume 3f2a9c1e --policies policies/ --reason "maintenance over"
-  reliable resume --queue exports --status PAUSED --rate 5 --yes --reason "maintenance over\"""")
+  reliable resume --queue exports --state PAUSED --rate 5 --yes --reason "maintenance over\"""")
 def resume(params: dict[str, Any]) -> None:
     return None
 
@@ -426,8 +426,11 @@ reconcile = _with_resolution(_command(
     "reconcile", "Resolve REVIEW jobs as succeeded or cancelled. Needs --as.", """\
 A REVIEW job hit a side effect whose outcome is unknown (e.g. a non-idempotent call timed out).
 Check the downstream system, then record what really happened: --as succeeded or --as cancelled.
-No compensation is run by reconcile. Same as `reliable review resolve`.
+No compensation is run by reconcile. Without job ids it selects REVIEW jobs (all of them, or those
+the filters pick; several need --yes). `reliable review resolve` is an alias of this command.
 
 \b
-Example:
-  reliable reconcile 3f2a9c1e --as succeeded --reason "payment found in the PSP dashboard\"""")(_reconcile_extra))
+Examples:
+  reliable reconcile 3f2a9c1e --as succeeded --reason "payment found in the PSP dashboard"
+  reliable review resolve --queue billing --as cancelled --yes --reason "refunded by hand\"""",
+    view=(JobStatus.REVIEW,))(_reconcile_extra))

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..states import JobStatus
-from .common import handle_errors, job_id_argument, open_store, resolve_job_id, store_option
+from .common import DURATION, handle_errors, job_id_argument, open_store, resolve_job_id, store_option
 from .control import (
     ALLOW_DUPLICATES,
     EXIT_CODES_HELP,
@@ -37,18 +37,18 @@ def dlq() -> None:
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--actor", help="Only jobs of this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
-@click.option("--older-than", help="Only jobs dead for longer than this (90s, 15m, 1h, 2d).")
+@click.option("--older-than", type=DURATION, help="Only jobs dead for longer than this (1h30m, 90s, 2d or seconds).")
 @click.option("--include-discarded", is_flag=True, help="Also list jobs already discarded.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
 @handle_errors
-def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: str | None,
+def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: float | None,
           include_discarded: bool, limit: int, as_json: bool) -> None:
     """List dead-lettered jobs, most recent first, with their last error."""
-    from ..selection import JobFilter, parse_age
+    from ..selection import JobFilter
 
     flt = JobFilter(statuses=DEAD, queue=queue, actor=actor, error_class=error_class,
-                    older_than=parse_age(older_than) if older_than else None, exclude_discarded=not include_discarded)
+                    older_than=older_than, exclude_discarded=not include_discarded)
     list_view(open_store(store_url), flt, limit=limit, as_json=as_json, title="dead letters")
 
 

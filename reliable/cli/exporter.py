@@ -6,22 +6,21 @@ import os
 
 import click
 
+from ..durations import parse_duration
 from ..exporter import serve
-from ..states import JobStatus
-from .common import handle_errors, open_store, store_option
+from .common import STATE_CHOICE, handle_errors, open_store, store_option
 
 
 def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
     sla: dict[str, float] = {}
     for item in values:
-        state, sep, seconds = item.partition("=")
-        try:
-            sla[state.strip().upper()] = float(seconds)
-        except ValueError:
-            raise click.BadParameter(f"{item!r}: expected STATE=SECONDS, e.g. RUNNING=3600",
-                                     param_hint="--sla") from None
+        state, sep, duration = item.partition("=")
         if not sep:
-            raise click.BadParameter(f"{item!r}: expected STATE=SECONDS", param_hint="--sla")
+            raise click.BadParameter(f"{item!r}: expected STATE=DURATION, e.g. RUNNING=1h", param_hint="--sla")
+        try:
+            sla[state.strip().upper()] = parse_duration(duration)
+        except ValueError as exc:
+            raise click.BadParameter(f"{item!r}: {exc}", param_hint="--sla") from None
     return sla
 
 
@@ -31,10 +30,11 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 @store_option
 @click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
               help="RabbitMQ URL (amqp://...) to report queue depths from; omitted: no broker gauges.")
-@click.option("--sla", "sla_items", multiple=True, metavar="STATE=SECONDS",
-              help="Stuck threshold for RUNNING, STOPPING or PAUSED (repeatable). Defaults: 3600, 300, 86400.")
-@click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobStatus]),
-              help="Count only these states in reliable_jobs (repeatable). Default: all but SUCCEEDED, "
+@click.option("--sla", "sla_items", multiple=True, metavar="STATE=DURATION",
+              help="Stuck threshold for RUNNING, STOPPING or PAUSED, e.g. RUNNING=2h (repeatable). "
+                   "Defaults: 1h, 5m, 1d.")
+@click.option("--state", "states", multiple=True, type=STATE_CHOICE,
+              help="Count only these states in reliable_jobs (repeatable, any case). Default: all but SUCCEEDED, "
                    "FAILED, CANCELLED (final states grow without bound; their rates come from counters).")
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
               type=click.Path(file_okay=False), help="The workers' prometheus_client multiprocess directory.")

@@ -28,10 +28,10 @@ Grafana: import {grafana}; Alertmanager: see {alertmanager}."""
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def init(directory: Path, names: tuple[str, ...], force: bool, as_json: bool) -> None:
-    """Copy reliable's policies, alert rules, runbooks, Grafana dashboard and Alertmanager example
-    into DIRECTORY (default: the current one) so the project can edit and version them.
+    """Copy the shipped policies, alert rules, runbooks and dashboards into a project for editing.
 
-    The copies are the same files reliable uses when no path is given. Existing files are kept.
+    DIRECTORY (default: the current one) receives policies/, alert_rules/, runbooks/, grafana/ and
+    alertmanager/: the same files reliable uses when no path is given. Existing files are kept.
     """
     copied = defaults.copy_into(directory, names=names or defaults.SHIPPED, overwrite=force)
     if as_json:

@@ -9,8 +9,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from ..alerts.durations import parse_duration
-from ..states import JobStatus
+from ..durations import parse_duration
 from ..store import Job, JobEvent
 from .common import (
     emit_json,
@@ -21,11 +20,10 @@ from .common import (
     open_store,
     print_table,
     resolve_job_id,
+    state_option,
     stdout_console,
     store_option,
 )
-
-STATUS_CHOICE = click.Choice([s.value for s in JobStatus], case_sensitive=False)
 
 
 def job_dict(job: Job) -> dict[str, object]:
@@ -40,7 +38,7 @@ def jobs() -> None:
 
 @jobs.command("list")
 @store_option
-@click.option("--status", "statuses", multiple=True, type=STATUS_CHOICE, help="Only these states (repeatable).")
+@state_option("Only jobs in these states (repeatable, any case).")
 @click.option("--queue", help="Only this queue.")
 @click.option("--actor", help="Only this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
@@ -50,11 +48,11 @@ def jobs() -> None:
 @click.option("--limit", default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def list_(store_url: str, statuses: tuple[str, ...], queue: str | None, actor: str | None,
+def list_(store_url: str, states: tuple[str, ...], queue: str | None, actor: str | None,
           error_class: str | None, workflow_id: str | None, limit: int, as_json: bool) -> None:
     """List jobs, most recently updated first."""
     store = open_store(store_url)
-    found = store.list_jobs(status=[s.upper() for s in statuses] or None, queue=queue, actor=actor,
+    found = store.list_jobs(status=list(states) or None, queue=queue, actor=actor,
                             error_class=error_class, workflow_id=workflow_id, limit=limit)
     if as_json:
         emit_json([job_dict(job) for job in found])

@@ -80,8 +80,11 @@ APP_HELP = ("Import MODULE (or MODULE:BROKER) so the app's actors register on it
 @policy.command()
 @click.argument("path", required=False, type=click.Path())
 @click.option("--app", "app_spec", metavar="MODULE[:BROKER]", help=APP_HELP + " Warnings then cover them too.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON: {ok, summary, rules, builtin_rules, inherits, actors, queues, app_actors, "
+                   "problems: [{path, line, field, message}], warnings: [{where, message}]}.")
 @handle_errors
-def check(path: str | None, app_spec: str | None) -> None:
+def check(path: str | None, app_spec: str | None, as_json: bool) -> None:
     """Validate the policy file or directory PATH strictly (exception paths must import).
 
     Without PATH, the built-in policy. Files extend the built-in policy unless one says
@@ -93,13 +96,23 @@ def check(path: str | None, app_spec: str | None) -> None:
     cwd_on_path()
     actors = declared_actors(load_app(app_spec)) if app_spec else []
     result = check_path(path, actors=actors)
+    app_actors = len(actors) if app_spec else None
+    if as_json:
+        emit_json({"ok": result.ok, "summary": _summary(result, path, app_actors) if result.ok else None,
+                   "rules": result.rules, "builtin_rules": result.builtin_rules, "inherits": result.inherits,
+                   "actors": result.actors, "queues": result.queues, "app_actors": app_actors,
+                   "problems": [asdict(problem) for problem in result.problems],
+                   "warnings": [asdict(warning) for warning in result.warnings]})
+        if not result.ok:
+            sys.exit(2)
+        return
     if not result.ok:
         for problem in result.problems:
             click.echo(str(problem), err=True)
         sys.exit(2)
     for warning in result.warnings:
         click.echo(str(warning), err=True)
-    click.echo(_summary(result, path, len(actors) if app_spec else None))
+    click.echo(_summary(result, path, app_actors))
 
 
 def _summary(result: CheckResult, path: str | None, app_actors: int | None) -> str:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 import click
 
-from .common import handle_errors, open_store, store_option
+from .common import DURATION, POSITIVE_DURATION, emit_json, handle_errors, open_store, store_option
 
 
 @click.command()
@@ -17,12 +18,17 @@ from .common import handle_errors, open_store, store_option
 @click.option("--policies", type=click.Path(exists=True), envvar="RELIABLE_POLICIES", show_envvar=True,
               help="Policy file or directory (crash decisions, lease settings). Default: built-in policy.")
 @click.option("--once", is_flag=True, help="Run one pass and exit (for cron or a test).")
-@click.option("--interval", type=float, default=None, help="Seconds between passes (default: the policy's).")
-@click.option("--sweep-after", type=float, default=None,
-              help="Re-publish PENDING jobs not claimed this many seconds after dispatch (default: policy).")
+@click.option("--interval", type=POSITIVE_DURATION, default=None,
+              help="Time between passes (5s, 1m or seconds) [default: the policy's lease.recovery_interval].")
+@click.option("--sweep-after", type=DURATION, default=None,
+              help="Re-publish PENDING jobs not claimed this long after dispatch (5m, 90s or seconds) "
+                   "[default: the policy's].")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per pass, one per line: {expired: {job_id: event}, retried, "
+                   "redispatched, lost_races, expiry_held}.")
 @handle_errors
 def recover(store_url: str, broker_url: str | None, policies: str | None, once: bool, interval: float | None,
-            sweep_after: float | None) -> None:
+            sweep_after: float | None, as_json: bool) -> None:
     """Run the recovery loop: expired leases, due retries, lost messages.
 
     Every worker process already runs this loop unless installed with recovery=False; a separate
@@ -53,9 +59,12 @@ def recover(store_url: str, broker_url: str | None, policies: str | None, once: 
             click.echo(f"store unavailable, retrying in {pause:g}s: {exc}", err=True)
             time.sleep(pause)
             continue
-        held = " (lease expiry held: the store came back less than a lease TTL ago)" if report.expiry_held else ""
-        click.echo(f"recovered {len(report.expired)} expired leases, promoted {len(report.retried)} retries, "
-                   f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races){held}")
+        if as_json:
+            emit_json(asdict(report), one_line=True)
+        else:
+            held = " (lease expiry held: the store came back less than a lease TTL ago)" if report.expiry_held else ""
+            click.echo(f"recovered {len(report.expired)} expired leases, promoted {len(report.retried)} retries, "
+                       f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races){held}")
         if once:
             return
         time.sleep(pause)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from ..selection import JobFilter, parse_age
+from ..selection import JobFilter
 from ..states import JobStatus
-from .common import handle_errors, job_id_argument, open_store, resolve_job_id, store_option
-from .control import EXIT_CODES_HELP, control_options, filter_options, run_command
+from .common import DURATION, handle_errors, job_id_argument, open_store, resolve_job_id, store_option
+from .control import reconcile
 from .views import list_view, show_view
 
 __all__ = ["review"]
@@ -21,7 +19,8 @@ REVIEW = (JobStatus.REVIEW,)
 def review() -> None:
     """Jobs in REVIEW: a side effect may or may not have happened (e.g. a non-idempotent call timed
     out, or the worker crashed in the middle). A person checks the downstream system, then resolves
-    the job as succeeded or cancelled (`resolve`), or runs it again (`reliable restart`).
+    the job as succeeded or cancelled (`resolve`, an alias of `reliable reconcile`), or runs it again
+    (`reliable restart`).
     """
 
 
@@ -30,15 +29,15 @@ def review() -> None:
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--actor", help="Only jobs of this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
-@click.option("--older-than", help="Only jobs waiting for longer than this (90s, 15m, 1h, 2d).")
+@click.option("--older-than", type=DURATION, help="Only jobs waiting for longer than this (1h30m, 90s, 2d or seconds).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
 @handle_errors
-def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: str | None,
+def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: float | None,
           limit: int, as_json: bool) -> None:
     """List jobs waiting for review, most recent first."""
     flt = JobFilter(statuses=REVIEW, queue=queue, actor=actor, error_class=error_class,
-                    older_than=parse_age(older_than) if older_than else None)
+                    older_than=older_than)
     list_view(open_store(store_url), flt, limit=limit, as_json=as_json, title="review")
 
 
@@ -54,18 +53,5 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
     show_view(store, resolve_job_id(store, job_id), as_json=as_json)
 
 
-@review.command(epilog=EXIT_CODES_HELP)
-@job_id_argument("job_ids", many=True)
-@click.option("--as", "resolution", required=True, type=click.Choice(["succeeded", "cancelled"], case_sensitive=False),
-              help="How the job really ended, as you checked downstream.")
-@filter_options
-@control_options
-def resolve(job_ids: tuple[str, ...], resolution: str, **params: Any) -> None:
-    """Resolve REVIEW jobs as succeeded or cancelled. Needs --as and --reason.
-
-    \b
-    Example:
-      reliable review resolve 3f2a9c1e --as succeeded --reason "charge found in the PSP dashboard"
-    """
-    run_command("reconcile", job_ids, params, force_states=REVIEW if not job_ids else (),
-                resolution=resolution.lower())
+# One implementation, two names: `reliable reconcile` is the command, `review resolve` its alias here.
+review.add_command(reconcile, "resolve")

@@ -6,7 +6,7 @@ Pure logic: only `reliable.policy.source` reads files. The middleware calls `Pol
 
 from __future__ import annotations
 
-from .durations import format_duration, parse_duration
+from ..durations import format_duration, parse_duration
 from .engine import THROWS_RULE, Policy
 from .matching import Rule
 from .model import (

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..durations import format_duration, parse_duration
 from ..errors import PolicyError
 from ..options import CONTRACT_OPTIONS, RETRY_OPTIONS
 from .defaults import BUILTIN_PATH, layered
-from .durations import format_duration, parse_duration
 from .fields import CONTRACT_KEYS, build_contract, contract_defaults
 from .matching import Rule, class_path, exception_message, is_instance_of_path, truncate
 from .model import BUILTIN_CLASSES, ClassSpec, Decision, Failure, JobContract, LeaseSettings

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .durations import parse_duration
+from ..durations import parse_duration
 from .model import JITTERS, BackoffSettings, JobContract, RateLimitSettings, RetryBudget
 
 __all__ = [
@@ -66,7 +66,7 @@ def as_int(minimum: int) -> Validator:
 
 
 def duration(value: Any) -> float:
-    """A duration: seconds, or a string with a unit."""
+    """A duration: seconds, or a string like 500ms, 30s, 1h30m (reliable.durations)."""
     return parse_duration(value)
 
 

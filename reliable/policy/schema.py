@@ -13,9 +13,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..durations import parse_duration
 from ..errors import PolicyError
 from .defaults import BUILTIN_PATH
-from .durations import parse_duration
 from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_str, choice, class_name, identifier_path
 from .matching import Rule, normalize_exception_path, parse_statuses
 from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings
@@ -181,7 +181,7 @@ class _Builder:
         for key in LEASE_KEYS:
             if key not in m:
                 continue
-            ok, seconds = self.value(m, key, _duration, path, f"lease.{key}")
+            ok, seconds = self.value(m, key, parse_duration, path, f"lease.{key}")
             if not ok or not self.claim(f"lease.{key}", path, m.key_line(key), f"lease.{key}"):
                 continue
             if key != "retry_grace" and seconds <= 0:
@@ -353,10 +353,6 @@ class _Builder:
                              f"rule {later.name!r} is unreachable: rule {earlier.name!r} at {earlier.source} "
                              "matches everything it matches (same or broader match); put the narrower rule first")
                     break
-
-
-def _duration(value: Any) -> float:
-    return parse_duration(value)
 
 
 def _regex(value: Any) -> re.Pattern[str]:

@@ -1,24 +1,48 @@
-"""Schema migrations (Alembic), run on an engine reliable owns: upgrade, current and head revisions."""
+"""Schema migrations (Alembic), run on an engine reliable owns: upgrade, current and head revisions.
+
+Alembic is imported only here and only when a function runs. Its INFO lines about its own set-up
+(plugins loaded, "Context impl ...", "Will assume ... DDL") are dropped: every worker checks the
+revision when it starts, and those lines told an operator nothing. "Running upgrade a -> b" stays.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from .db import translate_errors, write_transaction
 
-__all__ = ["VERSION_TABLE", "current_revision", "head_revision", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+__all__ = ["VERSION_TABLE", "applied_between", "current_revision", "head_revision", "upgrade"]
 
 VERSION_TABLE = "reliable_alembic_version"
 _SCRIPTS = Path(__file__).parent / "migrations"
+_SETUP_MESSAGES = ("Context impl", "Will assume")
+
+
+class _AlembicSetupLines(logging.Filter):
+    """Lets through Alembic's warnings and migration steps, not its INFO lines about its own set-up."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for a set-up line (every record of the plugins logger, and the two context lines)."""
+        if record.levelno > logging.INFO:
+            return True
+        return record.name != "alembic.runtime.plugins" and not str(record.msg).startswith(_SETUP_MESSAGES)
+
+
+# Installed before alembic's first import, which logs one line per plugin it sets up.
+for _name in ("alembic.runtime.plugins", "alembic.runtime.migration"):
+    logging.getLogger(_name).addFilter(_AlembicSetupLines())
 
 
 def _config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_SCRIPTS))
     return config
@@ -26,13 +50,28 @@ def _config() -> Config:
 
 def head_revision() -> str:
     """The newest schema revision this version of reliable knows."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head
 
 
+def applied_between(before: str | None, after: str) -> list[tuple[str, str]]:
+    """(revision, description) of each migration from `before` (None: an empty database) to `after`, in order."""
+    from alembic.script import ScriptDirectory
+
+    if before == after:
+        return []
+    scripts = ScriptDirectory.from_config(_config())
+    steps = scripts.iterate_revisions(after, before or "base")
+    return [(step.revision, (step.doc or "").strip()) for step in reversed(list(steps))]
+
+
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
+    from alembic.runtime.migration import MigrationContext
+
     with translate_errors(engine), engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
@@ -40,6 +79,8 @@ def current_revision(engine: Engine) -> str | None:
 
 def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     """Migrate the database to `revision`; return (before, after). Running it twice is a no-op."""
+    from alembic import command
+
     before = current_revision(engine)
     config = _config()
     with write_transaction(engine) as conn:

@@ -8,7 +8,6 @@ import pytest
 
 from reliable.alerts import load_rules, parse_rules
 from reliable.alerts.conditions import StoreCondition
-from reliable.alerts.durations import format_prometheus, parse_duration
 from reliable.errors import PolicyError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,20 +105,3 @@ def test_collect_reports_each_bad_file(tmp_path: Path) -> None:
     rules = load_rules(tmp_path, collect=problems)
     assert [r.name for r in rules] == ["Fine"]
     assert [(Path(p.path or "").name, p.line) for p in problems] == [("a.yaml", 8), ("b.yaml", 6)]
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("1h30m", 5400), ("3d", 259200),
-                                              (45, 45), (1.5, 1.5), ("250ms", 0.25)])
-def test_durations(text: object, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("bad", ["", "5", "5 m", "m5", "-1s", -3, True, None, "1h 30m", "5mx"])
-def test_bad_durations(bad: object) -> None:
-    with pytest.raises(ValueError):
-        parse_duration(bad)
-
-
-def test_prometheus_durations() -> None:
-    assert [format_prometheus(s) for s in (0, 30, 90, 3600, 86400 * 3, 0.25)] == ["0s", "30s", "1m30s", "1h", "3d",
-                                                                                   "250ms"]

@@ -56,7 +56,7 @@ def test_a_whole_id_names_its_job_even_when_short_or_the_start_of_another(store:
     for job_id in ("j1", "j12", "job-10", "job-100"):
         make(store, job_id)
     for job_id in ("j1", "job-10"):
-        result = run("pause", job_id, "--store", store_url)
+        result = run("pause", job_id, "--reason", "r", "--store", store_url)
         assert result.exit_code == 0, result.output
     assert {j: store.get(j).status.value for j in ("j1", "j12", "job-10", "job-100")} == {
         "j1": "PAUSED", "j12": "PENDING", "job-10": "PAUSED", "job-100": "PENDING"}
@@ -83,7 +83,7 @@ def test_an_ambiguous_prefix_lists_a_bounded_number_of_candidates(store: StateSt
 
 def test_unknown_and_too_short_ids_are_clear_errors(store: StateStore, store_url: str) -> None:
     make(store, A)
-    unknown = run("retry", "ffffff", "--store", store_url)
+    unknown = run("retry", "ffffff", "--reason", "r", "--store", store_url)
     assert unknown.exit_code == 2
     assert "no job with id 'ffffff' (nor any id starting with it)" in unknown.stderr
     short = run("review", "show", A[:MIN_PREFIX - 1], "--store", store_url)
@@ -97,7 +97,7 @@ def test_unknown_and_too_short_ids_are_clear_errors(store: StateStore, store_url
 def test_without_a_store_commands_say_how_to_give_one_and_create_nothing(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for command in (["jobs", "list"], ["dlq", "show", A], ["pause", A], ["db", "current"], ["recover", "--once"]):
+    for command in (["jobs", "list"], ["dlq", "show", A], ["pause", A, "--reason", "r"], ["db", "current"], ["recover", "--once"]):
         result = run(*command)
         assert result.exit_code == 2, (command, result.output)
         assert "set RELIABLE_STORE=URL or pass --store URL" in result.stderr, command

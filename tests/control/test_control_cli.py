@@ -133,7 +133,7 @@ def test_bulk_needs_yes_dry_run_changes_nothing_limit_applies(store: StateStore,
 def test_bulk_retry_needs_a_reason(store: StateStore, store_url: str) -> None:
     ended(store, "a", Event.FAIL)
     ended(store, "b", Event.FAIL)
-    proc = cli("retry", "--status", "FAILED", "--yes", store_url=store_url, check=2)
+    proc = cli("retry", "--state", "failed", "--yes", store_url=store_url, check=2)
     assert "--reason is required" in proc.stderr
     out = cli_json("retry", "--error-class", "transient", "--yes", "--reason", "API back", store_url=store_url)
     assert out["summary"]["done"] == 2

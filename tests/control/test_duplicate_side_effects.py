@@ -115,7 +115,7 @@ def test_cli_bulk_requeue_needs_the_flag_for_non_idempotent_jobs(store: StateSto
     summary = json.loads(proc.stdout)["summary"]
     assert (summary["refused"], summary["done"]) == (1, 1) and store.get("pay").status is JobStatus.DEAD
     assert store.get("pay2").status is JobStatus.PENDING
-    cli("retry", "--queue", "payments", "--status", "DEAD", "--yes", "--reason", "checked: not charged",
+    cli("retry", "--queue", "payments", "--state", "DEAD", "--yes", "--reason", "checked: not charged",
             "--allow-duplicate-side-effects", store_url=store_url)
     assert store.get("pay").status is JobStatus.PENDING
 

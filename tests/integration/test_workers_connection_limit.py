@@ -85,7 +85,7 @@ def test_four_processes_of_sixteen_threads_fit_in_fifty_connections(rabbitmq_url
                      "most worker threads busy at once", timeout=40, context=worker.output)
             cli_started = time.monotonic()
             cli = subprocess.run([RELIABLE, "jobs", "list", "--store", f"{store_url}?application_name={TEST_APP}-cli",
-                                  "--status", "running", "--json"], capture_output=True, text=True, timeout=30)
+                                  "--state", "running", "--json"], capture_output=True, text=True, timeout=30)
             finished_when_cli_returned, cli_seconds = done(), time.monotonic() - cli_started
             assert cli.returncode == 0, cli.stderr
             assert '"status": "RUNNING"' in cli.stdout

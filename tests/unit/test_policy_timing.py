@@ -1,4 +1,4 @@
-"""Backoff bounds and jitter, Retry-After parsing, durations."""
+"""Backoff bounds and jitter, Retry-After parsing (durations: tests/unit/test_durations.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable.policy import BackoffSettings, backoff_ceiling, backoff_delay, parse_duration, parse_retry_after
-from reliable.policy.durations import format_duration
+from reliable.policy import BackoffSettings, backoff_ceiling, backoff_delay, parse_retry_after
 from reliable.policy.timing import retry_after_of
 
 NOW = 1_800_000_000.0
@@ -104,21 +103,3 @@ def test_retry_after_sources() -> None:
     assert retry_after_of(Throttled({}), NOW) is None
     assert retry_after_of(Throttled(headers=["not", "a", "mapping"]), NOW) is None
     assert retry_after_of(ValueError(), NOW) is None
-
-
-@pytest.mark.parametrize(("value", "seconds"), [
-    (30, 30.0), (1.5, 1.5), ("500ms", 0.5), ("30s", 30.0), ("10m", 600.0), ("2h", 7200.0), ("1d", 86400.0),
-    ("45", 45.0), ("0", 0.0),
-])
-def test_durations(value: object, seconds: float) -> None:
-    assert parse_duration(value) == seconds
-
-
-@pytest.mark.parametrize("value", ["-1s", -3, "5 minutes", "1w", True, None, [], "nan", float("inf")])
-def test_bad_durations(value: object) -> None:
-    with pytest.raises(ValueError):
-        parse_duration(value)
-
-
-def test_format_duration() -> None:
-    assert [format_duration(s) for s in (0.25, 30, 600, 5400, 90061)] == ["250ms", "30s", "10m", "1h30m", "1d1h1m1s"]
