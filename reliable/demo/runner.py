@@ -237,7 +237,7 @@ class Director:
             self.beats.alerts.append(alert.alertname)
         dead = next((a for a in round_.firing if a.alertname == "ReliableDeadLetterGrowth"), None)
         if dead is not None:
-            runbook = dead.annotations.get("runbook", "")
+            runbook = round_.rendered.get(dead.alertname, "")
             if not runbook.strip():
                 self.beats.problems.append("alerts: the ReliableDeadLetterGrowth runbook rendered empty")
             self.view.block(f"runbook of {dead.alertname}, rendered in the sandbox from {round_.runbooks}", runbook)
