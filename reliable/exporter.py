@@ -35,10 +35,10 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 def build_registry(store: StateStore, *, broker_url: str | None = None, sla: Mapping[str, float] | None = None,
                    states: Iterable[JobStatus | str] | None = None,
-                   multiprocess_dir: str | None = None) -> CollectorRegistry:
+                   multiprocess_dir: str | None = None, queues: Iterable[str] = ()) -> CollectorRegistry:
     """A fresh registry with the store collector and, given a directory, the workers' metrics."""
     registry = CollectorRegistry()
-    registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states))
+    registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states, queues=queues))
     if multiprocess_dir:
         MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
     return registry
@@ -111,11 +111,11 @@ def start_server(app: WSGIApp, *, host: str = "0.0.0.0", port: int = 9464) -> tu
 def serve(store: StateStore, *, host: str = "0.0.0.0", port: int = 9464, broker_url: str | None = None,
           sla: Mapping[str, float] | None = None, states: Iterable[JobStatus | str] | None = None,
           multiprocess_dir: str | None = None, ready: Callable[[str, int], None] | None = None,
-          runbooks: RunbookPages | None = None) -> None:
+          runbooks: RunbookPages | None = None, queues: Iterable[str] = ()) -> None:
     """Serve /metrics, /healthz (and /runbooks/) until interrupted. `ready(host, port)` is called once
     listening."""
     registry = build_registry(store, broker_url=broker_url, sla=sla, states=states,
-                              multiprocess_dir=multiprocess_dir)
+                              multiprocess_dir=multiprocess_dir, queues=queues)
     server = make_server(host, port, make_app(store, registry, runbooks), server_class=_ThreadingServer,
                          handler_class=_QuietHandler)
     try:

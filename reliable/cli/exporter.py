@@ -39,6 +39,9 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--state", "states", multiple=True, type=click.Choice([s.value for s in JobStatus]),
               help="Count only these states in reliable_jobs (repeatable). Default: all but SUCCEEDED, "
                    "FAILED, CANCELLED (final states grow without bound; their rates come from counters).")
+@click.option("--queue", "queues", multiple=True, metavar="NAME",
+              help="A queue to report (0 when empty) even before the store has an unfinished job in it "
+                   "(repeatable). The queues the store knows of are reported anyway.")
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
               type=click.Path(file_okay=False), help="The workers' prometheus_client multiprocess directory.")
 @rules_option
@@ -47,7 +50,7 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 @runbook_base_option
 @handle_errors
 def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_items: tuple[str, ...],
-             states: tuple[str, ...], multiprocess_dir: str | None, rules_path: Path | None,
+             states: tuple[str, ...], queues: tuple[str, ...], multiprocess_dir: str | None, rules_path: Path | None,
              config_path: Path | None, runbooks_dir: Path | None, runbook_base_url: str | None) -> None:
     """Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape, and
     /runbooks/<alert name>: each alert's runbook rendered with the jobs it is about now (the default
@@ -66,7 +69,8 @@ def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_i
 
     try:
         serve(store, host=host, port=port, broker_url=broker_url, sla=sla, states=states or None,
-              multiprocess_dir=multiprocess_dir, ready=ready, runbooks=RunbookPages(store, rules, renderer))
+              multiprocess_dir=multiprocess_dir, ready=ready, runbooks=RunbookPages(store, rules, renderer),
+              queues=queues)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:
