@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from reliable.alerts import AlertConfig, AlertEngine, load_config, load_rules
+from reliable.alerts.runbooks import RunbookRenderer
 from reliable.cli.main import cli
+from reliable.errors import PolicyError
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
 
@@ -97,3 +101,26 @@ def test_runbook_base_url_must_be_absolute(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--config", str(tmp_path / "alerts.yaml")])
     assert result.exit_code == 2
     assert f"{tmp_path / 'alerts.yaml'}:2" in result.output and "absolute http(s) URL" in result.output
+
+
+def test_settings_runbook_annotation_sends_the_runbook_too(sqlite_url: str, tmp_path: Path) -> None:
+    (tmp_path / "alerts.yaml").write_text("runbook_annotation: true\nrunbook_base_url: https://wiki.example/rb/\n")
+    config = load_config(tmp_path / "alerts.yaml")
+    assert config.runbook_annotation and config.runbook_base_url == "https://wiki.example/rb/"
+    assert not AlertConfig().runbook_annotation  # off by default
+    (tmp_path / "bad.yaml").write_text("runbook_annotation: yes please\n")
+    with pytest.raises(PolicyError, match=r"bad\.yaml:1: runbook_annotation must be true or false"):
+        load_config(tmp_path / "bad.yaml")
+    store = StateStore(sqlite_url)
+    store.register(NewJob(job_id="j-dead", queue="exports", actor="export", message={}))
+    claim = store.claim("j-dead", worker_id="w", lease_ttl=60)
+    store.finish("j-dead", claim.lease_id, Event.DEAD_LETTER, worker_id="w")
+    rules = load_rules(SHIPPED / "alert_rules")
+    renderer = RunbookRenderer(SHIPPED / "runbooks", base_url=config.runbook_base_url)
+    for flag in (False, True):
+        engine = AlertEngine(store, rules, renderer, runbook_annotation=flag)
+        (candidate,) = engine.evaluate(persist=False).candidates
+        annotations = engine.annotations(candidate)
+        assert ("runbook" in annotations) is flag
+        assert annotations["runbook_url"] == "https://wiki.example/rb/reliabledeadlettergrowth"
+    assert "reliable dlq requeue j-dead" in annotations["runbook"]
