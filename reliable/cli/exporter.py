@@ -52,9 +52,12 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_items: tuple[str, ...],
              states: tuple[str, ...], queues: tuple[str, ...], multiprocess_dir: str | None, rules_path: Path | None,
              config_path: Path | None, runbooks_dir: Path | None, runbook_base_url: str | None) -> None:
-    """Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape, and
-    /runbooks/<alert name>: each alert's runbook rendered with the jobs it is about now (the default
-    runbook_url of the alerts points here; the rules and runbooks are those `reliable alerts` uses)."""
+    """Serve /metrics (store gauges + workers' metrics), /healthz and the alerts' runbooks.
+
+    /runbooks/<lower-case alert name> renders an alert's runbook with the jobs it is about now: the
+    default runbook_url of the alerts points here. The rules and runbooks are those `reliable alerts`
+    uses (the shipped ones unless --rules, --runbooks or --config name yours).
+    """
     sla = _parse_sla(sla_items)
     if multiprocess_dir and not os.path.isdir(multiprocess_dir):
         raise click.BadParameter(f"{multiprocess_dir!r} is not a directory", param_hint="--multiprocess-dir")
