@@ -163,21 +163,33 @@ class StoreCollector(Collector):
         counts: dict[tuple[str, str], int] = {
             (status, queue): int(n) for status, queue, n in conn.execute(self._count_stmt())
         }
-        self._queues.update(queue for _, queue in counts)
+        present = {(s, q) for (s, q), n in counts.items() if n and _S(s) in self.sla}
+        # A counted state with no rows has nothing stuck: skip its query.
+        to_check = sorted((st for st in self.sla if st not in self.states or any(s == st.value for s, _ in present)),
+                          key=lambda st: st.value)
+        found: dict[tuple[str, str], int] = {}
+        if to_check:
+            found = {(st, queue): int(n) for st, queue, n in conn.execute(self._stuck_stmt(to_check, now))}
+        self._queues.update(queue for _, queue in (*counts, *found))
+        # Every counted state of every known queue gets a sample, 0 when empty: absent series
+        # would hide a drained queue and break `sum`/`or` in rules after an exporter restart.
+        queues = sorted(self._queues)
+        counted = sorted(s.value for s in self.states)
         by_state = GaugeMetricFamily("reliable_jobs", "Jobs in each state, by queue.", labels=["state", "queue"])
-        for (status, queue), n in sorted(counts.items()):
-            by_state.add_metric([status, queue], n)
+        for status in counted:
+            for queue in queues:
+                by_state.add_metric([status, queue], counts.get((status, queue), 0))
         families: list[Any] = [by_state]
         for state, name, doc in ((_S.DEAD, "reliable_dead_letter_jobs", "Jobs in DEAD (the dead letter)."),
                                  (_S.REVIEW, "reliable_review_jobs", "Jobs waiting for a person in REVIEW.")):
             if state not in self.states:
                 continue
             family = GaugeMetricFamily(name, doc, labels=["queue"])
-            for (status, queue), n in sorted(counts.items()):
-                if status == state.value:
-                    family.add_metric([queue], n)
+            for queue in queues:
+                family.add_metric([queue], counts.get((state.value, queue), 0))
             families.append(family)
 
+        # A timestamp has no neutral value (0 would read as a 56-year-old job): no PENDING job, no sample.
         oldest = GaugeMetricFamily("reliable_oldest_pending_timestamp_seconds",
                                    "scheduled_at (epoch s) of the oldest due PENDING job, by queue.",
                                    labels=["queue"])
@@ -190,15 +202,9 @@ class StoreCollector(Collector):
 
         stuck = GaugeMetricFamily("reliable_jobs_stuck", "Jobs in RUNNING, STOPPING or PAUSED past their SLA.",
                                   labels=["state", "queue"])
-        present = {(s, q) for (s, q), n in counts.items() if n and _S(s) in self.sla}
-        # A counted state with no rows has nothing stuck: skip its query.
-        to_check = sorted((st for st in self.sla if st not in self.states or any(s == st.value for s, _ in present)),
-                          key=lambda st: st.value)
-        found: dict[tuple[str, str], int] = {}
-        if to_check:
-            found = {(st, queue): int(n) for st, queue, n in conn.execute(self._stuck_stmt(to_check, now))}
-        for key in sorted(present | set(found)):
-            stuck.add_metric(list(key), found.get(key, 0))
+        for sla_state in sorted(st.value for st in self.sla):
+            for queue in queues:
+                stuck.add_metric([sla_state, queue], found.get((sla_state, queue), 0))
         families.append(stuck)
         return families
 

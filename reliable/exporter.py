@@ -1,9 +1,11 @@
-"""The metrics exporter: one HTTP process serving /metrics and /healthz for Prometheus.
+"""The metrics exporter: one HTTP process serving /metrics, /healthz and the runbooks.
 
 ``/metrics`` serves the store-derived gauges (`reliable.collector.StoreCollector`) and, when a
 multiprocess directory is given (PROMETHEUS_MULTIPROC_DIR), the worker processes' counters and
 histograms added up across processes. ``/healthz`` answers 200 when the store answers a query
-and 503 with the reason otherwise. Run it with ``reliable exporter --port 9464 --store URL``.
+and 503 with the reason otherwise. ``/runbooks/<lower-case alert name>`` renders an alert's
+runbook with the jobs it is about now (`reliable.alerts.pages`): the default `runbook_base_url`
+of the alerts points here. Run it with ``reliable exporter --port 9464 --store URL``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import socketserver
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -21,6 +24,9 @@ from .collector import StoreCollector
 from .states import JobStatus
 from .store import StateStore
 
+if TYPE_CHECKING:
+    from .alerts.pages import RunbookPages
+
 __all__ = ["WSGIApp", "build_registry", "make_app", "serve", "start_server"]
 
 StartResponse = Callable[..., Any]
@@ -29,10 +35,10 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 def build_registry(store: StateStore, *, broker_url: str | None = None, sla: Mapping[str, float] | None = None,
                    states: Iterable[JobStatus | str] | None = None,
-                   multiprocess_dir: str | None = None) -> CollectorRegistry:
+                   multiprocess_dir: str | None = None, queues: Iterable[str] = ()) -> CollectorRegistry:
     """A fresh registry with the store collector and, given a directory, the workers' metrics."""
     registry = CollectorRegistry()
-    registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states))
+    registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states, queues=queues))
     if multiprocess_dir:
         MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
     return registry
@@ -47,8 +53,21 @@ def _health(store: StateStore) -> tuple[str, bytes]:
     return "200 OK", b"ok\n"
 
 
-def make_app(store: StateStore, registry: CollectorRegistry) -> WSGIApp:
-    """The WSGI application: /metrics (Prometheus text or OpenMetrics), /healthz, 404 elsewhere."""
+def _runbook(pages: RunbookPages, slug: str, query: str) -> tuple[str, bytes]:
+    if not slug:
+        return "200 OK", pages.index().encode()
+    try:
+        text = pages.render(slug, dict(parse_qsl(query)))
+    except Exception as exc:  # the store may be down: say so rather than drop the connection
+        return "503 Service Unavailable", f"runbook unavailable: {type(exc).__name__}: {exc}\n".encode()
+    if text is None:
+        return "404 Not Found", f"no runbook for {slug!r}; the list is at /runbooks/\n".encode()
+    return "200 OK", text.encode()
+
+
+def make_app(store: StateStore, registry: CollectorRegistry, runbooks: RunbookPages | None = None) -> WSGIApp:
+    """The WSGI application: /metrics (Prometheus text or OpenMetrics), /healthz, /runbooks/ (given
+    `runbooks`), 404 elsewhere."""
     metrics_app = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -57,11 +76,15 @@ def make_app(store: StateStore, registry: CollectorRegistry) -> WSGIApp:
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
         if path == "/healthz":
             status, body = _health(store)
+        elif path.startswith("/runbooks/") and runbooks is not None:
+            status, body = _runbook(runbooks, path.removeprefix("/runbooks/").strip("/"),
+                                    environ.get("QUERY_STRING", ""))
         elif path == "/":
-            status, body = "200 OK", b"reliable exporter: /metrics, /healthz\n"
+            status, body = "200 OK", b"reliable exporter: /metrics, /healthz, /runbooks/\n"
         else:
             status, body = "404 Not Found", b"not found\n"
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+        # Runbooks show job data (error messages): plain text, never sniffed as HTML.
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("X-Content-Type-Options", "nosniff"),
                                 ("Content-Length", str(len(body)))])
         return [body]
 
@@ -87,11 +110,13 @@ def start_server(app: WSGIApp, *, host: str = "0.0.0.0", port: int = 9464) -> tu
 
 def serve(store: StateStore, *, host: str = "0.0.0.0", port: int = 9464, broker_url: str | None = None,
           sla: Mapping[str, float] | None = None, states: Iterable[JobStatus | str] | None = None,
-          multiprocess_dir: str | None = None, ready: Callable[[str, int], None] | None = None) -> None:
-    """Serve /metrics and /healthz until interrupted. `ready(host, port)` is called once listening."""
+          multiprocess_dir: str | None = None, ready: Callable[[str, int], None] | None = None,
+          runbooks: RunbookPages | None = None, queues: Iterable[str] = ()) -> None:
+    """Serve /metrics, /healthz (and /runbooks/) until interrupted. `ready(host, port)` is called once
+    listening."""
     registry = build_registry(store, broker_url=broker_url, sla=sla, states=states,
-                              multiprocess_dir=multiprocess_dir)
-    server = make_server(host, port, make_app(store, registry), server_class=_ThreadingServer,
+                              multiprocess_dir=multiprocess_dir, queues=queues)
+    server = make_server(host, port, make_app(store, registry, runbooks), server_class=_ThreadingServer,
                          handler_class=_QuietHandler)
     try:
         if ready is not None:

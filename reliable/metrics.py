@@ -29,6 +29,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, values
 
+from .states import WORKER_OUTCOMES, target
+
 __all__ = ["ATTEMPT_OUTCOMES", "DURATION_BUCKETS", "LATENCY_BUCKETS", "Metrics", "setup_multiprocess"]
 
 #: Events that end an attempt (the `outcome` label). Forced stop/cancel end one too.
@@ -228,6 +230,22 @@ class Metrics:
         self._recovered = _Recent(_MEMORY)
 
     # -- direct hooks ------------------------------------------------------------------------------
+
+    def track(self, actor: str, queue: str) -> None:
+        """Create the series of a tracked actor at 0 before its first event.
+
+        A labelled counter otherwise appears at its first increment, at 1, and `increase(x[5m]) > 0`
+        or a rate cannot see that first event. Created: every counter labelled by actor and queue,
+        and the transitions of each worker outcome. Not created: series with open-ended labels
+        (retries by error class, attempts by outcome), which stay absent until their first event.
+        """
+        c = self._c
+        for counter in (c.lease_expiries, c.stale_commits, c.budget_exhausted, c.duplicate_effects,
+                        c.possible_duplicate_effects, c.untrusted_options, c.dead_letters, c.review, c.checkpoints,
+                        c.forced_terminations):
+            counter.labels(actor, queue)
+        for event in sorted(WORKER_OUTCOMES):
+            c.transitions.labels(event.value, target(event).value, actor, queue)
 
     def heartbeat(self, latency: float, renewed: int, lost: int) -> None:
         """Record one heartbeat: its latency (s), how many leases it renewed and found lost."""

@@ -263,10 +263,15 @@ class ReliableMiddleware(Middleware):
         self.broker = broker
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Start the heartbeat and, if enabled, the recovery loop of this process."""
+        """Start the heartbeat and, if enabled, the recovery loop of this process; create the
+        metrics of every tracked actor at 0."""
         self.broker = broker
         self.adopt_group_callbacks(broker)
         self._ensure_process()
+        if self.metrics is not None:
+            for name in broker.get_declared_actors():
+                if self.tracked(broker, name):
+                    self.metrics.track(name, broker.get_actor(name).queue_name)
         assert self._heartbeat is not None
         self._heartbeat.start()
         if self.recovery_enabled:

@@ -10,13 +10,14 @@ from typing import Any
 from ..durations import parse_duration
 from ..errors import ConfigError, PolicyError
 from .lifecycle import DeliveryPolicy
-from .runbooks import check_link_template
+from .runbooks import DEFAULT_RUNBOOK_BASE_URL, check_link_template, check_runbook_base_url
 from .yamlsrc import LocatedMap, LocatedSeq, parse_located
 
 __all__ = ["AlertConfig", "load_config"]
 
 _TIMINGS = ("evaluation_interval", "resend_interval", "resolved_resend_for", "backoff_initial", "backoff_max")
-_KEYS = {"alertmanagers", "runbook_base_url", "runbooks", "links", "generator_url", "timeout", *_TIMINGS}
+_KEYS = {"alertmanagers", "runbook_base_url", "runbook_annotation", "runbooks", "links", "generator_url", "timeout",
+         *_TIMINGS}
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,10 @@ class AlertConfig:
     """Where alerts go and how they look; every field has a working default."""
 
     alertmanagers: tuple[str, ...] = ()
-    runbook_base_url: str = ""
+    #: runbook_url = this + the lower-cased alert name; default: the runbooks `reliable exporter` serves.
+    runbook_base_url: str = DEFAULT_RUNBOOK_BASE_URL
+    #: Also send the rendered runbook as an annotation (off: it is read at runbook_url).
+    runbook_annotation: bool = False
     #: Runbook template directory; empty: the runbooks shipped with reliable.
     runbooks: str = ""
     links: Mapping[str, str] = field(default_factory=dict)
@@ -75,8 +79,17 @@ def load_config(path: Path | str) -> AlertConfig:
                 except ConfigError as exc:
                     raise raw.at(name).error(str(exc), f"links.{name}") from None
             values[key] = {str(k): str(v) for k, v in raw.items()}
+        elif key == "runbook_annotation":
+            if not isinstance(raw, bool):
+                raise at.error("runbook_annotation must be true or false", key)
+            values[key] = raw
         else:
             if not isinstance(raw, str):
                 raise at.error(f"{key} must be a string", key)
+            if key == "runbook_base_url":
+                try:
+                    check_runbook_base_url(raw)
+                except ConfigError as exc:
+                    raise at.error(str(exc), key) from None
             values[key] = raw
     return AlertConfig(policy=DeliveryPolicy(**timings), **values)

@@ -19,7 +19,7 @@ from .evaluator import evaluate, requests_for
 from .lifecycle import FIRING, AlertState, DeliveryPolicy, advance, after_send, due, payload
 from .model import Candidate
 from .persist import load_alerts, save_alerts
-from .queries import collect_facts, job_contexts, sample_job_ids
+from .queries import JobContext, collect_facts, job_contexts, sample_job_ids
 from .rules import AlertRule
 from .runbooks import RunbookRenderer
 
@@ -62,11 +62,14 @@ class AlertEngine:
       renderer: renders annotations and runbooks.
       client: the Alertmanager client, or None to evaluate without sending.
       clock: returns the current epoch time; defaults to the database's clock.
+      runbook_annotation: also send the rendered runbook as the `runbook` annotation (default off:
+        Alertmanager and its receivers get the short annotations and the runbook_url).
     """
 
     def __init__(self, store: StateStore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
                  client: AlertmanagerClient | None = None, clock: Callable[[], float] | None = None,
-                 policy: DeliveryPolicy | None = None, generator_url: str | None = None) -> None:
+                 policy: DeliveryPolicy | None = None, generator_url: str | None = None,
+                 runbook_annotation: bool = False) -> None:
         self.store = store
         self.rules = [r for r in rules if r.kind == "store"]
         self.renderer = renderer
@@ -74,13 +77,28 @@ class AlertEngine:
         self.clock = clock or store.now
         self.policy = policy or DeliveryPolicy()
         self.generator_url = generator_url
+        self.runbook_annotation = runbook_annotation
 
-    def _annotate(self, candidate: Candidate) -> dict[str, str]:
-        jobs = list(candidate.jobs)
-        ids = [j.job_id for j in jobs]
+    def jobs(self, candidate: Candidate) -> list[JobContext]:
+        """The affected jobs of an alert (named by the facts, else a few sampled), with their attempts."""
+        ids = [j.job_id for j in candidate.jobs]
         if not ids and candidate.sample is not None:
             ids = sample_job_ids(self.store, candidate.sample)
-        return self.renderer.annotations(candidate, job_contexts(self.store, ids))
+        return job_contexts(self.store, ids)
+
+    def annotations(self, candidate: Candidate) -> dict[str, str]:
+        """The annotations sent with an alert (plus `runbook` when runbook_annotation is set)."""
+        jobs = self.jobs(candidate)
+        out = self.renderer.annotations(candidate, jobs)
+        if self.runbook_annotation:
+            runbook = self.renderer.runbook(candidate, jobs)
+            if runbook is not None:
+                out["runbook"] = runbook
+        return out
+
+    def runbook(self, candidate: Candidate) -> str | None:
+        """The rendered runbook of an alert with its affected jobs (None when the rule names none)."""
+        return self.renderer.runbook(candidate, self.jobs(candidate))
 
     def evaluate(self, *, persist: bool = True) -> Evaluation:
         """Evaluate every store rule once; with `persist`, advance and save the alert states."""
@@ -95,7 +113,7 @@ class AlertEngine:
         for candidate in candidates:
             state = states[candidate.fingerprint]
             if state.state == FIRING and (due(state, now) or not state.annotations):
-                states[candidate.fingerprint] = replace(state, annotations=self._annotate(candidate))
+                states[candidate.fingerprint] = replace(state, annotations=self.annotations(candidate))
         if persist:
             save_alerts(self.store, states.values(), deleted)
         return Evaluation(now, candidates, states, deleted, time.perf_counter() - started)

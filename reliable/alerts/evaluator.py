@@ -38,6 +38,9 @@ _EVENT_RULES: dict[str, tuple[str, ...]] = {
     "retry_storm": ("retry_scheduled",),
     "budget_exhausted": ("retry_scheduled", "dead_letter"),
 }
+#: Event rules that watch jobs left in a state (not a rate): only jobs still in it count, so the
+#: alert resolves when they move on (e.g. a dead letter requeued), not when the window has passed.
+_STILL_IN: dict[str, tuple[str, ...]] = {"dead_letters": ("DEAD",)}
 _AGE_STATES = {"review_age": "REVIEW", "queue_age": "PENDING", "schedule_lateness": "RETRY_WAIT"}
 #: How the retry policy marks a decision taken because the retry budget ran out (compact JSON).
 BUDGET_MARK = '"budget_exhausted":true'
@@ -59,7 +62,7 @@ def requests_for(rule: AlertRule) -> list[Any]:
         return [GroupAges(_AGE_STATES[c.type], c.older_than or 0.0)]
     if c.type in _EVENT_RULES:
         detail = BUDGET_MARK if c.type == "budget_exhausted" else None
-        return [EventCounts(_EVENT_RULES[c.type], c.window or 0.0, detail)]
+        return [EventCounts(_EVENT_RULES[c.type], c.window or 0.0, detail, _STILL_IN.get(c.type, ()))]
     if c.type == "failure_rate":
         return [EventCounts(SUCCESS_EVENTS + ATTEMPT_FAILURE_EVENTS, c.window or 0.0)]
     if c.type == "error_budget_burn":
@@ -121,7 +124,7 @@ def _event_threshold(rule: AlertRule, c: StoreCondition, facts: Facts) -> list[C
             continue
         labels = build_labels(rule, queue=queue, actor=actor, owner=_owner(rows))
         sample = JobSample(queue=queue, actor=actor, events=request.events, since=facts.now - request.window,
-                           detail_contains=request.detail_contains)
+                           detail_contains=request.detail_contains, still_in=request.still_in)
         context = {"count": count, "window": request.window, "by_event": {r.event: r.count for r in rows}}
         out.append(Candidate(rule, labels, float(count), context, sample=sample))
     return out

@@ -64,12 +64,15 @@ class GroupAges:
 class EventCounts:
     """Events of the given kinds within the last `window` seconds, per (queue, actor, event).
 
-    An empty `events` means every kind; `detail_contains` keeps events whose detail has that text.
+    An empty `events` means every kind; `detail_contains` keeps events whose detail has that text;
+    a non-empty `still_in` keeps events of jobs whose status is one of those states now (so an
+    alert on jobs that went DEAD resolves once they are requeued, not when the window has passed).
     """
 
     events: tuple[str, ...]
     window: float
     detail_contains: str | None = None
+    still_in: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class JobSample:
     events: tuple[str, ...] = ()
     since: float | None = None
     detail_contains: str | None = None
+    still_in: tuple[str, ...] = ()  # with events: only jobs in these states now
 
 
 @dataclass

@@ -83,6 +83,8 @@ def _counts(conn: Any, request: EventCounts, now: float) -> list[EventCount]:
         where.append(e.c.event.in_(request.events))
     if request.detail_contains:
         where.append(e.c.detail.contains(request.detail_contains, autoescape=True))
+    if request.still_in:
+        where.append(jobs.c.status.in_(request.still_in))
     stmt = (select(e.c.queue, e.c.actor, e.c.event, func.count().label("n"), func.max(jobs.c.owner).label("owner"))
             .select_from(e.outerjoin(jobs, jobs.c.job_id == e.c.job_id))
             .where(and_(*where)).group_by(e.c.queue, e.c.actor, e.c.event))
@@ -127,7 +129,11 @@ def sample_job_ids(store: StateStore, sample: JobSample, limit: int = 3) -> list
             where.append(e.c.queue == sample.queue)
         if sample.actor:
             where.append(e.c.actor == sample.actor)
-        rows = conn.execute(select(e.c.job_id).where(and_(*where)).order_by(e.c.at.desc()).limit(limit * 10))
+        stmt = select(e.c.job_id)
+        if sample.still_in:
+            stmt = stmt.join(jobs, jobs.c.job_id == e.c.job_id)
+            where.append(jobs.c.status.in_(sample.still_in))
+        rows = conn.execute(stmt.where(and_(*where)).order_by(e.c.at.desc()).limit(limit * 10))
         return list(dict.fromkeys(rows.scalars()))[:limit]
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
@@ -27,7 +27,16 @@ from .model import Candidate
 from .queries import JobContext
 from .rules import AlertRule
 
-__all__ = ["LINK_FIELDS", "RunbookRenderer", "check_link_template", "next_actions", "safe_url"]
+__all__ = [
+    "DEFAULT_RUNBOOK_BASE_URL",
+    "LINK_FIELDS",
+    "RunbookRenderer",
+    "check_link_template",
+    "check_runbook_base_url",
+    "next_actions",
+    "runbook_url",
+    "safe_url",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +46,11 @@ TEXT_LIMIT = 300
 DEFAULT_SUMMARY = "{{ labels.alertname }}{% if labels.queue %} on queue {{ labels.queue }}{% endif %}" \
                   "{% if labels.actor %} (actor {{ labels.actor }}){% endif %}" \
                   "{% if labels.job_id %}: job {{ labels.job_id }} in {{ labels.state }}{% endif %}"
+DEFAULT_DESCRIPTION = "{{ alert.name }} holds with value {{ value | round(3) }}" \
+                      "{% if labels.queue %} on queue {{ labels.queue }}{% endif %}" \
+                      "{% if labels.actor %} for actor {{ labels.actor }}{% endif %} (owner {{ alert.owner }})."
+#: Where `reliable exporter` serves the rendered runbooks (its default port): a real URL out of the box.
+DEFAULT_RUNBOOK_BASE_URL = "http://127.0.0.1:9464/runbooks/"
 
 
 def cut(text: Any, limit: int = TEXT_LIMIT) -> str | None:
@@ -55,6 +69,25 @@ def check_link_template(name: str, template: str) -> None:
         if field not in LINK_FIELDS:
             allowed = ", ".join(sorted(LINK_FIELDS))
             raise ConfigError(f"links.{name}: unknown placeholder {{{field}}} (allowed: {allowed})")
+
+
+def check_runbook_base_url(base: str) -> str:
+    """`base` if it is an absolute http(s) URL ending in /, # or =; ConfigError otherwise.
+
+    The alert name is appended as is, so the base must end where a name can start: a bare slug
+    or a relative link would not open from a notification.
+    """
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"runbook_base_url must be an absolute http(s) URL, got {base!r}")
+    if not base.endswith(("/", "#", "=")):
+        raise ConfigError(f"runbook_base_url must end with /, # or = (the alert name is appended), got {base!r}")
+    return base
+
+
+def runbook_url(base: str, alertname: str) -> str:
+    """The runbook link of an alert: the base URL plus the lower-cased alert name."""
+    return f"{base}{alertname.lower()}"
 
 
 def safe_url(template: str, values: Mapping[str, str | None]) -> str:
@@ -109,12 +142,12 @@ class RunbookRenderer:
     """Renders runbooks (files in `directory`) and rule annotations for alerts, in a Jinja2 sandbox."""
 
     def __init__(self, directory: Path | str, *, links: Mapping[str, str] | None = None,
-                 base_url: str = "", max_chars: int = 8000) -> None:
+                 base_url: str = DEFAULT_RUNBOOK_BASE_URL, max_chars: int = 8000) -> None:
         self.directory = Path(directory)
         self.links = dict(links or {})
         for name, template in self.links.items():
             check_link_template(name, template)
-        self.base_url = base_url
+        self.base_url = check_runbook_base_url(base_url)
         self.max_chars = max_chars
         self.env = SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(self.directory)), autoescape=True,
                                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
@@ -123,7 +156,7 @@ class RunbookRenderer:
 
     def runbook_url(self, alertname: str) -> str:
         """The runbook link: the base URL plus the lower-cased alert name."""
-        return f"{self.base_url}{alertname.lower()}" if self.base_url else alertname.lower()
+        return runbook_url(self.base_url, alertname)
 
     def check(self, rule: AlertRule) -> None:
         """Raise PolicyError when the rule's runbook or annotation templates do not compile."""
@@ -164,19 +197,30 @@ class RunbookRenderer:
         }
 
     def annotations(self, candidate: Candidate, jobs: Sequence[JobContext]) -> dict[str, str]:
-        """summary, description, runbook_url and the rendered runbook for one alert."""
+        """summary (one line), description and runbook_url of one alert (the runbook itself: `runbook`)."""
         context = self.context(candidate, jobs)
-        rule = candidate.rule
         out: dict[str, str] = {}
-        sources = {"summary": DEFAULT_SUMMARY, **rule.annotations}
-        for key, source in sources.items():
-            out[key] = cut(self._render(functools.partial(self._template, source), context).strip(), 1000) or ""
-        context["summary"] = out["summary"]
+        for key, source in self._sources(candidate.rule).items():
+            text = self._render(functools.partial(self._template, source), context).strip()
+            out[key] = cut(" ".join(text.split()) if key == "summary" else text, 1000) or ""
         out["runbook_url"] = context["runbook_url"]
-        if rule.runbook is not None:
-            load = functools.partial(self.env.get_template, rule.runbook)
-            out["runbook"] = cut(self._render(load, context), self.max_chars) or ""
         return out
+
+    def runbook(self, candidate: Candidate, jobs: Sequence[JobContext]) -> str | None:
+        """The rule's runbook rendered as Markdown for one alert, or None when the rule names none."""
+        rule = candidate.rule
+        if rule.runbook is None:
+            return None
+        context = self.context(candidate, jobs)
+        context["summary"] = self.annotations(candidate, jobs)["summary"]
+        load = functools.partial(self.env.get_template, rule.runbook)
+        return cut(self._render(load, context), self.max_chars) or ""
+
+    @staticmethod
+    def _sources(rule: AlertRule) -> dict[str, str]:
+        # PromQL annotations are Prometheus (Go) templates: only the defaults render here.
+        own = rule.annotations if rule.kind == "store" else {}
+        return {"summary": DEFAULT_SUMMARY, "description": DEFAULT_DESCRIPTION, **own}
 
     @staticmethod
     def _render(template: Callable[[], jinja2.Template], context: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..alerts import AlertConfig, AlertEngine, AlertmanagerClient, export_yaml, 
 from ..alerts.engine import DeliveryReport, Evaluation
 from ..alerts.promql import export_rule_groups
 from ..alerts.rules import AlertRule
-from ..alerts.runbooks import RunbookRenderer
+from ..alerts.runbooks import DEFAULT_RUNBOOK_BASE_URL, RunbookRenderer, check_runbook_base_url
 from ..errors import ConfigError, PolicyError
 from .common import POSITIVE_DURATION, emit_json, handle_errors, open_store, store_option
 
@@ -30,13 +31,21 @@ rules_option = click.option("--rules", "rules_path", envvar="RELIABLE_ALERT_RULE
 config_option = click.option("--config", "config_path", type=click.Path(path_type=Path), envvar="RELIABLE_ALERT_CONFIG",
                              show_envvar=True,
                              help="Alerting settings YAML (alertmanagers, runbook_base_url, links, timings).")
+runbook_base_option = click.option(
+    "--runbook-base-url", envvar="RELIABLE_RUNBOOK_BASE_URL", show_envvar=True,
+    help="Base of the runbook_url annotations (+ the lower-cased alert name) [default: from --config, else "
+         f"{DEFAULT_RUNBOOK_BASE_URL}, where `reliable exporter` serves the rendered runbooks].")
 runbooks_option = click.option("--runbooks", "runbooks_dir", type=click.Path(path_type=Path),
                                help="Runbook template directory [default: from --config, else the runbooks shipped "
                                     "with reliable].")
 
 
-def _config(path: Path | None) -> AlertConfig:
-    return load_config(path) if path is not None else AlertConfig()
+def _config(path: Path | None, runbook_base_url: str | None = None) -> AlertConfig:
+    """The settings file (or the defaults), with --runbook-base-url / RELIABLE_RUNBOOK_BASE_URL over it."""
+    config = load_config(path) if path is not None else AlertConfig()
+    if runbook_base_url is None:
+        return config
+    return replace(config, runbook_base_url=check_runbook_base_url(runbook_base_url))
 
 
 def _runbooks(given: Path | None, config: AlertConfig | None = None) -> Path:
@@ -105,24 +114,25 @@ def check(path: Path, runbooks_dir: Path | None, as_json: bool) -> None:
 @rules_option
 @config_option
 @runbooks_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@runbook_base_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with each alert's rendered runbook).")
 @handle_errors
 def test_(store_url: str, rules_path: Path | None, config_path: Path | None, runbooks_dir: Path | None,
-          as_json: bool) -> None:
+          runbook_base_url: str | None, as_json: bool) -> None:
     """Evaluate the store rules once and print what would fire; sends and writes nothing.
 
     The `for` of each rule is shown but not waited for: every condition that holds now is listed.
     """
-    config = _config(config_path)
+    config = _config(config_path, runbook_base_url)
     renderer = _renderer(config, runbooks_dir)
     rules = _load(rules_path, renderer)
     engine = AlertEngine(open_store(store_url), rules, renderer, policy=config.policy)
     evaluation = engine.evaluate(persist=False)
     found: list[dict[str, Any]] = []
     for c in evaluation.candidates:
-        annotations = engine._annotate(c)
         found.append({"alertname": c.rule.name, "labels": dict(c.labels), "value": c.value,
-                      "for": c.rule.for_seconds, "fingerprint": c.fingerprint, "annotations": annotations})
+                      "for": c.rule.for_seconds, "fingerprint": c.fingerprint, "annotations": engine.annotations(c),
+                      "runbook": engine.runbook(c) if as_json else None})
     if as_json:
         emit_json({"evaluated_at": evaluation.now, "seconds": evaluation.seconds, "alerts": found})
         return
@@ -139,6 +149,7 @@ def test_(store_url: str, rules_path: Path | None, config_path: Path | None, run
 @rules_option
 @config_option
 @runbooks_option
+@runbook_base_option
 @click.option("--alertmanager", "alertmanagers", multiple=True, metavar="URL",
               help="Alertmanager base URL (repeatable; each gets every alert). Default: from --config.")
 @click.option("--interval", type=POSITIVE_DURATION, default="30s", show_default=True,
@@ -149,13 +160,15 @@ def test_(store_url: str, rules_path: Path | None, config_path: Path | None, run
                    "[{alertname, labels}], sent, failed, errors}.")
 @handle_errors
 def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbooks_dir: Path | None,
-        alertmanagers: tuple[str, ...], interval: float, once: bool, as_json: bool) -> None:
+        runbook_base_url: str | None, alertmanagers: tuple[str, ...], interval: float, once: bool,
+        as_json: bool) -> None:
     """Evaluate the store rules every --interval and deliver alerts to Alertmanager (API v2).
 
     Alert state lives in the store (reliable_alerts): if Alertmanager is down, alerts are retried
-    with backoff and delivered once it is back. Stop with Ctrl-C or SIGTERM.
+    with backoff and delivered once it is back. Stop with Ctrl-C or SIGTERM. With --once, the
+    exit status is 1 when a delivery failed (the alerts stay in the store for the next run).
     """
-    config = _config(config_path)
+    config = _config(config_path, runbook_base_url)
     urls = alertmanagers or config.alertmanagers
     if not urls:
         raise ConfigError("no Alertmanager: pass --alertmanager URL or set alertmanagers in --config")
@@ -164,7 +177,8 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
     policy = config.policy if config_path else type(config.policy)(evaluation_interval=interval)
     with httpx.Client(timeout=config.timeout) as http:
         engine = AlertEngine(open_store(store_url), rules, renderer, client=AlertmanagerClient(urls, http),
-                             policy=policy, generator_url=config.generator_url)
+                             policy=policy, generator_url=config.generator_url,
+                             runbook_annotation=config.runbook_annotation)
 
         def report(evaluation: Evaluation, delivery: DeliveryReport) -> None:
             if as_json:
@@ -178,7 +192,10 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
                        + (f" ({'; '.join(delivery.errors.values())})" if delivery.errors else ""))
 
         if once:
-            report(*engine.run_once())
+            evaluation, delivery = engine.run_once()
+            report(evaluation, delivery)
+            if delivery.failed:
+                sys.exit(1)
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -192,15 +209,15 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
 @rules_option
 @config_option
 @click.option("--out", "out", type=click.Path(path_type=Path), help="Write here instead of stdout.")
-@click.option("--runbook-base-url", help="Base of runbook_url annotations [default: from --config].")
+@runbook_base_option
 @click.option("--json", "as_json", is_flag=True,
               help="Write the rule file as JSON ({groups: [...]}; promtool reads it as YAML too).")
 @handle_errors
 def export_prometheus(rules_path: Path | None, config_path: Path | None, out: Path | None,
                       runbook_base_url: str | None, as_json: bool) -> None:
     """Write the PromQL rules as a Prometheus rule file (check it with `promtool check rules`)."""
-    config = _config(config_path)
-    base_url = runbook_base_url if runbook_base_url is not None else config.runbook_base_url
+    config = _config(config_path, runbook_base_url)
+    base_url = config.runbook_base_url
     rules = load_rules(_rules(rules_path))
     text = json.dumps(export_rule_groups(rules, base_url), indent=2) + "\n" if as_json else export_yaml(rules, base_url)
     if out is None:

@@ -1,13 +1,16 @@
-"""`reliable exporter`: serve /metrics and /healthz for Prometheus."""
+"""`reliable exporter`: serve /metrics and /healthz for Prometheus, and the alerts' runbooks."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import click
 
+from ..alerts.pages import RunbookPages
 from ..durations import parse_duration
 from ..exporter import serve
+from .alerts import _config, _load, _renderer, config_option, rules_option, runbook_base_option, runbooks_option
 from .common import STATE_CHOICE, handle_errors, open_store, store_option
 
 
@@ -36,25 +39,41 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--state", "states", multiple=True, type=STATE_CHOICE,
               help="Count only these states in reliable_jobs (repeatable, any case). Default: all but SUCCEEDED, "
                    "FAILED, CANCELLED (final states grow without bound; their rates come from counters).")
+@click.option("--queue", "queues", multiple=True, metavar="NAME",
+              help="A queue to report (0 when empty) even before the store has an unfinished job in it "
+                   "(repeatable). The queues the store knows of are reported anyway.")
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
               type=click.Path(file_okay=False), help="The workers' prometheus_client multiprocess directory.")
+@rules_option
+@config_option
+@runbooks_option
+@runbook_base_option
 @handle_errors
 def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_items: tuple[str, ...],
-             states: tuple[str, ...], multiprocess_dir: str | None) -> None:
-    """Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape."""
+             states: tuple[str, ...], queues: tuple[str, ...], multiprocess_dir: str | None, rules_path: Path | None,
+             config_path: Path | None, runbooks_dir: Path | None, runbook_base_url: str | None) -> None:
+    """Serve /metrics (store gauges + workers' metrics), /healthz and the alerts' runbooks.
+
+    /runbooks/<lower-case alert name> renders an alert's runbook with the jobs it is about now: the
+    default runbook_url of the alerts points here. The rules and runbooks are those `reliable alerts`
+    uses (the shipped ones unless --rules, --runbooks or --config name yours).
+    """
     sla = _parse_sla(sla_items)
     if multiprocess_dir and not os.path.isdir(multiprocess_dir):
         raise click.BadParameter(f"{multiprocess_dir!r} is not a directory", param_hint="--multiprocess-dir")
+    renderer = _renderer(_config(config_path, runbook_base_url), runbooks_dir)
+    rules = _load(rules_path, renderer)
     store = open_store(store_url)
 
     def ready(bound_host: str, bound_port: int) -> None:
         extra = f", workers' metrics from {multiprocess_dir}" if multiprocess_dir else ""
         click.echo(f"reliable exporter listening on http://{bound_host}:{bound_port}/metrics "
-                   f"(store {store.url}{extra})", err=True)
+                   f"(store {store.url}{extra}); runbooks at /runbooks/", err=True)
 
     try:
         serve(store, host=host, port=port, broker_url=broker_url, sla=sla, states=states or None,
-              multiprocess_dir=multiprocess_dir, ready=ready)
+              multiprocess_dir=multiprocess_dir, ready=ready, runbooks=RunbookPages(store, rules, renderer),
+              queues=queues)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:

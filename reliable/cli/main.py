@@ -17,7 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("reliable.cli.db:db", "Create or migrate the state store's schema."),
     "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
     "exporter": ("reliable.cli.exporter:exporter",
-                 "Serve /metrics (store gauges + workers' metrics) and /healthz for Prometheus to scrape."),
+                 "Serve /metrics (store gauges + workers' metrics), /healthz and the alerts' runbooks."),
     "init": ("reliable.cli.init:init",
              "Copy the shipped policies, alert rules, runbooks and dashboards into a project for editing."),
     "jobs": ("reliable.cli.jobs:jobs", "List, show and trace jobs."),

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from reliable import defaults
-from reliable.alerts import AlertEngine, AlertmanagerClient, AlertState, RunbookRenderer, load_rules
+from reliable.alerts import AlertEngine, AlertmanagerClient, AlertState, Evaluation, RunbookRenderer, load_rules
 from reliable.store import StateStore
 
 from .config import DemoSettings
@@ -31,6 +31,17 @@ class AlertRound:
     runbooks: Path
     sent: int = 0
     errors: dict[str, str] = field(default_factory=dict)
+    #: alertname -> the runbook of its first firing alert, rendered with the affected jobs.
+    rendered: dict[str, str] = field(default_factory=dict)
+
+
+def _rendered(engine: AlertEngine, evaluation: Evaluation) -> dict[str, str]:
+    firing = {s.fingerprint for s in evaluation.firing}
+    out: dict[str, str] = {}
+    for candidate in evaluation.candidates:
+        if candidate.fingerprint in firing and candidate.rule.name not in out:
+            out[candidate.rule.name] = engine.runbook(candidate) or ""
+    return out
 
 
 def evaluate_alerts(store: StateStore, settings: DemoSettings) -> AlertRound:
@@ -41,10 +52,11 @@ def evaluate_alerts(store: StateStore, settings: DemoSettings) -> AlertRound:
     for rule in rules:
         renderer.check(rule)
     if settings.alertmanager is None:
-        evaluation = AlertEngine(store, rules, renderer).evaluate()
-        return AlertRound(evaluation.firing, directory)
+        engine = AlertEngine(store, rules, renderer)
+        evaluation = engine.evaluate()
+        return AlertRound(evaluation.firing, directory, rendered=_rendered(engine, evaluation))
     with httpx.Client(timeout=5.0) as http:
         engine = AlertEngine(store, rules, renderer, client=AlertmanagerClient([settings.alertmanager], http))
         evaluation = engine.evaluate()
         report = engine.deliver()
-    return AlertRound(evaluation.firing, directory, report.sent, dict(report.errors))
+    return AlertRound(evaluation.firing, directory, report.sent, dict(report.errors), _rendered(engine, evaluation))

@@ -107,7 +107,7 @@ actors:
 #: Store alert rules evaluated over the demo's store (thresholds shrunk to demo time).
 ALERT_RULES = """\
 rules:
-  - name: DeadLetterGrowth
+  - name: ReliableDeadLetterGrowth
     kind: store
     condition: {type: dead_letters, window: 10m, min_count: 1}
     severity: warning
@@ -117,7 +117,7 @@ rules:
       summary: "{{ value | int }} job(s) of {{ labels.actor }} dead-lettered in the last 10 min"
     runbook: dead_letter_growth.md.j2
 
-  - name: ReviewQueueAge
+  - name: ReliableReviewQueueAge
     kind: store
     condition: {type: review_age, older_than: 1s}
     severity: info

@@ -210,7 +210,7 @@ class Director:
         if hook is not None and b.alerted and not b.requeued and now - b.alerted >= self.settings.seconds(PAUSE_HOLD):
             World(self.settings.state_dir).fix_webhook()
             self.say("send_webhook", "the partner fixed their endpoint; on-call follows the runbook's safe action")
-            b.requeued = self._command(control, "requeue", hook, "endpoint fixed (alert DeadLetterGrowth)")
+            b.requeued = self._command(control, "requeue", hook, "endpoint fixed (alert ReliableDeadLetterGrowth)")
 
     def _command(self, control: Control, command: str, job: Job, reason: str) -> bool:
         cli = "reliable dlq requeue" if command == "requeue" else f"reliable {command}"
@@ -237,11 +237,11 @@ class Director:
             self.say("alerts", f"FIRING {alert.alertname} (severity {labels.get('severity')}, route "
                                f"{labels.get('route')}, owner {labels.get('owner')}): {summary}")
             self.beats.alerts.append(alert.alertname)
-        dead = next((a for a in round_.firing if a.alertname == "DeadLetterGrowth"), None)
+        dead = next((a for a in round_.firing if a.alertname == "ReliableDeadLetterGrowth"), None)
         if dead is not None:
-            runbook = dead.annotations.get("runbook", "")
+            runbook = round_.rendered.get(dead.alertname, "")
             if not runbook.strip():
-                self.beats.problems.append("alerts: the DeadLetterGrowth runbook rendered empty")
+                self.beats.problems.append("alerts: the ReliableDeadLetterGrowth runbook rendered empty")
             self.view.block(f"runbook of {dead.alertname}, rendered in the sandbox from {round_.runbooks}", runbook)
         if self.settings.alertmanager:
             outcome = f"sent {round_.sent}" if not round_.errors else f"NOT delivered: {round_.errors}"

@@ -8,6 +8,7 @@ Alertmanager stopped the alert stays queued in reliable_alerts and arrives after
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,9 +19,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from reliable.alerts import AlertEngine, AlertmanagerClient, DeliveryPolicy, parse_rules
+from reliable.alerts import AlertEngine, AlertmanagerClient, DeliveryPolicy, load_rules, parse_rules
 from reliable.alerts.persist import load_alerts
 from reliable.alerts.runbooks import RunbookRenderer
+from reliable.control import Control
+from reliable.operators import Operator
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import alerts as alerts_table
@@ -130,12 +133,16 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         assert alert["status"]["state"] == "active"
         assert [r["name"] for r in alert["receivers"]] == ["page"]
         notes = alert["annotations"]
+        assert set(notes) == {"summary", "description", "runbook_url"}  # the runbook is read at its URL
         assert notes["summary"] == "Job job-one stuck in RUNNING"
+        assert re.fullmatch(r"JobStuckTest holds with value 1\.2\d* on queue exports for actor export "
+                            r"\(owner team-data\)\.", notes["description"]), notes["description"]
         assert notes["runbook_url"] == "https://runbooks.example/jobstucktest"
-        assert f"`{attempt_id}`" in notes["runbook"]
-        assert "Last checkpoint: `{&#34;page&#34;:7}`" in notes["runbook"]
-        assert "https://logs.example/?q=job-one" in notes["runbook"]
-        assert "`reliable stop job-one --reason alert:JobStuckTest`" in notes["runbook"]
+        runbook = engine.runbook(evaluation.candidates[0]) or ""
+        assert f"`{attempt_id}`" in runbook
+        assert "Last checkpoint: `{&#34;page&#34;:7}`" in runbook
+        assert "https://logs.example/?q=job-one" in runbook
+        assert "`reliable stop job-one --reason alert:JobStuckTest`" in runbook
 
         # 2. the job finishes: the resolution is sent with endsAt and Alertmanager resolves it
         store.finish("job-one", lease_id, Event.SUCCEED, worker_id="worker-1")
@@ -152,7 +159,7 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
 
         # 3. Alertmanager goes down; a second job gets stuck: the alert is kept in the store
         alertmanager.stop()
-        _, attempt_two = _stuck_job(store, "job-two")
+        _stuck_job(store, "job-two")
         clock.now = store.now() + 1.2
         evaluation, report = engine.run_once()
         assert report.failed >= 1 and report.sent == 0
@@ -177,6 +184,58 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         assert report.sent >= 1 and not report.errors, report
         (alert,) = wait_for(lambda: alertmanager.alerts("JobStuckTest"), "Alertmanager to list the second alert")
         assert alert["labels"]["job_id"] == "job-two" and alert["status"]["state"] == "active"
-        assert f"`{attempt_two}`" in alert["annotations"]["runbook"]
+        assert "job-two" in alert["annotations"]["summary"]
         state = next(s for s in load_alerts(store).values() if s.labels.get("job_id") == "job-two")
         assert state.send_attempts == 0 and state.last_error is None and state.last_sent_at is not None
+
+
+def _dead(store: StateStore, job_id: str, actor: str) -> None:
+    store.register(NewJob(job_id=job_id, queue="mail", actor=actor, message={}, owner="team-mail"))
+    claim = store.claim(job_id, worker_id="w", lease_ttl=60)
+    store.finish(job_id, claim.lease_id, Event.DEAD_LETTER, worker_id="w")
+
+
+def test_dead_letter_alert_resolves_once_the_job_is_requeued_and_succeeds(
+        store: StateStore, alertmanager: Alertmanager) -> None:
+    """The shipped ReliableDeadLetterGrowth counts jobs that went DEAD in its 30-min window AND are
+    still DEAD: a requeued job that succeeded resolves it at the next evaluation, inside the window."""
+    rules = [r for r in load_rules(SHIPPED / "alert_rules") if r.name == "ReliableDeadLetterGrowth"]
+    clock = Clock(store.now())
+    with httpx.Client(timeout=3) as http:
+        engine = AlertEngine(store, rules, RunbookRenderer(SHIPPED / "runbooks"), clock=clock,
+                             client=AlertmanagerClient([alertmanager.url], http),
+                             policy=DeliveryPolicy(evaluation_interval=1))
+        _dead(store, "dead-1", "send")
+        _dead(store, "dead-2", "other")  # stays DEAD: its alert must keep firing
+        clock.now = store.now()
+        evaluation, report = engine.run_once()
+        assert sorted(s.labels["actor"] for s in evaluation.firing) == ["other", "send"] and report.sent == 2
+        alerts = wait_for(lambda: len(alertmanager.alerts("ReliableDeadLetterGrowth")) == 2 and
+                          alertmanager.alerts("ReliableDeadLetterGrowth"), "Alertmanager to list both")
+        send = next(a for a in alerts if a["labels"]["actor"] == "send")
+        assert send["status"]["state"] == "active"
+        assert send["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth"
+        assert send["annotations"]["description"].startswith("1 job(s) of send on queue mail went to DEAD")
+
+        # requeued, claimed and SUCCEEDED: well inside the 30-min window
+        Control(store, identity=Operator("alice", "box", "test")).requeue(
+            "dead-1", reason="endpoint fixed", allow_duplicate_side_effects=True)
+        claim = store.claim("dead-1", worker_id="w", lease_ttl=60)
+        store.finish("dead-1", claim.lease_id, Event.SUCCEED, worker_id="w")
+        assert store.get("dead-1").status.value == "SUCCEEDED"
+        # Alertmanager drops a resolution whose endsAt is still in its future (the firing endsAt
+        # wins the merge): the engine's clock stays at real time here.
+        clock.now = store.now()
+        evaluation, report = engine.run_once()
+        assert [s.labels["actor"] for s in evaluation.firing] == ["other"]
+        resolved = [s for s in evaluation.states.values() if s.state == "resolved"]
+        assert [s.labels["actor"] for s in resolved] == ["send"]
+        assert report.sent == 1  # the resolution; the alert still firing is not due for a resend yet
+
+        def send_resolved() -> bool:
+            return all(a["status"]["state"] != "active" for a in alertmanager.alerts("ReliableDeadLetterGrowth")
+                       if a["labels"]["actor"] == "send")
+
+        wait_for(send_resolved, "Alertmanager to resolve the requeued job's alert")
+        still = [a for a in alertmanager.alerts("ReliableDeadLetterGrowth") if a["labels"]["actor"] == "other"]
+        assert [a["status"]["state"] for a in still] == ["active"]

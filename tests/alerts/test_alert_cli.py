@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from reliable.alerts import AlertConfig, AlertEngine, load_config, load_rules
+from reliable.alerts.runbooks import RunbookRenderer
 from reliable.cli.main import cli
+from reliable.errors import PolicyError
+from reliable.states import Event
 from reliable.store import NewJob, StateStore
 
-from support import wait_for
+from support import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
@@ -52,7 +57,11 @@ def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
     assert result.exit_code == 0, result.output
     (alert,) = json.loads(result.output)["alerts"]
     assert alert["labels"]["job_id"] == "j-cli" and alert["labels"]["owner"] == "team-data"
-    assert "reliable stop j-cli --reason alert:Stuck" in alert["annotations"]["runbook"]
+    assert "reliable stop j-cli --reason alert:Stuck" in alert["runbook"]  # rendered for the operator, not sent
+    assert set(alert["annotations"]) == {"summary", "description", "runbook_url"}
+    assert alert["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/stuck"  # the exporter's page
+    based = CliRunner().invoke(cli, [*args, "--json"], env={"RELIABLE_RUNBOOK_BASE_URL": "https://wiki.example/rb#"})
+    assert json.loads(based.output)["alerts"][0]["annotations"]["runbook_url"] == "https://wiki.example/rb#stuck"
     text = CliRunner().invoke(cli, args)
     assert "Stuck{" in text.output and "1 alert(s) would fire" in text.output
     from reliable.alerts.persist import load_alerts
@@ -68,3 +77,50 @@ def test_run_without_alertmanager_is_a_clear_error(sqlite_url: str) -> None:
 def test_export_to_stdout() -> None:
     result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--rules", str(SHIPPED / "alert_rules")])
     assert result.exit_code == 0 and "alert: ReliableHeartbeatFailures" in result.output
+
+
+def test_run_once_exits_1_when_delivery_fails(sqlite_url: str, tmp_path: Path) -> None:
+    store = StateStore(sqlite_url)
+    store.register(NewJob(job_id="j-dead", queue="exports", actor="export", message={}))
+    claim = store.claim("j-dead", worker_id="w", lease_ttl=60)
+    store.finish("j-dead", claim.lease_id, Event.DEAD_LETTER, worker_id="w")
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    args = ["alerts", "run", "--store", sqlite_url, "--once", "--alertmanager", down]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "1 firing; sent 0, failed 1" in result.output
+    nothing_due = CliRunner().invoke(cli, args)  # the alert is backing off: nothing failed this time
+    assert nothing_due.exit_code == 0, nothing_due.output
+
+
+def test_runbook_base_url_must_be_absolute(tmp_path: Path) -> None:
+    for base in ("runbooks/", "", "https://wiki.example/rb"):
+        result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--runbook-base-url", base])
+        assert result.exit_code == 2 and "runbook_base_url must" in result.output, (base, result.output)
+    (tmp_path / "alerts.yaml").write_text("alertmanagers: [http://127.0.0.1:9093]\nrunbook_base_url: /runbooks/\n")
+    result = CliRunner().invoke(cli, ["alerts", "export-prometheus", "--config", str(tmp_path / "alerts.yaml")])
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'alerts.yaml'}:2" in result.output and "absolute http(s) URL" in result.output
+
+
+def test_settings_runbook_annotation_sends_the_runbook_too(sqlite_url: str, tmp_path: Path) -> None:
+    (tmp_path / "alerts.yaml").write_text("runbook_annotation: true\nrunbook_base_url: https://wiki.example/rb/\n")
+    config = load_config(tmp_path / "alerts.yaml")
+    assert config.runbook_annotation and config.runbook_base_url == "https://wiki.example/rb/"
+    assert not AlertConfig().runbook_annotation  # off by default
+    (tmp_path / "bad.yaml").write_text("runbook_annotation: yes please\n")
+    with pytest.raises(PolicyError, match=r"bad\.yaml:1: runbook_annotation must be true or false"):
+        load_config(tmp_path / "bad.yaml")
+    store = StateStore(sqlite_url)
+    store.register(NewJob(job_id="j-dead", queue="exports", actor="export", message={}))
+    claim = store.claim("j-dead", worker_id="w", lease_ttl=60)
+    store.finish("j-dead", claim.lease_id, Event.DEAD_LETTER, worker_id="w")
+    rules = load_rules(SHIPPED / "alert_rules")
+    renderer = RunbookRenderer(SHIPPED / "runbooks", base_url=config.runbook_base_url)
+    for flag in (False, True):
+        engine = AlertEngine(store, rules, renderer, runbook_annotation=flag)
+        (candidate,) = engine.evaluate(persist=False).candidates
+        annotations = engine.annotations(candidate)
+        assert ("runbook" in annotations) is flag
+        assert annotations["runbook_url"] == "https://wiki.example/rb/reliabledeadlettergrowth"
+    assert "reliable dlq requeue j-dead" in annotations["runbook"]

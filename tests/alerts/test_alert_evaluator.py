@@ -94,6 +94,18 @@ def test_event_threshold_sums_events_per_queue_actor() -> None:
     assert c.context["by_event"] == {"dead_letter": 2, "lease_expired_dead": 1}
 
 
+def test_dead_letters_count_only_jobs_still_dead() -> None:
+    r = rule("{type: dead_letters, window: 30m}")
+    (request,) = requests_for(r)
+    assert request.still_in == ("DEAD",)  # a requeued job no longer counts: the alert resolves
+    (c,) = evaluate([r], facts_for(r, [EventCount("q", "a", "dead_letter", 1, "t")]))
+    assert c.sample is not None and c.sample.still_in == ("DEAD",)
+    for rate_like in ("{type: retry_storm, window: 5m, min_count: 1}",
+                      "{type: lease_expiries, window: 5m, min_count: 1}",
+                      "{type: repeated_failures, window: 5m, min_count: 1}", "{type: budget_exhausted, window: 5m}"):
+        assert requests_for(rule(rate_like))[0].still_in == (), rate_like  # events in the window, by design
+
+
 def test_budget_exhausted_asks_for_the_detail_mark() -> None:
     r = rule("{type: budget_exhausted, window: 15m}")
     (request,) = requests_for(r)

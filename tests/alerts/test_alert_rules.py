@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,17 @@ def _rule(**overrides: str) -> str:
 def test_defaults_load() -> None:
     rules = load_rules(SHIPPED / "alert_rules")
     names = {r.name for r in rules}
-    assert {"JobStuck", "ErrorBudgetBurnFast", "ReliableHeartbeatFailures"} <= names
+    assert {"ReliableJobStuck", "ReliableActorErrorBudgetBurnFast", "ReliableHeartbeatFailures"} <= names
     assert all(r.runbook for r in rules)
+
+
+def test_shipped_rules_follow_one_convention() -> None:
+    """Reliable<CamelCase> for store and PromQL rules alike; a one-line summary and a description."""
+    for rule in load_rules(SHIPPED / "alert_rules"):
+        assert re.fullmatch(r"Reliable(?:[A-Z][a-z0-9]+)+", rule.name), rule.name
+        assert set(rule.annotations) == {"summary", "description"}, rule.name
+        assert "\n" not in rule.annotations["summary"], rule.name
+        assert rule.annotations["description"].count(". ") <= 1, rule.name  # one or two sentences
 
 
 def test_good_rule_fields() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def renderer() -> RunbookRenderer:
 def test_error_message_renders_inert() -> None:
     candidate, jobs = _context(EVIL)
     out = renderer().annotations(candidate, jobs)
-    for text in (out["runbook"], out["description"]):
+    for text in (renderer().runbook(candidate, jobs) or "", out["description"]):
         assert "{{ 7*7 }}" in text  # literally, not evaluated
         assert "49" not in text
         assert "{% for x in range(3) %}loop{% endfor %}" in text and "looploop" not in text
@@ -64,6 +65,23 @@ def test_error_message_renders_inert() -> None:
         assert "x" * 400 not in text  # truncated
     assert out["summary"] == "Job job-1 stuck"
     assert out["runbook_url"] == "https://runbooks.example/jobstuck"
+    assert set(out) == {"summary", "description", "runbook_url"}  # the runbook rides in no annotation
+
+
+def test_default_description_and_one_line_summary() -> None:
+    candidate, jobs = _context("x")
+    rule = replace(candidate.rule, annotations={"summary": "Job {{ labels.job_id }}\n  stuck"})
+    out = renderer().annotations(replace(candidate, rule=rule), jobs)
+    assert out["summary"] == "Job job-1 stuck"
+    assert out["description"] == "JobStuck holds with value 120.0 on queue exports for actor export (owner team-data)."
+
+
+def test_runbook_base_url_is_a_real_url() -> None:
+    assert RunbookRenderer(SHIPPED / "runbooks").runbook_url("ReliableJobStuck") == \
+        "http://127.0.0.1:9464/runbooks/reliablejobstuck"  # the exporter's default address
+    for bad in ("", "runbooks/", "/runbooks/", "ftp://x/", "https://wiki.example/rb"):
+        with pytest.raises(ConfigError, match="runbook_base_url"):
+            RunbookRenderer(SHIPPED / "runbooks", base_url=bad)
 
 
 def test_the_test_would_catch_a_message_used_as_template() -> None:
@@ -75,7 +93,7 @@ def test_the_test_would_catch_a_message_used_as_template() -> None:
 
 def test_runbook_names_attempts_checkpoint_links_and_action() -> None:
     candidate, jobs = _context("timeout talking to S3")
-    text = renderer().annotations(candidate, jobs)["runbook"]
+    text = renderer().runbook(candidate, jobs) or ""
     for part in ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation", "`att-2`", "`att-1`",
                  "Last error class: transient", "timeout talking to S3", "{&#34;page&#34;: 7}",
                  "2027-01-15T08:00:00Z", "owner team-data",
@@ -89,7 +107,7 @@ def test_every_shipped_runbook_renders_without_jobs() -> None:
     for path in sorted((SHIPPED / "runbooks").glob("[!_]*.md.j2")):
         candidate, _ = _context("x")
         candidate = Candidate(_rule(path.name), candidate.labels, 1.0)
-        text = r.annotations(candidate, [])["runbook"]
+        text = r.runbook(candidate, []) or ""
         assert "template error" not in text, text
         assert "## Mitigation" in text and "reliable jobs list --queue exports --actor export" in text, path
 
@@ -98,7 +116,7 @@ def test_sandbox_blocks_unsafe_template_code(tmp_path: Path) -> None:
     (tmp_path / "evil.md.j2").write_text("{{ jobs.__class__.__mro__[1].__subclasses__() }}")
     r = RunbookRenderer(tmp_path)
     candidate, jobs = _context("x")
-    text = r.annotations(Candidate(_rule("evil.md.j2"), candidate.labels, 1.0), jobs)["runbook"]
+    text = r.runbook(Candidate(_rule("evil.md.j2"), candidate.labels, 1.0), jobs) or ""
     assert text.startswith("(template error: SecurityError") and "subclasses" not in text.replace("__subclasses__", "")
 
 

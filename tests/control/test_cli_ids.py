@@ -97,7 +97,8 @@ def test_unknown_and_too_short_ids_are_clear_errors(store: StateStore, store_url
 def test_without_a_store_commands_say_how_to_give_one_and_create_nothing(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for command in (["jobs", "list"], ["dlq", "show", A], ["pause", A, "--reason", "r"], ["db", "current"], ["recover", "--once"]):
+    for command in (["jobs", "list"], ["dlq", "show", A], ["pause", A, "--reason", "r"], ["db", "current"],
+                    ["recover", "--once"]):
         result = run(*command)
         assert result.exit_code == 2, (command, result.output)
         assert "set RELIABLE_STORE=URL or pass --store URL" in result.stderr, command

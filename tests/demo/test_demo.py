@@ -38,8 +38,8 @@ STEPS = {
     "crashed worker's lease expired": re.escape("rebuild_index: lease 1 of worker-2 expired"),
     "crashed job resumed": r"rebuild_index: claimed by worker-\d \(attempt 2, lease 2\): resumes at page \d",
     "job dead-lettered": re.escape("-> DEAD: 3 attempts used up"),
-    "alert fired": re.escape("FIRING DeadLetterGrowth"),
-    "runbook rendered": re.escape("runbook of DeadLetterGrowth, rendered in the sandbox"),
+    "alert fired": re.escape("FIRING ReliableDeadLetterGrowth"),
+    "runbook rendered": re.escape("runbook of ReliableDeadLetterGrowth, rendered in the sandbox"),
     "dead job requeued": re.escape("audited in the store: requeue by demo"),
     "requeued job succeeded": re.escape("send_webhook: SUCCEEDED on attempt 4"),
     "summary": re.escape("What happened (read back from the store)"),
@@ -139,9 +139,10 @@ def test_demo_delivers_its_alerts_to_alertmanager(tmp_path: Path, alertmanager: 
     assert result.returncode == 0, result.stdout[-4000:]
     assert f"Alertmanager {alertmanager}: sent 2" in result.stdout
     alerts = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
-    dead = [a for a in alerts if a["labels"]["alertname"] == "DeadLetterGrowth"]
+    dead = [a for a in alerts if a["labels"]["alertname"] == "ReliableDeadLetterGrowth"]
     assert dead and dead[0]["labels"]["actor"] == "send_webhook"
-    assert "reliable dlq requeue" in dead[0]["annotations"]["runbook"]
+    assert dead[0]["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth"
+    assert "runbook" not in dead[0]["annotations"]  # the rendered runbook is shown by the demo, not sent
 
 
 @pytest.fixture

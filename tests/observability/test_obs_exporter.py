@@ -55,10 +55,12 @@ def test_exporter_serves_store_gauges_matching_the_store(store_url: str) -> None
                 ("REVIEW", "exports"): 1, ("SUCCEEDED", "exports"): 2, ("PAUSED", "reports"): 1}
     exported = {(dict(labels)["state"], dict(labels)["queue"]): v
                 for (name, labels), v in samples.items() if name == "reliable_jobs"}
-    assert exported == expected
+    # every state of every known queue, 0 when empty
+    assert exported == {(s.value, q): expected.get((s.value, q), 0) for s in JobStatus for q in ("exports", "reports")}
     assert sum(truth.values()) == sum(exported.values())
     assert sample(samples, "reliable_dead_letter_jobs", queue="exports") == 1
     assert sample(samples, "reliable_review_jobs", queue="exports") == 1
+    assert sample(samples, "reliable_dead_letter_jobs", queue="reports") == 0
     assert sample(samples, "reliable_oldest_pending_timestamp_seconds", queue="exports") == pytest.approx(oldest_due)
     assert sample(samples, "reliable_oldest_pending_timestamp_seconds", queue="reports") is None
     assert sample(samples, "reliable_jobs_stuck", state="RUNNING", queue="exports") == 2
@@ -78,8 +80,29 @@ def test_default_states_leave_out_final_outcomes(store_url: str) -> None:
                  if f.name == "reliable_jobs_stuck" for m in f.samples}
     finally:
         store.close()
-    assert states == {"PENDING", "RUNNING", "DEAD", "REVIEW", "PAUSED"}
-    assert stuck == {("RUNNING", "exports"): 0, ("PAUSED", "reports"): 0}  # default SLAs: nothing stuck yet
+    assert states == {s.value for s in JobStatus} - {"SUCCEEDED", "FAILED", "CANCELLED"}  # empty ones at 0
+    # default SLAs: nothing stuck yet, and every SLA state of every known queue says so
+    assert stuck == {(s, q): 0 for s in ("RUNNING", "STOPPING", "PAUSED") for q in ("exports", "reports")}
+
+
+def test_a_fresh_exporter_reports_zeros_not_absence(store_url: str) -> None:
+    """After a restart the gauges of empty states read 0 for every queue the store knows, and for
+    the queues named with --queue (a queue whose jobs all finished is no longer in the counted states)."""
+    store = StateStore(store_url)
+    try:
+        store.register(NewJob("p-1", "exports", "export", {}))
+    finally:
+        store.close()
+    with exporter(store_url, "--queue", "mail") as base:
+        samples = scrape(base)
+    for queue in ("exports", "mail"):
+        assert sample(samples, "reliable_dead_letter_jobs", queue=queue) == 0
+        assert sample(samples, "reliable_review_jobs", queue=queue) == 0
+        assert sample(samples, "reliable_jobs", state="RUNNING", queue=queue) == 0
+        assert sample(samples, "reliable_jobs_stuck", state="RUNNING", queue=queue) == 0
+    assert sample(samples, "reliable_jobs", state="PENDING", queue="exports") == 1
+    assert sample(samples, "reliable_jobs", state="SUCCEEDED", queue="exports") is None  # not a counted state
+    assert sample(samples, "reliable_oldest_pending_timestamp_seconds", queue="mail") is None  # no neutral value
 
 
 def test_sla_rejects_states_without_a_threshold(sqlite_url: str) -> None:

@@ -163,3 +163,15 @@ def test_import_creates_no_collectors() -> None:
             "names = [m.name for m in REGISTRY.collect() if m.name.startswith('reliable')]\n"
             "assert names == [], names\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_track_creates_an_actors_counters_at_zero(registry: CollectorRegistry) -> None:
+    m = Metrics(registry)
+    assert value(registry, "reliable_stale_commits_total", **AQ) is None  # a labelled counter starts absent
+    m.track("export", "exports")
+    assert value(registry, "reliable_stale_commits_total", **AQ) == 0
+    assert value(registry, "reliable_duplicate_effects_total", **AQ) == 0
+    assert value(registry, "reliable_transitions_total", event="fail", to_state="FAILED", **AQ) == 0
+    assert value(registry, "reliable_retries_total", error_class="none", **AQ) is None  # open-ended label
+    m(ev("stale_commit_rejected"))
+    assert value(registry, "reliable_stale_commits_total", **AQ) == 1

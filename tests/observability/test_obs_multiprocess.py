@@ -73,3 +73,50 @@ def test_two_worker_processes_are_added_up_by_the_exporter(store_url: str, tmp_p
     assert sample(samples, "reliable_dispatch_latency_seconds_count", **labels) == 13
     assert sample(samples, "reliable_lease_renewals_total") == 13
     assert sample(samples, "reliable_heartbeat_latency_seconds_count") == 2
+
+
+# A worker process that boots a real Dramatiq Worker and stops before any message arrives.
+BOOT_ONLY = """
+import sys
+import dramatiq
+from dramatiq import Worker
+from dramatiq.brokers.stub import StubBroker
+from prometheus_client import CollectorRegistry
+import reliable
+from reliable.metrics import Metrics
+
+broker = StubBroker()
+broker.emit_after("process_boot")
+dramatiq.set_broker(broker)
+reliable.install(broker, store=sys.argv[1], recovery=False, metrics=Metrics(CollectorRegistry()))
+
+@dramatiq.actor(queue_name="mail")
+def send() -> None: ...
+
+@dramatiq.actor(queue_name="mail", reliable=False)
+def untracked() -> None: ...
+
+worker = Worker(broker, worker_threads=1)
+worker.start()
+worker.stop()
+"""
+
+
+def test_counters_of_tracked_actors_exist_at_zero_from_worker_boot(sqlite_url: str, tmp_path: Path) -> None:
+    """`increase(reliable_stale_commits_total[15m]) > 0` needs a 0 sample before the first event."""
+    directory = tmp_path / "prom"
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    subprocess.run([sys.executable, "-c", SETUP, str(directory)], env=env, check=True, timeout=60)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    subprocess.run([sys.executable, "-c", BOOT_ONLY, sqlite_url], env=env, check=True, timeout=120)
+    with exporter(sqlite_url, env={"PROMETHEUS_MULTIPROC_DIR": str(directory)}) as base:
+        samples = scrape(base)
+    labels = {"actor": "send", "queue": "mail"}
+    for name in ("reliable_stale_commits_total", "reliable_duplicate_effects_total", "reliable_dead_letters_total",
+                 "reliable_lease_expiries_total", "reliable_retry_budget_exhausted_total"):
+        assert sample(samples, name, **labels) == 0, name
+    for event, state in (("succeed", "SUCCEEDED"), ("fail", "FAILED"), ("dead_letter", "DEAD"),
+                         ("need_review", "REVIEW")):
+        assert sample(samples, "reliable_transitions_total", event=event, to_state=state, **labels) == 0, event
+    assert sample(samples, "reliable_stale_commits_total", actor="untracked", queue="mail") is None
+    assert sample(samples, "reliable_heartbeat_failures_total") == 0

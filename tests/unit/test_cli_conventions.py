@@ -128,7 +128,8 @@ def test_state_in_any_case_and_status_as_a_hidden_deprecated_alias(sqlite_url: s
     assert sorted(j["job_id"] for j in json.loads(both.stdout)) == ["p", "r"]
     bad = run("jobs", "list", "--state", "sleeping", "--store", sqlite_url)
     assert bad.exit_code == 2 and "Invalid value for '--state'" in bad.output
-    paused = run("pause", "--state", "pending", "--queue", "exports", "--yes", "--reason", "t", "--json", "--store", sqlite_url)
+    paused = run("pause", "--state", "pending", "--queue", "exports", "--yes", "--reason", "t", "--json",
+                 "--store", sqlite_url)
     assert [r["job_id"] for r in json.loads(paused.stdout)["results"]] == ["p"]
     for path in (("jobs", "list"), ("pause",), ("review", "resolve"), ("exporter",)):
         text = run(*path, "--help").output

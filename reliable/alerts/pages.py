@@ -1,0 +1,66 @@
+"""Runbook pages: the runbook of an alert rendered on request, where its `runbook_url` points.
+
+`reliable exporter` serves them at ``/runbooks/<lower-case alert name>`` (the default
+`runbook_base_url` is ``http://127.0.0.1:9464/runbooks/``). A store rule is evaluated at that
+moment: the page shows the current alert of the rule (the first one whose labels match the query
+string, e.g. ``?queue=mail&actor=send``) with its affected jobs. A PromQL rule, or a store rule
+that does not hold now, gets the runbook without job details, labelled from the query string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from ..store import StateStore
+from .engine import AlertEngine
+from .evaluator import evaluate, requests_for
+from .model import Candidate, build_labels
+from .queries import collect_facts
+from .rules import AlertRule
+from .runbooks import RunbookRenderer, cut
+
+__all__ = ["RunbookPages"]
+
+#: Labels the rule sets or build_labels takes as arguments: not taken from the query string as is.
+_FIXED = frozenset({"alertname", "severity", "route", "owner", "queue", "actor"})
+
+
+class RunbookPages:
+    """Renders the runbook of an alert by its lower-cased name, with the store's current facts.
+
+    Parameters:
+      store: the state store (read only).
+      rules: the loaded rules (store and PromQL); each one with a runbook gets a page.
+      renderer: the runbook renderer (its base URL and links are those of the alerts).
+      clock: the evaluation time; defaults to the database's clock.
+    """
+
+    def __init__(self, store: StateStore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.store = store
+        self.rules = {rule.name.lower(): rule for rule in rules if rule.runbook is not None}
+        self.engine = AlertEngine(store, rules, renderer, clock=clock)
+
+    def index(self) -> str:
+        """The list of pages: one line per alert, with its kind."""
+        lines = [f"{self.engine.renderer.runbook_url(rule.name)}  {rule.name} ({rule.kind})"
+                 for _, rule in sorted(self.rules.items())]
+        return "# Runbooks\n\n" + "\n".join(lines) + "\n"
+
+    def render(self, slug: str, labels: Mapping[str, str]) -> str | None:
+        """The Markdown runbook of the alert named `slug` (lower case), or None when there is none."""
+        rule = self.rules.get(slug.lower())
+        if rule is None:
+            return None
+        return self.engine.runbook(self._candidate(rule, labels)) or ""
+
+    def _candidate(self, rule: AlertRule, labels: Mapping[str, str]) -> Candidate:
+        if rule.kind == "store":
+            facts = collect_facts(self.store, requests_for(rule), self.engine.clock())
+            for candidate in evaluate([rule], facts):
+                if all(candidate.labels.get(key) == value for key, value in labels.items()):
+                    return candidate
+        given = {key: cut(value, 200) or "" for key, value in labels.items()}
+        extra = {key: value for key, value in given.items() if key not in _FIXED}
+        return Candidate(rule, build_labels(rule, queue=given.get("queue"), actor=given.get("actor"),
+                                            owner=given.get("owner"), extra=extra), 0.0)
