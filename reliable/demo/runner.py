@@ -156,9 +156,11 @@ class Director:
         self.say("rebuild_index", note)
         until = time.monotonic() + 5.0
         while time.monotonic() < until:
+            # Look first, narrate second: the refusal seen here is then always told before returning.
+            refused = any(e.event == "stale_commit_rejected" for e in store.events(job_ids["rebuild_index"]))
             jobs = {actor: store.get(job_id) for actor, job_id in job_ids.items()}
             self._narrate(store, jobs, workers)
-            if any(e.event == "stale_commit_rejected" for e in store.events(job_ids["rebuild_index"])):
+            if refused:
                 return
             time.sleep(0.15)
         self.beats.problems.append("rebuild_index: the hung worker's stale write was not seen refused")

@@ -64,7 +64,7 @@ def test_every_request_combination_with_every_outcome(clocked: tuple[StateStore,
                               message={"options": {"reliable_contract": {"idempotent": idempotent}}}))
         claim = store.claim(job_id, worker_id="w", lease_ttl=10.0)
         if pause:
-            control.pause(job_id)
+            control.pause(job_id, reason="maintenance")
         if stop:
             control.stop(job_id, reason="deploy")
         if cancel:
