@@ -41,6 +41,10 @@ __all__ = [
     "require_reason",
 ]
 
+#: What to do with a REVIEW job instead of resuming or retrying it.
+_REVIEW_HINT = ("a REVIEW job waits for a person: check the downstream system, then `reliable reconcile JOB --as "
+                "succeeded|cancelled`, or run it again with `reliable restart --allow-duplicate-side-effects`")
+
 S = JobStatus
 
 #: The commands that need a reason: every operator command, on one job or many, dry run or not. Each
@@ -209,9 +213,15 @@ class Control:
         """PAUSED/STOPPED -> PENDING from the last checkpoint, same job_id; refuses non-resumable jobs."""
         return self._run("resume", job_id, reason, dry_run, self._plan_resume)
 
-    def restart(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
-        """FAILED/DEAD/REVIEW/STOPPED/CANCELLED -> PENDING from the beginning (checkpoint cleared)."""
-        return self._run("restart", job_id, reason, dry_run, self._plan_restart)
+    def restart(self, job_id: str, *, reason: str | None = None, dry_run: bool = False,
+                allow_duplicate_side_effects: bool = False) -> CommandResult:
+        """FAILED/DEAD/REVIEW/STOPPED/CANCELLED -> PENDING from the beginning (checkpoint cleared).
+
+        A job whose contract is not idempotent and that has run at least once is refused unless
+        `allow_duplicate_side_effects`, as for `requeue`.
+        """
+        return self._run("restart", job_id, reason, dry_run,
+                         functools.partial(self._plan_restart, allow_duplicates=allow_duplicate_side_effects))
 
     def requeue(self, job_id: str, *, reason: str | None = None, dry_run: bool = False,
                 allow_duplicate_side_effects: bool = False) -> CommandResult:
@@ -316,7 +326,8 @@ class Control:
 
     def _plan_resume(self, job: Job, reason: str | None) -> _Plan:
         self._require_state(job, Event.RESUME, "resume",
-                            hint="only PAUSED or STOPPED jobs resume; use `reliable restart` or `reliable retry`")
+                            hint=_REVIEW_HINT if job.status is S.REVIEW else
+                            "only PAUSED or STOPPED jobs resume; use `reliable restart` or `reliable retry`")
         contract = self.contract_for(job)
         if not contract.resumable:
             raise ControlRefused(
@@ -329,36 +340,46 @@ class Control:
         return _Plan(Event.RESUME, dispatch=self.broker is not None,
                      detail={"from_checkpoint": job.checkpoint_version})
 
-    def _plan_restart(self, job: Job, reason: str | None) -> _Plan:
+    def _plan_restart(self, job: Job, reason: str | None, *, allow_duplicates: bool) -> _Plan:
         self._require_state(job, Event.RESTART, "restart")
         contract = self.contract_for(job)
+        detail: dict[str, Any] = {"cleared_checkpoint_version": job.checkpoint_version}
+        # A job that never ran (stopped or cancelled while PENDING) has no side effect to repeat.
+        warnings = self._duplicate_guard(job, contract, allow_duplicates, detail) if job.attempt > 0 else ()
         effects = self.store.effects(job.job_id)
-        warnings = ((f"{len(effects)} side effect(s) were already applied; the job runs again from the "
-                     "beginning (units recorded with operation keys are detected as replays)",) if effects else ())
+        if effects:
+            warnings += (f"{len(effects)} side effect(s) were already applied; the job runs again from the "
+                         "beginning (units recorded with operation keys are detected as replays)",)
         return _Plan(Event.RESTART, dispatch=self.broker is not None, warnings=warnings,
-                     checkpoint_schema=contract.checkpoint_schema,
-                     detail={"cleared_checkpoint_version": job.checkpoint_version})
+                     checkpoint_schema=contract.checkpoint_schema, detail=detail)
 
     def _plan_requeue(self, job: Job, reason: str | None, *, allow_duplicates: bool) -> _Plan:
         self._require_state(job, Event.REQUEUE, "requeue",
-                            hint="retry takes FAILED or DEAD jobs; use `reliable resume` or `reliable restart`")
+                            hint=_REVIEW_HINT if job.status is S.REVIEW else
+                            "retry takes FAILED or DEAD jobs; use `reliable resume` or `reliable restart`")
         contract = self.contract_for(job)
         # Unlike resume, a retry without any contract information trusts the worker's own check.
         if job.checkpoint is not None and (contract.known or contract.checkpoint_schema is not None):
             self._check_schema(job, contract, alternative="restart")
         detail: dict[str, Any] = {"from_checkpoint": job.checkpoint_version}
-        warnings: tuple[str, ...] = ()
-        if not contract.idempotent:
-            if not allow_duplicates:
-                raise ControlRefused(
-                    f"job {job.job_id}: actor {job.actor!r} is not idempotent, so its side effect (a charge, an "
-                    "email...) may already have happened and running it again may repeat it; reconcile instead: "
-                    "check the downstream system, and only if the effect did not happen run it again with "
-                    "--allow-duplicate-side-effects (or take it out of the dead letters: `reliable dlq discard`)")
-            detail["allow_duplicate_side_effects"] = True
-            warnings = (f"actor {job.actor!r} is not idempotent: running it again may repeat its side effect "
-                        "(allowed by --allow-duplicate-side-effects)",)
+        warnings = self._duplicate_guard(job, contract, allow_duplicates, detail)
         return _Plan(Event.REQUEUE, dispatch=self.broker is not None, detail=detail, warnings=warnings)
+
+    @staticmethod
+    def _duplicate_guard(job: Job, contract: ActorContract, allow: bool, detail: dict[str, Any]) -> tuple[str, ...]:
+        """Running a non-idempotent job again (retry, restart) may repeat its side effect: refused
+        unless allowed; allowed, it is recorded in `detail` and returned as a warning."""
+        if contract.idempotent:
+            return ()
+        if not allow:
+            raise ControlRefused(
+                f"job {job.job_id}: actor {job.actor!r} is not idempotent, so its side effect (a charge, an "
+                "email...) may already have happened and running it again may repeat it; reconcile instead: "
+                "check the downstream system, and only if the effect did not happen run it again with "
+                "--allow-duplicate-side-effects (or take it out of the dead letters: `reliable dlq discard`)")
+        detail["allow_duplicate_side_effects"] = True
+        return (f"actor {job.actor!r} is not idempotent: running it again may repeat its side effect "
+                "(allowed by --allow-duplicate-side-effects)",)
 
     def _require_state(self, job: Job, event: Event, command: str, *, hint: str | None = None) -> None:
         if (job.status, event) not in TRANSITIONS:

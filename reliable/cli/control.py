@@ -129,7 +129,7 @@ def control_options(func: F) -> F:
 
 ALLOW_DUPLICATES = "allow_duplicate_side_effects"
 
-#: `retry` / `dlq requeue` of a job whose actor is not idempotent (see Control.requeue).
+#: `retry`, `restart` / `dlq requeue` of a job whose actor is not idempotent (see Control.requeue).
 allow_duplicates_option = click.option(
     "--allow-duplicate-side-effects", ALLOW_DUPLICATES, is_flag=True,
     help="Also run jobs whose actor is not idempotent (idempotent: false). Their side effect may already have "
@@ -380,19 +380,22 @@ def resume(params: dict[str, Any]) -> None:
     return None
 
 
-@_command("restart", "Run jobs again from the beginning (checkpoint cleared).", """\
+def _retry_extra(params: dict[str, Any]) -> dict[str, Any]:
+    return {ALLOW_DUPLICATES: params.pop(ALLOW_DUPLICATES)}
+
+
+restart = allow_duplicates_option(_command("restart", "Run jobs again from the beginning (checkpoint cleared).", """\
 FAILED, DEAD, REVIEW, STOPPED and CANCELLED jobs go back to PENDING with no checkpoint and a fresh
 retry budget (checkpoint_version keeps counting up). Side effects already applied are not undone.
 
+A job whose actor is not idempotent and that has run at least once is refused, as for `retry`: its
+side effect may already have happened. Check the downstream system (for a REVIEW job, `reliable
+reconcile` records what you found); only if the effect did not happen, pass
+--allow-duplicate-side-effects.
+
 \b
 Example:
-  reliable restart 3f2a9c1e --reason "input file fixed\"""")
-def restart(params: dict[str, Any]) -> None:
-    return None
-
-
-def _retry_extra(params: dict[str, Any]) -> dict[str, Any]:
-    return {ALLOW_DUPLICATES: params.pop(ALLOW_DUPLICATES)}
+  reliable restart 3f2a9c1e --reason "input file fixed\"""")(_retry_extra))
 
 
 retry = allow_duplicates_option(_command("retry", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\

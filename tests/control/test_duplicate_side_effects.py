@@ -1,4 +1,4 @@
-"""`retry` / `dlq requeue` of a non-idempotent job needs --allow-duplicate-side-effects (API, bulk and CLI)."""
+"""`retry`, `restart` and `dlq requeue` of a non-idempotent job need --allow-duplicate-side-effects (API, bulk, CLI)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from control_helpers import cli, cli_json, ended
+from control_helpers import cli, cli_json, ended, make
 
 from reliable.control import Control
 from reliable.errors import ControlRefused
@@ -119,3 +119,35 @@ def test_cli_bulk_requeue_needs_the_flag_for_non_idempotent_jobs(store: StateSto
             "--allow-duplicate-side-effects", store_url=store_url)
     assert store.get("pay").status is JobStatus.PENDING
 
+
+
+def test_restart_of_a_non_idempotent_job_that_ran_needs_the_flag(store: StateStore, control: Control) -> None:
+    ended(store, "pay", Event.NEED_REVIEW, contract=NOT_IDEMPOTENT)
+    with pytest.raises(ControlRefused, match="not idempotent.*--allow-duplicate-side-effects"):
+        control.restart("pay", reason="not charged, rerun")
+    assert store.get("pay").status is JobStatus.REVIEW
+    result = control.restart("pay", reason="checked: not charged", allow_duplicate_side_effects=True)
+    assert result.outcome == "done" and store.get("pay").status is JobStatus.PENDING
+    restart = store.events("pay")[-1]
+    assert (restart.event, restart.detail["allow_duplicate_side_effects"]) == ("restart", True)
+
+
+def test_restart_of_a_non_idempotent_job_that_never_ran_needs_no_flag(store: StateStore, control: Control) -> None:
+    make(store, "pay", contract=NOT_IDEMPOTENT)
+    control.cancel("pay", reason="not now")
+    assert control.restart("pay", reason="now").job.status is JobStatus.PENDING  # type: ignore[union-attr]
+
+
+def test_retry_or_resume_of_a_review_job_points_to_reconcile(store: StateStore, control: Control) -> None:
+    ended(store, "pay", Event.NEED_REVIEW, contract=NOT_IDEMPOTENT)
+    for command in (control.requeue, control.resume):
+        with pytest.raises(ControlRefused, match="reliable reconcile JOB --as succeeded"):
+            command("pay", reason="r")
+
+
+def test_cli_restart_takes_the_flag(store: StateStore, store_url: str) -> None:
+    ended(store, "pay", Event.DEAD_LETTER, contract=NOT_IDEMPOTENT)
+    cli("restart", "pay", "--reason", "r", store_url=store_url, check=1)
+    assert store.get("pay").status is JobStatus.DEAD
+    cli("restart", "pay", "--reason", "checked", "--allow-duplicate-side-effects", store_url=store_url)
+    assert store.get("pay").status is JobStatus.PENDING
