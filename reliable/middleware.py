@@ -834,7 +834,7 @@ class ReliableMiddleware(Middleware):
             return 0
         try:
             return self.store.count_job_events(context.job_id, "retry_scheduled",
-                                               detail_contains='"rate_limited":true')
+                                               detail_contains='"rate_limited":true', since_fresh_budget=True)
         except StoreError:
             return 0
 

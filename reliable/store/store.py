@@ -44,7 +44,7 @@ from .db import (
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
-from .writes import JobWrite, event_write, transition_write
+from .writes import FRESH_BUDGET, JobWrite, event_write, transition_write
 
 __all__ = ["EventListener", "StateStore", "checkpoint_json"]
 
@@ -819,10 +819,21 @@ class StateStore:
         with self._read() as conn:
             return int(conn.execute(stmt).scalar_one())
 
-    def count_job_events(self, job_id: str, event: str, *, detail_contains: str | None = None) -> int:
-        """How many `event` rows the job has (whose JSON detail contains `detail_contains`, if given)."""
+    def count_job_events(self, job_id: str, event: str, *, detail_contains: str | None = None,
+                         since_fresh_budget: bool = False) -> int:
+        """How many `event` rows the job has (whose JSON detail contains `detail_contains`, if given).
+
+        `since_fresh_budget`: only those after the job's last restart or requeue (FRESH_BUDGET), which
+        give it a fresh retry budget.
+        """
         stmt = select(func.count()).select_from(job_events).where(job_events.c.job_id == job_id,
                                                                   job_events.c.event == event)
+        if since_fresh_budget:
+            last_reset = (select(func.coalesce(func.max(job_events.c.id), 0))
+                          .where(job_events.c.job_id == job_id,
+                                 job_events.c.event.in_(sorted(e.value for e in FRESH_BUDGET)))
+                          .scalar_subquery())
+            stmt = stmt.where(job_events.c.id > last_reset)
         if detail_contains is not None:
             stmt = stmt.where(job_events.c.detail.contains(detail_contains, autoescape=True))
         with self._read() as conn:

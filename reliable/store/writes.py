@@ -41,7 +41,7 @@ from ..states import (
     target,
 )
 
-__all__ = ["JobWrite", "event_write", "transition_write"]
+__all__ = ["FRESH_BUDGET", "JobWrite", "event_write", "transition_write"]
 
 S = JobStatus
 E = Event
@@ -49,7 +49,7 @@ E = Event
 #: Operator requests: the flag each one raises on a running job.
 _REQUESTS: Mapping[Event, str] = {E.PAUSE_REQUEST: "pause", E.STOP_REQUEST: "stop", E.CANCEL_REQUEST: "cancel"}
 #: Operator commands that give the job a fresh retry budget.
-_FRESH_BUDGET: frozenset[Event] = frozenset({E.RESTART, E.REQUEUE})
+FRESH_BUDGET: frozenset[Event] = frozenset({E.RESTART, E.REQUEUE})
 #: Operator commands that run the job from the beginning.
 _FROM_SCRATCH: frozenset[Event] = frozenset({E.RESTART})
 
@@ -158,7 +158,7 @@ def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool
         dispatch_mode = "keep"
     if to is S.RETRY_WAIT:
         retries = "count"
-    elif event in _FRESH_BUDGET:
+    elif event in FRESH_BUDGET:
         retries = "reset"
     else:
         retries = "keep"

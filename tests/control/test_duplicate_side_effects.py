@@ -123,7 +123,7 @@ def test_cli_bulk_requeue_needs_the_flag_for_non_idempotent_jobs(store: StateSto
 
 def test_restart_of_a_non_idempotent_job_that_ran_needs_the_flag(store: StateStore, control: Control) -> None:
     ended(store, "pay", Event.NEED_REVIEW, contract=NOT_IDEMPOTENT)
-    with pytest.raises(ControlRefused, match="not idempotent.*--allow-duplicate-side-effects"):
+    with pytest.raises(ControlRefused, match=r"not idempotent.*--allow-duplicate-side-effects"):
         control.restart("pay", reason="not charged, rerun")
     assert store.get("pay").status is JobStatus.REVIEW
     result = control.restart("pay", reason="checked: not charged", allow_duplicate_side_effects=True)

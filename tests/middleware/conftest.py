@@ -50,9 +50,15 @@ class Harness:
 
 
 @pytest.fixture
-def policy_file(tmp_path: Path) -> Path:
+def policy_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """FAST_POLICY; parametrized indirectly with a dict, that dict is the policy's `defaults.rate_limit`."""
     path = tmp_path / "policy.yaml"
-    path.write_text(FAST_POLICY)
+    rate_limit = getattr(request, "param", None)
+    text = FAST_POLICY
+    if rate_limit:
+        text = text.replace("  max_attempts: 3\n", "  max_attempts: 3\n  rate_limit: "
+                            + "{" + ", ".join(f"{k}: {v}" for k, v in rate_limit.items()) + "}\n")
+    path.write_text(text)
     return path
 
 

@@ -10,6 +10,7 @@ import dramatiq
 import pytest
 
 import reliable
+from reliable.control import Control
 from reliable.dispatch import dispatch
 from reliable.states import Event, JobStatus
 
@@ -242,6 +243,28 @@ def test_rate_limited_job_waits_at_least_retry_after(harness: Harness) -> None:
     assert started[1] - started[0] >= 1.0, "Retry-After: 1 was honoured"
     retry = next(e for e in harness.store.events(message.message_id) if e.event == "retry_scheduled")
     assert retry.error_class == "rate_limited" and retry.detail["delay"] >= 1.0 and retry.detail["rate_limited"]
+
+
+@pytest.mark.parametrize("policy_file", [{"max_retries": 2}], indirect=True)
+def test_a_requeued_job_gets_a_fresh_budget_of_rate_limited_retries(harness: Harness) -> None:
+    calls: list[int] = []
+
+    @dramatiq.actor
+    def call_api() -> None:
+        calls.append(1)
+        if len(calls) in (1, 2, 3, 4, 5):
+            raise RateLimited("0")
+
+    message = call_api.send()
+    harness.worker.start()
+    store = harness.store
+    wait_for(lambda: store.get(message.message_id).status is JobStatus.DEAD, "3 rate-limited attempts: DEAD")
+    assert len(calls) == 3  # 2 rate-limited retries, then over the cap of 2
+    Control(store, broker=harness.broker).requeue(message.message_id, reason="partner raised our quota")
+    # Two more rate-limited failures fit a fresh budget of 2; the third attempt after the requeue succeeds.
+    wait_for(lambda: store.get(message.message_id).status in (JobStatus.SUCCEEDED, JobStatus.DEAD),
+             "the requeued job to end")
+    assert store.get(message.message_id).status is JobStatus.SUCCEEDED and len(calls) == 6
 
 
 def test_ambiguous_side_effect_goes_to_review_without_retry(harness: Harness) -> None:
