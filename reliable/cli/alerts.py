@@ -77,18 +77,26 @@ def alerts() -> None:
 
 
 @alerts.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path), required=False)
+@rules_option
 @runbooks_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {ok, rules, store, promql, problems: [{path, line, field, message}]}.")
 @handle_errors
-def check(path: Path, runbooks_dir: Path | None, as_json: bool) -> None:
+def check(path: Path | None, rules_path: Path | None, runbooks_dir: Path | None, as_json: bool) -> None:
     """Validate the rule files at PATH (a file or a directory): one line per problem, exit 2 on errors.
+
+    PATH may also be given as --rules (like the other `alerts` commands); neither: the shipped rules.
 
     Runbook templates named by the rules are compiled too (from --runbooks, default the shipped ones).
     """
+    given = click.get_current_context().get_parameter_source("rules_path") is click.core.ParameterSource.COMMANDLINE
+    if path is not None and given and path != rules_path:
+        raise click.UsageError(f"two rule paths: PATH {path} and --rules {rules_path}; give one")
+    if path is not None:
+        rules_path = None  # PATH wins over RELIABLE_ALERT_RULES
     problems: list[PolicyError] = []
-    rules = load_rules(path, collect=problems)
+    rules = load_rules(_rules(path or rules_path), collect=problems)
     renderer = RunbookRenderer(_runbooks(runbooks_dir))
     for rule in rules:
         try:
