@@ -183,7 +183,11 @@ def events(job_id: str, store_url: str, names: tuple[str, ...], since: timedelta
         emit_json([event.as_dict() for event in history])
         return
     if not history:
-        click.echo(f"job {job_id}: no event matches", err=True)
+        known = sorted({e.event for e in store.events(job_id)}) if names else []
+        missing = sorted(set(names) - set(known))
+        hint = (f"; it has no {', '.join(missing)} event (its events: {', '.join(known)})" if missing and known
+                else "")
+        click.echo(f"job {job_id}: no event matches{hint}", err=True)
         return
     rows: list[JobEvent | CheckpointRun] = list(history) if show_all else collapse_checkpoints(history)
     caption = (f"{len(history)} events in {len(rows)} lines: consecutive checkpoints collapsed (--all shows each)"
