@@ -109,6 +109,7 @@ class SqlRunner:
         if self._postgres:
             self._positional["write_jobs"] = _positional(batch_write_sql(self.queries["write_job"]))
         self._kept: tuple[Any, int] | None = None
+        self._prefix_query: str | None = None  # PostgreSQL: which job id prefix query fits the collation
         self._kept_lock = threading.Lock()
         #: PostgreSQL: single writes outside a transaction go through the process's flusher.
         self.group_commit = GroupCommit(self.write_many, self._write_alone) if group_commit and self._postgres \
@@ -377,10 +378,15 @@ class SqlRunner:
         return None if row is None else str(row[0])
 
     def job_ids_by_prefix(self, prefix: str, prefix_end: str, limit: int) -> list[str]:
-        """The ids in [prefix, prefix_end) that start with `prefix`, smallest first, at most `limit`."""
+        """The ids in [prefix, prefix_end) (character order) that start with `prefix`, smallest first."""
         params = {"prefix": prefix, "prefix_end": prefix_end, "limit": limit}
         with self._single() as tx:
-            return [str(row[0]) for row in self._execute(tx, "job_ids_by_prefix", params).fetchall()]
+            if self._postgres and self._prefix_query is None:
+                # Migration 0008 made the character-order index where the collation is linguistic.
+                found = self._execute(tx, "has_index", {"name": "ix_reliable_jobs_job_id_c"}).fetchone()
+                self._prefix_query = "job_ids_by_prefix_c" if found else "job_ids_by_prefix"
+            name = self._prefix_query or "job_ids_by_prefix"
+            return [str(row[0]) for row in self._execute(tx, name, params).fetchall()]
 
     def outage_ended_at(self) -> float | None:
         """When the last outage ended, as the first heartbeat after it saw it (None: never)."""

@@ -147,12 +147,23 @@ RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requ
 SELECT status FROM reliable_jobs WHERE job_id = %(job_id)s;
 
 -- name: job_ids_by_prefix
--- The ids starting with %(prefix)s, smallest first: a range on the primary key (its index serves it
--- in any collation; LIKE 'x%' needs the C collation), then the exact test, as a linguistic collation
--- may order ids otherwise than their characters.
+-- The ids starting with %(prefix)s, smallest first: a range on the primary key, then the exact
+-- test. Right when the database's collation orders ids by their characters (C, POSIX, C.UTF-8);
+-- otherwise migration 0008 made an index for job_ids_by_prefix_c (SqlRunner picks).
 SELECT job_id FROM reliable_jobs
 WHERE job_id >= %(prefix)s::text AND job_id < %(prefix_end)s::text AND starts_with(job_id, %(prefix)s::text)
 ORDER BY job_id LIMIT %(limit)s::int8;
+
+-- name: job_ids_by_prefix_c
+-- The same in character order (COLLATE "C"), for a linguistic collation: it sorts ':' '[' '{'
+-- before digits and letters, so its range would miss ids. Served by ix_reliable_jobs_job_id_c.
+SELECT job_id FROM reliable_jobs
+WHERE job_id COLLATE "C" >= %(prefix)s::text AND job_id COLLATE "C" < %(prefix_end)s::text
+  AND starts_with(job_id, %(prefix)s::text)
+ORDER BY job_id COLLATE "C" LIMIT %(limit)s::int8;
+
+-- name: has_index
+SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = %(name)s::text;
 
 -- name: outage_ended_at
 SELECT outage_ended_at FROM reliable_liveness WHERE id = 1;
