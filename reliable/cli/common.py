@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Column, Table
+from rich.text import Text
 
 from ..durations import parse_duration
 from ..errors import ConfigError, JobNotFound, ReliableError
@@ -201,6 +202,9 @@ def print_table(console: Console, table: Table) -> None:
     terminal; off a terminal every row is one line, however wide."""
     whole = 0
     for column in table.columns:
+        # Cells are data (ids, checkpoints, error messages, reasons), never rich markup: "[/]" in a
+        # checkpoint must print, not crash the table.
+        column._cells = [Text(cell) if isinstance(cell, str) else cell for cell in column._cells]
         if column.no_wrap:
             cells = [column.header, *column.cells]
             column.min_width = max(Measurement.get(console, console.options, cell).maximum for cell in cells)

@@ -85,7 +85,7 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
     for name in ("job_id", "status", "queue", "actor", "owner", "attempt", "retry_count", "lease_id",
                  "worker_id", "checkpoint", "checkpoint_version", "last_error_class", "last_error_type",
                  "last_error_message", "trace_id", "workflow_id", "parent_job_id"):
-        console.print(f"[bold]{name:>20}[/bold]  {getattr(job, name)}")
+        console.print(f"[bold]{name:>20}[/bold]  {escape(str(getattr(job, name)))}", highlight=False)
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")
     if last is not None:
@@ -199,12 +199,12 @@ def events(job_id: str, store_url: str, names: tuple[str, ...], since: timedelta
             first, last = row.events[0], row.events[-1]
             table.add_row(fmt_time(first.at), f"checkpoint x{len(row.events)}", first.from_status or "-",
                           last.to_status or "-", str(first.attempt), str(first.lease_id), first.worker_id or "-",
-                          "-", escape(f"{_short(first.checkpoint)} .. {_short(last.checkpoint)} "
+                          "-", (f"{_short(first.checkpoint)} .. {_short(last.checkpoint)} "
                                       f"(until {fmt_time(last.at)})"))
             continue
         why = row.reason or (f"{row.error_class}: {row.error_message}" if row.error_class else "")
         if row.event == "checkpoint":
             why = _short(row.checkpoint)
         table.add_row(fmt_time(row.at), row.event, row.from_status or "-", row.to_status or "-", str(row.attempt),
-                      str(row.lease_id), row.worker_id or "-", row.operator or "-", escape(why))
+                      str(row.lease_id), row.worker_id or "-", row.operator or "-", why)
     print_table(stdout_console(), table)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..selection import JobFilter, count_jobs, select_jobs
@@ -52,15 +53,16 @@ def show_view(store: StateStore, job_id: str, *, as_json: bool) -> None:
         })
         return
     console = stdout_console()
-    console.print(f"[bold]{job.job_id}[/bold]  {job.status.value}  queue={job.queue}  actor={job.actor}  "
-                  f"owner={job.owner or '-'}  attempts={job.attempt}  retries={job.retry_count}", highlight=False)
-    console.print(f"last error: {job.last_error_class or '-'} {job.last_error_type or ''}: "
-                  f"{job.last_error_message or '-'}", highlight=False)
-    console.print(f"checkpoint: {job.checkpoint!r} (version {job.checkpoint_version}, schema "
-                  f"{job.checkpoint_schema}, at {fmt_time(job.checkpoint_at)})", highlight=False)
-    console.print(f"side effects applied: {len(effects)}"
-                  + (f" ({', '.join(e.op_key for e in effects[:5])}{'...' if len(effects) > 5 else ''})"
-                     if effects else ""), highlight=False)
+    console.print(f"[bold]{escape(job.job_id)}[/bold]  "
+                  + escape(f"{job.status.value}  queue={job.queue}  actor={job.actor}  owner={job.owner or '-'}  "
+                           f"attempts={job.attempt}  retries={job.retry_count}"), highlight=False)
+    console.print(escape(f"last error: {job.last_error_class or '-'} {job.last_error_type or ''}: "
+                         f"{job.last_error_message or '-'}"), highlight=False)
+    console.print(escape(f"checkpoint: {job.checkpoint!r} (version {job.checkpoint_version}, schema "
+                         f"{job.checkpoint_schema}, at {fmt_time(job.checkpoint_at)})"), highlight=False)
+    console.print(escape(f"side effects applied: {len(effects)}"
+                         + (f" ({', '.join(e.op_key for e in effects[:5])}{'...' if len(effects) > 5 else ''})"
+                            if effects else "")), highlight=False)
     table = Table("attempt", id_column("attempt_id"), "worker", "started", "ended", "outcome", "error",
                   title="attempts")
     for a in attempts:

@@ -148,3 +148,15 @@ def test_on_a_terminal_ids_stay_whole_and_other_columns_fold(width: int) -> None
     cells = re.sub(r"\s", "", "".join([*(str(c.header) for c in table.columns),
                                        *(str(cell) for c in table.columns for cell in c.cells)]))
     assert sorted(printed) == sorted(cells)
+
+
+def test_job_data_is_printed_as_it_is_never_read_as_markup(store: StateStore, store_url: str) -> None:
+    odd = "[/x]bbbbbbbb"
+    ended(store, odd, Event.DEAD_LETTER, checkpoint=["[/]", "[bold]x"])
+    for args in (["jobs", "list"], ["jobs", "show", odd], ["jobs", "events", odd, "--all"], ["dlq", "list"],
+                 ["dlq", "show", odd]):
+        result = run(*args, "--store", store_url)
+        assert result.exit_code == 0, (args, result.output)
+        assert odd in result.stdout or args[1] == "events", (args, result.stdout)
+    assert "[bold]x" in run("jobs", "show", odd, "--store", store_url).stdout
+    assert "[/]" in run("jobs", "events", odd, "--all", "--store", store_url).stdout  # the checkpoint, as written
