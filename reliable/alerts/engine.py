@@ -96,9 +96,9 @@ class AlertEngine:
                 out["runbook"] = runbook
         return out
 
-    def runbook(self, candidate: Candidate) -> str | None:
+    def runbook(self, candidate: Candidate, *, summary: str | None = None) -> str | None:
         """The rendered runbook of an alert with its affected jobs (None when the rule names none)."""
-        return self.renderer.runbook(candidate, self.jobs(candidate))
+        return self.renderer.runbook(candidate, self.jobs(candidate), summary=summary)
 
     def evaluate(self, *, persist: bool = True) -> Evaluation:
         """Evaluate every store rule once; with `persist`, advance and save the alert states."""

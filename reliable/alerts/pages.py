@@ -17,13 +17,9 @@ from .evaluator import evaluate, requests_for
 from .model import Candidate, build_labels
 from .queries import collect_facts
 from .rules import AlertRule
-from .runbooks import RunbookRenderer, cut
+from .runbooks import RunbookRenderer
 
 __all__ = ["RunbookPages"]
-
-#: Labels the rule sets or build_labels takes as arguments: not taken from the query string as is.
-_FIXED = frozenset({"alertname", "severity", "route", "owner", "queue", "actor"})
-
 
 class RunbookPages:
     """Renders the runbook of an alert by its lower-cased name, with the store's current facts.
@@ -52,15 +48,22 @@ class RunbookPages:
         rule = self.rules.get(slug.lower())
         if rule is None:
             return None
-        return self.engine.runbook(self._candidate(rule, labels)) or ""
+        firing = self._firing(rule, labels)
+        if firing is not None:
+            return self.engine.runbook(firing) or ""
+        # Not firing now (a PromQL rule, a resolved alert, labels that match nothing): the runbook
+        # without job details. The query string is not used here: its values would land in the
+        # page's copyable commands unchecked.
+        quiet = Candidate(rule, build_labels(rule), 0.0)
+        return self.engine.runbook(quiet, summary=f"{rule.name} is not firing here now: the runbook without "
+                                                  "job details.") or ""
 
-    def _candidate(self, rule: AlertRule, labels: Mapping[str, str]) -> Candidate:
-        if rule.kind == "store":
-            facts = collect_facts(self.store, requests_for(rule), self.engine.clock())
-            for candidate in evaluate([rule], facts):
-                if all(candidate.labels.get(key) == value for key, value in labels.items()):
-                    return candidate
-        given = {key: cut(value, 200) or "" for key, value in labels.items()}
-        extra = {key: value for key, value in given.items() if key not in _FIXED}
-        return Candidate(rule, build_labels(rule, queue=given.get("queue"), actor=given.get("actor"),
-                                            owner=given.get("owner"), extra=extra), 0.0)
+    def _firing(self, rule: AlertRule, labels: Mapping[str, str]) -> Candidate | None:
+        """The store rule's alert that holds now and matches every given label, if any."""
+        if rule.kind != "store":
+            return None
+        facts = collect_facts(self.store, requests_for(rule), self.engine.clock())
+        for candidate in evaluate([rule], facts):
+            if all(candidate.labels.get(key) == value for key, value in labels.items()):
+                return candidate
+        return None

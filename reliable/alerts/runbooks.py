@@ -206,13 +206,17 @@ class RunbookRenderer:
         out["runbook_url"] = context["runbook_url"]
         return out
 
-    def runbook(self, candidate: Candidate, jobs: Sequence[JobContext]) -> str | None:
-        """The rule's runbook rendered as Markdown for one alert, or None when the rule names none."""
+    def runbook(self, candidate: Candidate, jobs: Sequence[JobContext], *, summary: str | None = None) -> str | None:
+        """The rule's runbook rendered as Markdown for one alert, or None when the rule names none.
+
+        `summary` replaces the rule's summary (e.g. for an alert that is not firing: its summary
+        template may name labels only a firing alert has).
+        """
         rule = candidate.rule
         if rule.runbook is None:
             return None
         context = self.context(candidate, jobs)
-        context["summary"] = self.annotations(candidate, jobs)["summary"]
+        context["summary"] = summary if summary is not None else self.annotations(candidate, jobs)["summary"]
         load = functools.partial(self.env.get_template, rule.runbook)
         return cut(self._render(load, context), self.max_chars) or ""
 

