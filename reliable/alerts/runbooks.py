@@ -152,6 +152,8 @@ class RunbookRenderer:
         self.env = SandboxedEnvironment(loader=jinja2.FileSystemLoader(str(self.directory)), autoescape=True,
                                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                                         keep_trailing_newline=True)
+        # Values pasted into a copyable command (queue, actor) are quoted for the shell.
+        self.env.filters["shquote"] = shlex.quote
         self._inline: dict[str, jinja2.Template] = {}
 
     def runbook_url(self, alertname: str) -> str:
