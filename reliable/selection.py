@@ -13,7 +13,7 @@ from .states import JobStatus
 from .store import Job, StateStore
 from .store.schema import job_events, jobs
 
-__all__ = ["DISCARDED", "JobFilter", "count_jobs", "select_jobs", "statuses"]
+__all__ = ["DISCARDED", "JobFilter", "count_jobs", "not_discarded", "select_jobs", "statuses"]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
 DISCARDED = "discarded"
@@ -57,11 +57,16 @@ class JobFilter:
         if self.older_than is not None and now is not None:
             where.append(jobs.c.updated_at < now - self.older_than)
         if self.exclude_discarded:
-            discarded = exists().where(and_(job_events.c.job_id == jobs.c.job_id,
-                                            job_events.c.event == DISCARDED,
-                                            job_events.c.version == jobs.c.version))
-            where.append(~discarded)
+            where.append(not_discarded())
         return where
+
+
+def not_discarded() -> ColumnElement[bool]:
+    """The job (reliable_jobs) was not discarded since its last transition: still a dead letter."""
+    # An alias: the caller may itself read job_events (the alert queries do).
+    discards = job_events.alias("discards")
+    return ~exists().where(and_(discards.c.job_id == jobs.c.job_id, discards.c.event == DISCARDED,
+                                discards.c.version == jobs.c.version)).correlate(jobs)
 
 
 def _now(store: StateStore, flt: JobFilter) -> float | None:

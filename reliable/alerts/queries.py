@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..selection import not_discarded
 from ..store import StateStore
 from ..store.schema import attempts, job_events, jobs
 from .facts import EventCount, EventCounts, Facts, GroupAge, GroupAges, JobFact, JobSample, StaleJobs
@@ -84,8 +85,10 @@ def _counts(conn: Any, request: EventCounts, now: float) -> list[EventCount]:
     if request.detail_contains:
         where.append(e.c.detail.contains(request.detail_contains, autoescape=True))
     if request.still_in:
-        where.append(jobs.c.status.in_(request.still_in))
-    stmt = (select(e.c.queue, e.c.actor, e.c.event, func.count().label("n"), func.max(jobs.c.owner).label("owner"))
+        # Jobs still in those states (a dead letter not discarded since), each counted once.
+        where += [jobs.c.status.in_(request.still_in), not_discarded()]
+    counted = func.count(func.distinct(e.c.job_id)) if request.still_in else func.count()
+    stmt = (select(e.c.queue, e.c.actor, e.c.event, counted.label("n"), func.max(jobs.c.owner).label("owner"))
             .select_from(e.outerjoin(jobs, jobs.c.job_id == e.c.job_id))
             .where(and_(*where)).group_by(e.c.queue, e.c.actor, e.c.event))
     return [EventCount(row.queue or "", row.actor or "", row.event, int(row.n), row.owner)
@@ -132,7 +135,7 @@ def sample_job_ids(store: StateStore, sample: JobSample, limit: int = 3) -> list
         stmt = select(e.c.job_id)
         if sample.still_in:
             stmt = stmt.join(jobs, jobs.c.job_id == e.c.job_id)
-            where.append(jobs.c.status.in_(sample.still_in))
+            where += [jobs.c.status.in_(sample.still_in), not_discarded()]
         rows = conn.execute(stmt.where(and_(*where)).order_by(e.c.at.desc()).limit(limit * 10))
         return list(dict.fromkeys(rows.scalars()))[:limit]
 

@@ -133,3 +133,22 @@ def test_check_takes_path_or_rules_like_the_other_commands(tmp_path: Path) -> No
         assert done.exit_code == 0 and done.output.startswith("OK: 26 rules"), (args, done.output)
     both = runner.invoke(cli, ["alerts", "check", str(SHIPPED / "alert_rules"), "--rules", str(tmp_path)])
     assert both.exit_code == 2 and "two rule paths" in both.output
+
+
+def test_dead_letter_growth_counts_each_dead_job_once_and_forgets_discarded_ones(store: StateStore) -> None:
+    def dead(job_id: str) -> None:
+        claim = store.claim(job_id, worker_id="w", lease_ttl=60)
+        store.finish(job_id, claim.lease_id, Event.DEAD_LETTER, worker_id="w")
+
+    for job_id in ("twice", "once"):
+        store.register(NewJob(job_id=job_id, queue="mail", actor="send", message={}))
+        dead(job_id)
+    store.transition("twice", Event.REQUEUE, operator="alice", reason="retry")
+    dead("twice")  # dead-lettered twice in the window: still one job
+    rules = [r for r in load_rules(SHIPPED / "alert_rules") if r.name == "ReliableDeadLetterGrowth"]
+    engine = AlertEngine(store, rules, RunbookRenderer(SHIPPED / "runbooks"))
+    (candidate,) = engine.evaluate(persist=False).candidates
+    assert candidate.value == 2
+    store.record_event("once", "discarded", operator="alice", reason="not needed")
+    store.record_event("twice", "discarded", operator="alice", reason="not needed")
+    assert engine.evaluate(persist=False).candidates == []  # discarded: the alert resolves
