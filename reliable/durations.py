@@ -27,7 +27,7 @@ UNITS: dict[str, float] = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, 
 FORMS = ("expected a number of seconds (90, 1.5) or numbers with units, largest first, from "
          "w, d, h, m, s, ms (1h30m, 90s, 500ms)")
 
-_NUMBER = r"\d+(?:\.\d+)?"
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"  # ASCII digits only (\d would take fullwidth and Arabic-Indic digits)
 _SECONDS = re.compile(_NUMBER)
 _WITH_UNITS = re.compile("".join(f"(?:(?P<{'u_' + unit}>{_NUMBER}){unit})?" for unit in UNITS))
 
@@ -68,7 +68,7 @@ def _parse_text(text: str) -> float | None:
 def format_duration(seconds: float) -> str:
     """A short human form of `seconds` that parse_duration reads back ("750ms", "1.5s", "10m", "1h30m")."""
     if seconds < 1:
-        return f"{seconds * 1000:g}ms"
+        return f"{round(seconds * 1000, 3):f}".rstrip("0").rstrip(".") + "ms"  # never 1e-07ms
     if seconds < 60:
         return f"{seconds:g}s"
     parts = []

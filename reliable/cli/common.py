@@ -153,13 +153,13 @@ def resolve_job_id(store: StateStore, given: str) -> str:
     A trailing "..." or "…" (copied from a cut table) is ignored. No such job: JobNotFound; a prefix
     of several ids: a usage error (exit status 2) listing some of them.
     """
+    if store.find(given) is not None:
+        return given  # a whole id wins, even one that ends in "..."
     prefix = given
     for ellipsis in _ELLIPSES:
         prefix = prefix.removesuffix(ellipsis)
     if len(prefix) < MIN_PREFIX or not (prefix.isascii() and prefix.isprintable()):
-        if store.find(given) is None:
-            raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
-        return given
+        raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
     found = store.job_ids_with_prefix(prefix, limit=CANDIDATES_SHOWN + 1)
     if found and found[0] == prefix:
         return prefix  # a whole id is the smallest of the ids it starts

@@ -160,3 +160,11 @@ def test_job_data_is_printed_as_it_is_never_read_as_markup(store: StateStore, st
         assert odd in result.stdout or args[1] == "events", (args, result.stdout)
     assert "[bold]x" in run("jobs", "show", odd, "--store", store_url).stdout
     assert "[/]" in run("jobs", "events", odd, "--all", "--store", store_url).stdout  # the checkpoint, as written
+
+
+def test_a_whole_id_that_ends_in_dots_names_itself(store: StateStore, store_url: str) -> None:
+    make(store, "abcdefgh")
+    make(store, "abcdefgh...")
+    shown = run("jobs", "show", "abcdefgh...", "--json", "--store", store_url)
+    assert shown.exit_code == 0, shown.output
+    assert '"job_id": "abcdefgh..."' in shown.stdout

@@ -101,3 +101,11 @@ def test_alerts_and_policy_use_the_same_parser() -> None:
     from reliable.policy import parse_duration as policy_parse
 
     assert alerts_parse is parse_duration and policy_parse is parse_duration
+
+
+def test_only_ascii_digits_and_tiny_values_read_back() -> None:
+    for value in ("\uff11\uff12s", "\u0663m", "\uff11\uff12"):  # fullwidth 12, Arabic-Indic 3
+        with pytest.raises(ValueError):
+            parse_duration(value)
+    for seconds in (1e-10, 0.0005, 0.1234567):
+        assert abs(parse_duration(format_duration(seconds)) - seconds) < 1e-6
