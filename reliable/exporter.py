@@ -10,6 +10,7 @@ of the alerts points here. Run it with ``reliable exporter --port 9464 --store U
 
 from __future__ import annotations
 
+import logging
 import socketserver
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from .alerts.pages import RunbookPages
 
 __all__ = ["WSGIApp", "build_registry", "make_app", "serve", "start_server"]
+
+logger = logging.getLogger(__name__)
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -59,7 +62,10 @@ def _runbook(pages: RunbookPages, slug: str, query: str) -> tuple[str, bytes]:
     try:
         text = pages.render(slug, dict(parse_qsl(query)))
     except Exception as exc:  # the store may be down: say so rather than drop the connection
-        return "503 Service Unavailable", f"runbook unavailable: {type(exc).__name__}: {exc}\n".encode()
+        # The details (SQL, parameters) go to the log, not to whoever can reach the port.
+        logger.warning("runbook %r unavailable: %s: %s", slug, type(exc).__name__, exc)
+        body = f"runbook unavailable ({type(exc).__name__}); see the exporter's log\n"
+        return "503 Service Unavailable", body.encode()
     if text is None:
         return "404 Not Found", f"no runbook for {slug!r}; the list is at /runbooks/\n".encode()
     return "200 OK", text.encode()

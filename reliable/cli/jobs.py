@@ -111,6 +111,8 @@ def parse_since(ctx: click.Context | None, param: click.Parameter | None,
         return None
     try:
         return timedelta(seconds=parse_duration(value))
+    except OverflowError:
+        raise click.BadParameter(f"{value!r} reaches back further than any event could") from None
     except ValueError:
         pass
     try:

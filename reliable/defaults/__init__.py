@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from ..errors import ConfigError
+
 __all__ = ["SHIPPED", "Copied", "copy_into", "path"]
 
 #: What `reliable init` copies, each a folder of this package, in the order it reports them.
@@ -27,10 +29,10 @@ def path(name: str = "") -> Path:
     """
     root = files(__name__)
     if not isinstance(root, Path):
-        raise RuntimeError(f"reliable's shipped files are not on disk ({root!r}); install the wheel unzipped")
+        raise ConfigError(f"reliable's shipped files are not on disk ({root!r}); install the wheel unzipped")
     found = root / name
     if not found.exists():
-        raise FileNotFoundError(f"reliable ships no {name!r} (looked in {root})")
+        raise ConfigError(f"reliable ships no {name!r} (looked in {root})")
     return found
 
 

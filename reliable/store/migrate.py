@@ -8,6 +8,8 @@ revision when it starts, and those lines told an operator nothing. "Running upgr
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,9 +37,19 @@ class _AlembicSetupLines(logging.Filter):
         return record.name != "alembic.runtime.plugins" and not str(record.msg).startswith(_SETUP_MESSAGES)
 
 
-# Installed before alembic's first import, which logs one line per plugin it sets up.
-for _name in ("alembic.runtime.plugins", "alembic.runtime.migration"):
-    logging.getLogger(_name).addFilter(_AlembicSetupLines())
+@contextmanager
+def _quiet_setup() -> Iterator[None]:
+    """Drop Alembic's set-up lines while reliable uses it (its first import logs one per plugin); an
+    application's own Alembic runs, before or after, keep theirs."""
+    quiet = _AlembicSetupLines()
+    loggers = [logging.getLogger(name) for name in ("alembic.runtime.plugins", "alembic.runtime.migration")]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 def _config() -> Config:
@@ -50,40 +62,43 @@ def _config() -> Config:
 
 def head_revision() -> str:
     """The newest schema revision this version of reliable knows."""
-    from alembic.script import ScriptDirectory
+    with _quiet_setup():
+        from alembic.script import ScriptDirectory
 
-    head = ScriptDirectory.from_config(_config()).get_current_head()
+        head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head
 
 
 def applied_between(before: str | None, after: str) -> list[tuple[str, str]]:
     """(revision, description) of each migration from `before` (None: an empty database) to `after`, in order."""
-    from alembic.script import ScriptDirectory
-
     if before == after:
         return []
-    scripts = ScriptDirectory.from_config(_config())
-    steps = scripts.iterate_revisions(after, before or "base")
+    with _quiet_setup():
+        from alembic.script import ScriptDirectory
+
+        steps = ScriptDirectory.from_config(_config()).iterate_revisions(after, before or "base")
     return [(step.revision, (step.doc or "").strip()) for step in reversed(list(steps))]
 
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
-    from alembic.runtime.migration import MigrationContext
+    with _quiet_setup():
+        from alembic.runtime.migration import MigrationContext
 
-    with translate_errors(engine), engine.connect() as conn:
+    with _quiet_setup(), translate_errors(engine), engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         return context.get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     """Migrate the database to `revision`; return (before, after). Running it twice is a no-op."""
-    from alembic import command
+    with _quiet_setup():
+        from alembic import command
 
     before = current_revision(engine)
     config = _config()
-    with write_transaction(engine) as conn:
+    with _quiet_setup(), write_transaction(engine) as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
     return before, current_revision(engine) or ""

@@ -85,7 +85,7 @@ def test_event_since_and_limit_filter(store: StateStore, store_url: str) -> None
 def test_bad_filters_are_usage_errors_naming_the_option(store: StateStore, store_url: str) -> None:
     running(store, "j")
     for args, option in ((["--since", "yesterday"], "--since"), (["--since", "-5m"], "--since"),
-                         (["--limit", "0"], "--limit")):
+                         (["--since", "99999999999w"], "--since"), (["--limit", "0"], "--limit")):
         result = run(store_url, "jobs", "events", "j", *args)
         assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
 

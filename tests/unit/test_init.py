@@ -11,12 +11,13 @@ from click.testing import CliRunner
 from reliable import defaults
 from reliable.alerts import load_rules
 from reliable.cli.main import cli
+from reliable.errors import ConfigError
 
 
 def test_every_shipped_folder_is_on_disk_and_not_empty() -> None:
     for name in defaults.SHIPPED:
         assert any(defaults.path(name).iterdir()), name
-    with pytest.raises(FileNotFoundError, match="ships no 'nope'"):
+    with pytest.raises(ConfigError, match="ships no 'nope'"):
         defaults.path("nope")
 
 
