@@ -276,7 +276,8 @@ class ReliableMiddleware(Middleware):
         self._heartbeat.start()
         if self.recovery_enabled:
             self._recovery = Recovery(self.store, broker, self.policy, actor_options=self._actor_options,
-                                      sweep_after=self.sweep_after, lease_ttl=self.lease_ttl)
+                                      sweep_after=self.sweep_after, lease_ttl=self.lease_ttl,
+                                      worker_id=self.worker_id)
             self._recovery_stop.clear()
             self._recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery",
                                                      daemon=True)

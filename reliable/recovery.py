@@ -65,8 +65,10 @@ class Recovery:
     def __init__(self, store: StateStore, broker: dramatiq.Broker | None, policy: Policy, *,
                  actor_options: Callable[[str], Mapping[str, Any]] | None = None,
                  sweep_after: float | None = None, retry_grace: float | None = None,
-                 lease_ttl: float | None = None, batch: int = 200) -> None:
+                 lease_ttl: float | None = None, batch: int = 200, worker_id: str | None = None) -> None:
         self.store = store
+        #: Who runs this loop (a worker's id, or `reliable recover`'s), named in the events it writes.
+        self.worker_id = worker_id
         self.broker = broker
         self.policy = policy
         self.actor_options = actor_options or (lambda actor: {})
@@ -121,7 +123,7 @@ class Recovery:
         for job in self.store.due_retries(grace=self.retry_grace, limit=self.batch):
             self._retry_due(job, report)
         for job in self.store.stale_pending(age=self.sweep_after, limit=self.batch):
-            if self.broker is not None and self.store.mark_dispatched(job):
+            if self.broker is not None and self.store.mark_dispatched(job, worker_id=self.worker_id):
                 self._publish(job)
                 report.redispatched.append(job.job_id)
         if report.total:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from dataclasses import asdict
 
@@ -45,7 +47,8 @@ def recover(store_url: str, broker_url: str | None, policies: str | None, once: 
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
         broker = RabbitmqBroker(url=broker_url)
-    loop = Recovery(store, broker, policy, sweep_after=sweep_after)
+    loop = Recovery(store, broker, policy, sweep_after=sweep_after,
+                    worker_id=f"reliable-recover@{socket.gethostname()}:{os.getpid()}")
     pause = interval if interval is not None else policy.lease.recovery_interval
     from ..errors import StoreUnavailable
 

@@ -690,16 +690,17 @@ class StateStore:
         self._emit_one(result)
         return Job.from_row(result[0])
 
-    def mark_dispatched(self, job: Job) -> bool:
+    def mark_dispatched(self, job: Job, *, worker_id: str | None = None) -> bool:
         """Claim the right to re-publish a PENDING job's message (compare-and-set on dispatched_at).
 
         Several sweepers may see the same stale job; only the one whose update wins publishes.
+        `worker_id`: the process that re-publishes, named in the `redispatched` event.
         """
         self.check_schema()
         with self._sql.transaction() as tx:
             won = self._sql.mark_dispatched(tx, job.job_id, status=JobStatus.PENDING.value, version=job.version,
                                             dispatched_at=job.dispatched_at)
-            written = self._write_in(tx, event_write(job.job_id, "redispatched", detail=_detail(
+            written = self._write_in(tx, event_write(job.job_id, "redispatched", worker_id=worker_id, detail=_detail(
                 {"previous_dispatch": job.dispatched_at}))) if won else None
         if written is not None:
             self._emit_one(written)

@@ -224,10 +224,15 @@ def test_recovery_queries(clocked: tuple[StateStore, Clock]) -> None:
     assert [j.job_id for j in store.due_retries(grace=0.5)] == ["retry"]
     assert {j.job_id for j in store.stale_pending(age=1.0)} == {"pending", "fresh"}
     pending = store.get("pending")
-    assert store.mark_dispatched(pending)
+    assert store.mark_dispatched(pending, worker_id="sweeper-1")
     assert not store.mark_dispatched(pending), "a second sweeper with the same view loses"
     assert [j.job_id for j in store.stale_pending(age=1.0)] == ["fresh"]
-    assert [e.event for e in store.events("pending")] == ["enqueued", "redispatched"]
+    assert [(e.event, e.worker_id) for e in store.events("pending")] == [("enqueued", None),
+                                                                         ("redispatched", "sweeper-1")]
+    store.claim("fresh", worker_id="dead-worker", lease_ttl=30)  # the job's last worker...
+    store.transition("fresh", Event.LEASE_EXPIRED, lease_expired=False, reason="test")
+    assert store.mark_dispatched(store.get("fresh"), worker_id="sweeper-2")
+    assert store.events("fresh")[-1].worker_id == "sweeper-2"  # ...is not who re-published it
 
 
 def test_listeners_get_every_event_after_commit(store_url: str) -> None:
