@@ -9,6 +9,7 @@ ambiguous error (see `reliable.policy.ambiguity`).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 from collections.abc import Sequence
@@ -130,8 +131,25 @@ def check_path(path: str | os.PathLike[str] | None, *, actors: Sequence[Declared
     scopes = [rule for _, rule in spec.all_rules()]
     builtin = sum(1 for rule in scopes if rule.path == BUILTIN_PATH)
     warnings = ambiguous_retries(policy, _probes(), non_idempotent_scopes(policy, actors))
+    if actors:
+        warnings += unknown_sections(policy, actors)
     return CheckResult((), policy, len(scopes) - builtin, len(spec.actors), len(spec.queues), builtin_rules=builtin,
                        inherits=spec.inherits, warnings=tuple(warnings))
+
+
+def unknown_sections(policy: Policy, actors: Sequence[DeclaredActor]) -> list[AmbiguityWarning]:
+    """A warning for each `actors:` or `queues:` section naming an actor or queue the app does not
+    declare: a typo there silently gives the real actor the defaults."""
+    warnings: list[AmbiguityWarning] = []
+    spec = policy.spec
+    for kind, sections, known in (("actors", spec.actors, {a.name for a in actors}),
+                                  ("queues", spec.queues, {a.queue for a in actors})):
+        for name in sorted(set(sections) - known):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            warnings.append(AmbiguityWarning(spec.origins.get(f"{kind}.{name}", kind),
+                                             f"{kind}.{name}: the app declares no {kind[:-1]} {name!r}{hint}"))
+    return warnings
 
 
 def _probes() -> dict[str, BaseException]:

@@ -206,3 +206,16 @@ def test_explain_app_errors_are_one_line(tmp_path: Path) -> None:
         done = run("explain", *args, cwd=tmp_path)
         assert done.returncode == 2, args
         assert len(done.stderr.strip().splitlines()) == 1 and fragment in done.stderr, done.stderr
+
+
+def test_check_with_app_warns_on_sections_naming_no_actor_or_queue_of_the_app(tmp_path: Path) -> None:
+    shop_app(tmp_path)  # actors charge (queue payments) and send_email
+    (tmp_path / "p.yaml").write_text("actors:\n  charge:\n    max_attempts: 3\n  chrage:\n    max_attempts: 2\n"
+                                     "queues:\n  paymnets:\n    max_attempts: 2\n")
+    done = run("check", "p.yaml", "--app", "shopapp", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    warnings = done.stderr.strip().splitlines()
+    assert "p.yaml:4: warning: actors.chrage: the app declares no actor 'chrage'; did you mean 'charge'?" in warnings
+    assert "p.yaml:7: warning: queues.paymnets: the app declares no queue 'paymnets'; did you mean 'payments'?" \
+        in warnings
+    assert run("check", "p.yaml", cwd=tmp_path).stderr == ""  # without the app nothing is known to compare
