@@ -20,7 +20,7 @@ from ..policy.ambiguity import DeclaredActor
 from ..policy.check import CheckResult, check_path, resolve_exception
 from ..policy.matching import normalize_exception_path
 from .app import app_policy, cwd_on_path, declared_actors, load_app
-from .common import emit_json, handle_errors
+from .common import emit_json, handle_errors, print_table
 
 __all__ = ["policy", "synthetic_exception"]
 
@@ -225,7 +225,7 @@ def _per_actor(loaded: Policy, actors: list[DeclaredActor], exc: BaseException, 
     for declared, where, contract, decision in rows:
         table.add_row(declared.name, where, str(contract.idempotent), decision.error_class, decision.action.upper(),
                       decision.rule or "default class")
-    console.print(table)
+    print_table(console, table)
 
 
 def _contracts(loaded: Policy, actors: list[DeclaredActor], as_json: bool) -> None:
@@ -242,7 +242,7 @@ def _contracts(loaded: Policy, actors: list[DeclaredActor], as_json: bool) -> No
         table.add_row(declared.name, declared.queue, str(c.idempotent), str(c.retry_on_crash), str(c.max_attempts),
                       f"{format_duration(c.backoff.base)}..{format_duration(c.backoff.cap)} {c.backoff.jitter}",
                       c.owner or "-", str(c.resumable), c.compensation or "-")
-    console.print(table)
+    print_table(console, table)
 
 
 def _print(console: Console, loaded: Policy, decision: Decision, low: Decision, high: Decision,
