@@ -55,6 +55,7 @@ from .leases import Heartbeat
 from .metrics import Metrics
 from .options import ACTOR_OPTIONS, RETRY_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
 from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
+from .policy.model import RATE_LIMITED_MARK
 from .recovery import Recovery
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
@@ -835,7 +836,7 @@ class ReliableMiddleware(Middleware):
             return 0
         try:
             return self.store.count_job_events(context.job_id, "retry_scheduled",
-                                               detail_contains='"rate_limited":true', since_fresh_budget=True)
+                                               detail_contains=RATE_LIMITED_MARK, since_fresh_budget=True)
         except StoreError:
             return 0
 

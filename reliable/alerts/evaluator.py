@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..policy.model import RATE_LIMITED_MARK
 from .burn import evaluate_burn
 from .conditions import StoreCondition
 from .facts import (
@@ -64,7 +65,9 @@ def requests_for(rule: AlertRule) -> list[Any]:
         detail = BUDGET_MARK if c.type == "budget_exhausted" else None
         return [EventCounts(_EVENT_RULES[c.type], c.window or 0.0, detail, _STILL_IN.get(c.type, ()))]
     if c.type == "failure_rate":
-        return [EventCounts(SUCCESS_EVENTS + ATTEMPT_FAILURE_EVENTS, c.window or 0.0)]
+        # A rate-limited retry (a 429 honoured) is the partner's throttling, not the actor failing:
+        # it has its own alert (the policy's rate_limit.alert_after).
+        return [EventCounts(SUCCESS_EVENTS + ATTEMPT_FAILURE_EVENTS, c.window or 0.0, detail_lacks=RATE_LIMITED_MARK)]
     if c.type == "error_budget_burn":
         lengths = sorted({w for bw in c.burn_windows for w in (bw.long, bw.short)})
         return [EventCounts(SUCCESS_EVENTS + FAILURE_EVENTS, length) for length in lengths]

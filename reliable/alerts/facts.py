@@ -64,15 +64,17 @@ class GroupAges:
 class EventCounts:
     """Events of the given kinds within the last `window` seconds, per (queue, actor, event).
 
-    An empty `events` means every kind; `detail_contains` keeps events whose detail has that text;
-    a non-empty `still_in` keeps events of jobs whose status is one of those states now (so an
-    alert on jobs that went DEAD resolves once they are requeued, not when the window has passed).
+    An empty `events` means every kind; `detail_contains` keeps events whose detail has that text,
+    `detail_lacks` those whose detail does not (or that have none); a non-empty `still_in` keeps
+    events of jobs whose status is one of those states now (so an alert on jobs that went DEAD
+    resolves once they are requeued, not when the window has passed).
     """
 
     events: tuple[str, ...]
     window: float
     detail_contains: str | None = None
     still_in: tuple[str, ...] = ()
+    detail_lacks: str | None = None
 
 
 @dataclass(frozen=True)

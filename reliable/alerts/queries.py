@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..selection import not_discarded
@@ -84,6 +84,8 @@ def _counts(conn: Any, request: EventCounts, now: float) -> list[EventCount]:
         where.append(e.c.event.in_(request.events))
     if request.detail_contains:
         where.append(e.c.detail.contains(request.detail_contains, autoescape=True))
+    if request.detail_lacks:
+        where.append(or_(e.c.detail.is_(None), ~e.c.detail.contains(request.detail_lacks, autoescape=True)))
     if request.still_in:
         # Jobs still in those states (a dead letter not discarded since), each counted once.
         where += [jobs.c.status.in_(request.still_in), not_discarded()]

@@ -10,6 +10,7 @@ __all__ = [
     "ACTIONS",
     "BUILTIN_CLASSES",
     "JITTERS",
+    "RATE_LIMITED_MARK",
     "Action",
     "BackoffSettings",
     "ClassSpec",
@@ -184,6 +185,11 @@ class Failure:
     #: Dramatiq's `retry_when(retries, exception)`: when set, it alone says whether a retryable
     #: failure is retried (instead of max_attempts); False means the retries are exhausted.
     retry_when: Callable[[int, BaseException], bool] | None = None
+
+
+#: How the JSON detail of a rate-limited retry's event says so (`Decision.as_detail`, compact JSON):
+#: the middleware counts them, the failure-rate alert leaves them out.
+RATE_LIMITED_MARK = '"rate_limited":true'
 
 
 @dataclass(frozen=True)

@@ -152,3 +152,23 @@ def test_dead_letter_growth_counts_each_dead_job_once_and_forgets_discarded_ones
     store.record_event("once", "discarded", operator="alice", reason="not needed")
     store.record_event("twice", "discarded", operator="alice", reason="not needed")
     assert engine.evaluate(persist=False).candidates == []  # discarded: the alert resolves
+
+
+def test_failure_rate_leaves_rate_limited_retries_out(store: StateStore) -> None:
+    rules = [r for r in load_rules(SHIPPED / "alert_rules") if r.name == "ReliableActorFailureRate"]
+    engine = AlertEngine(store, rules, RunbookRenderer(SHIPPED / "runbooks"))
+
+    def attempt(job_id: str, event: Event, rate_limited: bool = False) -> None:
+        claim = store.claim(job_id, worker_id="w", lease_ttl=60)
+        store.finish(job_id, claim.lease_id, event, worker_id="w", retry_delay=60 if event is Event.RETRY else None,
+                     detail={"rate_limited": rate_limited} if event is Event.RETRY else None)
+
+    for n in range(25):  # 25 attempts of call_api, every one a 429 honoured
+        store.register(NewJob(job_id=f"r{n}", queue="partner", actor="call_api", message={}))
+        attempt(f"r{n}", Event.RETRY, rate_limited=True)
+    assert engine.evaluate(persist=False).candidates == []  # throttling is not the actor failing
+    for n in range(25):  # the same, failing for real
+        store.register(NewJob(job_id=f"f{n}", queue="partner", actor="call_api", message={}))
+        attempt(f"f{n}", Event.RETRY)
+    (candidate,) = engine.evaluate(persist=False).candidates
+    assert candidate.value == 1.0 and candidate.labels["actor"] == "call_api"
