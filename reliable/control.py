@@ -501,6 +501,6 @@ def _describe(plan: _Plan, job: Job, *, dry_run: bool) -> str:
     else:
         text = f"{verb} to {target.value if target else '?'}"
     if plan.dispatch is False and not dry_run:
-        text += " (the workers' sweeper will publish it)"
+        text += " (not published here: no --broker; a worker's recovery loop publishes it at its next pass)"
     return text
 
