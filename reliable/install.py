@@ -9,6 +9,7 @@ import dramatiq
 from dramatiq.middleware import Middleware, Retries
 
 from .continuations import kind_of
+from .dramatiq_logs import quiet_rate_limited_retries
 from .middleware import ReliableMiddleware
 from .policy import Policy
 from .store import StateStore
@@ -75,4 +76,5 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
     broker.add_middleware(middleware)
     middleware.broker = broker
     middleware.adopt_group_callbacks(broker)
+    quiet_rate_limited_retries()
     return middleware

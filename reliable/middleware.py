@@ -245,6 +245,17 @@ class ReliableMiddleware(Middleware):
         self.broker = self.broker or broker
         return bool(self._actor_options(actor_name).get("reliable", True))
 
+    def rate_limited_rule(self, broker: dramatiq.Broker, message: Any, exception: BaseException) -> str | None:
+        """The rule that classifies `exception` as rate limited for this tracked message, else None
+        (used to keep Dramatiq's worker log from calling an expected 429 an unhandled error)."""
+        actor, queue = str(message.actor_name), str(message.queue_name)
+        if not self.tracked(broker, actor):
+            return None
+        contract = self.contract_for(actor, queue, dict(message.options))
+        error_class, _rule, label = self.policy.classify(exception, actor, queue, contract)
+        spec = self.policy.classes.get(error_class)
+        return (label or error_class) if spec is not None and spec.rate_limited else None
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def before_declare_actor(self, broker: dramatiq.Broker, actor: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from typing import Any
@@ -265,6 +267,32 @@ def test_a_requeued_job_gets_a_fresh_budget_of_rate_limited_retries(harness: Har
     wait_for(lambda: store.get(message.message_id).status in (JobStatus.SUCCEEDED, JobStatus.DEAD),
              "the requeued job to end")
     assert store.get(message.message_id).status is JobStatus.SUCCEEDED and len(calls) == 6
+
+
+def test_a_rate_limited_retry_is_one_info_line_in_dramatiqs_log(harness: Harness,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[int] = []
+
+    @dramatiq.actor
+    def call_api() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RateLimited("0")
+        raise ValueError("a real bug")
+
+    caplog.set_level(logging.INFO, logger="dramatiq.worker.WorkerThread")
+    message = call_api.send()
+    harness.worker.start()
+    wait_for(lambda: harness.store.get(message.message_id).status is JobStatus.FAILED)
+    lines = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records
+             if r.name == "dramatiq.worker.WorkerThread" and "call_api" in r.getMessage()]
+    expected = re.compile(r"Message call_api\(\) was rate limited \(.*policy\.yaml:\d+ \(http-429\)\): "
+                          r"reliable retries it on its rate-limit budget\.")
+    assert any(level == "INFO" and not traceback and expected.fullmatch(text) for level, text, traceback in lines), \
+        lines
+    # The bug keeps Dramatiq's ERROR line with its traceback.
+    assert ("ERROR", "Failed to process message call_api() with unhandled exception.", True) in lines, lines
+    assert sum(level == "ERROR" for level, _, _ in lines) == 1
 
 
 def test_ambiguous_side_effect_goes_to_review_without_retry(harness: Harness) -> None:
