@@ -104,9 +104,11 @@ class ReliableMiddleware(Middleware):
         every worker process. Safe with many processes: each step is a compare-and-set.
       listeners: more store event listeners, called with every event row after its commit.
       metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
-      json_logs: emit one JSON log line per event on the "reliable.events" logger, written to
-        stderr by its own handler (`reliable.events.log_events_to_stderr`: not propagated to the
-        root logger, unless the application attached a handler to that logger itself).
+      json_logs: emit one JSON log line per event on the "reliable.events" logger. In a process
+        that works jobs (from its worker's boot) the logger gets its own stderr handler
+        (`reliable.events.log_events_to_stderr`: not propagated to the root logger, unless the
+        application attached a handler to that logger itself); in a process that only sends
+        (a web app) the lines go wherever the application's logging sends them.
       tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
         True for the global TracerProvider, or a TracerProvider. Off (False) by default.
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
@@ -145,8 +147,7 @@ class ReliableMiddleware(Middleware):
                 DEFAULT_MAX_CONNECTIONS if max_connections is None else max_connections)
         self.metrics = Metrics() if metrics is True else (metrics or None)
         sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
-        if json_logs:
-            log_events_to_stderr()
+        self._json_logs = json_logs
         #: The attempt spans (None: tracing off, opentelemetry never imported).
         self.tracing = Tracing(None if tracing is True else tracing) if tracing else None
         if self.metrics is not None:
@@ -276,8 +277,10 @@ class ReliableMiddleware(Middleware):
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Start the heartbeat and, if enabled, the recovery loop of this process; create the
-        metrics of every tracked actor at 0."""
+        metrics of every tracked actor at 0; with json_logs, write the events to stderr."""
         self.broker = broker
+        if self._json_logs:
+            log_events_to_stderr()
         self.adopt_group_callbacks(broker)
         self._ensure_process()
         if self.metrics is not None:

@@ -6,8 +6,11 @@ import io
 import json
 import logging
 import re
+import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +161,38 @@ def test_log_events_to_stderr_leaves_an_application_handler_alone() -> None:
         assert logger.handlers == [own] and logger.propagate is True and logger.level == logging.NOTSET
     finally:
         logger.removeHandler(own)
+
+
+def test_only_a_process_that_works_jobs_writes_event_lines_to_stderr(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        import dramatiq
+        from dramatiq import Worker
+        from dramatiq.brokers.stub import StubBroker
+        import reliable
+
+        broker = StubBroker()
+        store = "sqlite:///{tmp_path / 'j.db'}"
+        reliable.StateStore(store).upgrade()
+        reliable.install(broker, store=store, recovery=False)
+        dramatiq.set_broker(broker)
+
+        @dramatiq.actor
+        def noop() -> None:
+            pass
+
+        noop.send()                      # a web app: sends, works nothing
+        print("--- worker ---", file=sys.stderr, flush=True)
+        worker = Worker(broker, worker_timeout=50)
+        worker.start()
+        noop.send()
+        broker.join("default")
+        worker.join()
+        worker.stop()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    sending, working = done.stderr.split("--- worker ---\n")
+    assert '"event":"enqueued"' not in sending  # the app's logging decides (Python's default: nothing)
+    events = [json.loads(line)["event"] for line in working.splitlines() if line.startswith("{")]
+    assert events.count("enqueued") == 1 and events.count("succeed") == 2  # the second send, both runs
