@@ -1,18 +1,13 @@
-"""A StubBroker + SQLite (or PostgreSQL) harness with reliable installed and a real Worker."""
+"""Fixtures of the middleware tests: a fast policy and a harness (middleware_harness.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import dramatiq
 import pytest
-from dramatiq import Worker
-from dramatiq.brokers.stub import StubBroker
 
-import reliable
-from reliable.store import StateStore
+from middleware_harness import Harness, make_harness
 
 FAST_POLICY = """\
 version: 1
@@ -34,21 +29,6 @@ rules:
 """
 
 
-@dataclass
-class Harness:
-    """A broker with reliable installed, its store, and a started worker."""
-
-    broker: StubBroker
-    store: StateStore
-    middleware: reliable.ReliableMiddleware
-    worker: Worker
-
-    def join(self, queue: str = "default") -> None:
-        """Wait until the queue (and its delay queue) is drained and the workers are idle."""
-        self.broker.join(queue, fail_fast=False)
-        self.worker.join()
-
-
 @pytest.fixture
 def policy_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     """FAST_POLICY; parametrized indirectly with a dict, that dict is the policy's `defaults.rate_limit`."""
@@ -64,12 +44,7 @@ def policy_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture
 def harness(sqlite_url: str, policy_file: Path) -> Iterator[Harness]:
-    broker = StubBroker()
-    broker.emit_after("process_boot")
-    dramatiq.set_broker(broker)
-    middleware = reliable.install(broker, store=sqlite_url, policies=policy_file, recovery=False)
-    worker = Worker(broker, worker_timeout=50, worker_threads=4)
-    h = Harness(broker, middleware.store, middleware, worker)
-    yield h
-    worker.stop()
-    broker.close()
+    made = make_harness(sqlite_url, policy_file)
+    yield made
+    made.worker.stop()
+    made.broker.close()

@@ -12,52 +12,24 @@ from typing import Any
 
 import dramatiq
 import pytest
-from dramatiq import Worker
-from dramatiq.brokers.stub import StubBroker
 
 import reliable
 from reliable.control import Control
 from reliable.errors import PolicyError
 from reliable.states import JobStatus
-from reliable.store import StateStore
 
+from middleware_harness import Harness, make_harness
 from support import wait_for
 
 
-class Setup:
-    """A StubBroker with reliable installed on `store_url`, and a worker started on demand."""
-
-    def __init__(self, store_url: str, policy: Path) -> None:
-        self.broker = StubBroker()
-        self.broker.emit_after("process_boot")
-        dramatiq.set_broker(self.broker)
-        self.middleware = reliable.install(self.broker, store=store_url, policies=policy, recovery=False,
-                                           metrics=False, json_logs=False)
-        self.worker = Worker(self.broker, worker_timeout=50, worker_threads=4)
-
-    @property
-    def store(self) -> StateStore:
-        return self.middleware.store
-
-    def run(self) -> None:
-        self.worker.start()
-        self.broker.join("default", fail_fast=False)
-        self.worker.join()
-
-    def events(self, job_id: str) -> list[str]:
-        return [e.event for e in self.store.events(job_id)]
-
-
 @pytest.fixture
-def setup(store_url: str, policy_file: Path) -> Iterator[Setup]:
-    s = Setup(store_url, policy_file)
-    yield s
-    s.worker.stop()
-    s.broker.close()
-    s.store.close()
+def setup(store_url: str, policy_file: Path) -> Iterator[Harness]:
+    made = make_harness(store_url, policy_file, metrics=False, json_logs=False)
+    yield made
+    made.close()
 
 
-def test_a_success_commits_once_without_a_claim(setup: Setup) -> None:
+def test_a_success_commits_once_without_a_claim(setup: Harness) -> None:
     ran: list[int] = []
 
     @dramatiq.actor(fast_path=True)
@@ -76,7 +48,7 @@ def test_a_success_commits_once_without_a_claim(setup: Setup) -> None:
         assert setup.store.attempts(message.message_id) == []  # one write: no attempt row
 
 
-def test_a_duplicate_delivery_may_run_twice_but_commits_once_and_is_recorded(setup: Setup) -> None:
+def test_a_duplicate_delivery_may_run_twice_but_commits_once_and_is_recorded(setup: Harness) -> None:
     both_running = threading.Barrier(2, timeout=10)
     runs: list[str] = []
 
@@ -99,7 +71,7 @@ def test_a_duplicate_delivery_may_run_twice_but_commits_once_and_is_recorded(set
 
 
 @pytest.mark.parametrize("command", ["pause", "cancel"])
-def test_a_pause_or_cancel_requested_before_the_run_is_honoured(setup: Setup, command: str) -> None:
+def test_a_pause_or_cancel_requested_before_the_run_is_honoured(setup: Harness, command: str) -> None:
     ran: list[bool] = []
 
     @dramatiq.actor(fast_path=True)
@@ -117,7 +89,7 @@ def test_a_pause_or_cancel_requested_before_the_run_is_honoured(setup: Setup, co
     assert "claim_refused" in names and "fast_succeed" not in names
 
 
-def test_a_failure_takes_the_durable_path_and_its_retry_too(setup: Setup) -> None:
+def test_a_failure_takes_the_durable_path_and_its_retry_too(setup: Harness) -> None:
     calls: list[int] = []
 
     @dramatiq.actor(fast_path=True)
@@ -137,7 +109,7 @@ def test_a_failure_takes_the_durable_path_and_its_retry_too(setup: Setup) -> Non
     assert job.attempt == 2 and job.lease_id == 2
 
 
-def test_a_final_failure_is_decided_by_the_policy(setup: Setup) -> None:
+def test_a_final_failure_is_decided_by_the_policy(setup: Harness) -> None:
     @dramatiq.actor(fast_path=True)
     def parse() -> None:
         raise ValueError("not a number")  # invalid_input in the test policy: FAILED at once
@@ -149,7 +121,7 @@ def test_a_final_failure_is_decided_by_the_policy(setup: Setup) -> None:
     assert setup.events(message.message_id) == ["enqueued", "claim", "fail"]
 
 
-def test_current_job_is_not_available_on_the_fast_path(setup: Setup) -> None:
+def test_current_job_is_not_available_on_the_fast_path(setup: Harness) -> None:
     seen: list[str] = []
 
     @dramatiq.actor(fast_path=True)
@@ -164,7 +136,7 @@ def test_current_job_is_not_available_on_the_fast_path(setup: Setup) -> None:
     assert len(seen) == 1 and "fast_path" in seen[0]
 
 
-def test_a_message_whose_success_is_followed_runs_on_the_durable_path(setup: Setup) -> None:
+def test_a_message_whose_success_is_followed_runs_on_the_durable_path(setup: Harness) -> None:
     @dramatiq.actor(fast_path=True)
     def first() -> int:
         return 1
@@ -183,7 +155,7 @@ def test_a_message_whose_success_is_followed_runs_on_the_durable_path(setup: Set
 
 @pytest.mark.parametrize(("options", "why"), [({"resumable": True}, "resumable"),
                                               ({"idempotent": False}, "idempotent")])
-def test_the_fast_path_is_refused_for_resumable_or_non_idempotent_actors(setup: Setup, options: dict[str, Any],
+def test_the_fast_path_is_refused_for_resumable_or_non_idempotent_actors(setup: Harness, options: dict[str, Any],
                                                                          why: str) -> None:
     with pytest.raises(PolicyError, match=f"actor 'risky': fast_path=True is refused.*{why}"):
         @dramatiq.actor(actor_name="risky", fast_path=True, **options)
@@ -191,7 +163,7 @@ def test_the_fast_path_is_refused_for_resumable_or_non_idempotent_actors(setup: 
             pass
 
 
-def test_messages_sent_by_a_fast_path_actor_are_linked_to_it(setup: Setup) -> None:
+def test_messages_sent_by_a_fast_path_actor_are_linked_to_it(setup: Harness) -> None:
     @dramatiq.actor
     def child() -> None:
         pass
@@ -208,7 +180,7 @@ def test_messages_sent_by_a_fast_path_actor_are_linked_to_it(setup: Setup) -> No
     assert spawned.parent_job_id == parent_job.job_id and spawned.trace_id == parent_job.trace_id
 
 
-def test_a_fast_path_message_skipped_by_a_later_middleware_is_claimed_and_retried(setup: Setup) -> None:
+def test_a_fast_path_message_skipped_by_a_later_middleware_is_claimed_and_retried(setup: Harness) -> None:
     from dramatiq.middleware import Middleware, SkipMessage
 
     class SkipOnce(Middleware):
@@ -234,7 +206,7 @@ def test_a_fast_path_message_skipped_by_a_later_middleware_is_claimed_and_retrie
     assert ran == [], "the skipped delivery never ran"
 
 
-def test_a_stored_fast_path_contract_never_breaks_recovery_or_control(setup: Setup) -> None:
+def test_a_stored_fast_path_contract_never_breaks_recovery_or_control(setup: Harness) -> None:
     policy = setup.middleware.policy
     # A job stored under fast_path=True whose actor is now declared idempotent=False: the durable
     # contract applies wherever the stored and current options meet (no PolicyError).

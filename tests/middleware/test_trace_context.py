@@ -11,8 +11,6 @@ from typing import Any
 
 import dramatiq
 import pytest
-from dramatiq import Worker
-from dramatiq.brokers.stub import StubBroker
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,6 +22,7 @@ from reliable.states import JobStatus
 from reliable.store import Job
 from reliable.tracecontext import TraceParent, span_id_for, trace_id_from
 
+from middleware_harness import make_harness
 from support import wait_for
 
 HTTP_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -151,21 +150,11 @@ class Traced:
 
     def __init__(self, sqlite_url: str, policy: Path) -> None:
         self.exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.provider = provider
-        self.broker = StubBroker()
-        self.broker.emit_after("process_boot")
-        dramatiq.set_broker(self.broker)
-        self.middleware = reliable.install(self.broker, store=sqlite_url, policies=policy, recovery=False,
-                                           metrics=False, tracing=provider)
-        self.store = self.middleware.store
-        self.worker = Worker(self.broker, worker_timeout=50, worker_threads=2)
-
-    def run(self) -> None:
-        self.worker.start()
-        self.broker.join("default", fail_fast=False)
-        self.worker.join()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.harness = make_harness(sqlite_url, policy, threads=2, metrics=False, tracing=self.provider)
+        self.store = self.harness.store
+        self.run = self.harness.run
 
     def spans(self) -> list[ReadableSpan]:
         return sorted(self.exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
@@ -175,8 +164,8 @@ class Traced:
 def traced(sqlite_url: str, policy_file: Path) -> Iterator[Traced]:
     made = Traced(sqlite_url, policy_file)
     yield made
-    made.worker.stop()
-    made.broker.close()
+    made.harness.worker.stop()
+    made.harness.broker.close()
 
 
 def test_one_span_per_attempt_child_of_the_traceparent_with_error_status(traced: Traced) -> None:
