@@ -22,7 +22,7 @@ from ..alerts.runbooks import DEFAULT_RUNBOOK_BASE_URL, RunbookRenderer, check_r
 from ..errors import ConfigError, PolicyError
 from .common import POSITIVE_DURATION, emit_json, handle_errors, open_store, store_option
 
-__all__ = ["alerts"]
+__all__ = ["alert_config", "alerts", "checked_rules", "runbook_renderer"]
 
 rules_option = click.option("--rules", "rules_path", envvar="RELIABLE_ALERT_RULES", show_envvar=True,
                             type=click.Path(path_type=Path),
@@ -40,7 +40,7 @@ runbooks_option = click.option("--runbooks", "runbooks_dir", type=click.Path(pat
                                     "with reliable].")
 
 
-def _config(path: Path | None, runbook_base_url: str | None = None) -> AlertConfig:
+def alert_config(path: Path | None, runbook_base_url: str | None = None) -> AlertConfig:
     """The settings file (or the defaults), with --runbook-base-url / RELIABLE_RUNBOOK_BASE_URL over it."""
     config = load_config(path) if path is not None else AlertConfig()
     if runbook_base_url is None:
@@ -55,7 +55,8 @@ def _runbooks(given: Path | None, config: AlertConfig | None = None) -> Path:
     return Path(config.runbooks) if config is not None and config.runbooks else defaults.path("runbooks")
 
 
-def _renderer(config: AlertConfig, runbooks_dir: Path | None) -> RunbookRenderer:
+def runbook_renderer(config: AlertConfig, runbooks_dir: Path | None) -> RunbookRenderer:
+    """The renderer of the runbooks from --runbooks, the settings or the shipped ones."""
     return RunbookRenderer(_runbooks(runbooks_dir, config), links=config.links,
                            base_url=config.runbook_base_url)
 
@@ -64,7 +65,8 @@ def _rules(given: Path | None) -> Path:
     return given if given is not None else defaults.path("alert_rules")
 
 
-def _load(rules_path: Path | None, renderer: RunbookRenderer) -> list[AlertRule]:
+def checked_rules(rules_path: Path | None, renderer: RunbookRenderer) -> list[AlertRule]:
+    """The rules at --rules (default: the shipped ones), each runbook and annotation compiled."""
     rules = load_rules(_rules(rules_path))
     for rule in rules:
         renderer.check(rule)
@@ -131,9 +133,9 @@ def test_(store_url: str, rules_path: Path | None, config_path: Path | None, run
 
     The `for` of each rule is shown but not waited for: every condition that holds now is listed.
     """
-    config = _config(config_path, runbook_base_url)
-    renderer = _renderer(config, runbooks_dir)
-    rules = _load(rules_path, renderer)
+    config = alert_config(config_path, runbook_base_url)
+    renderer = runbook_renderer(config, runbooks_dir)
+    rules = checked_rules(rules_path, renderer)
     engine = AlertEngine(open_store(store_url), rules, renderer, policy=config.policy)
     evaluation = engine.evaluate(persist=False)
     found: list[dict[str, Any]] = []
@@ -176,12 +178,12 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
     with backoff and delivered once it is back. Stop with Ctrl-C or SIGTERM. With --once, the
     exit status is 1 when a delivery failed (the alerts stay in the store for the next run).
     """
-    config = _config(config_path, runbook_base_url)
+    config = alert_config(config_path, runbook_base_url)
     urls = alertmanagers or config.alertmanagers
     if not urls:
         raise ConfigError("no Alertmanager: pass --alertmanager URL or set alertmanagers in --config")
-    renderer = _renderer(config, runbooks_dir)
-    rules = _load(rules_path, renderer)
+    renderer = runbook_renderer(config, runbooks_dir)
+    rules = checked_rules(rules_path, renderer)
     policy = config.policy if config_path else type(config.policy)(evaluation_interval=interval)
     with httpx.Client(timeout=config.timeout) as http:
         engine = AlertEngine(open_store(store_url), rules, renderer, client=AlertmanagerClient(urls, http),
@@ -224,7 +226,7 @@ def run(store_url: str, rules_path: Path | None, config_path: Path | None, runbo
 def export_prometheus(rules_path: Path | None, config_path: Path | None, out: Path | None,
                       runbook_base_url: str | None, as_json: bool) -> None:
     """Write the PromQL rules as a Prometheus rule file (check it with `promtool check rules`)."""
-    config = _config(config_path, runbook_base_url)
+    config = alert_config(config_path, runbook_base_url)
     base_url = config.runbook_base_url
     rules = load_rules(_rules(rules_path))
     text = json.dumps(export_rule_groups(rules, base_url), indent=2) + "\n" if as_json else export_yaml(rules, base_url)

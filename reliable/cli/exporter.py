@@ -10,7 +10,15 @@ import click
 from ..alerts.pages import RunbookPages
 from ..durations import parse_duration
 from ..exporter import serve
-from .alerts import _config, _load, _renderer, config_option, rules_option, runbook_base_option, runbooks_option
+from .alerts import (
+    alert_config,
+    checked_rules,
+    config_option,
+    rules_option,
+    runbook_base_option,
+    runbook_renderer,
+    runbooks_option,
+)
 from .common import STATE_CHOICE, handle_errors, open_store, store_option
 
 
@@ -61,8 +69,8 @@ def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_i
     sla = _parse_sla(sla_items)
     if multiprocess_dir and not os.path.isdir(multiprocess_dir):
         raise click.BadParameter(f"{multiprocess_dir!r} is not a directory", param_hint="--multiprocess-dir")
-    renderer = _renderer(_config(config_path, runbook_base_url), runbooks_dir)
-    rules = _load(rules_path, renderer)
+    renderer = runbook_renderer(alert_config(config_path, runbook_base_url), runbooks_dir)
+    rules = checked_rules(rules_path, renderer)
     store = open_store(store_url)
 
     def ready(bound_host: str, bound_port: int) -> None:
