@@ -48,7 +48,7 @@ _TIMES = ("started_at", "scheduled_at", "dispatched_at")
 _DEFAULT_MAX_TEXT = 2000
 
 
-def _iso(epoch: Any) -> str | None:
+def _iso(epoch: float | str | None) -> str | None:
     """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``; None stays None."""
     if epoch is None:
         return None

@@ -748,7 +748,8 @@ class StateStore:
     def job_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
         """The ids starting with `prefix` (printable ASCII), smallest first, at most `limit` of them.
 
-        One range read on the primary key's index, however many jobs the store holds.
+        One range read in character order on an index (the primary key's, or migration 0008's on a
+        linguistically collated PostgreSQL), however many jobs the store holds.
         """
         if not (prefix and prefix.isascii() and prefix.isprintable()):
             raise ConfigError(f"a job id prefix is made of printable ASCII characters, not {prefix!r}")
