@@ -61,7 +61,7 @@ from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
-from .tracecontext import TRACEPARENT, TraceParent, span_id_for
+from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
 from .tracing import Tracing
 
 __all__ = ["ReliableMiddleware"]
@@ -747,7 +747,7 @@ class ReliableMiddleware(Middleware):
         """An untracked group member's success arrives at its group's barrier in the store (so a
         group mixing tracked and untracked members completes); False when the store does not know
         the barrier, and Dramatiq's barrier decides."""
-        trace = {key: message.options[key] for key in (TRACEPARENT, "trace_id") if message.options.get(key)}
+        trace = {key: message.options[key] for key in TRACE_OPTIONS if message.options.get(key)}
         built = self._group_completion(broker, message, trace=trace, parent_job_id=message.message_id)
         if built is None:
             return False

@@ -22,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "TRACEPARENT",
+    "TRACE_OPTIONS",
     "TraceParent",
     "new_span_id",
     "new_trace_id",
@@ -33,6 +34,8 @@ logger = logging.getLogger("reliable.tracecontext")
 
 #: The message option carrying the W3C trace context.
 TRACEPARENT = "traceparent"
+#: The message options that carry a trace: the W3C context and its trace id (`TraceParent.as_options`).
+TRACE_OPTIONS = (TRACEPARENT, "trace_id")
 
 _INVALID_TRACE_ID = "0" * 32
 _INVALID_SPAN_ID = "0" * 16
@@ -92,7 +95,7 @@ class TraceParent:
 
     def as_options(self) -> dict[str, str]:
         """The message options that carry this context: ``traceparent`` and ``trace_id``."""
-        return {TRACEPARENT: str(self), "trace_id": self.trace_id}
+        return dict(zip(TRACE_OPTIONS, (str(self), self.trace_id), strict=True))
 
     def child(self, span_id: str | None = None) -> TraceParent:
         """The context a message sent from span `span_id` (default: a new one) carries."""
