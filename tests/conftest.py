@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pika
 import pytest
-from sqlalchemy import create_engine, text
 
 from reliable.store import StateStore
 
-from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
+from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service, scratch_database
 
 __all__ = ["IN_CI", "PG_ADMIN_URL", "RABBITMQ_URL", "port_open", "require_service"]
 
@@ -42,19 +41,11 @@ def queue_name(rabbitmq_url: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session; its URL."""
-    require_service("PostgreSQL", port_open("127.0.0.1", 5432))
-    name = f"reliable_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    migrated = StateStore(url)
-    migrated.upgrade()
-    migrated.close()
-    yield url
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_database("reliable_test_") as url:
+        migrated = StateStore(url)
+        migrated.upgrade()
+        migrated.close()
+        yield url
 
 
 def _truncate(store: StateStore) -> None:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -15,6 +16,7 @@ from typing import TypeVar
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine, text
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = os.environ.get("RELIABLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -49,6 +51,24 @@ def require_service(name: str, available: bool, *, problem: str = "is not reacha
     if IN_CI:
         pytest.fail(f"{message}; under CI=true every integration test is mandatory")
     pytest.skip(f"{message} (start it to run this test)")
+
+
+@contextlib.contextmanager
+def scratch_database(prefix: str, *, options: str = "") -> Iterator[str]:
+    """A new PostgreSQL database named `prefix` + random hex (CREATE DATABASE ... `options`), its
+    URL; dropped (connections forced out) afterwards. Requires PostgreSQL (skips or fails as
+    `require_service` says)."""
+    require_service("PostgreSQL", port_open("127.0.0.1", 5432))
+    name = f"{prefix}{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" {options}'.rstrip()))
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def wait_for(condition: Callable[[], T], what: str = "the condition", *, timeout: float = 30.0,

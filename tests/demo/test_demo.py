@@ -6,20 +6,18 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from reliable import StateStore
 from reliable.demo.story import EXPECTED, differences
 from reliable.states import JobStatus
 from reliable.store import NewJob
 
-from support import PG_ADMIN_URL, RABBITMQ_URL, free_port, port_open, require_service, wait_for
+from support import RABBITMQ_URL, free_port, port_open, require_service, scratch_database, wait_for
 
 RELIABLE = Path(sys.executable).parent / "reliable"
 AM_BINARY = "/usr/bin/prometheus-alertmanager"
@@ -148,15 +146,8 @@ def test_demo_delivers_its_alerts_to_alertmanager(tmp_path: Path, alertmanager: 
 @pytest.fixture
 def fresh_pg_database() -> Iterator[str]:
     """A new, empty PostgreSQL database (the demo migrates it); dropped afterwards."""
-    require_service("PostgreSQL", port_open("127.0.0.1", 5432))
-    name = f"reliable_demo_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_database("reliable_demo_") as url:
+        yield url
 
 
 @pytest.mark.integration

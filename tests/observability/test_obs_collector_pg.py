@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import event, text
 
 from reliable.collector import StoreCollector
 from reliable.store import StateStore
 
-from support import PG_ADMIN_URL, port_open, require_service
+from support import scratch_database
 
 # 300,000 rows keep the suite fast while making a sequential scan clearly costlier than an index;
 # bench/collector_scrape.py measures the scrape on 1,000,000 (RELIABLE_COLLECTOR_ROWS to change it here).
@@ -38,13 +37,7 @@ FROM generate_series(1, :rows) AS i, (SELECT extract(epoch FROM now())::float8 A
 @pytest.fixture(scope="module")
 def million_rows() -> Iterator[str]:
     """A dedicated database (not the shared test one) holding 1,000,000 analysed job rows."""
-    require_service("PostgreSQL", port_open("127.0.0.1", 5432))
-    name = f"reliable_obs_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    try:
+    with scratch_database("reliable_obs_") as url:
         store = StateStore(url)
         store.upgrade()
         with store.engine.begin() as conn:
@@ -53,10 +46,6 @@ def million_rows() -> Iterator[str]:
             conn.execute(text("VACUUM ANALYZE reliable_jobs"))
         store.close()
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -3,16 +3,15 @@ database's own order misses ids: ':' '[' '{' sort before digits and letters ther
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from reliable.store import NewJob, StateStore
 from reliable.store.sqlrunner import load_queries
 
-from support import PG_ADMIN_URL, port_open, require_service
+from support import scratch_database
 
 pytestmark = pytest.mark.integration
 
@@ -21,19 +20,12 @@ INDEX = "ix_reliable_jobs_job_id_c"
 
 @pytest.fixture
 def icu_store() -> Iterator[StateStore]:
-    require_service("PostgreSQL", port_open("127.0.0.1", 5432))
-    name = f"reliable_icu_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu "
-                          "ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"))
-    store = StateStore(PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
-    store.upgrade()
-    yield store
-    store.close()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_database("reliable_icu_", options="TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' "
+                                                  "LOCALE 'C.UTF-8'") as url:
+        store = StateStore(url)
+        store.upgrade()
+        yield store
+        store.close()
 
 
 def _has_index(store: StateStore) -> bool:
