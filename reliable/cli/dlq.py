@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..states import JobStatus
-from .common import DURATION, handle_errors, job_id_argument, open_store, resolve_job_id, store_option
+from .common import DURATION, handle_errors, job_id_argument, open_store, store_option
 from .control import (
     ALLOW_DUPLICATES,
     EXIT_CODES_HELP,
@@ -60,8 +60,7 @@ def list_(store_url: str, queue: str | None, actor: str | None, error_class: str
 @handle_errors
 def show(job_id: str, store_url: str, as_json: bool) -> None:
     """Show a job: attempt history, last error, last checkpoint, side effects and events."""
-    store = open_store(store_url)
-    show_view(store, resolve_job_id(store, job_id), as_json=as_json)
+    show_view(open_store(store_url), job_id, as_json=as_json)
 
 
 @dlq.command(epilog=EXIT_CODES_HELP)

@@ -6,7 +6,7 @@ import click
 
 from ..selection import JobFilter
 from ..states import JobStatus
-from .common import DURATION, handle_errors, job_id_argument, open_store, resolve_job_id, store_option
+from .common import DURATION, handle_errors, job_id_argument, open_store, store_option
 from .control import reconcile
 from .views import list_view, show_view
 
@@ -49,8 +49,7 @@ def list_(store_url: str, queue: str | None, actor: str | None, error_class: str
 @handle_errors
 def show(job_id: str, store_url: str, as_json: bool) -> None:
     """Show a job: attempt history, last error, last checkpoint, side effects applied and events."""
-    store = open_store(store_url)
-    show_view(store, resolve_job_id(store, job_id), as_json=as_json)
+    show_view(open_store(store_url), job_id, as_json=as_json)
 
 
 # One implementation, two names: `reliable reconcile` is the command, `review resolve` its alias here.

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..selection import JobFilter, count_jobs, select_jobs
 from ..store import Job, StateStore
-from .common import emit_json, fmt_time, id_column, print_table, stdout_console
+from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id, stdout_console
 
 __all__ = ["job_dict", "list_view", "show_view"]
 
@@ -36,8 +36,12 @@ def list_view(store: StateStore, flt: JobFilter, *, limit: int, as_json: bool, t
     print_table(stdout_console(), table)
 
 
-def show_view(store: StateStore, job_id: str, *, as_json: bool) -> None:
-    """One job in full: state, last error, last checkpoint, attempt history, side effects and events."""
+def show_view(store: StateStore, given: str, *, as_json: bool) -> None:
+    """One job in full: state, last error, last checkpoint, attempt history, side effects and events.
+
+    `given`: the job's id or a unique prefix of it (`resolve_job_id`).
+    """
+    job_id = resolve_job_id(store, given)
     job = store.get(job_id)
     attempts = store.attempts(job_id)
     events = store.events(job_id)
