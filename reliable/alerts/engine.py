@@ -91,7 +91,7 @@ class AlertEngine:
         jobs = self.jobs(candidate)
         out = self.renderer.annotations(candidate, jobs)
         if self.runbook_annotation:
-            runbook = self.renderer.runbook(candidate, jobs)
+            runbook = self.renderer.runbook(candidate, jobs, summary=out["summary"])  # rendered just above
             if runbook is not None:
                 out["runbook"] = runbook
         return out
