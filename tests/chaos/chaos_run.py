@@ -329,10 +329,25 @@ def collect_figures(store_url: str, job_ids: list[str], units: int, logs: list[P
             "SELECT e.job_id, e.at, (e.detail::json->>'lease_expires_at')::float8 AS expired_at, "
             "e.detail::json->>'expired_worker' AS expired_worker, "
             "(SELECT min(c.at) FROM reliable_job_events c WHERE c.job_id = e.job_id AND c.event = 'claim' "
-            " AND c.id > e.id) AS reclaimed_at "
+            " AND c.id > e.id) AS reclaimed_at, "
+            # The expired lease's own worker may still finish first (a thawed worker): the store
+            # accepts that late completion while nobody re-claimed the job (states.late_target).
+            "(SELECT min(c.at) FROM reliable_job_events c WHERE c.job_id = e.job_id AND c.id > e.id "
+            " AND c.detail::json->>'late_completion' = 'true') AS completed_late_at "
             "FROM reliable_job_events e WHERE e.event = 'lease_expired'")).all()
         attempt_outcomes: dict[str, str | None] = dict(conn.execute(text(
             "SELECT attempt_id, outcome FROM reliable_attempts")).all())
+        # The whole history of a job whose expired lease was never re-claimed: what the report needs
+        # to explain the failure (the database is dropped after the run).
+        unreclaimed = sorted({r.job_id for r in recoveries
+                              if r.reclaimed_at is None and r.completed_late_at is None})[:3]
+        unreclaimed_histories = {job_id: [
+            f"{row.id} {row.at:.3f} {row.event} {row.from_status}->{row.to_status} v{row.version} "
+            f"lease={row.lease_id} worker={row.worker_id} {row.detail or ''}"
+            for row in conn.execute(text(
+                "SELECT id, at, event, from_status, to_status, version, lease_id, worker_id, detail "
+                "FROM reliable_job_events WHERE job_id = :job_id ORDER BY id"), {"job_id": job_id})]
+            for job_id in unreclaimed}
     engine.dispose()
 
     produced = set(job_ids)
@@ -378,7 +393,12 @@ def collect_figures(store_url: str, job_ids: list[str], units: int, logs: list[P
         "stale_commits_genuine": event_counts.get("stale_commit_rejected", 0) - after_own_success,
         "lease_expired": event_counts.get("lease_expired", 0),
         "lease_expired_workers": sorted({r.expired_worker for r in recoveries if r.expired_worker}),
-        "lease_expired_not_reclaimed": sum(1 for r in recoveries if r.reclaimed_at is None),
+        "lease_expired_not_reclaimed": sum(1 for r in recoveries
+                                           if r.reclaimed_at is None and r.completed_late_at is None),
+        "lease_expired_completed_late": sum(1 for r in recoveries
+                                            if r.completed_late_at is not None
+                                            and (r.reclaimed_at is None or r.completed_late_at < r.reclaimed_at)),
+        "lease_expired_not_reclaimed_histories": unreclaimed_histories,
         "other_crash_outcomes": {e: n for e, n in event_counts.items()
                                  if e.startswith("lease_expired_") or e in ("dead_letter", "need_review", "fail")},
         "recovery_seconds_median": stat(recovery_times, statistics.median),
@@ -407,7 +427,8 @@ def report_paragraph(config_name: str, figures: dict[str, Any], faults: list[Fau
         f"(replays detected and skipped: {figures['replays_detected']}, ledger gaps: {figures['ledger_gaps']}); "
         f"stale commits rejected: {figures['stale_commits_genuine']} (plus "
         f"{figures['stale_commits_after_own_success']} spurious heartbeat ones after the job's own success); "
-        f"leases expired: {figures['lease_expired']}, "
+        f"leases expired: {figures['lease_expired']} ({figures['lease_expired_completed_late']} completed late by "
+        f"their own worker before a re-claim), "
         f"recovery (lease_expired -> claim) median {figures['recovery_seconds_median']}s, "
         f"max {figures['recovery_seconds_max']}s (from the lease's expiry: median "
         f"{figures['expiry_to_claim_seconds_median']}s, max {figures['expiry_to_claim_seconds_max']}s); "

@@ -121,8 +121,8 @@ def test_chaos_no_job_lost_no_effect_twice(chaos_config: ChaosConfig, services: 
     # short (killed between record_effect and the ledger write): the window of record-then-apply.
     assert all(outcome != "succeed" for outcome in figures["ledger_gap_attempt_outcomes"].values()), \
         figures["ledger_gap_attempt_outcomes"]
-    # Every expired lease was re-claimed.
-    assert figures["lease_expired_not_reclaimed"] == 0
+    # Every expired lease was re-claimed, or its own worker's late completion was accepted first.
+    assert figures["lease_expired_not_reclaimed"] == 0, figures["lease_expired_not_reclaimed_histories"]
     if figures["recovery_seconds_max"] is not None:
         assert figures["recovery_seconds_max"] < 60, "a job waited a minute to be re-claimed"
 
