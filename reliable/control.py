@@ -416,7 +416,7 @@ class Control:
     # -- execution -------------------------------------------------------------------------------
 
     def _precheck(self, command: str, job: Job, reason: str | None) -> None:
-        self.operators.check(self.identity.name, command, job.queue)
+        self.operators.check(self.identity.name, command, job.queue, job.owner)
 
     def _run(self, command: str, job_id: str, reason: str | None, dry_run: bool,
              planner: Callable[[Job, str | None], _Plan]) -> CommandResult:

@@ -11,8 +11,11 @@ The operators policy is a YAML file::
         - {commands: ["*"], queues: ["*"]}
       operator:
         - {commands: [pause, resume, stop, requeue], queues: ["exports", "billing-*"]}
+        - {commands: ["*"], owners: ["team-data"]}   # any queue, jobs owned by team-data
       viewer: []               # may read (the CLI's list/show), may change nothing
 
+A rule may also name `owners` (globs of the job's owner, default any): it then covers a job only
+when both its queue and its owner match (a job without an owner matches only "*").
 Commands are the names in COMMANDS (`retry` is accepted as a synonym of `requeue`, `resolve`
 of `reconcile`). Identities are matched against the operator's name (e.g. the OS user); the first
 matching pattern in file order wins (exact names before globs is a good habit).
@@ -75,15 +78,17 @@ class Operator:
 
 @dataclass(frozen=True)
 class Rule:
-    """One grant of a role: these commands on these queues (glob patterns)."""
+    """One grant of a role: these commands on jobs of these queues and owners (glob patterns)."""
 
     commands: tuple[str, ...]
     queues: tuple[str, ...]
+    owners: tuple[str, ...] = ("*",)
 
-    def allows(self, command: str, queue: str) -> bool:
-        """Whether this rule covers `command` on `queue`."""
+    def allows(self, command: str, queue: str, owner: str | None = None) -> bool:
+        """Whether this rule covers `command` on a job of `queue` owned by `owner`."""
         return (any(fnmatch.fnmatchcase(command, p) for p in self.commands)
-                and any(fnmatch.fnmatchcase(queue, p) for p in self.queues))
+                and any(fnmatch.fnmatchcase(queue, p) for p in self.queues)
+                and any(p == "*" or (owner is not None and fnmatch.fnmatchcase(owner, p)) for p in self.owners))
 
 
 @dataclass(frozen=True)
@@ -107,22 +112,27 @@ class OperatorsPolicy:
                 return roles
         return ()
 
-    def allows(self, operator: str, command: str, queue: str) -> bool:
-        """Whether `operator` may run `command` on a job of `queue`."""
+    def allows(self, operator: str, command: str, queue: str, owner: str | None = None) -> bool:
+        """Whether `operator` may run `command` on a job of `queue` owned by `owner`."""
         if self.allow_everything:
             return True
         command = _SYNONYMS.get(command, command)
-        return any(rule.allows(command, queue) for role in self.roles_of(operator)
+        return any(rule.allows(command, queue, owner) for role in self.roles_of(operator)
                    for rule in self.roles.get(role, ()))
 
-    def check(self, operator: str, command: str, queue: str) -> None:
+    def may_act(self, operator: str) -> bool:
+        """Whether `operator` may run any command at all (False: a read-only identity)."""
+        return self.allow_everything or any(self.roles.get(role) for role in self.roles_of(operator))
+
+    def check(self, operator: str, command: str, queue: str, owner: str | None = None) -> None:
         """Raise ControlRefused (saying who, what, where and which file) unless allowed."""
-        if self.allows(operator, command, queue):
+        if self.allows(operator, command, queue, owner):
             return
         roles = self.roles_of(operator)
         who = f"roles {', '.join(roles)}" if roles else "no role"
+        whose = f" owned by {owner!r}" if owner else ""
         raise ControlRefused(
-            f"operator {operator!r} ({who}) may not {command} jobs on queue {queue!r} "
+            f"operator {operator!r} ({who}) may not {command} jobs on queue {queue!r}{whose} "
             f"(operators policy {self.path or '<in memory>'})"
         )
 
@@ -217,8 +227,8 @@ def _strings(node: yaml.Node, path: str, where: str) -> tuple[str, ...]:
 
 def _rule(node: yaml.Node, path: str, where: str) -> Rule:
     fields = _mapping(node, path, where)
-    for key in sorted(set(fields) - {"commands", "queues"})[:1]:
-        raise PolicyError(f"unknown key {key!r} (expected commands, queues)", path=path,
+    for key in sorted(set(fields) - {"commands", "queues", "owners"})[:1]:
+        raise PolicyError(f"unknown key {key!r} (expected commands, queues, owners)", path=path,
                           line=_line(fields[key][0]), field=f"{where}.{key}")
     if "commands" not in fields:
         raise PolicyError("missing 'commands'", path=path, line=_line(node), field=f"{where}.commands")
@@ -232,4 +242,5 @@ def _rule(node: yaml.Node, path: str, where: str) -> Rule:
                               path=path, line=_line(item), field=f"{where}.commands")
         commands.append(command)
     queues = _strings(fields["queues"][1], path, f"{where}.queues") if "queues" in fields else ("*",)
-    return Rule(tuple(commands), queues)
+    owners = _strings(fields["owners"][1], path, f"{where}.owners") if "owners" in fields else ("*",)
+    return Rule(tuple(commands), queues, owners)

@@ -39,7 +39,8 @@ from .common import (
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
-    "control_options", "filter_options", "pause", "reconcile", "restart", "resume", "retry", "run_command", "stop",
+    "control_options", "filter_options", "load_policy", "pause", "reconcile", "restart", "resume", "retry",
+    "run_command", "stop",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -141,7 +142,7 @@ def _fail(message: str, code: int = EXIT_ERROR) -> None:
     sys.exit(code)
 
 
-def _load_policy(path: str | None) -> ContractSource | None:
+def load_policy(path: str | None) -> ContractSource | None:
     if not path:
         return None
     try:
@@ -163,7 +164,7 @@ def build_control(store: StateStore, params: dict[str, Any]) -> Control:
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
         broker = RabbitmqBroker(url=params["broker_url"])
-    return Control(store, policy=_load_policy(params.get("policies_path")), broker=broker,
+    return Control(store, policy=load_policy(params.get("policies_path")), broker=broker,
                    operators=_operators(params.get("operators_file")),
                    identity=Operator.resolve(params.get("operator_name")))
 

@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "review": ("reliable.cli.review:review", "Jobs waiting for a person (REVIEW): list, show, resolve."),
     "stop": ("reliable.cli.control:stop",
              "Stop jobs (running ones after their current unit)."),
+    "tokens": ("reliable.cli.tokens:tokens", "Create, list and revoke API tokens for `reliable web` and --api."),
+    "web": ("reliable.cli.web:web", "Serve the HTTP API and the web console."),
 }
 
 

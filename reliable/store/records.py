@@ -138,6 +138,7 @@ class JobEvent:
     reason: str | None
     host: str | None
     detail: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None  # a failed attempt's, bounded and masked
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobEvent:

@@ -25,8 +25,8 @@ from sqlalchemy import (
 
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
-__all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "attempts", "barriers",
-           "effects", "job_events", "jobs", "liveness", "metadata"]
+__all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "api_tokens", "attempts",
+           "barriers", "effects", "job_events", "jobs", "liveness", "metadata", "operations"]
 
 #: Every table reliable owns (its Alembic version table too) starts with it.
 TABLE_PREFIX = "reliable_"
@@ -137,6 +137,7 @@ job_events = Table(
     Column("reason", Text),
     Column("host", String(255)),
     Column("detail", Text),  # JSON: anything else worth keeping (rule matched, delay, ...)
+    Column("traceback", Text),  # a failed attempt's traceback, bounded and masked (migration 0009)
 )
 
 Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
@@ -215,6 +216,56 @@ barriers = Table(
     Column("remaining", Integer, nullable=False),
     Column("created_at", Double, nullable=False),
 )
+
+
+# API tokens of the HTTP API and console (migration 0009): only a hash of the secret is kept.
+api_tokens = Table(
+    "reliable_api_tokens",
+    metadata,
+    Column("token_id", String(32), primary_key=True),  # the public part of the token
+    Column("name", String(255), nullable=False),  # the identity every action is audited under
+    Column("secret_hash", String(64), nullable=False),  # sha256 of the secret part, hex
+    Column("role", String(32), nullable=False),  # viewer | operator | admin
+    Column("queues", Text, nullable=False),  # JSON list of glob patterns the role applies to
+    Column("owners", Text, nullable=False),  # JSON list of glob patterns of job owners
+    Column("created_at", Double, nullable=False),
+    Column("created_by", String(255)),
+    Column("expires_at", Double),
+    Column("revoked_at", Double),
+    Column("revoked_by", String(255)),
+    Column("last_used_at", Double),
+)
+
+Index("ix_reliable_api_tokens_name", api_tokens.c.name)
+
+# Bulk operations of the HTTP API (migration 0009): counted, confirmed, run with progress, cancellable.
+operations = Table(
+    "reliable_operations",
+    metadata,
+    Column("operation_id", String(32), primary_key=True),
+    Column("command", String(32), nullable=False),
+    Column("filter", Text, nullable=False),  # JSON: the filter the operator gave
+    Column("job_ids", Text, nullable=False),  # JSON list: the jobs counted at preview, acted on at confirm
+    Column("options", Text, nullable=False),  # JSON: command options (resolution, allow duplicates...)
+    Column("reason", Text, nullable=False),
+    Column("operator", String(255), nullable=False),
+    Column("source", String(64)),
+    Column("status", String(32), nullable=False),  # awaiting_confirmation | running | cancelled | finished | expired
+    Column("total", Integer, nullable=False),
+    Column("done", Integer, nullable=False, server_default="0"),
+    Column("counts", Text),  # JSON: results per outcome
+    Column("results", Text),  # JSON list: one entry per job acted on (job, outcome, message)
+    Column("rate", Double),
+    Column("created_at", Double, nullable=False),
+    Column("expires_at", Double, nullable=False),
+    Column("confirmed_at", Double),
+    Column("confirmed_by", String(255)),
+    Column("finished_at", Double),
+    Column("cancel_requested", Boolean, nullable=False, server_default="0"),
+    Column("cancelled_by", String(255)),
+)
+
+Index("ix_reliable_operations_created", operations.c.created_at)
 
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:

@@ -100,6 +100,7 @@ class JobWrite:
     reason: str | None
     host: str | None
     detail: str | None
+    traceback: str | None = None  # a failed attempt's, bounded and masked (error["traceback"])
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""
@@ -139,7 +140,7 @@ def transition_write(
         has_error=error is not None, error_class=(error or {}).get("error_class"),
         error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
         event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
-        detail=detail, **rule,
+        detail=detail, traceback=(error or {}).get("traceback"), **rule,
     )
 
 
@@ -199,5 +200,5 @@ def event_write(
         worker_id=None, attempt_id=None, end_attempt=False, has_error=False,  # the row keeps its last error
         error_class=(error or {}).get("error_class"), error_type=(error or {}).get("error_type"),
         error_message=(error or {}).get("message"), event_worker_id=worker_id, event_lease_id=lease_id,
-        operator=operator, reason=reason, host=host, detail=detail,
+        operator=operator, reason=reason, host=host, detail=detail, traceback=(error or {}).get("traceback"),
     )

@@ -23,6 +23,7 @@ TIME_OPTIONS = {"--older-than", "--interval", "--sweep-after"}
 NO_JSON = {
     ("demo",): "a story told to a person, checked against the store by its exit status",
     ("exporter",): "an HTTP server: it prints only the address it listens on (stderr)",
+    ("web",): "an HTTP server: it logs requests (its JSON is the API it serves)",
 }
 
 

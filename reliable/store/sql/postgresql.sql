@@ -71,12 +71,13 @@ attempt_ended AS (
 e AS (
     INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
         lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
-        retry_count, checkpoint, operator, reason, host, detail)
+        retry_count, checkpoint, operator, reason, host, detail, traceback)
     SELECT j.job_id, (SELECT now FROM t), %(event)s::text, CASE WHEN %(transition)s::bool THEN j.previous_status ELSE j.status END,
         j.status, j.version, j.attempt, j.attempt_id, coalesce(%(event_lease_id)s::int8, j.lease_id),
         coalesce(%(event_worker_id)s::text, CASE WHEN %(operator)s::text IS NULL THEN j.worker_id END),
         j.queue, j.actor, j.workflow_id, j.trace_id, %(error_class)s::text, %(error_type)s::text, %(error_message)s::text,
-        j.retry_count, j.checkpoint, %(operator)s::text, %(reason)s::text, %(host)s::text, %(detail)s::text
+        j.retry_count, j.checkpoint, %(operator)s::text, %(reason)s::text, %(host)s::text, %(detail)s::text,
+        %(traceback)s::text
     FROM j
     RETURNING *
 )
@@ -88,24 +89,24 @@ SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.ver
     j.created_at, j.updated_at,
     e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id,
     e.lease_id, e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type,
-    e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail
+    e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail, e.traceback
 FROM j, e;
 
 -- name: enqueued_events
 -- The `enqueued` event of each newly registered job (registration inserts the rows first).
 INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
     lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
-    retry_count, checkpoint, operator, reason, host, detail)
+    retry_count, checkpoint, operator, reason, host, detail, traceback)
 SELECT j.job_id, j.created_at, 'enqueued', NULL, j.status, j.version, j.attempt, j.attempt_id, j.lease_id,
     NULL, j.queue, j.actor, j.workflow_id, j.trace_id, NULL, NULL, NULL, j.retry_count, j.checkpoint, NULL,
-    NULL, NULL, n.detail
+    NULL, NULL, n.detail, NULL
 FROM reliable_jobs AS j
 JOIN unnest(%(job_ids)s::text[], %(details)s::text[]) WITH ORDINALITY AS n(job_id, detail, position)
   ON n.job_id = j.job_id
 ORDER BY n.position
 RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
     queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
-    operator, reason, host, detail;
+    operator, reason, host, detail, traceback;
 
 -- name: insert_job
 -- Register one PENDING job; no row when the job_id exists already.

@@ -69,28 +69,28 @@ WHERE attempt_id = (SELECT attempt_id FROM reliable_jobs WHERE job_id = :job_id)
 -- The event row of a write_job, from the row it just wrote.
 INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
     lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
-    retry_count, checkpoint, operator, reason, host, detail)
+    retry_count, checkpoint, operator, reason, host, detail, traceback)
 SELECT job_id, :now, :event, CASE WHEN :transition THEN previous_status ELSE status END, status, version,
     attempt, attempt_id, coalesce(:event_lease_id, lease_id),
     coalesce(:event_worker_id, CASE WHEN :operator IS NULL THEN worker_id END),
     queue, actor, workflow_id, trace_id, :error_class, :error_type, :error_message, retry_count, checkpoint,
-    :operator, :reason, :host, :detail
+    :operator, :reason, :host, :detail, :traceback
 FROM reliable_jobs WHERE job_id = :job_id
 RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
     queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
-    operator, reason, host, detail;
+    operator, reason, host, detail, traceback;
 
 -- name: enqueued_event
 -- The `enqueued` event of a newly registered job.
 INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
     lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
-    retry_count, checkpoint, operator, reason, host, detail)
+    retry_count, checkpoint, operator, reason, host, detail, traceback)
 SELECT job_id, created_at, 'enqueued', NULL, status, version, attempt, attempt_id, lease_id, NULL, queue,
-    actor, workflow_id, trace_id, NULL, NULL, NULL, retry_count, checkpoint, NULL, NULL, NULL, :detail
+    actor, workflow_id, trace_id, NULL, NULL, NULL, retry_count, checkpoint, NULL, NULL, NULL, :detail, NULL
 FROM reliable_jobs WHERE job_id = :job_id
 RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
     queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
-    operator, reason, host, detail;
+    operator, reason, host, detail, traceback;
 
 -- name: insert_job
 -- Register one PENDING job; no row when the job_id exists already.

@@ -1,0 +1,225 @@
+"""Who may use the HTTP API and console: API tokens, roles, and the authenticated principal.
+
+A token is `rel_<token_id>_<secret>`: the token id is public (it names the token in listings and
+in the audit trail), the secret is 32 random bytes of which the store keeps only the sha256, so a
+copy of the database hands out no working token. Tokens are created and revoked with the CLI
+(`reliable tokens create NAME --role operator --queue billing`).
+
+Roles (ROLES) are built in and map onto the operators policy that `Control` already enforces, so
+no rule of what a command may do lives in the web layer:
+- viewer: reads everything (arguments redacted, see `reliable.web.redaction`), runs no command;
+- operator: runs every command on jobs of its queues and owners (globs; default: all);
+- admin: runs every command on every job, sees arguments unredacted.
+
+An authenticating proxy (SSO/OIDC) may name the user in a header instead; its roles then come
+from an operators policy file (`reliable.operators`), exactly as for the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select, update
+
+from .errors import ConfigError
+from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
+from .store import StateStore
+from .store.schema import api_tokens
+
+__all__ = ["ROLES", "TOKEN_PREFIX", "ApiToken", "ApiTokens", "Principal", "role_policy"]
+
+#: The built-in roles, least powerful first.
+ROLES: tuple[str, ...] = ("viewer", "operator", "admin")
+
+#: Every token starts with it (secret scanners can recognise a leaked one).
+TOKEN_PREFIX = "rel_"
+
+_TOUCH_EVERY = 60.0  # seconds between two writes of a token's last_used_at
+
+
+def role_policy(name: str, role: str, *, queues: Sequence[str] = ("*",), owners: Sequence[str] = ("*",)
+                ) -> OperatorsPolicy:
+    """The operators policy that grants `name` exactly what `role` (scoped to queues/owners) allows."""
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r} (known: {', '.join(ROLES)})")
+    rules: tuple[Rule, ...] = ()
+    if role == "admin":
+        rules = (Rule(tuple(sorted(COMMANDS)), ("*",), ("*",)),)
+    elif role == "operator":
+        rules = (Rule(tuple(sorted(COMMANDS)), tuple(queues) or ("*",), tuple(owners) or ("*",)),)
+    return OperatorsPolicy(operators=((name, (role,)),), roles={role: rules}, path=f"<{role} token>")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller of the API: the identity actions are audited under, and what it may do.
+
+    `source`: token, session (a browser signed in with a token) or proxy (an authenticating proxy's
+    header). `operators` is the policy `Control` enforces for it.
+    """
+
+    name: str
+    role: str
+    source: str
+    operators: OperatorsPolicy
+    token_id: str | None = None
+    queues: tuple[str, ...] = ("*",)
+    owners: tuple[str, ...] = ("*",)
+
+    @property
+    def may_act(self) -> bool:
+        """Whether any command is allowed at all (False: read-only)."""
+        return self.operators.may_act(self.name)
+
+    @property
+    def sees_secrets(self) -> bool:
+        """Whether argument values are shown unredacted (read-only callers see them masked)."""
+        return self.may_act
+
+    def allows(self, command: str, queue: str, owner: str | None) -> bool:
+        """Whether `command` on a job of `queue` owned by `owner` is allowed (for buttons; Control decides)."""
+        return self.operators.allows(self.name, command, queue, owner)
+
+    def operator(self, host: str) -> Operator:
+        """The identity `Control` records on events: the authenticated name, never a free-text one."""
+        return Operator(self.name, host, f"api:{self.source}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (no secret)."""
+        return {"name": self.name, "role": self.role, "source": self.source, "token_id": self.token_id,
+                "queues": list(self.queues), "owners": list(self.owners), "may_act": self.may_act}
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """A stored token (never its secret)."""
+
+    token_id: str
+    name: str
+    role: str
+    queues: tuple[str, ...]
+    owners: tuple[str, ...]
+    created_at: float
+    created_by: str | None = None
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    revoked_by: str | None = None
+    last_used_at: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def active(self, now: float) -> bool:
+        """Neither revoked nor expired at `now`."""
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    def principal(self, source: str = "token") -> Principal:
+        """The principal this token authenticates."""
+        return Principal(self.name, self.role, source, role_policy(self.name, self.role, queues=self.queues,
+                                                                   owners=self.owners),
+                         token_id=self.token_id, queues=self.queues, owners=self.owners)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (no secret)."""
+        return {"token_id": self.token_id, "name": self.name, "role": self.role, "queues": list(self.queues),
+                "owners": list(self.owners), "created_at": self.created_at, "created_by": self.created_by,
+                "expires_at": self.expires_at, "revoked_at": self.revoked_at, "revoked_by": self.revoked_by,
+                "last_used_at": self.last_used_at}
+
+    @classmethod
+    def from_row(cls, row: Any) -> ApiToken:
+        """From a `reliable_api_tokens` row."""
+        return cls(row.token_id, row.name, row.role, tuple(json.loads(row.queues)), tuple(json.loads(row.owners)),
+                   row.created_at, row.created_by, row.expires_at, row.revoked_at, row.revoked_by, row.last_used_at)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_token(presented: str) -> tuple[str, str] | None:
+    """(token_id, secret) of a well-formed token, else None."""
+    if not presented.startswith(TOKEN_PREFIX):
+        return None
+    token_id, sep, secret = presented[len(TOKEN_PREFIX):].partition("_")
+    if not sep or not token_id or not secret or len(token_id) > 32:
+        return None
+    return token_id, secret
+
+
+class ApiTokens:
+    """The API tokens kept in a StateStore."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def create(self, name: str, role: str, *, queues: Sequence[str] = (), owners: Sequence[str] = (),
+               created_by: str | None = None, expires_in: float | None = None) -> tuple[ApiToken, str]:
+        """A new token for `name`; returns it and its plain text (shown once, never stored)."""
+        if not name.strip():
+            raise ConfigError("a token needs a name: the identity its actions are audited under")
+        role_policy(name, role)  # validates the role
+        if role != "operator" and (queues or owners):
+            raise ConfigError(f"--queue/--owner scope an operator token; a {role} token has no scope")
+        if expires_in is not None and expires_in <= 0:
+            raise ConfigError("expires_in must be positive")
+        self.store.check_schema()
+        token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+        now = self.store.now()
+        row = {"token_id": token_id, "name": name, "secret_hash": _hash(secret), "role": role,
+               "queues": json.dumps(list(queues) or ["*"]), "owners": json.dumps(list(owners) or ["*"]),
+               "created_at": now, "created_by": created_by,
+               "expires_at": None if expires_in is None else now + expires_in}
+        with self.store.write() as conn:
+            conn.execute(api_tokens.insert().values(**row))
+        return self.get(token_id), f"{TOKEN_PREFIX}{token_id}_{secret}"
+
+    def get(self, token_id: str) -> ApiToken:
+        """The token with this id; ConfigError if there is none."""
+        with self.store.read() as conn:
+            row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == token_id)).first()
+        if row is None:
+            raise ConfigError(f"no API token {token_id!r}")
+        return ApiToken.from_row(row)
+
+    def list(self, *, include_inactive: bool = False) -> list[ApiToken]:
+        """Every token, newest first (only active ones unless `include_inactive`)."""
+        self.store.check_schema()
+        with self.store.read() as conn:
+            rows = conn.execute(select(api_tokens).order_by(api_tokens.c.created_at.desc())).all()
+        now = self.store.now()
+        tokens = [ApiToken.from_row(r) for r in rows]
+        return tokens if include_inactive else [t for t in tokens if t.active(now)]
+
+    def revoke(self, token_id: str, *, by: str | None = None) -> ApiToken:
+        """Revoke a token at once (kept for the audit trail); ConfigError if unknown or revoked already."""
+        token = self.get(token_id)
+        if token.revoked_at is not None:
+            raise ConfigError(f"API token {token_id} ({token.name}) was revoked already")
+        with self.store.write() as conn:
+            conn.execute(update(api_tokens).where(api_tokens.c.token_id == token_id)
+                         .values(revoked_at=self.store.now_sql, revoked_by=by))
+        return self.get(token_id)
+
+    def authenticate(self, presented: str) -> ApiToken | None:
+        """The active token `presented` is, or None (unknown, wrong secret, revoked or expired)."""
+        parts = split_token(presented.strip())
+        if parts is None:
+            return None
+        token_id, secret = parts
+        with self.store.read() as conn:
+            row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == token_id)).first()
+        if row is None or not hmac.compare_digest(row.secret_hash, _hash(secret)):
+            return None
+        token = ApiToken.from_row(row)
+        now = self.store.now()
+        if not token.active(now):
+            return None
+        if token.last_used_at is None or now - token.last_used_at > _TOUCH_EVERY:
+            with self.store.write() as conn:
+                conn.execute(update(api_tokens).where(api_tokens.c.token_id == token_id).values(last_used_at=now))
+        return token

@@ -1,0 +1,102 @@
+"""The ASGI application: the JSON API under /api/v1 and the console's pages, over `Control` and the store.
+
+`create_app(store, ...)` returns a Starlette app. Serve it with `reliable web`, mount it in an ASGI
+project (`Mount("/reliable", app=create_app(...))` in Starlette or FastAPI), or in a WSGI one
+(Django, Flask) with `reliable.web.wsgi_app(...)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..access import ApiTokens, Principal
+from ..control import ContractSource, Control
+from ..errors import ConfigError, JobNotFound, ReliableError
+from ..store import StateStore
+from .config import WebConfig
+
+__all__ = ["WebState", "create_app", "wsgi_app"]
+
+
+@dataclass
+class WebState:
+    """What every request handler reads: the store, the control plane's parts, the tokens and the config."""
+
+    store: StateStore
+    tokens: ApiTokens
+    config: WebConfig
+    policy: ContractSource | None = None
+    broker: dramatiq.Broker | None = None
+    actor_options: Mapping[str, Mapping[str, Any]] | None = None
+
+    def control_for(self, principal: Principal) -> Control:
+        """A Control acting as `principal`, under the operators policy its role or the proxy's file gives."""
+        return Control(self.store, policy=self.policy, broker=self.broker, operators=principal.operators,
+                       identity=principal.operator(self.config.host), actor_options=self.actor_options)
+
+
+def _is_api(request: Request) -> bool:
+    return request.url.path.startswith(f"{request.scope.get('root_path', '')}/api/")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if _is_api(request) or exc.status_code != 401:
+        if _is_api(request):
+            return JSONResponse({"error": {"status": exc.status_code, "message": exc.detail}}, exc.status_code,
+                                headers=exc.headers)
+        from .console import error_page
+
+        return error_page(request, exc.status_code, str(exc.detail))
+    from .console import sign_in_redirect
+
+    return sign_in_redirect(request)
+
+
+async def _reliable_error(request: Request, exc: Exception) -> Response:
+    status = 404 if isinstance(exc, JobNotFound) else 400 if isinstance(exc, ConfigError) else 409
+    if _is_api(request):
+        return JSONResponse({"error": {"status": status, "message": str(exc), "type": type(exc).__name__}}, status)
+    from .console import error_page
+
+    return error_page(request, status, str(exc))
+
+
+def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
+               broker: dramatiq.Broker | None = None, config: WebConfig | None = None,
+               actor_options: Mapping[str, Mapping[str, Any]] | None = None) -> Starlette:
+    """The API and console over `store` (a StateStore or its URL).
+
+    policy: the actors' policy (`reliable.policy.Policy`), so commands know each job's contract;
+    broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
+    """
+    from . import api, console, operations
+
+    state_store = store if isinstance(store, StateStore) else StateStore(store)
+    cfg = config or WebConfig()
+    app = Starlette(
+        routes=[*api.routes(), *operations.routes(), *console.routes()],
+        middleware=[Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
+                               same_site="strict", https_only=cfg.cookie_secure)],
+        exception_handlers={HTTPException: _http_error, ReliableError: _reliable_error},
+    )
+    app.state.reliable = WebState(state_store, ApiTokens(state_store), cfg, policy=policy, broker=broker,
+                                  actor_options=actor_options)
+    return app
+
+
+def wsgi_app(store: StateStore | str, **kwargs: Any) -> Any:
+    """`create_app` for a WSGI server or framework (Django, Flask): mount it under a path prefix."""
+    from a2wsgi import ASGIMiddleware
+
+    return ASGIMiddleware(create_app(store, **kwargs))  # type: ignore[arg-type]
