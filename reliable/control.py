@@ -34,6 +34,7 @@ from .store import Job, StateStore
 
 __all__ = [
     "NEEDS_REASON",
+    "ActionPreview",
     "ActorContract",
     "CommandResult",
     "ContractSource",
@@ -117,6 +118,25 @@ class CommandResult:
             "version": self.job.version if self.job else None, "dispatched": self.dispatched,
             "compensation": self.compensation, "warnings": list(self.warnings),
         }
+
+
+@dataclass(frozen=True)
+class ActionPreview:
+    """Whether a command is allowed on a job now (`allowed`), what it would do or why not (`message`)."""
+
+    command: str
+    allowed: bool
+    message: str
+    needs_duplicate_confirmation: bool = False
+    warnings: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"command": self.command, "allowed": self.allowed, "message": self.message,
+                "needs_duplicate_confirmation": self.needs_duplicate_confirmation, "warnings": list(self.warnings)}
+
+
+_PREVIEW_REASON = "preview of the available actions (dry run)"
 
 
 @dataclass(frozen=True)
@@ -264,6 +284,28 @@ class Control:
                                 detail={"command": "discard", "source": identity.source})
         return CommandResult("discard", job_id, "done", "discarded: removed from the dead-letter queue",
                              before=job, job=self.store.get(job_id), event=DISCARDED)
+
+    # -- what a job offers -----------------------------------------------------------------------
+
+    def available(self, job_id: str) -> list[ActionPreview]:
+        """Every command as a dry run on this job: what a console offers, and why not where it does not.
+
+        Nothing is written. A retry or restart refused only because the actor is not idempotent is
+        offered with `needs_duplicate_confirmation` (the person must confirm that the side effect may
+        repeat); a REVIEW job offers both reconcile resolutions.
+        """
+        previews: list[ActionPreview] = []
+        for command in ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard"):
+            kwargs: dict[str, Any] = {"resolution": "succeeded"} if command == "reconcile" else {}
+            result: CommandResult = getattr(self, command)(job_id, reason=_PREVIEW_REASON, dry_run=True, **kwargs)
+            confirm = False
+            if not result.ok and command in ("restart", "requeue"):
+                again: CommandResult = getattr(self, command)(job_id, reason=_PREVIEW_REASON, dry_run=True,
+                                                              allow_duplicate_side_effects=True)
+                if again.ok:
+                    result, confirm = again, True
+            previews.append(ActionPreview(command, result.ok, result.message, confirm, result.warnings))
+        return previews
 
     # -- bulk ------------------------------------------------------------------------------------
 

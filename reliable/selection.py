@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, select
+from sqlalchemy import Select, and_, exists, func, literal, select, tuple_, union_all
 from sqlalchemy.sql.elements import ColumnElement
 
 from .errors import ConfigError
@@ -13,7 +16,7 @@ from .states import JobStatus
 from .store import Job, StateStore
 from .store.schema import job_events, jobs
 
-__all__ = ["DISCARDED", "JobFilter", "count_jobs", "not_discarded", "select_jobs", "statuses"]
+__all__ = ["DISCARDED", "JobFilter", "Page", "count_jobs", "not_discarded", "page_jobs", "select_jobs", "statuses"]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
 DISCARDED = "discarded"
@@ -24,6 +27,8 @@ class JobFilter:
     """Which jobs an operator means. Every given field must match; empty means 'any'.
 
     `older_than` is in seconds since the job last changed state (by the database's clock).
+    `changed_since` / `changed_until` bound the time of its last change (epoch seconds).
+    `search` is a case-insensitive substring of the job's message (its arguments and options).
     `exclude_discarded` hides DEAD jobs discarded since their last transition (the dead-letter view).
     """
 
@@ -34,12 +39,27 @@ class JobFilter:
     error_class: str | None = None
     older_than: float | None = None
     exclude_discarded: bool = False
+    owner: str | None = None
+    workflow_id: str | None = None
+    changed_since: float | None = None
+    changed_until: float | None = None
+    search: str | None = None
 
     @property
     def is_empty(self) -> bool:
         """True when nothing narrows the selection (every job would match)."""
         return not (self.job_ids or self.statuses or self.queue or self.actor or self.error_class
-                    or self.older_than is not None)
+                    or self.older_than is not None or self.owner or self.workflow_id
+                    or self.changed_since is not None or self.changed_until is not None or self.search)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: only the fields given."""
+        out: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            if value in (None, (), False):
+                continue
+            out[name] = [getattr(v, "value", v) for v in value] if isinstance(value, tuple) else value
+        return out
 
     def conditions(self, now: float | None) -> list[ColumnElement[bool]]:
         """The WHERE clauses of this filter (`now` is the database time, needed for older_than)."""
@@ -56,6 +76,17 @@ class JobFilter:
             where.append(jobs.c.last_error_class == self.error_class)
         if self.older_than is not None and now is not None:
             where.append(jobs.c.updated_at < now - self.older_than)
+        if self.owner:
+            where.append(jobs.c.owner == self.owner)
+        if self.workflow_id:
+            where.append(jobs.c.workflow_id == self.workflow_id)
+        if self.changed_since is not None:
+            where.append(jobs.c.updated_at >= self.changed_since)
+        if self.changed_until is not None:
+            where.append(jobs.c.updated_at < self.changed_until)
+        if self.search:
+            escaped = self.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append(func.lower(jobs.c.message).like(f"%{escaped.lower()}%", escape="\\"))
         if self.exclude_discarded:
             where.append(not_discarded())
         return where
@@ -83,6 +114,53 @@ def select_jobs(store: StateStore, flt: JobFilter, *, limit: int | None = 100, n
         stmt = stmt.limit(limit)
     with store.read() as conn:
         return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a job listing, newest change first, and the cursor of the next (None: the last page)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+def _cursor(job: Job) -> str:
+    raw = json.dumps([job.updated_at, job.job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _after(cursor: str) -> tuple[float, str]:
+    try:
+        updated_at, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return float(updated_at), str(job_id)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"cursor {cursor!r} is not one this API returned") from exc
+
+
+def page_jobs(store: StateStore, flt: JobFilter, *, limit: int = 50, cursor: str | None = None) -> Page:
+    """Jobs matching `flt`, newest change first, `limit` per page, after `cursor` (keyset pagination).
+
+    One index range per state, merged: (status, updated_at) serves each, so the first page of a
+    table of millions reads about `limit` rows per state instead of sorting the table.
+    """
+    if limit < 1:
+        raise ConfigError(f"limit must be at least 1, got {limit}")
+    where = flt.conditions(_now(store, flt))
+    if cursor:
+        updated_at, job_id = _after(cursor)
+        where.append(tuple_(jobs.c.updated_at, jobs.c.job_id) < tuple_(literal(updated_at), literal(job_id)))
+    order = (jobs.c.updated_at.desc(), jobs.c.job_id.desc())
+    states = flt.statuses or tuple(JobStatus)
+    parts = [select(jobs).where(jobs.c.status == state.value, *where).order_by(*order).limit(limit + 1)
+             for state in states]
+    if len(parts) == 1:
+        stmt: Any = parts[0]
+    else:
+        merged = union_all(*[part.subquery().select() for part in parts]).subquery()
+        stmt = select(merged).order_by(merged.c.updated_at.desc(), merged.c.job_id.desc()).limit(limit + 1)
+    with store.read() as conn:
+        found = [Job.from_row(row) for row in conn.execute(stmt).mappings()]
+    return Page(found[:limit], _cursor(found[limit - 1]) if len(found) > limit else None)
 
 
 def count_jobs(store: StateStore, flt: JobFilter) -> int:

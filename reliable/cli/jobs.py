@@ -28,7 +28,7 @@ from .common import (
 
 def job_dict(job: Job) -> dict[str, object]:
     """A job as a JSON-ready dict."""
-    return {name: getattr(job, name) for name in job.__dataclass_fields__}
+    return job.as_dict()
 
 
 @click.group()

@@ -96,6 +96,13 @@ class Job:
     created_at: float
     updated_at: float
 
+    def as_dict(self) -> dict[str, Any]:
+        """The job as a plain dict (JSON-ready: states as their names)."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["status"] = self.status.value
+        out["previous_status"] = self.previous_status.value if self.previous_status else None
+        return out
+
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
         """Build a Job from a `reliable_jobs` row mapping."""
