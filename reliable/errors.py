@@ -35,6 +35,7 @@ __all__ = [
     "JobStopped",
     "LeaseLost",
     "LeaseLostInterrupt",
+    "NotAuthorized",
     "PolicyError",
     "ReasonRequired",
     "ReliableError",
@@ -142,6 +143,10 @@ class LeaseLost(TransitionRefused):
 
 class ControlRefused(ReliableError):
     """An operator command was refused (not authorized, or its preconditions do not hold)."""
+
+
+class NotAuthorized(ControlRefused):
+    """An operator command was refused because the operators policy does not allow it (HTTP 403)."""
 
 
 class JobInterrupted(Interrupt):

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ControlRefused, PolicyError
+from .errors import NotAuthorized, PolicyError
 
 __all__ = ["COMMANDS", "ENV_OPERATOR", "Operator", "OperatorsPolicy", "Rule"]
 
@@ -125,13 +125,13 @@ class OperatorsPolicy:
         return self.allow_everything or any(self.roles.get(role) for role in self.roles_of(operator))
 
     def check(self, operator: str, command: str, queue: str, owner: str | None = None) -> None:
-        """Raise ControlRefused (saying who, what, where and which file) unless allowed."""
+        """Raise NotAuthorized (saying who, what, where and which file) unless allowed."""
         if self.allows(operator, command, queue, owner):
             return
         roles = self.roles_of(operator)
         who = f"roles {', '.join(roles)}" if roles else "no role"
         whose = f" owned by {owner!r}" if owner else ""
-        raise ControlRefused(
+        raise NotAuthorized(
             f"operator {operator!r} ({who}) may not {command} jobs on queue {queue!r}{whose} "
             f"(operators policy {self.path or '<in memory>'})"
         )

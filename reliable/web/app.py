@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..access import ApiTokens, Principal
 from ..control import ContractSource, Control
-from ..errors import ConfigError, JobNotFound, ReliableError
+from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError
 from ..store import StateStore
 from .config import WebConfig
 
@@ -64,7 +64,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _reliable_error(request: Request, exc: Exception) -> Response:
-    status = 404 if isinstance(exc, JobNotFound) else 400 if isinstance(exc, ConfigError) else 409
+    status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
+              else 400 if isinstance(exc, ConfigError | ReasonRequired) else 409)
     if _is_api(request):
         return JSONResponse({"error": {"status": status, "message": str(exc), "type": type(exc).__name__}}, status)
     from .console import error_page
