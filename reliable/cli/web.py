@@ -30,10 +30,13 @@ __all__ = ["web"]
               show_envvar=True, help="Operators policy giving proxy-authenticated users their roles.")
 @click.option("--cookie-secure/--no-cookie-secure", default=False, show_default=True,
               help="Send the session cookie over HTTPS only (set it behind TLS).")
+@click.option("--redact", "redact", multiple=True, metavar="GLOB",
+              help="Also mask argument fields matching this name pattern for read-only users (repeatable; "
+                   "password, token, secret, api_key... are masked already).")
 @handle_errors
 def web(host: str, port: int, store_url: str | None, policies_path: str | None, broker_url: str | None,
         proxy_header: str | None, trusted_proxies: tuple[str, ...], operators_file: str | None,
-        cookie_secure: bool) -> None:
+        cookie_secure: bool, redact: tuple[str, ...]) -> None:
     """Serve the JSON API (/api/v1, described at /api/v1/openapi.json) and the console (/).
 
     Sign in with an API token (`reliable tokens create NAME --role ...`). Sessions are signed with
@@ -43,6 +46,7 @@ def web(host: str, port: int, store_url: str | None, policies_path: str | None, 
         import uvicorn
 
         from ..web import WebConfig, create_app
+        from ..web.config import DEFAULT_REDACT
     except ImportError as exc:
         raise ConfigError(f"reliable web needs the web extra: pip install 'reliable[web]' ({exc})") from None
     if proxy_header and not operators_file:
@@ -54,6 +58,6 @@ def web(host: str, port: int, store_url: str | None, policies_path: str | None, 
         broker = RabbitmqBroker(url=broker_url)
     config = WebConfig(proxy_header=proxy_header, trusted_proxies=trusted_proxies,
                        proxy_operators=OperatorsPolicy.load(operators_file) if operators_file else None,
-                       cookie_secure=cookie_secure)
+                       cookie_secure=cookie_secure, redact=DEFAULT_REDACT + redact)
     app = create_app(open_store(store_url), policy=load_policy(policies_path), broker=broker, config=config)
     uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)
