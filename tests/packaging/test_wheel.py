@@ -63,6 +63,14 @@ def test_the_wheel_ships_the_operational_files_and_the_license(wheel: Path) -> N
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = {name for name in SHIPPED if f"reliable/defaults/{name}" not in names}
     assert not missing, f"the wheel lacks {sorted(missing)}"
+    # The console's pages and static files, and the migration that creates its tables.
+    web_files = {str(p.relative_to(REPO)) for p in (REPO / "reliable" / "web").rglob("*") if p.is_file()
+                 and p.parent.name != "web"
+                 and "__pycache__" not in p.parts}
+    assert web_files and not web_files - names, f"the wheel lacks {sorted(web_files - names)}"
+    assert "reliable/store/migrations/versions/0009_console.py" in names
+    assert "Provides-Extra: web" in zipfile.ZipFile(wheel).read(
+        next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT" in metadata
