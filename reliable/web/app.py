@@ -88,7 +88,8 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     app = Starlette(
         routes=[*api.routes(), *operations.routes(), *console.routes()],
         middleware=[Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
-                               same_site="strict", https_only=cfg.cookie_secure)],
+                               same_site="strict", https_only=cfg.cookie_secure,
+                               max_age=cfg.session_max_age)],
         exception_handlers={HTTPException: _http_error, ReliableError: _reliable_error},
     )
     app.state.reliable = WebState(state_store, ApiTokens(state_store), cfg, policy=policy, broker=broker,

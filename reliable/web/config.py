@@ -29,6 +29,8 @@ class WebConfig:
       from `trusted_proxies` only; that user's roles come from `proxy_operators` (an operators policy).
     redact: glob patterns of argument field names masked for read-only callers.
     cookie_secure: send the session cookie over HTTPS only (set it behind TLS).
+    session_max_age: seconds a browser session lasts (the token it was opened with is checked on
+      every request, so a revocation ends it at once anyway).
     bulk_rate: jobs per second a bulk operation acts on; bulk_max: the most jobs one may count;
       confirm_ttl: seconds a counted bulk operation waits for its confirmation.
     host: the host name recorded on audited events (default: this machine's).
@@ -40,6 +42,7 @@ class WebConfig:
     proxy_operators: OperatorsPolicy | None = None
     redact: tuple[str, ...] = DEFAULT_REDACT
     cookie_secure: bool = False
+    session_max_age: int = 8 * 3600
     bulk_rate: float = 20.0
     bulk_max: int = 10_000
     confirm_ttl: float = 300.0
