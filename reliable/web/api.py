@@ -50,6 +50,8 @@ _FILTER_PARAMS = ("state", "queue", "actor", "owner", "error_class", "workflow",
 _RESOLUTIONS = ("succeeded", "cancelled")
 _BODY_FIELDS = frozenset({"reason", "dry_run", "allow_duplicate_side_effects", "resolution"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+_NOT_JSON = 'the body must be a JSON object, e.g. {"reason": "..."}'
 
 
 def _bad(message: str) -> HTTPException:
@@ -145,15 +147,18 @@ def job_filter(request: Request, *, fixed_states: tuple[JobStatus, ...] | None =
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    if request.headers.get("content-type", "").startswith(_FORMS):
+        # A form was read already (a cookie session's CSRF field), and the API takes JSON only.
+        raise _bad(_NOT_JSON)
     raw = await request.body()
     if not raw.strip():
         return {}
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        raise _bad("the body must be a JSON object, e.g. {\"reason\": \"...\"}") from None
+        raise _bad(_NOT_JSON) from None
     if not isinstance(body, dict):
-        raise _bad("the body must be a JSON object, e.g. {\"reason\": \"...\"}")
+        raise _bad(_NOT_JSON)
     return body
 
 

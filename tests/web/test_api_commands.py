@@ -3,6 +3,7 @@ refusals, bad bodies and unknown commands answer."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from starlette.testclient import TestClient
 
 from reliable.states import Event
 from reliable.store import ErrorInfo, JobEvent, NewJob, StateStore
+from reliable.web import WebConfig, create_app
 
 from web_support import Tokens, bearer
 
@@ -166,12 +168,33 @@ def test_a_missing_reason_is_400_before_the_job_is_looked_up(client: TestClient,
 
 def test_non_json_bodies_unknown_commands_and_jobs(client: TestClient, store: StateStore, tokens: Tokens) -> None:
     make(store, "job-1")
-    for raw in (b"reason=x", b"[1, 2]", b"\xff\xfe"):
+    for raw in (b"reason=x", b"[1, 2]", b"\xff\xfe", b"null"):
         response = client.post("/api/v1/jobs/job-1/pause", content=raw, headers=bearer(tokens.admin))
         assert response.status_code == 400, raw
         assert "JSON object" in response.json()["error"]["message"]
+    form = client.post("/api/v1/jobs/job-1/pause", data={"reason": "x"}, headers=bearer(tokens.admin))
+    assert form.status_code == 400 and "JSON object" in form.json()["error"]["message"]
     unknown = post(client, tokens.admin, "job-1", "explode")
     assert unknown.status_code == 404 and "explode" in unknown.json()["error"]["message"]
     assert post(client, tokens.admin, "no-such-job", "pause").status_code == 404
     assert client.get("/api/v1/jobs/job-1/pause", headers=bearer(tokens.admin)).status_code == 405
     assert [e.event for e in store.events("job-1")] == ["enqueued"]
+
+
+def test_a_console_session_acts_with_its_csrf_token_audited_as_a_session(store: StateStore,
+                                                                         tokens: Tokens) -> None:
+    make(store, "job-1")
+    client = TestClient(create_app(store, config=WebConfig(secret_key="s")))
+    login = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text)
+    assert login is not None
+    client.post("/login", data={"token": tokens.operator, "csrf_token": login.group(1)}, follow_redirects=False)
+    csrf = re.search(r'<meta name="csrf-token" content="([^"]+)"', client.get("/").text)
+    assert csrf is not None
+    assert client.post("/api/v1/jobs/job-1/pause", json={"reason": "x"}).status_code == 403  # no CSRF token
+    form = client.post("/api/v1/jobs/job-1/pause", data={"reason": "x", "csrf_token": csrf.group(1)})
+    assert form.status_code == 400 and "JSON object" in form.json()["error"]["message"]
+    response = client.post("/api/v1/jobs/job-1/pause", json={"reason": "from the console"},
+                           headers={"X-CSRF-Token": csrf.group(1)})
+    assert response.status_code == 200, response.text
+    event = last(store, "job-1")
+    assert (event.event, event.operator, event.detail["source"]) == ("pause", "otto", "api:session")
