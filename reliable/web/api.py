@@ -32,22 +32,25 @@ from .auth import authenticate, state_of
 from .queries import job_detail, job_view, overview
 from .redaction import redact_value
 
-__all__ = ["ALERT_STATES", "COMMANDS", "MAX_LIMIT", "parse_time", "routes"]
+__all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
+           "RESOLUTIONS", "job_filter", "parse_time", "routes"]
 
 #: The commands of POST /api/v1/jobs/{job_id}/{command} and the Control method each calls.
 COMMANDS: dict[str, str] = {"pause": "pause", "stop": "stop", "cancel": "cancel", "resume": "resume",
                             "restart": "restart", "requeue": "requeue", "retry": "requeue",
                             "reconcile": "reconcile", "discard": "discard"}
-#: The most jobs (or events) one page holds.
+#: The most jobs (or events) one page holds, and how many it holds by default.
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
+#: How many of a job's most recent events its detail and history show by default.
 DEFAULT_EVENT_LIMIT = 200
 #: What `?state=` of GET /api/v1/alerts accepts.
 ALERT_STATES: tuple[str, ...] = ("pending", "firing", "resolved")
-
-_FILTER_PARAMS = ("state", "queue", "actor", "owner", "error_class", "workflow", "changed_since", "changed_until",
-                  "q", "limit", "cursor")
-_RESOLUTIONS = ("succeeded", "cancelled")
+#: The query parameters of GET /api/v1/jobs (the dead-letter and review listings take them but `state`).
+FILTER_PARAMS: tuple[str, ...] = ("state", "queue", "actor", "owner", "error_class", "workflow", "changed_since",
+                                  "changed_until", "q", "limit", "cursor")
+#: The `resolution` of a reconcile.
+RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
 _BODY_FIELDS = frozenset({"reason", "dry_run", "allow_duplicate_side_effects", "resolution"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -181,8 +184,8 @@ def _command_kwargs(command: str, body: dict[str, Any]) -> dict[str, Any]:
         raise _bad(f"field 'allow_duplicate_side_effects' applies to restart, requeue and retry, not {command}")
     resolution = _field(body, "resolution", str)
     if command == "reconcile":
-        if resolution not in _RESOLUTIONS:
-            raise _bad(f"field 'resolution' must be one of {', '.join(_RESOLUTIONS)}, not {resolution!r}")
+        if resolution not in RESOLUTIONS:
+            raise _bad(f"field 'resolution' must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
         kwargs["resolution"] = resolution
     elif resolution is not None:
         raise _bad(f"field 'resolution' applies to reconcile only, not {command}")
@@ -219,14 +222,14 @@ async def _listing(request: Request, principal: Principal, flt: JobFilter) -> JS
 async def list_jobs(request: Request) -> JSONResponse:
     """GET /api/v1/jobs: jobs matching the filters, newest change first, one page."""
     principal = await authenticate(request)
-    _check_known(request, _FILTER_PARAMS)
+    _check_known(request, FILTER_PARAMS)
     return await _listing(request, principal, job_filter(request))
 
 
 async def dead_letters(request: Request) -> JSONResponse:
     """GET /api/v1/dlq: DEAD jobs (those discarded since they died only with ?include_discarded=true)."""
     principal = await authenticate(request)
-    _check_known(request, (*(p for p in _FILTER_PARAMS if p != "state"), "include_discarded"))
+    _check_known(request, (*(p for p in FILTER_PARAMS if p != "state"), "include_discarded"))
     flt = job_filter(request, fixed_states=(JobStatus.DEAD,),
                      exclude_discarded=not _bool(request, "include_discarded"))
     return await _listing(request, principal, flt)
@@ -235,7 +238,7 @@ async def dead_letters(request: Request) -> JSONResponse:
 async def review(request: Request) -> JSONResponse:
     """GET /api/v1/review: REVIEW jobs (an ambiguous side effect waits for a person)."""
     principal = await authenticate(request)
-    _check_known(request, (p for p in _FILTER_PARAMS if p != "state"))
+    _check_known(request, (p for p in FILTER_PARAMS if p != "state"))
     return await _listing(request, principal, job_filter(request, fixed_states=(JobStatus.REVIEW,)))
 
 

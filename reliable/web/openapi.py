@@ -12,11 +12,12 @@ from typing import Any
 
 from .. import __version__
 from ..states import JobStatus
+from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 
 __all__ = ["COMMAND_PATHS", "document"]
 
 _STATES = [s.value for s in JobStatus]
-_COMMANDS = ["pause", "stop", "cancel", "resume", "restart", "requeue", "retry", "reconcile", "discard"]
+_COMMANDS = list(COMMANDS)
 
 #: POST /api/v1/jobs/{job_id}/{command}: one path per command, each with its own request body.
 COMMAND_PATHS: tuple[str, ...] = tuple(f"/api/v1/jobs/{{job_id}}/{c}" for c in _COMMANDS)
@@ -48,7 +49,7 @@ _FILTER_PARAMS: list[dict[str, Any]] = [
     _q("changed_since", "only jobs whose last change was at or after this time", _TIME),
     _q("changed_until", "only jobs whose last change was before this time", _TIME),
     _q("q", "case-insensitive text in the job's message (arguments and options)", {"type": "string"}),
-    _q("limit", "jobs per page", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}),
+    _q("limit", "jobs per page", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
     _q("cursor", "the next_cursor of the previous page", {"type": "string"}),
 ]
 _STATE_PARAM = _q("state", "only jobs in these states (repeatable, any case)", {"type": "string",
@@ -98,14 +99,15 @@ _PATHS: dict[str, Any] = {
         "a job's whole story: job, contract, attempts, effects, events, available actions", _ref("JobDetail"),
         [_JOB_ID, _q("event", "only events of these names", {"type": "string"}, many=True),
          _q("since", "only events at or after this time", _TIME),
-         _q("event_limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": 500,
-                                                      "default": 200})],
+         _q("event_limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                                      "default": DEFAULT_EVENT_LIMIT})],
         _JOB_ERRORS, operationId="get_job"),
     "/api/v1/jobs/{job_id}/events": _get(
         "a job's event history, oldest first", _ref("EventList"),
         [_JOB_ID, _q("event", "only events of these names", {"type": "string"}, many=True),
          _q("since", "only events at or after this time", _TIME),
-         _q("limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": 500, "default": 200})],
+         _q("limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                                 "default": DEFAULT_EVENT_LIMIT})],
         _JOB_ERRORS, operationId="job_events"),
     **{path: _command(c) for path, c in zip(COMMAND_PATHS, _COMMANDS, strict=True)},
     "/api/v1/dlq": _get("dead letters: DEAD jobs not discarded since they died", _ref("JobPage"),
@@ -119,7 +121,7 @@ _PATHS: dict[str, Any] = {
                              _ref("Overview"), operationId="overview"),
     "/api/v1/alerts": _get("the alerts the evaluator keeps", _ref("AlertList"),
                            [_q("state", "only alerts in this state",
-                               {"type": "string", "enum": ["pending", "firing", "resolved"]})],
+                               {"type": "string", "enum": list(ALERT_STATES)})],
                            operationId="alerts"),
     "/api/v1/operations": {
         "post": {"summary": "count the jobs a filter selects for a bulk command; confirm to run it",
@@ -231,7 +233,7 @@ _SCHEMAS: dict[str, Any] = {
         "description": "run a non-idempotent job again although its side effect may repeat"}},
         ["reason"], additionalProperties=False),
     "ReconcileRequest": _object({**_COMMAND_BODY, "resolution": {"type": "string",
-                                                                 "enum": ["succeeded", "cancelled"]}},
+                                                                 "enum": list(RESOLUTIONS)}},
                                 ["reason", "resolution"], additionalProperties=False),
     "CommandResult": _object({
         "command": {"type": "string"}, "job_id": {"type": "string"},
@@ -258,7 +260,7 @@ _SCHEMAS: dict[str, Any] = {
         "fingerprint": {"type": "string"}, "alertname": {"type": "string"},
         "labels": {"type": "object", "additionalProperties": {"type": "string"}},
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-        "state": {"type": "string", "enum": ["pending", "firing", "resolved"]}, "pending_since": _N_NUM,
+        "state": {"type": "string", "enum": list(ALERT_STATES)}, "pending_since": _N_NUM,
         "starts_at": _N_NUM, "ends_at": _N_NUM, "last_evaluated_at": _N_NUM, "last_sent_at": _N_NUM,
         "next_send_at": _N_NUM, "send_attempts": {"type": "integer"}, "last_error": _N_STR}),
     "AlertList": _object({"alerts": {"type": "array", "items": _ref("Alert")}}),
@@ -266,7 +268,7 @@ _SCHEMAS: dict[str, Any] = {
         "command": {"type": "string", "enum": _COMMANDS}, "filter": _FILTER, **_COMMAND_BODY,
         "options": {"type": "object", "description": "command options: allow_duplicate_side_effects, resolution",
                     "properties": {"allow_duplicate_side_effects": {"type": "boolean"},
-                                   "resolution": {"type": "string", "enum": ["succeeded", "cancelled"]}}},
+                                   "resolution": {"type": "string", "enum": list(RESOLUTIONS)}}},
         "rate": {"type": "number", "exclusiveMinimum": 0, "description": "jobs per second"}},
         ["command", "filter", "reason"]),
     "OperationCreated": _object({

@@ -18,6 +18,7 @@ from reliable.states import Event
 from reliable.store import ErrorInfo, NewJob, StateStore
 from reliable.store.schema import alerts
 from reliable.web import WebConfig, create_app
+from reliable.web.api import COMMANDS, FILTER_PARAMS
 from reliable.web.openapi import document
 
 from web_support import Tokens, bearer
@@ -104,3 +105,20 @@ def test_real_answers_match_the_documents_schemas(client: TestClient, store: Sta
     with pytest.raises(jsonschema.ValidationError):
         conforms(doc, "CommandRequest", bad_body)
     conforms(doc, "ReconcileRequest", {"reason": "r", "resolution": "succeeded"})
+
+
+def test_documented_parameters_and_commands_are_those_the_handlers_take() -> None:
+    paths = document()["paths"]
+
+    def names(path: str) -> set[str]:
+        return {p["name"] for p in paths[path]["get"]["parameters"]}
+
+    assert names("/api/v1/jobs") == set(FILTER_PARAMS)
+    assert names("/api/v1/dlq") == set(FILTER_PARAMS) - {"state"} | {"include_discarded"}
+    assert names("/api/v1/review") == set(FILTER_PARAMS) - {"state"}
+    assert names("/api/v1/jobs/{job_id}/events") == {"job_id", "event", "since", "limit"}
+    assert names("/api/v1/jobs/{job_id}") == {"job_id", "event", "since", "event_limit"}
+    documented = {p.rsplit("/", 1)[1] for p in paths if p.startswith("/api/v1/jobs/{job_id}/")} - {"events"}
+    assert documented == set(COMMANDS)
+    filter_keys = set(document()["components"]["schemas"]["OperationRequest"]["properties"]["filter"]["properties"])
+    assert filter_keys == set(FILTER_PARAMS) - {"limit", "cursor"}
