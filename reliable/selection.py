@@ -11,15 +11,59 @@ from typing import Any
 from sqlalchemy import Select, and_, exists, func, literal, select, tuple_, union_all
 from sqlalchemy.sql.elements import ColumnElement
 
-from .errors import ConfigError
+from .errors import ConfigError, JobNotFound, ReliableError
 from .states import JobStatus
 from .store import Job, StateStore
 from .store.schema import job_events, jobs
 
-__all__ = ["DISCARDED", "JobFilter", "Page", "count_jobs", "not_discarded", "page_jobs", "select_jobs", "statuses"]
+__all__ = [
+    "CANDIDATES_SHOWN", "DISCARDED", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page", "count_jobs",
+    "not_discarded", "page_jobs", "resolve_job_id", "select_jobs", "statuses",
+]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
 DISCARDED = "discarded"
+
+#: The fewest characters of a job id that name it (a whole id of any length always does).
+MIN_PREFIX = 6
+#: How many of the jobs an ambiguous prefix matches its error lists.
+CANDIDATES_SHOWN = 10
+#: Cut ids end like this (rich tables, the demo's lines): copied with the id, they are ignored.
+_ELLIPSES = ("...", "…")
+
+
+class AmbiguousJobId(ReliableError):
+    """A job id prefix that starts several jobs' ids; `candidates` are the first CANDIDATES_SHOWN of them."""
+
+    def __init__(self, prefix: str, candidates: Sequence[str], *, more: bool) -> None:
+        self.prefix = prefix
+        self.candidates = tuple(candidates)
+        self.more = more
+        shown = ", ".join(self.candidates) + (", ..." if more else "")
+        super().__init__(f"job id prefix {prefix!r} matches several jobs: {shown}; give more characters")
+
+
+def resolve_job_id(store: StateStore, given: str) -> str:
+    """The job id `given` names: a whole id, or a prefix of at least MIN_PREFIX characters of one id.
+
+    A trailing "..." or "…" (copied from a cut table) is ignored. No such job: JobNotFound; a
+    prefix of several ids: AmbiguousJobId listing some of them. The CLI and the HTTP API share it.
+    """
+    if store.find(given) is not None:
+        return given  # a whole id wins, even one that ends in "..."
+    prefix = given
+    for ellipsis in _ELLIPSES:
+        prefix = prefix.removesuffix(ellipsis)
+    if len(prefix) < MIN_PREFIX or not (prefix.isascii() and prefix.isprintable()):
+        raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
+    found = store.job_ids_with_prefix(prefix, limit=CANDIDATES_SHOWN + 1)
+    if found and found[0] == prefix:
+        return prefix  # a whole id is the smallest of the ids it starts
+    if not found:
+        raise JobNotFound(given, hint="nor any id starting with it")
+    if len(found) > 1:
+        raise AmbiguousJobId(prefix, found[:CANDIDATES_SHOWN], more=len(found) > CANDIDATES_SHOWN)
+    return found[0]
 
 
 @dataclass(frozen=True)

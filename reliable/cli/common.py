@@ -17,9 +17,11 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
+from .. import selection
 from ..durations import parse_duration
-from ..errors import ConfigError, JobNotFound, ReliableError
+from ..errors import ConfigError, ReliableError
 from ..redact import redact_url
+from ..selection import CANDIDATES_SHOWN, MIN_PREFIX
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.db import check_store_url
@@ -31,13 +33,6 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: The fewest characters of a job id that name it (a whole id of any length always does).
-MIN_PREFIX = 6
-#: How many of the jobs an ambiguous prefix matches its error lists.
-CANDIDATES_SHOWN = 10
-#: Cut ids end like this (rich tables, the demo's lines): copied with the id, they are ignored.
-_ELLIPSES = ("...", "…")
 
 JOB_ID_HELP = (f"A job id may be cut to its first {MIN_PREFIX} or more characters when no other job's id starts "
                "with them (a trailing '...' is ignored).")
@@ -148,28 +143,15 @@ def open_store(url: str | None, *, create: bool = False) -> StateStore:
 
 
 def resolve_job_id(store: StateStore, given: str) -> str:
-    """The job id `given` names: a whole id, or a prefix of at least MIN_PREFIX characters of one id.
+    """The job id `given` names (`reliable.selection.resolve_job_id`): a whole id, or a prefix of at
+    least MIN_PREFIX characters of one id; a trailing "..." or "…" is ignored.
 
-    A trailing "..." or "…" (copied from a cut table) is ignored. No such job: JobNotFound; a prefix
-    of several ids: a usage error (exit status 2) listing some of them.
+    No such job: JobNotFound; a prefix of several ids: a usage error (exit status 2) listing some of them.
     """
-    if store.find(given) is not None:
-        return given  # a whole id wins, even one that ends in "..."
-    prefix = given
-    for ellipsis in _ELLIPSES:
-        prefix = prefix.removesuffix(ellipsis)
-    if len(prefix) < MIN_PREFIX or not (prefix.isascii() and prefix.isprintable()):
-        raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
-    found = store.job_ids_with_prefix(prefix, limit=CANDIDATES_SHOWN + 1)
-    if found and found[0] == prefix:
-        return prefix  # a whole id is the smallest of the ids it starts
-    if not found:
-        raise JobNotFound(given, hint="nor any id starting with it")
-    if len(found) > 1:
-        shown = ", ".join(found[:CANDIDATES_SHOWN]) + (", ..." if len(found) > CANDIDATES_SHOWN else "")
-        raise click.UsageError(f"job id prefix {prefix!r} matches several jobs: {shown}; give more characters",
-                               ctx=click.get_current_context(silent=True))
-    return found[0]
+    try:
+        return selection.resolve_job_id(store, given)
+    except selection.AmbiguousJobId as exc:
+        raise click.UsageError(str(exc), ctx=click.get_current_context(silent=True)) from None
 
 
 def resolve_job_ids(store: StateStore, given: Iterable[str]) -> tuple[str, ...]:

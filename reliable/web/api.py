@@ -2,17 +2,351 @@
 
 Every handler authenticates first (`auth.authenticate`), runs the store's blocking calls in the
 thread pool, and leaves every rule of what a command may do to `Control` (which audits refusals).
+The handlers only parse (a bad parameter is a 400 naming it) and shape JSON. docs/api.md is the
+reference; `reliable.web.openapi` describes the same routes as an OpenAPI document.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .auth import authenticate
+from ..access import Principal
+from ..control import CommandResult, require_reason
+from ..errors import ConfigError
+from ..selection import AmbiguousJobId, JobFilter, page_jobs, resolve_job_id, statuses
+from ..states import JobStatus
+from ..store import StateStore
+from ..store.schema import alerts
+from .auth import authenticate, state_of
+from .queries import job_detail, job_view, overview
+from .redaction import redact_value
 
-__all__ = ["routes"]
+__all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
+           "RESOLUTIONS", "job_filter", "parse_time", "routes"]
+
+#: The commands of POST /api/v1/jobs/{job_id}/{command} and the Control method each calls.
+COMMANDS: dict[str, str] = {"pause": "pause", "stop": "stop", "cancel": "cancel", "resume": "resume",
+                            "restart": "restart", "requeue": "requeue", "retry": "requeue",
+                            "reconcile": "reconcile", "discard": "discard"}
+#: The most jobs (or events) one page holds, and how many it holds by default.
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 50
+#: How many of a job's most recent events its detail and history show by default.
+DEFAULT_EVENT_LIMIT = 200
+#: What `?state=` of GET /api/v1/alerts accepts.
+ALERT_STATES: tuple[str, ...] = ("pending", "firing", "resolved")
+#: The query parameters of GET /api/v1/jobs (the dead-letter and review listings take them but `state`).
+FILTER_PARAMS: tuple[str, ...] = ("state", "queue", "actor", "owner", "error_class", "workflow", "changed_since",
+                                  "changed_until", "q", "limit", "cursor")
+#: The `resolution` of a reconcile.
+RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
+_BODY_FIELDS = frozenset({"reason", "dry_run", "allow_duplicate_side_effects", "resolution"})
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+_NOT_JSON = 'the body must be a JSON object, e.g. {"reason": "..."}'
+
+
+def _bad(message: str) -> HTTPException:
+    return HTTPException(400, message)
+
+
+# -- parameters ----------------------------------------------------------------------------------
+
+
+def _check_known(request: Request, known: Iterable[str]) -> None:
+    allowed = set(known)
+    for name in request.query_params:
+        if name not in allowed:
+            raise _bad(f"unknown parameter {name!r} (known: {', '.join(sorted(allowed)) or 'none'})")
+
+
+def _one(request: Request, name: str) -> str | None:
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise _bad(f"parameter {name!r} is given {len(values)} times; give it once")
+    return values[0] if values else None
+
+
+def parse_time(value: str) -> float:
+    """Epoch seconds from epoch seconds ("1767225600.5") or ISO 8601 (a time without a zone is UTC)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"{value!r} is neither epoch seconds nor an ISO 8601 time") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp()
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite number of seconds")
+    return seconds
+
+
+def _time(request: Request, name: str) -> float | None:
+    value = _one(request, name)
+    if value is None or value == "":
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise _bad(f"parameter {name!r}: {exc}") from None
+
+
+def _int(request: Request, name: str, default: int, high: int) -> int:
+    value = _one(request, name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= high:
+        raise _bad(f"parameter {name!r} must be an integer from 1 to {high}, not {value!r}")
+    return number
+
+
+def _bool(request: Request, name: str) -> bool:
+    value = _one(request, name)
+    if value is None or value.lower() in _FALSE:
+        return False
+    if value.lower() in _TRUE:
+        return True
+    raise _bad(f"parameter {name!r} must be true or false, not {value!r}")
+
+
+def _text(request: Request, name: str) -> str | None:
+    value = _one(request, name)
+    return value or None
+
+
+def job_filter(request: Request, *, fixed_states: tuple[JobStatus, ...] | None = None,
+               exclude_discarded: bool = False) -> JobFilter:
+    """The JobFilter the query parameters give (`fixed_states`: the listing's own states, no ?state=)."""
+    if fixed_states is None:
+        try:
+            states = statuses(request.query_params.getlist("state"))
+        except ConfigError as exc:
+            raise _bad(f"parameter 'state': {exc}") from None
+    else:
+        states = fixed_states
+    return JobFilter(statuses=states, queue=_text(request, "queue"), actor=_text(request, "actor"),
+                     owner=_text(request, "owner"), error_class=_text(request, "error_class"),
+                     workflow_id=_text(request, "workflow"), changed_since=_time(request, "changed_since"),
+                     changed_until=_time(request, "changed_until"), search=_text(request, "q"),
+                     exclude_discarded=exclude_discarded)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    if request.headers.get("content-type", "").startswith(_FORMS):
+        # A form was read already (a cookie session's CSRF field), and the API takes JSON only.
+        raise _bad(_NOT_JSON)
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise _bad(_NOT_JSON) from None
+    if not isinstance(body, dict):
+        raise _bad(_NOT_JSON)
+    return body
+
+
+def _field(body: dict[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    value = body.get(name, default)
+    if value is not None and not isinstance(value, kind):
+        raise _bad(f"field {name!r} must be a {'boolean' if kind is bool else 'string'}")
+    return value
+
+
+def _command_kwargs(command: str, body: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(body) - _BODY_FIELDS)
+    if unknown:
+        raise _bad(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(_BODY_FIELDS))})")
+    kwargs: dict[str, Any] = {"reason": _field(body, "reason", str), "dry_run": _field(body, "dry_run", bool, False)}
+    allow = _field(body, "allow_duplicate_side_effects", bool, False)
+    if COMMANDS[command] in ("restart", "requeue"):
+        kwargs["allow_duplicate_side_effects"] = allow
+    elif allow:
+        raise _bad(f"field 'allow_duplicate_side_effects' applies to restart, requeue and retry, not {command}")
+    resolution = _field(body, "resolution", str)
+    if command == "reconcile":
+        if resolution not in RESOLUTIONS:
+            raise _bad(f"field 'resolution' must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
+        kwargs["resolution"] = resolution
+    elif resolution is not None:
+        raise _bad(f"field 'resolution' applies to reconcile only, not {command}")
+    return kwargs
+
+
+# -- handlers ------------------------------------------------------------------------------------
+
+
+async def _json_from_pool(func: Callable[[], dict[str, Any]]) -> Response:
+    """`func`'s answer (blocking store work, run in the thread pool) as JSON; an ambiguous job id prefix
+    is a 409 listing its candidates."""
+    try:
+        return JSONResponse(await run_in_threadpool(func))
+    except AmbiguousJobId as exc:
+        return JSONResponse({"error": {"status": 409, "message": str(exc), "type": type(exc).__name__,
+                                       "candidates": list(exc.candidates)}}, 409)
+
+
+def _page(store: StateStore, flt: JobFilter, principal: Principal, patterns: tuple[str, ...], limit: int,
+          cursor: str | None) -> dict[str, Any]:
+    page = page_jobs(store, flt, limit=limit, cursor=cursor)
+    return {"jobs": [job_view(job, principal, patterns) for job in page.jobs], "next_cursor": page.next_cursor}
+
+
+async def _listing(request: Request, principal: Principal, flt: JobFilter) -> JSONResponse:
+    state = state_of(request)
+    limit = _int(request, "limit", DEFAULT_LIMIT, MAX_LIMIT)
+    cursor = _text(request, "cursor")
+    return JSONResponse(await run_in_threadpool(_page, state.store, flt, principal, state.config.redact, limit,
+                                                cursor))
+
+
+async def list_jobs(request: Request) -> JSONResponse:
+    """GET /api/v1/jobs: jobs matching the filters, newest change first, one page."""
+    principal = await authenticate(request)
+    _check_known(request, FILTER_PARAMS)
+    return await _listing(request, principal, job_filter(request))
+
+
+async def dead_letters(request: Request) -> JSONResponse:
+    """GET /api/v1/dlq: DEAD jobs (those discarded since they died only with ?include_discarded=true)."""
+    principal = await authenticate(request)
+    _check_known(request, (*(p for p in FILTER_PARAMS if p != "state"), "include_discarded"))
+    flt = job_filter(request, fixed_states=(JobStatus.DEAD,),
+                     exclude_discarded=not _bool(request, "include_discarded"))
+    return await _listing(request, principal, flt)
+
+
+async def review(request: Request) -> JSONResponse:
+    """GET /api/v1/review: REVIEW jobs (an ambiguous side effect waits for a person)."""
+    principal = await authenticate(request)
+    _check_known(request, (p for p in FILTER_PARAMS if p != "state"))
+    return await _listing(request, principal, job_filter(request, fixed_states=(JobStatus.REVIEW,)))
+
+
+async def job(request: Request) -> Response:
+    """GET /api/v1/jobs/{job_id}: the job, its contract, attempts, effects, events and available actions."""
+    principal = await authenticate(request)
+    _check_known(request, ("event", "since", "event_limit"))
+    events = request.query_params.getlist("event") or None
+    since = _time(request, "since")
+    event_limit = _int(request, "event_limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
+    state = state_of(request)
+    control = state.control_for(principal)
+
+    def detail() -> dict[str, Any]:
+        job_id = resolve_job_id(state.store, request.path_params["job_id"])
+        return job_detail(control, job_id, principal, state.config.redact, events=events, since=since,
+                          event_limit=event_limit)
+
+    return await _json_from_pool(detail)
+
+
+async def job_events(request: Request) -> Response:
+    """GET /api/v1/jobs/{job_id}/events: the job's history (the most recent `limit`), oldest first."""
+    principal = await authenticate(request)
+    _check_known(request, ("event", "since", "limit"))
+    names = request.query_params.getlist("event") or None
+    since = _time(request, "since")
+    limit = _int(request, "limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
+    state = state_of(request)
+
+    def history() -> dict[str, Any]:
+        job_id = resolve_job_id(state.store, request.path_params["job_id"])
+        rows = [event.as_dict() for event in state.store.events(job_id, events=names, since=since, limit=limit)]
+        if not principal.sees_secrets:
+            for row in rows:
+                row["checkpoint"] = redact_value(row["checkpoint"], state.config.redact)
+        return {"job_id": job_id, "events": rows}
+
+    return await _json_from_pool(history)
+
+
+async def command(request: Request) -> Response:
+    """POST /api/v1/jobs/{job_id}/{command}: one operator command, as the authenticated principal."""
+    principal = await authenticate(request)
+    name = request.path_params["command"]
+    if name not in COMMANDS:
+        raise HTTPException(404, f"unknown command {name!r} (known: {', '.join(COMMANDS)})")
+    _check_known(request, ())
+    kwargs = _command_kwargs(name, await _body(request))
+    require_reason(COMMANDS[name], kwargs["reason"])  # before the job is even looked up, as the CLI does
+    state = state_of(request)
+    control = state.control_for(principal)
+
+    def run() -> dict[str, Any]:
+        job_id = resolve_job_id(state.store, request.path_params["job_id"])
+        result: CommandResult = getattr(control, COMMANDS[name])(job_id, **kwargs)
+        return result.as_dict()
+
+    return await _json_from_pool(run)
+
+
+def _queues(store: StateStore) -> dict[str, Any]:
+    figures = overview(store)
+    rows = []
+    for queue in figures.queues:
+        oldest = figures.oldest_pending.get(queue)
+        rows.append({"queue": queue,
+                     "by_state": {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue},
+                     "oldest_pending_at": oldest,
+                     "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest)})
+    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
+
+
+async def queues(request: Request) -> JSONResponse:
+    """GET /api/v1/queues: per queue, jobs per state and the age of the oldest due PENDING job."""
+    await authenticate(request)
+    _check_known(request, ())
+    return JSONResponse(await run_in_threadpool(_queues, state_of(request).store))
+
+
+async def overview_figures(request: Request) -> JSONResponse:
+    """GET /api/v1/overview: counts per state and queue, dead letters, review, per-minute series."""
+    await authenticate(request)
+    _check_known(request, ())
+    figures = await run_in_threadpool(overview, state_of(request).store)
+    return JSONResponse(figures.as_dict())
+
+
+def _alerts(store: StateStore, wanted: str | None) -> dict[str, Any]:
+    stmt = select(alerts).order_by(alerts.c.alertname, alerts.c.fingerprint)
+    if wanted:
+        stmt = stmt.where(alerts.c.state == wanted)
+    with store.read() as conn:
+        rows = [dict(row) for row in conn.execute(stmt).mappings()]
+    for row in rows:
+        for name in ("labels", "annotations"):
+            row[name] = json.loads(row[name]) if row[name] else {}
+    return {"alerts": rows}
+
+
+async def alert_list(request: Request) -> JSONResponse:
+    """GET /api/v1/alerts: the alerts the evaluator keeps (reliable_alerts), optionally of one state."""
+    await authenticate(request)
+    _check_known(request, ("state",))
+    wanted = _one(request, "state")
+    if wanted is not None and wanted.lower() not in ALERT_STATES:
+        raise _bad(f"parameter 'state' must be one of {', '.join(ALERT_STATES)}, not {wanted!r}")
+    return JSONResponse(await run_in_threadpool(_alerts, state_of(request).store, wanted and wanted.lower()))
 
 
 async def whoami(request: Request) -> JSONResponse:
@@ -21,6 +355,26 @@ async def whoami(request: Request) -> JSONResponse:
     return JSONResponse(principal.as_dict())
 
 
+async def openapi_document(request: Request) -> JSONResponse:
+    """GET /api/v1/openapi.json: the OpenAPI 3.1 document of this API (served under the app's root path)."""
+    await authenticate(request)
+    from .openapi import document
+
+    return JSONResponse(document(server=request.scope.get("root_path") or "/"))
+
+
 def routes() -> list[BaseRoute]:
     """The API's routes."""
-    return [Route("/api/v1/whoami", whoami, methods=["GET"])]
+    return [
+        Route("/api/v1/whoami", whoami, methods=["GET"]),
+        Route("/api/v1/openapi.json", openapi_document, methods=["GET"]),
+        Route("/api/v1/jobs", list_jobs, methods=["GET"]),
+        Route("/api/v1/jobs/{job_id}", job, methods=["GET"]),
+        Route("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"]),
+        Route("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"]),
+        Route("/api/v1/dlq", dead_letters, methods=["GET"]),
+        Route("/api/v1/review", review, methods=["GET"]),
+        Route("/api/v1/queues", queues, methods=["GET"]),
+        Route("/api/v1/overview", overview_figures, methods=["GET"]),
+        Route("/api/v1/alerts", alert_list, methods=["GET"]),
+    ]

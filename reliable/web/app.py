@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import dramatiq
@@ -21,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..access import ApiTokens, Principal
 from ..control import ContractSource, Control
-from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError
+from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError
 from ..store import StateStore
 from .config import WebConfig
 
@@ -53,8 +54,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if _is_api(request) or exc.status_code != 401:
         if _is_api(request):
-            return JSONResponse({"error": {"status": exc.status_code, "message": exc.detail}}, exc.status_code,
-                                headers=exc.headers)
+            kind = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
+            return JSONResponse({"error": {"status": exc.status_code, "message": exc.detail, "type": kind}},
+                                exc.status_code, headers=exc.headers)
         from .console import error_page
 
         return error_page(request, exc.status_code, str(exc.detail))
@@ -65,7 +67,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _reliable_error(request: Request, exc: Exception) -> Response:
     status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
-              else 400 if isinstance(exc, ConfigError | ReasonRequired) else 409)
+              else 400 if isinstance(exc, ConfigError | ReasonRequired) else 503 if isinstance(exc, StoreError)
+              else 409)
     if _is_api(request):
         return JSONResponse({"error": {"status": status, "message": str(exc), "type": type(exc).__name__}}, status)
     from .console import error_page

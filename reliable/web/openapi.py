@@ -1,0 +1,304 @@
+"""The OpenAPI 3.1 document of the HTTP API (/api/v1), as data: `document()`.
+
+It describes every route of `reliable.web.api` and of the bulk operations (`reliable.web.operations`).
+A test walks the app's routes and checks each has a path here and that the document validates, so
+it cannot silently drift from the code. docs/api.md is the prose reference.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .. import __version__
+from ..states import JobStatus
+from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
+
+__all__ = ["COMMAND_PATHS", "document"]
+
+_STATES = [s.value for s in JobStatus]
+_COMMANDS = list(COMMANDS)
+
+#: POST /api/v1/jobs/{job_id}/{command}: one path per command, each with its own request body.
+COMMAND_PATHS: tuple[str, ...] = tuple(f"/api/v1/jobs/{{job_id}}/{c}" for c in _COMMANDS)
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(kind: str) -> dict[str, Any]:
+    return {"type": [kind, "null"]}
+
+
+def _q(name: str, description: str, schema: dict[str, Any], *, many: bool = False) -> dict[str, Any]:
+    if many:
+        return {"name": name, "in": "query", "description": description, "style": "form", "explode": True,
+                "schema": {"type": "array", "items": schema}}
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+_TIME = {"type": "string", "description": "epoch seconds (1767225600.5) or ISO 8601 (2026-01-01T00:00:00Z)"}
+
+_FILTER_PARAMS: list[dict[str, Any]] = [
+    _q("queue", "only jobs of this queue", {"type": "string"}),
+    _q("actor", "only jobs of this actor", {"type": "string"}),
+    _q("owner", "only jobs of this owner", {"type": "string"}),
+    _q("error_class", "only jobs whose last error has this class (transient, permanent...)", {"type": "string"}),
+    _q("workflow", "only jobs of this workflow id", {"type": "string"}),
+    _q("changed_since", "only jobs whose last change was at or after this time", _TIME),
+    _q("changed_until", "only jobs whose last change was before this time", _TIME),
+    _q("q", "case-insensitive text in the job's message (arguments and options)", {"type": "string"}),
+    _q("limit", "jobs per page", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
+    _q("cursor", "the next_cursor of the previous page", {"type": "string"}),
+]
+_STATE_PARAM = _q("state", "only jobs in these states (repeatable, any case)", {"type": "string",
+                  "enum": _STATES + [s.lower() for s in _STATES]}, many=True)
+_JOB_ID = {"name": "job_id", "in": "path", "required": True,
+           "description": "a job id, or a prefix of at least 6 characters that starts exactly one job's id",
+           "schema": {"type": "string"}}
+_OPERATION_ID = {"name": "operation_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR = _json(_ref("Error"), "the error")
+_ERRORS = {"400": {**_ERROR, "description": "a bad parameter or body (the message names it)"},
+           "401": {**_ERROR, "description": "not authenticated"}}
+_JOB_ERRORS = {**_ERRORS, "404": {**_ERROR, "description": "no job with that id or prefix"},
+               "409": {**_ERROR, "description": "the prefix starts several jobs' ids (candidates lists them)"}}
+_COMMAND_ERRORS = {**_JOB_ERRORS,
+                   "403": {**_ERROR, "description": "not authorized (the refusal is audited on the job)"},
+                   "409": {**_ERROR, "description": "refused in the job's state or by its contract (audited on "
+                                                    "the job), or an ambiguous prefix"}}
+
+
+def _get(summary: str, schema: dict[str, Any], params: list[dict[str, Any]] | None = None,
+         errors: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"get": {"summary": summary, "parameters": params or [],
+                    "responses": {"200": _json(schema), **(_ERRORS if errors is None else errors)}, **extra}}
+
+
+def _command(command: str) -> dict[str, Any]:
+    body = _ref("ReconcileRequest" if command == "reconcile" else "RestartRequest"
+                if command in ("restart", "requeue", "retry") else "CommandRequest")
+    summary = {"retry": "requeue (the same command)"}.get(command, command)
+    return {"post": {"summary": f"{summary} one job", "operationId": f"job_{command}", "parameters": [_JOB_ID],
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+                     "responses": {"200": _json(_ref("CommandResult")), **_COMMAND_ERRORS}}}
+
+
+_PATHS: dict[str, Any] = {
+    "/api/v1/whoami": _get("the authenticated principal", _ref("Principal"), operationId="whoami"),
+    "/api/v1/openapi.json": _get("this document", {"type": "object"}, operationId="openapi"),
+    "/api/v1/jobs": _get("jobs matching the filters, newest change first", _ref("JobPage"),
+                         [_STATE_PARAM, *_FILTER_PARAMS], operationId="list_jobs"),
+    "/api/v1/jobs/{job_id}": _get(
+        "a job's whole story: job, contract, attempts, effects, events, available actions", _ref("JobDetail"),
+        [_JOB_ID, _q("event", "only events of these names", {"type": "string"}, many=True),
+         _q("since", "only events at or after this time", _TIME),
+         _q("event_limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                                      "default": DEFAULT_EVENT_LIMIT})],
+        _JOB_ERRORS, operationId="get_job"),
+    "/api/v1/jobs/{job_id}/events": _get(
+        "a job's event history, oldest first", _ref("EventList"),
+        [_JOB_ID, _q("event", "only events of these names", {"type": "string"}, many=True),
+         _q("since", "only events at or after this time", _TIME),
+         _q("limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                                 "default": DEFAULT_EVENT_LIMIT})],
+        _JOB_ERRORS, operationId="job_events"),
+    **{path: _command(c) for path, c in zip(COMMAND_PATHS, _COMMANDS, strict=True)},
+    "/api/v1/dlq": _get("dead letters: DEAD jobs not discarded since they died", _ref("JobPage"),
+                        [*_FILTER_PARAMS, _q("include_discarded", "list discarded DEAD jobs too",
+                                           {"type": "boolean", "default": False})], operationId="dlq"),
+    "/api/v1/review": _get("REVIEW jobs: an ambiguous side effect waits for a person", _ref("JobPage"),
+                           _FILTER_PARAMS, operationId="review"),
+    "/api/v1/queues": _get("per queue: jobs per state and the oldest due PENDING job", _ref("QueueList"),
+                           operationId="queues"),
+    "/api/v1/overview": _get("counts per state and queue, dead letters, review, per-minute series",
+                             _ref("Overview"), operationId="overview"),
+    "/api/v1/alerts": _get("the alerts the evaluator keeps", _ref("AlertList"),
+                           [_q("state", "only alerts in this state",
+                               {"type": "string", "enum": list(ALERT_STATES)})],
+                           operationId="alerts"),
+    "/api/v1/operations": {
+        "post": {"summary": "count the jobs a filter selects for a bulk command; confirm to run it",
+                 "operationId": "create_operation",
+                 "requestBody": {"required": True,
+                                 "content": {"application/json": {"schema": _ref("OperationRequest")}}},
+                 "responses": {"201": _json(_ref("OperationCreated"), "counted; awaiting confirmation"),
+                               **_ERRORS, "403": {**_ERROR, "description": "not authorized"}}},
+        **_get("bulk operations, newest first", _ref("OperationList"), operationId="list_operations"),
+    },
+    "/api/v1/operations/{operation_id}": _get(
+        "one bulk operation and its progress", _ref("Operation"), [_OPERATION_ID],
+        {**_ERRORS, "404": {**_ERROR, "description": "no such operation"}}, operationId="get_operation"),
+    "/api/v1/operations/{operation_id}/confirm": {"post": {
+        "summary": "confirm a counted operation: it starts running", "operationId": "confirm_operation",
+        "parameters": [_OPERATION_ID],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ConfirmRequest")}}},
+        "responses": {"202": _json(_ref("Operation"), "running"), **_ERRORS,
+                      "403": {**_ERROR, "description": "not authorized"},
+                      "404": {**_ERROR, "description": "no such operation"},
+                      "409": {**_ERROR, "description": "wrong token, expired or not awaiting confirmation"}}}},
+    "/api/v1/operations/{operation_id}/cancel": {"post": {
+        "summary": "cancel a bulk operation (jobs already acted on stay so)", "operationId": "cancel_operation",
+        "parameters": [_OPERATION_ID],
+        "responses": {"200": _json(_ref("Operation")), **_ERRORS,
+                      "403": {**_ERROR, "description": "not authorized"},
+                      "404": {**_ERROR, "description": "no such operation"},
+                      "409": {**_ERROR, "description": "finished already"}}}},
+}
+
+_N_STR, _N_NUM, _N_INT = _nullable("string"), _nullable("number"), _nullable("integer")
+_OPEN = {"type": "object", "additionalProperties": True}
+
+_JOB_FIELDS: dict[str, Any] = {
+    "job_id": {"type": "string"}, "queue": {"type": "string"}, "actor": {"type": "string"},
+    "message": {**_OPEN, "description": "args, kwargs, options (masked for read-only callers)"},
+    "status": {"type": "string", "enum": _STATES}, "previous_status": {"type": ["string", "null"]},
+    "version": {"type": "integer"}, "lease_id": {"type": "integer"}, "worker_id": _N_STR,
+    "lease_expires_at": _N_NUM, "attempt": {"type": "integer"}, "attempt_id": _N_STR, "started_at": _N_NUM,
+    "finished_at": _N_NUM, "retry_count": {"type": "integer"}, "retry_at": _N_NUM, "scheduled_at": _N_NUM,
+    "dispatched_at": _N_NUM, "pause_requested": {"type": "boolean"}, "stop_requested": {"type": "boolean"},
+    "cancel_requested": {"type": "boolean"}, "stop_requested_at": _N_NUM,
+    "checkpoint": {"description": "any JSON value (masked for read-only callers)"},
+    "checkpoint_version": {"type": "integer"}, "checkpoint_schema": _N_INT, "checkpoint_at": _N_NUM,
+    "owner": _N_STR, "workflow_id": _N_STR, "trace_id": _N_STR, "parent_job_id": _N_STR,
+    "last_error_class": _N_STR, "last_error_type": _N_STR, "last_error_message": _N_STR,
+    "created_at": {"type": "number"}, "updated_at": {"type": "number"},
+}
+
+_EVENT_FIELDS: dict[str, Any] = {
+    "id": {"type": "integer"}, "job_id": {"type": "string"}, "at": {"type": "number"}, "event": {"type": "string"},
+    "from_status": _N_STR, "to_status": _N_STR, "version": _N_INT, "attempt": _N_INT, "attempt_id": _N_STR,
+    "lease_id": _N_INT, "worker_id": _N_STR, "queue": _N_STR, "actor": _N_STR, "workflow_id": _N_STR,
+    "trace_id": _N_STR, "error_class": _N_STR, "error_type": _N_STR, "error_message": _N_STR,
+    "retry_count": _N_INT, "checkpoint": {}, "operator": _N_STR, "reason": _N_STR, "host": _N_STR,
+    "detail": _OPEN, "traceback": _N_STR,
+}
+
+_FILTER = {"type": "object", "additionalProperties": False, "description": "the jobs list's filters",
+           "properties": {"state": {"type": "array", "items": {"type": "string"}}, "queue": {"type": "string"},
+                          "actor": {"type": "string"}, "owner": {"type": "string"},
+                          "error_class": {"type": "string"}, "workflow": {"type": "string"},
+                          "changed_since": {"type": ["number", "string"]},
+                          "changed_until": {"type": ["number", "string"]}, "q": {"type": "string"}}}
+
+_OPERATION_FIELDS: dict[str, Any] = {
+    "operation_id": {"type": "string"}, "command": {"type": "string"}, "filter": _OPEN,
+    "status": {"type": "string", "enum": ["awaiting_confirmation", "running", "cancelled", "finished", "expired"]},
+    "total": {"type": "integer"}, "done": {"type": "integer"}, "counts": _OPEN, "reason": {"type": "string"},
+    "operator": {"type": "string"}, "rate": _N_NUM, "created_at": {"type": "number"},
+    "expires_at": {"type": "number"}, "confirmed_at": _N_NUM, "confirmed_by": _N_STR, "finished_at": _N_NUM,
+    "results": {"type": "array", "items": _OPEN},
+}
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties) if required is None
+            else required, **extra}
+
+
+_COMMAND_BODY = {"reason": {"type": "string", "minLength": 1, "description": "why (recorded on the job)"},
+                 "dry_run": {"type": "boolean", "default": False}}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": _object({"error": _object({"status": {"type": "integer"}, "message": {"type": "string"},
+                                        "type": {"type": "string"},
+                                        "candidates": {"type": "array", "items": {"type": "string"}}},
+                                       ["status", "message", "type"])}),
+    "Principal": _object({"name": {"type": "string"}, "role": {"type": "string", "enum": ["viewer", "operator",
+                                                                                         "admin"]},
+                          "source": {"type": "string"}, "token_id": _N_STR,
+                          "queues": {"type": "array", "items": {"type": "string"}},
+                          "owners": {"type": "array", "items": {"type": "string"}}, "may_act": {"type": "boolean"}}),
+    "Job": _object(_JOB_FIELDS, ["job_id", "queue", "actor", "status", "version", "updated_at"]),
+    "JobPage": _object({"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _N_STR}),
+    "Event": _object(_EVENT_FIELDS, ["id", "job_id", "at", "event"]),
+    "EventList": _object({"job_id": {"type": "string"}, "events": {"type": "array", "items": _ref("Event")}}),
+    "Action": _object({"command": {"type": "string"}, "allowed": {"type": "boolean"}, "message": {"type": "string"},
+                       "needs_duplicate_confirmation": {"type": "boolean"},
+                       "warnings": {"type": "array", "items": {"type": "string"}},
+                       "permitted": {"type": "boolean", "description": "the caller's role allows it on this job"}}),
+    "JobDetail": _object({"job": _ref("Job"), "contract": _OPEN, "attempts": {"type": "array", "items": _OPEN},
+                          "effects": {"type": "array", "items": _OPEN},
+                          "events": {"type": "array", "items": _ref("Event")},
+                          "actions": {"type": "array", "items": _ref("Action")}}),
+    "CommandRequest": _object(_COMMAND_BODY, ["reason"], additionalProperties=False),
+    "RestartRequest": _object({**_COMMAND_BODY, "allow_duplicate_side_effects": {
+        "type": "boolean", "default": False,
+        "description": "run a non-idempotent job again although its side effect may repeat"}},
+        ["reason"], additionalProperties=False),
+    "ReconcileRequest": _object({**_COMMAND_BODY, "resolution": {"type": "string",
+                                                                 "enum": list(RESOLUTIONS)}},
+                                ["reason", "resolution"], additionalProperties=False),
+    "CommandResult": _object({
+        "command": {"type": "string"}, "job_id": {"type": "string"},
+        "outcome": {"type": "string", "enum": ["done", "requested", "dry_run", "refused"]},
+        "message": {"type": "string"}, "event": _N_STR, "status_before": _N_STR, "status": _N_STR,
+        "version": _N_INT, "dispatched": {"type": "boolean"}, "compensation": _N_STR,
+        "warnings": {"type": "array", "items": {"type": "string"}}}),
+    "Queue": _object({"queue": {"type": "string"},
+                      "by_state": {"type": "object", "additionalProperties": {"type": "integer"}},
+                      "oldest_pending_at": _N_NUM, "oldest_pending_age_seconds": _N_NUM}),
+    "QueueList": _object({"now": {"type": "number"}, "window_seconds": {"type": "number"},
+                          "queues": {"type": "array", "items": _ref("Queue")}}),
+    "Overview": _object({
+        "now": {"type": "number"}, "window_seconds": {"type": "number"},
+        "counts": {"type": "array", "items": _object({"state": {"type": "string"}, "queue": {"type": "string"},
+                                                      "jobs": {"type": "integer"}})},
+        "by_state": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "oldest_pending": {"type": "object", "additionalProperties": _N_NUM},
+        "dead_letters": {"type": "integer"}, "review": {"type": "integer"},
+        "series": _object({"minutes": {"type": "array", "items": {"type": "number"}},
+                           "successes": {"type": "array", "items": {"type": "integer"}},
+                           "failures": {"type": "array", "items": {"type": "integer"}}})}),
+    "Alert": _object({
+        "fingerprint": {"type": "string"}, "alertname": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        "state": {"type": "string", "enum": list(ALERT_STATES)}, "pending_since": _N_NUM,
+        "starts_at": _N_NUM, "ends_at": _N_NUM, "last_evaluated_at": _N_NUM, "last_sent_at": _N_NUM,
+        "next_send_at": _N_NUM, "send_attempts": {"type": "integer"}, "last_error": _N_STR}),
+    "AlertList": _object({"alerts": {"type": "array", "items": _ref("Alert")}}),
+    "OperationRequest": _object({
+        "command": {"type": "string", "enum": _COMMANDS}, "filter": _FILTER, **_COMMAND_BODY,
+        "options": {"type": "object", "description": "command options: allow_duplicate_side_effects, resolution",
+                    "properties": {"allow_duplicate_side_effects": {"type": "boolean"},
+                                   "resolution": {"type": "string", "enum": list(RESOLUTIONS)}}},
+        "rate": {"type": "number", "exclusiveMinimum": 0, "description": "jobs per second"}},
+        ["command", "filter", "reason"]),
+    "OperationCreated": _object({
+        "operation_id": {"type": "string"}, "status": {"type": "string"}, "total": {"type": "integer"},
+        "confirm_token": {"type": "string"}, "expires_at": {"type": "number"},
+        "sample": {"type": "array", "items": _ref("Job")}}),
+    "Operation": _object(_OPERATION_FIELDS, ["operation_id", "command", "status", "total"],
+                         additionalProperties=True),
+    "OperationList": _object({"operations": {"type": "array", "items": _ref("Operation")}}),
+    "ConfirmRequest": _object({"confirm_token": {"type": "string"}}),
+}
+
+_DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "reliable HTTP API", "version": __version__,
+             "description": "Read jobs and act on them through reliable's control plane. Every command is "
+                            "authorized and audited by Control as the token's name. Times are epoch seconds."},
+    "servers": [{"url": "/"}],
+    "security": [{"bearer": []}],
+    "paths": _PATHS,
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "rel_<id>_<secret>",
+                                       "description": "an API token: `reliable tokens create NAME --role ...`"}},
+        "schemas": _SCHEMAS,
+    },
+}
+
+
+def document(*, server: str = "/") -> dict[str, Any]:
+    """The OpenAPI 3.1 document (a fresh copy); `server`: the path the app is mounted under."""
+    doc = copy.deepcopy(_DOCUMENT)
+    doc["servers"] = [{"url": server or "/"}]
+    return doc
