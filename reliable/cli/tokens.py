@@ -23,7 +23,9 @@ __all__ = ["tokens"]
 
 @click.group()
 def tokens() -> None:
-    """API tokens for `reliable web` and `--api`: only a hash of each secret is stored.
+    """Create, list and revoke API tokens for `reliable web` and --api.
+
+    Only a hash of each secret is stored; a token is printed once, when it is created.
 
     \b
       reliable tokens create alice --role admin

@@ -37,8 +37,9 @@ __all__ = ["web"]
 def web(host: str, port: int, store_url: str | None, policies_path: str | None, broker_url: str | None,
         proxy_header: str | None, trusted_proxies: tuple[str, ...], operators_file: str | None,
         cookie_secure: bool, redact: tuple[str, ...]) -> None:
-    """Serve the JSON API (/api/v1, described at /api/v1/openapi.json) and the console (/).
+    """Serve the HTTP API and the web console.
 
+    The JSON API is under /api/v1 (described at /api/v1/openapi.json), the console at /.
     Sign in with an API token (`reliable tokens create NAME --role ...`). Sessions are signed with
     $RELIABLE_WEB_SECRET (set it when several replicas serve, or sessions end at each restart).
     """
