@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
@@ -41,6 +41,8 @@ _ACTIVE = frozenset({"awaiting_confirmation", "confirmed", "queued", "pending", 
 #: A refused command answers 403 (not authorized) or 409 (refused: state, validation, race).
 _REFUSED = (403, 409)
 EXIT_INTERRUPTED = 130
+#: How `_follow` waits between polls (tests replace it).
+_wait: Callable[[float], None] = time.sleep
 
 
 def _default(f: Field[Any]) -> Any:
@@ -208,7 +210,7 @@ def _follow(client: ApiClient, command: str, op: dict[str, Any], total: int, err
         task = bar.add_task(command, total=total)
         try:
             while op.get("status") in _ACTIVE:
-                time.sleep(wait)
+                _wait(wait)
                 wait = min(wait * 2, _POLL_MAX)
                 op = client.operation(operation_id)
                 done = int(op.get("done", 0))
