@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -26,10 +26,14 @@ from ..states import JobStatus
 from ..store import StateStore
 from ..store.db import check_store_url
 
+if TYPE_CHECKING:
+    from .api_client import ApiClient
+
 __all__ = [
-    "CANDIDATES_SHOWN", "DURATION", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE", "POSITIVE_DURATION", "STATE_CHOICE",
-    "Duration", "emit_json", "fmt_time", "handle_errors", "id_column", "job_id_argument", "open_store", "print_table",
-    "resolve_job_id", "resolve_job_ids", "state_option", "stdout_console", "store_option",
+    "CANDIDATES_SHOWN", "DURATION", "ENV_API", "ENV_TOKEN", "ENV_TOKEN_FILE", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE",
+    "POSITIVE_DURATION", "STATE_CHOICE", "Duration", "api_option", "emit_json", "fmt_time", "handle_errors",
+    "id_column", "job_id_argument", "open_source", "open_store", "print_table", "resolve_job_id", "resolve_job_ids",
+    "source_options", "state_option", "stdout_console", "store_option", "token_file_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,6 +49,52 @@ store_option = click.option(
     "--store", "store_url", envvar="RELIABLE_STORE", show_envvar=True, metavar="URL",
     help="State store URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB). Required: there is no default.",
 )
+
+
+#: Where `--api` finds the API and its token (read by `open_source`; named in every --help that takes --api).
+ENV_API = "RELIABLE_API"
+ENV_TOKEN = "RELIABLE_API_TOKEN"
+ENV_TOKEN_FILE = "RELIABLE_API_TOKEN_FILE"
+
+api_option = click.option(
+    "--api", "api_url", envvar=ENV_API, show_envvar=True, metavar="URL",
+    help=f"Go through the HTTP API of `reliable web` at URL (https://HOST/PREFIX) instead of the store: no "
+         f"database credentials needed; the server decides who you are from the token (${ENV_TOKEN} or "
+         "--token-file). Exclusive with --store.",
+)
+token_file_option = click.option(
+    "--token-file", envvar=ENV_TOKEN_FILE, show_envvar=True, metavar="PATH",
+    help=f"With --api: a file (readable by you only) whose first line is the API token; otherwise ${ENV_TOKEN}.",
+)
+
+
+def source_options(func: F) -> F:
+    """--store, --api and --token-file: a command that reads or acts through the store or the HTTP API."""
+    return store_option(api_option(token_file_option(func)))
+
+
+def open_source(store_url: str | None, api_url: str | None, token_file: str | None) -> StateStore | ApiClient:
+    """The one place that decides between the store and the HTTP API (`--api`).
+
+    --store and --api on the command line together (or $RELIABLE_STORE and $RELIABLE_API both) are a
+    usage error; one on the command line wins over the other from the environment. The API needs a
+    token (`api_client.load_token`).
+    """
+    ctx = click.get_current_context(silent=True)
+    if store_url and api_url:
+        sources = {ctx.get_parameter_source(name) for name in ("store_url", "api_url")} if ctx else set()
+        if len(sources) != 2:
+            where = "the environment sets both RELIABLE_STORE and RELIABLE_API" \
+                if sources == {click.core.ParameterSource.ENVIRONMENT} else "--store and --api are both given"
+            raise click.UsageError(f"{where}: act through the store (database credentials) or through the API "
+                                   "(a token), not both", ctx=ctx)
+        if ctx is not None and ctx.get_parameter_source("store_url") is click.core.ParameterSource.COMMANDLINE:
+            api_url = None
+    if not api_url:
+        return open_store(store_url)
+    from .api_client import ApiClient, load_token
+
+    return ApiClient(api_url, load_token(token_file))
 
 
 def job_id_argument(name: str = "job_id", *, many: bool = False) -> Callable[[F], F]:

@@ -29,12 +29,12 @@ from .common import (
     fmt_time,
     id_column,
     job_id_argument,
-    open_store,
+    open_source,
     print_table,
     resolve_job_ids,
+    source_options,
     state_option,
     stdout_console,
-    store_option,
 )
 
 __all__ = [
@@ -100,7 +100,7 @@ def filter_options(func: F) -> F:
 def control_options(func: F) -> F:
     """The options every operator command takes (store, identity, authorization, bulk safety, output)."""
     options = [
-        store_option,
+        source_options,
         click.option("--reason", help="Why you are doing this (required, also with --dry-run); recorded on every "
                                       "job the command changes."),
         click.option("--operator", "operator_name",
@@ -193,18 +193,22 @@ def _sample_table(jobs: list[Job], title: str) -> Table:
     return table
 
 
-def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any], console: Console) -> None:
+def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any], console: Console,
+             acting: int | None = None, *, ask: bool = True) -> None:
+    """Show how many jobs match and a sample of `jobs`; unless --yes or --dry-run, ask to act on `acting`
+    (default: all of `jobs`), or exit EXIT_UNCONFIRMED off a terminal."""
     limit = params["limit"]
+    acting = len(jobs) if acting is None else acting
     console.print(f"[bold]{command}[/bold]: {matched} job(s) match"
                   + (f"; only the first {limit} (oldest change first) will be processed" if matched > limit else ""))
-    print_table(console, _sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {len(jobs)})"))
-    if params["dry_run"] or params["yes"]:
+    print_table(console, _sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {acting})"))
+    if params["dry_run"] or params["yes"] or not ask:
         return
     if sys.stdin.isatty():
-        if not click.confirm(f"{command} {len(jobs)} job(s)?", err=True):
+        if not click.confirm(f"{command} {acting} job(s)?", err=True):
             _fail("not confirmed; nothing was changed", EXIT_UNCONFIRMED)
         return
-    _fail(f"{len(jobs)} jobs selected: pass --yes to {command} them (or --dry-run to preview)", EXIT_UNCONFIRMED)
+    _fail(f"{acting} jobs selected: pass --yes to {command} them (or --dry-run to preview)", EXIT_UNCONFIRMED)
 
 
 def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...]
@@ -229,7 +233,15 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
     if not job_ids and not _has_filters(params) and not force_states:
         raise ConfigError("give job ids or at least one filter (--queue, --actor, --state, --error-class, "
                           "--older-than)")
-    store = open_store(params["store_url"])
+    source = open_source(params["store_url"], params["api_url"], params["token_file"])
+    if not isinstance(source, StateStore):
+        from .via_api import run_command as run_via_api
+
+        with source:
+            run_via_api(source, command, job_ids, params, force_states=force_states,
+                     exclude_discarded=exclude_discarded, **kwargs)
+        return
+    store = source
     job_ids = resolve_job_ids(store, job_ids)
     flt = build_filter(params, job_ids, default_states=command_states(command), force_states=force_states,
                        exclude_discarded=exclude_discarded)
@@ -254,7 +266,7 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
         if len(jobs) > 1:
             _confirm(command, jobs, matched, params, err)
     report = _execute(control, command, jobs, params, reason, err, **kwargs)
-    _render(command, report, matched, params, err)
+    _render(command, [r.as_dict() for r in report.results], report.summary(), matched, params)
     if control.broker is not None:
         control.broker.close()
     if report.refused:
@@ -282,26 +294,29 @@ def _execute(control: Control, command: str, jobs: list[Job], params: dict[str, 
         return control.run_bulk(command, jobs, progress=progress, **common, **kwargs)
 
 
-def _render(command: str, report: BulkReport, matched: int, params: dict[str, Any], err: Console) -> None:
+def _render(command: str, results: list[dict[str, Any]], summary: dict[str, Any], matched: int,
+            params: dict[str, Any], **extra: Any) -> None:
+    """Print the results (CommandResult.as_dict() each, from the store or the API) and their summary."""
     if params["as_json"]:
-        emit_json({"command": command, "matched": matched, "limit": params["limit"], "dry_run": params["dry_run"],
-                   "summary": report.summary(), "results": [r.as_dict() for r in report.results]})
-    elif len(report.results) == 1:
-        result = report.results[0]
-        if result.outcome != "refused":
-            click.echo(f"{command} {result.job_id}: {result.message}")
+        emit_json({"command": command, **extra, "matched": matched, "limit": params["limit"],
+                   "dry_run": params["dry_run"], "summary": summary, "results": results})
+    elif len(results) == 1:
+        result = results[0]
+        if result["outcome"] != "refused":
+            click.echo(f"{command} {result['job_id']}: {result['message']}")
     else:
-        table = Table(id_column(), "before", "after", "outcome", "message", title=f"{command}: results")
-        for r in report.results:
-            table.add_row(r.job_id, r.before.status.value if r.before else "-", r.job.status.value if r.job else "-",
-                          r.outcome, r.message)
-        print_table(stdout_console(), table)
-        click.echo(", ".join(f"{k}: {v}" for k, v in report.summary().items()))
-    for r in report.results:
-        for warning in r.warnings:
-            click.echo(f"warning: {r.job_id}: {warning}", err=True)
-        if r.outcome == "refused" and len(report.results) == 1:
-            click.echo(f"error: {r.message}", err=True)
+        if results:
+            table = Table(id_column(), "before", "after", "outcome", "message", title=f"{command}: results")
+            for r in results:
+                table.add_row(r["job_id"], r.get("status_before") or "-", r.get("status") or "-", r["outcome"],
+                              r["message"])
+            print_table(stdout_console(), table)
+        click.echo(", ".join(f"{k}: {v}" for k, v in summary.items()))
+    for r in results:
+        for warning in r.get("warnings") or ():
+            click.echo(f"warning: {r['job_id']}: {warning}", err=True)
+        if r["outcome"] == "refused" and len(results) == 1:
+            click.echo(f"error: {r['message']}", err=True)
 
 
 def _command(name: str, short: str, body: str, *, view: tuple[JobStatus, ...] = ()) -> Callable[[F], click.Command]:

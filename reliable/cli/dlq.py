@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ..states import JobStatus
-from .common import DURATION, handle_errors, job_id_argument, open_store, store_option
+from ..store import StateStore
+from .common import DURATION, handle_errors, job_id_argument, open_source, source_options
 from .control import (
     ALLOW_DUPLICATES,
     EXIT_CODES_HELP,
@@ -16,7 +17,7 @@ from .control import (
     filter_options,
     run_command,
 )
-from .views import list_view, show_view
+from .views import api_list_view, list_view, show_any
 
 __all__ = ["dlq"]
 
@@ -33,7 +34,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@store_option
+@source_options
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--actor", help="Only jobs of this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
@@ -42,25 +43,34 @@ def dlq() -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
 @handle_errors
-def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: float | None,
-          include_discarded: bool, limit: int, as_json: bool) -> None:
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, queue: str | None, actor: str | None,
+          error_class: str | None, older_than: float | None, include_discarded: bool, limit: int,
+          as_json: bool) -> None:
     """List dead-lettered jobs, most recent first, with their last error."""
     from ..selection import JobFilter
 
     flt = JobFilter(statuses=DEAD, queue=queue, actor=actor, error_class=error_class,
                     older_than=older_than, exclude_discarded=not include_discarded)
-    list_view(open_store(store_url), flt, limit=limit, as_json=as_json, title="dead letters")
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        list_view(source, flt, limit=limit, as_json=as_json, title="dead letters")
+        return
+    if include_discarded:
+        raise click.UsageError("--include-discarded is not available through --api: the API lists the dead "
+                               "letters not discarded")
+    with source:
+        api_list_view(source, "dlq", flt, limit=limit, as_json=as_json, title="dead letters")
 
 
 @dlq.command()
 @job_id_argument()
-@store_option
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: job, attempts, last_error, checkpoint, effects, "
                                                       "events.")
 @handle_errors
-def show(job_id: str, store_url: str, as_json: bool) -> None:
+def show(job_id: str, store_url: str | None, api_url: str | None, token_file: str | None, as_json: bool) -> None:
     """Show a job: attempt history, last error, last checkpoint, side effects and events."""
-    show_view(open_store(store_url), job_id, as_json=as_json)
+    show_any(open_source(store_url, api_url, token_file), job_id, as_json=as_json)
 
 
 @dlq.command(epilog=EXIT_CODES_HELP)

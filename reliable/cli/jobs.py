@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -10,19 +13,19 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..durations import parse_duration
-from ..store import Job, JobEvent
+from ..store import Attempt, Job, JobEvent, StateStore
 from .common import (
     emit_json,
     fmt_time,
     handle_errors,
     id_column,
     job_id_argument,
-    open_store,
+    open_source,
     print_table,
     resolve_job_id,
+    source_options,
     state_option,
     stdout_console,
-    store_option,
 )
 
 
@@ -37,7 +40,7 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@store_option
+@source_options
 @state_option("Only jobs in these states (repeatable, any case).")
 @click.option("--queue", help="Only this queue.")
 @click.option("--actor", help="Only this actor.")
@@ -48,12 +51,21 @@ def jobs() -> None:
 @click.option("--limit", default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def list_(store_url: str, states: tuple[str, ...], queue: str | None, actor: str | None,
-          error_class: str | None, workflow_id: str | None, limit: int, as_json: bool) -> None:
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, states: tuple[str, ...],
+          queue: str | None, actor: str | None, error_class: str | None, workflow_id: str | None, limit: int,
+          as_json: bool) -> None:
     """List jobs, most recently updated first."""
-    store = open_store(store_url)
-    found = store.list_jobs(status=list(states) or None, queue=queue, actor=actor,
-                            error_class=error_class, workflow_id=workflow_id, limit=limit)
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        found = source.list_jobs(status=list(states) or None, queue=queue, actor=actor,
+                                 error_class=error_class, workflow_id=workflow_id, limit=limit)
+    else:
+        from .via_api import list_jobs
+
+        with source:
+            found, _ = list_jobs(source, "jobs", {"state": [s.upper() for s in states], "queue": queue,
+                                                  "actor": actor, "error_class": error_class,
+                                                  "workflow": workflow_id}, limit=limit)
     if as_json:
         emit_json([job_dict(job) for job in found])
         return
@@ -67,16 +79,24 @@ def list_(store_url: str, states: tuple[str, ...], queue: str | None, actor: str
 
 @jobs.command()
 @job_id_argument()
-@store_option
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def show(job_id: str, store_url: str, as_json: bool) -> None:
-    """Show one job: its state, lease, checkpoint, last error, last event (who, why) and attempts."""
-    store = open_store(store_url)
-    job_id = resolve_job_id(store, job_id)
-    job = store.get(job_id)
-    attempts = store.attempts(job_id)
-    last = next(iter(store.events(job_id, limit=1)), None)
+def show(job_id: str, store_url: str | None, api_url: str | None, token_file: str | None, as_json: bool) -> None:
+    """Show one job: its state, arguments, lease, checkpoint, last error, last event (who, why) and attempts."""
+    source = open_source(store_url, api_url, token_file)
+    attempts: list[Attempt]
+    if isinstance(source, StateStore):
+        job_id = resolve_job_id(source, job_id)
+        job = source.get(job_id)
+        attempts = source.attempts(job_id)
+        last = next(iter(source.events(job_id, limit=1)), None)
+    else:
+        from .via_api import detail_records
+
+        with source:
+            job, attempts, history, _ = detail_records(source.job(job_id, event_limit=1))
+        last = history[-1] if history else None
     if as_json:
         emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts],
                    "last_event": last.as_dict() if last else None})
@@ -86,6 +106,10 @@ def show(job_id: str, store_url: str, as_json: bool) -> None:
                  "worker_id", "checkpoint", "checkpoint_version", "last_error_class", "last_error_type",
                  "last_error_message", "trace_id", "workflow_id", "parent_job_id"):
         console.print(f"[bold]{name:>20}[/bold]  {escape(str(getattr(job, name)))}", highlight=False)
+        if name == "actor":
+            for part in ("args", "kwargs"):
+                shown = json.dumps(job.message.get(part, [] if part == "args" else {}), default=str)
+                console.print(f"[bold]{part:>20}[/bold]  {escape(shown)}", highlight=False)
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")
     if last is not None:
@@ -153,7 +177,7 @@ def _short(value: object, width: int = 40) -> str:
 
 @jobs.command()
 @job_id_argument()
-@store_option
+@source_options
 @click.option("--event", "names", multiple=True, metavar="NAME",
               help="Only events with this name (repeatable): e.g. --event pause_requested --event resume.")
 @click.option("--since", callback=parse_since, metavar="WHEN",
@@ -165,8 +189,8 @@ def _short(value: object, width: int = 40) -> str:
               help="Show every checkpoint event. By default consecutive checkpoints of an attempt are one line.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: every event selected (never collapsed).")
 @handle_errors
-def events(job_id: str, store_url: str, names: tuple[str, ...], since: timedelta | datetime | None,
-           limit: int | None, show_all: bool, as_json: bool) -> None:
+def events(job_id: str, store_url: str | None, api_url: str | None, token_file: str | None, names: tuple[str, ...],
+           since: timedelta | datetime | None, limit: int | None, show_all: bool, as_json: bool) -> None:
     """The job's event history: every transition, who made it (worker or operator), when and why.
 
     \b
@@ -175,25 +199,43 @@ def events(job_id: str, store_url: str, names: tuple[str, ...], since: timedelta
       reliable jobs events 3f2a9c1e --since 1h --limit 20    # the last 20 events of the last hour
       reliable jobs events 3f2a9c1e --event pause_requested --event resume --json
     """
-    store = open_store(store_url)
-    job_id = resolve_job_id(store, job_id)
+    source = open_source(store_url, api_url, token_file)
+    history: Callable[..., list[JobEvent]]
+    now: Callable[[], float]
+    if isinstance(source, StateStore):
+        job_id = resolve_job_id(source, job_id)
+        now, history = source.now, source.events
+    else:
+        from .via_api import event_from_api
+
+        client = source
+        job_id = client.job(job_id, event_limit=1)["job"]["job_id"]
+        now = time.time  # the API takes epoch seconds: this machine's clock
+
+        def api_history(job_id: str, *, events: tuple[str, ...] | None = None, since: float | None = None,
+                        limit: int | None = None) -> list[JobEvent]:
+            found = client.events(job_id, event=list(events or ()), since=since, limit=limit)
+            return [event_from_api(e) for e in found]
+
+        history = api_history
+
     start = None
     if since is not None:
-        start = store.now() - since.total_seconds() if isinstance(since, timedelta) else since.timestamp()
-    history = store.events(job_id, events=names or None, since=start, limit=limit)
+        start = now() - since.total_seconds() if isinstance(since, timedelta) else since.timestamp()
+    selected = history(job_id, events=names or None, since=start, limit=limit)
     if as_json:
-        emit_json([event.as_dict() for event in history])
+        emit_json([event.as_dict() for event in selected])
         return
-    if not history:
-        known = sorted({e.event for e in store.events(job_id)}) if names else []
+    if not selected:
+        known = sorted({e.event for e in history(job_id)}) if names else []
         missing = sorted(set(names) - set(known))
         hint = (f"; it has no {', '.join(missing)} event (its events: {', '.join(known)})" if missing and known
                 else "")
         click.echo(f"job {job_id}: no event matches{hint}", err=True)
         return
-    rows: list[JobEvent | CheckpointRun] = list(history) if show_all else collapse_checkpoints(history)
-    caption = (f"{len(history)} events in {len(rows)} lines: consecutive checkpoints collapsed (--all shows each)"
-               if len(rows) < len(history) else None)
+    rows: list[JobEvent | CheckpointRun] = list(selected) if show_all else collapse_checkpoints(selected)
+    caption = (f"{len(selected)} events in {len(rows)} lines: consecutive checkpoints collapsed (--all shows each)"
+               if len(rows) < len(selected) else None)
     table = Table("at", "event", "from", "to", "attempt", "lease", "worker", "operator", "reason / error",
                   caption=caption)
     for row in rows:

@@ -6,9 +6,10 @@ import click
 
 from ..selection import JobFilter
 from ..states import JobStatus
-from .common import DURATION, handle_errors, job_id_argument, open_store, store_option
+from ..store import StateStore
+from .common import DURATION, handle_errors, job_id_argument, open_source, source_options
 from .control import reconcile
-from .views import list_view, show_view
+from .views import api_list_view, list_view, show_any
 
 __all__ = ["review"]
 
@@ -25,7 +26,7 @@ def review() -> None:
 
 
 @review.command("list")
-@store_option
+@source_options
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--actor", help="Only jobs of this actor.")
 @click.option("--error-class", help="Only jobs whose last error has this class.")
@@ -33,23 +34,28 @@ def review() -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
 @handle_errors
-def list_(store_url: str, queue: str | None, actor: str | None, error_class: str | None, older_than: float | None,
-          limit: int, as_json: bool) -> None:
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, queue: str | None, actor: str | None,
+          error_class: str | None, older_than: float | None, limit: int, as_json: bool) -> None:
     """List jobs waiting for review, most recent first."""
     flt = JobFilter(statuses=REVIEW, queue=queue, actor=actor, error_class=error_class,
                     older_than=older_than)
-    list_view(open_store(store_url), flt, limit=limit, as_json=as_json, title="review")
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        list_view(source, flt, limit=limit, as_json=as_json, title="review")
+        return
+    with source:
+        api_list_view(source, "review", flt, limit=limit, as_json=as_json, title="review")
 
 
 @review.command()
 @job_id_argument()
-@store_option
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: job, attempts, last_error, checkpoint, effects, "
                                                       "events.")
 @handle_errors
-def show(job_id: str, store_url: str, as_json: bool) -> None:
+def show(job_id: str, store_url: str | None, api_url: str | None, token_file: str | None, as_json: bool) -> None:
     """Show a job: attempt history, last error, last checkpoint, side effects applied and events."""
-    show_view(open_store(store_url), job_id, as_json=as_json)
+    show_any(open_source(store_url, api_url, token_file), job_id, as_json=as_json)
 
 
 # One implementation, two names: `reliable reconcile` is the command, `review resolve` its alias here.

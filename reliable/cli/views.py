@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from ..selection import JobFilter, count_jobs, select_jobs
-from ..store import Job, StateStore
+from ..store import Attempt, Effect, Job, JobEvent, StateStore
 from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id, stdout_console
 
-__all__ = ["job_dict", "list_view", "show_view"]
+if TYPE_CHECKING:
+    from .api_client import ApiClient
+
+__all__ = ["api_list_view", "job_dict", "list_view", "render_list", "render_show", "show_any", "show_view"]
 
 
 def job_dict(job: Job) -> dict[str, Any]:
@@ -23,12 +26,27 @@ def list_view(store: StateStore, flt: JobFilter, *, limit: int, as_json: bool, t
     """List the jobs matching `flt`, most recently changed first, as a table or JSON."""
     total = count_jobs(store, flt)
     found = select_jobs(store, flt, limit=limit, newest_first=True)
+    render_list(found, total, as_json=as_json, title=title)
+
+
+def api_list_view(client: ApiClient, path: str, flt: JobFilter, *, limit: int, as_json: bool, title: str) -> None:
+    """`list_view` through the API's listing at `path` (dlq, review)."""
+    from .via_api import api_filter, list_jobs
+
+    query = api_filter(JobFilter(**{**flt.__dict__, "statuses": (), "exclude_discarded": False}))
+    found, total = list_jobs(client, path, query, limit=limit)
+    render_list(found, total, as_json=as_json, title=title)
+
+
+def render_list(found: list[Job], total: int | None, *, as_json: bool, title: str) -> None:
+    """Print a listing of `found` out of `total` matching jobs (None: more than shown, how many unknown)."""
     if as_json:
         emit_json({"total": total, "jobs": [job_dict(job) for job in found]})
         return
-    shown = f", showing {len(found)}" if total > len(found) else ""
+    counted = f"more than {len(found)}" if total is None else str(total)
+    shown = f", showing {len(found)}" if total is None or total > len(found) else ""
     table = Table(id_column(), "status", "queue", "actor", "attempt", "error class", "last error", "checkpoint",
-                  "updated", title=f"{title}: {total} job(s){shown}")
+                  "updated", title=f"{title}: {counted} job(s){shown}")
     for job in found:
         table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt),
                       job.last_error_class or "-", (job.last_error_message or "-")[:60],
@@ -42,10 +60,25 @@ def show_view(store: StateStore, given: str, *, as_json: bool) -> None:
     `given`: the job's id or a unique prefix of it (`resolve_job_id`).
     """
     job_id = resolve_job_id(store, given)
-    job = store.get(job_id)
-    attempts = store.attempts(job_id)
-    events = store.events(job_id)
-    effects = store.effects(job_id)
+    render_show(store.get(job_id), store.attempts(job_id), store.events(job_id), store.effects(job_id),
+                as_json=as_json)
+
+
+def show_any(source: StateStore | ApiClient, given: str, *, as_json: bool) -> None:
+    """`show_view` from the store, or from the API's job detail (its most recent events: the server's default)."""
+    if isinstance(source, StateStore):
+        show_view(source, given, as_json=as_json)
+        return
+    from .via_api import detail_records
+
+    with source:
+        job, attempts, events, effects = detail_records(source.job(given))
+    render_show(job, attempts, events, effects, as_json=as_json)
+
+
+def render_show(job: Job, attempts: list[Attempt], events: list[JobEvent], effects: list[Effect], *,
+                as_json: bool) -> None:
+    """Print one job in full (see `show_view`)."""
     if as_json:
         emit_json({
             "job": job_dict(job), "attempts": [a.__dict__ for a in attempts],
