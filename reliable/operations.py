@@ -264,11 +264,14 @@ class Operations:
 
     def get(self, operation_id: str) -> Operation:
         """The operation; OperationNotFound if there is none."""
+        return self._settle([self._load(operation_id)])[0]
+
+    def _load(self, operation_id: str) -> Operation:
         with self.store.read() as conn:
             row = conn.execute(select(operations).where(operations.c.operation_id == operation_id)).first()
         if row is None:
             raise OperationNotFound(operation_id)
-        return self._settle([Operation.from_row(row)])[0]
+        return Operation.from_row(row)
 
     def recent(self, *, limit: int = 50) -> list[Operation]:
         """The most recent operations, newest first."""
@@ -299,9 +302,7 @@ class Operations:
                                                   operations.c.status == op.status,
                                                   operations.c.updated_at == op.updated_at)
                          .values(status=status, error=error, finished_at=now, confirm_token_hash=None))
-        with self.store.read() as conn:
-            row = conn.execute(select(operations).where(operations.c.operation_id == op.operation_id)).one()
-        return Operation.from_row(row)
+        return self._load(op.operation_id)
 
     def _alive(self, operation_id: str) -> bool:
         with self._lock:

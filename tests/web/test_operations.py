@@ -174,8 +174,8 @@ def test_get_list_and_cancel_a_preview(client: TestClient, tokens: Tokens, store
 
 @pytest.fixture
 def slow_client(store: StateStore) -> Iterator[TestClient]:
-    """An app whose bulk runs act on one job every 4 seconds."""
-    config = WebConfig(secret_key="test-secret", bulk_rate=0.25)
+    """An app whose bulk runs act on one job every 20 seconds (a cancel wakes the wait at once)."""
+    config = WebConfig(secret_key="test-secret", bulk_rate=0.05)
     with TestClient(create_app(store, config=config)) as test_client:
         yield test_client
 
