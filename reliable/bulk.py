@@ -45,8 +45,10 @@ class RateLimiter:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
-            if self._tokens >= 1.0:
-                self._tokens -= 1.0
+            # The tolerance: a wait computed from a clock far from zero may refill to 0.99999...
+            # and a wait for the rest would be too small to move that clock at all (a spin).
+            if self._tokens >= 1.0 - 1e-9:
+                self._tokens = max(0.0, self._tokens - 1.0)
                 return slept
             wait = (1.0 - self._tokens) / self.rate
             self._sleep(wait)

@@ -161,6 +161,7 @@ class Control:
       operators: the authorization policy; None allows every command (see OperatorsPolicy).
       identity: who is acting; defaults to `Operator.resolve()` (RELIABLE_OPERATOR or the OS user).
       actor_options: options per actor name, for actors not registered on `broker`.
+      event_detail: added to the detail of every event it records (e.g. the bulk operation's id).
 
     Every command takes `reason` (why; recorded on the job's events) and raises ReasonRequired
     without one, before it reads or writes anything.
@@ -169,18 +170,26 @@ class Control:
     def __init__(self, store: StateStore, *, policy: ContractSource | None = None,
                  broker: dramatiq.Broker | None = None, operators: OperatorsPolicy | None = None,
                  identity: Operator | None = None,
-                 actor_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 actor_options: Mapping[str, Mapping[str, Any]] | None = None,
+                 event_detail: Mapping[str, Any] | None = None) -> None:
         self.store = store
         self.policy = policy
         self.broker = broker
         self.operators = operators or OperatorsPolicy.allow_all()
         self.identity = identity or Operator.resolve()
         self.actor_options = dict(actor_options or {})
+        self.event_detail = dict(event_detail or {})
 
     def as_operator(self, identity: Operator) -> Control:
         """The same control plane acting as `identity` (one per request in a network front end)."""
         return Control(self.store, policy=self.policy, broker=self.broker, operators=self.operators,
-                       identity=identity, actor_options=self.actor_options)
+                       identity=identity, actor_options=self.actor_options, event_detail=self.event_detail)
+
+    def with_detail(self, **detail: Any) -> Control:
+        """The same control plane adding `detail` to every event it records (a bulk operation's id)."""
+        return Control(self.store, policy=self.policy, broker=self.broker, operators=self.operators,
+                       identity=self.identity, actor_options=self.actor_options,
+                       event_detail={**self.event_detail, **detail})
 
     # -- contract --------------------------------------------------------------------------------
 
@@ -281,7 +290,7 @@ class Control:
             return CommandResult("discard", job_id, "dry_run", "would discard (stays DEAD, leaves the DLQ)",
                                  before=job, job=job, event=DISCARDED)
         self.store.record_event(job_id, DISCARDED, operator=identity.name, reason=reason, host=identity.host,
-                                detail={"command": "discard", "source": identity.source})
+                                detail={**self.event_detail, "command": "discard", "source": identity.source})
         return CommandResult("discard", job_id, "done", "discarded: removed from the dead-letter queue",
                              before=job, job=self.store.get(job_id), event=DISCARDED)
 
@@ -487,7 +496,8 @@ class Control:
 
     def _apply(self, command: str, job: Job, plan: _Plan, reason: str | None) -> CommandResult:
         identity = self.identity
-        detail = {"command": command, "host": identity.host, "source": identity.source, **plan.detail}
+        detail = {**self.event_detail, "command": command, "host": identity.host, "source": identity.source,
+                  **plan.detail}
         new = self.store.transition(job.job_id, plan.event, expected_version=job.version,
                                     checkpoint_schema=plan.checkpoint_schema, operator=identity.name,
                                     reason=reason, detail=detail, dispatch=plan.dispatch, host=identity.host)
@@ -506,7 +516,7 @@ class Control:
             warnings.extend(self._compensate(new, compensation, reason))
         if plan.detail.get("partial_effects_remain"):
             self.store.record_event(job.job_id, "partial_effects_remain", operator=identity.name, reason=reason,
-                                    host=identity.host, detail={"effects": plan.detail["effects"]})
+                                    host=identity.host, detail={**self.event_detail, "effects": plan.detail["effects"]})
         return CommandResult(command, job.job_id, plan.outcome, _describe(plan, new, dry_run=False), before=job,
                              job=new, event=plan.event.value, dispatched=dispatched, compensation=compensation,
                              warnings=tuple(warnings))
@@ -523,7 +533,8 @@ class Control:
             identity = self.identity
             self.store.record_event(job.job_id, "command_refused", operator=identity.name, reason=reason,
                                     host=identity.host,
-                                    detail={"command": command, "why": str(exc), "source": identity.source})
+                                    detail={**self.event_detail, "command": command, "why": str(exc),
+                                            "source": identity.source})
             raise exc
         return CommandResult(command, job.job_id, "refused", str(exc), before=job, job=job)
 

@@ -8,6 +8,7 @@
     │   ├── StoreUnavailable        the database cannot be reached
     │   └── StoreNotMigrated        the schema is missing or out of date
     ├── JobNotFound                 no job with that id
+    ├── OperationNotFound           no bulk operation with that id
     ├── TransitionRefused           the state machine or a compare-and-set refused a change
     │   ├── ClaimRefused            a worker may not run this job now (reason says why)
     │   └── LeaseLost               a worker's write lost its fencing race
@@ -36,6 +37,7 @@ __all__ = [
     "LeaseLost",
     "LeaseLostInterrupt",
     "NotAuthorized",
+    "OperationNotFound",
     "PolicyError",
     "ReasonRequired",
     "ReliableError",
@@ -101,6 +103,14 @@ class JobNotFound(ReliableError):
     def __init__(self, job_id: str, *, hint: str | None = None) -> None:
         self.job_id = job_id
         super().__init__(f"no job with id {job_id!r}" + (f" ({hint})" if hint else ""))
+
+
+class OperationNotFound(ReliableError):
+    """No bulk operation (`reliable.operations`) has the given id."""
+
+    def __init__(self, operation_id: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(f"no bulk operation with id {operation_id!r}")
 
 
 class TransitionRefused(ReliableError):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, literal, select, tuple_, union_all
@@ -17,8 +19,9 @@ from .store import Job, StateStore
 from .store.schema import job_events, jobs
 
 __all__ = [
-    "CANDIDATES_SHOWN", "DISCARDED", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page", "count_jobs",
-    "not_discarded", "page_jobs", "resolve_job_id", "select_jobs", "statuses",
+    "CANDIDATES_SHOWN", "DISCARDED", "FILTER_PARAMS", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page",
+    "count_jobs", "filter_from_params", "not_discarded", "page_jobs", "parse_time", "resolve_job_id", "select_jobs",
+    "statuses",
 ]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
@@ -223,3 +226,91 @@ def statuses(values: Sequence[str]) -> tuple[JobStatus, ...]:
         except ValueError:
             raise ConfigError(f"unknown status {value!r} (known: {', '.join(s.value for s in JobStatus)})") from None
     return tuple(out)
+
+
+#: The parameters of a job filter in the HTTP API (the jobs list's query, a bulk operation's `filter`),
+#: and the JobFilter field each sets.
+FILTER_PARAMS: Mapping[str, str] = {
+    "state": "statuses", "queue": "queue", "actor": "actor", "owner": "owner", "error_class": "error_class",
+    "workflow": "workflow_id", "changed_since": "changed_since", "changed_until": "changed_until", "q": "search",
+    "ids": "job_ids",
+}
+_LISTS = ("state", "ids")
+
+
+def parse_time(value: object, name: str = "time") -> float:
+    """Epoch seconds from a number (or a string of one) or an ISO 8601 time (UTC unless it has an offset)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name!r}: expected epoch seconds or an ISO 8601 time, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                moment = datetime.fromisoformat(text)
+            except ValueError:
+                raise ConfigError(f"{name!r}: {value!r} is neither epoch seconds nor an ISO 8601 time "
+                                  "(2026-06-01T12:00:00Z; UTC unless an offset is given)") from None
+            seconds = (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
+    else:
+        raise ConfigError(f"{name!r}: expected epoch seconds or an ISO 8601 time, got {value!r}")
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{name!r}: {value!r} is not a finite time")
+    return seconds
+
+
+def _values(name: str, value: object) -> list[str]:
+    """The strings of a parameter given once, repeated (a list) or comma-separated."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(f"{name!r}: expected strings, got {item!r}")
+        out.extend(part.strip() for part in item.split(",") if part.strip())
+    return out
+
+
+def _single(name: str, value: object) -> object:
+    if isinstance(value, list | tuple):
+        distinct = list(dict.fromkeys(value))
+        if len(distinct) != 1:
+            raise ConfigError(f"{name!r} is given {len(distinct)} different values; give it once")
+        return distinct[0]
+    return value
+
+
+def filter_from_params(params: Mapping[str, object], *, ignore: Collection[str] = ()) -> JobFilter:
+    """The JobFilter of the API's filter parameters (FILTER_PARAMS): the one rule the jobs list and the
+    bulk operations share.
+
+    A value is a string, or a list of them (a repeated query parameter, a JSON array); `state` and
+    `ids` also take comma-separated lists; times are epoch seconds or ISO 8601; empty values mean
+    'any'. Keys in `ignore` belong to the caller (e.g. cursor, limit); any other unknown key is a
+    ConfigError, so that a misspelt filter never widens a selection silently.
+    """
+    unknown = sorted(set(params) - set(FILTER_PARAMS) - set(ignore))
+    if unknown:
+        raise ConfigError(f"unknown filter parameter {unknown[0]!r} (known: {', '.join(FILTER_PARAMS)})")
+    fields: dict[str, Any] = {}
+    for name, field_name in FILTER_PARAMS.items():
+        value = params.get(name)
+        if value is None or value in ("", [], ()):
+            continue
+        if name in _LISTS:
+            items = _values(name, value)
+            try:
+                fields[field_name] = statuses(items) if name == "state" else tuple(dict.fromkeys(items))
+            except ConfigError as exc:
+                raise ConfigError(f"{name!r}: {exc}") from None
+        elif name in ("changed_since", "changed_until"):
+            fields[field_name] = parse_time(_single(name, value), name)
+        else:
+            single = _single(name, value)
+            if not isinstance(single, str):
+                raise ConfigError(f"{name!r}: expected a string, got {single!r}")
+            if single.strip():
+                fields[field_name] = single.strip() if name != "q" else single
+    return JobFilter(**fields)

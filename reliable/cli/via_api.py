@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bulk import RateLimiter
 from ..errors import ConfigError
+from ..operations import ACTIVE_STATUSES
 from ..selection import JobFilter
 from ..states import JobStatus
 from ..store import Attempt, Effect, Job, JobEvent
@@ -37,7 +38,7 @@ R = TypeVar("R")
 POLL_SECONDS = 0.25
 _POLL_MAX = 2.0
 #: Statuses of a bulk operation that is still to finish; any other is final.
-_ACTIVE = frozenset({"awaiting_confirmation", "confirmed", "queued", "pending", "running", "cancelling"})
+_ACTIVE = frozenset(ACTIVE_STATUSES)
 #: A refused command answers 403 (not authorized) or 409 (refused: state, validation, race).
 _REFUSED = (403, 409)
 EXIT_INTERRUPTED = 130
@@ -161,7 +162,7 @@ def run_by_filter(client: ApiClient, command: str, flt: JobFilter, params: Mappi
         if total == 0:
             _nothing(command, params, err)
             return None
-        sample = [job_from_api(j) for j in op.get("sample", [])]
+        sample = [job_from_api(j) for j in op.get("sample_jobs", [])]
         if total > limit:
             confirm(sample, total, total, ask=False)
             click.echo(f"error: {total} jobs match, more than --limit {limit}: an API operation acts on every job "

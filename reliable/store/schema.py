@@ -250,7 +250,8 @@ operations = Table(
     Column("reason", Text, nullable=False),
     Column("operator", String(255), nullable=False),
     Column("source", String(64)),
-    Column("status", String(32), nullable=False),  # awaiting_confirmation | running | cancelled | finished | expired
+    # refused | awaiting_confirmation | expired | running | finished | cancelled | interrupted | failed
+    Column("status", String(32), nullable=False),
     Column("total", Integer, nullable=False),
     Column("done", Integer, nullable=False, server_default="0"),
     Column("counts", Text),  # JSON: results per outcome
@@ -263,6 +264,9 @@ operations = Table(
     Column("finished_at", Double),
     Column("cancel_requested", Boolean, nullable=False, server_default="0"),
     Column("cancelled_by", String(255)),
+    Column("confirm_token_hash", String(64)),  # sha256 of the confirmation token (the token is shown once)
+    Column("updated_at", Double),  # the run's heartbeat: a `running` row long without one was interrupted
+    Column("error", Text),  # why it was refused, or how its run ended early
 )
 
 Index("ix_reliable_operations_created", operations.c.created_at)

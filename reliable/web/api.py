@@ -8,10 +8,9 @@ reference; `reliable.web.openapi` describes the same routes as an OpenAPI docume
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -24,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 from ..access import Principal
 from ..control import CommandResult, require_reason
 from ..errors import ConfigError
-from ..selection import AmbiguousJobId, JobFilter, page_jobs, resolve_job_id, statuses
+from ..selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import alerts
@@ -33,7 +32,7 @@ from .queries import job_detail, job_view, overview
 from .redaction import redact_value
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
-           "RESOLUTIONS", "job_filter", "parse_time", "routes"]
+           "RESOLUTIONS", "job_filter", "routes"]
 
 #: The commands of POST /api/v1/jobs/{job_id}/{command} and the Control method each calls.
 COMMANDS: dict[str, str] = {"pause": "pause", "stop": "stop", "cancel": "cancel", "resume": "resume",
@@ -78,31 +77,14 @@ def _one(request: Request, name: str) -> str | None:
     return values[0] if values else None
 
 
-def parse_time(value: str) -> float:
-    """Epoch seconds from epoch seconds ("1767225600.5") or ISO 8601 (a time without a zone is UTC)."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            moment = datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ValueError(f"{value!r} is neither epoch seconds nor an ISO 8601 time") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.timestamp()
-    if not math.isfinite(seconds):
-        raise ValueError(f"{value!r} is not a finite number of seconds")
-    return seconds
-
-
 def _time(request: Request, name: str) -> float | None:
     value = _one(request, name)
     if value is None or value == "":
         return None
     try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise _bad(f"parameter {name!r}: {exc}") from None
+        return parse_time(value, name)
+    except ConfigError as exc:
+        raise _bad(f"parameter {exc}") from None
 
 
 def _int(request: Request, name: str, default: int, high: int) -> int:
@@ -134,19 +116,17 @@ def _text(request: Request, name: str) -> str | None:
 
 def job_filter(request: Request, *, fixed_states: tuple[JobStatus, ...] | None = None,
                exclude_discarded: bool = False) -> JobFilter:
-    """The JobFilter the query parameters give (`fixed_states`: the listing's own states, no ?state=)."""
-    if fixed_states is None:
-        try:
-            states = statuses(request.query_params.getlist("state"))
-        except ConfigError as exc:
-            raise _bad(f"parameter 'state': {exc}") from None
-    else:
-        states = fixed_states
-    return JobFilter(statuses=states, queue=_text(request, "queue"), actor=_text(request, "actor"),
-                     owner=_text(request, "owner"), error_class=_text(request, "error_class"),
-                     workflow_id=_text(request, "workflow"), changed_since=_time(request, "changed_since"),
-                     changed_until=_time(request, "changed_until"), search=_text(request, "q"),
-                     exclude_discarded=exclude_discarded)
+    """The JobFilter the query parameters give (`fixed_states`: the listing's own states, no ?state=),
+    by the one rule the bulk operations' filters follow too (`selection.filter_from_params`)."""
+    params = {name: request.query_params.getlist(name) for name in request.query_params
+              if name in FILTER_PARAMS and name not in ("limit", "cursor")}
+    try:
+        flt = filter_from_params(params)
+    except ConfigError as exc:
+        raise _bad(f"parameter {exc}") from None
+    if fixed_states is not None:
+        flt = dataclasses.replace(flt, statuses=fixed_states)
+    return dataclasses.replace(flt, exclude_discarded=exclude_discarded)
 
 
 async def _body(request: Request) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from .. import __version__
+from ..operations import STATUSES
 from ..states import JobStatus
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 
@@ -189,7 +190,7 @@ _FILTER = {"type": "object", "additionalProperties": False, "description": "the 
 
 _OPERATION_FIELDS: dict[str, Any] = {
     "operation_id": {"type": "string"}, "command": {"type": "string"}, "filter": _OPEN,
-    "status": {"type": "string", "enum": ["awaiting_confirmation", "running", "cancelled", "finished", "expired"]},
+    "status": {"type": "string", "enum": list(STATUSES)},
     "total": {"type": "integer"}, "done": {"type": "integer"}, "counts": _OPEN, "reason": {"type": "string"},
     "operator": {"type": "string"}, "rate": _N_NUM, "created_at": {"type": "number"},
     "expires_at": {"type": "number"}, "confirmed_at": _N_NUM, "confirmed_by": _N_STR, "finished_at": _N_NUM,
@@ -272,9 +273,12 @@ _SCHEMAS: dict[str, Any] = {
         "rate": {"type": "number", "exclusiveMinimum": 0, "description": "jobs per second"}},
         ["command", "filter", "reason"]),
     "OperationCreated": _object({
-        "operation_id": {"type": "string"}, "status": {"type": "string"}, "total": {"type": "integer"},
-        "confirm_token": {"type": "string"}, "expires_at": {"type": "number"},
-        "sample": {"type": "array", "items": _ref("Job")}}),
+        **_OPERATION_FIELDS,
+        "confirm_token": {"type": "string", "description": "shown once; POST it to .../confirm"},
+        "not_permitted": {"type": "integer", "description": "counted jobs the caller's role will be refused"},
+        "sample": {"type": "array", "items": {"type": "string"}, "description": "the first counted job ids"},
+        "sample_jobs": {"type": "array", "items": _ref("Job")}},
+        ["operation_id", "status", "total", "confirm_token", "expires_at", "sample"], additionalProperties=True),
     "Operation": _object(_OPERATION_FIELDS, ["operation_id", "command", "status", "total"],
                          additionalProperties=True),
     "OperationList": _object({"operations": {"type": "array", "items": _ref("Operation")}}),

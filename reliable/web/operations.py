@@ -1,12 +1,152 @@
-"""Bulk operations of the API: filter -> count and a confirmation -> confirm -> run with progress."""
+"""Bulk operations of the API: filter -> count and a confirmation -> confirm -> run with progress.
+
+    POST /api/v1/operations                  count: 201 with the confirmation token (shown once)
+    GET  /api/v1/operations                  the recent ones, newest first (?limit=)
+    GET  /api/v1/operations/{id}             one, with every counted job id and every result
+    POST /api/v1/operations/{id}/confirm     {"confirm_token": ...}: 202, it runs in the background
+    POST /api/v1/operations/{id}/cancel      stops a run before its next job (or drops a preview)
+
+Every rule lives in `reliable.operations` (the engine) and `Control` (each job); this module only
+authenticates, parses and maps errors to JSON. See docs/bulk-operations.md.
+"""
 
 from __future__ import annotations
 
-from starlette.routing import BaseRoute
+from typing import Any
 
-__all__ = ["routes"]
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from ..access import Principal
+from ..errors import ConfigError, OperationNotFound
+from ..operations import Operations
+from ..selection import JobFilter, filter_from_params, select_jobs
+from .auth import authenticate, state_of
+from .queries import job_view
+
+__all__ = ["operations_of", "routes"]
+
+_BODY_KEYS = frozenset({"command", "filter", "reason", "options", "rate"})
+_LIST_LIMIT = 200
+
+
+def operations_of(request: Request) -> Operations:
+    """The app's bulk operations engine (one per app: it owns the runs' threads), made on first use."""
+    app_state = request.app.state
+    engine: Operations | None = getattr(app_state, "reliable_operations", None)
+    if engine is None:
+        state = state_of(request)
+        config = state.config
+        engine = Operations(state.store, bulk_max=config.bulk_max, bulk_rate=config.bulk_rate,
+                            confirm_ttl=config.confirm_ttl)
+        app_state.reliable_operations = engine
+    return engine
+
+
+def _is_admin(principal: Principal) -> bool:
+    return "admin" in principal.role.split(",")
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ConfigError("the request body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise ConfigError("the request body must be a JSON object")
+    return body
+
+
+def _not_found(exc: OperationNotFound) -> JSONResponse:
+    return JSONResponse({"error": {"status": 404, "message": str(exc), "type": type(exc).__name__}}, 404)
+
+
+async def create(request: Request) -> JSONResponse:
+    """POST /api/v1/operations: count the jobs a filter matches for a command; 201 with a confirmation token."""
+    principal = await authenticate(request)
+    body = await _body(request)
+    for key in sorted(set(body) - _BODY_KEYS):
+        raise ConfigError(f"unknown field {key!r} (known: {', '.join(sorted(_BODY_KEYS))})")
+    command, flt, options = body.get("command"), body.get("filter"), body.get("options") or {}
+    if not isinstance(command, str):
+        raise ConfigError("command is required: pause, stop, cancel, resume, restart, requeue (retry), "
+                          "reconcile or discard")
+    if not isinstance(flt, dict) or not isinstance(options, dict):
+        raise ConfigError("filter (and options, when given) must be JSON objects")
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ConfigError("reason must be a string")
+    job_filter = filter_from_params(flt)
+    control = state_of(request).control_for(principal)
+    preview = await run_in_threadpool(operations_of(request).preview, control, command, job_filter,
+                                      reason=reason, options=options, rate=body.get("rate"))
+    answer = preview.as_dict()
+    patterns = state_of(request).config.redact
+    sample = await run_in_threadpool(select_jobs, control.store, JobFilter(job_ids=tuple(answer["sample"])),
+                                     limit=None)
+    # The sample's jobs themselves, so a person (or the CLI) sees what the confirmation acts on.
+    answer["sample_jobs"] = [job_view(job, principal, patterns) for job in sample]
+    return JSONResponse(answer, 201)
+
+
+async def recent(request: Request) -> JSONResponse:
+    """GET /api/v1/operations: the recent operations, newest first (without their job ids and results)."""
+    await authenticate(request)
+    raw = request.query_params.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= _LIST_LIMIT:
+        raise ConfigError(f"limit must be a whole number from 1 to {_LIST_LIMIT}, not {raw!r}")
+    found = await run_in_threadpool(operations_of(request).recent, limit=int(raw))
+    return JSONResponse({"operations": [op.as_dict(full=False) for op in found]})
+
+
+async def detail(request: Request) -> JSONResponse:
+    """GET /api/v1/operations/{id}: one operation, with its counted job ids and every result so far."""
+    await authenticate(request)
+    try:
+        op = await run_in_threadpool(operations_of(request).get, request.path_params["operation_id"])
+    except OperationNotFound as exc:
+        return _not_found(exc)
+    return JSONResponse(op.as_dict())
+
+
+async def confirm(request: Request) -> JSONResponse:
+    """POST /api/v1/operations/{id}/confirm {"confirm_token"}: start the run; 202 with the operation."""
+    principal = await authenticate(request)
+    body = await _body(request)
+    token = body.get("confirm_token")
+    if not isinstance(token, str) or not token:
+        raise ConfigError("confirm_token is required: the token the preview returned")
+    control = state_of(request).control_for(principal)
+    try:
+        op = await run_in_threadpool(operations_of(request).confirm, request.path_params["operation_id"], token,
+                                     control, admin=_is_admin(principal))
+    except OperationNotFound as exc:
+        return _not_found(exc)
+    return JSONResponse(op.as_dict(full=False), 202)
+
+
+async def cancel(request: Request) -> JSONResponse:
+    """POST /api/v1/operations/{id}/cancel: stop the run before its next job, or drop a preview."""
+    principal = await authenticate(request)
+    if not principal.may_act:
+        raise HTTPException(403, f"{principal.name!r} may run no command (a read-only role)")
+    try:
+        op = await run_in_threadpool(operations_of(request).cancel, request.path_params["operation_id"],
+                                     principal.name, admin=_is_admin(principal))
+    except OperationNotFound as exc:
+        return _not_found(exc)
+    return JSONResponse(op.as_dict(full=False))
 
 
 def routes() -> list[BaseRoute]:
     """The bulk operations' routes."""
-    return []
+    return [
+        Route("/api/v1/operations", create, methods=["POST"]),
+        Route("/api/v1/operations", recent, methods=["GET"]),
+        Route("/api/v1/operations/{operation_id}", detail, methods=["GET"]),
+        Route("/api/v1/operations/{operation_id}/confirm", confirm, methods=["POST"]),
+        Route("/api/v1/operations/{operation_id}/cancel", cancel, methods=["POST"]),
+    ]

@@ -3,7 +3,8 @@
 - reliable_api_tokens: one row per token; only the sha256 of its secret is kept, so a copy of the
   database does not hand out working tokens. Revoked and expired tokens stay, for the audit trail.
 - reliable_operations: a bulk command as a named operation: counted at preview (the job ids are kept,
-  so the confirmation acts on exactly what the operator saw counted), then run with progress,
+  so the confirmation acts on exactly what the operator saw counted), confirmed with a token of
+  which only the sha256 is kept, then run with progress (updated_at is the run's heartbeat),
   cancellation and a record of each job's outcome.
 - reliable_job_events.traceback: the traceback of a failed attempt, bounded and masked, on the event
   that ended it.
@@ -64,6 +65,9 @@ def upgrade() -> None:
         sa.Column("finished_at", sa.Double),
         sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default="0"),
         sa.Column("cancelled_by", sa.String(255)),
+        sa.Column("confirm_token_hash", sa.String(64)),
+        sa.Column("updated_at", sa.Double),
+        sa.Column("error", sa.Text),
     )
     op.create_index("ix_reliable_operations_created", "reliable_operations", ["created_at"])
 

@@ -1,0 +1,483 @@
+"""Bulk commands as named operations: count, confirm, then run with progress, a rate limit and cancellation.
+
+    preview  the filter is counted NOW and the matching job ids are kept in the row; the caller
+             gets a confirmation token (only its sha256 is stored) valid `confirm_ttl` seconds
+    confirm  the creator (or an admin) presents the token; a daemon thread runs the command on
+             exactly the counted jobs, `rate` per second, through the confirmer's `Control`
+             (which authorizes and audits each job; every event carries the operation id)
+    run      progress (done, counts, results) is written every `flush_every` jobs or
+             `flush_interval` seconds, which is also the run's heartbeat (`updated_at`);
+             `cancel_requested` is read between jobs; it ends `finished` or `cancelled`
+
+Statuses: refused (a principal that may not act at all asked: kept for the audit trail),
+awaiting_confirmation, expired (not confirmed in time), running, finished, cancelled, failed (the
+run itself broke: the store went away...) and interrupted: a `running` row whose heartbeat is older
+than `stale_after` seconds plus one rate interval (the serving process died). Expired and
+interrupted rows are marked when they are next read. No web import: the API and console share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Row, select, update
+
+from .bulk import RateLimiter
+from .control import CommandResult, Control, require_reason
+from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReliableError, StoreError
+from .operators import COMMANDS
+from .selection import JobFilter, count_jobs
+from .store import StateStore
+from .store.schema import jobs, operations
+
+__all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
+
+logger = logging.getLogger("reliable.operations")
+
+#: Other names a bulk command may be given by.
+ALIASES: Mapping[str, str] = {"retry": "requeue", "resolve": "reconcile"}
+
+#: The options each command takes (any other option is refused).
+OPTIONS: Mapping[str, frozenset[str]] = {
+    "reconcile": frozenset({"resolution"}),
+    "restart": frozenset({"allow_duplicate_side_effects"}),
+    "requeue": frozenset({"allow_duplicate_side_effects"}),
+}
+
+_SAMPLE = 20
+_ENDED = ("refused", "expired", "finished", "cancelled", "failed", "interrupted")
+#: Every status an operation can have; the first two are not over yet.
+ACTIVE_STATUSES: tuple[str, ...] = ("awaiting_confirmation", "running")
+STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *_ENDED)
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A bulk operation as stored (never its confirmation token).
+
+    counts: jobs per outcome so far (done, requested, refused); counts_by_state: the counted jobs
+    per state at preview; results: one entry per job acted on (job_id, outcome, message...).
+    """
+
+    operation_id: str
+    command: str
+    filter: dict[str, Any]
+    job_ids: tuple[str, ...]
+    options: dict[str, Any]
+    reason: str
+    operator: str
+    source: str | None
+    status: str
+    total: int
+    done: int
+    counts: dict[str, int]
+    counts_by_state: dict[str, int]
+    results: list[dict[str, Any]]
+    rate: float | None
+    created_at: float
+    expires_at: float
+    confirmed_at: float | None = None
+    confirmed_by: str | None = None
+    finished_at: float | None = None
+    cancel_requested: bool = False
+    cancelled_by: str | None = None
+    updated_at: float | None = None
+    error: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        """Whether nothing more will happen to it."""
+        return self.status in _ENDED
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> Operation:
+        """From a `reliable_operations` row."""
+        counts = json.loads(row.counts) if row.counts else {}
+        return cls(row.operation_id, row.command, json.loads(row.filter), tuple(json.loads(row.job_ids)),
+                   json.loads(row.options), row.reason, row.operator, row.source, row.status, row.total, row.done,
+                   dict(counts.get("by_outcome", {})), dict(counts.get("by_state", {})),
+                   json.loads(row.results) if row.results else [], row.rate, row.created_at, row.expires_at,
+                   row.confirmed_at, row.confirmed_by, row.finished_at, bool(row.cancel_requested),
+                   row.cancelled_by, row.updated_at, row.error)
+
+    def as_dict(self, *, full: bool = True) -> dict[str, Any]:
+        """JSON-ready; `full` adds every counted job id and every result (a listing leaves them out)."""
+        data: dict[str, Any] = {
+            "operation_id": self.operation_id, "command": self.command, "filter": self.filter,
+            "options": self.options, "reason": self.reason, "operator": self.operator, "source": self.source,
+            "status": self.status, "total": self.total, "done": self.done, "counts": self.counts,
+            "counts_by_state": self.counts_by_state, "rate": self.rate, "created_at": self.created_at,
+            "expires_at": self.expires_at, "confirmed_at": self.confirmed_at, "confirmed_by": self.confirmed_by,
+            "finished_at": self.finished_at, "cancel_requested": self.cancel_requested,
+            "cancelled_by": self.cancelled_by, "updated_at": self.updated_at, "error": self.error,
+            "sample": list(self.job_ids[:_SAMPLE]),
+        }
+        if full:
+            data["job_ids"] = list(self.job_ids)
+            data["results"] = self.results
+        return data
+
+
+@dataclass(frozen=True)
+class Preview:
+    """A counted operation awaiting confirmation, its token (shown once) and what the policy will refuse."""
+
+    operation: Operation
+    confirm_token: str
+    not_permitted: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the operation, the token, a sample of the jobs and their states."""
+        return {**self.operation.as_dict(full=False), "confirm_token": self.confirm_token,
+                "not_permitted": self.not_permitted}
+
+
+@dataclass
+class _Progress:
+    by_state: dict[str, int]
+    done: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self.done += 1
+        self.counts[entry["outcome"]] = self.counts.get(entry["outcome"], 0) + 1
+        self.results.append(entry)
+
+
+class _Stop(Exception):
+    """The operation was cancelled while the rate limiter waited."""
+
+
+class Operations:
+    """Bulk operations kept in a StateStore; one instance per serving process (it owns the run threads).
+
+    bulk_max: the most jobs one operation may count; bulk_rate: the default and highest rate (jobs/s);
+    confirm_ttl: seconds a preview waits for its confirmation; stale_after: seconds without a heartbeat
+    (plus one rate interval) after which a running operation counts as interrupted. `clock` and
+    `sleep` pace the runs (injectable so tests need not wait).
+    """
+
+    def __init__(self, store: StateStore, *, bulk_max: int = 10_000, bulk_rate: float = 20.0,
+                 confirm_ttl: float = 300.0, stale_after: float = 60.0, flush_every: int = 50,
+                 flush_interval: float = 0.5, clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        self.store = store
+        self.bulk_max = bulk_max
+        self.bulk_rate = bulk_rate
+        self.confirm_ttl = confirm_ttl
+        self.stale_after = stale_after
+        self.flush_every = flush_every
+        self.flush_interval = flush_interval
+        self._clock = clock or time.monotonic
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+        self._wakes: dict[str, threading.Event] = {}
+
+    # -- preview ---------------------------------------------------------------------------------
+
+    def preview(self, control: Control, command: str, flt: JobFilter, *, reason: str | None,
+                options: Mapping[str, Any] | None = None, rate: float | None = None) -> Preview:
+        """Count the jobs `flt` matches for `command` and keep their ids, awaiting confirmation.
+
+        Raises ConfigError (unknown command or option, no narrowing filter, too many jobs, bad rate),
+        ReasonRequired, or NotAuthorized when `control`'s operator may run no command at all (that
+        refusal is recorded as a `refused` operation).
+        """
+        name = ALIASES.get(command, command)
+        if name not in COMMANDS:
+            raise ConfigError(f"unknown command {command!r} (known: {', '.join(sorted(COMMANDS))}, retry)")
+        require_reason(name, reason)
+        assert reason is not None
+        opts = self._options(name, options or {})
+        rate = self._rate(rate)
+        identity = control.identity
+        now = self.store.now()
+        row: dict[str, Any] = {
+            "operation_id": secrets.token_hex(8), "command": name, "filter": json.dumps(flt.as_dict()),
+            "options": json.dumps(opts), "reason": reason, "operator": identity.name, "source": identity.source,
+            "rate": rate, "created_at": now, "updated_at": now,
+        }
+        if not control.operators.may_act(identity.name):
+            refusal = NotAuthorized(f"{identity.name!r} may run no command (a read-only role): bulk {name} refused")
+            self._insert({**row, "job_ids": "[]", "status": "refused", "total": 0, "expires_at": now,
+                          "error": str(refusal), "finished_at": now})
+            raise refusal
+        if flt.is_empty:
+            raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
+        stmt = (select(jobs.c.job_id, jobs.c.status, jobs.c.queue, jobs.c.owner)
+                .where(*flt.conditions(now)).order_by(jobs.c.updated_at, jobs.c.job_id).limit(self.bulk_max + 1))
+        with self.store.read() as conn:
+            found = conn.execute(stmt).all()
+        if len(found) > self.bulk_max:
+            raise ConfigError(f"the filter matches {count_jobs(self.store, flt)} jobs, more than one operation may "
+                              f"act on ({self.bulk_max}, bulk_max): narrow it")
+        by_state: dict[str, int] = {}
+        for job in found:
+            by_state[job.status] = by_state.get(job.status, 0) + 1
+        not_permitted = sum(1 for job in found
+                            if not control.operators.allows(identity.name, name, job.queue, job.owner))
+        token = secrets.token_urlsafe(24)
+        self._insert({**row, "job_ids": json.dumps([job.job_id for job in found]),
+                      "status": "awaiting_confirmation", "total": len(found), "expires_at": now + self.confirm_ttl,
+                      "counts": json.dumps({"by_state": by_state, "by_outcome": {}}),
+                      "confirm_token_hash": _hash(token)})
+        return Preview(self.get(row["operation_id"]), token, not_permitted)
+
+    def _options(self, command: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        allowed = OPTIONS.get(command, frozenset())
+        for key in sorted(set(options) - allowed):
+            raise ConfigError(f"{command} takes no option {key!r}"
+                              + (f" (it takes: {', '.join(sorted(allowed))})" if allowed else ""))
+        opts = dict(options)
+        if command == "reconcile" and opts.get("resolution") not in ("succeeded", "cancelled"):
+            raise ConfigError(f"reconcile needs options.resolution 'succeeded' or 'cancelled', "
+                              f"not {opts.get('resolution')!r}")
+        if "allow_duplicate_side_effects" in opts and not isinstance(opts["allow_duplicate_side_effects"], bool):
+            raise ConfigError("options.allow_duplicate_side_effects must be true or false")
+        return opts
+
+    def _rate(self, rate: float | None) -> float:
+        if rate is None:
+            return self.bulk_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= self.bulk_rate:
+            raise ConfigError(f"rate must be a number of jobs per second above 0 and at most {self.bulk_rate:g} "
+                              f"(bulk_rate), not {rate!r}")
+        return float(rate)
+
+    def _insert(self, row: Mapping[str, Any]) -> None:
+        with self.store.write() as conn:
+            conn.execute(operations.insert().values(**row))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def get(self, operation_id: str) -> Operation:
+        """The operation; OperationNotFound if there is none."""
+        return self._settle([self._load(operation_id)])[0]
+
+    def _load(self, operation_id: str) -> Operation:
+        with self.store.read() as conn:
+            row = conn.execute(select(operations).where(operations.c.operation_id == operation_id)).first()
+        if row is None:
+            raise OperationNotFound(operation_id)
+        return Operation.from_row(row)
+
+    def recent(self, *, limit: int = 50) -> list[Operation]:
+        """The most recent operations, newest first."""
+        with self.store.read() as conn:
+            rows = conn.execute(select(operations).order_by(operations.c.created_at.desc(),
+                                                            operations.c.operation_id).limit(limit)).all()
+        return self._settle([Operation.from_row(row) for row in rows])
+
+    def _settle(self, found: Sequence[Operation]) -> list[Operation]:
+        """Mark expired previews and interrupted runs (reads stay read-only unless one is due)."""
+        if not any(op.status in ("awaiting_confirmation", "running") for op in found):
+            return list(found)
+        now = self.store.now()
+        out = []
+        for op in found:
+            if op.status == "awaiting_confirmation" and op.expires_at <= now:
+                op = self._mark(op, "expired", "not confirmed within confirm_ttl: preview it again", now)
+            elif op.status == "running" and not self._alive(op.operation_id) and \
+                    (op.updated_at or 0) < now - self.stale_after - 1.0 / (op.rate or self.bulk_rate):
+                op = self._mark(op, "interrupted", "the process running it stopped (no heartbeat since "
+                                "updated_at); `results` lists the jobs recorded as done", now)
+            out.append(op)
+        return out
+
+    def _mark(self, op: Operation, status: str, error: str, now: float) -> Operation:
+        with self.store.write() as conn:
+            conn.execute(update(operations).where(operations.c.operation_id == op.operation_id,
+                                                  operations.c.status == op.status,
+                                                  operations.c.updated_at == op.updated_at)
+                         .values(status=status, error=error, finished_at=now, confirm_token_hash=None))
+        return self._load(op.operation_id)
+
+    def _alive(self, operation_id: str) -> bool:
+        with self._lock:
+            thread = self._threads.get(operation_id)
+        return thread is not None and thread.is_alive()
+
+    # -- confirm and cancel ----------------------------------------------------------------------
+
+    def confirm(self, operation_id: str, token: str, control: Control, *, admin: bool = False) -> Operation:
+        """Start the run (a daemon thread) and return at once, the operation `running`.
+
+        Only its creator, or an `admin`, may confirm (NotAuthorized); a wrong token, an expired
+        preview or a second confirmation is refused (ControlRefused). Each job is acted on as
+        `control`'s operator, whose operators policy Control enforces and audits per job.
+        """
+        op = self.get(operation_id)
+        who = control.identity.name
+        if who != op.operator and not admin:
+            raise NotAuthorized(f"operation {operation_id} was created by {op.operator!r}: only they or an admin "
+                                "may confirm it")
+        if op.status != "awaiting_confirmation":
+            raise ControlRefused(f"operation {operation_id} is {op.status}, not awaiting confirmation"
+                                 + (" (it was confirmed already)" if op.confirmed_at is not None else
+                                    "; preview it again" if op.status == "expired" else ""))
+        with self.store.read() as conn:
+            stored = conn.execute(select(operations.c.confirm_token_hash)
+                                  .where(operations.c.operation_id == operation_id)).scalar_one()
+        if not stored or not hmac.compare_digest(stored, _hash(token or "")):
+            raise ControlRefused(f"wrong confirmation token for operation {operation_id}")
+        now = self.store.now()
+        with self.store.write() as conn:
+            won = conn.execute(update(operations).where(
+                operations.c.operation_id == operation_id, operations.c.status == "awaiting_confirmation",
+                operations.c.expires_at > now).values(
+                status="running", confirmed_at=now, confirmed_by=who, updated_at=now, confirm_token_hash=None,
+                counts=json.dumps({"by_state": op.counts_by_state, "by_outcome": {}}))).rowcount
+        if won != 1:
+            current = self.get(operation_id)
+            raise ControlRefused(f"operation {operation_id} is {current.status}: it can no longer be confirmed"
+                                 + ("; preview it again" if current.status == "expired" else ""))
+        started = self.get(operation_id)
+        self._start(started, control)
+        return started
+
+    def cancel(self, operation_id: str, who: str, *, admin: bool = False) -> Operation:
+        """Cancel: a preview at once; a run stops before its next job (what it did is kept).
+
+        Only its creator, its confirmer or an admin may cancel (NotAuthorized); an ended one is refused.
+        """
+        op = self.get(operation_id)
+        if who not in (op.operator, op.confirmed_by) and not admin:
+            raise NotAuthorized(f"operation {operation_id} was created by {op.operator!r}: only they, its confirmer "
+                                "or an admin may cancel it")
+        now = self.store.now()
+        with self.store.write() as conn:
+            if op.status == "awaiting_confirmation":
+                changed = conn.execute(update(operations).where(
+                    operations.c.operation_id == operation_id, operations.c.status == op.status).values(
+                    status="cancelled", cancel_requested=True, cancelled_by=who, finished_at=now,
+                    confirm_token_hash=None)).rowcount
+            elif op.status == "running":
+                changed = conn.execute(update(operations).where(
+                    operations.c.operation_id == operation_id, operations.c.status == "running",
+                    operations.c.cancel_requested.is_(False)).values(
+                    cancel_requested=True, cancelled_by=who)).rowcount
+            else:
+                changed = 0
+        if not changed:
+            current = self.get(operation_id)
+            if current.status == "running":  # cancelled already: say so, do not refuse
+                return current
+            raise ControlRefused(f"operation {operation_id} is {current.status}: there is nothing to cancel")
+        with self._lock:
+            wake = self._wakes.get(operation_id)
+        if wake is not None:
+            wake.set()
+        return self.get(operation_id)
+
+    def join(self, operation_id: str, timeout: float | None = None) -> bool:
+        """Wait for this process's run of the operation to end; whether it has (True when none runs here)."""
+        with self._lock:
+            thread = self._threads.get(operation_id)
+        if thread is not None:
+            thread.join(timeout)
+        return not self._alive(operation_id)
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def _start(self, op: Operation, control: Control) -> None:
+        wake = threading.Event()
+        thread = threading.Thread(target=self._run, args=(op, control, wake), daemon=True,
+                                  name=f"reliable-operation-{op.operation_id}")
+        with self._lock:
+            self._threads[op.operation_id] = thread
+            self._wakes[op.operation_id] = wake
+        thread.start()
+
+    def _run(self, op: Operation, control: Control, wake: threading.Event) -> None:
+        progress = _Progress(dict(op.counts_by_state))
+        try:
+            self._work(op, control.with_detail(operation_id=op.operation_id), wake, progress)
+        except Exception as exc:
+            logger.exception("bulk operation %s broke after %d jobs", op.operation_id, progress.done)
+            try:
+                self._write(op.operation_id, progress, status="failed", error=f"the run broke: {exc}")
+            except Exception:
+                logger.exception("bulk operation %s: recording its failure failed too", op.operation_id)
+        finally:
+            with self._lock:
+                self._threads.pop(op.operation_id, None)
+                self._wakes.pop(op.operation_id, None)
+
+    def _work(self, op: Operation, control: Control, wake: threading.Event, progress: _Progress) -> None:
+        method = getattr(control, op.command)
+        kwargs = dict(op.options)
+
+        def sleep(seconds: float) -> None:
+            if self._sleep is not None:
+                self._sleep(seconds)
+            elif wake.wait(seconds):
+                raise _Stop
+
+        limiter = RateLimiter(op.rate or self.bulk_rate, clock=self._clock, sleep=sleep)
+        flushed, last_flush = 0, self._clock()
+        status = "finished"
+        for job_id in op.job_ids:
+            if wake.is_set() or self._cancel_requested(op.operation_id):
+                status = "cancelled"
+                break
+            try:
+                limiter.acquire()
+            except _Stop:
+                status = "cancelled"
+                break
+            progress.add(self._one(method, job_id, op.reason, kwargs))
+            if progress.done - flushed >= self.flush_every or self._clock() - last_flush >= self.flush_interval:
+                if not self._write(op.operation_id, progress):
+                    logger.warning("bulk operation %s is no longer running here (marked %s); stopping",
+                                   op.operation_id, self.get(op.operation_id).status)
+                    return
+                flushed, last_flush = progress.done, self._clock()
+        self._write(op.operation_id, progress, status=status)
+
+    @staticmethod
+    def _one(method: Callable[..., CommandResult], job_id: str, reason: str,
+             kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            result = method(job_id, reason=reason, **kwargs)
+        except ReliableError as exc:  # refused and audited by Control: recorded, the run goes on
+            outcome = "error" if isinstance(exc, StoreError) else "refused"
+            return {"job_id": job_id, "outcome": outcome, "message": str(exc), "error": type(exc).__name__}
+        entry: dict[str, Any] = {"job_id": job_id, "outcome": result.outcome, "message": result.message,
+                 "status_before": result.before.status.value if result.before else None,
+                 "status": result.job.status.value if result.job else None}
+        if result.warnings:
+            entry["warnings"] = list(result.warnings)
+        return entry
+
+    def _cancel_requested(self, operation_id: str) -> bool:
+        with self.store.read() as conn:
+            return bool(conn.execute(select(operations.c.cancel_requested)
+                                     .where(operations.c.operation_id == operation_id)).scalar_one())
+
+    def _write(self, operation_id: str, progress: _Progress, *, status: str | None = None,
+               error: str | None = None) -> bool:
+        """Record progress (and the final status); False when the row is no longer `running`."""
+        now = self.store.now()
+        values: dict[str, Any] = {"done": progress.done, "updated_at": now, "results": json.dumps(progress.results),
+                                  "counts": json.dumps({"by_state": progress.by_state, "by_outcome": progress.counts})}
+        if status is not None:
+            values.update(status=status, finished_at=now, error=error)
+        with self.store.write() as conn:
+            return bool(conn.execute(update(operations).where(operations.c.operation_id == operation_id,
+                                                              operations.c.status == "running")
+                                     .values(**values)).rowcount)

@@ -1,0 +1,199 @@
+"""Bulk operations through the API (/api/v1/operations), each route and role, on both databases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from reliable.states import Event, JobStatus
+from reliable.store import ErrorInfo, NewJob, StateStore
+from reliable.web import WebConfig, create_app
+
+from support import wait_for
+from web_support import Tokens, bearer
+
+URL = "/api/v1/operations"
+
+
+def make(store: StateStore, job_id: str, *, queue: str = "billing") -> None:
+    store.register(NewJob(job_id, queue, "charge", {"args": [job_id], "kwargs": {}, "options": {}}))
+
+
+def failed(store: StateStore, *ids: str, queue: str = "billing") -> None:
+    for job_id in ids:
+        make(store, job_id, queue=queue)
+        claim = store.claim(job_id, worker_id="w1", lease_ttl=60)
+        store.finish(job_id, claim.lease_id, Event.FAIL, worker_id="w1",
+                     error=ErrorInfo("permanent", "ValueError", "bad card"))
+
+
+def body(command: str = "restart", reason: str | None = "card processor is back", **flt: Any) -> dict[str, Any]:
+    return {"command": command, "filter": flt or {"state": ["failed"]}, "reason": reason}
+
+
+def run_to_end(client: TestClient, token: str, created: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(f"{URL}/{created['operation_id']}/confirm", headers=bearer(token),
+                           json={"confirm_token": created["confirm_token"]})
+    assert response.status_code == 202, response.text
+    assert response.json()["status"] == "running"
+
+    def ended_op() -> dict[str, Any] | None:
+        op: dict[str, Any] = client.get(f"{URL}/{created['operation_id']}", headers=bearer(token)).json()
+        return op if op["status"] not in ("running", "awaiting_confirmation") else None
+
+    return wait_for(ended_op, "the operation to end", timeout=60)
+
+
+def test_preview_confirm_and_progress(client: TestClient, tokens: Tokens, store: StateStore) -> None:
+    failed(store, "f1", "f2")
+    make(store, "p1", queue="billing")
+    response = client.post(URL, headers=bearer(tokens.admin), json=body())
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert (created["command"], created["status"], created["total"]) == ("restart", "awaiting_confirmation", 2)
+    assert sorted(created["sample"]) == ["f1", "f2"] and created["counts_by_state"] == {"FAILED": 2}
+    assert created["confirm_token"] and created["expires_at"] > created["created_at"]
+    assert "job_ids" not in created and created["operator"] == "ada" and created["filter"] == {"statuses": ["FAILED"]}
+    op = run_to_end(client, tokens.admin, created)
+    assert (op["status"], op["done"], op["counts"]) == ("finished", 2, {"done": 2})
+    assert sorted(op["job_ids"]) == ["f1", "f2"] and [r["outcome"] for r in op["results"]] == ["done", "done"]
+    assert "confirm_token" not in op
+    event = store.events("f1")[-1]
+    assert (event.event, event.operator, event.reason) == ("restart", "ada", "card processor is back")
+    assert event.detail["operation_id"] == created["operation_id"] and event.detail["source"] == "api:token"
+    assert store.get("p1").status is JobStatus.PENDING
+
+
+def test_the_filter_takes_the_jobs_lists_parameters(client: TestClient, tokens: Tokens, store: StateStore) -> None:
+    failed(store, "f1", "f2")
+    failed(store, "e1", queue="exports")
+    response = client.post(URL, headers=bearer(tokens.admin),
+                           json=body(state="FAILED,DEAD", queue="billing", changed_since="2000-01-01T00:00:00Z",
+                                     q="f1"))
+    assert response.status_code == 201, response.text
+    assert response.json()["sample"] == ["f1"]
+    response = client.post(URL, headers=bearer(tokens.admin), json=body(ids=["e1", "f2", "missing"]))
+    assert sorted(response.json()["sample"]) == ["e1", "f2"] and response.json()["total"] == 2
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    ({"command": "restart", "filter": {}, "reason": "r"}, "needs a filter that narrows"),
+    ({"command": "restart", "filter": {"queues": "billing"}, "reason": "r"}, "unknown filter parameter 'queues'"),
+    ({"command": "restart", "filter": {"state": "sleepy"}, "reason": "r"}, "unknown status"),
+    ({"command": "restart", "filter": {"state": "failed"}}, "restart needs a reason"),
+    ({"command": "restart", "filter": {"state": "failed"}, "reason": "r", "dry": 1}, "unknown field 'dry'"),
+    ({"command": "launch", "filter": {"state": "failed"}, "reason": "r"}, "unknown command 'launch'"),
+    ({"filter": {"state": "failed"}, "reason": "r"}, "command is required"),
+    ({"command": "reconcile", "filter": {"state": "review"}, "reason": "r", "options": {"resolution": "maybe"}},
+     "resolution"),
+    ({"command": "restart", "filter": {"state": "failed"}, "reason": "r", "rate": 1000}, "at most 20"),
+])
+def test_bad_requests_are_400_with_a_clear_error(client: TestClient, tokens: Tokens, payload: dict[str, Any],
+                                                 message: str) -> None:
+    response = client.post(URL, headers=bearer(tokens.admin), json=payload)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["status"] == 400 and message in error["message"] and error["type"]
+
+
+def test_a_body_that_is_not_a_json_object_is_400(client: TestClient, tokens: Tokens) -> None:
+    for content in (b"not json", b"[1, 2]"):
+        response = client.post(URL, headers={**bearer(tokens.admin), "content-type": "application/json"},
+                               content=content)
+        assert response.status_code == 400 and "JSON object" in response.json()["error"]["message"]
+
+
+def test_a_viewer_is_refused_and_the_refusal_is_listed(client: TestClient, tokens: Tokens, store: StateStore) -> None:
+    failed(store, "f1")
+    response = client.post(URL, headers=bearer(tokens.viewer), json=body())
+    assert response.status_code == 403
+    assert response.json()["error"]["type"] == "NotAuthorized"
+    listed = client.get(URL, headers=bearer(tokens.viewer)).json()["operations"]
+    assert [(op["status"], op["operator"]) for op in listed] == [("refused", "vera")]
+    assert client.post(f"{URL}/{listed[0]['operation_id']}/cancel", headers=bearer(tokens.viewer)).status_code == 403
+    assert store.get("f1").status is JobStatus.FAILED
+
+
+def test_a_scoped_operator_gets_per_job_refusals(client: TestClient, tokens: Tokens, store: StateStore) -> None:
+    failed(store, "b1")
+    failed(store, "e1", queue="exports")
+    created = client.post(URL, headers=bearer(tokens.operator), json=body()).json()
+    assert created["total"] == 2 and created["not_permitted"] == 1
+    op = run_to_end(client, tokens.operator, created)
+    assert op["counts"] == {"done": 1, "refused": 1}
+    refused = next(r for r in op["results"] if r["job_id"] == "e1")
+    assert refused["error"] == "NotAuthorized" and "may not restart jobs on queue 'exports'" in refused["message"]
+    assert store.get("e1").status is JobStatus.FAILED and store.events("e1")[-1].event == "command_refused"
+
+
+def test_confirmation_is_refused_when_wrong_repeated_or_not_yours(client: TestClient, tokens: Tokens,
+                                                                  store: StateStore) -> None:
+    failed(store, "b1")
+    created = client.post(URL, headers=bearer(tokens.operator), json=body()).json()
+    confirm = f"{URL}/{created['operation_id']}/confirm"
+    wrong = client.post(confirm, headers=bearer(tokens.operator), json={"confirm_token": "guess"})
+    assert wrong.status_code == 409 and "wrong confirmation token" in wrong.json()["error"]["message"]
+    missing = client.post(confirm, headers=bearer(tokens.operator), json={})
+    assert missing.status_code == 400 and "confirm_token is required" in missing.json()["error"]["message"]
+    viewer = client.post(confirm, headers=bearer(tokens.viewer), json={"confirm_token": created["confirm_token"]})
+    assert viewer.status_code == 403
+    run_to_end(client, tokens.operator, created)
+    again = client.post(confirm, headers=bearer(tokens.admin), json={"confirm_token": created["confirm_token"]})
+    assert again.status_code == 409 and "confirmed already" in again.json()["error"]["message"]
+    unknown = client.post(f"{URL}/nope/confirm", headers=bearer(tokens.admin), json={"confirm_token": "x"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "OperationNotFound"
+
+
+def test_an_admin_may_confirm_an_operators_preview(client: TestClient, tokens: Tokens, store: StateStore) -> None:
+    failed(store, "b1")
+    created = client.post(URL, headers=bearer(tokens.operator), json=body()).json()
+    op = run_to_end(client, tokens.admin, created)
+    assert (op["operator"], op["confirmed_by"], op["status"]) == ("otto", "ada", "finished")
+
+
+def test_get_list_and_cancel_a_preview(client: TestClient, tokens: Tokens, store: StateStore) -> None:
+    failed(store, "b1")
+    created = client.post(URL, headers=bearer(tokens.admin), json=body()).json()
+    one = client.get(f"{URL}/{created['operation_id']}", headers=bearer(tokens.viewer))
+    assert one.status_code == 200 and one.json()["job_ids"] == ["b1"] and one.json()["results"] == []
+    assert client.get(f"{URL}/nope", headers=bearer(tokens.viewer)).status_code == 404
+    assert client.get(URL).status_code == 401
+    assert client.get(f"{URL}?limit=0", headers=bearer(tokens.viewer)).status_code == 400
+    assert client.post(f"{URL}/{created['operation_id']}/cancel", headers=bearer(tokens.operator)).status_code == 403
+    cancelled = client.post(f"{URL}/{created['operation_id']}/cancel", headers=bearer(tokens.admin))
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert cancelled.json()["cancelled_by"] == "ada"
+    again = client.post(f"{URL}/{created['operation_id']}/cancel", headers=bearer(tokens.admin))
+    assert again.status_code == 409
+    listed = client.get(URL, headers=bearer(tokens.viewer)).json()["operations"]
+    assert [op["status"] for op in listed] == ["cancelled"] and "results" not in listed[0]
+
+
+@pytest.fixture
+def slow_client(store: StateStore) -> Iterator[TestClient]:
+    """An app whose bulk runs act on one job every 20 seconds (a cancel wakes the wait at once)."""
+    config = WebConfig(secret_key="test-secret", bulk_rate=0.05)
+    with TestClient(create_app(store, config=config)) as test_client:
+        yield test_client
+
+
+def test_cancelling_a_run_stops_it_before_its_next_job(slow_client: TestClient, tokens: Tokens,
+                                                       store: StateStore) -> None:
+    failed(store, "b1", "b2", "b3", "b4")
+    created = slow_client.post(URL, headers=bearer(tokens.operator), json=body()).json()
+    op_url = f"{URL}/{created['operation_id']}"
+    response = slow_client.post(f"{op_url}/confirm", headers=bearer(tokens.operator),
+                                json={"confirm_token": created["confirm_token"]})
+    assert response.status_code == 202
+    # the first job goes at once, the next waits for the rate limit: cancel while it waits
+    wait_for(lambda: sum(store.get(j).status is JobStatus.PENDING for j in ("b1", "b2", "b3", "b4")) == 1,
+             "the first job to be restarted")
+    response = slow_client.post(f"{op_url}/cancel", headers=bearer(tokens.operator))
+    assert response.status_code == 200 and response.json()["cancel_requested"] is True
+    op = wait_for(lambda: (o := slow_client.get(op_url, headers=bearer(tokens.operator)).json())["status"]
+                  == "cancelled" and o, "the run to stop", timeout=30)
+    assert op["done"] == 1 and op["cancelled_by"] == "otto" and len(op["results"]) == 1
+    assert sum(store.get(j).status is JobStatus.FAILED for j in ("b1", "b2", "b3", "b4")) == 3
