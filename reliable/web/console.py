@@ -12,6 +12,7 @@ What a command may do is decided by `Control` alone: buttons follow its dry runs
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,8 +71,13 @@ def _age(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
+def _json(value: Any, indent: int | None = None) -> str:
+    """JSON for people (autoescaped by the template, unlike `tojson`'s \u003c escapes)."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+
+
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
-templates.env.filters.update(iso=_iso, age=_age)
+templates.env.filters.update(iso=_iso, age=_age, json=_json)
 templates.env.globals.update(STATES=[s.value for s in JobStatus])
 
 

@@ -49,7 +49,20 @@
     document.addEventListener("visibilitychange", function () { if (!document.hidden) { refresh(); } });
   }
 
+  // A filter form leaves its empty fields out of the URL (shorter links to share).
+  function compact(form) {
+    form.addEventListener("submit", function () {
+      Array.prototype.forEach.call(form.elements, function (el) {
+        if (el.name && el.value === "" && el.type !== "checkbox") { el.disabled = true; }
+      });
+      window.setTimeout(function () {
+        Array.prototype.forEach.call(form.elements, function (el) { el.disabled = false; });
+      }, 0);
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     Array.prototype.forEach.call(document.querySelectorAll("[data-poll]"), watch);
+    Array.prototype.forEach.call(document.querySelectorAll("form.filters"), compact);
   });
 })();
