@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from ..access import Principal
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
 from ..selection import JobFilter, page_jobs, statuses
 from ..states import JobStatus
@@ -38,7 +39,8 @@ from ..store.schema import job_events
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .queries import job_detail, overview
 
-__all__ = ["COMMANDS", "MIN_PREFIX", "error_page", "render", "resolve_job_id", "routes", "sign_in_redirect"]
+__all__ = ["COMMANDS", "MIN_PREFIX", "Bar", "Chart", "ListView", "chart", "error_page", "job_filter", "render",
+           "resolve_job_id", "routes", "sign_in_redirect", "signature"]
 
 _HERE = Path(__file__).parent
 
@@ -325,14 +327,15 @@ def signature(job: Mapping[str, Any]) -> str:
     return f"{job['status']}:{flags}"
 
 
-def _actions(detail: Mapping[str, Any], principal: Any) -> list[dict[str, Any]]:
-    prefix = f"job {detail['job']['job_id']}: "
+def _actions(detail: Mapping[str, Any], principal: Principal) -> list[dict[str, Any]]:
+    """job_detail's actions in COMMANDS order, each with `enabled` and `why` (what it does, or why not)."""
+    job = detail["job"]
     out = []
     for action in sorted(detail["actions"], key=lambda a: COMMANDS.index(a["command"])):
-        why = action["message"].removeprefix(prefix)
+        why = action["message"].removeprefix(f"job {job['job_id']}: ")
         if not action["permitted"]:
-            why = f"not permitted: {principal.name} ({principal.role}) may not {action['command']} jobs of queue " \
-                  f"{detail['job']['queue']!r}"
+            why = (f"not permitted: {principal.name} ({principal.role}) may not {action['command']} jobs of "
+                   f"queue {job['queue']!r}")
         out.append({**action, "enabled": action["allowed"] and action["permitted"], "why": why})
     return out
 
@@ -352,8 +355,7 @@ async def job_page(request: Request) -> Response:
                                                        events=[event] if event else None))
     names = await run_in_threadpool(_event_names, state.store, job_id)
     return render(request, "job.html", principal=principal, d=detail, job=detail["job"], event=event,
-                  event_names=names, actions=_actions(detail, principal), signature=signature(detail["job"]),
-                  now=state.store.now())
+                  event_names=names, actions=_actions(detail, principal), signature=signature(detail["job"]))
 
 
 async def job_status(request: Request) -> Response:

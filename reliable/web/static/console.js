@@ -22,9 +22,14 @@
     function refresh() {
       if (document.hidden || busy) { return; }
       busy = true;
-      fetch(el.getAttribute("data-poll"), {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      fetch(el.getAttribute("data-poll"), {credentials: "same-origin", redirect: "manual",
+                                           headers: {"Accept": "text/html"}})
         .then(function (response) {
-          if (response.status === 401) { window.location.reload(); return null; }
+          // Signed out meanwhile (redirected to the sign-in page): reload, which leads there.
+          if (response.type === "opaqueredirect" || response.status === 401) {
+            window.location.reload();
+            return null;
+          }
           return response.ok ? response.text() : null;
         })
         .then(function (html) {

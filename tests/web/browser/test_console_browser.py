@@ -53,13 +53,23 @@ def test_sign_in_filter_the_job_list_and_open_a_job(page: Any, rig: Rig) -> None
         wait_status(rig, job_id, JobStatus.SUCCEEDED)
     wait_status(rig, failed, JobStatus.FAILED)
 
+    page.clock.install()  # the page's timers run when the test says so
     page.goto("/")
     expect(page.get_by_role("heading", name="Jobs by queue and state")).to_be_visible()
     expect(page.locator("table.counts")).to_contain_text("reports")
     expect(page.locator("figure.chart").first.locator("rect.bar").first).to_be_attached()
-    with page.expect_response(lambda r: "/overview/live" in r.url, timeout=TIMEOUT_MS):
-        pass  # the overview refreshes itself while the tab is visible
     rig.screenshot(page, "overview")
+    polls: list[str] = []
+    page.on("request", lambda request: polls.append(request.url) if "/overview/live" in request.url else None)
+    with page.expect_response(lambda r: "/overview/live" in r.url and r.ok):
+        page.clock.run_for(5_000)  # the overview refreshes itself every 5 s while the tab is visible
+    page.evaluate("() => Object.defineProperty(document, 'hidden', {configurable: true, get: () => true})")
+    seen = len(polls)
+    page.clock.run_for(60_000)  # hidden: no polling
+    with page.expect_response(lambda r: "/overview/live" in r.url and r.ok):  # visible again: at once
+        page.evaluate("() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+                      " document.dispatchEvent(new Event('visibilitychange')); }")
+    assert len(polls) == seen + 1, polls
 
     page.get_by_role("navigation", name="Console").get_by_role("link", name="Jobs").click()
     page.get_by_label("Actor").fill("charge")
