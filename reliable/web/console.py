@@ -1,30 +1,98 @@
-"""The console's pages: server-rendered HTML (Jinja2) over the same handlers' data as the API."""
+"""The console's pages: server-rendered HTML (Jinja2) over the same read model and `Control` as the API.
+
+Pages: the overview (`/`, refreshed by polling a fragment), the job list (`/jobs`) and its two
+fixed-state views (`/dlq`, `/review`), a job's detail (`/jobs/{id}`, a unique id prefix accepted)
+and its actions (`POST /jobs/{id}/actions/{command}`), sign in and out. Every link, form and
+redirect is built with `url_for`, so the console works mounted under any path prefix.
+
+What a command may do is decided by `Control` alone: buttons follow its dry runs
+(`Control.available`), and a refusal (audited by `Control`) is shown as it was worded.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import QueryParams
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out
+from ..access import Principal
+from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
+from ..selection import JobFilter, page_jobs, statuses
+from ..states import JobStatus
+from ..store import StateStore
+from ..store.schema import job_events
+from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
+from .queries import job_detail, overview
 
-__all__ = ["error_page", "render", "routes", "sign_in_redirect"]
+__all__ = ["COMMANDS", "MIN_PREFIX", "Bar", "Chart", "ListView", "chart", "error_page", "job_filter", "render",
+           "resolve_job_id", "routes", "sign_in_redirect", "signature"]
 
 _HERE = Path(__file__).parent
+
+#: The commands a job page offers, in the order shown (Control's method names).
+COMMANDS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
+#: The fewest characters of a job id the console accepts as a prefix (as the CLI).
+MIN_PREFIX = 6
+_PAGE_SIZES = (25, 50, 100, 200)
+_TEXT_FILTERS = ("queue", "actor", "owner", "error_class", "workflow", "search", "changed_since", "changed_until")
+
+
+def _iso(epoch: float | None) -> str:
+    """An epoch time as ISO 8601 UTC with Z, or an empty string."""
+    if epoch is None:
+        return ""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age(seconds: float | None) -> str:
+    """A duration for people: 45s, 3m 12s, 2h 05m, 3d 4h."""
+    if seconds is None:
+        return ""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """JSON for people (autoescaped by the template, unlike `tojson`'s \u003c escapes)."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
+
+
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
+templates.env.filters.update(iso=_iso, age=_age, json=_json)
+templates.env.globals.update(STATES=[s.value for s in JobStatus])
 
 
 def render(request: Request, template: str, http_status: int = 200, **context: Any) -> HTMLResponse:
-    """A page: `template` with the session's CSRF token and `context`."""
+    """A page: `template` with the session's CSRF token, the flash messages and `context`."""
     context.setdefault("principal", None)
+    flashes = request.session.pop("flash", []) if not template.startswith("_") else []
     return templates.TemplateResponse(request, template, {"csrf": csrf_token(request), "csrf_field": CSRF_FIELD,
-                                                          **context}, status_code=http_status)
+                                                          "flashes": flashes, **context}, status_code=http_status)
+
+
+def _flash(request: Request, kind: str, text: str) -> None:
+    request.session["flash"] = [*request.session.get("flash", []), {"kind": kind, "text": text}]
 
 
 def error_page(request: Request, status: int, message: str) -> Response:
@@ -61,19 +129,284 @@ async def sign_out_page(request: Request) -> Response:
     return RedirectResponse(str(request.url_for("sign_in")), 303)
 
 
-async def overview(request: Request) -> Response:
-    """GET /: the overview."""
+# -- overview --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a chart, in the SVG's coordinates."""
+
+    x: float
+    y: float
+    height: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A bar chart rendered as inline SVG: one bar per minute."""
+
+    title: str
+    summary: str
+    top: str
+    start: str
+    end: str
+    bars: tuple[Bar, ...]
+    bad: bool = False
+    width: int = 600
+    height: int = 120
+    bar_width: float = 10.0
+
+
+def chart(title: str, minutes: Sequence[float], values: Sequence[float], *, unit: str,
+          top: float | None = None, bad: bool = False) -> Chart:
+    """A per-minute bar chart of `values` scaled to `top` (default: the largest value)."""
+    ceiling = top if top is not None else max([*values, 1.0])
+    width, height = 600, 120
+    step = width / max(len(values), 1)
+    bars = tuple(Bar(x=i * step, y=height - height * v / ceiling, height=height * v / ceiling,
+                     label=f"{_iso(m)[11:16]}Z: {v:g}{unit}")
+                 for i, (m, v) in enumerate(zip(minutes, values, strict=True)) if v > 0)
+    summary = f"{title}: highest {max([*values, 0]):g}{unit} per minute" if values else f"{title}: no data"
+    return Chart(title, summary, f"{ceiling:g}{unit}", _iso(minutes[0])[11:16] + "Z" if minutes else "",
+                 _iso(minutes[-1])[11:16] + "Z" if minutes else "", bars, bad, width, height, step * 0.8)
+
+
+def _overview_context(store: StateStore) -> dict[str, Any]:
+    data = overview(store)
+    rates = [round(100 * f / (s + f), 1) if s + f else 0.0 for s, f in zip(data.successes, data.failures, strict=True)]
+    states = [s for s in (st.value for st in JobStatus) if any(k[0] == s for k in data.counts)]
+    return {"data": data, "states": states, "by_state": data.by_state(),
+            "charts": [chart("Succeeded per minute", data.minutes, data.successes, unit=""),
+                       chart("Failure rate per minute", data.minutes, rates, unit="%", top=100.0, bad=True)]}
+
+
+async def overview_page(request: Request) -> Response:
+    """GET /: jobs by state and queue, throughput and failure rate, oldest pending job per queue."""
     principal = await authenticate(request)
-    return render(request, "overview.html", principal=principal)
+    context = await run_in_threadpool(_overview_context, state_of(request).store)
+    return render(request, "overview.html", principal=principal, **context)
+
+
+async def overview_live(request: Request) -> Response:
+    """GET /overview/live: the overview's figures alone (the page polls it)."""
+    principal = await authenticate(request)
+    context = await run_in_threadpool(_overview_context, state_of(request).store)
+    return render(request, "_overview_live.html", principal=principal, **context)
+
+
+# -- job lists -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListView:
+    """A job listing: all jobs with a filter form, or one state fixed (the DLQ, REVIEW)."""
+
+    route: str
+    title: str
+    fixed: tuple[JobStatus, ...] = ()
+    exclude_discarded: bool = False
+    intro: str = ""
+
+
+_VIEWS = {
+    "jobs": ListView("jobs", "Jobs"),
+    "dlq": ListView("dlq", "Dead letters", (JobStatus.DEAD,), True,
+                    "DEAD jobs not discarded: retry or restart them from a job's page, or discard them."),
+    "review": ListView("review", "Review", (JobStatus.REVIEW,), False,
+                       "Jobs whose side effect is uncertain: check the downstream system, then reconcile."),
+}
+
+
+def _parse_time(name: str, text: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"{name.replace('_', ' ')}: {text!r} is not an ISO time such as 2026-05-01T12:00:00Z"
+                          ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def job_filter(form: Mapping[str, Any], view: ListView) -> JobFilter:
+    """The JobFilter a list page's form (`form`: field -> text, "state" -> list) asks for in `view`."""
+    return JobFilter(
+        statuses=view.fixed or statuses(form["state"]), queue=form["queue"] or None, actor=form["actor"] or None,
+        owner=form["owner"] or None, error_class=form["error_class"] or None,
+        workflow_id=form["workflow"] or None, search=form["search"] or None,
+        changed_since=_parse_time("changed_since", form["changed_since"]),
+        changed_until=_parse_time("changed_until", form["changed_until"]),
+        exclude_discarded=view.exclude_discarded)
+
+
+def _list_form(params: QueryParams) -> dict[str, Any]:
+    form: dict[str, Any] = {name: params.get(name, "").strip() for name in _TEXT_FILTERS}
+    form["state"] = params.getlist("state")
+    try:
+        form["limit"] = int(params.get("limit", "50"))
+    except ValueError:
+        form["limit"] = 50
+    if form["limit"] not in _PAGE_SIZES:
+        form["limit"] = 50
+    return form
+
+
+def _query(form: Mapping[str, Any], **extra: str) -> str:
+    pairs: list[tuple[str, str]] = [("state", s) for s in form["state"]]
+    pairs += [(name, form[name]) for name in _TEXT_FILTERS if form[name]]
+    if form["limit"] != 50:
+        pairs.append(("limit", str(form["limit"])))
+    pairs += [(k, v) for k, v in extra.items() if v]
+    return urlencode(pairs)
+
+
+async def _job_list(request: Request, view: ListView) -> Response:
+    principal = await authenticate(request)
+    form = _list_form(request.query_params)
+    cursor = request.query_params.get("cursor") or None
+    here = str(request.url_for(view.route))
+    context: dict[str, Any] = {"principal": principal, "view": view, "form": form, "jobs": [], "next_url": None,
+                               "first_url": f"{here}?{_query(form)}" if cursor else None, "error": None}
+    try:
+        flt = job_filter(form, view)
+        page = await run_in_threadpool(functools.partial(page_jobs, state_of(request).store, flt,
+                                                         limit=form["limit"], cursor=cursor))
+    except ConfigError as exc:
+        return render(request, "jobs.html", 400, **{**context, "error": str(exc)})
+    next_url = f"{here}?{_query(form, cursor=page.next_cursor)}" if page.next_cursor else None
+    return render(request, "jobs.html", **{**context, "jobs": page.jobs, "next_url": next_url})
+
+
+async def jobs_page(request: Request) -> Response:
+    """GET /jobs: jobs matching the filter form, newest change first, a page at a time."""
+    return await _job_list(request, _VIEWS["jobs"])
+
+
+async def dlq_page(request: Request) -> Response:
+    """GET /dlq: the dead letters (DEAD, not discarded)."""
+    return await _job_list(request, _VIEWS["dlq"])
+
+
+async def review_page(request: Request) -> Response:
+    """GET /review: the jobs waiting for a person (REVIEW)."""
+    return await _job_list(request, _VIEWS["review"])
+
+
+# -- one job ---------------------------------------------------------------------------------------
+
+
+def resolve_job_id(store: StateStore, given: str) -> str:
+    """The job id `given` names: a whole id, or a prefix of at least MIN_PREFIX characters of one id.
+
+    JobNotFound (404) when nothing matches; ConfigError (400) naming some of the ids when several do.
+    """
+    if store.find(given) is not None:
+        return given
+    if len(given) < MIN_PREFIX or not (given.isascii() and given.isprintable()):
+        raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
+    found = store.job_ids_with_prefix(given, limit=11)
+    if not found:
+        raise JobNotFound(given, hint="nor any id starting with it")
+    if len(found) > 1 and found[0] != given:
+        shown = ", ".join(found[:10]) + (", ..." if len(found) > 10 else "")
+        raise ConfigError(f"job id prefix {given!r} matches several jobs: {shown}; give more characters")
+    return found[0]
+
+
+def _event_names(store: StateStore, job_id: str) -> list[str]:
+    stmt = select(job_events.c.event).where(job_events.c.job_id == job_id).distinct()
+    with store.read() as conn:
+        return sorted(str(name) for name in conn.execute(stmt).scalars())
+
+
+def signature(job: Mapping[str, Any]) -> str:
+    """What decides the actions a job offers: its state and the flags its worker has yet to observe."""
+    flags = "".join(flag[0] for flag in ("pause_requested", "stop_requested", "cancel_requested") if job[flag])
+    return f"{job['status']}:{flags}"
+
+
+def _actions(detail: Mapping[str, Any], principal: Principal) -> list[dict[str, Any]]:
+    """job_detail's actions in COMMANDS order, each with `enabled` and `why` (what it does, or why not)."""
+    job = detail["job"]
+    out = []
+    for action in sorted(detail["actions"], key=lambda a: COMMANDS.index(a["command"])):
+        why = action["message"].removeprefix(f"job {job['job_id']}: ")
+        if not action["permitted"]:
+            why = (f"not permitted: {principal.name} ({principal.role}) may not {action['command']} jobs of "
+                   f"queue {job['queue']!r}")
+        out.append({**action, "enabled": action["allowed"] and action["permitted"], "why": why})
+    return out
+
+
+async def job_page(request: Request) -> Response:
+    """GET /jobs/{job_id}: everything about one job and the actions it offers (a prefix redirects)."""
+    principal = await authenticate(request)
+    state = state_of(request)
+    given = request.path_params["job_id"]
+    job_id = await run_in_threadpool(resolve_job_id, state.store, given)
+    if job_id != given:
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"{request.url_for('job', job_id=job_id)}{query}", 303)
+    event = request.query_params.get("event") or None
+    control = state.control_for(principal)
+    detail = await run_in_threadpool(functools.partial(job_detail, control, job_id, principal, state.config.redact,
+                                                       events=[event] if event else None))
+    names = await run_in_threadpool(_event_names, state.store, job_id)
+    return render(request, "job.html", principal=principal, d=detail, job=detail["job"], event=event,
+                  event_names=names, actions=_actions(detail, principal), signature=signature(detail["job"]))
+
+
+async def job_status(request: Request) -> Response:
+    """GET /jobs/{job_id}/status: the job's status line alone (its page polls it)."""
+    principal = await authenticate(request)
+    store = state_of(request).store
+    job = await run_in_threadpool(store.get, request.path_params["job_id"])
+    return render(request, "_job_status.html", principal=principal, job=job.as_dict(),
+                  signature=signature(job.as_dict()))
+
+
+async def job_action(request: Request) -> Response:
+    """POST /jobs/{job_id}/actions/{command}: run one command through Control; back to the job with
+    what happened. A command Control refuses as not authorized is a 403 page (it audited the attempt)."""
+    principal = await authenticate(request)  # checks the CSRF token of a session
+    command = request.path_params["command"]
+    if command not in COMMANDS:
+        raise HTTPException(404, f"no command {command!r} (known: {', '.join(COMMANDS)})")
+    state = state_of(request)
+    job_id = await run_in_threadpool(resolve_job_id, state.store, request.path_params["job_id"])
+    form = await request.form()
+    kwargs: dict[str, Any] = {"reason": str(form.get("reason") or "").strip() or None}
+    if command in ("restart", "requeue"):
+        kwargs["allow_duplicate_side_effects"] = form.get("confirm_duplicates") == "yes"
+    if command == "reconcile":
+        kwargs["resolution"] = str(form.get("resolution") or "")
+    method = getattr(state.control_for(principal), command)
+    try:
+        result = await run_in_threadpool(functools.partial(method, job_id, **kwargs))
+    except (NotAuthorized, JobNotFound):
+        raise
+    except ReliableError as exc:
+        _flash(request, "error", f"{command} refused: {str(exc).removeprefix(f'job {job_id}: ')}")
+    else:
+        warnings = "".join(f" Warning: {w}." for w in result.warnings)
+        _flash(request, "ok", f"{command}: {result.message}.{warnings}")
+    return RedirectResponse(str(request.url_for("job", job_id=job_id)), 303)
 
 
 def routes() -> list[BaseRoute]:
     """The console's routes."""
     return [
-        Route("/", overview, name="overview"),
+        Route("/", overview_page, name="overview"),
+        Route("/overview/live", overview_live, name="overview_live"),
+        Route("/jobs", jobs_page, name="jobs"),
+        Route("/dlq", dlq_page, name="dlq"),
+        Route("/review", review_page, name="review"),
+        Route("/jobs/{job_id}", job_page, name="job"),
+        Route("/jobs/{job_id}/status", job_status, name="job_status"),
+        Route("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
         Route("/login", sign_in_page, methods=["GET", "POST"], name="sign_in"),
         Route("/logout", sign_out_page, methods=["POST"], name="sign_out"),
         Mount("/static", app=StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
-
-

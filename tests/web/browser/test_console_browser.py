@@ -1,0 +1,144 @@
+"""The console in a real browser (headless Chromium) over a real worker, RabbitMQ and PostgreSQL:
+sign in, filter the job list, open a job, pause and resume a running job, retry a failed
+non-idempotent job with the explicit confirmation. Screenshots for docs/console.md."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from browser_support import TIMEOUT_MS, Rig
+
+from reliable.states import JobStatus
+from reliable.store import NewJob
+
+from support import wait_for
+
+pytestmark = pytest.mark.integration
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the browser fixture skips (or fails under CI) with the reason
+    expect = None
+
+
+def status_of(rig: Rig, job_id: str) -> JobStatus:
+    """The job's state in the store."""
+    return rig.store.get(job_id).status
+
+
+def wait_status(rig: Rig, job_id: str, *status: JobStatus, timeout: float = 60.0) -> None:
+    """Poll the store until the job is in one of `status`."""
+    wait_for(lambda: status_of(rig, job_id) in status, f"job {job_id} in {'/'.join(status)}", timeout=timeout,
+             context=rig.worker.output)
+
+
+def act(page: Any, command: str, reason: str) -> None:
+    """Fill in the reason of a job page's `command` form and submit it."""
+    form = page.get_by_role("form", name=re.compile(f"^{command}", re.IGNORECASE))
+    form.get_by_label("Reason").fill(reason)
+    form.get_by_role("button", name=re.compile(f"^{command}$", re.IGNORECASE)).click()
+
+
+def test_sign_in_filter_the_job_list_and_open_a_job(page: Any, rig: Rig) -> None:
+    assert expect is not None
+    done = [rig.actors["pages"].send(f"acct-{i}", 3, 0.01).message_id for i in range(3)]
+    failed = rig.actors["charge"].send("acct-browse", 1299).message_id
+    for i in range(3):  # jobs of a queue no worker serves yet: pending in the overview
+        rig.store.register(NewJob(f"report-{uuid.uuid4()}", "reports", "monthly_report",
+                                  {"args": [f"2026-0{i + 1}"], "kwargs": {}, "options": {}}, owner="team-finance"))
+    for job_id in done:
+        wait_status(rig, job_id, JobStatus.SUCCEEDED)
+    wait_status(rig, failed, JobStatus.FAILED)
+
+    page.clock.install()  # the page's timers run when the test says so
+    page.goto("/")
+    expect(page.get_by_role("heading", name="Jobs by queue and state")).to_be_visible()
+    expect(page.locator("table.counts")).to_contain_text("reports")
+    expect(page.locator("figure.chart").first.locator("rect.bar").first).to_be_attached()
+    rig.screenshot(page, "overview")
+    polls: list[str] = []
+    page.on("request", lambda request: polls.append(request.url) if "/overview/live" in request.url else None)
+    with page.expect_response(lambda r: "/overview/live" in r.url and r.ok):
+        page.clock.run_for(5_000)  # the overview refreshes itself every 5 s while the tab is visible
+    page.evaluate("() => Object.defineProperty(document, 'hidden', {configurable: true, get: () => true})")
+    seen = len(polls)
+    page.clock.run_for(60_000)  # hidden: no polling
+    with page.expect_response(lambda r: "/overview/live" in r.url and r.ok):  # visible again: at once
+        page.evaluate("() => { Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});"
+                      " document.dispatchEvent(new Event('visibilitychange')); }")
+    assert len(polls) == seen + 1, polls
+
+    page.get_by_role("navigation", name="Console").get_by_role("link", name="Jobs").click()
+    page.get_by_label("Actor").fill("charge")
+    page.get_by_role("group", name="State").get_by_label("FAILED").check()
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"/jobs\?state=FAILED&actor=charge"))
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows.filter(has_text=failed)).to_have_count(1)
+    expect(rows.filter(has_text="SUCCEEDED")).to_have_count(0)
+    expect(page.get_by_role("link", name=failed, exact=True)).to_be_visible()  # the whole id
+    page.get_by_label("Actor").fill("")
+    page.get_by_role("group", name="State").get_by_label("FAILED").uncheck()
+    page.get_by_role("button", name="Filter").click()
+    expect(rows).to_have_count(7)
+    rig.screenshot(page, "jobs")
+
+    page.get_by_role("link", name=failed, exact=True).click()
+    page.wait_for_url(f"**/jobs/{failed}")
+    expect(page.locator("#job-status .state")).to_have_text("FAILED")
+    expect(page.locator("ol.timeline")).to_contain_text("ValueError")
+    expect(page.locator("dl.facts").first).to_contain_text("charge")
+    expect(page.get_by_role("form", name="Resume").get_by_role("button")).to_be_disabled()
+    expect(page.get_by_role("form", name="Resume")).to_contain_text("cannot resume a FAILED job")
+
+
+def test_pause_a_running_job_and_resume_it(page: Any, rig: Rig) -> None:
+    assert expect is not None
+    job_id = rig.actors["pages"].send("acct-pause", 300, 0.05).message_id
+    wait_for(lambda: (rig.store.get(job_id).checkpoint or 0) >= 2, "the job to checkpoint twice", timeout=60,
+             context=rig.worker.output)
+    page.goto(f"/jobs/{job_id}")
+    expect(page.locator("#job-status .state")).to_have_text("RUNNING")
+    act(page, "pause", "downstream maintenance")
+    expect(page.locator(".flash-ok")).to_contain_text("pause: asked the worker to pause at its next checkpoint")
+    # The worker pauses at its next checkpoint; the page notices and reloads with what PAUSED offers.
+    expect(page.locator("#job-status .state")).to_have_text("PAUSED", timeout=TIMEOUT_MS)
+    paused = rig.store.get(job_id)
+    assert paused.status is JobStatus.PAUSED and 2 <= paused.checkpoint < 300
+    expect(page.get_by_role("form", name="Pause").get_by_role("button")).to_be_disabled()
+    act(page, "resume", "maintenance over")
+    expect(page.locator(".flash-ok")).to_contain_text("resume: moved to PENDING")
+    expect(page.locator("#job-status .state")).to_have_text(re.compile("RUNNING|SUCCEEDED"), timeout=TIMEOUT_MS)
+    wait_status(rig, job_id, JobStatus.SUCCEEDED)
+    expect(page.locator("#job-status .state")).to_have_text("SUCCEEDED", timeout=TIMEOUT_MS)
+    attempts = rig.store.attempts(job_id)
+    assert [a.outcome for a in attempts] == ["pause_observed", "succeed"]
+    assert rig.store.get(job_id).checkpoint == 300
+    operators = {(e.event, e.operator, e.reason) for e in rig.store.events(job_id) if e.operator}
+    assert ("pause_requested", "ada", "downstream maintenance") in operators
+    assert ("resume", "ada", "maintenance over") in operators
+
+
+def test_retry_a_failed_non_idempotent_job_with_the_explicit_confirmation(page: Any, rig: Rig) -> None:
+    assert expect is not None
+    job_id = rig.actors["charge"].send("acct-retry", 4200).message_id
+    wait_status(rig, job_id, JobStatus.FAILED)
+    page.goto(f"/jobs/{job_id[:8]}")  # a unique prefix opens the job
+    page.wait_for_url(f"**/jobs/{job_id}")
+    retry = page.get_by_role("form", name=re.compile("^Retry"))
+    confirm = retry.get_by_label("I checked: the side effect may run twice")
+    expect(confirm).not_to_be_checked()
+    rig.screenshot(page, "job")
+    retry.get_by_label("Reason").fill("card limit raised; charge did not go through")
+    retry.get_by_role("button", name="Retry").click()
+    assert confirm.evaluate("box => box.validity.valueMissing")  # the browser will not submit it unticked
+    assert status_of(rig, job_id) is JobStatus.FAILED
+    confirm.check()
+    retry.get_by_role("button", name="Retry").click()
+    expect(page.locator(".flash-ok")).to_contain_text("requeue: moved to PENDING")
+    expect(page.locator("#job-status .state")).to_have_text("SUCCEEDED", timeout=TIMEOUT_MS)
+    requeue = rig.store.events(job_id, events=["requeue"])[-1]
+    assert requeue.operator == "ada" and requeue.detail["allow_duplicate_side_effects"] is True
