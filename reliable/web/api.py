@@ -346,15 +346,15 @@ async def openapi_document(request: Request) -> JSONResponse:
 def routes() -> list[BaseRoute]:
     """The API's routes."""
     return [
-        Route("/api/v1/whoami", whoami, methods=["GET"]),
-        Route("/api/v1/openapi.json", openapi_document, methods=["GET"]),
-        Route("/api/v1/jobs", list_jobs, methods=["GET"]),
-        Route("/api/v1/jobs/{job_id}", job, methods=["GET"]),
-        Route("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"]),
-        Route("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"]),
-        Route("/api/v1/dlq", dead_letters, methods=["GET"]),
-        Route("/api/v1/review", review, methods=["GET"]),
-        Route("/api/v1/queues", queues, methods=["GET"]),
-        Route("/api/v1/overview", overview_figures, methods=["GET"]),
-        Route("/api/v1/alerts", alert_list, methods=["GET"]),
+        Route("/api/v1/whoami", whoami, methods=["GET"], name="api_whoami"),
+        Route("/api/v1/openapi.json", openapi_document, methods=["GET"], name="api_openapi_document"),
+        Route("/api/v1/jobs", list_jobs, methods=["GET"], name="api_list_jobs"),
+        Route("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
+        Route("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),
+        Route("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
+        Route("/api/v1/dlq", dead_letters, methods=["GET"], name="api_dead_letters"),
+        Route("/api/v1/review", review, methods=["GET"], name="api_review"),
+        Route("/api/v1/queues", queues, methods=["GET"], name="api_queues"),
+        Route("/api/v1/overview", overview_figures, methods=["GET"], name="api_overview_figures"),
+        Route("/api/v1/alerts", alert_list, methods=["GET"], name="api_alert_list"),
     ]

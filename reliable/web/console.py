@@ -11,6 +11,7 @@ What a command may do is decided by `Control` alone: buttons follow its dry runs
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -32,22 +33,20 @@ from starlette.templating import Jinja2Templates
 
 from ..access import Principal
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
-from ..selection import JobFilter, page_jobs, statuses
+from ..selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import job_events
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .queries import job_detail, overview
 
-__all__ = ["COMMANDS", "MIN_PREFIX", "Bar", "Chart", "ListView", "chart", "error_page", "job_filter", "render",
-           "resolve_job_id", "routes", "sign_in_redirect", "signature"]
+__all__ = ["COMMANDS", "Bar", "Chart", "ListView", "chart", "error_page", "job_filter", "render",
+           "routes", "sign_in_redirect", "signature"]
 
 _HERE = Path(__file__).parent
 
 #: The commands a job page offers, in the order shown (Control's method names).
 COMMANDS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
-#: The fewest characters of a job id the console accepts as a prefix (as the CLI).
-MIN_PREFIX = 6
 _PAGE_SIZES = (25, 50, 100, 200)
 _TEXT_FILTERS = ("queue", "actor", "owner", "error_class", "workflow", "search", "changed_since", "changed_until")
 
@@ -218,27 +217,16 @@ _VIEWS = {
 }
 
 
-def _parse_time(name: str, text: str) -> float | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigError(f"{name.replace('_', ' ')}: {text!r} is not an ISO time such as 2026-05-01T12:00:00Z"
-                          ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
 def job_filter(form: Mapping[str, Any], view: ListView) -> JobFilter:
-    """The JobFilter a list page's form (`form`: field -> text, "state" -> list) asks for in `view`."""
-    return JobFilter(
-        statuses=view.fixed or statuses(form["state"]), queue=form["queue"] or None, actor=form["actor"] or None,
-        owner=form["owner"] or None, error_class=form["error_class"] or None,
-        workflow_id=form["workflow"] or None, search=form["search"] or None,
-        changed_since=_parse_time("changed_since", form["changed_since"]),
-        changed_until=_parse_time("changed_until", form["changed_until"]),
-        exclude_discarded=view.exclude_discarded)
+    """The JobFilter a list page's form (`form`: field -> text, "state" -> list) asks for in `view`: the
+    API's rule (`selection.filter_from_params`), the form's `search` being the API's `q`."""
+    params: dict[str, object] = {name: form[name] for name in _TEXT_FILTERS if name != "search"}
+    params["q"] = form["search"]
+    params["state"] = [] if view.fixed else list(form["state"])
+    flt = filter_from_params(params)
+    if view.fixed:
+        flt = dataclasses.replace(flt, statuses=view.fixed)
+    return dataclasses.replace(flt, exclude_discarded=view.exclude_discarded)
 
 
 def _list_form(params: QueryParams) -> dict[str, Any]:
@@ -295,24 +283,6 @@ async def review_page(request: Request) -> Response:
 
 
 # -- one job ---------------------------------------------------------------------------------------
-
-
-def resolve_job_id(store: StateStore, given: str) -> str:
-    """The job id `given` names: a whole id, or a prefix of at least MIN_PREFIX characters of one id.
-
-    JobNotFound (404) when nothing matches; ConfigError (400) naming some of the ids when several do.
-    """
-    if store.find(given) is not None:
-        return given
-    if len(given) < MIN_PREFIX or not (given.isascii() and given.isprintable()):
-        raise JobNotFound(given, hint=f"an id prefix needs at least {MIN_PREFIX} characters")
-    found = store.job_ids_with_prefix(given, limit=11)
-    if not found:
-        raise JobNotFound(given, hint="nor any id starting with it")
-    if len(found) > 1 and found[0] != given:
-        shown = ", ".join(found[:10]) + (", ..." if len(found) > 10 else "")
-        raise ConfigError(f"job id prefix {given!r} matches several jobs: {shown}; give more characters")
-    return found[0]
 
 
 def _event_names(store: StateStore, job_id: str) -> list[str]:

@@ -144,9 +144,9 @@ async def cancel(request: Request) -> JSONResponse:
 def routes() -> list[BaseRoute]:
     """The bulk operations' routes."""
     return [
-        Route("/api/v1/operations", create, methods=["POST"]),
-        Route("/api/v1/operations", recent, methods=["GET"]),
-        Route("/api/v1/operations/{operation_id}", detail, methods=["GET"]),
-        Route("/api/v1/operations/{operation_id}/confirm", confirm, methods=["POST"]),
-        Route("/api/v1/operations/{operation_id}/cancel", cancel, methods=["POST"]),
+        Route("/api/v1/operations", create, methods=["POST"], name="api_create"),
+        Route("/api/v1/operations", recent, methods=["GET"], name="api_recent"),
+        Route("/api/v1/operations/{operation_id}", detail, methods=["GET"], name="api_detail"),
+        Route("/api/v1/operations/{operation_id}/confirm", confirm, methods=["POST"], name="api_confirm"),
+        Route("/api/v1/operations/{operation_id}/cancel", cancel, methods=["POST"], name="api_cancel"),
     ]

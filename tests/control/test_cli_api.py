@@ -16,7 +16,6 @@ import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed (pip install 'reliable[web]')")
 
-from cli_api_server import add_contract_routes, serve
 from click.testing import CliRunner, Result
 from control_helpers import RELIABLE, ended, make, paused, running
 from starlette.applications import Starlette
@@ -27,6 +26,8 @@ from reliable.cli.main import cli
 from reliable.states import Event, JobStatus
 from reliable.store import StateStore
 from reliable.web import WebConfig, create_app
+
+from cli_api_server import add_contract_routes, serve
 
 RESUMABLE = {"resumable": True, "checkpoint_schema": 2}
 

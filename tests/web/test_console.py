@@ -209,7 +209,7 @@ def test_a_unique_prefix_opens_the_job(store: StateStore, tokens: Tokens, jobs: 
     assert found.status_code == 303
     assert found.headers["location"] == f"http://testserver/jobs/{jobs['failed']}?event=fail"
     ambiguous = client.get("/jobs/a1b2c3d4")
-    assert ambiguous.status_code == 400 and "matches several jobs" in ambiguous.text
+    assert ambiguous.status_code == 409 and "matches several jobs" in ambiguous.text
     assert client.get("/jobs/b7e9f").status_code == 404  # too short to be a prefix
     assert client.get("/jobs/zzzzzzzz").status_code == 404
 
@@ -259,7 +259,8 @@ def test_the_job_list_filters(store: StateStore, tokens: Tokens, jobs: dict[str,
     assert listed(f"changed_since={iso(now - 3600)}&changed_until={iso(now + 3600)}") == set(jobs.values())
     assert listed(f"changed_since={iso(now + 3600)}") == set()
     bad = client.get("/jobs?changed_since=yesterday")
-    assert bad.status_code == 400 and "changed since: &#39;yesterday&#39; is not an ISO time" in bad.text
+    assert bad.status_code == 400 and "&#39;changed_since&#39;: &#39;yesterday&#39; is neither epoch seconds nor an " \
+        "ISO 8601 time" in bad.text
     assert listed("state=REVIEW") == {jobs["review"]}
     assert set(re.findall(r"<code>([^<]+)</code></a></td>", client.get("/review?actor=charge").text)) == {
         jobs["review"]}

@@ -17,14 +17,14 @@ from typing import Any
 
 import pika
 import pytest
-from browser_actors import declare
-from browser_support import CHROMIUM, TIMEOUT_MS, Rig
 
 import reliable
 from reliable.access import ApiTokens
 from reliable.store import StateStore
 from reliable.web import WebConfig, create_app
 
+from browser_actors import declare
+from browser_support import CHROMIUM, TIMEOUT_MS, Rig
 from support import RABBITMQ_URL, free_port, port_open, require_service, scratch_database, wait_for
 from workers import WorkerProcess
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 
 import dramatiq
-from browser_actors import declare
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 import reliable
+
+from browser_actors import declare
 
 broker = RabbitmqBroker(url=os.environ["RELIABLE_TEST_BROKER"])
 reliable.install(broker, store=os.environ["RELIABLE_TEST_STORE"], lease_ttl=10.0, heartbeat_interval=0.5,

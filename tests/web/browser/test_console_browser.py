@@ -9,11 +9,11 @@ import uuid
 from typing import Any
 
 import pytest
-from browser_support import TIMEOUT_MS, Rig
 
 from reliable.states import JobStatus
 from reliable.store import NewJob
 
+from browser_support import TIMEOUT_MS, Rig
 from support import wait_for
 
 pytestmark = pytest.mark.integration
