@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import QueryParams
+from starlette.datastructures import FormData, QueryParams
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -40,8 +40,8 @@ from ..store.schema import job_events
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .queries import job_detail, overview
 
-__all__ = ["COMMANDS", "Bar", "Chart", "ListView", "chart", "error_page", "job_filter", "render",
-           "routes", "sign_in_redirect", "signature"]
+__all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
+           "render", "routes", "sign_in_redirect", "signature"]
 
 _HERE = Path(__file__).parent
 
@@ -90,7 +90,8 @@ def render(request: Request, template: str, http_status: int = 200, **context: A
                                                           "flashes": flashes, **context}, status_code=http_status)
 
 
-def _flash(request: Request, kind: str, text: str) -> None:
+def flash(request: Request, kind: str, text: str) -> None:
+    """A one-time message for the next page of this session (kind: ok or error)."""
     request.session["flash"] = [*request.session.get("flash", []), {"kind": kind, "text": text}]
 
 
@@ -208,7 +209,8 @@ class ListView:
     intro: str = ""
 
 
-_VIEWS = {
+#: The list pages by route name.
+VIEWS = {
     "jobs": ListView("jobs", "Jobs"),
     "dlq": ListView("dlq", "Dead letters", (JobStatus.DEAD,), True,
                     "DEAD jobs not discarded: retry or restart them from a job's page, or discard them."),
@@ -229,11 +231,12 @@ def job_filter(form: Mapping[str, Any], view: ListView) -> JobFilter:
     return dataclasses.replace(flt, exclude_discarded=view.exclude_discarded)
 
 
-def _list_form(params: QueryParams) -> dict[str, Any]:
-    form: dict[str, Any] = {name: params.get(name, "").strip() for name in _TEXT_FILTERS}
-    form["state"] = params.getlist("state")
+def list_form(params: QueryParams | FormData) -> dict[str, Any]:
+    """A list page's filter fields (text, `state` as a list, `limit`) from a query or a form."""
+    form: dict[str, Any] = {name: str(params.get(name) or "").strip() for name in _TEXT_FILTERS}
+    form["state"] = [str(value) for value in params.getlist("state")]
     try:
-        form["limit"] = int(params.get("limit", "50"))
+        form["limit"] = int(str(params.get("limit") or "50"))
     except ValueError:
         form["limit"] = 50
     if form["limit"] not in _PAGE_SIZES:
@@ -252,11 +255,12 @@ def _query(form: Mapping[str, Any], **extra: str) -> str:
 
 async def _job_list(request: Request, view: ListView) -> Response:
     principal = await authenticate(request)
-    form = _list_form(request.query_params)
+    form = list_form(request.query_params)
     cursor = request.query_params.get("cursor") or None
     here = str(request.url_for(view.route))
     context: dict[str, Any] = {"principal": principal, "view": view, "form": form, "jobs": [], "next_url": None,
-                               "first_url": f"{here}?{_query(form)}" if cursor else None, "error": None}
+                               "first_url": f"{here}?{_query(form)}" if cursor else None, "error": None,
+                               "selectable": principal.may_act}
     try:
         flt = job_filter(form, view)
         page = await run_in_threadpool(functools.partial(page_jobs, state_of(request).store, flt,
@@ -269,17 +273,17 @@ async def _job_list(request: Request, view: ListView) -> Response:
 
 async def jobs_page(request: Request) -> Response:
     """GET /jobs: jobs matching the filter form, newest change first, a page at a time."""
-    return await _job_list(request, _VIEWS["jobs"])
+    return await _job_list(request, VIEWS["jobs"])
 
 
 async def dlq_page(request: Request) -> Response:
     """GET /dlq: the dead letters (DEAD, not discarded)."""
-    return await _job_list(request, _VIEWS["dlq"])
+    return await _job_list(request, VIEWS["dlq"])
 
 
 async def review_page(request: Request) -> Response:
     """GET /review: the jobs waiting for a person (REVIEW)."""
-    return await _job_list(request, _VIEWS["review"])
+    return await _job_list(request, VIEWS["review"])
 
 
 # -- one job ---------------------------------------------------------------------------------------
@@ -358,10 +362,10 @@ async def job_action(request: Request) -> Response:
     except (NotAuthorized, JobNotFound):
         raise
     except ReliableError as exc:
-        _flash(request, "error", f"{command} refused: {str(exc).removeprefix(f'job {job_id}: ')}")
+        flash(request, "error", f"{command} refused: {str(exc).removeprefix(f'job {job_id}: ')}")
     else:
         warnings = "".join(f" Warning: {w}." for w in result.warnings)
-        _flash(request, "ok", f"{command}: {result.message}.{warnings}")
+        flash(request, "ok", f"{command}: {result.message}.{warnings}")
     return RedirectResponse(str(request.url_for("job", job_id=job_id)), 303)
 
 

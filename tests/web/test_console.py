@@ -16,7 +16,7 @@ from reliable.store import ErrorInfo, NewJob, StateStore
 from reliable.store.schema import job_events
 from reliable.web import WebConfig, create_app
 
-from web_support import Tokens
+from web_support import Tokens, session
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "app.py", line 3, in charge\nConnectionError: boom\n'
 
@@ -65,23 +65,6 @@ def jobs(store: StateStore) -> dict[str, str]:
         conn.execute(job_events.update().where(job_events.c.job_id == ids["failed"], job_events.c.event == "fail")
                      .values(traceback=TRACEBACK))
     return ids
-
-
-def session(store: StateStore, token: str, **app_kwargs: Any) -> tuple[TestClient, str]:
-    """A client signed in with `token` through the console's form, and its session's CSRF token."""
-    client = TestClient(create_app(store, config=WebConfig(secret_key="s"), **app_kwargs))
-    login = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text)
-    assert login is not None
-    assert client.post("/login", data={"token": token, "csrf_token": login.group(1)},
-                       follow_redirects=False).status_code == 303
-    return client, csrf_of(client.get("/").text)
-
-
-def csrf_of(page: str) -> str:
-    """The CSRF token a page carries."""
-    found = re.search(r'<meta name="csrf-token" content="([^"]+)"', page)
-    assert found is not None
-    return found.group(1)
 
 
 def enabled_actions(page: str) -> set[str]:

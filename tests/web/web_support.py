@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Tokens", "bearer"]
+from starlette.testclient import TestClient
+
+from reliable.store import StateStore
+from reliable.web import WebConfig, create_app
+
+__all__ = ["Tokens", "bearer", "csrf_of", "session"]
 
 
 @dataclass
@@ -19,3 +26,20 @@ class Tokens:
 def bearer(token: str) -> dict[str, str]:
     """The Authorization header of `token`."""
     return {"Authorization": f"Bearer {token}"}
+
+
+def session(store: StateStore, token: str, **app_kwargs: Any) -> tuple[TestClient, str]:
+    """A client signed in with `token` through the console's form, and its session's CSRF token."""
+    client = TestClient(create_app(store, config=WebConfig(secret_key="s"), **app_kwargs))
+    login = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text)
+    assert login is not None
+    assert client.post("/login", data={"token": token, "csrf_token": login.group(1)},
+                       follow_redirects=False).status_code == 303
+    return client, csrf_of(client.get("/").text)
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token a page carries."""
+    found = re.search(r'<meta name="csrf-token" content="([^"]+)"', page)
+    assert found is not None
+    return found.group(1)

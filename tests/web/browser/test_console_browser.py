@@ -142,3 +142,30 @@ def test_retry_a_failed_non_idempotent_job_with_the_explicit_confirmation(page: 
     expect(page.locator("#job-status .state")).to_have_text("SUCCEEDED", timeout=TIMEOUT_MS)
     requeue = rig.store.events(job_id, events=["requeue"])[-1]
     assert requeue.operator == "ada" and requeue.detail["allow_duplicate_side_effects"] is True
+
+
+def test_bulk_retry_counts_first_and_runs_after_the_confirmation(page: Any, rig: Rig) -> None:
+    assert expect is not None
+    job_ids = [rig.actors["charge"].send(f"acct-bulk-{i}", 100 + i).message_id for i in range(3)]
+    for job_id in job_ids:
+        wait_status(rig, job_id, JobStatus.FAILED)
+    page.goto("/jobs?state=FAILED&search=acct-bulk-")
+    expect(page.locator("td.id code")).to_have_count(3)
+    bulk = page.get_by_role("form", name="Bulk action")
+    bulk.locator("select[name=command]").select_option("requeue")
+    bulk.locator("select[name=scope]").select_option("filter")
+    bulk.get_by_label("Reason").fill("the card processor is back")
+    bulk.get_by_label(re.compile("I checked, their side effect may run twice")).check()
+    bulk.get_by_role("button", name="Count the jobs").click()
+    expect(page.get_by_role("heading", name="retry · 3 jobs")).to_be_visible()
+    expect(page.locator("#op-status")).to_have_text("awaiting_confirmation")
+    rig.screenshot(page, "bulk")
+    assert {status_of(rig, job_id) for job_id in job_ids} == {JobStatus.FAILED}  # counted, nothing changed
+    page.get_by_role("button", name="Confirm: retry 3 jobs").click()
+    expect(page.locator("#op-status")).to_have_text("finished", timeout=TIMEOUT_MS)
+    expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+    for job_id in job_ids:
+        wait_status(rig, job_id, JobStatus.SUCCEEDED)
+        requeue = rig.store.events(job_id, events=["requeue"])[-1]
+        assert requeue.operator == "ada" and requeue.reason == "the card processor is back"
+        assert requeue.detail["allow_duplicate_side_effects"] is True and requeue.detail["operation_id"]

@@ -1,0 +1,171 @@
+"""The console's bulk actions, over the bulk operations engine (`reliable.operations`).
+
+A list page (jobs, DLQ, REVIEW) offers a bulk form to those who may act: a command, a reason, and
+either the jobs ticked in the table or every job the page's filter matches. Submitting it counts
+the jobs (a preview: nothing changes) and shows the operation's page: how many jobs, in which
+states, how many the caller's role will be refused, a sample, and a Confirm button. The
+confirmation token never leaves the server: the session keeps it for this browser. Confirmed, the
+operation runs at its rate in the server; its page shows the progress, a Cancel button while it
+runs, and every job's outcome when it ends. Every rule (which jobs, who may, what each command
+does) is the engine's and Control's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ..errors import ConfigError, NotAuthorized, OperationNotFound, ReliableError
+from ..operations import ACTIVE_STATUSES
+from ..selection import JobFilter, select_jobs
+from .auth import authenticate, state_of
+from .console import VIEWS, flash, job_filter, list_form, render
+from .operations import operations_of
+
+__all__ = ["BULK_COMMANDS", "routes"]
+
+#: The commands a bulk form offers (the engine's names; `requeue` is shown as Retry).
+BULK_COMMANDS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
+_SESSION_KEY = "operation_tokens"
+
+
+def _is_admin(principal: Any) -> bool:
+    return bool(principal.role == "admin")
+
+
+def _selection(form: Any, view_name: str) -> JobFilter:
+    """The jobs a bulk form means: the ticked ones (within the page's view), or the page's filter."""
+    view = VIEWS.get(view_name)
+    if view is None:
+        raise ConfigError(f"unknown list {view_name!r}")
+    filters = list_form(form)
+    flt = job_filter(filters, view)
+    if form.get("scope") == "selected":
+        ids = tuple(str(v) for v in form.getlist("job_id"))
+        if not ids:
+            raise ConfigError("no job is selected: tick the jobs to act on, or choose 'every job the filter "
+                              "matches'")
+        flt = dataclasses.replace(JobFilter(job_ids=ids), statuses=view.fixed,
+                                  exclude_discarded=view.exclude_discarded)
+    return flt
+
+
+async def bulk_preview(request: Request) -> Response:
+    """POST /bulk: count the jobs for a command (nothing changes yet); on to the operation's page."""
+    principal = await authenticate(request)  # checks the session's CSRF token
+    form = await request.form()
+    state = state_of(request)
+    view_name = str(form.get("view") or "jobs")
+    back = str(request.url_for(view_name if view_name in VIEWS else "jobs"))
+    command = str(form.get("command") or "")
+    options: dict[str, Any] = {}
+    if command == "reconcile":
+        options["resolution"] = str(form.get("resolution") or "")
+    if command in ("restart", "requeue") and form.get("confirm_duplicates") == "yes":
+        options["allow_duplicate_side_effects"] = True
+    rate_text = str(form.get("rate") or "").strip()
+    try:
+        rate = float(rate_text) if rate_text else None
+        flt = _selection(form, view_name)
+        preview = await run_in_threadpool(functools.partial(
+            operations_of(request).preview, state.control_for(principal), command, flt,
+            reason=str(form.get("reason") or "").strip() or None, options=options, rate=rate))
+    except NotAuthorized:
+        raise
+    except (ReliableError, ValueError) as exc:
+        flash(request, "error", f"bulk {command or 'action'} refused: {exc}")
+        return RedirectResponse(back, 303)
+    tokens = dict(request.session.get(_SESSION_KEY, {}))
+    tokens[preview.operation.operation_id] = preview.confirm_token
+    request.session[_SESSION_KEY] = tokens
+    return RedirectResponse(str(request.url_for("operation", operation_id=preview.operation.operation_id)), 303)
+
+
+async def operation_page(request: Request) -> Response:
+    """GET /operations/{operation_id}: the count and a sample awaiting confirmation, or the progress."""
+    principal = await authenticate(request)
+    state = state_of(request)
+    engine = operations_of(request)
+    try:
+        op = await run_in_threadpool(engine.get, request.path_params["operation_id"])
+    except OperationNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    sample = await run_in_threadpool(functools.partial(select_jobs, state.store, JobFilter(job_ids=op.job_ids[:20]),
+                                                       limit=None))
+    can_confirm = (op.status == "awaiting_confirmation" and op.operation_id in request.session.get(_SESSION_KEY, {})
+                   and (op.operator == principal.name or _is_admin(principal)))
+    return render(request, "operation.html", principal=principal, op=op, sample=sample, can_confirm=can_confirm,
+                  active=op.status in ACTIVE_STATUSES,
+                  can_cancel=op.status in ACTIVE_STATUSES and principal.may_act
+                  and (principal.name in (op.operator, op.confirmed_by) or _is_admin(principal)))
+
+
+async def operations_page(request: Request) -> Response:
+    """GET /operations: the recent bulk operations."""
+    principal = await authenticate(request)
+    found = await run_in_threadpool(functools.partial(operations_of(request).recent, limit=100))
+    return render(request, "operations.html", principal=principal, operations=found)
+
+
+async def operation_confirm(request: Request) -> Response:
+    """POST /operations/{operation_id}/confirm: start the run with the token this session was given."""
+    principal = await authenticate(request)
+    operation_id = request.path_params["operation_id"]
+    tokens = dict(request.session.get(_SESSION_KEY, {}))
+    token = tokens.pop(operation_id, None)
+    request.session[_SESSION_KEY] = tokens
+    here = str(request.url_for("operation", operation_id=operation_id))
+    if token is None:
+        flash(request, "error", "this browser holds no confirmation for that operation: count the jobs again")
+        return RedirectResponse(here, 303)
+    try:
+        await run_in_threadpool(functools.partial(operations_of(request).confirm, operation_id, token,
+                                                  state_of(request).control_for(principal),
+                                                  admin=_is_admin(principal)))
+    except OperationNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except NotAuthorized:
+        raise
+    except ReliableError as exc:
+        flash(request, "error", f"not confirmed: {exc}")
+    else:
+        flash(request, "ok", "confirmed: the operation runs now")
+    return RedirectResponse(here, 303)
+
+
+async def operation_cancel(request: Request) -> Response:
+    """POST /operations/{operation_id}/cancel: stop the run before its next job (or drop the preview)."""
+    principal = await authenticate(request)
+    if not principal.may_act:
+        raise HTTPException(403, f"{principal.name!r} may run no command (a read-only role)")
+    operation_id = request.path_params["operation_id"]
+    try:
+        await run_in_threadpool(functools.partial(operations_of(request).cancel, operation_id, principal.name,
+                                                  admin=_is_admin(principal)))
+    except OperationNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except NotAuthorized:
+        raise
+    except ReliableError as exc:
+        flash(request, "error", f"not cancelled: {exc}")
+    else:
+        flash(request, "ok", "cancelled: no further job is acted on; what was done stays done")
+    return RedirectResponse(str(request.url_for("operation", operation_id=operation_id)), 303)
+
+
+def routes() -> list[BaseRoute]:
+    """The bulk actions' routes."""
+    return [
+        Route("/bulk", bulk_preview, methods=["POST"], name="bulk"),
+        Route("/operations", operations_page, name="operations"),
+        Route("/operations/{operation_id}", operation_page, name="operation"),
+        Route("/operations/{operation_id}/confirm", operation_confirm, methods=["POST"], name="operation_confirm"),
+        Route("/operations/{operation_id}/cancel", operation_cancel, methods=["POST"], name="operation_cancel"),
+    ]

@@ -1,0 +1,108 @@
+"""The console's bulk actions: count first (nothing changes), confirm in the same browser, follow the
+run, cancel; every rule is the engine's and Control's (scoped operators are refused per job)."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.testclient import TestClient
+
+from reliable.access import ApiTokens
+from reliable.states import Event, JobStatus
+from reliable.store import ErrorInfo, NewJob, StateStore
+
+from support import wait_for
+from web_support import Tokens, csrf_of, session
+
+
+def failed_job(store: StateStore, job_id: str, queue: str) -> None:
+    """A FAILED job of an idempotent actor on `queue`."""
+    store.register(NewJob(job_id, queue, "invoice", {"args": [job_id], "kwargs": {}, "options": {}}))
+    claim = store.claim(job_id, worker_id="w1", lease_ttl=60)
+    store.finish(job_id, claim.lease_id, Event.FAIL, worker_id="w1", error=ErrorInfo("permanent", "ValueError", "x"))
+
+
+def operation_id_of(response_url: str) -> str:
+    found = re.search(r"/operations/([0-9a-f]+)$", response_url)
+    assert found is not None, response_url
+    return found.group(1)
+
+
+def count(client: TestClient, csrf: str, **fields: str | list[str]) -> str:
+    """Submit a list page's bulk form; the operation it counted."""
+    response = client.post("/bulk", data={"csrf_token": csrf, **fields})
+    assert response.status_code == 200, response.text
+    return operation_id_of(str(response.url))
+
+
+def test_a_bulk_retry_counts_first_then_runs_after_the_confirmation(store: StateStore, tokens: Tokens) -> None:
+    for n in range(3):
+        failed_job(store, f"billing-{n}", "billing")
+    failed_job(store, "exports-0", "exports")
+    client, csrf = session(store, tokens.operator)  # otto: an operator of queue billing
+    listing = client.get("/jobs?state=FAILED").text
+    assert 'aria-label="Bulk action"' in listing and 'form="selection"' in listing
+    op = count(client, csrf, view="jobs", state="FAILED", command="requeue", scope="filter", reason="fixed upstream")
+    page = client.get(f"/operations/{op}").text
+    assert "retry · 4 jobs" in page and "Confirm: retry 4 jobs" in page and "awaiting_confirmation" in page
+    assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.FAILED}  # nothing changed yet
+    confirmed = client.post(f"/operations/{op}/confirm", data={"csrf_token": csrf})
+    assert confirmed.status_code == 200 and "confirmed: the operation runs now" in confirmed.text
+    wait_for(lambda: "finished" in client.get(f"/operations/{op}").text, "the operation to finish", timeout=30)
+    done = client.get(f"/operations/{op}").text
+    assert "requeue" in done and done.count('<td class="id">') == 4
+    assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.PENDING}
+    assert store.get("exports-0").status is JobStatus.FAILED  # otto may not act on queue exports
+    refused = store.events("exports-0", events=["command_refused"])
+    assert refused and refused[-1].operator == "otto" and refused[-1].detail["operation_id"] == op
+    requeue = store.events("billing-0", events=["requeue"])[-1]
+    assert requeue.operator == "otto" and requeue.reason == "fixed upstream"
+    assert op in client.get("/operations").text
+
+
+def test_ticked_jobs_only_and_the_confirmation_belongs_to_the_browser_that_counted(
+        store: StateStore, tokens: Tokens) -> None:
+    for n in range(3):
+        failed_job(store, f"billing-{n}", "billing")
+    client, csrf = session(store, tokens.admin)
+    nothing = client.post("/bulk", data={"csrf_token": csrf, "view": "jobs", "command": "requeue",
+                                         "scope": "selected", "reason": "r"})
+    assert "no job is selected" in nothing.text
+    op = count(client, csrf, view="jobs", command="requeue", scope="selected", reason="two of them",
+               job_id=["billing-0", "billing-2"])
+    assert "retry · 2 jobs" in client.get(f"/operations/{op}").text
+    other, other_csrf = session(store, tokens.admin)  # the same person, another browser: no token here
+    page = other.get(f"/operations/{op}").text
+    assert "Only the browser that counted these jobs can confirm them" in page and "Confirm:" not in page
+    refused = other.post(f"/operations/{op}/confirm", data={"csrf_token": other_csrf})
+    assert "holds no confirmation" in refused.text
+    assert client.post(f"/operations/{op}/cancel", data={"csrf_token": csrf}).status_code == 200
+    assert "cancelled" in client.get(f"/operations/{op}").text
+    assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.FAILED}
+
+
+def test_read_only_users_get_no_bulk_form_and_cannot_post_one(store: StateStore, tokens: Tokens) -> None:
+    failed_job(store, "billing-0", "billing")
+    client, csrf = session(store, tokens.viewer)
+    assert 'aria-label="Bulk action"' not in client.get("/jobs?state=FAILED").text
+    refused = client.post("/bulk", data={"csrf_token": csrf, "view": "jobs", "state": "FAILED",
+                                         "command": "requeue", "scope": "filter", "reason": "r"})
+    assert refused.status_code == 403
+    admin, _ = session(store, tokens.admin)
+    no_csrf = admin.post("/bulk", data={"view": "jobs", "state": "FAILED", "command": "requeue", "scope": "filter",
+                                        "reason": "r"})
+    assert no_csrf.status_code == 403
+    assert store.get("billing-0").status is JobStatus.FAILED
+
+
+def test_an_unnarrowed_filter_or_a_missing_reason_is_refused_with_the_reason(store: StateStore) -> None:
+    failed_job(store, "billing-0", "billing")
+    _, token = ApiTokens(store).create("ada", "admin")
+    client, csrf = session(store, token)
+    wide = client.post("/bulk", data={"csrf_token": csrf, "view": "jobs", "command": "pause", "scope": "filter",
+                                      "reason": "r"})
+    assert wide.status_code == 200 and "bulk pause refused" in wide.text
+    unreasoned = client.post("/bulk", data={"csrf_token": csrf, "view": "jobs", "state": "FAILED",
+                                            "command": "requeue", "scope": "filter", "reason": ""})
+    assert "bulk requeue refused" in unreasoned.text and "reason" in unreasoned.text
+    assert csrf_of(client.get("/operations").text) and "No bulk operation yet" in client.get("/operations").text
