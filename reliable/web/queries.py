@@ -121,11 +121,15 @@ def overview(store: StateStore, *, window: float = 86_400.0, series_minutes: int
     with store.read() as conn:
         for row in conn.execute(union_all(*counts)):
             result.counts[(row.status, row.queue)] = int(row.n)
-        for queue in sorted({q for _, q in result.counts}):
-            result.oldest_pending[queue] = conn.execute(
-                select(func.min(jobs.c.scheduled_at)).where(jobs.c.status == JobStatus.PENDING.value,
-                                                             jobs.c.queue == queue, jobs.c.scheduled_at <= now)
-            ).scalar_one()
+        # One statement, one index seek per queue on (status, queue, scheduled_at): a round trip per
+        # queue cost more than the seeks themselves.
+        oldest = [select(literal(queue).label("queue"), func.min(jobs.c.scheduled_at).label("oldest"))
+                  .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.queue == queue,
+                         jobs.c.scheduled_at <= now)
+                  for queue in sorted({q for _, q in result.counts})]
+        if oldest:
+            for row in conn.execute(union_all(*oldest)):
+                result.oldest_pending[row.queue] = row.oldest
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
         result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
