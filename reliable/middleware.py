@@ -57,10 +57,12 @@ from .options import ACTOR_OPTIONS, RETRY_OPTIONS, STORED_CONTRACT, contract_opt
 from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .policy.model import RATE_LIMITED_MARK
 from .recovery import Recovery
+from .redact import redact_secrets
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
+from .tracebacks import failure_traceback
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
 from .tracing import Tracing
 
@@ -680,7 +682,9 @@ class ReliableMiddleware(Middleware):
         exhausted = {"retries": retries - 1, "max_retries": context.contract.max_attempts - 1} \
             if decision.retries_exhausted else None
         planned = self._plan(broker, message, context, exception=exception, exhausted=exhausted)
-        error = ErrorInfo(decision.error_class, decision.exception_type, decision.message)
+        error = ErrorInfo(decision.error_class, decision.exception_type,
+                          None if decision.message is None else redact_secrets(decision.message),
+                          traceback=failure_traceback(exception))
         delay = decision.delay if decision.action == "retry" else None
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
                            planned=planned)

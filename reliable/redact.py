@@ -1,4 +1,4 @@
-"""Passwords never reach an error message, a log line or a printed command: `redact_url`.
+"""Passwords never reach an error message, a log line or a printed command: `redact_url`, `redact_secrets`.
 
 The one helper every place that shows a store or broker URL goes through. A URL SQLAlchemy can
 parse is rendered by SQLAlchemy with its password hidden; then, for what SQLAlchemy's parser
@@ -6,6 +6,11 @@ does not see as the password (a raw '@' inside it, a `password=` query or DSN ke
 not a URL at all), two patterns mask whatever sits in a password's place. Input that failed to
 parse should not be echoed in the first place: the patterns only catch what looks like a
 credential.
+
+`redact_secrets` is for free text that may quote credentials (an exception's message, a traceback):
+the URL patterns, plus the value of every `name=value` / `name: value` whose name is a common
+secret's (token, password, api_key, secret, authorization...). Only the value is masked: the line
+keeps its shape, so a traceback stays readable.
 """
 
 from __future__ import annotations
@@ -17,15 +22,46 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-__all__ = ["MASK", "redact_url"]
+__all__ = ["MASK", "redact_secrets", "redact_url"]
 
 MASK = "***"
 
 # scheme://user:<password>@ — greedy up to the last '@' of the token, so an unquoted '@' in the
-# password cannot leave its tail visible.
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][\w+.-]*://[^:@/\s'\"]*):[^\s'\"]*@")
+# password cannot leave its tail visible. The scheme's length is bounded so that scanning a long
+# run of word characters (a traceback of megabytes) stays linear.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][\w+.-]{0,40}://[^:@/\s'\"]*):[^\s'\"]*@")
 # password=..., passwd=..., pwd=... in a query string or a libpq key=value DSN.
 _KEY_VALUE = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd))=(?P<value>'[^']*'|[^&;\s'\"]*)")
+
+
+# A secret's name: the whole word, or its last part (access_token, X-Api-Key, db_password), never a
+# word that merely contains one (TokenError, PasswordExpired, token_count are left alone).
+_SECRET_NAME = (r"(?:[\w-]*[_-])?(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|apikey|"
+                r"access[_-]?key|private[_-]?key|client[_-]?secret|credentials?|authorization|cookie|session[_-]?id)")
+# name, an optional closing quote (a dict or JSON key), '=' or ':', then the value: quoted, an HTTP
+# auth scheme and its credentials, or a run of characters up to a separator.
+_NAMED_SECRET = re.compile(
+    rf"(?i)(?P<key>(?<![\w-]){_SECRET_NAME})(?P<sep>['\"]?[ \t]*[:=][ \t]*)"
+    r"(?!=)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|(?:Bearer|Basic|Token|Digest)\s+[^\s,;&'\"]+|[^\s,;&'\")}\]]+)")
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    value = match.group("value")
+    if value[:1] in ("'", '"'):
+        masked = value[0] + MASK + value[0]
+    elif " " in value:  # an auth scheme: keep its name
+        masked = value.split(None, 1)[0] + " " + MASK
+    else:
+        masked = MASK
+    return match.group("key") + match.group("sep") + masked
+
+
+def redact_secrets(text: str) -> str:
+    """Free text with credentials masked: URL passwords, `password=` keys, and the value of any
+    `name=value` or `name: value` named like a secret. Only values are masked, never a whole line."""
+    text = _USERINFO.sub(rf"\g<head>:{MASK}@", text)
+    text = _KEY_VALUE.sub(rf"\g<key>={MASK}", text)
+    return _NAMED_SECRET.sub(_mask_value, text)
 
 
 def redact_url(url: str | URL) -> str:

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, literal, select, tuple_, union_all
+from sqlalchemy import Boolean, Select, and_, exists, func, literal, select, tuple_, union_all
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
 from .errors import ConfigError, JobNotFound, ReliableError
 from .states import JobStatus
@@ -132,11 +134,39 @@ class JobFilter:
         if self.changed_until is not None:
             where.append(jobs.c.updated_at < self.changed_until)
         if self.search:
-            escaped = self.search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            where.append(func.lower(jobs.c.message).like(f"%{escaped.lower()}%", escape="\\"))
+            where.append(_TextContains(jobs.c.message, self.search.lower()))
         if self.exclude_discarded:
             where.append(not_discarded())
         return where
+
+
+class _TextContains(FunctionElement[bool]):
+    """`lower(haystack)` contains `needle` (already lower case): strpos() on PostgreSQL, instr() elsewhere.
+
+    Not LIKE '%...%' on purpose: PostgreSQL estimates such a pattern to match almost no row, so it
+    plans "read every row of the state, then sort" and a common word costs a full scan. strpos()
+    gets the default estimate (a third of the rows): the planner walks (status, updated_at) newest
+    first and stops once the page is full. A rare word scans the state's rows either way.
+    """
+
+    type = Boolean()
+    inherit_cache = True
+    name = "text_contains"
+
+    def __init__(self, haystack: ColumnElement[Any], needle: str) -> None:
+        super().__init__(haystack, literal(needle))
+
+
+@compiles(_TextContains)
+def _instr(element: _TextContains, compiler: Any, **kw: Any) -> str:
+    haystack, needle = element.clauses
+    return f"instr(lower({compiler.process(haystack, **kw)}), {compiler.process(needle, **kw)}) > 0"
+
+
+@compiles(_TextContains, "postgresql")
+def _strpos(element: _TextContains, compiler: Any, **kw: Any) -> str:
+    haystack, needle = element.clauses
+    return f"strpos(lower({compiler.process(haystack, **kw)}), {compiler.process(needle, **kw)}) > 0"
 
 
 def not_discarded() -> ColumnElement[bool]:
@@ -188,7 +218,10 @@ def page_jobs(store: StateStore, flt: JobFilter, *, limit: int = 50, cursor: str
     """Jobs matching `flt`, newest change first, `limit` per page, after `cursor` (keyset pagination).
 
     One index range per state, merged: (status, updated_at) serves each, so the first page of a
-    table of millions reads about `limit` rows per state instead of sorting the table.
+    table of millions reads about `limit` rows per state instead of sorting the table. Across
+    states, the branches select only the keys (job_id, updated_at) and the page's rows are read
+    by primary key after the merge: building the union of whole rows cost ~20 ms of Python
+    (SQLAlchemy's column proxies for 11 subqueries of 36 columns) per call.
     """
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
@@ -198,13 +231,17 @@ def page_jobs(store: StateStore, flt: JobFilter, *, limit: int = 50, cursor: str
         where.append(tuple_(jobs.c.updated_at, jobs.c.job_id) < tuple_(literal(updated_at), literal(job_id)))
     order = (jobs.c.updated_at.desc(), jobs.c.job_id.desc())
     states = flt.statuses or tuple(JobStatus)
-    parts = [select(jobs).where(jobs.c.status == state.value, *where).order_by(*order).limit(limit + 1)
-             for state in states]
-    if len(parts) == 1:
-        stmt: Any = parts[0]
+    stmt: Any
+    if len(states) == 1:
+        stmt = select(jobs).where(jobs.c.status == states[0].value, *where).order_by(*order).limit(limit + 1)
     else:
-        merged = union_all(*[part.subquery().select() for part in parts]).subquery()
-        stmt = select(merged).order_by(merged.c.updated_at.desc(), merged.c.job_id.desc()).limit(limit + 1)
+        keys = [select(jobs.c.job_id, jobs.c.updated_at).where(jobs.c.status == state.value, *where)
+                .order_by(*order).limit(limit + 1).subquery().select() for state in states]
+        merged = union_all(*keys).subquery()
+        top = (select(merged).order_by(merged.c.updated_at.desc(), merged.c.job_id.desc())
+               .limit(limit + 1).subquery())
+        stmt = (select(jobs).join(top, jobs.c.job_id == top.c.job_id)
+                .order_by(top.c.updated_at.desc(), top.c.job_id.desc()))
     with store.read() as conn:
         found = [Job.from_row(row) for row in conn.execute(stmt).mappings()]
     return Page(found[:limit], _cursor(found[limit - 1]) if len(found) > limit else None)

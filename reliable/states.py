@@ -32,6 +32,7 @@ __all__ = [
     "ACTIVE_STATES",
     "AT_REST_STATES",
     "CANCEL_UPGRADES",
+    "FAILURE_OUTCOMES",
     "LATE_COMPLETION_FROM",
     "ONE_WRITE_RUNS",
     "RERUN_EVENTS",
@@ -192,6 +193,9 @@ WORKER_OUTCOMES: frozenset[Event] = frozenset({
     E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PAUSE_OBSERVED,
     E.STOP_OBSERVED, E.CANCEL_OBSERVED, E.FORCE_STOP, E.FORCE_CANCEL,
 })
+
+#: Worker outcomes of a failed attempt: each records the attempt's error and traceback.
+FAILURE_OUTCOMES: frozenset[Event] = frozenset({E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT})
 
 #: Outcomes that would run the job again by themselves. They are refused while a pause is
 #: requested (the pause wins: see `honour_requests`).

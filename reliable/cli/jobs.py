@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import click
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy import select
 
 from ..durations import parse_duration
+from ..states import FAILURE_OUTCOMES
 from ..store import Attempt, Job, JobEvent, StateStore
+from ..store.schema import job_events
 from .common import (
     emit_json,
     fmt_time,
@@ -91,15 +95,19 @@ def show(job_id: str, store_url: str | None, api_url: str | None, token_file: st
         job = source.get(job_id)
         attempts = source.attempts(job_id)
         last = next(iter(source.events(job_id, limit=1)), None)
+        failure = last_failure(source, job_id)
     else:
-        from .via_api import detail_records
+        from .via_api import detail_records, event_from_api
 
         with source:
             job, attempts, history, _ = detail_records(source.job(job_id, event_limit=1))
+            failed = [event_from_api(e) for e in source.events(job.job_id, event=sorted(FAILURE_OUTCOMES), limit=20)]
         last = history[-1] if history else None
+        failure = next((e for e in reversed(failed) if e.traceback), None)
     if as_json:
         emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts],
-                   "last_event": last.as_dict() if last else None})
+                   "last_event": last.as_dict() if last else None,
+                   "last_failure": failure_dict(failure)})
         return
     console = stdout_console()
     for name in ("job_id", "status", "queue", "actor", "owner", "attempt", "retry_count", "lease_id",
@@ -119,6 +127,33 @@ def show(job_id: str, store_url: str | None, api_url: str | None, token_file: st
         table.add_row(str(a.attempt), a.attempt_id, a.worker_id or "-", fmt_time(a.started_at),
                       fmt_time(a.ended_at), a.outcome or "-", a.error_class or "-")
     print_table(console, table)
+    print_failure(console, failure)
+
+
+def last_failure(store: StateStore, job_id: str) -> JobEvent | None:
+    """The event of the job's last failed attempt that recorded a traceback (None: no such event)."""
+    stmt = (select(job_events).where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None))
+            .order_by(job_events.c.id.desc()).limit(1))
+    with store.read() as conn:
+        row = conn.execute(stmt).mappings().first()
+    return None if row is None else JobEvent.from_row(row)
+
+
+def failure_dict(event: JobEvent | None) -> dict[str, object] | None:
+    """`--json`'s `last_failure`: which event and attempt, when, and the traceback."""
+    if event is None:
+        return None
+    return {"event": event.event, "at": event.at, "attempt": event.attempt, "attempt_id": event.attempt_id,
+            "error_class": event.error_class, "error_type": event.error_type, "traceback": event.traceback}
+
+
+def print_failure(console: Console, event: JobEvent | None) -> None:
+    """The last failed attempt's traceback under a heading naming the event and attempt."""
+    if event is None or event.traceback is None:
+        return
+    console.print(f"\n[bold]last failure[/bold]  {escape(event.event)} of attempt {event.attempt} at "
+                  f"{fmt_time(event.at)}", highlight=False)
+    console.print(escape(event.traceback.rstrip("\n")), highlight=False, markup=True, soft_wrap=True)
 
 
 def describe_event(event: JobEvent) -> str:

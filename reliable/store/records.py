@@ -54,6 +54,7 @@ class ErrorInfo:
     error_class: str | None
     error_type: str | None
     message: str | None
+    traceback: str | None = None  # formatted, masked and bounded by the caller (reliable.tracebacks)
 
 
 @dataclass(frozen=True)

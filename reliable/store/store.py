@@ -516,7 +516,7 @@ class StateStore:
         that commits its success (see FanIn).
         """
         info = None if error is None else {"error_class": error.error_class, "error_type": error.error_type,
-                                           "message": _truncate(error.message)}
+                                           "message": _truncate(error.message), "traceback": error.traceback}
         extra: dict[str, Any] = dict(detail or {})
         if retry_delay is not None and event is Event.RETRY:
             extra["delay"] = retry_delay
@@ -637,7 +637,8 @@ class StateStore:
             from_states=[current.status], worker_id=write.event_worker_id,
             error=None if not write.has_error else {"error_class": write.error_class,
                                                     "error_type": write.error_type,
-                                                    "message": write.error_message},
+                                                    "message": write.error_message,
+                                                    "traceback": write.traceback},
             delay=write.delay, detail=_detail(detail))
         return self._write_following(late, follow_ups, fan_in)
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, literal, select, union_all
 from ..access import Principal
 from ..control import Control
 from ..selection import not_discarded
-from ..states import TERMINAL_STATES, UNFINISHED_STATES, JobStatus
+from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from ..store import StateStore
 from ..store.schema import job_events, jobs
 from .redaction import redact_value
@@ -20,7 +20,7 @@ __all__ = ["FAILURE_EVENTS", "SUCCESS_EVENTS", "Overview", "job_detail", "job_vi
 
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
-FAILURE_EVENTS: tuple[str, ...] = ("fail", "dead_letter", "need_review", "retry_scheduled")
+FAILURE_EVENTS: tuple[str, ...] = tuple(sorted(FAILURE_OUTCOMES))
 
 
 def job_view(job: Any, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
@@ -121,11 +121,15 @@ def overview(store: StateStore, *, window: float = 86_400.0, series_minutes: int
     with store.read() as conn:
         for row in conn.execute(union_all(*counts)):
             result.counts[(row.status, row.queue)] = int(row.n)
-        for queue in sorted({q for _, q in result.counts}):
-            result.oldest_pending[queue] = conn.execute(
-                select(func.min(jobs.c.scheduled_at)).where(jobs.c.status == JobStatus.PENDING.value,
-                                                             jobs.c.queue == queue, jobs.c.scheduled_at <= now)
-            ).scalar_one()
+        # One statement, one index seek per queue on (status, queue, scheduled_at): a round trip per
+        # queue cost more than the seeks themselves.
+        oldest = [select(literal(queue).label("queue"), func.min(jobs.c.scheduled_at).label("oldest"))
+                  .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.queue == queue,
+                         jobs.c.scheduled_at <= now)
+                  for queue in sorted({q for _, q in result.counts})]
+        if oldest:
+            for row in conn.execute(union_all(*oldest)):
+                result.oldest_pending[row.queue] = row.oldest
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
         result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)

@@ -1,0 +1,39 @@
+"""reliable.web.queries.overview on both databases: counts by state and queue, the oldest due PENDING job per queue."""
+
+from __future__ import annotations
+
+from sqlalchemy import update
+
+from reliable.states import Event
+from reliable.store import NewJob, StateStore
+from reliable.store.schema import jobs
+from reliable.web.queries import overview
+
+from support import Clock
+
+
+def test_overview_counts_and_oldest_pending_per_queue(store_url: str) -> None:
+    clock = Clock()
+    store = StateStore(store_url, clock=clock)
+    try:
+        for n in range(9):
+            store.register(NewJob(f"j{n}", queue=("a", "b", "c")[n % 3], actor="x", message={}))
+        with store.write() as conn:  # a's oldest is due, b's only one is due later, c has none pending
+            for n, scheduled in ((0, clock.now - 50), (3, clock.now - 20), (6, clock.now - 5),
+                                 (1, clock.now + 60), (4, clock.now + 90)):
+                conn.execute(update(jobs).where(jobs.c.job_id == f"j{n}").values(scheduled_at=scheduled))
+        for job_id in ("j2", "j5", "j8", "j7"):
+            store.claim(job_id, worker_id="w", lease_ttl=60)
+        for job_id in ("j2", "j5"):
+            store.finish(job_id, store.get(job_id).lease_id, Event.SUCCEED, worker_id="w")
+        seen = overview(store)
+        assert seen.counts == {("PENDING", "a"): 3, ("PENDING", "b"): 2, ("RUNNING", "c"): 1,
+                               ("RUNNING", "b"): 1, ("SUCCEEDED", "c"): 2}
+        assert seen.oldest_pending == {"a": clock.now - 50, "b": None, "c": None}
+        assert seen.by_state() == {"PENDING": 5, "RUNNING": 2, "SUCCEEDED": 2}
+        assert sum(seen.successes) == 2 and sum(seen.failures) == 0
+        clock.now += 2 * 86_400  # the final states' counts cover the window only
+        later = overview(store)
+        assert ("SUCCEEDED", "c") not in later.counts and later.counts[("PENDING", "a")] == 3
+    finally:
+        store.close()
