@@ -271,7 +271,7 @@ def bench_app(store: StateStore, cases: dict[str, dict[str, str]], runs: int) ->
         await authenticate(request)
         return JSONResponse((await run_in_threadpool(overview, store)).as_dict())
 
-    app = create_app(store, config=WebConfig(secret_key="bench"))
+    app = create_app(store, config=WebConfig(secret_key="bench", overview_ttl=0))
     app.router.routes[:0] = [Route("/bench/jobs", jobs_route), Route("/bench/overview", overview_route)]
     token = ApiTokens(store).create("bench", "admin")[1]
     timings: dict[str, list[float]] = {}

@@ -28,7 +28,7 @@ from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import alerts
 from .auth import authenticate, state_of
-from .queries import job_detail, job_view, overview
+from .queries import Overview, job_detail, job_view
 from .redaction import redact_value
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
@@ -280,8 +280,7 @@ async def command(request: Request) -> Response:
     return await _json_from_pool(run)
 
 
-def _queues(store: StateStore) -> dict[str, Any]:
-    figures = overview(store)
+def _queues(figures: Overview) -> dict[str, Any]:
     rows = []
     for queue in figures.queues:
         oldest = figures.oldest_pending.get(queue)
@@ -296,14 +295,14 @@ async def queues(request: Request) -> JSONResponse:
     """GET /api/v1/queues: per queue, jobs per state and the age of the oldest due PENDING job."""
     await authenticate(request)
     _check_known(request, ())
-    return JSONResponse(await run_in_threadpool(_queues, state_of(request).store))
+    return JSONResponse(_queues(await run_in_threadpool(state_of(request).overview)))
 
 
 async def overview_figures(request: Request) -> JSONResponse:
     """GET /api/v1/overview: counts per state and queue, dead letters, review, per-minute series."""
     await authenticate(request)
     _check_known(request, ())
-    figures = await run_in_threadpool(overview, state_of(request).store)
+    figures = await run_in_threadpool(state_of(request).overview)
     return JSONResponse(figures.as_dict())
 
 

@@ -33,6 +33,7 @@ class WebConfig:
       every request, so a revocation ends it at once anyway).
     bulk_rate: jobs per second a bulk operation acts on; bulk_max: the most jobs one may count;
       confirm_ttl: seconds a counted bulk operation waits for its confirmation.
+    overview_ttl: seconds the overview's figures are reused for (0: computed on every request).
     host: the host name recorded on audited events (default: this machine's).
     """
 
@@ -46,4 +47,5 @@ class WebConfig:
     bulk_rate: float = 20.0
     bulk_max: int = 10_000
     confirm_ttl: float = 300.0
+    overview_ttl: float = 5.0
     host: str = field(default_factory=socket.gethostname)

@@ -38,7 +38,7 @@ from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import job_events
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
-from .queries import job_detail, overview
+from .queries import Overview, job_detail
 
 __all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
            "render", "routes", "sign_in_redirect", "signature"]
@@ -172,8 +172,7 @@ def chart(title: str, minutes: Sequence[float], values: Sequence[float], *, unit
                  _iso(minutes[-1])[11:16] + "Z" if minutes else "", bars, bad, width, height, step * 0.8)
 
 
-def _overview_context(store: StateStore) -> dict[str, Any]:
-    data = overview(store)
+def _overview_context(data: Overview) -> dict[str, Any]:
     rates = [round(100 * f / (s + f), 1) if s + f else 0.0 for s, f in zip(data.successes, data.failures, strict=True)]
     states = [s for s in (st.value for st in JobStatus) if any(k[0] == s for k in data.counts)]
     return {"data": data, "states": states, "by_state": data.by_state(),
@@ -184,14 +183,14 @@ def _overview_context(store: StateStore) -> dict[str, Any]:
 async def overview_page(request: Request) -> Response:
     """GET /: jobs by state and queue, throughput and failure rate, oldest pending job per queue."""
     principal = await authenticate(request)
-    context = await run_in_threadpool(_overview_context, state_of(request).store)
+    context = _overview_context(await run_in_threadpool(state_of(request).overview))
     return render(request, "overview.html", principal=principal, **context)
 
 
 async def overview_live(request: Request) -> Response:
     """GET /overview/live: the overview's figures alone (the page polls it)."""
     principal = await authenticate(request)
-    context = await run_in_threadpool(_overview_context, state_of(request).store)
+    context = _overview_context(await run_in_threadpool(state_of(request).overview))
     return render(request, "_overview_live.html", principal=principal, **context)
 
 
