@@ -78,9 +78,15 @@ class Principal:
         return self.operators.may_act(self.name)
 
     @property
-    def sees_secrets(self) -> bool:
-        """Whether argument values are shown unredacted (read-only callers see them masked)."""
-        return self.may_act
+    def unrestricted(self) -> bool:
+        """Whether every command is allowed on every job (an admin): it sees every job's arguments,
+        may search them, and may confirm or cancel anybody's bulk operation."""
+        return self.operators.allows_everywhere(self.name)
+
+    def sees_secrets_of(self, queue: str, owner: str | None) -> bool:
+        """Whether a job's arguments, checkpoint and errors are shown unmasked: only to a caller that
+        may act on that job (a read-only caller, or an operator outside its scope, sees them masked)."""
+        return any(self.operators.allows(self.name, command, queue, owner) for command in COMMANDS)
 
     def allows(self, command: str, queue: str, owner: str | None) -> bool:
         """Whether `command` on a job of `queue` owned by `owner` is allowed (for buttons; Control decides)."""
@@ -93,7 +99,8 @@ class Principal:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (no secret)."""
         return {"name": self.name, "role": self.role, "source": self.source, "token_id": self.token_id,
-                "queues": list(self.queues), "owners": list(self.owners), "may_act": self.may_act}
+                "queues": list(self.queues), "owners": list(self.owners), "may_act": self.may_act,
+                "unrestricted": self.unrestricted}
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,9 @@ class ApiTokens:
         if expires_in is not None and expires_in <= 0:
             raise ConfigError("expires_in must be positive")
         self.store.check_schema()
+        if any(token.name == name for token in self.list()):
+            raise ConfigError(f"an active API token named {name!r} exists: every action is audited under the "
+                              "token's name, so two tokens may not share one (revoke the old one first)")
         token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         now = self.store.now()
         row = {"token_id": token_id, "name": name, "secret_hash": _hash(secret), "role": role,

@@ -26,7 +26,7 @@ from .bulk import BulkReport, Progress, RateLimiter, run_bulk
 from .compensation import compensate
 from .dispatch import dispatch
 from .errors import ControlRefused, JobNotFound, ReasonRequired, ReliableError, TransitionRefused
-from .operators import COMMANDS, Operator, OperatorsPolicy
+from .operators import COMMAND_ORDER, COMMANDS, Operator, OperatorsPolicy
 from .options import stored_contract
 from .selection import DISCARDED, JobFilter, select_jobs
 from .states import TRANSITIONS, Event, JobStatus
@@ -34,6 +34,7 @@ from .store import Job, StateStore
 
 __all__ = [
     "NEEDS_REASON",
+    "RESOLUTIONS",
     "ActionPreview",
     "ActorContract",
     "CommandResult",
@@ -47,6 +48,9 @@ _REVIEW_HINT = ("a REVIEW job waits for a person: check the downstream system, t
                 "succeeded|cancelled`, or run it again with `reliable restart --allow-duplicate-side-effects`")
 
 S = JobStatus
+
+#: How a REVIEW job is resolved (`reconcile`): its side effect happened, or it did not.
+RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
 
 #: The commands that need a reason: every operator command, on one job or many, dry run or not. Each
 #: changes a job (or takes it out of the dead letters) and the job's history must say why.
@@ -265,7 +269,7 @@ class Control:
     def reconcile(self, job_id: str, *, resolution: str, reason: str | None = None,
                   dry_run: bool = False) -> CommandResult:
         """Resolve a REVIEW job as `succeeded` or `cancelled` after a person checked its side effects."""
-        if resolution not in ("succeeded", "cancelled"):
+        if resolution not in RESOLUTIONS:
             raise ControlRefused(f"reconcile: resolution must be 'succeeded' or 'cancelled', not {resolution!r}")
 
         def plan(job: Job, reason: str | None) -> _Plan:
@@ -304,7 +308,7 @@ class Control:
         repeat); a REVIEW job offers both reconcile resolutions.
         """
         previews: list[ActionPreview] = []
-        for command in ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard"):
+        for command in COMMAND_ORDER:
             kwargs: dict[str, Any] = {"resolution": "succeeded"} if command == "reconcile" else {}
             result: CommandResult = getattr(self, command)(job_id, reason=_PREVIEW_REASON, dry_run=True, **kwargs)
             confirm = False

@@ -27,14 +27,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Row, select, update
+from sqlalchemy import Row, literal, select, update
 
 from .bulk import RateLimiter
-from .control import CommandResult, Control, require_reason
+from .control import RESOLUTIONS, CommandResult, Control, require_reason
 from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReliableError, StoreError
-from .operators import COMMANDS
+from .operators import COMMANDS, SYNONYMS
 from .selection import JobFilter, count_jobs
 from .store import StateStore
 from .store.schema import jobs, operations
@@ -44,7 +45,7 @@ __all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Op
 logger = logging.getLogger("reliable.operations")
 
 #: Other names a bulk command may be given by.
-ALIASES: Mapping[str, str] = {"retry": "requeue", "resolve": "reconcile"}
+ALIASES: Mapping[str, str] = SYNONYMS
 
 #: The options each command takes (any other option is refused).
 OPTIONS: Mapping[str, frozenset[str]] = {
@@ -57,7 +58,7 @@ _SAMPLE = 20
 _ENDED = ("refused", "expired", "finished", "cancelled", "failed", "interrupted")
 #: Every status an operation can have; the first two are not over yet.
 ACTIVE_STATUSES: tuple[str, ...] = ("awaiting_confirmation", "running")
-STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *_ENDED)
+STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *_ENDED, "dry_run")  # a dry run is never stored
 
 
 def _hash(token: str) -> str:
@@ -191,8 +192,12 @@ class Operations:
     # -- preview ---------------------------------------------------------------------------------
 
     def preview(self, control: Control, command: str, flt: JobFilter, *, reason: str | None,
-                options: Mapping[str, Any] | None = None, rate: float | None = None) -> Preview:
+                options: Mapping[str, Any] | None = None, rate: float | None = None,
+                dry_run: bool = False) -> Preview:
         """Count the jobs `flt` matches for `command` and keep their ids, awaiting confirmation.
+
+        `dry_run`: count only; nothing is stored (the operation's status is `dry_run`, it has no
+        token and cannot be confirmed).
 
         Raises ConfigError (unknown command or option, no narrowing filter, too many jobs, bad rate),
         ReasonRequired, or NotAuthorized when `control`'s operator may run no command at all (that
@@ -214,8 +219,9 @@ class Operations:
         }
         if not control.operators.may_act(identity.name):
             refusal = NotAuthorized(f"{identity.name!r} may run no command (a read-only role): bulk {name} refused")
-            self._insert({**row, "job_ids": "[]", "status": "refused", "total": 0, "expires_at": now,
-                          "error": str(refusal), "finished_at": now})
+            if not dry_run:
+                self._insert({**row, "job_ids": "[]", "status": "refused", "total": 0, "expires_at": now,
+                              "error": str(refusal), "finished_at": now})
             raise refusal
         if flt.is_empty:
             raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
@@ -231,11 +237,14 @@ class Operations:
             by_state[job.status] = by_state.get(job.status, 0) + 1
         not_permitted = sum(1 for job in found
                             if not control.operators.allows(identity.name, name, job.queue, job.owner))
+        counted = {**row, "job_ids": json.dumps([job.job_id for job in found]), "total": len(found),
+                   "expires_at": now + self.confirm_ttl, "counts": json.dumps({"by_state": by_state, "by_outcome": {}})}
+        if dry_run:
+            unstored = {**{c.name: None for c in operations.c}, **counted, "status": "dry_run", "done": 0,
+                        "cancel_requested": False}
+            return Preview(Operation.from_row(SimpleNamespace(**unstored)), "", not_permitted)  # type: ignore[arg-type]
         token = secrets.token_urlsafe(24)
-        self._insert({**row, "job_ids": json.dumps([job.job_id for job in found]),
-                      "status": "awaiting_confirmation", "total": len(found), "expires_at": now + self.confirm_ttl,
-                      "counts": json.dumps({"by_state": by_state, "by_outcome": {}}),
-                      "confirm_token_hash": _hash(token)})
+        self._insert({**counted, "status": "awaiting_confirmation", "confirm_token_hash": _hash(token)})
         return Preview(self.get(row["operation_id"]), token, not_permitted)
 
     def _options(self, command: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -244,7 +253,7 @@ class Operations:
             raise ConfigError(f"{command} takes no option {key!r}"
                               + (f" (it takes: {', '.join(sorted(allowed))})" if allowed else ""))
         opts = dict(options)
-        if command == "reconcile" and opts.get("resolution") not in ("succeeded", "cancelled"):
+        if command == "reconcile" and opts.get("resolution") not in RESOLUTIONS:
             raise ConfigError(f"reconcile needs options.resolution 'succeeded' or 'cancelled', "
                               f"not {opts.get('resolution')!r}")
         if "allow_duplicate_side_effects" in opts and not isinstance(opts["allow_duplicate_side_effects"], bool):
@@ -277,10 +286,12 @@ class Operations:
         return Operation.from_row(row)
 
     def recent(self, *, limit: int = 50) -> list[Operation]:
-        """The most recent operations, newest first."""
+        """The most recent operations, newest first, without their job ids and results (a listing:
+        those grow with the operation; `get` reads them)."""
+        summary = [literal("[]").label(c.name) if c.name in ("job_ids", "results") else c for c in operations.c]
         with self.store.read() as conn:
-            rows = conn.execute(select(operations).order_by(operations.c.created_at.desc(),
-                                                            operations.c.operation_id).limit(limit)).all()
+            rows = conn.execute(select(*summary).order_by(operations.c.created_at.desc(),
+                                                          operations.c.operation_id).limit(limit)).all()
         return self._settle([Operation.from_row(row) for row in rows])
 
     def _settle(self, found: Sequence[Operation]) -> list[Operation]:

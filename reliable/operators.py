@@ -39,13 +39,14 @@ import yaml
 
 from .errors import NotAuthorized, PolicyError
 
-__all__ = ["COMMANDS", "ENV_OPERATOR", "Operator", "OperatorsPolicy", "Rule"]
+__all__ = ["COMMANDS", "COMMAND_ORDER", "ENV_OPERATOR", "SYNONYMS", "Operator", "OperatorsPolicy", "Rule"]
 
 #: Every operator command the policy can allow.
-COMMANDS: frozenset[str] = frozenset(
-    {"pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard"}
-)
-_SYNONYMS = {"retry": "requeue", "resolve": "reconcile"}
+#: Every operator command, in the order a console lists them.
+COMMAND_ORDER: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
+COMMANDS: frozenset[str] = frozenset(COMMAND_ORDER)
+#: Other names of commands: `retry` is requeue, `resolve` is reconcile.
+SYNONYMS: Mapping[str, str] = {"retry": "requeue", "resolve": "reconcile"}
 
 #: Environment variable naming the operator when --operator is not given.
 ENV_OPERATOR = "RELIABLE_OPERATOR"
@@ -116,9 +117,18 @@ class OperatorsPolicy:
         """Whether `operator` may run `command` on a job of `queue` owned by `owner`."""
         if self.allow_everything:
             return True
-        command = _SYNONYMS.get(command, command)
+        command = SYNONYMS.get(command, command)
         return any(rule.allows(command, queue, owner) for role in self.roles_of(operator)
                    for rule in self.roles.get(role, ()))
+
+    def allows_everywhere(self, operator: str) -> bool:
+        """Whether `operator` may run every command on every job (whatever its roles are called)."""
+        if self.allow_everything:
+            return True
+        rules = [rule for role in self.roles_of(operator) for rule in self.roles.get(role, ())]
+        return all(any("*" in rule.queues and "*" in rule.owners and any(fnmatch.fnmatchcase(command, p)
+                                                                          for p in rule.commands)
+                       for rule in rules) for command in COMMANDS)
 
     def may_act(self, operator: str) -> bool:
         """Whether `operator` may run any command at all (False: a read-only identity)."""
@@ -236,7 +246,7 @@ def _rule(node: yaml.Node, path: str, where: str) -> Rule:
     value = fields["commands"][1]
     for item in [value] if isinstance(value, yaml.ScalarNode) else _sequence(value, path, f"{where}.commands"):
         command = _scalar(item, path, f"{where}.commands")
-        command = _SYNONYMS.get(command, command)
+        command = SYNONYMS.get(command, command)
         if command not in COMMANDS and not any(ch in command for ch in "*?["):
             raise PolicyError(f"unknown command {command!r} (known: {', '.join(sorted(COMMANDS))})",
                               path=path, line=_line(item), field=f"{where}.commands")

@@ -16,13 +16,15 @@ keeps its shape, so a traceback stays readable.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
-__all__ = ["MASK", "redact_secrets", "redact_url"]
+__all__ = ["MASK", "SECRET_NAMES", "is_secret_name", "redact_secrets", "redact_url"]
 
 MASK = "***"
 
@@ -34,15 +36,39 @@ _USERINFO = re.compile(r"(?P<head>[A-Za-z][\w+.-]{0,40}://[^:@/\s'\"]*):[^\s'\"]
 _KEY_VALUE = re.compile(r"(?i)(?P<key>\b(?:password|passwd|pwd))=(?P<value>'[^']*'|[^&;\s'\"]*)")
 
 
-# A secret's name: the whole word, or its last part (access_token, X-Api-Key, db_password), never a
-# word that merely contains one (TokenError, PasswordExpired, token_count are left alone).
-_SECRET_NAME = (r"(?:[\w-]*[_-])?(?:password|passwd|pwd|passphrase|secret|token|api[_-]?key|apikey|"
-                r"access[_-]?key|private[_-]?key|client[_-]?secret|credentials?|authorization|cookie|session[_-]?id)")
-# name, an optional closing quote (a dict or JSON key), '=' or ':', then the value: quoted, an HTTP
-# auth scheme and its credentials, or a run of characters up to a separator.
-_NAMED_SECRET = re.compile(
-    rf"(?i)(?P<key>(?<![\w-]){_SECRET_NAME})(?P<sep>['\"]?[ \t]*[:=][ \t]*)"
-    r"(?!=)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|(?:Bearer|Basic|Token|Digest)\s+[^\s,;&'\"]+|[^\s,;&'\")}\]]+)")
+#: The names of secrets, in free text (`redact_secrets`: `name=value`, `name: value`) and as the keys
+#: of arguments the console masks for read-only callers (`reliable.web.config.DEFAULT_REDACT`). An
+#: underscore also matches a hyphen or nothing (api_key: api-key, apikey).
+SECRET_NAMES: tuple[str, ...] = (
+    "password", "passwd", "pwd", "passphrase", "secret", "token", "api_key", "access_key", "private_key",
+    "client_secret", "credential", "credentials", "authorization", "cookie", "session_id", "card_number", "cvv",
+    "ssn", "iban",
+)
+
+
+def _name_pattern(names: Sequence[str]) -> str:
+    # A secret's name: the whole word, or its last part (access_token, X-Api-Key, db_password), never a
+    # word that merely contains one (TokenError, PasswordExpired, token_count are left alone).
+    words = "|".join(re.escape(n).replace("_", "[_-]?") for n in sorted(set(names), key=len, reverse=True))
+    return rf"(?:[\w-]*[_-])?(?:{words})"
+
+
+_SECRET_KEY = re.compile(rf"(?i){_name_pattern(SECRET_NAMES)}")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a key (an argument's, a JSON object's) names a secret: one of SECRET_NAMES, whole or as
+    its last part (db_password, X-Api-Key), never a word that merely contains one (token_count)."""
+    return _SECRET_KEY.fullmatch(name) is not None
+
+
+@functools.lru_cache(maxsize=32)
+def _named_secret(extra: tuple[str, ...]) -> re.Pattern[str]:
+    # name, an optional closing quote (a dict or JSON key), '=' or ':', then the value: quoted, an HTTP
+    # auth scheme and its credentials, or a run of characters up to a separator.
+    return re.compile(
+        rf"(?i)(?P<key>(?<![\w-]){_name_pattern((*SECRET_NAMES, *extra))})(?P<sep>['\"]?[ \t]*[:=][ \t]*)"
+        r"(?!=)(?P<value>'[^'\n]*'|\"[^\"\n]*\"|(?:Bearer|Basic|Token|Digest)\s+[^\s,;&'\"]+|[^\s,;&'\")}\]]+)")
 
 
 def _mask_value(match: re.Match[str]) -> str:
@@ -56,12 +82,13 @@ def _mask_value(match: re.Match[str]) -> str:
     return match.group("key") + match.group("sep") + masked
 
 
-def redact_secrets(text: str) -> str:
+def redact_secrets(text: str, *, extra_names: Sequence[str] = ()) -> str:
     """Free text with credentials masked: URL passwords, `password=` keys, and the value of any
-    `name=value` or `name: value` named like a secret. Only values are masked, never a whole line."""
+    `name=value` or `name: value` named like a secret (SECRET_NAMES, plus `extra_names`). Only values
+    are masked, never a whole line."""
     text = _USERINFO.sub(rf"\g<head>:{MASK}@", text)
     text = _KEY_VALUE.sub(rf"\g<key>={MASK}", text)
-    return _NAMED_SECRET.sub(_mask_value, text)
+    return _named_secret(tuple(extra_names)).sub(_mask_value, text)
 
 
 def redact_url(url: str | URL) -> str:

@@ -183,10 +183,12 @@ def _now(store: StateStore, flt: JobFilter) -> float | None:
 
 def select_jobs(store: StateStore, flt: JobFilter, *, limit: int | None = 100, newest_first: bool = False,
                 offset: int = 0) -> list[Job]:
-    """Jobs matching `flt`: oldest change first (the order bulk commands work in), at most `limit`."""
-    order = jobs.c.updated_at.desc() if newest_first else jobs.c.updated_at.asc()
+    """Jobs matching `flt`: oldest change first (the order bulk commands work in), at most `limit`;
+    `newest_first`: the listings' order (page_jobs'), ties broken by job id the same way."""
+    order = ((jobs.c.updated_at.desc(), jobs.c.job_id.desc()) if newest_first
+             else (jobs.c.updated_at.asc(), jobs.c.job_id.asc()))
     stmt: Select[tuple[object, ...]] = (select(jobs).where(*flt.conditions(_now(store, flt)))
-                                        .order_by(order, jobs.c.job_id).offset(offset))
+                                        .order_by(*order).offset(offset))
     if limit is not None:
         stmt = stmt.limit(limit)
     with store.read() as conn:

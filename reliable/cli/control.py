@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..bulk import BulkReport
-from ..control import CommandResult, ContractSource, Control, require_reason
+from ..control import RESOLUTIONS, CommandResult, ContractSource, Control, require_reason
 from ..errors import ConfigError, ControlRefused, ReasonRequired, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..selection import JobFilter, count_jobs, select_jobs, statuses
@@ -436,7 +436,7 @@ def _reconcile_extra(params: dict[str, Any]) -> dict[str, Any]:
 
 def _with_resolution(cmd: click.Command) -> click.Command:
     cmd.params.insert(1, click.Option(["--as", "resolution"], required=True,
-                                      type=click.Choice(["succeeded", "cancelled"], case_sensitive=False),
+                                      type=click.Choice(RESOLUTIONS, case_sensitive=False),
                                       help="How the job really ended, as a person checked."))
     return cmd
 

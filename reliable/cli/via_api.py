@@ -153,9 +153,10 @@ def run_by_filter(client: ApiClient, command: str, flt: JobFilter, params: Mappi
     More matching jobs than --limit is refused: the API acts on every job it counted.
     """
     options = {k: v for k, v in kwargs.items() if k in ("resolution", "allow_duplicate_side_effects")}
+    dry_run = bool(params.get("dry_run"))
     op = client.create_operation({"command": command, "filter": api_filter(flt), "reason": params.get("reason"),
-                                  "options": options, "rate": params.get("rate")})
-    started = False
+                                  "options": options, "rate": params.get("rate"), "dry_run": dry_run})
+    started = dry_run  # a dry run is counted only: nothing is stored, nothing to withdraw
     try:
         total = int(op.get("total", 0))
         limit = int(params["limit"])
@@ -171,9 +172,8 @@ def run_by_filter(client: ApiClient, command: str, flt: JobFilter, params: Mappi
         confirm(sample, total, total)
         if params.get("dry_run"):
             if params.get("as_json"):
-                emit_json({"command": command, "operation_id": op.get("operation_id"), "matched": total,
-                           "limit": limit, "dry_run": True, "summary": {}, "results": [],
-                           "sample": [j.as_dict() for j in sample]})
+                emit_json({"command": command, "matched": total, "limit": limit, "dry_run": True, "summary": {},
+                           "results": [], "sample": [j.as_dict() for j in sample]})
             else:
                 err.print(f"dry run: {command} would act on {total} job(s); nothing was changed")
             return None

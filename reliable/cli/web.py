@@ -24,8 +24,9 @@ __all__ = ["web"]
 @click.option("--proxy-header", envvar="RELIABLE_WEB_PROXY_HEADER", show_envvar=True, metavar="HEADER",
               help="Trust this header (e.g. X-Forwarded-User) as the user's name, set by an authenticating proxy "
                    "on --trusted-proxy; roles then come from --operators-file.")
-@click.option("--trusted-proxy", "trusted_proxies", multiple=True, default=("127.0.0.1", "::1"), show_default=True,
-              help="Address the proxy connects from (repeatable).")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True,
+              help="Address the proxy connects from (repeatable; required with --proxy-header: any process "
+                   "there may name any user).")
 @click.option("--operators-file", type=click.Path(dir_okay=False, exists=True), envvar=ENV_OPERATORS_FILE,
               show_envvar=True, help="Operators policy giving proxy-authenticated users their roles.")
 @click.option("--cookie-secure/--no-cookie-secure", default=False, show_default=True,
@@ -47,11 +48,13 @@ def web(host: str, port: int, store_url: str | None, policies_path: str | None, 
         import uvicorn
 
         from ..web import WebConfig, create_app
-        from ..web.config import DEFAULT_REDACT
     except ImportError as exc:
         raise ConfigError(f"reliable web needs the web extra: pip install 'reliable[web]' ({exc})") from None
     if proxy_header and not operators_file:
         raise ConfigError("--proxy-header needs --operators-file: it gives proxy-authenticated users their roles")
+    if proxy_header and not trusted_proxies:
+        raise ConfigError("--proxy-header needs --trusted-proxy ADDRESS: where the authenticating proxy connects "
+                          "from (anyone else could name any user in that header)")
     broker = None
     if broker_url:
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
@@ -59,6 +62,6 @@ def web(host: str, port: int, store_url: str | None, policies_path: str | None, 
         broker = RabbitmqBroker(url=broker_url)
     config = WebConfig(proxy_header=proxy_header, trusted_proxies=trusted_proxies,
                        proxy_operators=OperatorsPolicy.load(operators_file) if operators_file else None,
-                       cookie_secure=cookie_secure, redact=DEFAULT_REDACT + redact)
+                       cookie_secure=cookie_secure, redact=redact)
     app = create_app(open_store(store_url), policy=load_policy(policies_path), broker=broker, config=config)
     uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)

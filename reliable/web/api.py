@@ -20,24 +20,24 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .. import selection
 from ..access import Principal
-from ..control import CommandResult, require_reason
+from ..control import RESOLUTIONS, CommandResult, require_reason
 from ..errors import ConfigError
+from ..operators import COMMAND_ORDER, SYNONYMS
 from ..selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import alerts
 from .auth import authenticate, state_of
-from .queries import Overview, job_detail, job_view
-from .redaction import redact_value
+from .queries import Overview, event_view, job_detail, job_view
+from .redaction import check_search
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
            "RESOLUTIONS", "job_filter", "routes"]
 
 #: The commands of POST /api/v1/jobs/{job_id}/{command} and the Control method each calls.
-COMMANDS: dict[str, str] = {"pause": "pause", "stop": "stop", "cancel": "cancel", "resume": "resume",
-                            "restart": "restart", "requeue": "requeue", "retry": "requeue",
-                            "reconcile": "reconcile", "discard": "discard"}
+COMMANDS: dict[str, str] = {**{command: command for command in COMMAND_ORDER}, **SYNONYMS}
 #: The most jobs (or events) one page holds, and how many it holds by default.
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
@@ -46,10 +46,7 @@ DEFAULT_EVENT_LIMIT = 200
 #: What `?state=` of GET /api/v1/alerts accepts.
 ALERT_STATES: tuple[str, ...] = ("pending", "firing", "resolved")
 #: The query parameters of GET /api/v1/jobs (the dead-letter and review listings take them but `state`).
-FILTER_PARAMS: tuple[str, ...] = ("state", "queue", "actor", "owner", "error_class", "workflow", "changed_since",
-                                  "changed_until", "q", "limit", "cursor")
-#: The `resolution` of a reconcile.
-RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
+FILTER_PARAMS: tuple[str, ...] = (*(p for p in selection.FILTER_PARAMS if p != "ids"), "limit", "cursor")
 _BODY_FIELDS = frozenset({"reason", "dry_run", "allow_duplicate_side_effects", "resolution"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 _FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -192,6 +189,7 @@ def _page(store: StateStore, flt: JobFilter, principal: Principal, patterns: tup
 
 
 async def _listing(request: Request, principal: Principal, flt: JobFilter) -> JSONResponse:
+    check_search(principal, flt)
     state = state_of(request)
     limit = _int(request, "limit", DEFAULT_LIMIT, MAX_LIMIT)
     cursor = _text(request, "cursor")
@@ -251,10 +249,10 @@ async def job_events(request: Request) -> Response:
 
     def history() -> dict[str, Any]:
         job_id = resolve_job_id(state.store, request.path_params["job_id"])
-        rows = [event.as_dict() for event in state.store.events(job_id, events=names, since=since, limit=limit)]
-        if not principal.sees_secrets:
-            for row in rows:
-                row["checkpoint"] = redact_value(row["checkpoint"], state.config.redact)
+        job = state.store.get(job_id)
+        masked = not principal.sees_secrets_of(job.queue, job.owner)
+        rows = [event_view(event, masked, state.config.redact)
+                for event in state.store.events(job_id, events=names, since=since, limit=limit)]
         return {"job_id": job_id, "events": rows}
 
     return await _json_from_pool(history)

@@ -5,7 +5,10 @@ Three ways in, tried in this order:
    so no CSRF check is needed.
 2. A browser session: the console's sign-in form takes a token and keeps its id in a signed cookie;
    the token is looked up again on every request, so a revocation takes effect at once.
-3. An authenticating proxy's header (`WebConfig.proxy_header`), trusted only from `trusted_proxies`.
+3. An authenticating proxy's header (`WebConfig.proxy_header`), trusted only from the addresses in
+   `trusted_proxies` (which must be given: no default), and only when the proxy set it once. The
+   address is the ASGI client's: a server that rewrites it from X-Forwarded-For (uvicorn's
+   --proxy-headers) must not be used in front of it, or must trust only the proxy's own address.
 
 Unsafe methods (POST, PUT, PATCH, DELETE) authenticated by a cookie or a proxy header must carry
 the session's CSRF token (header `X-CSRF-Token` or form field `csrf_token`).
@@ -84,15 +87,18 @@ async def authenticate(request: Request) -> Principal:
             return token.principal("session")
     config = state.config
     if config.proxy_header:
-        name = request.headers.get(config.proxy_header, "").strip()
+        names = request.headers.getlist(config.proxy_header)
         client = request.client.host if request.client else ""
-        if name and client in config.trusted_proxies:
-            await check_csrf(request)
-            policy = config.proxy_operators
-            if policy is None or not policy.roles_of(name):
-                raise HTTPException(403, f"{name!r} has no role in the operators policy")
-            roles = policy.roles_of(name)
-            return Principal(name, ",".join(roles), "proxy", policy)
+        if names and client in config.trusted_proxies:
+            if len(names) > 1:  # a proxy that appends instead of replacing: the client wrote one of them
+                raise HTTPException(401, f"{config.proxy_header} given {len(names)} times; the proxy must set it once")
+            name = names[0].strip()
+            if name:
+                await check_csrf(request)
+                policy = config.proxy_operators
+                if policy is None or not policy.roles_of(name):
+                    raise HTTPException(403, f"{name!r} has no role in the operators policy")
+                return Principal(name, ",".join(policy.roles_of(name)), "proxy", policy)
     raise HTTPException(401, "sign in: an API token (Authorization: Bearer rel_...) or a console session")
 
 

@@ -7,16 +7,13 @@ import secrets
 import socket
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError
 from ..operators import OperatorsPolicy
 
-__all__ = ["DEFAULT_REDACT", "ENV_SECRET", "WebConfig"]
+__all__ = ["ENV_SECRET", "WebConfig"]
 
 #: Environment variable holding the key that signs browser sessions (set it when several replicas serve).
 ENV_SECRET = "RELIABLE_WEB_SECRET"
-
-#: Argument fields masked for read-only callers unless configured otherwise (globs, case-insensitive).
-DEFAULT_REDACT: tuple[str, ...] = ("*password*", "*passwd*", "*secret*", "*token*", "*api_key*", "*apikey*",
-                                   "authorization", "*credential*", "card_number", "*ssn*", "cvv")
 
 
 @dataclass(frozen=True)
@@ -26,8 +23,10 @@ class WebConfig:
     secret_key: signs session cookies (default: $RELIABLE_WEB_SECRET, else a random key per process:
       sessions then end when the process restarts, and replicas must share one).
     proxy_header: trust this request header (e.g. "X-Forwarded-User") as the signed-in user's name,
-      from `trusted_proxies` only; that user's roles come from `proxy_operators` (an operators policy).
-    redact: glob patterns of argument field names masked for read-only callers.
+      from `trusted_proxies` only (required with it: any process there may name any user); that user's
+      roles come from `proxy_operators` (an operators policy).
+    redact: glob patterns of argument field names masked, beyond the secrets' names that always are
+      (`reliable.redact.SECRET_NAMES`), for callers who may not act on the job.
     cookie_secure: send the session cookie over HTTPS only (set it behind TLS).
     session_max_age: seconds a browser session lasts (the token it was opened with is checked on
       every request, so a revocation ends it at once anyway).
@@ -39,9 +38,9 @@ class WebConfig:
 
     secret_key: str = field(default_factory=lambda: os.environ.get(ENV_SECRET) or secrets.token_urlsafe(32))
     proxy_header: str | None = None
-    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+    trusted_proxies: tuple[str, ...] = ()
     proxy_operators: OperatorsPolicy | None = None
-    redact: tuple[str, ...] = DEFAULT_REDACT
+    redact: tuple[str, ...] = ()
     cookie_secure: bool = False
     session_max_age: int = 8 * 3600
     bulk_rate: float = 20.0
@@ -49,3 +48,10 @@ class WebConfig:
     confirm_ttl: float = 300.0
     overview_ttl: float = 5.0
     host: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        if self.proxy_header and not self.trusted_proxies:
+            raise ConfigError("proxy_header needs trusted_proxies: the addresses the authenticating proxy connects "
+                              "from (anyone else could name any user in that header)")
+        if self.proxy_header and self.proxy_operators is None:
+            raise ConfigError("proxy_header needs proxy_operators: the operators policy giving its users their roles")

@@ -33,12 +33,14 @@ from starlette.templating import Jinja2Templates
 
 from ..access import Principal
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
+from ..operators import COMMAND_ORDER
 from ..selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import job_events
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .queries import Overview, job_detail
+from .redaction import check_search, masked_job
 
 __all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
            "render", "routes", "sign_in_redirect", "signature"]
@@ -46,7 +48,7 @@ __all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page
 _HERE = Path(__file__).parent
 
 #: The commands a job page offers, in the order shown (Control's method names).
-COMMANDS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
+COMMANDS: tuple[str, ...] = COMMAND_ORDER
 _PAGE_SIZES = (25, 50, 100, 200)
 _TEXT_FILTERS = ("queue", "actor", "owner", "error_class", "workflow", "search", "changed_since", "changed_until")
 
@@ -79,7 +81,7 @@ def _json(value: Any, indent: int | None = None) -> str:
 
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
 templates.env.filters.update(iso=_iso, age=_age, json=_json)
-templates.env.globals.update(STATES=[s.value for s in JobStatus])
+templates.env.globals.update(STATES=[s.value for s in JobStatus], COMMANDS=COMMAND_ORDER)
 
 
 def render(request: Request, template: str, http_status: int = 200, **context: Any) -> HTMLResponse:
@@ -102,7 +104,8 @@ def error_page(request: Request, status: int, message: str) -> Response:
 
 def sign_in_redirect(request: Request) -> Response:
     """To the sign-in page, coming back to where the user was."""
-    return RedirectResponse(f"{request.url_for('sign_in')}?next={quote(request.url.path)}", 303)
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"{request.url_for('sign_in')}?next={quote(here, safe='/')}", 303)
 
 
 async def sign_in_page(request: Request) -> Response:
@@ -262,12 +265,15 @@ async def _job_list(request: Request, view: ListView) -> Response:
                                "selectable": principal.may_act}
     try:
         flt = job_filter(form, view)
+        check_search(principal, flt)
         page = await run_in_threadpool(functools.partial(page_jobs, state_of(request).store, flt,
                                                          limit=form["limit"], cursor=cursor))
     except ConfigError as exc:
         return render(request, "jobs.html", 400, **{**context, "error": str(exc)})
     next_url = f"{here}?{_query(form, cursor=page.next_cursor)}" if page.next_cursor else None
-    return render(request, "jobs.html", **{**context, "jobs": page.jobs, "next_url": next_url})
+    patterns = state_of(request).config.redact
+    shown = [masked_job(job, principal, patterns) for job in page.jobs]
+    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url})
 
 
 async def jobs_page(request: Request) -> Response:

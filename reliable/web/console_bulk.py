@@ -4,7 +4,8 @@ A list page (jobs, DLQ, REVIEW) offers a bulk form to those who may act: a comma
 either the jobs ticked in the table or every job the page's filter matches. Submitting it counts
 the jobs (a preview: nothing changes) and shows the operation's page: how many jobs, in which
 states, how many the caller's role will be refused, a sample, and a Confirm button. The
-confirmation token never leaves the server: the session keeps it for this browser. Confirmed, the
+confirmation token is kept in this browser's signed session cookie (the last few previews' only),
+never in a page or a URL. Confirmed, the
 operation runs at its rate in the server; its page shows the progress, a Cancel button while it
 runs, and every job's outcome when it ends. Every rule (which jobs, who may, what each command
 does) is the engine's and Control's.
@@ -28,16 +29,12 @@ from ..selection import JobFilter, select_jobs
 from .auth import authenticate, state_of
 from .console import VIEWS, flash, job_filter, list_form, render
 from .operations import operations_of
+from .redaction import masked_job
 
-__all__ = ["BULK_COMMANDS", "routes"]
+__all__ = ["routes"]
 
-#: The commands a bulk form offers (the engine's names; `requeue` is shown as Retry).
-BULK_COMMANDS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
 _SESSION_KEY = "operation_tokens"
-
-
-def _is_admin(principal: Any) -> bool:
-    return bool(principal.role == "admin")
+_TOKENS_KEPT = 5
 
 
 def _selection(form: Any, view_name: str) -> JobFilter:
@@ -84,7 +81,8 @@ async def bulk_preview(request: Request) -> Response:
         return RedirectResponse(back, 303)
     tokens = dict(request.session.get(_SESSION_KEY, {}))
     tokens[preview.operation.operation_id] = preview.confirm_token
-    request.session[_SESSION_KEY] = tokens
+    # The newest few only: a cookie is bounded (4 KiB), and older previews expire soon anyway.
+    request.session[_SESSION_KEY] = dict(list(tokens.items())[-_TOKENS_KEPT:])
     return RedirectResponse(str(request.url_for("operation", operation_id=preview.operation.operation_id)), 303)
 
 
@@ -100,11 +98,12 @@ async def operation_page(request: Request) -> Response:
     sample = await run_in_threadpool(functools.partial(select_jobs, state.store, JobFilter(job_ids=op.job_ids[:20]),
                                                        limit=None))
     can_confirm = (op.status == "awaiting_confirmation" and op.operation_id in request.session.get(_SESSION_KEY, {})
-                   and (op.operator == principal.name or _is_admin(principal)))
+                   and (op.operator == principal.name or principal.unrestricted))
+    sample = [masked_job(job, principal, state.config.redact) for job in sample]
     return render(request, "operation.html", principal=principal, op=op, sample=sample, can_confirm=can_confirm,
                   active=op.status in ACTIVE_STATUSES,
                   can_cancel=op.status in ACTIVE_STATUSES and principal.may_act
-                  and (principal.name in (op.operator, op.confirmed_by) or _is_admin(principal)))
+                  and (principal.name in (op.operator, op.confirmed_by) or principal.unrestricted))
 
 
 async def operations_page(request: Request) -> Response:
@@ -128,7 +127,7 @@ async def operation_confirm(request: Request) -> Response:
     try:
         await run_in_threadpool(functools.partial(operations_of(request).confirm, operation_id, token,
                                                   state_of(request).control_for(principal),
-                                                  admin=_is_admin(principal)))
+                                                  admin=principal.unrestricted))
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except NotAuthorized:
@@ -148,7 +147,7 @@ async def operation_cancel(request: Request) -> Response:
     operation_id = request.path_params["operation_id"]
     try:
         await run_in_threadpool(functools.partial(operations_of(request).cancel, operation_id, principal.name,
-                                                  admin=_is_admin(principal)))
+                                                  admin=principal.unrestricted))
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except NotAuthorized:

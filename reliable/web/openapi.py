@@ -130,6 +130,7 @@ _PATHS: dict[str, Any] = {
                  "requestBody": {"required": True,
                                  "content": {"application/json": {"schema": _ref("OperationRequest")}}},
                  "responses": {"201": _json(_ref("OperationCreated"), "counted; awaiting confirmation"),
+                               "200": _json(_ref("OperationCreated"), "dry_run: counted only, nothing stored"),
                                **_ERRORS, "403": {**_ERROR, "description": "not authorized"}}},
         **_get("bulk operations, newest first", _ref("OperationList"), operationId="list_operations"),
     },
@@ -274,7 +275,8 @@ _SCHEMAS: dict[str, Any] = {
         ["command", "filter", "reason"]),
     "OperationCreated": _object({
         **_OPERATION_FIELDS,
-        "confirm_token": {"type": "string", "description": "shown once; POST it to .../confirm"},
+        "confirm_token": {"type": ["string", "null"],
+                          "description": "shown once; POST it to .../confirm (null for a dry run)"},
         "not_permitted": {"type": "integer", "description": "counted jobs the caller's role will be refused"},
         "sample": {"type": "array", "items": {"type": "string"}, "description": "the first counted job ids"},
         "sample_jobs": {"type": "array", "items": _ref("Job")}},

@@ -12,6 +12,7 @@ authenticates, parses and maps errors to JSON. See docs/bulk-operations.md.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -22,14 +23,15 @@ from starlette.routing import BaseRoute, Route
 
 from ..access import Principal
 from ..errors import ConfigError, OperationNotFound
-from ..operations import Operations
+from ..operations import Operation, Operations
+from ..redact import MASK
 from ..selection import JobFilter, filter_from_params, select_jobs
 from .auth import authenticate, state_of
 from .queries import job_view
 
 __all__ = ["operations_of", "routes"]
 
-_BODY_KEYS = frozenset({"command", "filter", "reason", "options", "rate"})
+_BODY_KEYS = frozenset({"command", "filter", "reason", "options", "rate", "dry_run"})
 _LIST_LIMIT = 200
 
 
@@ -46,8 +48,14 @@ def operations_of(request: Request) -> Operations:
     return engine
 
 
-def _is_admin(principal: Principal) -> bool:
-    return "admin" in principal.role.split(",")
+def _shown(op: Operation, principal: Principal, *, full: bool) -> dict[str, Any]:
+    """The operation as `principal` may see it: its text search (a guess at secret arguments) only to
+    those who may search."""
+    data = op.as_dict(full=full)
+    shown = data.get("filter")
+    if not principal.unrestricted and isinstance(shown, dict) and shown.get("search"):
+        data["filter"] = {**shown, "search": MASK}
+    return data
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -81,35 +89,41 @@ async def create(request: Request) -> JSONResponse:
         raise ConfigError("reason must be a string")
     job_filter = filter_from_params(flt)
     control = state_of(request).control_for(principal)
-    preview = await run_in_threadpool(operations_of(request).preview, control, command, job_filter,
-                                      reason=reason, options=options, rate=body.get("rate"))
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ConfigError("dry_run must be true or false")
+    preview = await run_in_threadpool(functools.partial(
+        operations_of(request).preview, control, command, job_filter, reason=reason, options=options,
+        rate=body.get("rate"), dry_run=dry_run))
     answer = preview.as_dict()
     patterns = state_of(request).config.redact
     sample = await run_in_threadpool(select_jobs, control.store, JobFilter(job_ids=tuple(answer["sample"])),
                                      limit=None)
     # The sample's jobs themselves, so a person (or the CLI) sees what the confirmation acts on.
     answer["sample_jobs"] = [job_view(job, principal, patterns) for job in sample]
-    return JSONResponse(answer, 201)
+    if dry_run:
+        answer["confirm_token"] = None  # counted only: nothing to confirm
+    return JSONResponse(answer, 200 if dry_run else 201)
 
 
 async def recent(request: Request) -> JSONResponse:
     """GET /api/v1/operations: the recent operations, newest first (without their job ids and results)."""
-    await authenticate(request)
+    principal = await authenticate(request)
     raw = request.query_params.get("limit", "50")
     if not raw.isdigit() or not 1 <= int(raw) <= _LIST_LIMIT:
         raise ConfigError(f"limit must be a whole number from 1 to {_LIST_LIMIT}, not {raw!r}")
     found = await run_in_threadpool(operations_of(request).recent, limit=int(raw))
-    return JSONResponse({"operations": [op.as_dict(full=False) for op in found]})
+    return JSONResponse({"operations": [_shown(op, principal, full=False) for op in found]})
 
 
 async def detail(request: Request) -> JSONResponse:
     """GET /api/v1/operations/{id}: one operation, with its counted job ids and every result so far."""
-    await authenticate(request)
+    principal = await authenticate(request)
     try:
         op = await run_in_threadpool(operations_of(request).get, request.path_params["operation_id"])
     except OperationNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(op.as_dict())
+    return JSONResponse(_shown(op, principal, full=True))
 
 
 async def confirm(request: Request) -> JSONResponse:
@@ -122,10 +136,10 @@ async def confirm(request: Request) -> JSONResponse:
     control = state_of(request).control_for(principal)
     try:
         op = await run_in_threadpool(operations_of(request).confirm, request.path_params["operation_id"], token,
-                                     control, admin=_is_admin(principal))
+                                     control, admin=principal.unrestricted)
     except OperationNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(op.as_dict(full=False), 202)
+    return JSONResponse(_shown(op, principal, full=False), 202)
 
 
 async def cancel(request: Request) -> JSONResponse:
@@ -135,10 +149,10 @@ async def cancel(request: Request) -> JSONResponse:
         raise HTTPException(403, f"{principal.name!r} may run no command (a read-only role)")
     try:
         op = await run_in_threadpool(operations_of(request).cancel, request.path_params["operation_id"],
-                                     principal.name, admin=_is_admin(principal))
+                                     principal.name, admin=principal.unrestricted)
     except OperationNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(op.as_dict(full=False))
+    return JSONResponse(_shown(op, principal, full=False))
 
 
 def routes() -> list[BaseRoute]:

@@ -12,11 +12,11 @@ from ..access import Principal
 from ..control import Control
 from ..selection import not_discarded
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
-from ..store import StateStore
+from ..store import JobEvent, StateStore
 from ..store.schema import job_events, jobs
-from .redaction import redact_value
+from .redaction import masked_job, redact_text, redact_value
 
-__all__ = ["FAILURE_EVENTS", "SUCCESS_EVENTS", "Overview", "job_detail", "job_view", "overview"]
+__all__ = ["FAILURE_EVENTS", "SUCCESS_EVENTS", "Overview", "event_view", "job_detail", "job_view", "overview"]
 
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
@@ -24,12 +24,20 @@ FAILURE_EVENTS: tuple[str, ...] = tuple(sorted(FAILURE_OUTCOMES))
 
 
 def job_view(job: Any, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
-    """A job as the caller may see it: arguments masked by `patterns` for read-only callers."""
-    data: dict[str, Any] = job.as_dict()
-    if not principal.sees_secrets:
-        data["message"] = redact_value(data["message"], patterns)
-        data["checkpoint"] = redact_value(data["checkpoint"], patterns)
+    """A job as the caller may see it: secrets in its arguments, checkpoint and last error masked
+    unless the caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact)."""
+    data: dict[str, Any] = masked_job(job, principal, patterns).as_dict()
     return data
+
+
+def event_view(event: JobEvent, masked: bool, patterns: Sequence[str]) -> dict[str, Any]:
+    """An event as the caller may see it (`masked`: the caller may not act on its job)."""
+    row = event.as_dict()
+    if masked:
+        row["checkpoint"] = redact_value(row["checkpoint"], patterns)
+        row["error_message"] = redact_text(row["error_message"], patterns)
+        row["traceback"] = redact_text(row["traceback"], patterns)
+    return row
 
 
 def job_detail(control: Control, job_id: str, principal: Principal, patterns: Sequence[str], *,
@@ -44,14 +52,17 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
         tracebacks = {(row.attempt_id, row.event): row.traceback for row in conn.execute(
             select(job_events.c.attempt_id, job_events.c.event, job_events.c.traceback)
             .where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None)))}
+    masked = not principal.sees_secrets_of(job.queue, job.owner)
     attempts = [{**a.__dict__, "traceback": tracebacks.get((a.attempt_id, a.outcome or ""))}
                 for a in store.attempts(job_id)]
+    if masked:
+        for attempt in attempts:
+            attempt["error_message"] = redact_text(attempt["error_message"], patterns)
+            attempt["traceback"] = redact_text(attempt["traceback"], patterns)
     contract = control.contract_for(job)
-    event_rows = [e.as_dict() for e in history]
-    if not principal.sees_secrets:
-        for row in event_rows:
-            row["checkpoint"] = redact_value(row["checkpoint"], patterns)
+    event_rows = [event_view(e, masked, patterns) for e in history]
     return {
+        "masked": masked,
         "job": job_view(job, principal, patterns),
         "contract": contract.__dict__,
         "attempts": attempts,

@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from reliable.access import ApiTokens
 from reliable.cli import api_client, via_api
 from reliable.cli.main import cli
+from reliable.operations import Operations
 from reliable.states import Event, JobStatus
 from reliable.store import StateStore
 from reliable.web import WebConfig, create_app
@@ -208,6 +209,7 @@ def test_a_bulk_dry_run_and_more_jobs_than_the_limit_change_nothing(api_store: S
     dry = json.loads(check(via(api_url, tokens["admin"], "pause", "--state", "pending", "--reason", "r",
                                "--dry-run", "--json")).stdout)
     assert (dry["matched"], dry["dry_run"], len(dry["sample"])) == (3, True, 3)
+    assert Operations(api_store).recent() == []  # a dry run is counted only: no operation is recorded
     over = check(via(api_url, tokens["admin"], "pause", "--state", "pending", "--reason", "r", "--yes",
                      "--limit", "2"), 3)
     assert "more than --limit 2" in over.stderr

@@ -132,5 +132,38 @@ def test_a_proxy_header_is_trusted_only_from_trusted_addresses(store: StateStore
     assert body["name"] == "alice" and body["source"] == "proxy" and body["may_act"]
     assert client.get("/api/v1/whoami", headers={"X-Forwarded-User": "mallory"}).status_code == 403
     untrusted = TestClient(create_app(store, config=WebConfig(secret_key="s", proxy_header="X-Forwarded-User",
+                                                              trusted_proxies=("10.9.9.9",),
                                                               proxy_operators=operators)))
     assert untrusted.get("/api/v1/whoami", headers={"X-Forwarded-User": "alice"}).status_code == 401
+    # A proxy that appends the header instead of replacing it would let the client name itself.
+    twice = client.get("/api/v1/whoami", headers=[("X-Forwarded-User", "mallory"), ("X-Forwarded-User", "alice")])
+    assert twice.status_code == 401 and "given 2 times" in twice.json()["error"]["message"]
+
+
+def test_a_proxy_header_needs_trusted_addresses_and_an_operators_policy() -> None:
+    operators = OperatorsPolicy.parse("operators:\n  alice: [admin]\nroles:\n  admin:\n    - {commands: ['*']}\n")
+    with pytest.raises(ConfigError, match="needs trusted_proxies"):
+        WebConfig(secret_key="s", proxy_header="X-Forwarded-User", proxy_operators=operators)
+    with pytest.raises(ConfigError, match="needs proxy_operators"):
+        WebConfig(secret_key="s", proxy_header="X-Forwarded-User", trusted_proxies=("127.0.0.1",))
+
+
+def test_powers_come_from_what_a_role_allows_not_from_its_name(store: StateStore) -> None:
+    operators = OperatorsPolicy.parse(
+        "operators:\n  carol: [admin]\n  dave: [root]\nroles:\n  admin:\n    - {commands: [pause], queues: [sandbox]}\n"
+        "  root:\n    - {commands: ['*']}\n")
+    app = create_app(store, config=WebConfig(secret_key="s", proxy_header="X-Forwarded-User",
+                                             trusted_proxies=("testclient",), proxy_operators=operators))
+    client = TestClient(app)
+    carol = client.get("/api/v1/whoami", headers={"X-Forwarded-User": "carol"}).json()
+    dave = client.get("/api/v1/whoami", headers={"X-Forwarded-User": "dave"}).json()
+    assert carol["may_act"] and not carol["unrestricted"]  # a role named admin that may only pause a sandbox
+    assert dave["unrestricted"]
+
+
+def test_two_active_tokens_may_not_share_a_name(store: StateStore) -> None:
+    record, _ = ApiTokens(store).create("ci-bot", "operator")
+    with pytest.raises(ConfigError, match="an active API token named 'ci-bot' exists"):
+        ApiTokens(store).create("ci-bot", "admin")
+    ApiTokens(store).revoke(record.token_id)
+    assert ApiTokens(store).create("ci-bot", "admin")[0].role == "admin"  # after a revocation, again

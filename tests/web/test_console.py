@@ -224,7 +224,7 @@ def test_the_job_list_pages_with_a_cursor(store: StateStore, tokens: Tokens) -> 
 
 
 def test_the_job_list_filters(store: StateStore, tokens: Tokens, jobs: dict[str, str]) -> None:
-    client, _ = session(store, tokens.viewer)
+    client, _ = session(store, tokens.admin)  # the argument search is an admin's (secrets are masked for others)
 
     def listed(query: str) -> set[str]:
         response = client.get(f"/jobs?{query}")
