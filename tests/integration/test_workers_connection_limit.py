@@ -88,8 +88,9 @@ def test_four_processes_of_sixteen_threads_fit_in_fifty_connections(rabbitmq_url
                                   "--state", "running", "--json"], capture_output=True, text=True, timeout=30)
             finished_when_cli_returned, cli_seconds = done(), time.monotonic() - cli_started
             assert cli.returncode == 0, cli.stderr
+            # It read RUNNING jobs: it got its connection while the workers held theirs (how many jobs
+            # had finished by the time it returned depends on the machine's load, so it is only printed).
             assert '"status": "RUNNING"' in cli.stdout
-            assert finished_when_cli_returned < JOBS, "the CLI ran after the workers had finished"
             wait_for(lambda: done() == JOBS, f"all {JOBS} jobs SUCCEEDED", timeout=60, context=worker.output)
         finally:
             worker.stop()

@@ -74,7 +74,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         store = StateStore(url)
         stack.callback(store.close)
         _, token = ApiTokens(store).create("ada", "admin")
-        app = create_app(store, broker=producer, config=WebConfig(secret_key="browser-tests", host="test-host"))
+        app = create_app(store, broker=producer, config=WebConfig(secret_key="browser-tests", host="test-host",
+                                                                   overview_ttl=0))  # figures as of now
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
                                                lifespan="off"))
         thread = threading.Thread(target=server.run, daemon=True)
