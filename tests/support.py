@@ -115,15 +115,20 @@ def exporter(store_url: str, *args: str, env: Mapping[str, str] | None = None,
         wait_for(listening, "the exporter to listen", timeout=startup)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a server the test started (kill it after 10 s) and close its pipes."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def scrape(base: str) -> Samples:

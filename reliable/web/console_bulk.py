@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -124,18 +125,9 @@ async def operation_confirm(request: Request) -> Response:
     if token is None:
         flash(request, "error", "this browser holds no confirmation for that operation: count the jobs again")
         return RedirectResponse(here, 303)
-    try:
-        await run_in_threadpool(functools.partial(operations_of(request).confirm, operation_id, token,
-                                                  state_of(request).control_for(principal),
-                                                  admin=principal.unrestricted))
-    except OperationNotFound as exc:
-        raise HTTPException(404, str(exc)) from None
-    except NotAuthorized:
-        raise
-    except ReliableError as exc:
-        flash(request, "error", f"not confirmed: {exc}")
-    else:
-        flash(request, "ok", "confirmed: the operation runs now")
+    call = functools.partial(operations_of(request).confirm, operation_id, token,
+                             state_of(request).control_for(principal), admin=principal.unrestricted)
+    await _act_and_tell(request, call, done="confirmed: the operation runs now", refused="not confirmed")
     return RedirectResponse(here, 303)
 
 
@@ -145,18 +137,26 @@ async def operation_cancel(request: Request) -> Response:
     if not principal.may_act:
         raise HTTPException(403, f"{principal.name!r} may run no command (a read-only role)")
     operation_id = request.path_params["operation_id"]
+    call = functools.partial(operations_of(request).cancel, operation_id, principal.name,
+                             admin=principal.unrestricted)
+    await _act_and_tell(request, call, done="cancelled: no further job is acted on; what was done stays done",
+                        refused="not cancelled")
+    return RedirectResponse(str(request.url_for("operation", operation_id=operation_id)), 303)
+
+
+async def _act_and_tell(request: Request, call: Callable[[], Any], *, done: str, refused: str) -> None:
+    """Run an engine call in the thread pool and flash what happened: a missing operation is a 404, a
+    refusal of the role a 403 page (NotAuthorized), any other refusal a message."""
     try:
-        await run_in_threadpool(functools.partial(operations_of(request).cancel, operation_id, principal.name,
-                                                  admin=principal.unrestricted))
+        await run_in_threadpool(call)
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except NotAuthorized:
         raise
     except ReliableError as exc:
-        flash(request, "error", f"not cancelled: {exc}")
+        flash(request, "error", f"{refused}: {exc}")
     else:
-        flash(request, "ok", "cancelled: no further job is acted on; what was done stays done")
-    return RedirectResponse(str(request.url_for("operation", operation_id=operation_id)), 303)
+        flash(request, "ok", done)
 
 
 def routes() -> list[BaseRoute]:

@@ -12,7 +12,7 @@ from reliable.access import ApiTokens
 from reliable.cli.main import cli
 from reliable.store import StateStore
 
-from support import CLI, free_port, wait_for
+from support import CLI, free_port, stop_process, wait_for
 from web_support import bearer
 
 
@@ -38,14 +38,7 @@ def test_reliable_web_serves_the_api_and_the_console(store: StateStore, store_ur
         assert login.status_code == 200 and "API token" in login.text
         assert httpx.get(f"{base}/static/console.css", timeout=2).status_code == 200
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_process(process)
 
 
 def test_a_proxy_header_needs_an_operators_file(store_url: str) -> None:
