@@ -26,7 +26,8 @@ from sqlalchemy import (
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
 __all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "api_tokens", "attempts",
-           "barriers", "effects", "job_events", "jobs", "liveness", "metadata", "operations"]
+           "barriers", "effects", "job_events", "jobs", "liveness", "metadata", "operations", "workflow_edges",
+           "workflow_events", "workflow_nodes", "workflows"]
 
 #: Every table reliable owns (its Alembic version table too) starts with it.
 TABLE_PREFIX = "reliable_"
@@ -277,6 +278,81 @@ operations = Table(
 )
 
 Index("ix_reliable_operations_created", operations.c.created_at)
+
+# Workflows (migration 0010): a DAG of jobs. The workflow's status is derived from its nodes
+# (reliable.workflows.planning) and kept here for listings; `hold` is an operator's pause, stop or
+# cancel of the whole workflow (no node starts while it stands).
+workflows = Table(
+    "reliable_workflows",
+    metadata,
+    Column("workflow_id", String(64), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("hold", String(16)),  # pause | stop | cancel, or NULL
+    Column("run", Integer, nullable=False, server_default="1"),  # bumped by each resume or restart
+    Column("owner", String(255)),
+    Column("created_by", String(255)),
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),  # the status last changed
+    Column("finished_at", Double),
+    Column("checked_at", Double, nullable=False),  # last advanced: the recovery loop's sweep order
+)
+
+Index("ix_reliable_workflows_status_checked", workflows.c.status, workflows.c.checked_at)
+Index("ix_reliable_workflows_created", workflows.c.created_at)
+
+# One row per node: the job it runs now (job_id is assigned before the job exists, so registering
+# it is idempotent), the message to register it with, and the digest of its inputs.
+workflow_nodes = Table(
+    "reliable_workflow_nodes",
+    metadata,
+    Column("workflow_id", String(64), primary_key=True),
+    Column("node", String(255), primary_key=True),
+    Column("position", Integer, nullable=False),  # declaration order
+    Column("actor", String(255), nullable=False),
+    Column("queue", String(255), nullable=False),
+    Column("message", Text, nullable=False),  # JSON: the Dramatiq message to register (args, kwargs, options)
+    Column("owner", String(255)),
+    Column("checkpoint_schema", Integer),
+    Column("code_version", String(64)),
+    Column("digest", String(64), nullable=False),  # sha256 of actor, queue, args, kwargs, code version
+    Column("trigger", String(16), nullable=False),  # all_succeeded | all_done
+    Column("on_upstream_failure", String(8), nullable=False),  # fail | skip
+    Column("pass_results", Boolean, nullable=False, server_default="0"),
+    Column("job_id", String(64), nullable=False),
+    Column("run", Integer, nullable=False, server_default="1"),
+    Column("result", Text),  # JSON: the job's return value (size-bounded)
+    Column("result_note", Text),  # why a succeeded node has no stored result
+)
+
+Index("ix_reliable_workflow_nodes_job", workflow_nodes.c.job_id, unique=True)
+
+workflow_edges = Table(
+    "reliable_workflow_edges",
+    metadata,
+    Column("workflow_id", String(64), primary_key=True),
+    Column("parent", String(255), primary_key=True),
+    Column("child", String(255), primary_key=True),
+)
+
+# The workflow's own history: submission, status changes, operators' commands (audited).
+workflow_events = Table(
+    "reliable_workflow_events",
+    metadata,
+    Column("id", _BigId, primary_key=True, autoincrement=True),
+    Column("workflow_id", String(64), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("from_status", String(16)),
+    Column("to_status", String(16)),
+    Column("run", Integer),
+    Column("operator", String(255)),
+    Column("source", String(64)),
+    Column("reason", Text),
+    Column("detail", Text),  # JSON
+)
+
+Index("ix_reliable_workflow_events_workflow", workflow_events.c.workflow_id, workflow_events.c.id)
 
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
