@@ -27,6 +27,7 @@ from .errors import (
     StoreNotMigrated,
     StoreUnavailable,
     TransitionRefused,
+    WorkflowResultUnavailable,
 )
 from .states import Event, JobStatus
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from .policy import Policy
     from .recovery import Recovery
     from .store import StateStore
+    from .workflows import Workflow, node, workflow
+    from .workflows.engine import WorkflowEngine
 
 __version__ = "0.1.0"
 
@@ -50,6 +53,10 @@ _LAZY = {
     "Policy": ".policy",
     "Recovery": ".recovery",
     "StateStore": ".store",
+    "Workflow": ".workflows",
+    "WorkflowEngine": ".workflows.engine",
+    "node": ".workflows",
+    "workflow": ".workflows",
 }
 
 
@@ -88,7 +95,12 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TransitionRefused",
+    "Workflow",
+    "WorkflowEngine",
+    "WorkflowResultUnavailable",
     "__version__",
     "current_job",
     "install",
+    "node",
+    "workflow",
 ]

@@ -135,6 +135,48 @@ class JobContext:
         """Whether this attempt starts from a checkpoint left by an earlier attempt."""
         return self.claim.job.checkpoint is not None
 
+    # -- workflows -------------------------------------------------------------------------------
+
+    @property
+    def workflow_id(self) -> str | None:
+        """The workflow (or Dramatiq pipeline/group) the job belongs to, if any."""
+        return self.claim.job.workflow_id
+
+    @property
+    def workflow_node(self) -> str | None:
+        """The workflow node this job runs (None outside a workflow declared with reliable.workflow)."""
+        node = (self.claim.job.message.get("options") or {}).get("workflow_node")
+        return str(node) if node else None
+
+    def parent_states(self) -> dict[str, str | None]:
+        """Each parent node's state (its job's status): what a fan-in with trigger="all_done" reports on."""
+        return {name: parent["status"] for name, parent in self._parents().items()}
+
+    def parent_results(self) -> dict[str, Any]:
+        """Each parent node's result, read from the store: None for a parent that did not succeed.
+
+        Raises WorkflowResultUnavailable for a parent that succeeded but whose result could not be
+        kept (larger than the store's limit, or not JSON): the message says which and why.
+        """
+        import json
+
+        from .errors import WorkflowResultUnavailable
+
+        results: dict[str, Any] = {}
+        for name, parent in self._parents().items():
+            if parent["status"] != JobStatus.SUCCEEDED.value:
+                results[name] = None
+            elif parent["result"] is None and parent["result_note"]:
+                raise WorkflowResultUnavailable(f"workflow node {name!r}: {parent['result_note']}")
+            else:
+                results[name] = None if parent["result"] is None else json.loads(parent["result"])
+        return results
+
+    def _parents(self) -> dict[str, dict[str, Any]]:
+        from .store.workflows import WorkflowStore
+
+        return self._store_call("parent results", lambda: WorkflowStore(self.store).parent_results(self.job_id))
+
     def __post_init__(self) -> None:
         stored = self.claim.job.checkpoint
         self._checkpoint: Any = stored if self.codec is None or stored is None else self.codec.decode(stored)

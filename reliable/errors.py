@@ -45,6 +45,7 @@ __all__ = [
     "StoreNotMigrated",
     "StoreUnavailable",
     "TransitionRefused",
+    "WorkflowResultUnavailable",
 ]
 
 
@@ -95,6 +96,10 @@ class StoreUnavailable(StoreError):
 
 class StoreNotMigrated(StoreError):
     """The database schema is missing or older than this version of reliable."""
+
+
+class WorkflowResultUnavailable(ReliableError):
+    """A workflow node's parent succeeded but its result could not be kept in the store."""
 
 
 class JobNotFound(ReliableError):

@@ -46,6 +46,7 @@ from .errors import (
     LeaseLost,
     LeaseLostInterrupt,
     PolicyError,
+    ReliableError,
     StoreError,
     TransitionRefused,
 )
@@ -59,12 +60,14 @@ from .policy.model import RATE_LIMITED_MARK
 from .recovery import Recovery
 from .redact import redact_secrets
 from .states import Event, JobStatus
-from .store import ErrorInfo, FanIn, NewJob, StateStore
+from .store import ErrorInfo, FanIn, NewJob, NodeResult, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
 from .store.retrying import retry_while_unavailable
 from .tracebacks import failure_traceback
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
 from .tracing import Tracing
+from .workflows.engine import WorkflowEngine, node_result
+from .workflows.planning import ACTIVE as WORKFLOW_ACTIVE
 
 __all__ = ["ReliableMiddleware"]
 
@@ -510,8 +513,8 @@ class ReliableMiddleware(Middleware):
     def _fast_eligible(self, message: Any) -> bool:
         """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
         step, on_success, a group's completion) that would have to be registered with it."""
-        if message.options.get("group_completion_uuid"):
-            return False
+        if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
+            return False  # a group's barrier or a workflow node's result commits with the success
         return not follows_success(message, self._actor_options(message.actor_name))
 
     def _fast_done(self, broker: dramatiq.Broker, message: Any, result: Any,
@@ -647,7 +650,9 @@ class ReliableMiddleware(Middleware):
         if exception is None:
             planned = self._plan(broker, message, context, result=result)
             fan_in = self._fan_in(broker, message, context)
-            job = self._finish(context, Event.SUCCEED, planned=planned, fan_in=fan_in[0] if fan_in else None)
+            stored_result = node_result(context.job_id, result) if message.options.get("workflow_node") else None
+            job = self._finish(context, Event.SUCCEED, planned=planned, fan_in=fan_in[0] if fan_in else None,
+                               node_result=stored_result)
             if job is None:  # discarded (lease reassigned): Dramatiq's Results must not keep this value
                 message.options["store_results"] = False
             self._conclude(broker, message, context, job, None, planned)
@@ -787,6 +792,8 @@ class ReliableMiddleware(Middleware):
         """Act on where the attempt's outcome left the job (the store may have changed it)."""
         if job is None:
             return
+        if job.workflow_id and message.options.get("workflow_node") and job.status.value not in WORKFLOW_ACTIVE:
+            self._advance_workflow(broker, job.workflow_id)
         if decision is not None and (decision.alert or (decision.action == "halt" and job.status is JobStatus.STOPPED)):
             self._alert(context, decision)
         for follow_up, _registered in planned:
@@ -816,7 +823,8 @@ class ReliableMiddleware(Middleware):
 
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
                 retry_delay: float | None = None, detail: dict[str, Any] | None = None,
-                planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None) -> Any:
+                planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None,
+                node_result: NodeResult | None = None) -> Any:
         def registered(status: JobStatus) -> list[NewJob]:
             return [job for follow_up, job in planned if job is not None and follow_up.applies(status)]
 
@@ -824,13 +832,22 @@ class ReliableMiddleware(Middleware):
             return self._with_store_retry(event.value, lambda: self.store.finish(
                 context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
                 retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None,
-                fan_in=fan_in))
+                fan_in=fan_in, node_result=node_result))
         except LeaseLost:
             logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
                            context.job_id, context.attempt_id, context.fencing_token)
         except TransitionRefused as exc:
             logger.warning("job %s: %s", context.job_id, exc)
         return None
+
+    def _advance_workflow(self, broker: dramatiq.Broker, workflow_id: str) -> None:
+        """Start what this node's outcome allows in its workflow (after the commit: should this
+        process die first, the recovery loop's sweep of running workflows does it)."""
+        try:
+            self._with_store_retry("advance workflow",
+                                   lambda: WorkflowEngine(self.store, broker).advance(workflow_id))
+        except ReliableError as exc:
+            logger.warning("workflow %s: advancing it failed (%s); the recovery loop will", workflow_id, exc)
 
     def _alert(self, context: JobContext, decision: Decision) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "ACTOR_OPTIONS",
     "CODE_OPTIONS",
+    "CODE_VERSION",
     "CONTRACT_OPTIONS",
     "RETRY_OPTIONS",
     "STORED_CONTRACT",
@@ -44,8 +45,13 @@ STORED_CONTRACT = "reliable_contract"
 #: Options that hold code, used where the actor runs (never stored with a job).
 CODE_OPTIONS: tuple[str, ...] = ("checkpoint_codec",)
 
+#: The version of an actor's code, declared on it (`code_version="2"`): a workflow's resume
+#: recomputes a succeeded node whose actor's declared version changed (reliable.workflows).
+CODE_VERSION = "code_version"
+
 #: The options reliable's middleware declares, so that `@dramatiq.actor(...)` accepts them.
-ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", *CONTRACT_OPTIONS, *CODE_OPTIONS})
+ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", CODE_VERSION, *CONTRACT_OPTIONS,
+                                           *CODE_OPTIONS})
 
 #: Options a message may not set: everything that shapes the contract or names code, whether
 #: reliable tracks the actor, and a forged stored contract. (workflow_id, trace_id and

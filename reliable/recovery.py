@@ -1,4 +1,5 @@
-"""The recovery loop: expired leases, due retries, and messages the broker lost.
+"""The recovery loop: expired leases, due retries, messages the broker lost, and workflows whose
+advance a dead worker left undone.
 
 Each step reads candidates, then applies a compare-and-set (expected version, unchanged lease,
 lease still expired by the database's clock) and publishes only when its own write won. Several
@@ -27,6 +28,7 @@ from .options import contract_options, stored_contract
 from .policy import JobContract, Policy
 from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
+from .workflows.engine import WorkflowEngine
 
 __all__ = ["Recovery", "RecoveryReport"]
 
@@ -47,6 +49,8 @@ class RecoveryReport:
     retried: list[str] = field(default_factory=list)
     redispatched: list[str] = field(default_factory=list)
     lost_races: int = 0
+    #: Running workflows advanced because nobody had looked at them for `sweep_after` seconds.
+    workflows: int = 0
     #: Lease expiry was held back: the store came back (or restarted) less than a lease TTL ago.
     expiry_held: bool = False
 
@@ -126,6 +130,8 @@ class Recovery:
             if self.broker is not None and self.store.mark_dispatched(job, worker_id=self.worker_id):
                 self._publish(job)
                 report.redispatched.append(job.job_id)
+        report.workflows = WorkflowEngine(self.store, self.broker).advance_stale(older_than=self.sweep_after,
+                                                                                limit=self.batch)
         if report.total:
             logger.info("recovery: %d expired leases, %d retries due, %d re-dispatched", len(report.expired),
                         len(report.retried), len(report.redispatched))

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..states import JobStatus
 
-__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob"]
+__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob", "NodeResult"]
 
 
 def _loads(text: str | None) -> Any:
@@ -45,6 +45,16 @@ class FanIn:
     jobs: Sequence[NewJob]
     cleared: bool = False
     known: bool = True
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """A workflow node's result, stored in the transaction that commits its job's success: JSON
+    text, or None with a note saying why it could not be kept (too large, not JSON)."""
+
+    job_id: str
+    result: str | None
+    note: str | None = None
 
 
 @dataclass(frozen=True)

@@ -432,6 +432,10 @@ class SqlRunner:
         row = self._execute(tx, "arrive_at_barrier", {"barrier_id": barrier_id}).fetchone()
         return None if row is None else int(row[0])
 
+    def save_node_result(self, tx: Tx, job_id: str, result: str | None, note: str | None) -> None:
+        """Store a workflow node's result on the node whose current job is `job_id`."""
+        self._execute(tx, "save_node_result", {"job_id": job_id, "result": result, "result_note": note})
+
     def now(self) -> float:
         """The store's current time (the database's clock, or the injected one)."""
         with self._single() as tx:

@@ -41,7 +41,7 @@ from .db import (
     read_connection,
     write_transaction,
 )
-from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob
+from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
 from .writes import FRESH_BUDGET, JobWrite, event_write, transition_write
@@ -499,7 +499,7 @@ class StateStore:
                error: ErrorInfo | None = None, retry_delay: float | None = None,
                detail: Mapping[str, Any] | None = None,
                follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
-               fan_in: FanIn | None = None) -> Job:
+               fan_in: FanIn | None = None, node_result: NodeResult | None = None) -> Job:
         """End the attempt holding `lease_id` with `event` (succeed, fail, retry, review, ...).
 
         Fenced by the lease: a worker whose lease was reassigned gets LeaseLost, its result is
@@ -513,7 +513,8 @@ class StateStore:
         pipeline step, callbacks): they are registered PENDING in the same transaction as the
         outcome, so a crash right after the commit cannot lose them (the sweeper publishes them).
         `fan_in`: a group member's arrival at its completion barrier, counted in the transaction
-        that commits its success (see FanIn).
+        that commits its success (see FanIn). `node_result`: a workflow node's result, stored with
+        its success.
         """
         info = None if error is None else {"error_class": error.error_class, "error_type": error.error_type,
                                            "message": _truncate(error.message), "traceback": error.traceback}
@@ -529,7 +530,7 @@ class StateStore:
                 job_id, event, lease_id=lease_id, worker_id=worker_id, error=info,
                 delay=retry_delay if target(event) is JobStatus.RETRY_WAIT else None,
                 detail=_detail(extra))
-            result = self._write_following(write, follow_ups, fan_in)
+            result = self._write_following(write, follow_ups, fan_in, node_result)
             if result is not None:
                 break
             current = self.find(job_id)
@@ -547,7 +548,7 @@ class StateStore:
                 continue
             if self._committed_already(current, lease_id, tried):
                 return current  # our own write committed, its reply was lost: a retry finds it
-            result = self._late_completion(current, event, write, extra, follow_ups, fan_in)
+            result = self._late_completion(current, event, write, extra, follow_ups, fan_in, node_result)
             if result is None:
                 raise self._stale(job_id, lease_id, event.value, worker_id)
             break
@@ -569,19 +570,23 @@ class StateStore:
                    for event, lease, detail in rows)
 
     def _write_following(self, write: JobWrite, follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None,
-                         fan_in: FanIn | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Execute `write`; register the jobs that follow its outcome and count a group member's
-        arrival at its barrier in the same transaction."""
+                         fan_in: FanIn | None = None, node_result: NodeResult | None = None
+                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Execute `write`; register the jobs that follow its outcome, count a group member's
+        arrival at its barrier and store a workflow node's result in the same transaction."""
         status = JobStatus(write.to_status) if write.to_status else None
         new_jobs = list(follow_ups(status)) if follow_ups and status else []
         arriving = fan_in if fan_in is not None and status is JobStatus.SUCCEEDED else None
-        if not new_jobs and arriving is None:
+        result_of_node = node_result if status is JobStatus.SUCCEEDED else None
+        if not new_jobs and arriving is None and result_of_node is None:
             return self._sql.write(write)
         registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         with self._sql.transaction() as tx:
             result = self._sql.write(write, tx)
             if result is None:
                 return None
+            if result_of_node is not None:
+                self._sql.save_node_result(tx, result_of_node.job_id, result_of_node.result, result_of_node.note)
             if arriving is not None:
                 new_jobs.extend(self._arrive(tx, arriving))
             if new_jobs:
@@ -626,7 +631,8 @@ class StateStore:
 
     def _late_completion(self, current: Job, event: Event, write: JobWrite, extra: dict[str, Any],
                          follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
-                         fan_in: FanIn | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                         fan_in: FanIn | None = None, node_result: NodeResult | None = None
+                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         if late_target(current.status, event) is None or current.previous_status not in ACTIVE_STATES:
             return None
         if not self._expired_by_recovery(current):
@@ -640,7 +646,7 @@ class StateStore:
                                                     "message": write.error_message,
                                                     "traceback": write.traceback},
             delay=write.delay, detail=_detail(detail))
-        return self._write_following(late, follow_ups, fan_in)
+        return self._write_following(late, follow_ups, fan_in, node_result)
 
     def _expired_by_recovery(self, job: Job) -> bool:
         """Whether the job's last transition was recovery expiring its current lease."""

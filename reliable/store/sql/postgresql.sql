@@ -211,3 +211,65 @@ RETURNING barrier_id;
 UPDATE reliable_barriers SET remaining = remaining - 1
 WHERE barrier_id = %(barrier_id)s AND remaining > 0
 RETURNING remaining;
+
+-- Workflows (reliable/store/workflows.py): every write runs in one transaction holding the
+-- workflow's row lock (lock_workflow), so two nodes finishing at once cannot both miss, or both
+-- start, the node waiting for them.
+
+-- name: lock_workflow
+SELECT workflow_id, name, status, hold, run FROM reliable_workflows
+WHERE workflow_id = %(workflow_id)s FOR UPDATE;
+
+-- name: workflow_nodes
+SELECT n.node, n.job_id, j.status, n.trigger, n.on_upstream_failure, n.pass_results,
+       n.result IS NULL AND n.result_note IS NOT NULL, n.digest
+FROM reliable_workflow_nodes n LEFT JOIN reliable_jobs j ON j.job_id = n.job_id
+WHERE n.workflow_id = %(workflow_id)s ORDER BY n.position;
+
+-- name: workflow_edges
+SELECT parent, child FROM reliable_workflow_edges WHERE workflow_id = %(workflow_id)s;
+
+-- name: workflow_node_messages
+SELECT node, message, owner, checkpoint_schema, queue, actor, job_id, result
+FROM reliable_workflow_nodes WHERE workflow_id = %(workflow_id)s;
+
+-- name: insert_workflow
+INSERT INTO reliable_workflows (workflow_id, name, status, hold, run, owner, created_by, created_at, updated_at,
+    checked_at)
+VALUES (%(workflow_id)s, %(name)s, %(status)s::text, NULL, 1, %(owner)s, %(created_by)s, %(now)s::float8,
+    %(now)s::float8, %(now)s::float8);
+
+-- name: insert_workflow_node
+INSERT INTO reliable_workflow_nodes (workflow_id, node, position, actor, queue, message, owner, checkpoint_schema,
+    code_version, digest, trigger, on_upstream_failure, pass_results, job_id, run)
+VALUES (%(workflow_id)s, %(node)s, %(position)s::int4, %(actor)s, %(queue)s, %(message)s, %(owner)s,
+    %(checkpoint_schema)s::int4, %(code_version)s, %(digest)s, %(trigger)s, %(on_upstream_failure)s,
+    %(pass_results)s::boolean, %(job_id)s, 1);
+
+-- name: insert_workflow_edge
+INSERT INTO reliable_workflow_edges (workflow_id, parent, child) VALUES (%(workflow_id)s, %(parent)s, %(child)s);
+
+-- name: insert_workflow_event
+INSERT INTO reliable_workflow_events (workflow_id, at, event, from_status, to_status, run, operator, source, reason,
+    detail)
+VALUES (%(workflow_id)s, %(now)s::float8, %(event)s, %(from_status)s, %(to_status)s, %(run)s::int4, %(operator)s,
+    %(source)s, %(reason)s, %(detail)s);
+
+-- name: update_workflow
+UPDATE reliable_workflows
+SET status = %(status)s::text, hold = %(hold)s, run = %(run)s::int4, checked_at = %(now)s::float8,
+    updated_at = CASE WHEN status = %(status)s::text THEN updated_at ELSE %(now)s::float8 END,
+    finished_at = CASE WHEN %(final)s::boolean THEN coalesce(finished_at, %(now)s::float8) ELSE NULL END
+WHERE workflow_id = %(workflow_id)s;
+
+-- name: assign_workflow_node
+-- A new run of a node: a new job id, its result cleared (and, for changed inputs, a new message).
+UPDATE reliable_workflow_nodes
+SET job_id = %(job_id)s, run = %(run)s::int4, result = NULL, result_note = NULL,
+    message = coalesce(%(message)s, message), digest = coalesce(%(digest)s, digest),
+    code_version = CASE WHEN %(message)s::text IS NULL THEN code_version ELSE %(code_version)s END
+WHERE workflow_id = %(workflow_id)s AND node = %(node)s;
+
+-- name: save_node_result
+-- A node's result, in the transaction that commits its job's success.
+UPDATE reliable_workflow_nodes SET result = %(result)s, result_note = %(result_note)s WHERE job_id = %(job_id)s;

@@ -169,3 +169,60 @@ RETURNING barrier_id;
 UPDATE reliable_barriers SET remaining = remaining - 1
 WHERE barrier_id = :barrier_id AND remaining > 0
 RETURNING remaining;
+
+-- Workflows (reliable/store/workflows.py): each write is one BEGIN IMMEDIATE transaction (SQLite's
+-- single writer), so two nodes finishing at once are serialised as on PostgreSQL by the row lock.
+
+-- name: lock_workflow
+SELECT workflow_id, name, status, hold, run FROM reliable_workflows WHERE workflow_id = :workflow_id;
+
+-- name: workflow_nodes
+SELECT n.node, n.job_id, j.status, n.trigger, n.on_upstream_failure, n.pass_results,
+       n.result IS NULL AND n.result_note IS NOT NULL, n.digest
+FROM reliable_workflow_nodes n LEFT JOIN reliable_jobs j ON j.job_id = n.job_id
+WHERE n.workflow_id = :workflow_id ORDER BY n.position;
+
+-- name: workflow_edges
+SELECT parent, child FROM reliable_workflow_edges WHERE workflow_id = :workflow_id;
+
+-- name: workflow_node_messages
+SELECT node, message, owner, checkpoint_schema, queue, actor, job_id, result
+FROM reliable_workflow_nodes WHERE workflow_id = :workflow_id;
+
+-- name: insert_workflow
+INSERT INTO reliable_workflows (workflow_id, name, status, hold, run, owner, created_by, created_at, updated_at,
+    checked_at)
+VALUES (:workflow_id, :name, :status, NULL, 1, :owner, :created_by, :now, :now, :now);
+
+-- name: insert_workflow_node
+INSERT INTO reliable_workflow_nodes (workflow_id, node, position, actor, queue, message, owner, checkpoint_schema,
+    code_version, digest, trigger, on_upstream_failure, pass_results, job_id, run)
+VALUES (:workflow_id, :node, :position, :actor, :queue, :message, :owner, :checkpoint_schema, :code_version,
+    :digest, :trigger, :on_upstream_failure, :pass_results, :job_id, 1);
+
+-- name: insert_workflow_edge
+INSERT INTO reliable_workflow_edges (workflow_id, parent, child) VALUES (:workflow_id, :parent, :child);
+
+-- name: insert_workflow_event
+INSERT INTO reliable_workflow_events (workflow_id, at, event, from_status, to_status, run, operator, source, reason,
+    detail)
+VALUES (:workflow_id, :now, :event, :from_status, :to_status, :run, :operator, :source, :reason, :detail);
+
+-- name: update_workflow
+UPDATE reliable_workflows
+SET status = :status, hold = :hold, run = :run, checked_at = :now,
+    updated_at = CASE WHEN status = :status THEN updated_at ELSE :now END,
+    finished_at = CASE WHEN :final THEN coalesce(finished_at, :now) ELSE NULL END
+WHERE workflow_id = :workflow_id;
+
+-- name: assign_workflow_node
+-- A new run of a node: a new job id, its result cleared (and, for changed inputs, a new message).
+UPDATE reliable_workflow_nodes
+SET job_id = :job_id, run = :run, result = NULL, result_note = NULL,
+    message = coalesce(:message, message), digest = coalesce(:digest, digest),
+    code_version = CASE WHEN :message IS NULL THEN code_version ELSE :code_version END
+WHERE workflow_id = :workflow_id AND node = :node;
+
+-- name: save_node_result
+-- A node's result, in the transaction that commits its job's success.
+UPDATE reliable_workflow_nodes SET result = :result, result_note = :result_note WHERE job_id = :job_id;

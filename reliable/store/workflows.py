@@ -1,0 +1,290 @@
+"""Workflow rows: create a workflow with its nodes, edges and first jobs in one transaction, and
+change it only while holding its lock (`WorkflowStore.locked`), reading its nodes' job states in
+that same transaction.
+
+What a workflow does next is decided by reliable.workflows.planning (pure); this module only reads
+and writes. Job rows are registered with the store's own statement (`SqlRunner.register`), so a
+node's job is an ordinary job: the state machine, leases and operators' commands apply to it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, func, select
+
+from ..errors import ReliableError
+from ..workflows.planning import NodeView, Snapshot, WorkflowStatus
+from .records import NewJob
+from .schema import jobs, workflow_edges, workflow_events, workflow_nodes, workflows
+from .sqlrunner import Tx
+from .store import StateStore
+
+__all__ = ["LockedWorkflow", "NodeRow", "WorkflowNotFound", "WorkflowStore"]
+
+
+class WorkflowNotFound(ReliableError):
+    """No workflow has the given id."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(f"no workflow with id {workflow_id!r}")
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A node as stored: what registering its job needs, and its result."""
+
+    node: str
+    job_id: str
+    actor: str
+    queue: str
+    message: dict[str, Any]
+    owner: str | None
+    checkpoint_schema: int | None
+    result: str | None  # JSON text
+
+
+def _event_params(workflow_id: str, event: str, *, from_status: str | None, to_status: str | None, run: int,
+                  operator: str | None, source: str | None, reason: str | None,
+                  detail: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"workflow_id": workflow_id, "event": event, "from_status": from_status, "to_status": to_status,
+            "run": run, "operator": operator, "source": source, "reason": reason,
+            "detail": json.dumps(dict(detail), sort_keys=True) if detail else None}
+
+
+class LockedWorkflow:
+    """One workflow inside a transaction that holds its lock: its snapshot, and the writes allowed."""
+
+    def __init__(self, owner: WorkflowStore, tx: Tx, row: Sequence[Any]) -> None:
+        self._owner = owner
+        self._sql = owner.store._sql
+        self._tx = tx
+        self.workflow_id: str = row[0]
+        self.name: str = row[1]
+        self.status: str = row[2]
+        self.hold: str | None = row[3]
+        self.run: int = int(row[4])
+        self.registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+        self.snapshot = self._load()
+
+    def _load(self) -> Snapshot:
+        params = {"workflow_id": self.workflow_id}
+        nodes = self._sql._execute(self._tx, "workflow_nodes", params).fetchall()
+        parents: dict[str, list[str]] = {row[0]: [] for row in nodes}
+        position = {row[0]: index for index, row in enumerate(nodes)}
+        for parent, child in self._sql._execute(self._tx, "workflow_edges", params).fetchall():
+            parents[child].append(parent)
+        views = tuple(NodeView(name=row[0], job_id=row[1], job_status=row[2], trigger=row[3],
+                               on_upstream_failure=row[4], pass_results=bool(row[5]), result_missing=bool(row[6]),
+                               digest=row[7], parents=tuple(sorted(parents[row[0]], key=position.__getitem__)))
+                      for row in nodes)
+        return Snapshot(self.workflow_id, views, hold=self.hold, status=self.status, run=self.run)
+
+    def reload(self) -> Snapshot:
+        """Read the nodes again (after registering or assigning jobs in this transaction)."""
+        self.snapshot = Snapshot(self.workflow_id, self._load().nodes, hold=self.hold, status=self.status,
+                                 run=self.run)
+        return self.snapshot
+
+    def node_rows(self) -> dict[str, NodeRow]:
+        """Every node's stored message and result."""
+        rows = self._sql._execute(self._tx, "workflow_node_messages", {"workflow_id": self.workflow_id}).fetchall()
+        return {row[0]: NodeRow(node=row[0], message=json.loads(row[1]), owner=row[2], checkpoint_schema=row[3],
+                                queue=row[4], actor=row[5], job_id=row[6], result=row[7]) for row in rows}
+
+    def register(self, new_jobs: Sequence[NewJob]) -> None:
+        """Register node jobs PENDING in this transaction (a job id that exists is left alone)."""
+        if new_jobs:
+            self.registered.append(self._owner.store._register_in(self._tx, new_jobs))
+
+    def assign(self, node: str, job_id: str, *, message: Mapping[str, Any] | None = None, digest: str | None = None,
+               code_version: str | None = None) -> None:
+        """Give `node` a new job id for this run (its result cleared); with `message`, new inputs."""
+        self._sql._execute(self._tx, "assign_workflow_node", {
+            "workflow_id": self.workflow_id, "node": node, "job_id": job_id, "run": self.run,
+            "message": None if message is None else json.dumps(dict(message)), "digest": digest,
+            "code_version": code_version})
+
+    def save(self, *, status: str, hold: str | None, run: int | None = None) -> None:
+        """Write the workflow's status, hold and run (and when it was checked)."""
+        self._resolve_now()
+        self._sql._execute(self._tx, "update_workflow", {
+            "workflow_id": self.workflow_id, "status": status, "hold": hold,
+            "run": self.run if run is None else run, "final": status in WorkflowStatus.FINAL})
+        self.status, self.hold = status, hold
+        if run is not None:
+            self.run = run
+
+    def event(self, event: str, *, from_status: str | None = None, to_status: str | None = None,
+              operator: str | None = None, source: str | None = None, reason: str | None = None,
+              detail: Mapping[str, Any] | None = None) -> None:
+        """Append one event to the workflow's history."""
+        self._resolve_now()
+        self._sql._execute(self._tx, "insert_workflow_event", _event_params(
+            self.workflow_id, event, from_status=from_status, to_status=to_status, run=self.run, operator=operator,
+            source=source, reason=reason, detail=detail))
+
+    def _resolve_now(self) -> None:
+        if self._tx.now is None:
+            self._tx.now = self._sql._resolve_now(self._tx)
+
+
+class WorkflowStore:
+    """The workflow tables of one StateStore."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def create(self, workflow: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
+               edges: Sequence[tuple[str, str]], roots: Sequence[NewJob], *,
+               detail: Mapping[str, Any] | None = None) -> None:
+        """Store a workflow (its row, nodes, edges, a `submitted` event) and register its root jobs,
+        all in one transaction."""
+        self.store.check_schema()
+        sql = self.store._sql
+        registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+        with sql.transaction() as tx:
+            if tx.now is None:
+                tx.now = sql._resolve_now(tx)
+            workflow_id = workflow["workflow_id"]
+            sql._execute(tx, "insert_workflow", dict(workflow))
+            for row in nodes:
+                sql._execute(tx, "insert_workflow_node", {"workflow_id": workflow_id, **row})
+            for parent, child in edges:
+                sql._execute(tx, "insert_workflow_edge", {"workflow_id": workflow_id, "parent": parent, "child": child})
+            sql._execute(tx, "insert_workflow_event", _event_params(
+                workflow_id, "workflow_submitted", from_status=None, to_status=workflow["status"], run=1,
+                operator=workflow.get("created_by"), source="api", reason=None, detail=detail))
+            if roots:
+                registered.append(self.store._register_in(tx, roots))
+        self._emit(registered)
+
+    @contextmanager
+    def locked(self, workflow_id: str) -> Iterator[LockedWorkflow]:
+        """The workflow, locked for the transaction of the block (its writes commit together)."""
+        self.store.check_schema()
+        sql = self.store._sql
+        with sql.transaction() as tx:
+            row = sql._execute(tx, "lock_workflow", {"workflow_id": workflow_id}).fetchone()
+            if row is None:
+                raise WorkflowNotFound(workflow_id)
+            locked = LockedWorkflow(self, tx, row)
+            yield locked
+        self._emit(locked.registered)
+
+    def _emit(self, registered: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
+        for rows, events in registered:
+            self.store._emit_registered(rows, events)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def find(self, workflow_id: str) -> dict[str, Any] | None:
+        """The workflow's row, or None."""
+        with self.store.read() as conn:
+            row = conn.execute(select(workflows).where(workflows.c.workflow_id == workflow_id)).mappings().first()
+        return None if row is None else dict(row)
+
+    def get(self, workflow_id: str) -> dict[str, Any]:
+        """The workflow's row; WorkflowNotFound if there is none."""
+        found = self.find(workflow_id)
+        if found is None:
+            raise WorkflowNotFound(workflow_id)
+        return found
+
+    def ids_with_prefix(self, prefix: str, *, limit: int = 2) -> list[str]:
+        """Workflow ids starting with `prefix`."""
+        with self.store.read() as conn:
+            return list(conn.execute(select(workflows.c.workflow_id).where(
+                workflows.c.workflow_id.startswith(prefix, autoescape=True)).limit(limit)).scalars())
+
+    def nodes(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The workflow's nodes in declaration order, each with its job's status, attempt and error."""
+        stmt = (select(workflow_nodes, jobs.c.status.label("job_status"), jobs.c.attempt,
+                       jobs.c.last_error_class, jobs.c.last_error_message, jobs.c.finished_at)
+                .select_from(workflow_nodes.outerjoin(jobs, jobs.c.job_id == workflow_nodes.c.job_id))
+                .where(workflow_nodes.c.workflow_id == workflow_id).order_by(workflow_nodes.c.position))
+        with self.store.read() as conn:
+            return [dict(row) for row in conn.execute(stmt).mappings()]
+
+    def edges(self, workflow_id: str) -> list[tuple[str, str]]:
+        """(parent, child) pairs."""
+        with self.store.read() as conn:
+            return [(p, c) for p, c in conn.execute(select(workflow_edges.c.parent, workflow_edges.c.child).where(
+                workflow_edges.c.workflow_id == workflow_id).order_by(workflow_edges.c.parent, workflow_edges.c.child))]
+
+    def snapshot(self, workflow_id: str) -> Snapshot:
+        """The workflow as planning sees it (read without the lock: for display and dry runs)."""
+        row = self.get(workflow_id)
+        parents: dict[str, list[str]] = {}
+        for parent, child in self.edges(workflow_id):
+            parents.setdefault(child, []).append(parent)
+        nodes = self.nodes(workflow_id)
+        position = {n["node"]: n["position"] for n in nodes}
+        views = tuple(NodeView(name=n["node"], job_id=n["job_id"], job_status=n["job_status"], trigger=n["trigger"],
+                               on_upstream_failure=n["on_upstream_failure"], pass_results=bool(n["pass_results"]),
+                               result_missing=n["result"] is None and n["result_note"] is not None, digest=n["digest"],
+                               parents=tuple(sorted(parents.get(n["node"], ()), key=position.__getitem__)))
+                      for n in nodes)
+        return Snapshot(workflow_id, views, hold=row["hold"], status=row["status"], run=int(row["run"]))
+
+    def listing(self, *, status: Sequence[str] | None = None, name: str | None = None,
+             limit: int = 50) -> list[dict[str, Any]]:
+        """Workflows, newest first, with how many nodes each has."""
+        counts = (select(workflow_nodes.c.workflow_id, func.count().label("nodes"))
+                  .group_by(workflow_nodes.c.workflow_id).subquery())
+        stmt = (select(workflows, counts.c.nodes)
+                .select_from(workflows.outerjoin(counts, counts.c.workflow_id == workflows.c.workflow_id))
+                .order_by(workflows.c.created_at.desc(), workflows.c.workflow_id).limit(limit))
+        if status:
+            stmt = stmt.where(workflows.c.status.in_(list(status)))
+        if name:
+            stmt = stmt.where(workflows.c.name == name)
+        with self.store.read() as conn:
+            return [dict(row) for row in conn.execute(stmt).mappings()]
+
+    def events(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The workflow's own history, oldest first."""
+        stmt = (select(workflow_events).where(workflow_events.c.workflow_id == workflow_id)
+                .order_by(workflow_events.c.id))
+        with self.store.read() as conn:
+            rows = [dict(row) for row in conn.execute(stmt).mappings()]
+        for row in rows:
+            row["detail"] = json.loads(row["detail"]) if row["detail"] else {}
+        return rows
+
+    def unsettled(self, *, checked_before: float, limit: int = 50) -> list[str]:
+        """Workflows still running whose nodes were last looked at before `checked_before` (the
+        recovery loop advances them: a worker may have died between a node's outcome and the advance)."""
+        stmt = (select(workflows.c.workflow_id)
+                .where(workflows.c.status.in_([WorkflowStatus.RUNNING, WorkflowStatus.STOPPING]),
+                       workflows.c.checked_at < checked_before)
+                .order_by(workflows.c.checked_at).limit(limit))
+        with self.store.read() as conn:
+            return list(conn.execute(stmt).scalars())
+
+    def node_of(self, job_id: str) -> tuple[str, str] | None:
+        """(workflow_id, node) of the node whose current job is `job_id`."""
+        stmt = select(workflow_nodes.c.workflow_id, workflow_nodes.c.node).where(workflow_nodes.c.job_id == job_id)
+        with self.store.read() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else (row[0], row[1])
+
+    def parent_results(self, job_id: str) -> dict[str, dict[str, Any]]:
+        """For the node running `job_id`: each parent's state, result (JSON text) and result note."""
+        child = workflow_nodes.alias("child")
+        parent = workflow_nodes.alias("parent")
+        stmt = (select(parent.c.node, jobs.c.status, parent.c.result, parent.c.result_note)
+                .select_from(child.join(workflow_edges, and_(workflow_edges.c.workflow_id == child.c.workflow_id,
+                                                             workflow_edges.c.child == child.c.node))
+                             .join(parent, and_(parent.c.workflow_id == child.c.workflow_id,
+                                                parent.c.node == workflow_edges.c.parent))
+                             .outerjoin(jobs, jobs.c.job_id == parent.c.job_id))
+                .where(child.c.job_id == job_id))
+        with self.store.read() as conn:
+            return {row[0]: {"status": row[1], "result": row[2], "result_note": row[3]}
+                    for row in conn.execute(stmt)}
