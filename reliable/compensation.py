@@ -11,6 +11,7 @@ from typing import Any
 
 import dramatiq
 
+from .dispatch import declare_queue
 from .store import Job, StateStore
 
 __all__ = ["compensate"]
@@ -38,8 +39,7 @@ def compensate(store: StateStore, broker: dramatiq.Broker | None, job: Job, acto
     message: dramatiq.Message[Any] = dramatiq.Message(queue_name=job.queue, actor_name=actor, args=(job.job_id,),
                                                       kwargs={}, options={})
     try:
-        if job.queue not in broker.get_declared_queues():
-            broker.declare_queue(job.queue)
+        declare_queue(broker, job.queue)
         broker.enqueue(message)
     except Exception as exc:
         store.record_event(job.job_id, "compensation_pending", **audit,

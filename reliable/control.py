@@ -24,7 +24,7 @@ import dramatiq
 
 from .bulk import BulkReport, Progress, RateLimiter, run_bulk
 from .compensation import compensate
-from .dispatch import dispatch
+from .dispatch import declare_queue, dispatch
 from .errors import ControlRefused, JobNotFound, ReasonRequired, ReliableError, TransitionRefused
 from .operators import COMMAND_ORDER, COMMANDS, Operator, OperatorsPolicy
 from .options import stored_contract
@@ -509,7 +509,7 @@ class Control:
         dispatched = False
         if plan.dispatch and self.broker is not None:
             try:
-                _declare(self.broker, new.queue)
+                declare_queue(self.broker, new.queue)
                 dispatch(self.broker, new)
                 dispatched = True
             except Exception as exc:  # the store is the truth: the sweeper re-publishes it
@@ -541,11 +541,6 @@ class Control:
                                             "source": identity.source})
             raise exc
         return CommandResult(command, job.job_id, "refused", str(exc), before=job, job=job)
-
-
-def _declare(broker: dramatiq.Broker, queue: str) -> None:
-    if queue not in broker.get_declared_queues():
-        broker.declare_queue(queue)
 
 
 def _describe(plan: _Plan, job: Job, *, dry_run: bool) -> str:

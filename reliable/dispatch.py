@@ -8,7 +8,7 @@ import dramatiq
 
 from .store import Job
 
-__all__ = ["dispatch", "message_for"]
+__all__ = ["declare_queue", "dispatch", "message_for"]
 
 
 def message_for(job: Job, *, traceback: str | None = None) -> dramatiq.Message[Any]:
@@ -36,6 +36,12 @@ def message_for(job: Job, *, traceback: str | None = None) -> dramatiq.Message[A
         message_id=job.job_id,
         message_timestamp=int(data.get("message_timestamp") or 0),
     )
+
+
+def declare_queue(broker: dramatiq.Broker, queue: str) -> None:
+    """Declare `queue` on `broker` unless it is (a CLI's broker has declared no actor's queue)."""
+    if queue not in broker.get_declared_queues():
+        broker.declare_queue(queue)
 
 
 def dispatch(broker: dramatiq.Broker, job: Job, *, delay_ms: int | None = None) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import dramatiq
 
+from ..dispatch import declare_queue
 from ..errors import ReliableError
 from ..store import NewJob, NodeResult, StateStore
 from ..store.workflows import LockedWorkflow, NodeRow, WorkflowStore
@@ -150,6 +151,7 @@ def _publish(broker: dramatiq.Broker | None, new_jobs: Iterable[NewJob], workflo
     for job in new_jobs:
         data = dict(job.message)
         try:
+            declare_queue(broker, job.queue)
             broker.enqueue(dramatiq.Message(**{**data, "options": dict(data.get("options") or {})}))
         except Exception:  # registered: the sweeper of PENDING jobs publishes it
             logger.warning("workflow %s: publishing job %s failed; the recovery loop will", workflow_id,

@@ -1,0 +1,248 @@
+"""`reliable workflow`: list, show (the DAG drawn with node states), pause, stop, cancel, resume, restart.
+
+Thin over `reliable.workflows.engine.WorkflowEngine`: every command is audited on the workflow
+(who, why) and, for each node job it touches, on the job by `Control`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ..errors import ConfigError, ReliableError
+from ..store import StateStore
+from ..store.workflows import WorkflowStore
+from ..workflows.definition import Workflow
+from ..workflows.drawing import draw_dag
+from ..workflows.engine import WorkflowCommand, WorkflowEngine, find_middleware
+from ..workflows.planning import WorkflowStatus, node_states
+from .common import emit_json, fmt_time, handle_errors, id_column, open_store, print_table, stdout_console, store_option
+from .control import EXIT_ERROR, EXIT_REFUSED, build_control
+
+__all__ = ["workflow"]
+
+_MIN_PREFIX = 6
+
+
+@click.group()
+def workflow() -> None:
+    """Workflows (DAGs of jobs): list, show, pause, stop, cancel, resume, restart.
+
+    A workflow id may be cut to its first 6 or more characters when no other workflow's id starts
+    with them.
+    """
+
+
+def _resolve(rows: WorkflowStore, given: str) -> str:
+    given = given.strip().removesuffix("...")
+    if rows.find(given) is not None:
+        return given
+    if len(given) < _MIN_PREFIX:
+        raise ConfigError(f"no workflow with id {given!r} (a prefix needs at least {_MIN_PREFIX} characters)")
+    found = rows.ids_with_prefix(given, limit=3)
+    if not found:
+        raise ConfigError(f"no workflow with id {given!r}")
+    if len(found) > 1:
+        raise ConfigError(f"workflow id prefix {given!r} is ambiguous: {', '.join(found)}...")
+    return found[0]
+
+
+@workflow.command("list")
+@store_option
+@click.option("--status", "statuses", multiple=True, metavar="STATUS",
+              type=click.Choice(WorkflowStatus.ALL, case_sensitive=False),
+              help="Only workflows in this status (repeatable).")
+@click.option("--name", help="Only workflows with this name.")
+@click.option("--limit", default=50, show_default=True, help="At most this many rows (newest first).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@handle_errors
+def list_(store_url: str | None, statuses: tuple[str, ...], name: str | None, limit: int, as_json: bool) -> None:
+    """List workflows, newest first."""
+    rows = WorkflowStore(open_store(store_url)).listing(status=[s.upper() for s in statuses], name=name, limit=limit)
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(id_column("workflow_id"), "name", "status", "hold", "run", "nodes", "created", "updated",
+                  title=f"workflows ({len(rows)})")
+    for row in rows:
+        table.add_row(row["workflow_id"], row["name"], row["status"], row["hold"] or "-", str(row["run"]),
+                      str(row["nodes"] or 0), fmt_time(row["created_at"]), fmt_time(row["updated_at"]))
+    print_table(stdout_console(), table)
+
+
+@workflow.command("show")
+@store_option
+@click.argument("workflow_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (workflow, nodes with states, edges, events).")
+@handle_errors
+def show(store_url: str | None, workflow_id: str, as_json: bool) -> None:
+    """Show a workflow: its DAG drawn with each node's state, its nodes' jobs and its history."""
+    rows = WorkflowStore(open_store(store_url))
+    workflow_id = _resolve(rows, workflow_id)
+    head = rows.get(workflow_id)
+    nodes = rows.nodes(workflow_id)
+    snapshot = rows.snapshot(workflow_id)
+    states = node_states(snapshot)
+    events = rows.events(workflow_id)
+    if as_json:
+        emit_json({"workflow": head, "nodes": [{**{k: v for k, v in n.items() if k != "message"},
+                                                "state": states[n["node"]]} for n in nodes],
+                   "edges": rows.edges(workflow_id), "events": events})
+        return
+    click.echo(f"workflow {workflow_id}  {head['name']}  {head['status']}"
+               + (f"  (hold: {head['hold']})" if head["hold"] else "") + f"  run {head['run']}")
+    click.echo(f"created {fmt_time(head['created_at'])}  updated {fmt_time(head['updated_at'])}"
+               + (f"  finished {fmt_time(head['finished_at'])}" if head["finished_at"] else ""))
+    click.echo()
+    by_name = {n["node"]: n for n in nodes}
+    labels = {}
+    for name, state in states.items():
+        error = by_name[name].get("last_error_message") if state in ("FAILED", "DEAD", "REVIEW") else None
+        labels[name] = state + (f"  {error.splitlines()[0][:80]}" if error else "")
+    for line in draw_dag([n["node"] for n in nodes], {v.name: v.parents for v in snapshot.nodes}, labels):
+        click.echo(line)
+    table = Table("node", "state", "actor", id_column("job_id"), "attempt", "run", "finished", title="nodes")
+    for n in nodes:
+        table.add_row(n["node"], states[n["node"]], n["actor"], n["job_id"] if n["job_status"] else "-",
+                      str(n["attempt"] or 0), str(n["run"]), fmt_time(n["finished_at"]))
+    print_table(stdout_console(), table)
+    history = Table("at", "event", "from", "to", "operator", "reason", title="history")
+    for event in events[-20:]:
+        history.add_row(fmt_time(event["at"]), event["event"], event["from_status"] or "-", event["to_status"] or "-",
+                        event["operator"] or "-", event["reason"] or "-")
+    print_table(stdout_console(), history)
+
+
+def _command_options(func: Any) -> Any:
+    options = [
+        store_option,
+        click.argument("workflow_id"),
+        click.option("--reason", help="Why you are doing this (required, also with --dry-run); recorded on the "
+                                      "workflow and on every job the command changes."),
+        click.option("--operator", "operator_name", help="Who you are, for the audit trail [default: "
+                                                         "$RELIABLE_OPERATOR, else your OS user]."),
+        click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
+                     show_envvar=True, help="Operators policy (YAML): the command must be allowed on every node's "
+                                            "queue and owner."),
+        click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
+                     help="RabbitMQ URL: publish the jobs that start now (without it the workers' sweeper does)."),
+        click.option("--dry-run", is_flag=True, help="Print the plan; change nothing, record nothing."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _run(command: str, params: dict[str, Any], definition: str | None = None) -> None:
+    if not params.get("reason"):
+        raise click.UsageError("--reason is required: say why (it is recorded on the workflow and its jobs); "
+                               "nothing was done")
+    try:
+        store = open_store(params["store_url"])
+        rows = WorkflowStore(store)
+        workflow_id = _resolve(rows, params["workflow_id"])
+        control = build_control(store, {**params, "policies_path": None})
+        engine = _engine(store, control.broker, definition)
+        reason, dry_run = params["reason"], params["dry_run"]
+        if command in ("pause", "stop", "cancel"):
+            result = engine.hold(command, workflow_id, control, reason=reason, dry_run=dry_run)
+        elif command == "resume":
+            loaded = _load_definition(definition) if definition else None
+            result = engine.resume(workflow_id, control, reason=reason, dry_run=dry_run, definition=loaded)
+        else:
+            result = engine.restart(workflow_id, control, reason=reason, dry_run=dry_run)
+    except ReliableError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    _render(result, params["as_json"])
+    if not result.ok:
+        sys.exit(EXIT_REFUSED)
+
+
+def _engine(store: StateStore, broker: Any, definition: str | None) -> WorkflowEngine:
+    if not definition:
+        return WorkflowEngine(store, broker)
+    _import_target(definition)  # the application: its broker has reliable installed and the actors declared
+    import dramatiq
+
+    app_broker = dramatiq.get_broker()
+    return WorkflowEngine(store, broker or app_broker, middleware=find_middleware(app_broker))
+
+
+def _import_target(spec: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError("--definition must be MODULE:ATTRIBUTE (a Workflow or a function returning one), "
+                          f"got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--definition {spec}: cannot import {module_name!r}: {exc}") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(f"--definition {spec}: module {module_name!r} has no {attribute!r}") from None
+
+
+def _load_definition(spec: str) -> Workflow:
+    target = _import_target(spec)
+    value = target() if callable(target) and not isinstance(target, Workflow) else target
+    if not isinstance(value, Workflow):
+        raise ConfigError(f"--definition {spec}: expected a reliable Workflow, got {type(value).__name__}")
+    return value
+
+
+def _render(result: WorkflowCommand, as_json: bool) -> None:
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    stream = sys.stderr if not result.ok else sys.stdout
+    prefix = "error: " if not result.ok else ""
+    click.echo(f"{prefix}{result.command} {result.workflow_id}: {result.message}", file=stream)
+    plan = result.plan
+    if plan is not None and plan.refusal is None:
+        for label, names in (("keep", plan.keep), ("resume", plan.resume), ("run again", plan.rerun),
+                             ("changed", plan.changed)):
+            if names:
+                click.echo(f"  {label} ({len(names)}): {', '.join(names)}")
+    for job in result.jobs:
+        if not job.ok:
+            click.echo(f"  refused: job {job.job_id}: {job.message}", err=True)
+    if result.status and result.outcome == "done":
+        click.echo(f"  status: {result.status}")
+
+
+def _command(name: str, help_text: str) -> None:
+    @workflow.command(name, help=help_text)
+    @_command_options
+    @handle_errors
+    def command(**params: Any) -> None:
+        _run(name, params)
+
+
+_command("pause", "Pause a workflow: no node starts, its jobs pause (running ones at their next checkpoint).")
+_command("stop", "Stop a workflow: no node starts, running jobs stop after their current unit.")
+_command("cancel", "Cancel a workflow: no node starts, its jobs are cancelled (compensation runs where declared).")
+_command("restart", "Run every node of a finished or stopped workflow again, as new jobs.")
+
+
+@workflow.command("resume")
+@_command_options
+@click.option("--definition", metavar="MODULE:ATTR",
+              help="The workflow as declared now (a Workflow, or a function returning one, in your application: "
+                   "importing it installs reliable on its broker). Nodes whose inputs or actor code_version "
+                   "changed are recomputed with everything downstream of them.")
+@handle_errors
+def resume(definition: str | None, **params: Any) -> None:
+    """Resume a workflow: re-run only its failed, stopped or cancelled nodes and what depends on them;
+    keep every succeeded node's result (unless --definition shows its inputs changed).
+
+    Exit status: 0 done; 1 refused (recorded on the workflow as `command_refused`); 2 bad input.
+    """
+    _run("resume", params, definition)
+
