@@ -384,6 +384,10 @@ class Control:
                             hint=_REVIEW_HINT if job.status is S.REVIEW else
                             "only PAUSED or STOPPED jobs resume; use `reliable restart` or `reliable retry`")
         contract = self.contract_for(job)
+        if job.attempt == 0 and job.checkpoint is None:
+            # Paused or stopped while PENDING: it never ran, so there is nothing to resume from and
+            # nothing that could repeat; it simply becomes PENDING again, whatever its contract.
+            return _Plan(Event.RESUME, dispatch=self.broker is not None, detail={"never_ran": True})
         if not contract.resumable:
             raise ControlRefused(
                 f"job {job.job_id}: actor {job.actor!r} is not resumable"

@@ -74,7 +74,7 @@ def node(name: str, target: Any, *, after: Iterable[str] = (), trigger: str = "a
          on_upstream_failure: str = "fail", pass_results: bool = False) -> Node:
     """Declare a node calling `target`: a Dramatiq actor (called without arguments) or a message
     (`actor.message(*args, **kwargs)` or `actor.message_with_options(...)`)."""
-    message = target.message() if hasattr(target, "message") and not hasattr(target, "actor_name") else target
+    message = target.message() if hasattr(target, "send") else target  # an Actor, else a Message
     for attribute in ("actor_name", "queue_name", "args", "kwargs", "options"):
         if not hasattr(message, attribute):
             raise WorkflowDefinitionError(f"node {name!r}: expected a Dramatiq actor or message, got {target!r}")

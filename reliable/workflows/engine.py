@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import dramatiq
 
 from ..dispatch import declare_queue
-from ..errors import ReliableError
+from ..errors import ControlRefused, ReliableError
 from ..store import NewJob, NodeResult, StateStore
 from ..store.workflows import LockedWorkflow, NodeRow, WorkflowStore
 from .definition import Workflow, WorkflowDefinitionError, input_digest
@@ -143,6 +143,17 @@ def node_result(job_id: str, value: Any) -> NodeResult:
         return NodeResult(job_id, None, f"the result is {len(text.encode())} bytes, over the {RESULT_LIMIT}-byte "
                                         "limit for results kept in the store (use Dramatiq's Results)")
     return NodeResult(job_id, text)
+
+
+def _each(control: Control, command: str, job_id: str, reason: str | None) -> CommandResult:
+    """One job command of a workflow command: a refusal (audited on the job by Control) is a result."""
+    from ..control import CommandResult
+
+    try:
+        result: CommandResult = getattr(control, command)(job_id, reason=reason)
+    except ControlRefused as exc:
+        return CommandResult(command, job_id, "refused", str(exc))
+    return result
 
 
 def _publish(broker: dramatiq.Broker | None, new_jobs: Iterable[NewJob], workflow_id: str) -> None:
@@ -296,7 +307,7 @@ class WorkflowEngine:
                          reason=reason, detail={"jobs": len(targets)})
             self._settle(locked, command)
         scoped = control.with_detail(workflow_id=workflow_id)
-        results = tuple(getattr(scoped, name)(job_id, reason=reason) for job_id, name in targets)
+        results = tuple(_each(scoped, name, job_id, reason) for job_id, name in targets)
         status = self.advance(workflow_id)
         refused = [r for r in results if not r.ok]
         message = f"{command} requested: {len(results) - len(refused)} job(s) acted on"
@@ -328,7 +339,9 @@ class WorkflowEngine:
         changes = self._changes(workflow_id, definition) if definition is not None else {}
         digests = {name: digest for name, (digest, _, _) in changes.items()}
         snapshot = self.rows.snapshot(workflow_id)
-        plan = restart_plan(snapshot) if command == "restart" else resume_plan(snapshot, digests)
+        resumable = {view.name for view in snapshot.nodes if view.job_status in ("PAUSED", "STOPPED")
+                     and control.resume(view.job_id, reason=reason, dry_run=True).ok}
+        plan = restart_plan(snapshot) if command == "restart" else resume_plan(snapshot, digests, resumable)
         if plan.refusal is not None:
             return self._refuse(command, workflow_id, control, reason, plan.refusal, dry_run=dry_run, plan=plan)
         summary = (f"keep {len(plan.keep)} node(s), resume {len(plan.resume)} job(s), "
@@ -339,7 +352,7 @@ class WorkflowEngine:
         identity = control.identity
         with self.rows.locked(workflow_id) as locked:
             current = restart_plan(locked.snapshot) if command == "restart" else \
-                resume_plan(locked.snapshot, digests)
+                resume_plan(locked.snapshot, digests, resumable)
             if current.as_dict() != plan.as_dict():  # a node moved since the plan was made
                 return self._refuse(command, workflow_id, control, reason,
                                     "the workflow changed while the plan was made; try again", dry_run=False,
@@ -355,11 +368,13 @@ class WorkflowEngine:
                          detail=plan.as_dict())
             locked.reload()
         scoped = control.with_detail(workflow_id=workflow_id)
-        resumed = tuple(scoped.resume(view.job_id, reason=reason) for view in snapshot.nodes
+        replaced = tuple(_each(scoped, "cancel", view.job_id, reason) for view in snapshot.nodes
+                         if view.name in plan.rerun and view.job_status in ("PAUSED", "STOPPED"))
+        resumed = tuple(_each(scoped, "resume", view.job_id, reason) for view in snapshot.nodes
                         if view.name in plan.resume)
         status = self.advance(workflow_id)
         return WorkflowCommand(command, workflow_id, "done", f"{command}d: {summary}", status=status, plan=plan,
-                               jobs=resumed, started=plan.rerun)
+                               jobs=replaced + resumed, started=plan.rerun)
 
     def _changes(self, workflow_id: str, definition: Workflow) -> dict[str, tuple[str, dict[str, Any], str | None]]:
         """Per node of `definition`: (digest, message to register, code version), checked to have

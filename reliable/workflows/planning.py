@@ -12,7 +12,7 @@ because a permanent failure settles every node downstream of it at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..states import JobStatus
@@ -195,11 +195,16 @@ class ResumePlan:
 _RERUN_STATES = frozenset({JobStatus.FAILED.value, JobStatus.DEAD.value, JobStatus.CANCELLED.value})
 
 
-def resume_plan(snapshot: Snapshot, digests: Mapping[str, str] | None = None) -> ResumePlan:
+def resume_plan(snapshot: Snapshot, digests: Mapping[str, str] | None = None,
+                resumable: Collection[str] | None = None) -> ResumePlan:
     """Resume a workflow: re-run only its failed and cancelled nodes and what depends on them, resume
     its paused or stopped jobs from their checkpoints, keep every succeeded node's result, except
     where `digests` (a node's new input digest) differ from the stored ones: those nodes and their
-    descendants are recomputed."""
+    descendants are recomputed.
+
+    `resumable`: the paused or stopped nodes whose jobs may resume as jobs (Control's dry run says);
+    the others run again as new jobs. None: all of them may.
+    """
     states = node_states(snapshot)
     status = workflow_status(snapshot, states)
     changed = sorted(name for name, digest in (digests or {}).items() if snapshot.node(name).digest != digest)
@@ -213,14 +218,15 @@ def resume_plan(snapshot: Snapshot, digests: Mapping[str, str] | None = None) ->
         return ResumePlan(refusal="the workflow SUCCEEDED: nothing to resume (restart runs it all again)",
                           states=states)
     active = [name for name, state in states.items() if state in ACTIVE]
-    roots = [name for name, state in states.items() if state in _RERUN_STATES] + changed
+    held = [name for name, state in states.items() if state in (JobStatus.PAUSED.value, JobStatus.STOPPED.value)]
+    stuck = [name for name in held if resumable is not None and name not in resumable]
+    roots = [name for name, state in states.items() if state in _RERUN_STATES] + changed + stuck
     rerun = descendants(snapshot.children, roots)
     busy = sorted(set(active) & rerun)
     if busy:
         return ResumePlan(refusal=f"node(s) {', '.join(busy)} would run again but are still active: "
                                   "stop or cancel the workflow first", states=states)
-    resume = [name for name, state in states.items()
-              if state in (JobStatus.PAUSED.value, JobStatus.STOPPED.value) and name not in rerun]
+    resume = [name for name in held if name not in rerun]
     keep = [name for name, state in states.items() if state == JobStatus.SUCCEEDED.value and name not in rerun]
     order = [each.name for each in snapshot.nodes]
     return ResumePlan(keep=tuple(keep), resume=tuple(resume), rerun=tuple(n for n in order if n in rerun),

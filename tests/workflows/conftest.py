@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from middleware.middleware_harness import Harness, make_harness
+from middleware_harness import Harness, make_harness
 
 POLICY = """\
 version: 1
