@@ -101,8 +101,10 @@ def show(store_url: str | None, workflow_id: str, as_json: bool) -> None:
     by_name = {n["node"]: n for n in nodes}
     labels = {}
     for name, state in states.items():
-        error = by_name[name].get("last_error_message") if state in ("FAILED", "DEAD", "REVIEW") else None
-        labels[name] = state + (f"  {error.splitlines()[0][:80]}" if error else "")
+        row = by_name[name]
+        error = row["last_error_message"] if state in ("FAILED", "DEAD", "REVIEW") else None
+        kind = (row["last_error_type"] or "").rsplit(".", 1)[-1]
+        labels[name] = state + (f"  {kind + ': ' if kind else ''}{error.splitlines()[0][:80]}" if error else "")
     for line in draw_dag([n["node"] for n in nodes], {v.name: v.parents for v in snapshot.nodes}, labels):
         click.echo(line)
     table = Table("node", "state", "actor", id_column("job_id"), "attempt", "run", "finished", title="nodes")

@@ -205,7 +205,7 @@ class WorkflowStore:
     def nodes(self, workflow_id: str) -> list[dict[str, Any]]:
         """The workflow's nodes in declaration order, each with its job's status, attempt and error."""
         stmt = (select(workflow_nodes, jobs.c.status.label("job_status"), jobs.c.attempt,
-                       jobs.c.last_error_class, jobs.c.last_error_message, jobs.c.finished_at)
+                       jobs.c.last_error_class, jobs.c.last_error_type, jobs.c.last_error_message, jobs.c.finished_at)
                 .select_from(workflow_nodes.outerjoin(jobs, jobs.c.job_id == workflow_nodes.c.job_id))
                 .where(workflow_nodes.c.workflow_id == workflow_id).order_by(workflow_nodes.c.position))
         with self.store.read() as conn:

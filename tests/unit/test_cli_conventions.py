@@ -169,7 +169,7 @@ def test_recover_json_one_object_per_pass(sqlite_url: str) -> None:
     assert result.exit_code == 0, result.output
     (line,) = result.stdout.splitlines()
     assert json.loads(line) == {"expired": {}, "retried": [], "redispatched": [], "lost_races": 0,
-                                "expiry_held": False}
+                                "expiry_held": False, "workflows": 0}
 
 
 def test_policy_check_json(tmp_path: Path) -> None:

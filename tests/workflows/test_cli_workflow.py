@@ -1,0 +1,97 @@
+"""`reliable workflow ...` against real stores (SQLite and PostgreSQL), on workflows run by a real worker."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import dramatiq
+from click.testing import CliRunner, Result
+
+import reliable
+from reliable.cli.main import cli
+from reliable.recovery import Recovery
+from reliable.store.workflows import WorkflowStore
+
+Harness = Any
+
+
+def run(store_url: str, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["workflow", *args, "--store", store_url],
+                              env={"RELIABLE_OPERATOR": "carol", "COLUMNS": "200"})
+
+
+def failed_workflow(harness: Harness, ran: Counter[str], broken: set[str]) -> str:
+    @dramatiq.actor(queue_name="default")
+    def step(name: str) -> str:
+        ran[name] += 1
+        if name in broken:
+            raise ValueError(f"{name}: bad row 12")
+        return name
+
+    workflow_id = reliable.workflow("nightly-etl", [
+        reliable.node("extract", step.message("extract")),
+        reliable.node("clean", step.message("clean"), after=["extract"]),
+        reliable.node("stats", step.message("stats"), after=["extract"]),
+        reliable.node("report", step.message("report"), after=["clean", "stats"]),
+    ]).submit(harness.broker)
+    harness.run()
+    return workflow_id
+
+
+def test_list_show_and_resume_through_the_cli(harness: Harness, store_url: str) -> None:
+    ran: Counter[str] = Counter()
+    broken = {"clean"}
+    workflow_id = failed_workflow(harness, ran, broken)
+
+    listed = run(store_url, "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.output)
+    assert (row["workflow_id"], row["name"], row["status"], row["nodes"]) == (workflow_id, "nightly-etl", "FAILED", 4)
+    table = run(store_url, "list", "--status", "failed")
+    assert "nightly-etl" in table.output and "FAILED" in table.output
+
+    shown = run(store_url, "show", workflow_id[:8])
+    assert shown.exit_code == 0, shown.output
+    assert "extract  SUCCEEDED" in shown.output
+    assert "├── clean  FAILED  ValueError: clean: bad row 12" in shown.output
+    assert "│   └── report  UPSTREAM_FAILED" in shown.output
+    assert "└── report  (drawn above)" in shown.output
+    as_json = json.loads(run(store_url, "show", workflow_id, "--json").output)
+    assert {n["node"]: n["state"] for n in as_json["nodes"]} == {
+        "extract": "SUCCEEDED", "clean": "FAILED", "stats": "SUCCEEDED", "report": "UPSTREAM_FAILED"}
+
+    no_reason = run(store_url, "resume", workflow_id)
+    assert no_reason.exit_code == 2 and "--reason is required" in no_reason.output
+
+    dry = run(store_url, "resume", workflow_id, "--reason", "row 12 fixed", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "keep (2): extract, stats" in dry.output and "run again (2): clean, report" in dry.output
+    assert WorkflowStore(harness.store).get(workflow_id)["run"] == 1  # nothing written
+
+    broken.clear()
+    done = run(store_url, "resume", workflow_id, "--reason", "row 12 fixed", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["plan"]["rerun"] == ["clean", "report"]
+    # No --broker: the jobs are registered; the workers' sweeper publishes them.
+    Recovery(harness.store, harness.broker, harness.middleware.policy, sweep_after=0.0).run_once()
+    harness.join()
+    assert WorkflowStore(harness.store).get(workflow_id)["status"] == "SUCCEEDED"
+    assert ran == Counter({"extract": 1, "stats": 1, "clean": 2, "report": 1})
+    history = json.loads(run(store_url, "show", workflow_id, "--json").output)["events"]
+    resume = next(e for e in history if e["event"] == "workflow_resume")
+    assert (resume["operator"], resume["reason"]) == ("carol", "row 12 fixed")
+
+
+def test_commands_on_a_finished_workflow_are_refused_with_exit_1(harness: Harness, store_url: str) -> None:
+    ran: Counter[str] = Counter()
+    workflow_id = failed_workflow(harness, ran, set())
+    refused = run(store_url, "pause", workflow_id, "--reason", "too late")
+    assert refused.exit_code == 1 and "the workflow is SUCCEEDED" in refused.output
+    events = WorkflowStore(harness.store).events(workflow_id)
+    assert events[-1]["event"] == "command_refused" and events[-1]["operator"] == "carol"
+    unknown = run(store_url, "show", "nope")
+    assert unknown.exit_code == 2 and "no workflow with id 'nope'" in unknown.output
+    restarted = run(store_url, "restart", workflow_id, "--reason", "rerun for the audit")
+    assert restarted.exit_code == 0 and "run again (4)" in restarted.output
