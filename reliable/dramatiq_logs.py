@@ -6,6 +6,10 @@ tracked actor whose policy classifies the exception as rate limited (a 429 honou
 its own budget, not a failure) that line is noise repeated at every retry, and it trains people to
 ignore ERROR lines. `RateLimitedRetries` turns it into one INFO line naming the rule; every other
 exception keeps Dramatiq's line as it is.
+
+Dramatiq also warns that an actor's return value "has been discarded" when no Results middleware
+is installed; a workflow node's value is not discarded (reliable stores it for the node's
+children), so `WorkflowNodeResults` drops that warning for workflow nodes only.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 
 import dramatiq
 
-__all__ = ["WORKER_LOGGER", "RateLimitedRetries", "quiet_rate_limited_retries"]
+__all__ = ["WORKER_LOGGER", "RateLimitedRetries", "WorkflowNodeResults", "quiet_rate_limited_retries"]
 
 #: The logger of Dramatiq's worker threads (dramatiq.logging.get_logger(__name__, "WorkerThread")).
 WORKER_LOGGER = "dramatiq.worker.WorkerThread"
@@ -42,6 +46,19 @@ class RateLimitedRetries(logging.Filter):
         return True
 
 
+class WorkflowNodeResults(logging.Filter):
+    """Drops Dramatiq's "returned a value ... discarded" warning when the job running is a workflow node."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for that warning inside a workflow node's run; True for every other record."""
+        if record.levelno != logging.WARNING or "returned a value that is not None" not in str(record.msg):
+            return True
+        from .context import _current
+
+        job = _current.get()
+        return job is None or job.workflow_node is None
+
+
 def _rate_limited_rule(message: object, exception: BaseException) -> str | None:
     from .middleware import ReliableMiddleware
 
@@ -56,7 +73,8 @@ def _rate_limited_rule(message: object, exception: BaseException) -> str | None:
 
 
 def quiet_rate_limited_retries() -> None:
-    """Install the filter on Dramatiq's worker logger, once per process."""
+    """Install the filters on Dramatiq's worker logger, once per process."""
     logger = logging.getLogger(WORKER_LOGGER)
-    if not any(isinstance(f, RateLimitedRetries) for f in logger.filters):
-        logger.addFilter(RateLimitedRetries())
+    for kind in (RateLimitedRetries, WorkflowNodeResults):
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())

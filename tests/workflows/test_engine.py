@@ -320,3 +320,18 @@ def test_workflow_nodes_must_be_tracked_actors(harness: Harness) -> None:
     with pytest.raises(reliable.workflows.WorkflowDefinitionError, match="not tracked by reliable"):
         reliable.workflow("x", [reliable.node("u", untracked)]).submit(harness.broker)
     assert WorkflowStore(harness.store).listing() == []
+
+
+def test_dramatiq_does_not_warn_that_a_nodes_value_is_discarded(harness: Harness,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    r = Recorder()
+
+    @dramatiq.actor(queue_name="default")
+    def plain() -> int:
+        return 1
+
+    reliable.workflow("w", [reliable.node("a", r.step.message("a"))]).submit(harness.broker)
+    plain.send()
+    harness.run()
+    warnings = [rec.getMessage() for rec in caplog.records if "returned a value that is not None" in rec.getMessage()]
+    assert len(warnings) == 1 and "'plain'" in warnings[0]  # the node's value was stored, not discarded
