@@ -26,7 +26,8 @@ from sqlalchemy.engine import Connection
 
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
-from .store.schema import jobs
+from .store.schema import jobs, workflows
+from .workflows.planning import WorkflowStatus
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
 
@@ -71,7 +72,8 @@ class StoreCollector(Collector):
     queue age), ``reliable_jobs_stuck{state,queue}``, ``reliable_dead_letter_jobs{queue}``,
     ``reliable_review_jobs{queue}``, ``reliable_rabbitmq_queue_messages{queue}`` (for each known
     queue ``q``: ``q``, ``q.DQ`` and ``q.XQ`` where they exist), ``reliable_collector_errors_total
-    {source}`` and ``reliable_collector_scrape_seconds``.
+    {source}``, ``reliable_collector_scrape_seconds`` and ``reliable_workflows{status}`` (unfinished
+    statuses only).
 
     Parameters:
       store: the StateStore to read (only its engine is used, read-only).
@@ -206,7 +208,20 @@ class StoreCollector(Collector):
             for queue in queues:
                 stuck.add_metric([sla_state, queue], found.get((sla_state, queue), 0))
         families.append(stuck)
+        families.append(self._workflow_family(conn))
         return families
+
+    @staticmethod
+    def _workflow_family(conn: Connection) -> GaugeMetricFamily:
+        """Workflows in each status someone may act on (final ones grow without bound: not counted)."""
+        open_statuses = [s for s in WorkflowStatus.ALL if s not in WorkflowStatus.FINAL]
+        counts: dict[str, int] = {status: int(n) for status, n in conn.execute(
+            select(workflows.c.status, func.count()).where(workflows.c.status.in_(open_statuses))
+            .group_by(workflows.c.status))}
+        family = GaugeMetricFamily("reliable_workflows", "Workflows in each unfinished status.", labels=["status"])
+        for status in open_statuses:
+            family.add_metric([status], int(counts.get(status, 0)))
+        return family
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ class _Collectors:
     heartbeat_latency: Histogram
     recovery_seconds: Histogram
     checkpoint_age: Histogram
+    workflow_transitions: Counter
 
 
 def _build(registry: CollectorRegistry) -> _Collectors:
@@ -152,6 +153,8 @@ def _build(registry: CollectorRegistry) -> _Collectors:
         checkpoint_age=histogram("reliable_checkpoint_age_seconds",
                                  "Time since the previous checkpoint (or the attempt's start).", aq,
                                  DURATION_BUCKETS),
+        workflow_transitions=counter("reliable_workflow_transitions_total",
+                                     "Workflow status changes, by the status reached.", ("to_status",)),
     )
 
 
@@ -257,6 +260,10 @@ class Metrics:
         if lost:
             c.leases_lost.inc(lost)
         c.leases_held.set(renewed)
+
+    def workflow_transition(self, workflow_id: str, from_status: str, to_status: str) -> None:
+        """Count a workflow's status change (reliable.workflows.engine calls it after the commit)."""
+        self._c.workflow_transitions.labels(to_status).inc()
 
     def heartbeat_failed(self) -> None:
         """Record a heartbeat that could not reach the store."""

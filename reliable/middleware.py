@@ -844,8 +844,9 @@ class ReliableMiddleware(Middleware):
         """Start what this node's outcome allows in its workflow (after the commit: should this
         process die first, the recovery loop's sweep of running workflows does it)."""
         try:
-            self._with_store_retry("advance workflow",
-                                   lambda: WorkflowEngine(self.store, broker).advance(workflow_id))
+            listener = self.metrics.workflow_transition if self.metrics is not None else None
+            engine = WorkflowEngine(self.store, broker, on_transition=listener)
+            self._with_store_retry("advance workflow", lambda: engine.advance(workflow_id))
         except ReliableError as exc:
             logger.warning("workflow %s: advancing it failed (%s); the recovery loop will", workflow_id, exc)
 

@@ -70,6 +70,8 @@ class LockedWorkflow:
         self.hold: str | None = row[3]
         self.run: int = int(row[4])
         self.registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+        #: (from, to) status changes written in this transaction, told to listeners after the commit.
+        self.transitions: list[tuple[str, str]] = []
         self.snapshot = self._load()
 
     def _load(self) -> Snapshot:

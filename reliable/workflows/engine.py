@@ -17,7 +17,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -201,20 +202,36 @@ class WorkflowEngine:
 
     `broker`: publishes the jobs that start (None: the sweeper of PENDING jobs publishes them).
     `middleware`: needed only to recompute nodes from a new definition (resume with changed inputs).
+    `on_transition(workflow_id, from_status, to_status)`: called after the commit of each status
+    change (the worker's metrics count them).
     """
 
     def __init__(self, store: StateStore, broker: dramatiq.Broker | None = None, *,
-                 middleware: ReliableMiddleware | None = None) -> None:
+                 middleware: ReliableMiddleware | None = None,
+                 on_transition: Callable[[str, str, str], None] | None = None) -> None:
         self.store = store
         self.broker = broker
         self.middleware = middleware
+        self.on_transition = on_transition
         self.rows = WorkflowStore(store)
+
+    @contextmanager
+    def _locked(self, workflow_id: str) -> Iterator[LockedWorkflow]:
+        """The workflow locked for one transaction; its status changes told after the commit."""
+        with self.rows.locked(workflow_id) as locked:
+            yield locked
+        for before, after in locked.transitions:
+            if self.on_transition is not None:
+                try:
+                    self.on_transition(workflow_id, before, after)
+                except Exception:  # an observer never breaks a workflow
+                    logger.exception("workflow %s: transition listener failed", workflow_id)
 
     # -- advancing -------------------------------------------------------------------------------
 
     def advance(self, workflow_id: str) -> str:
         """Start the nodes whose parents allow it and settle the workflow's status; the status."""
-        with self.rows.locked(workflow_id) as locked:
+        with self._locked(workflow_id) as locked:
             started = self._start_ready(locked)
             status = self._settle(locked, locked.hold)
         _publish(self.broker, started, workflow_id)
@@ -271,6 +288,7 @@ class WorkflowEngine:
             failed = sorted(name for name, state in states.items() if state in ("FAILED", "DEAD"))
             locked.event(f"workflow_{status.lower()}", from_status=before, to_status=status,
                          detail={"failed_nodes": failed} if failed else None)
+            locked.transitions.append((before, status))
             logger.info("workflow %s: %s -> %s", locked.workflow_id, before, status)
         locked.save(status=status, hold=hold)
         return status
@@ -302,7 +320,7 @@ class WorkflowEngine:
                                    f"would cancel the workflow: {len(targets)} job(s) cancelled, no node starts",
                                    status=snapshot.status, jobs=jobs)
         identity = control.identity
-        with self.rows.locked(workflow_id) as locked:
+        with self._locked(workflow_id) as locked:
             locked.event(f"workflow_{command}_requested", operator=identity.name, source=identity.source,
                          reason=reason, detail={"jobs": len(targets)})
             self._settle(locked, command)
@@ -350,7 +368,7 @@ class WorkflowEngine:
             return WorkflowCommand(command, workflow_id, "dry_run", f"would {command}: {summary}",
                                    status=snapshot.status, plan=plan)
         identity = control.identity
-        with self.rows.locked(workflow_id) as locked:
+        with self._locked(workflow_id) as locked:
             current = restart_plan(locked.snapshot) if command == "restart" else \
                 resume_plan(locked.snapshot, digests, resumable)
             if current.as_dict() != plan.as_dict():  # a node moved since the plan was made

@@ -335,3 +335,23 @@ def test_dramatiq_does_not_warn_that_a_nodes_value_is_discarded(harness: Harness
     harness.run()
     warnings = [rec.getMessage() for rec in caplog.records if "returned a value that is not None" in rec.getMessage()]
     assert len(warnings) == 1 and "'plain'" in warnings[0]  # the node's value was stored, not discarded
+
+
+def test_metrics_count_workflow_transitions_and_the_collector_counts_open_workflows(harness: Harness) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from reliable.collector import StoreCollector
+    from reliable.metrics import Metrics
+
+    registry = CollectorRegistry()
+    harness.middleware.metrics = Metrics(registry)
+    r = Recorder()
+    paused = diamond(r).submit(harness.broker)
+    engine(harness).hold("pause", paused, control(harness), reason="hold it")
+    done = reliable.workflow("one", [reliable.node("a", r.step.message("a"))]).submit(harness.broker)
+    harness.run()
+    assert status(harness, done) == "SUCCEEDED"
+    assert registry.get_sample_value("reliable_workflow_transitions_total", {"to_status": "SUCCEEDED"}) == 1
+    gauges = {tuple(sample.labels.values()): sample.value for family in StoreCollector(harness.store).collect()
+              if family.name == "reliable_workflows" for sample in family.samples}
+    assert gauges[("PAUSED",)] == 1 and gauges[("RUNNING",)] == 0 and ("SUCCEEDED",) not in gauges
