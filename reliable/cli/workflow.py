@@ -19,18 +19,19 @@ from ..store.workflows import WorkflowStore
 from ..workflows.definition import Workflow
 from ..workflows.drawing import draw_dag
 from ..workflows.engine import WorkflowCommand, WorkflowEngine, find_middleware
-from ..workflows.planning import WorkflowStatus, node_states
+from ..workflows.planning import NodeView, Snapshot, WorkflowStatus, node_states, workflow_status
 from .common import emit_json, fmt_time, handle_errors, id_column, open_store, print_table, stdout_console, store_option
 from .control import EXIT_ERROR, EXIT_REFUSED, build_control
 
 __all__ = ["workflow"]
 
 _MIN_PREFIX = 6
+_LINKED_LIMIT = 1000
 
 
 @click.group()
 def workflow() -> None:
-    """Workflows (DAGs of jobs): list, show, pause, stop, cancel, resume, restart.
+    """Workflows (DAGs of jobs): list, show, pause, stop, cancel, resume only what failed, restart.
 
     A workflow id may be cut to its first 6 or more characters when no other workflow's id starts
     with them.
@@ -39,7 +40,7 @@ def workflow() -> None:
 
 def _resolve(rows: WorkflowStore, given: str) -> str:
     given = given.strip().removesuffix("...")
-    if rows.find(given) is not None:
+    if rows.find(given) is not None or rows.store.list_jobs(workflow_id=given, limit=1):
         return given
     if len(given) < _MIN_PREFIX:
         raise ConfigError(f"no workflow with id {given!r} (a prefix needs at least {_MIN_PREFIX} characters)")
@@ -80,9 +81,17 @@ def list_(store_url: str | None, statuses: tuple[str, ...], name: str | None, li
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (workflow, nodes with states, edges, events).")
 @handle_errors
 def show(store_url: str | None, workflow_id: str, as_json: bool) -> None:
-    """Show a workflow: its DAG drawn with each node's state, its nodes' jobs and its history."""
+    """Show a workflow: its DAG drawn with each node's state, its nodes' jobs and its history.
+
+    The id of a Dramatiq pipeline (its first step's message id) or group with completion callbacks
+    (its completion id) shows the jobs linked to it, drawn from their parent links, with the status
+    derived from them as for a workflow.
+    """
     rows = WorkflowStore(open_store(store_url))
     workflow_id = _resolve(rows, workflow_id)
+    if rows.find(workflow_id) is None:
+        _show_linked(rows.store, workflow_id, as_json)
+        return
     head = rows.get(workflow_id)
     nodes = rows.nodes(workflow_id)
     snapshot = rows.snapshot(workflow_id)
@@ -117,6 +126,26 @@ def show(store_url: str | None, workflow_id: str, as_json: bool) -> None:
         history.add_row(fmt_time(event["at"]), event["event"], event["from_status"] or "-", event["to_status"] or "-",
                         event["operator"] or "-", event["reason"] or "-")
     print_table(stdout_console(), history)
+
+
+def _show_linked(store: StateStore, workflow_id: str, as_json: bool) -> None:
+    """The jobs of a Dramatiq pipeline or group, linked by workflow_id and parent_job_id."""
+    linked = sorted(store.list_jobs(workflow_id=workflow_id, limit=_LINKED_LIMIT), key=lambda j: j.created_at)
+    ids = {job.job_id for job in linked}
+    views = tuple(NodeView(name=job.job_id, job_id=job.job_id, job_status=job.status.value,
+                           parents=(job.parent_job_id,) if job.parent_job_id in ids else ()) for job in linked)
+    status = workflow_status(Snapshot(workflow_id, views))
+    if as_json:
+        emit_json({"workflow_id": workflow_id, "kind": "linked", "status": status,
+                   "jobs": [job.as_dict() for job in linked]})
+        return
+    click.echo(f"linked jobs {workflow_id}  (a Dramatiq pipeline or group)  {status}  {len(linked)} job(s)")
+    click.echo()
+    labels = {job.job_id: f"{job.actor}  {job.status.value}"
+              + (f"  {job.last_error_message.splitlines()[0][:80]}" if job.last_error_message
+                 and job.status.value in ("FAILED", "DEAD", "REVIEW") else "") for job in linked}
+    for line in draw_dag([v.name for v in views], {v.name: v.parents for v in views}, labels):
+        click.echo(line)
 
 
 def _command_options(func: Any) -> Any:

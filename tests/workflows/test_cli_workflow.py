@@ -95,3 +95,30 @@ def test_commands_on_a_finished_workflow_are_refused_with_exit_1(harness: Harnes
     assert unknown.exit_code == 2 and "no workflow with id 'nope'" in unknown.output
     restarted = run(store_url, "restart", workflow_id, "--reason", "rerun for the audit")
     assert restarted.exit_code == 0 and "run again (4)" in restarted.output
+
+
+def test_a_dramatiq_pipeline_shows_as_linked_jobs_and_ends_failed_instead_of_waiting(
+        harness: Harness, store_url: str) -> None:
+    @dramatiq.actor(queue_name="default")
+    def first(x: int) -> int:
+        return x + 1
+
+    @dramatiq.actor(queue_name="default")
+    def second(x: int) -> int:
+        raise ValueError(f"cannot take {x}")
+
+    @dramatiq.actor(queue_name="default")
+    def third(x: int) -> None:
+        raise AssertionError("never reached")
+
+    pipe = dramatiq.pipeline([first.message(1), second.message(), third.message()], broker=harness.broker)
+    pipe.run()
+    harness.run()
+    pipeline_id = pipe.messages[0].message_id
+    shown = run(store_url, "show", pipeline_id)
+    assert shown.exit_code == 0, shown.output
+    assert f"linked jobs {pipeline_id}  (a Dramatiq pipeline or group)  FAILED  2 job(s)" in shown.output
+    assert f"{pipeline_id}  first  SUCCEEDED" in shown.output
+    assert "second  FAILED  cannot take 2" in shown.output
+    as_json = json.loads(run(store_url, "show", pipeline_id, "--json").output)
+    assert as_json["status"] == "FAILED" and len(as_json["jobs"]) == 2
