@@ -33,6 +33,7 @@ from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
 
 __all__ = [
+    "COMMAND_EVENTS",
     "NEEDS_REASON",
     "RESOLUTIONS",
     "ActionPreview",
@@ -40,6 +41,7 @@ __all__ = [
     "CommandResult",
     "ContractSource",
     "Control",
+    "command_states",
     "require_reason",
 ]
 
@@ -58,6 +60,26 @@ NEEDS_REASON: frozenset[str] = COMMANDS
 
 _RESUMABLE_FROM = (S.PAUSED, S.STOPPED)
 _CONFLICT_RETRIES = 3
+
+
+#: The events each command may use: their source states are what a filter selects by default.
+COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {
+    "pause": (Event.PAUSE, Event.PAUSE_REQUEST),
+    "stop": (Event.STOP, Event.STOP_REQUEST),
+    "cancel": (Event.CANCEL, Event.CANCEL_REQUEST),
+    "resume": (Event.RESUME,),
+    "restart": (Event.RESTART,),
+    "requeue": (Event.REQUEUE,),
+    "reconcile": (Event.RECONCILE_SUCCEEDED,),
+    "discard": (),
+}
+
+def command_states(command: str) -> tuple[JobStatus, ...]:
+    """The states `command` can act on (what a filter without --state selects)."""
+    if command == "discard":
+        return (JobStatus.DEAD,)
+    events = COMMAND_EVENTS[command]
+    return tuple(sorted({s for (s, e) in TRANSITIONS if e in events}, key=list(JobStatus).index))
 
 
 def require_reason(command: str, reason: str | None) -> None:
@@ -424,6 +446,14 @@ class Control:
         warnings = self._duplicate_guard(job, contract, allow_duplicates, detail)
         return _Plan(Event.REQUEUE, dispatch=self.broker is not None, detail=detail, warnings=warnings)
 
+    def rerun_guard(self, job: Job, *, allow_duplicates: bool) -> tuple[str, ...]:
+        """Running `job`'s work again (a workflow re-running its node as a new job) is refused as a
+        restart of it would be: ControlRefused for a non-idempotent job that ran, unless
+        `allow_duplicates`; the warnings when allowed."""
+        if job.attempt == 0:
+            return ()
+        return self._duplicate_guard(job, self.contract_for(job), allow_duplicates, {})
+
     @staticmethod
     def _duplicate_guard(job: Job, contract: ActorContract, allow: bool, detail: dict[str, Any]) -> tuple[str, ...]:
         """Running a non-idempotent job again (retry, restart) may repeat its side effect: refused
@@ -522,12 +552,25 @@ class Control:
         if plan.event is Event.CANCEL and plan.detail.get("effects") and plan.detail.get("compensation"):
             compensation = str(plan.detail["compensation"])
             warnings.extend(self._compensate(new, compensation, reason))
+        if new.workflow_id and (new.message.get("options") or {}).get("workflow_node"):
+            warnings.extend(self._advance_workflow(new.workflow_id))
         if plan.detail.get("partial_effects_remain"):
             self.store.record_event(job.job_id, "partial_effects_remain", operator=identity.name, reason=reason,
                                     host=identity.host, detail={**self.event_detail, "effects": plan.detail["effects"]})
         return CommandResult(command, job.job_id, plan.outcome, _describe(plan, new, dry_run=False), before=job,
                              job=new, event=plan.event.value, dispatched=dispatched, compensation=compensation,
                              warnings=tuple(warnings))
+
+    def _advance_workflow(self, workflow_id: str) -> list[str]:
+        """A node's job changed state by an operator: let its workflow start or settle what that
+        allows (a reconciled REVIEW node's children, a cancelled node's status)."""
+        from .workflows.engine import WorkflowEngine
+
+        try:
+            WorkflowEngine(self.store, self.broker).advance(workflow_id)
+        except ReliableError as exc:  # the recovery loop's sweep advances running workflows later
+            return [f"workflow {workflow_id} could not be advanced ({exc})"]
+        return []
 
     def _compensate(self, job: Job, actor: str, reason: str | None) -> list[str]:
         identity = self.identity

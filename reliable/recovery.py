@@ -132,9 +132,9 @@ class Recovery:
                 report.redispatched.append(job.job_id)
         report.workflows = WorkflowEngine(self.store, self.broker).advance_stale(older_than=self.sweep_after,
                                                                                 limit=self.batch)
-        if report.total:
-            logger.info("recovery: %d expired leases, %d retries due, %d re-dispatched", len(report.expired),
-                        len(report.retried), len(report.redispatched))
+        if report.total or report.workflows:
+            logger.info("recovery: %d expired leases, %d retries due, %d re-dispatched, %d workflows advanced",
+                        len(report.expired), len(report.retried), len(report.redispatched), report.workflows)
         return report
 
     def _expired(self, job: Job, report: RecoveryReport) -> None:

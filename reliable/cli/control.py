@@ -17,11 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..bulk import BulkReport
-from ..control import RESOLUTIONS, CommandResult, ContractSource, Control, require_reason
+from ..control import RESOLUTIONS, CommandResult, ContractSource, Control, command_states, require_reason
 from ..errors import ConfigError, ControlRefused, ReasonRequired, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..selection import JobFilter, count_jobs, select_jobs, statuses
-from ..states import TRANSITIONS, Event, JobStatus
+from ..states import JobStatus
 from ..store import Job, StateStore
 from .common import (
     DURATION,
@@ -53,32 +53,12 @@ DEFAULT_LIMIT = 100
 ENV_OPERATORS_FILE = "RELIABLE_OPERATORS_FILE"
 SAMPLE = 5
 
-#: The events each command may use: their source states are what a filter selects by default.
-COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {
-    "pause": (Event.PAUSE, Event.PAUSE_REQUEST),
-    "stop": (Event.STOP, Event.STOP_REQUEST),
-    "cancel": (Event.CANCEL, Event.CANCEL_REQUEST),
-    "resume": (Event.RESUME,),
-    "restart": (Event.RESTART,),
-    "requeue": (Event.REQUEUE,),
-    "reconcile": (Event.RECONCILE_SUCCEEDED,),
-    "discard": (),
-}
-
 EXIT_CODES_HELP = (
     "Exit status: 0 done; 1 refused for at least one job (not authorized, wrong state, failed "
     "validation, lost a race; each refusal is recorded on the job as `command_refused`); 2 bad input, "
     "such as a missing --reason (every command that changes jobs needs one; nothing is written), or a "
     "store error; 3 several jobs selected without --yes."
 )
-
-
-def command_states(command: str) -> tuple[JobStatus, ...]:
-    """The states `command` can act on (what a filter without --state selects)."""
-    if command == "discard":
-        return (JobStatus.DEAD,)
-    events = COMMAND_EVENTS[command]
-    return tuple(sorted({s for (s, e) in TRANSITIONS if e in events}, key=list(JobStatus).index))
 
 
 def filter_options(func: F) -> F:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..bulk import RateLimiter
+from ..control import command_states
 from ..errors import ConfigError
 from ..operations import ACTIVE_STATUSES
 from ..selection import JobFilter
@@ -25,7 +26,7 @@ from ..states import JobStatus
 from ..store import Attempt, Effect, Job, JobEvent
 from .api_client import ApiClient, ApiError
 from .common import emit_json
-from .control import EXIT_REFUSED, _confirm, _fail, _has_filters, _render, build_filter, command_states
+from .control import EXIT_REFUSED, _confirm, _fail, _has_filters, _render, build_filter
 
 __all__ = [
     "POLL_SECONDS", "api_filter", "detail_records", "event_from_api", "from_api", "job_from_api", "list_jobs",

@@ -21,7 +21,7 @@ from ..workflows.drawing import draw_dag
 from ..workflows.engine import WorkflowCommand, WorkflowEngine, find_middleware
 from ..workflows.planning import NodeView, Snapshot, WorkflowStatus, node_states, workflow_status
 from .common import emit_json, fmt_time, handle_errors, id_column, open_store, print_table, stdout_console, store_option
-from .control import EXIT_ERROR, EXIT_REFUSED, build_control
+from .control import ALLOW_DUPLICATES, EXIT_ERROR, EXIT_REFUSED, allow_duplicates_option, build_control
 
 __all__ = ["workflow"]
 
@@ -184,9 +184,11 @@ def _run(command: str, params: dict[str, Any], definition: str | None = None) ->
             result = engine.hold(command, workflow_id, control, reason=reason, dry_run=dry_run)
         elif command == "resume":
             loaded = _load_definition(definition) if definition else None
-            result = engine.resume(workflow_id, control, reason=reason, dry_run=dry_run, definition=loaded)
+            result = engine.resume(workflow_id, control, reason=reason, dry_run=dry_run, definition=loaded,
+                                   allow_duplicates=params[ALLOW_DUPLICATES])
         else:
-            result = engine.restart(workflow_id, control, reason=reason, dry_run=dry_run)
+            result = engine.restart(workflow_id, control, reason=reason, dry_run=dry_run,
+                                    allow_duplicates=params[ALLOW_DUPLICATES])
     except ReliableError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
@@ -259,11 +261,23 @@ def _command(name: str, help_text: str) -> None:
 _command("pause", "Pause a workflow: no node starts, its jobs pause (running ones at their next checkpoint).")
 _command("stop", "Stop a workflow: no node starts, running jobs stop after their current unit.")
 _command("cancel", "Cancel a workflow: no node starts, its jobs are cancelled (compensation runs where declared).")
-_command("restart", "Run every node of a finished or stopped workflow again, as new jobs.")
+
+
+@workflow.command("restart")
+@_command_options
+@allow_duplicates_option
+@handle_errors
+def restart(**params: Any) -> None:
+    """Run every node of a finished or stopped workflow again, as new jobs.
+
+    Exit status: 0 done; 1 refused (recorded on the workflow as `command_refused`); 2 bad input.
+    """
+    _run("restart", params)
 
 
 @workflow.command("resume")
 @_command_options
+@allow_duplicates_option
 @click.option("--definition", metavar="MODULE:ATTR",
               help="The workflow as declared now (a Workflow, or a function returning one, in your application: "
                    "importing it installs reliable on its broker). Nodes whose inputs or actor code_version "

@@ -319,7 +319,7 @@ workflow_nodes = Table(
     Column("trigger", String(16), nullable=False),  # all_succeeded | all_done
     Column("on_upstream_failure", String(8), nullable=False),  # fail | skip
     Column("pass_results", Boolean, nullable=False, server_default="0"),
-    Column("job_id", String(64), nullable=False),
+    Column("job_id", String(64)),  # chosen when the node's job is registered (NULL before it starts)
     Column("run", Integer, nullable=False, server_default="1"),
     Column("result", Text),  # JSON: the job's return value (size-bounded)
     Column("result_note", Text),  # why a succeeded node has no stored result
@@ -333,6 +333,7 @@ workflow_edges = Table(
     Column("workflow_id", String(64), primary_key=True),
     Column("parent", String(255), primary_key=True),
     Column("child", String(255), primary_key=True),
+    Column("position", Integer, nullable=False),  # the parent's place in the child's `after`
 )
 
 # The workflow's own history: submission, status changes, operators' commands (audited).

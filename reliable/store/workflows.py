@@ -40,7 +40,7 @@ class NodeRow:
     """A node as stored: what registering its job needs, and its result."""
 
     node: str
-    job_id: str
+    job_id: str | None
     actor: str
     queue: str
     message: dict[str, Any]
@@ -78,12 +78,11 @@ class LockedWorkflow:
         params = {"workflow_id": self.workflow_id}
         nodes = self._sql._execute(self._tx, "workflow_nodes", params).fetchall()
         parents: dict[str, list[str]] = {row[0]: [] for row in nodes}
-        position = {row[0]: index for index, row in enumerate(nodes)}
         for parent, child in self._sql._execute(self._tx, "workflow_edges", params).fetchall():
-            parents[child].append(parent)
+            parents[child].append(parent)  # in the child's `after` order
         views = tuple(NodeView(name=row[0], job_id=row[1], job_status=row[2], trigger=row[3],
                                on_upstream_failure=row[4], pass_results=bool(row[5]), result_missing=bool(row[6]),
-                               digest=row[7], parents=tuple(sorted(parents[row[0]], key=position.__getitem__)))
+                               digest=row[7], parents=tuple(parents[row[0]]))
                       for row in nodes)
         return Snapshot(self.workflow_id, views, hold=self.hold, status=self.status, run=self.run)
 
@@ -104,9 +103,10 @@ class LockedWorkflow:
         if new_jobs:
             self.registered.append(self._owner.store._register_in(self._tx, new_jobs))
 
-    def assign(self, node: str, job_id: str, *, message: Mapping[str, Any] | None = None, digest: str | None = None,
-               code_version: str | None = None) -> None:
-        """Give `node` a new job id for this run (its result cleared); with `message`, new inputs."""
+    def assign(self, node: str, job_id: str | None, *, message: Mapping[str, Any] | None = None,
+               digest: str | None = None, code_version: str | None = None) -> None:
+        """Set `node`'s job for this run (None: not started yet), its result cleared; with `message`,
+        new inputs."""
         self._sql._execute(self._tx, "assign_workflow_node", {
             "workflow_id": self.workflow_id, "node": node, "job_id": job_id, "run": self.run,
             "message": None if message is None else json.dumps(dict(message)), "digest": digest,
@@ -143,7 +143,7 @@ class WorkflowStore:
         self.store = store
 
     def create(self, workflow: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]],
-               edges: Sequence[tuple[str, str]], roots: Sequence[NewJob], *,
+               edges: Sequence[tuple[str, str, int]], roots: Sequence[NewJob], *,
                detail: Mapping[str, Any] | None = None) -> None:
         """Store a workflow (its row, nodes, edges, a `submitted` event) and register its root jobs,
         all in one transaction."""
@@ -157,8 +157,9 @@ class WorkflowStore:
             sql._execute(tx, "insert_workflow", dict(workflow))
             for row in nodes:
                 sql._execute(tx, "insert_workflow_node", {"workflow_id": workflow_id, **row})
-            for parent, child in edges:
-                sql._execute(tx, "insert_workflow_edge", {"workflow_id": workflow_id, "parent": parent, "child": child})
+            for parent, child, position in edges:
+                sql._execute(tx, "insert_workflow_edge", {"workflow_id": workflow_id, "parent": parent, "child": child,
+                                                          "position": position})
             sql._execute(tx, "insert_workflow_event", _event_params(
                 workflow_id, "workflow_submitted", from_status=None, to_status=workflow["status"], run=1,
                 operator=workflow.get("created_by"), source="api", reason=None, detail=detail))
@@ -214,10 +215,12 @@ class WorkflowStore:
             return [dict(row) for row in conn.execute(stmt).mappings()]
 
     def edges(self, workflow_id: str) -> list[tuple[str, str]]:
-        """(parent, child) pairs."""
+        """(parent, child) pairs, each child's parents in its `after` order."""
         with self.store.read() as conn:
-            return [(p, c) for p, c in conn.execute(select(workflow_edges.c.parent, workflow_edges.c.child).where(
-                workflow_edges.c.workflow_id == workflow_id).order_by(workflow_edges.c.parent, workflow_edges.c.child))]
+            stmt = (select(workflow_edges.c.parent, workflow_edges.c.child)
+                    .where(workflow_edges.c.workflow_id == workflow_id)
+                    .order_by(workflow_edges.c.child, workflow_edges.c.position))
+            return [(p, c) for p, c in conn.execute(stmt)]
 
     def snapshot(self, workflow_id: str) -> Snapshot:
         """The workflow as planning sees it (read without the lock: for display and dry runs)."""
@@ -225,13 +228,11 @@ class WorkflowStore:
         parents: dict[str, list[str]] = {}
         for parent, child in self.edges(workflow_id):
             parents.setdefault(child, []).append(parent)
-        nodes = self.nodes(workflow_id)
-        position = {n["node"]: n["position"] for n in nodes}
         views = tuple(NodeView(name=n["node"], job_id=n["job_id"], job_status=n["job_status"], trigger=n["trigger"],
                                on_upstream_failure=n["on_upstream_failure"], pass_results=bool(n["pass_results"]),
                                result_missing=n["result"] is None and n["result_note"] is not None, digest=n["digest"],
-                               parents=tuple(sorted(parents.get(n["node"], ()), key=position.__getitem__)))
-                      for n in nodes)
+                               parents=tuple(parents.get(n["node"], ())))
+                      for n in self.nodes(workflow_id))
         return Snapshot(workflow_id, views, hold=row["hold"], status=row["status"], run=int(row["run"]))
 
     def listing(self, *, status: Sequence[str] | None = None, name: str | None = None,

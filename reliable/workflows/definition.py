@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
+
 __all__ = [
     "ON_UPSTREAM_FAILURE",
     "TRIGGERS",
@@ -50,7 +52,7 @@ _LINK_OPTIONS = frozenset({"pipe_target", "pipe_ignore", "on_success", "on_failu
 _MAX_NAME = 255
 
 
-class WorkflowDefinitionError(ValueError):
+class WorkflowDefinitionError(ConfigError, ValueError):
     """A workflow declaration that cannot run: the message names the node and the field."""
 
 
@@ -101,9 +103,9 @@ class Workflow:
         raise KeyError(name)
 
     @property
-    def edges(self) -> list[tuple[str, str]]:
-        """(parent, child) pairs."""
-        return [(parent, each.name) for each in self.nodes for parent in each.after]
+    def edges(self) -> list[tuple[str, str, int]]:
+        """(parent, child, the parent's place in the child's `after`)."""
+        return [(parent, each.name, index) for each in self.nodes for index, parent in enumerate(each.after)]
 
     def submit(self, broker: Any = None, *, workflow_id: str | None = None, operator: str | None = None) -> str:
         """Persist the workflow (one transaction) and start its roots; its id.

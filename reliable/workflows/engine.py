@@ -7,8 +7,9 @@ and the workflow's status and events are written there. Messages are published a
 one lost on the way is published again by the sweeper of PENDING jobs, like any job's.
 
 Who advances a workflow: the worker that committed a node's outcome (right after the commit), the
-recovery loop (a sweep of running workflows not looked at for `check_after` seconds: the worker may
-have died between its commit and the advance), and every workflow command.
+recovery loop (a sweep of running or stopping workflows not looked at for `sweep_after` seconds: the
+worker may have died between its commit and the advance), every workflow command, and every job
+command (`Control`) on a node's job.
 """
 
 from __future__ import annotations
@@ -17,18 +18,20 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
 
 from ..dispatch import declare_queue
 from ..errors import ControlRefused, ReliableError
+from ..options import CODE_VERSION
+from ..states import JobStatus
 from ..store import NewJob, NodeResult, StateStore
 from ..store.workflows import LockedWorkflow, NodeRow, WorkflowStore
-from .definition import Workflow, WorkflowDefinitionError, input_digest
+from .definition import Node, Workflow, WorkflowDefinitionError, input_digest
 from .planning import (
     ResumePlan,
     Snapshot,
@@ -59,15 +62,6 @@ logger = logging.getLogger("reliable.workflows")
 #: kept (a child that needs it is BLOCKED, saying so): use Dramatiq's Results for big values.
 RESULT_LIMIT = 64 * 1024
 
-#: The job commands a workflow hold sends to its nodes' jobs, by the jobs' state.
-_HOLD_COMMANDS: dict[str, dict[str, str]] = {
-    "pause": {"PENDING": "pause", "RETRY_WAIT": "pause", "RUNNING": "pause"},
-    "stop": {"PENDING": "stop", "RETRY_WAIT": "stop", "PAUSED": "stop", "RUNNING": "stop"},
-    "cancel": {"PENDING": "cancel", "RETRY_WAIT": "cancel", "PAUSED": "cancel", "RUNNING": "cancel",
-               "STOPPING": "cancel", "STOPPED": "cancel"},
-}
-
-
 def find_middleware(broker: dramatiq.Broker) -> ReliableMiddleware:
     """The ReliableMiddleware installed on `broker` (workflows need its store and actor contracts)."""
     from ..middleware import ReliableMiddleware
@@ -85,31 +79,30 @@ def submit(workflow: Workflow, *, broker: dramatiq.Broker | None = None, workflo
     broker = broker or dramatiq.get_broker()
     middleware = find_middleware(broker)
     workflow_id = workflow_id or uuid.uuid4().hex
+    if WorkflowStore(middleware.store).find(workflow_id) is not None:
+        raise WorkflowDefinitionError(f"workflow {workflow.name!r}: a workflow with id {workflow_id!r} exists already")
     rows: list[dict[str, Any]] = []
     roots: list[NewJob] = []
     owners: set[str] = set()
     for position, each in enumerate(workflow.nodes):
         try:
-            actor = broker.get_actor(each.actor)
+            broker.get_actor(each.actor)
         except dramatiq.errors.ActorNotFound:
             raise WorkflowDefinitionError(f"workflow {workflow.name!r}, node {each.name!r}: actor {each.actor!r} "
                                           "is not declared on this broker") from None
         if not middleware.tracked(broker, each.actor):
             raise WorkflowDefinitionError(f"workflow {workflow.name!r}, node {each.name!r}: actor {each.actor!r} "
                                           "is not tracked by reliable (reliable=False)")
-        code_version = actor.options.get("code_version")
-        new_job = _prepare(middleware, broker, workflow_id, each.name, each.queue, each.actor, each.args,
-                           each.kwargs, each.options)
+        new_job, digest, message, code_version = _prepared_node(middleware, broker, workflow_id, each)
         if new_job.owner:
             owners.add(new_job.owner)
+        root = not each.after
         rows.append({"node": each.name, "position": position, "actor": each.actor, "queue": new_job.queue,
-                     "message": json.dumps(dict(new_job.message)), "owner": new_job.owner,
-                     "checkpoint_schema": new_job.checkpoint_schema,
-                     "code_version": None if code_version is None else str(code_version),
-                     "digest": input_digest(each, None if code_version is None else str(code_version)),
+                     "message": json.dumps(message), "owner": new_job.owner,
+                     "checkpoint_schema": new_job.checkpoint_schema, "code_version": code_version, "digest": digest,
                      "trigger": each.trigger, "on_upstream_failure": each.on_upstream_failure,
-                     "pass_results": each.pass_results, "job_id": new_job.job_id})
-        if not each.after:
+                     "pass_results": each.pass_results, "job_id": new_job.job_id if root else None})
+        if root:
             roots.append(new_job)
     store = middleware.store
     WorkflowStore(store).create(
@@ -121,17 +114,21 @@ def submit(workflow: Workflow, *, broker: dramatiq.Broker | None = None, workflo
     return workflow_id
 
 
-def _prepare(middleware: ReliableMiddleware, broker: dramatiq.Broker, workflow_id: str, node: str, queue: str,
-             actor: str, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]) -> NewJob:
-    """The job a node registers, as the middleware registers any message (contract, owner, links)."""
+def _prepared_node(middleware: ReliableMiddleware, broker: dramatiq.Broker, workflow_id: str,
+                   each: Node) -> tuple[NewJob, str, dict[str, Any], str | None]:
+    """A node's job as the middleware registers any message (contract, owner, links), its input
+    digest, the message stored to register it later, and the actor's declared code version."""
+    declared = broker.get_actor(each.actor).options.get(CODE_VERSION)
+    code_version = None if declared is None else str(declared)
     message: dramatiq.Message[Any] = dramatiq.Message(
-        queue_name=queue, actor_name=actor, args=tuple(args), kwargs=dict(kwargs),
-        options={**options, "workflow_id": workflow_id, "workflow_node": node},
+        queue_name=each.queue, actor_name=each.actor, args=tuple(each.args), kwargs=dict(each.kwargs),
+        options={**each.options, "workflow_id": workflow_id, "workflow_node": each.name},
         message_id=uuid.uuid4().hex, message_timestamp=int(time.time() * 1000))
     prepared = middleware._new_job(broker, message, None)
     if prepared is None:
-        raise WorkflowDefinitionError(f"node {node!r}: actor {actor!r} is not tracked by reliable")
-    return prepared[0]
+        raise WorkflowDefinitionError(f"node {each.name!r}: actor {each.actor!r} is not tracked by reliable")
+    new_job = prepared[0]
+    return new_job, input_digest(each, code_version), dict(new_job.message), code_version
 
 
 def node_result(job_id: str, value: Any) -> NodeResult:
@@ -146,12 +143,13 @@ def node_result(job_id: str, value: Any) -> NodeResult:
     return NodeResult(job_id, text)
 
 
-def _each(control: Control, command: str, job_id: str, reason: str | None) -> CommandResult:
+def _each(control: Control, command: str, job_id: str, reason: str | None, *, dry_run: bool = False
+          ) -> CommandResult:
     """One job command of a workflow command: a refusal (audited on the job by Control) is a result."""
     from ..control import CommandResult
 
     try:
-        result: CommandResult = getattr(control, command)(job_id, reason=reason)
+        result: CommandResult = getattr(control, command)(job_id, reason=reason, dry_run=dry_run)
     except ControlRefused as exc:
         return CommandResult(command, job_id, "refused", str(exc))
     return result
@@ -182,7 +180,6 @@ class WorkflowCommand:
     status: str | None = None
     plan: ResumePlan | None = None
     jobs: tuple[CommandResult, ...] = ()
-    started: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def ok(self) -> bool:
@@ -194,7 +191,7 @@ class WorkflowCommand:
         return {"command": self.command, "workflow_id": self.workflow_id, "outcome": self.outcome,
                 "message": self.message, "status": self.status,
                 "plan": None if self.plan is None else self.plan.as_dict(),
-                "jobs": [job.as_dict() for job in self.jobs], "started": list(self.started)}
+                "jobs": [job.as_dict() for job in self.jobs]}
 
 
 class WorkflowEngine:
@@ -238,41 +235,48 @@ class WorkflowEngine:
         return status
 
     def advance_stale(self, *, older_than: float, limit: int = 50) -> int:
-        """Advance running workflows not looked at for `older_than` seconds; how many were."""
+        """Advance the running (or stopping) workflows nobody looked at for `older_than` seconds;
+        how many were."""
         cutoff = self.store.now() - older_than
         done = 0
         for workflow_id in self.rows.unsettled(checked_before=cutoff, limit=limit):
             try:
                 self.advance(workflow_id)
                 done += 1
-            except ReliableError as exc:
-                logger.warning("workflow %s: advance failed: %s", workflow_id, exc)
+            except Exception:  # one workflow must not stop the recovery pass for the others
+                logger.exception("workflow %s: advance failed", workflow_id)
         return done
 
     def _start_ready(self, locked: LockedWorkflow) -> list[NewJob]:
+        """Register the jobs of the nodes that became ready. A node's job id is chosen here, under
+        the lock, when its job is registered: nobody can know it before, so no message can claim
+        to be a node that has not started."""
         ready = ready_nodes(locked.snapshot)
         if not ready:
             return []
         rows = locked.node_rows()
-        new_jobs = [self._job_for(locked.snapshot, rows, name) for name in ready]
+        new_jobs = []
+        for name in ready:
+            job_id = uuid.uuid4().hex
+            locked.assign(name, job_id)
+            new_jobs.append(self._job_for(locked.snapshot, rows, name, job_id))
         locked.register(new_jobs)
         locked.reload()
-        if new_jobs:
-            logger.info("workflow %s: started %s", locked.workflow_id, ", ".join(ready))
+        logger.info("workflow %s: started %s", locked.workflow_id, ", ".join(ready))
         return new_jobs
 
     @staticmethod
-    def _job_for(snapshot: Snapshot, rows: Mapping[str, NodeRow], name: str) -> NewJob:
+    def _job_for(snapshot: Snapshot, rows: Mapping[str, NodeRow], name: str, job_id: str) -> NewJob:
         view = snapshot.node(name)
         row = rows[name]
         data = dict(row.message)
-        data["message_id"] = row.job_id
+        data["message_id"] = job_id
         data["message_timestamp"] = int(time.time() * 1000)
         if view.pass_results:
             results = [None if (text := rows[parent].result) is None else json.loads(text)
                        for parent in view.parents]
             data["args"] = [*list(data.get("args") or ()), *results]
-        return NewJob(job_id=row.job_id, queue=row.queue, actor=row.actor, message=data, owner=row.owner,
+        return NewJob(job_id=job_id, queue=row.queue, actor=row.actor, message=data, owner=row.owner,
                       workflow_id=snapshot.workflow_id, trace_id=(data.get("options") or {}).get("trace_id"),
                       checkpoint_schema=row.checkpoint_schema)
 
@@ -298,32 +302,40 @@ class WorkflowEngine:
     def hold(self, command: str, workflow_id: str, control: Control, *, reason: str | None,
              dry_run: bool = False) -> WorkflowCommand:
         """pause / stop / cancel a workflow: no node starts while the hold stands, and each node job
-        gets the same command (audited on the job by Control); the workflow records who and why."""
+        gets the same command (audited on the job by Control); the workflow records who and why.
+
+        The hold is written, and the jobs to act on are read, in one transaction holding the
+        workflow's lock: a node cannot start between the two. A cancel is never weakened into a
+        pause or a stop."""
         from ..control import require_reason
 
         require_reason(command, reason)
-        snapshot = self.rows.snapshot(workflow_id)
         refusal = self._authorize(command, workflow_id, control, reason, dry_run=dry_run)
         if refusal is not None:
             return refusal
-        if snapshot.status in WorkflowStatus.FINAL:
-            return self._refuse(command, workflow_id, control, reason, f"the workflow is {snapshot.status}",
-                                dry_run=dry_run)
-        commands = _HOLD_COMMANDS[command]
-        targets = [(view.job_id, commands[view.job_status]) for view in snapshot.nodes
-                   if view.job_status in commands]
+        snapshot = self.rows.snapshot(workflow_id)
+        problem = _hold_refusal(command, snapshot)
+        if problem is not None:
+            return self._refuse(command, workflow_id, control, reason, problem, dry_run=dry_run)
         if dry_run:
-            jobs = tuple(getattr(control, name)(job_id, reason=reason, dry_run=True) for job_id, name in targets)
+            targets = _hold_targets(command, snapshot)
+            jobs = tuple(_each(control, name, job_id, reason, dry_run=True) for job_id, name in targets)
             return WorkflowCommand(command, workflow_id, "dry_run",
                                    f"would {command} the workflow: {len(targets)} job(s) get {command}, no node "
-                                   "starts until it is resumed" if command != "cancel" else
-                                   f"would cancel the workflow: {len(targets)} job(s) cancelled, no node starts",
+                                   "starts" + (" until it is resumed" if command != "cancel" else ""),
                                    status=snapshot.status, jobs=jobs)
         identity = control.identity
         with self._locked(workflow_id) as locked:
-            locked.event(f"workflow_{command}_requested", operator=identity.name, source=identity.source,
-                         reason=reason, detail={"jobs": len(targets)})
-            self._settle(locked, command)
+            problem = _hold_refusal(command, locked.snapshot, locked.status, locked.hold)
+            if problem is None:
+                targets = _hold_targets(command, locked.snapshot)
+                locked.event(f"workflow_{command}_requested", operator=identity.name, source=identity.source,
+                             reason=reason, detail={"jobs": len(targets)})
+                self._settle(locked, command)
+            else:
+                _refused_in(locked, command, control, reason, problem)
+        if problem is not None:
+            return WorkflowCommand(command, workflow_id, "refused", problem, status=locked.status)
         scoped = control.with_detail(workflow_id=workflow_id)
         results = tuple(_each(scoped, name, job_id, reason) for job_id, name in targets)
         status = self.advance(workflow_id)
@@ -334,32 +346,45 @@ class WorkflowEngine:
         return WorkflowCommand(command, workflow_id, "done", message, status=status, jobs=results)
 
     def resume(self, workflow_id: str, control: Control, *, reason: str | None, dry_run: bool = False,
-               definition: Workflow | None = None) -> WorkflowCommand:
+               definition: Workflow | None = None, allow_duplicates: bool = False) -> WorkflowCommand:
         """Resume: re-run only the failed and cancelled nodes and their descendants (new jobs),
         resume paused and stopped jobs from their checkpoints, keep every succeeded node; with
-        `definition` (the workflow as now declared: same nodes and edges), nodes whose inputs or
-        code version changed are recomputed with their descendants."""
-        return self._rerun("resume", workflow_id, control, reason=reason, dry_run=dry_run, definition=definition)
+        `definition` (the workflow as now declared: same nodes, edges, actors and queues), nodes
+        whose inputs or code version changed are recomputed with their descendants.
 
-    def restart(self, workflow_id: str, control: Control, *, reason: str | None,
-                dry_run: bool = False) -> WorkflowCommand:
-        """Run every node again as a new job (refused while any node is active or in REVIEW)."""
-        return self._rerun("restart", workflow_id, control, reason=reason, dry_run=dry_run, definition=None)
+        A node whose earlier job ran and whose actor is not idempotent is run again only with
+        `allow_duplicates` (as `Control.restart` of that job would require)."""
+        return self._rerun("resume", workflow_id, control, reason=reason, dry_run=dry_run, definition=definition,
+                           allow_duplicates=allow_duplicates)
+
+    def restart(self, workflow_id: str, control: Control, *, reason: str | None, dry_run: bool = False,
+                allow_duplicates: bool = False) -> WorkflowCommand:
+        """Run every node again as a new job (refused while any node is active or in REVIEW, and for
+        non-idempotent nodes that ran, unless `allow_duplicates`)."""
+        return self._rerun("restart", workflow_id, control, reason=reason, dry_run=dry_run, definition=None,
+                           allow_duplicates=allow_duplicates)
 
     def _rerun(self, command: str, workflow_id: str, control: Control, *, reason: str | None, dry_run: bool,
-               definition: Workflow | None) -> WorkflowCommand:
+               definition: Workflow | None, allow_duplicates: bool) -> WorkflowCommand:
         from ..control import require_reason
 
         require_reason(command, reason)
         refusal = self._authorize(command, workflow_id, control, reason, dry_run=dry_run)
         if refusal is not None:
             return refusal
-        changes = self._changes(workflow_id, definition) if definition is not None else {}
+        try:
+            changes = self._changes(workflow_id, definition) if definition is not None else {}
+        except WorkflowDefinitionError as exc:
+            return self._refuse(command, workflow_id, control, reason, str(exc), dry_run=dry_run)
         digests = {name: digest for name, (digest, _, _) in changes.items()}
         snapshot = self.rows.snapshot(workflow_id)
-        resumable = {view.name for view in snapshot.nodes if view.job_status in ("PAUSED", "STOPPED")
+        resumable = {view.name for view in snapshot.nodes if view.job_id and view.job_status in ("PAUSED", "STOPPED")
                      and control.resume(view.job_id, reason=reason, dry_run=True).ok}
         plan = restart_plan(snapshot) if command == "restart" else resume_plan(snapshot, digests, resumable)
+        if plan.refusal is None:
+            risky = self._duplicate_risks(snapshot, plan, control, allow_duplicates)
+            if risky:
+                plan = ResumePlan(refusal=risky, states=plan.states)
         if plan.refusal is not None:
             return self._refuse(command, workflow_id, control, reason, plan.refusal, dry_run=dry_run, plan=plan)
         summary = (f"keep {len(plan.keep)} node(s), resume {len(plan.resume)} job(s), "
@@ -371,50 +396,67 @@ class WorkflowEngine:
         with self._locked(workflow_id) as locked:
             current = restart_plan(locked.snapshot) if command == "restart" else \
                 resume_plan(locked.snapshot, digests, resumable)
-            if current.as_dict() != plan.as_dict():  # a node moved since the plan was made
-                return self._refuse(command, workflow_id, control, reason,
-                                    "the workflow changed while the plan was made; try again", dry_run=False,
-                                    plan=current)
-            run = locked.run + 1
-            locked.save(status=locked.status, hold=None, run=run)
-            for name in plan.rerun:
-                new_message = changes.get(name)
-                locked.assign(name, uuid.uuid4().hex, digest=new_message[0] if new_message else None,
-                              message=new_message[1] if new_message else None,
-                              code_version=new_message[2] if new_message else None)
-            locked.event(f"workflow_{command}", operator=identity.name, source=identity.source, reason=reason,
-                         detail=plan.as_dict())
-            locked.reload()
+            stale = current.as_dict() != plan.as_dict()  # a node moved since the plan was made
+            if stale:
+                _refused_in(locked, command, control, reason, _STALE_PLAN)
+            else:
+                locked.save(status=locked.status, hold=None, run=locked.run + 1)
+                for name in plan.rerun:
+                    change = changes.get(name)
+                    locked.assign(name, None, digest=change[0] if change else None,
+                                  message=change[1] if change else None, code_version=change[2] if change else None)
+                locked.event(f"workflow_{command}", operator=identity.name, source=identity.source, reason=reason,
+                             detail=plan.as_dict())
+        if stale:
+            return WorkflowCommand(command, workflow_id, "refused", _STALE_PLAN, status=locked.status, plan=current)
         scoped = control.with_detail(workflow_id=workflow_id)
         replaced = tuple(_each(scoped, "cancel", view.job_id, reason) for view in snapshot.nodes
-                         if view.name in plan.rerun and view.job_status in ("PAUSED", "STOPPED"))
+                         if view.job_id and view.name in plan.rerun and view.job_status in ("PAUSED", "STOPPED"))
         resumed = tuple(_each(scoped, "resume", view.job_id, reason) for view in snapshot.nodes
-                        if view.name in plan.resume)
+                        if view.job_id and view.name in plan.resume)
         status = self.advance(workflow_id)
         return WorkflowCommand(command, workflow_id, "done", f"{command}d: {summary}", status=status, plan=plan,
-                               jobs=replaced + resumed, started=plan.rerun)
+                               jobs=replaced + resumed)
+
+    def _duplicate_risks(self, snapshot: Snapshot, plan: ResumePlan, control: Control, allow: bool) -> str | None:
+        """Why re-running the plan's nodes may repeat a side effect (None: it may not, or it is allowed)."""
+        refusals = []
+        for view in snapshot.nodes:
+            if view.name not in plan.rerun or not view.job_id or view.job_status is None:
+                continue
+            try:
+                control.rerun_guard(self.store.get(view.job_id), allow_duplicates=allow)
+            except ControlRefused as exc:
+                refusals.append(f"node {view.name!r}: {exc}")
+        return "; ".join(refusals) or None
 
     def _changes(self, workflow_id: str, definition: Workflow) -> dict[str, tuple[str, dict[str, Any], str | None]]:
         """Per node of `definition`: (digest, message to register, code version), checked to have
-        the stored workflow's nodes and edges."""
+        the stored workflow's nodes, edges (parents in the same order), actors and queues."""
         if self.middleware is None or self.broker is None:
-            raise ReliableError("recomputing changed nodes needs the application's broker (reliable installed)")
+            raise ReliableError("recomputing changed nodes needs the application's broker: "
+                                "WorkflowEngine(store, broker, middleware=reliable.install(...))")
         stored = {row["node"]: row for row in self.rows.nodes(workflow_id)}
-        declared = {each.name for each in definition.nodes}
-        if declared != set(stored) or set(definition.edges) != set(self.rows.edges(workflow_id)):
-            added, removed = sorted(declared - set(stored)), sorted(set(stored) - declared)
-            raise WorkflowDefinitionError(
-                f"workflow {workflow_id}: the definition's shape differs from the stored one (nodes added: "
-                f"{added or 'none'}, removed: {removed or 'none'}, or edges changed); submit it as a new workflow")
-        changes: dict[str, tuple[str, dict[str, Any], str | None]] = {}
-        for each in definition.nodes:
-            actor = self.broker.get_actor(each.actor)
-            version = actor.options.get("code_version")
-            version = None if version is None else str(version)
-            new_job = _prepare(self.middleware, self.broker, workflow_id, each.name, each.queue, each.actor,
-                               each.args, each.kwargs, each.options)
-            changes[each.name] = (input_digest(each, version), dict(new_job.message), version)
-        return changes
+        declared = {each.name: each for each in definition.nodes}
+        parents: dict[str, list[str]] = {name: [] for name in stored}
+        for parent, child in self.rows.edges(workflow_id):
+            parents[child].append(parent)
+        problems = []
+        if set(declared) != set(stored):
+            added, removed = sorted(set(declared) - set(stored)), sorted(set(stored) - set(declared))
+            problems.append(f"nodes added: {added or 'none'}, removed: {removed or 'none'}")
+        for name in sorted(set(declared) & set(stored)):
+            each, row = declared[name], stored[name]
+            if list(each.after) != parents[name]:
+                problems.append(f"node {name!r}: after={list(each.after)}, stored {parents[name]}")
+            if (each.actor, each.queue) != (row["actor"], row["queue"]):
+                problems.append(f"node {name!r}: actor/queue {each.actor}/{each.queue}, stored "
+                                f"{row['actor']}/{row['queue']}")
+        if problems:
+            raise WorkflowDefinitionError(f"workflow {workflow_id}: the definition differs from the stored one ("
+                                          + "; ".join(problems) + "); submit it as a new workflow")
+        return {each.name: _prepared_node(self.middleware, self.broker, workflow_id, each)[1:]
+                for each in definition.nodes}
 
     def _authorize(self, command: str, workflow_id: str, control: Control, reason: str | None, *,
                    dry_run: bool) -> WorkflowCommand | None:
@@ -430,11 +472,39 @@ class WorkflowEngine:
 
     def _refuse(self, command: str, workflow_id: str, control: Control, reason: str | None, message: str, *,
                 dry_run: bool, plan: ResumePlan | None = None) -> WorkflowCommand:
+        """A refused command: recorded on the workflow (`command_refused`) unless a dry run."""
         status = self.rows.get(workflow_id)["status"]
         if not dry_run:
-            identity = control.identity
             with self.rows.locked(workflow_id) as locked:
-                locked.event("command_refused", operator=identity.name, source=identity.source, reason=reason,
-                             detail={"command": command, "refusal": message})
+                _refused_in(locked, command, control, reason, message)
         return WorkflowCommand(command, workflow_id, "refused", message, status=status, plan=plan)
 
+
+_STALE_PLAN = "the workflow changed while the plan was made; try again"
+
+
+def _refused_in(locked: LockedWorkflow, command: str, control: Control, reason: str | None, message: str) -> None:
+    """Record a refusal in the transaction holding the workflow's lock."""
+    identity = control.identity
+    locked.event("command_refused", operator=identity.name, source=identity.source, reason=reason,
+                 detail={"command": command, "refusal": message})
+
+
+def _hold_refusal(command: str, snapshot: Snapshot, status: str | None = None, hold: str | None = None) -> str | None:
+    """Why `command` (pause, stop, cancel) cannot hold the workflow now, or None."""
+    status = snapshot.status if status is None else status
+    hold = snapshot.hold if hold is None else hold
+    if status in WorkflowStatus.FINAL:
+        return f"the workflow is {status}"
+    if hold == "cancel" and command != "cancel":
+        return "the workflow is being cancelled: a cancel is not turned into a pause or a stop"
+    return None
+
+
+def _hold_targets(command: str, snapshot: Snapshot) -> list[tuple[str, str]]:
+    """(job id, job command) for each node job the workflow command acts on."""
+    from ..control import command_states
+
+    states = command_states(command)
+    return [(view.job_id, command) for view in snapshot.nodes
+            if view.job_id and view.job_status is not None and JobStatus(view.job_status) in states]

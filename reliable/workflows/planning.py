@@ -21,7 +21,6 @@ from .definition import descendants, topological
 __all__ = [
     "ACTIVE",
     "FAILURES",
-    "HOLDS",
     "NodeView",
     "ResumePlan",
     "Snapshot",
@@ -47,9 +46,6 @@ FAILURES: frozenset[str] = frozenset({JobStatus.FAILED.value, JobStatus.DEAD.val
 #: Node states that are final for this run (a parent in one of them has "finished").
 SETTLED: frozenset[str] = FAILURES | {JobStatus.SUCCEEDED.value, CANCELLED}
 
-#: An operator's hold on the whole workflow: no node starts while one stands.
-HOLDS: tuple[str, ...] = ("pause", "stop", "cancel")
-
 
 class WorkflowStatus:
     """The statuses a workflow can be in (strings, as stored)."""
@@ -72,7 +68,7 @@ class NodeView:
 
     name: str
     parents: tuple[str, ...]
-    job_id: str
+    job_id: str | None  # None: the node has not started in this run
     job_status: str | None  # None: the node's job is not registered yet
     trigger: str = "all_succeeded"
     on_upstream_failure: str = "fail"
@@ -208,19 +204,21 @@ def resume_plan(snapshot: Snapshot, digests: Mapping[str, str] | None = None,
     states = node_states(snapshot)
     status = workflow_status(snapshot, states)
     changed = sorted(name for name, digest in (digests or {}).items() if snapshot.node(name).digest != digest)
-    review = [name for name, state in states.items() if state == JobStatus.REVIEW.value]
+    review = _review_refusal(states)
     if review:
-        return ResumePlan(refusal=f"node(s) {', '.join(review)} in REVIEW: reconcile them first "
-                                  "(`reliable reconcile JOB_ID --as succeeded|cancelled`)", states=states)
-    if status in (WorkflowStatus.RUNNING, WorkflowStatus.STOPPING) and snapshot.hold is None and not changed:
+        return ResumePlan(refusal=review, states=states)
+    active = [name for name, state in states.items() if state in ACTIVE]
+    if active and snapshot.hold is None and not changed:
         return ResumePlan(refusal=f"the workflow is {status}: nothing to resume", states=states)
     if status == WorkflowStatus.SUCCEEDED and not changed:
         return ResumePlan(refusal="the workflow SUCCEEDED: nothing to resume (restart runs it all again)",
                           states=states)
-    active = [name for name, state in states.items() if state in ACTIVE]
     held = [name for name, state in states.items() if state in (JobStatus.PAUSED.value, JobStatus.STOPPED.value)]
     stuck = [name for name in held if resumable is not None and name not in resumable]
-    roots = [name for name, state in states.items() if state in _RERUN_STATES] + changed + stuck
+    # A BLOCKED node needs a result its parent could not keep: that parent runs again.
+    unkept = [parent for name, state in states.items() if state == BLOCKED
+              for parent in snapshot.node(name).parents if snapshot.node(parent).result_missing]
+    roots = [name for name, state in states.items() if state in _RERUN_STATES] + changed + stuck + unkept
     rerun = descendants(snapshot.children, roots)
     busy = sorted(set(active) & rerun)
     if busy:
@@ -241,8 +239,16 @@ def restart_plan(snapshot: Snapshot) -> ResumePlan:
     if busy:
         return ResumePlan(refusal=f"node(s) {', '.join(busy)} still active: stop or cancel the workflow first",
                           states=states)
-    review = [name for name, state in states.items() if state == JobStatus.REVIEW.value]
+    review = _review_refusal(states)
     if review:
-        return ResumePlan(refusal=f"node(s) {', '.join(review)} in REVIEW: reconcile them first", states=states)
+        return ResumePlan(refusal=review, states=states)
     return ResumePlan(rerun=tuple(each.name for each in snapshot.nodes), states=states)
+
+
+def _review_refusal(states: Mapping[str, str]) -> str | None:
+    review = [name for name, state in states.items() if state == JobStatus.REVIEW.value]
+    if not review:
+        return None
+    return (f"node(s) {', '.join(review)} in REVIEW: reconcile them first "
+            "(`reliable reconcile JOB_ID --as succeeded|cancelled`)")
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -78,6 +80,7 @@ def test_a_diamond_runs_each_node_once_and_passes_results(harness: Harness) -> N
     assert all(len(n["digest"]) == 64 for n in nodes)
     assert sorted(rows.edges(workflow_id)) == [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e")]
     assert [n["job_status"] for n in nodes] == ["PENDING", None, None, None, None]
+    assert [bool(n["job_id"]) for n in nodes] == [True, False, False, False, False]  # chosen when started
     harness.run()
     assert status(harness, workflow_id) == "SUCCEEDED"
     assert r.ran == Counter("abcde")
@@ -208,8 +211,9 @@ def test_a_different_shape_is_refused_with_what_differs(harness: Harness) -> Non
     harness.run()
     other = reliable.workflow("diamond", [reliable.node("a", r.step.message("a")),
                                           reliable.node("z", r.step.message("z"), after=["a"])])
-    with pytest.raises(reliable.workflows.WorkflowDefinitionError, match=r"nodes added: \['z'\]"):
-        engine(harness).resume(workflow_id, control(harness), reason="x", definition=other)
+    refused = engine(harness).resume(workflow_id, control(harness), reason="x", definition=other)
+    assert refused.outcome == "refused" and "nodes added: ['z']" in refused.message
+    assert WorkflowStore(harness.store).events(workflow_id)[-1]["event"] == "command_refused"
 
 
 def test_pause_holds_every_node_and_resume_continues(harness: Harness) -> None:
@@ -355,3 +359,146 @@ def test_metrics_count_workflow_transitions_and_the_collector_counts_open_workfl
     gauges = {tuple(sample.labels.values()): sample.value for family in StoreCollector(harness.store).collect()
               if family.name == "reliable_workflows" for sample in family.samples}
     assert gauges[("PAUSED",)] == 1 and gauges[("RUNNING",)] == 0 and ("SUCCEEDED",) not in gauges
+
+
+# -- found by review -------------------------------------------------------------------------------
+
+
+def test_a_plan_made_stale_meanwhile_is_refused_without_hanging(harness: Harness,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    r = Recorder()
+    r.failing = {"c"}
+    workflow_id = diamond(r).submit(harness.broker)
+    harness.run()
+    eng = engine(harness)
+    real = eng.rows.snapshot
+
+    def stale(wid: str) -> Any:  # the plan is made while b still looks FAILED
+        snapshot = real(wid)
+        return dataclasses.replace(snapshot, nodes=tuple(
+            dataclasses.replace(n, job_status="FAILED") if n.name == "b" else n for n in snapshot.nodes))
+
+    monkeypatch.setattr(eng.rows, "snapshot", stale)
+    result = eng.resume(workflow_id, control(harness), reason="x")
+    assert result.outcome == "refused" and "changed while the plan was made" in result.message
+    assert WorkflowStore(harness.store).events(workflow_id)[-1]["event"] == "command_refused"
+
+
+def test_a_reconciled_review_node_lets_its_workflow_go_on(harness: Harness) -> None:
+    calls: list[int] = []
+
+    @dramatiq.actor(queue_name="default", idempotent=False)
+    def charge() -> None:
+        calls.append(1)
+        raise ConnectionResetError("closed after the request was sent")
+
+    r = Recorder()
+    workflow_id = reliable.workflow("pay", [reliable.node("pay", charge),
+                                            reliable.node("receipt", r.step.message("receipt"), after=["pay"])]
+                                    ).submit(harness.broker)
+    harness.run()
+    assert status(harness, workflow_id) == "REVIEW"
+    refused = engine(harness).resume(workflow_id, control(harness), reason="continue")
+    assert refused.outcome == "refused" and "reconcile" in refused.message
+    job = WorkflowStore(harness.store).snapshot(workflow_id).node("pay").job_id
+    assert job is not None
+    control(harness).reconcile(job, resolution="succeeded", reason="the charge went through")
+    harness.join()
+    assert status(harness, workflow_id) == "SUCCEEDED" and r.ran == Counter(["receipt"]) and calls == [1]
+
+
+def test_a_node_job_retried_by_an_operator_moves_its_failed_workflow_on(harness: Harness) -> None:
+    r = Recorder()
+    r.failing = {"a"}
+    workflow_id = reliable.workflow("w", [reliable.node("a", r.step.message("a")),
+                                          reliable.node("b", r.step.message("b"), after=["a"])]).submit(harness.broker)
+    harness.run()
+    assert status(harness, workflow_id) == "FAILED"
+    r.failing.clear()
+    job = WorkflowStore(harness.store).snapshot(workflow_id).node("a").job_id
+    assert job is not None
+    control(harness).restart(job, reason="fixed")
+    assert status(harness, workflow_id) == "RUNNING"  # advanced by the job command itself
+    harness.join()
+    assert status(harness, workflow_id) == "SUCCEEDED" and r.ran == Counter({"a": 2, "b": 1})
+
+
+def test_a_forged_message_cannot_pose_as_a_node_that_has_not_started(harness: Harness) -> None:
+    r = Recorder()
+    r.failing = {"a"}
+    workflow_id = reliable.workflow("w", [reliable.node("a", r.step.message("a")),
+                                          reliable.node("b", r.step.message("b"), after=["a"])]).submit(harness.broker)
+    assert WorkflowStore(harness.store).snapshot(workflow_id).node("b").job_id is None  # nothing to aim at
+    forged = dramatiq.Message(queue_name="default", actor_name="step", args=("evil",), kwargs={},
+                              options={"workflow_id": workflow_id, "workflow_node": "b"},
+                              message_id="f" * 32, message_timestamp=int(time.time() * 1000))
+    harness.broker.enqueue(forged)
+    harness.run()
+    assert states(harness, workflow_id) == {"a": "FAILED", "b": "UPSTREAM_FAILED"}
+    assert WorkflowStore(harness.store).nodes(workflow_id)[1]["result"] is None
+
+
+def test_a_cancel_is_not_weakened_by_a_later_pause(harness: Harness) -> None:
+    r = Recorder()
+    gate = threading.Event()
+
+    @dramatiq.actor(queue_name="default")
+    def slow() -> None:
+        gate.wait(10)
+
+    workflow_id = reliable.workflow("w", [reliable.node("s", slow),
+                                          reliable.node("t", r.step.message("t"), after=["s"])]).submit(harness.broker)
+    harness.worker.start()
+    wait_running = WorkflowStore(harness.store)
+    from support import wait_for
+
+    wait_for(lambda: states(harness, workflow_id)["s"] == "RUNNING", "the node to run")
+    assert wait_running.get(workflow_id)["status"] == "RUNNING"
+    cancelling = engine(harness).hold("cancel", workflow_id, control(harness), reason="wrong input")
+    assert cancelling.ok and cancelling.status == "STOPPING"
+    weaker = engine(harness).hold("pause", workflow_id, control(harness), reason="just pause")
+    assert weaker.outcome == "refused" and "being cancelled" in weaker.message
+    gate.set()
+    harness.join()
+    assert r.ran == Counter()
+
+
+def test_a_definition_may_not_move_a_node_to_another_actor_or_queue(harness: Harness) -> None:
+    r = Recorder()
+    r.failing = {"a"}
+
+    @dramatiq.actor(queue_name="payments")
+    def charge(name: str) -> str:
+        return "charged"
+
+    workflow_id = reliable.workflow("w", [reliable.node("a", r.step.message("a"))]).submit(harness.broker)
+    harness.run()
+    moved = reliable.workflow("w", [reliable.node("a", charge.message("a"))])
+    refused = engine(harness).resume(workflow_id, control(harness), reason="x", definition=moved)
+    assert refused.outcome == "refused" and "actor/queue charge/payments, stored step/default" in refused.message
+
+
+def test_results_are_passed_in_after_order(harness: Harness) -> None:
+    r = Recorder()
+    workflow_id = reliable.workflow("order", [
+        reliable.node("b", r.step.message("b")),
+        reliable.node("c", r.step.message("c")),
+        reliable.node("d", r.step.message("d"), after=["c", "b"], pass_results=True),
+    ]).submit(harness.broker)
+    harness.run()
+    assert {n["node"]: n["result"] for n in WorkflowStore(harness.store).nodes(workflow_id)}["d"] == '"d(c(),b())"'
+
+
+def test_resume_of_a_non_idempotent_node_that_ran_needs_the_duplicate_flag(harness: Harness) -> None:
+    @dramatiq.actor(queue_name="default", idempotent=False)
+    def charge() -> None:
+        raise ValueError("card declined")
+
+    workflow_id = reliable.workflow("pay", [reliable.node("pay", charge)]).submit(harness.broker)
+    harness.run()
+    assert status(harness, workflow_id) == "FAILED"
+    refused = engine(harness).resume(workflow_id, control(harness), reason="retry the charge")
+    assert refused.outcome == "refused" and "not idempotent" in refused.message and "'pay'" in refused.message
+    allowed = engine(harness).resume(workflow_id, control(harness), reason="checked: not charged",
+                                     allow_duplicates=True, dry_run=True)
+    assert allowed.outcome == "dry_run" and allowed.plan is not None and allowed.plan.rerun == ("pay",)

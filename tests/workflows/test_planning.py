@@ -154,3 +154,14 @@ def test_random_dags_invariants(snapshot: Snapshot) -> None:
         failed = {n for n, s in states.items() if s in ("FAILED", "DEAD", "CANCELLED")}
         assert rerun == descendants(children, failed)  # exactly the failed nodes and their descendants
         assert keep == {n for n, s in states.items() if s == "SUCCEEDED"} - rerun
+
+
+def test_resume_of_a_blocked_node_reruns_the_parent_whose_result_was_not_kept() -> None:
+    nodes = {"a": ((), "SUCCEEDED"), "b": (("a",), None), "c": ((), "SUCCEEDED")}
+    plan = resume_plan(snap(nodes, a={"result_missing": True}, b={"pass_results": True}))
+    assert plan.refusal is None and plan.rerun == ("a", "b") and plan.keep == ("c",)
+
+
+def test_resume_starts_ready_nodes_nobody_started() -> None:
+    plan = resume_plan(snap({"a": ((), "SUCCEEDED"), "b": (("a",), None)}))
+    assert plan.refusal is None and plan.rerun == () and plan.keep == ("a",)

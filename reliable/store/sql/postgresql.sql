@@ -227,7 +227,7 @@ FROM reliable_workflow_nodes n LEFT JOIN reliable_jobs j ON j.job_id = n.job_id
 WHERE n.workflow_id = %(workflow_id)s ORDER BY n.position;
 
 -- name: workflow_edges
-SELECT parent, child FROM reliable_workflow_edges WHERE workflow_id = %(workflow_id)s;
+SELECT parent, child FROM reliable_workflow_edges WHERE workflow_id = %(workflow_id)s ORDER BY child, position;
 
 -- name: workflow_node_messages
 SELECT node, message, owner, checkpoint_schema, queue, actor, job_id, result
@@ -247,7 +247,8 @@ VALUES (%(workflow_id)s, %(node)s, %(position)s::int4, %(actor)s, %(queue)s, %(m
     %(pass_results)s::boolean, %(job_id)s, 1);
 
 -- name: insert_workflow_edge
-INSERT INTO reliable_workflow_edges (workflow_id, parent, child) VALUES (%(workflow_id)s, %(parent)s, %(child)s);
+INSERT INTO reliable_workflow_edges (workflow_id, parent, child, position)
+VALUES (%(workflow_id)s, %(parent)s, %(child)s, %(position)s::int4);
 
 -- name: insert_workflow_event
 INSERT INTO reliable_workflow_events (workflow_id, at, event, from_status, to_status, run, operator, source, reason,

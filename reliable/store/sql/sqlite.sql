@@ -183,7 +183,7 @@ FROM reliable_workflow_nodes n LEFT JOIN reliable_jobs j ON j.job_id = n.job_id
 WHERE n.workflow_id = :workflow_id ORDER BY n.position;
 
 -- name: workflow_edges
-SELECT parent, child FROM reliable_workflow_edges WHERE workflow_id = :workflow_id;
+SELECT parent, child FROM reliable_workflow_edges WHERE workflow_id = :workflow_id ORDER BY child, position;
 
 -- name: workflow_node_messages
 SELECT node, message, owner, checkpoint_schema, queue, actor, job_id, result
@@ -201,7 +201,8 @@ VALUES (:workflow_id, :node, :position, :actor, :queue, :message, :owner, :check
     :digest, :trigger, :on_upstream_failure, :pass_results, :job_id, 1);
 
 -- name: insert_workflow_edge
-INSERT INTO reliable_workflow_edges (workflow_id, parent, child) VALUES (:workflow_id, :parent, :child);
+INSERT INTO reliable_workflow_edges (workflow_id, parent, child, position)
+VALUES (:workflow_id, :parent, :child, :position);
 
 -- name: insert_workflow_event
 INSERT INTO reliable_workflow_events (workflow_id, at, event, from_status, to_status, run, operator, source, reason,

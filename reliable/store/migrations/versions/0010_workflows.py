@@ -4,9 +4,11 @@
   for listings, `hold` is an operator's pause/stop/cancel of the whole workflow, `run` counts
   resumes and restarts, `checked_at` orders the recovery loop's sweep.
 - reliable_workflow_nodes: the node's message (registered as a PENDING job once its parents allow),
-  the digest of its inputs, its current job id (assigned before the job exists: registration is
-  idempotent) and the job's result once it succeeded.
-- reliable_workflow_edges: parent -> child.
+  the digest of its inputs, its current job id (chosen when that job is registered, under the
+  workflow's lock: no message can pose as a node that has not started) and the job's result once
+  it succeeded.
+- reliable_workflow_edges: parent -> child, with the parent's place in the child's `after` (the
+  order its results are passed in).
 - reliable_workflow_events: submission, status changes and operators' commands.
 
 Revision ID: 0010
@@ -58,7 +60,7 @@ def upgrade() -> None:
         sa.Column("trigger", sa.String(16), nullable=False),
         sa.Column("on_upstream_failure", sa.String(8), nullable=False),
         sa.Column("pass_results", sa.Boolean, nullable=False, server_default="0"),
-        sa.Column("job_id", sa.String(64), nullable=False),
+        sa.Column("job_id", sa.String(64)),
         sa.Column("run", sa.Integer, nullable=False, server_default="1"),
         sa.Column("result", sa.Text),
         sa.Column("result_note", sa.Text),
@@ -69,6 +71,7 @@ def upgrade() -> None:
         sa.Column("workflow_id", sa.String(64), primary_key=True),
         sa.Column("parent", sa.String(255), primary_key=True),
         sa.Column("child", sa.String(255), primary_key=True),
+        sa.Column("position", sa.Integer, nullable=False),
     )
     op.create_table(
         "reliable_workflow_events",
