@@ -198,13 +198,17 @@ def _run(command: str, params: dict[str, Any], definition: str | None = None) ->
 
 
 def _engine(store: StateStore, broker: Any, definition: str | None) -> WorkflowEngine:
+    """The engine; with `definition`, on the application's broker its import set up (`broker`, from
+    --broker, then only carries Control's job commands)."""
     if not definition:
         return WorkflowEngine(store, broker)
     _import_target(definition)  # the application: its broker has reliable installed and the actors declared
     import dramatiq
 
+    # The application's broker, not --broker's: the definition's actors are declared (and their
+    # contracts known) only there, and it publishes to the application's queues.
     app_broker = dramatiq.get_broker()
-    return WorkflowEngine(store, broker or app_broker, middleware=find_middleware(app_broker))
+    return WorkflowEngine(store, app_broker, middleware=find_middleware(app_broker))
 
 
 def _import_target(spec: str) -> Any:

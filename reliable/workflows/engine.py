@@ -118,7 +118,11 @@ def _prepared_node(middleware: ReliableMiddleware, broker: dramatiq.Broker, work
                    each: Node) -> tuple[NewJob, str, dict[str, Any], str | None]:
     """A node's job as the middleware registers any message (contract, owner, links), its input
     digest, the message stored to register it later, and the actor's declared code version."""
-    declared = broker.get_actor(each.actor).options.get(CODE_VERSION)
+    try:
+        declared = broker.get_actor(each.actor).options.get(CODE_VERSION)
+    except dramatiq.errors.ActorNotFound:
+        raise WorkflowDefinitionError(f"workflow {workflow_id}, node {each.name!r}: actor {each.actor!r} is not "
+                                      "declared on this broker") from None
     code_version = None if declared is None else str(declared)
     message: dramatiq.Message[Any] = dramatiq.Message(
         queue_name=each.queue, actor_name=each.actor, args=tuple(each.args), kwargs=dict(each.kwargs),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import dramatiq
+import pytest
 from click.testing import CliRunner, Result
 
 import reliable
@@ -122,3 +125,87 @@ def test_a_dramatiq_pipeline_shows_as_linked_jobs_and_ends_failed_instead_of_wai
     assert "second  FAILED  cannot take 2" in shown.output
     as_json = json.loads(run(store_url, "show", pipeline_id, "--json").output)
     assert as_json["status"] == "FAILED" and len(as_json["jobs"]) == 2
+
+
+DEFINITION = '''
+import dramatiq
+import reliable
+
+
+def changed():
+    step = dramatiq.get_broker().get_actor("cli_step")  # the application's broker (reliable installed)
+    return reliable.workflow("cli", [reliable.node("a", step.message("a", "v1")),
+                                     reliable.node("b", step.message("b", "v2"), after=["a"])])
+'''
+
+
+def test_resume_with_a_definition_and_a_broker_url_looks_actors_up_on_the_applications_broker(
+        harness: Harness, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --broker gives a bare broker (no actor declared, reliable not installed): the new definition's
+    # actors and contracts must come from the application's broker, which importing it set up.
+    ran: list[str] = []
+
+    @dramatiq.actor(queue_name="default")
+    def cli_step(name: str, value: str) -> str:
+        ran.append(f"{name}={value}")
+        return f"{name}={value}"
+
+    (tmp_path / "wf_cli_definition.py").write_text(textwrap.dedent(DEFINITION))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workflow_id = reliable.workflow("cli", [reliable.node("a", cli_step.message("a", "v1")),
+                                            reliable.node("b", cli_step.message("b", "v1"), after=["a"])]
+                                    ).submit(harness.broker)
+    harness.run()
+    assert ran == ["a=v1", "b=v1"]
+    args = ["workflow", "resume", workflow_id, "--store", store_url, "--broker", "amqp://guest:guest@127.0.0.1:1/",
+            "--reason", "b has a new input", "--definition", "wf_cli_definition:changed"]
+    dry = CliRunner().invoke(cli, [*args, "--dry-run"])
+    assert dry.exit_code == 0, (dry.output, dry.exception)
+    assert "  run again (1): b" in dry.output and "  changed (1): b" in dry.output
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, (done.output, done.exception)
+    harness.join()
+    assert ran == ["a=v1", "b=v1", "b=v2"]
+    assert WorkflowStore(harness.store).get(workflow_id)["status"] == "SUCCEEDED"
+
+
+RESHAPED = '''
+import dramatiq
+import reliable
+
+
+def reshaped():
+    step = dramatiq.get_broker().get_actor("cli_other")
+    return reliable.workflow("cli", [reliable.node("a", step.message("a", "v1")),
+                                     reliable.node("z", step.message("z", "v1"), after=["a"])])
+
+
+def undeclared():
+    missing = dramatiq.Message(queue_name="default", actor_name="not_declared", args=("b", "v2"), kwargs={},
+                               options={})
+    step = dramatiq.get_broker().get_actor("cli_other")
+    return reliable.workflow("cli", [reliable.node("a", step.message("a", "v1")),
+                                     reliable.node("b", missing, after=["a"])])
+'''
+
+
+def test_resume_with_a_definition_that_cannot_apply_is_refused_not_a_traceback(
+        harness: Harness, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    @dramatiq.actor(queue_name="default")
+    def cli_other(name: str, value: str) -> str:
+        return name
+
+    (tmp_path / "wf_cli_reshaped.py").write_text(textwrap.dedent(RESHAPED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    workflow_id = reliable.workflow("cli", [reliable.node("a", cli_other.message("a", "v1")),
+                                            reliable.node("b", cli_other.message("b", "v1"), after=["a"])]
+                                    ).submit(harness.broker)
+    harness.run()
+    result = CliRunner().invoke(cli, ["workflow", "resume", workflow_id, "--store", store_url, "--reason", "x",
+                                      "--definition", "wf_cli_reshaped:reshaped", "--dry-run"])
+    assert result.exit_code == 1, (result.output, result.exception)  # refused, as the command's help says
+    assert "nodes added: ['z'], removed: ['b']" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["workflow", "resume", workflow_id, "--store", store_url, "--reason", "x",
+                                      "--definition", "wf_cli_reshaped:undeclared", "--dry-run"])
+    assert result.exit_code == 1, (result.output, result.exception)
+    assert "node 'b': actor 'not_declared' is not declared on this broker" in result.output
