@@ -208,4 +208,4 @@ def test_resume_with_a_definition_that_cannot_apply_is_refused_not_a_traceback(
     result = CliRunner().invoke(cli, ["workflow", "resume", workflow_id, "--store", store_url, "--reason", "x",
                                       "--definition", "wf_cli_reshaped:undeclared", "--dry-run"])
     assert result.exit_code == 1, (result.output, result.exception)
-    assert "node 'b': actor 'not_declared' is not declared on this broker" in result.output
+    assert "node 'b': actor/queue not_declared/default, stored cli_other/default" in result.output
