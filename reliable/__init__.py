@@ -23,6 +23,7 @@ from .errors import (
     PolicyError,
     ReasonRequired,
     ReliableError,
+    ScheduleNotFound,
     StoreError,
     StoreNotMigrated,
     StoreUnavailable,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from .middleware import ReliableMiddleware
     from .policy import Policy
     from .recovery import Recovery
+    from .schedules import Schedule
     from .store import StateStore
     from .workflows import Workflow, node, workflow
     from .workflows.engine import WorkflowEngine
@@ -52,6 +54,7 @@ _LAZY = {
     "ReliableMiddleware": ".middleware",
     "Policy": ".policy",
     "Recovery": ".recovery",
+    "Schedule": ".schedules",
     "StateStore": ".store",
     "Workflow": ".workflows",
     "WorkflowEngine": ".workflows.engine",
@@ -90,6 +93,8 @@ __all__ = [
     "Recovery",
     "ReliableError",
     "ReliableMiddleware",
+    "Schedule",
+    "ScheduleNotFound",
     "StateStore",
     "StoreError",
     "StoreNotMigrated",

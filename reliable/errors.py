@@ -9,6 +9,7 @@
     │   └── StoreNotMigrated        the schema is missing or out of date
     ├── JobNotFound                 no job with that id
     ├── OperationNotFound           no bulk operation with that id
+    ├── ScheduleNotFound            no schedule with that name
     ├── TransitionRefused           the state machine or a compare-and-set refused a change
     │   ├── ClaimRefused            a worker may not run this job now (reason says why)
     │   └── LeaseLost               a worker's write lost its fencing race
@@ -41,6 +42,7 @@ __all__ = [
     "PolicyError",
     "ReasonRequired",
     "ReliableError",
+    "ScheduleNotFound",
     "StoreError",
     "StoreNotMigrated",
     "StoreUnavailable",
@@ -198,3 +200,11 @@ class LeaseLostInterrupt(JobInterrupted):
     """The worker no longer holds the job's lease; any further work would be a stale commit."""
 
     reason = "lease_lost"
+
+
+class ScheduleNotFound(ReliableError):
+    """No schedule (`reliable.schedules`) has the given name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no schedule named {name!r} (`reliable schedules list` shows them)")

@@ -59,6 +59,8 @@ from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .policy.model import RATE_LIMITED_MARK
 from .recovery import Recovery
 from .redact import redact_secrets
+from .schedules import Schedule, Scheduler, load_schedules
+from .schedules.boot import declare_schedules
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, NodeResult, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
@@ -119,6 +121,9 @@ class ReliableMiddleware(Middleware):
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
         threads in batches, one statement each (same guards, same durability; see
         reliable/store/batching.py). Taken from the StateStore when one is passed.
+      schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
+        stored with their job templates at each worker's boot. Every worker's recovery thread runs
+        the scheduler of all stored schedules, declared here or not.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -127,7 +132,8 @@ class ReliableMiddleware(Middleware):
                  sweep_after: float | None = None,
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
                  metrics: Metrics | bool = True, json_logs: bool = True,
-                 max_connections: int | None = None, group_commit: bool = True, tracing: object = False) -> None:
+                 max_connections: int | None = None, group_commit: bool = True, tracing: object = False,
+                 schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None) -> None:
         if max_connections is not None and isinstance(store, StateStore):
             raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
@@ -165,6 +171,9 @@ class ReliableMiddleware(Middleware):
         self._recovery: Recovery | None = None
         self._recovery_thread: threading.Thread | None = None
         self._recovery_stop = threading.Event()
+        #: The schedules this app declares (stored at worker boot) and this process's scheduler.
+        self.schedules = load_schedules(schedules)
+        self._scheduler: Scheduler | None = None
         self._lock = threading.Lock()
         # The attempt a worker thread is running. Per thread, not per job id: a stale attempt and
         # its re-claimed successor can run the same job in two threads of one process.
@@ -293,8 +302,15 @@ class ReliableMiddleware(Middleware):
                 if self.tracked(broker, name):
                     self.metrics.track(name, broker.get_actor(name).queue_name)
         assert self._heartbeat is not None
+        if self.schedules:  # here the actors are imported: their job templates can be built
+            try:
+                self._with_store_retry("declare schedules", lambda: declare_schedules(self.store, self, broker,
+                                                                                       self.schedules))
+            except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
+                raise ActorContractError(str(exc)) from None
         self._heartbeat.start()
         if self.recovery_enabled:
+            self._scheduler = Scheduler(self.store, broker)
             self._recovery = Recovery(self.store, broker, self.policy, actor_options=self._actor_options,
                                       sweep_after=self.sweep_after, lease_ttl=self.lease_ttl,
                                       worker_id=self.worker_id)
@@ -333,6 +349,8 @@ class ReliableMiddleware(Middleware):
         while not self._recovery_stop.wait(self.recovery_interval):
             try:
                 self._recovery.run_once()
+                if self._scheduler is not None:
+                    self._scheduler.tick()
             except StoreError as exc:
                 logger.warning("recovery pass failed (will retry): %s", exc)
             except Exception:

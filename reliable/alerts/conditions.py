@@ -72,6 +72,7 @@ STORE_TYPES: Mapping[str, tuple[frozenset[str], frozenset[str]]] = {
     "retry_storm": (frozenset({"window", "min_count"}), frozenset()),
     "budget_exhausted": (frozenset({"window"}), frozenset({"min_count"})),
     "error_budget_burn": (frozenset({"slo"}), frozenset({"windows", "min_events", "group_by"})),
+    "schedule_missed": (frozenset({"late_by"}), frozenset({"window"})),
 }
 
 

@@ -25,6 +25,7 @@ from .facts import (
     Facts,
     GroupAges,
     JobSample,
+    ScheduleSlots,
     StaleJobs,
 )
 from .model import Candidate, build_labels
@@ -43,6 +44,8 @@ _EVENT_RULES: dict[str, tuple[str, ...]] = {
 #: alert resolves when they move on (e.g. a dead letter requeued), not when the window has passed.
 _STILL_IN: dict[str, tuple[str, ...]] = {"dead_letters": ("DEAD",)}
 _AGE_STATES = {"review_age": "REVIEW", "queue_age": "PENDING", "schedule_lateness": "RETRY_WAIT"}
+#: schedule_missed: how far back a slot whose job failed keeps its schedule's alert firing.
+DEFAULT_SCHEDULE_WINDOW = 86400.0
 #: How the retry policy marks a decision taken because the retry budget ran out (compact JSON).
 BUDGET_MARK = '"budget_exhausted":true'
 
@@ -68,6 +71,8 @@ def requests_for(rule: AlertRule) -> list[Any]:
         # A rate-limited retry (a 429 honoured) is the partner's throttling, not the actor failing:
         # it has its own alert (the policy's rate_limit.alert_after).
         return [EventCounts(SUCCESS_EVENTS + ATTEMPT_FAILURE_EVENTS, c.window or 0.0, detail_lacks=RATE_LIMITED_MARK)]
+    if c.type == "schedule_missed":
+        return [ScheduleSlots(c.older_than or 0.0, c.window or DEFAULT_SCHEDULE_WINDOW)]
     if c.type == "error_budget_burn":
         lengths = sorted({w for bw in c.burn_windows for w in (bw.long, bw.short)})
         return [EventCounts(SUCCESS_EVENTS + FAILURE_EVENTS, length) for length in lengths]
@@ -174,6 +179,26 @@ def _burn(rule: AlertRule, c: StoreCondition, facts: Facts) -> list[Candidate]:
     return out
 
 
+def _schedules(rule: AlertRule, c: StoreCondition, facts: Facts) -> list[Candidate]:
+    """One alert per schedule whose next slot is overdue (no scheduler decided it: nothing fired it) or
+    one of whose recent slots' jobs ended FAILED or DEAD. Value: how overdue (s), else the failures."""
+    request = requests_for(rule)[0]
+    assert isinstance(request, ScheduleSlots)
+    out = []
+    for fact in facts.schedules(request):
+        overdue = facts.now - fact.overdue_slot if fact.overdue_slot is not None else None
+        missed = overdue is not None and overdue > fact.grace + request.late_by
+        if not missed and not fact.failed:
+            continue
+        labels = build_labels(rule, queue=fact.queue, actor=fact.actor, owner=fact.owner,
+                              extra={"schedule": fact.schedule})
+        late = overdue if missed and overdue is not None else 0.0
+        context = {"schedule": fact.schedule, "missed_slot": fact.overdue_slot if missed else None,
+                   "overdue": late, "failed": len(fact.failed), "missed": missed}
+        out.append(Candidate(rule, labels, late or float(len(fact.failed)), context, fact.failed))
+    return out
+
+
 def evaluate_rule(rule: AlertRule, facts: Facts) -> list[Candidate]:
     """The alerts `rule` raises over `facts` (before `for` is applied)."""
     c = _condition(rule)
@@ -185,6 +210,8 @@ def evaluate_rule(rule: AlertRule, facts: Facts) -> list[Candidate]:
         return _event_threshold(rule, c, facts)
     if c.type == "failure_rate":
         return _failure_rate(rule, c, facts)
+    if c.type == "schedule_missed":
+        return _schedules(rule, c, facts)
     return _burn(rule, c, facts)
 
 

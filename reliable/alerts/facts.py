@@ -23,6 +23,8 @@ __all__ = [
     "GroupAges",
     "JobFact",
     "JobSample",
+    "ScheduleFact",
+    "ScheduleSlots",
     "StaleJobs",
 ]
 
@@ -130,6 +132,29 @@ class JobSample:
     still_in: tuple[str, ...] = ()  # with events: only jobs in these states now
 
 
+@dataclass(frozen=True)
+class ScheduleSlots:
+    """Schedules (not paused) whose next slot is more than `late_by` past due (the facts carry each
+    one's misfire grace, which the evaluator adds), and the slots fired within the last `window`
+    seconds whose job ended FAILED or DEAD (reliable.schedules)."""
+
+    late_by: float
+    window: float
+
+
+@dataclass(frozen=True)
+class ScheduleFact:
+    """The answer to ScheduleSlots for one schedule: its overdue next slot, and its failed slots' jobs."""
+
+    schedule: str
+    actor: str
+    queue: str
+    grace: float
+    overdue_slot: float | None = None
+    failed: tuple[JobFact, ...] = ()
+    owner: str | None = None
+
+
 @dataclass
 class Facts:
     """Answers to fact requests, and the evaluation time."""
@@ -147,6 +172,10 @@ class Facts:
 
     def counts(self, request: EventCounts) -> Sequence[EventCount]:
         """The answer to an EventCounts request."""
+        return self.answers.get(request, ())
+
+    def schedules(self, request: ScheduleSlots) -> Sequence[ScheduleFact]:
+        """The answer to a ScheduleSlots request."""
         return self.answers.get(request, ())
 
     @classmethod

@@ -7,6 +7,7 @@ attempts(job_id, attempt) via ix_reliable_attempts_job.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,19 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..selection import not_discarded
 from ..store import StateStore
-from ..store.schema import attempts, job_events, jobs
-from .facts import EventCount, EventCounts, Facts, GroupAge, GroupAges, JobFact, JobSample, StaleJobs
+from ..store.schema import attempts, job_events, jobs, schedule_slots, schedules
+from .facts import (
+    EventCount,
+    EventCounts,
+    Facts,
+    GroupAge,
+    GroupAges,
+    JobFact,
+    JobSample,
+    ScheduleFact,
+    ScheduleSlots,
+    StaleJobs,
+)
 
 __all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "sample_job_ids"]
 
@@ -97,6 +109,41 @@ def _counts(conn: Any, request: EventCounts, now: float) -> list[EventCount]:
             for row in conn.execute(stmt)]
 
 
+#: A schedule slot's job that ended in one of these states failed (ScheduleSlots).
+_FAILED_SLOT_STATES = ("FAILED", "DEAD")
+
+
+def _schedules(conn: Any, request: ScheduleSlots, now: float) -> list[ScheduleFact]:
+    # The misfire grace is in each schedule's JSON definition: the evaluator adds it (rows are few).
+    overdue = {row.name: row for row in conn.execute(
+        select(schedules.c.name, schedules.c.actor, schedules.c.queue, schedules.c.next_slot, schedules.c.definition)
+        .where(schedules.c.paused.is_(False), schedules.c.next_slot < now - request.late_by))}
+    s = schedule_slots
+    failed: dict[str, list[JobFact]] = {}
+    stmt = (select(s.c.schedule, *_JOB_COLUMNS, jobs.c.updated_at)
+            .select_from(s.join(jobs, jobs.c.job_id == s.c.job_id))
+            .where(s.c.fired_at >= now - request.window, jobs.c.status.in_(_FAILED_SLOT_STATES))
+            .order_by(s.c.schedule, s.c.slot_at))
+    for row in conn.execute(stmt):
+        failed.setdefault(row.schedule, []).append(_job_fact(row, row.updated_at))
+    names = sorted(set(overdue) | set(failed))
+    about = {row.name: row for row in conn.execute(
+        select(schedules.c.name, schedules.c.actor, schedules.c.queue, schedules.c.definition)
+        .where(schedules.c.name.in_(names)))} if names else {}
+    out = []
+    for name in names:
+        row = about.get(name)
+        if row is None:
+            continue
+        grace = float(json.loads(row.definition).get("misfire_grace", 0.0))
+        jobs_failed = tuple(failed.get(name, ()))
+        owners = sorted({j.owner for j in jobs_failed if j.owner})
+        out.append(ScheduleFact(name, row.actor, row.queue, grace,
+                                overdue[name].next_slot if name in overdue else None, jobs_failed,
+                                owners[0] if owners else None))
+    return out
+
+
 def collect_facts(store: StateStore, requests: Iterable[Any], now: float) -> Facts:
     """Answer every distinct request in one read connection (no writes)."""
     answers: dict[Any, Sequence[Any]] = {}
@@ -108,6 +155,8 @@ def collect_facts(store: StateStore, requests: Iterable[Any], now: float) -> Fac
                 answers[request] = _ages(conn, request, now)
             elif isinstance(request, EventCounts):
                 answers[request] = _counts(conn, request, now)
+            elif isinstance(request, ScheduleSlots):
+                answers[request] = _schedules(conn, request, now)
             else:
                 raise TypeError(f"unknown fact request {request!r}")
     return Facts(now, answers)

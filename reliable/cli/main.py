@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("reliable.cli.control:resume", "Resume PAUSED or STOPPED jobs from their last checkpoint."),
     "retry": ("reliable.cli.control:retry", "Requeue FAILED or DEAD jobs from their last checkpoint."),
     "review": ("reliable.cli.review:review", "Jobs waiting for a person (REVIEW): list, show, resolve."),
+    "schedules": ("reliable.cli.schedules:schedules", "Recurring jobs: list, show, pause, resume, trigger, run."),
     "stop": ("reliable.cli.control:stop",
              "Stop jobs (running ones after their current unit)."),
     "tokens": ("reliable.cli.tokens:tokens", "Create, list and revoke API tokens for `reliable web` and --api."),

@@ -26,7 +26,8 @@ from sqlalchemy import (
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
 __all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "api_tokens", "attempts",
-           "barriers", "effects", "job_events", "jobs", "liveness", "metadata", "operations", "workflow_edges",
+           "barriers", "effects", "job_events", "jobs", "liveness", "metadata", "operations",
+           "schedule_events", "schedule_slots", "schedules", "workflow_edges",
            "workflow_events", "workflow_nodes", "workflows"]
 
 #: Every table reliable owns (its Alembic version table too) starts with it.
@@ -355,6 +356,51 @@ workflow_events = Table(
 
 Index("ix_reliable_workflow_events_workflow", workflow_events.c.workflow_id, workflow_events.c.id)
 
+
+# Schedules (migration 0011): one row per declared schedule, its slots (the primary key makes a
+# slot fire once however many schedulers run) and its audit trail (reliable.schedules).
+schedules = Table(
+    "reliable_schedules",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("actor", String(255), nullable=False),
+    Column("queue", String(255), nullable=False),
+    Column("definition", Text, nullable=False),  # JSON: the declaration (Schedule.definition)
+    Column("template", Text, nullable=False),  # JSON: the job a slot registers, built where the actor is imported
+    Column("paused", Boolean, nullable=False, server_default="0"),
+    Column("decided_until", Double, nullable=False),  # every slot up to it fired or was dropped by the misfire policy
+    Column("next_slot", Double),  # the first slot after decided_until (what schedulers and the alert look at)
+    Column("last_slot", Double),  # the last slot that fired
+    Column("created_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+schedule_slots = Table(
+    "reliable_schedule_slots",
+    metadata,
+    Column("schedule", String(255), primary_key=True),
+    Column("slot_at", Double, primary_key=True),  # the slot's UTC instant, whole seconds (a trigger's: its time)
+    Column("job_id", String(64), nullable=False),  # uuid5 of schedule and slot: the same slot, the same job
+    Column("kind", String(16), nullable=False),  # on_time | missed (fired by the misfire policy) | trigger
+    Column("fired_at", Double, nullable=False),
+)
+
+Index("ix_reliable_schedule_slots_fired", schedule_slots.c.fired_at)
+
+schedule_events = Table(
+    "reliable_schedule_events",
+    metadata,
+    Column("id", _BigId, primary_key=True, autoincrement=True),
+    Column("schedule", String(255), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("event", String(32), nullable=False),  # declared | redeclared | pause | resume | trigger | misfire
+    Column("operator", String(255)),
+    Column("reason", Text),
+    Column("host", String(255)),
+    Column("detail", Text),  # JSON
+)
+
+Index("ix_reliable_schedule_events_schedule", schedule_events.c.schedule, schedule_events.c.id)
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
     """For an application's own Alembic ``env.py``: ``context.configure(..., include_name=alembic_include_name)``

@@ -100,7 +100,7 @@ def test_a_fresh_install_adopts_an_app_runs_a_worker_and_exports_checked_rules(
     for name in SHIPPED:
         assert (project / name).is_file(), f"reliable init did not write {name}"
     assert "OK:" in _run([reliable_cli, "policy", "check", "policies/"], project, env)
-    assert "OK: 26 rules" in _run([reliable_cli, "alerts", "check", "alert_rules/", "--runbooks", "runbooks/"],
+    assert "OK: 27 rules" in _run([reliable_cli, "alerts", "check", "alert_rules/", "--runbooks", "runbooks/"],
                                   project, env)
     rules = project / "reliable-rules.yaml"
     _run([reliable_cli, "alerts", "export-prometheus", "--out", str(rules)], project, env)  # the shipped rules

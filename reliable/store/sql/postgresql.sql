@@ -274,3 +274,57 @@ WHERE workflow_id = %(workflow_id)s AND node = %(node)s;
 -- name: save_node_result
 -- A node's result, in the transaction that commits its job's success.
 UPDATE reliable_workflow_nodes SET result = %(result)s, result_note = %(result_note)s WHERE job_id = %(job_id)s;
+
+-- Schedules (reliable/schedules/storage.py). A schedule's writes run in one transaction that
+-- locks its row first (lock_schedule): schedulers of one schedule take turns, each deciding from
+-- what the last one wrote, and always in the same lock order (schedule row, then slot rows).
+
+-- name: lock_schedule
+SELECT name, definition, template, paused, decided_until, next_slot, last_slot
+FROM reliable_schedules WHERE name = %(name)s
+FOR UPDATE;
+
+-- name: insert_schedule
+-- A schedule declared for the first time; no row when it exists.
+INSERT INTO reliable_schedules (name, actor, queue, definition, template, paused, decided_until, next_slot,
+    last_slot, created_at, updated_at)
+SELECT %(name)s, %(actor)s, %(queue)s, %(definition)s, %(template)s, %(paused)s::bool,
+    coalesce(%(decided_until)s::float8, t.now), %(next_slot)s::float8, NULL, t.now, t.now
+FROM (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
+ON CONFLICT (name) DO NOTHING
+RETURNING decided_until;
+
+-- name: redeclare_schedule
+-- A new declaration of a known schedule: its runtime state (paused, decided_until, last_slot) stays.
+UPDATE reliable_schedules SET actor = %(actor)s, queue = %(queue)s, definition = %(definition)s,
+    template = %(template)s, next_slot = %(next_slot)s::float8,
+    updated_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE name = %(name)s;
+
+-- name: decide_schedule
+-- Slots decided up to :decided_until (fired or dropped), under the row lock_schedule holds.
+UPDATE reliable_schedules SET decided_until = %(decided_until)s::float8, next_slot = %(next_slot)s::float8,
+    last_slot = coalesce(%(last_slot)s::float8, last_slot),
+    updated_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE name = %(name)s;
+
+-- name: set_schedule_paused
+UPDATE reliable_schedules SET paused = %(paused)s::bool,
+    decided_until = coalesce(%(decided_until)s::float8, decided_until),
+    next_slot = coalesce(%(next_slot)s::float8, next_slot),
+    updated_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE name = %(name)s;
+
+-- name: insert_schedule_slot
+-- A slot fires once: no row when it fired already.
+INSERT INTO reliable_schedule_slots (schedule, slot_at, job_id, kind, fired_at)
+VALUES (%(schedule)s, %(slot_at)s::float8, %(job_id)s, %(kind)s,
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8))
+ON CONFLICT (schedule, slot_at) DO NOTHING
+RETURNING job_id;
+
+-- name: schedule_event
+INSERT INTO reliable_schedule_events (schedule, at, event, operator, reason, host, detail)
+VALUES (%(schedule)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), %(event)s,
+    %(operator)s, %(reason)s, %(host)s, %(detail)s)
+RETURNING at;

@@ -227,3 +227,48 @@ WHERE workflow_id = :workflow_id AND node = :node;
 -- name: save_node_result
 -- A node's result, in the transaction that commits its job's success.
 UPDATE reliable_workflow_nodes SET result = :result, result_note = :result_note WHERE job_id = :job_id;
+
+-- Schedules (reliable/schedules/storage.py). A schedule's writes run in one transaction that
+-- reads its row first (lock_schedule), so every scheduler decides from what the last one wrote.
+
+-- name: lock_schedule
+SELECT name, definition, template, paused, decided_until, next_slot, last_slot
+FROM reliable_schedules WHERE name = :name;
+
+-- name: insert_schedule
+-- A schedule declared for the first time; no row when it exists.
+INSERT INTO reliable_schedules (name, actor, queue, definition, template, paused, decided_until, next_slot,
+    last_slot, created_at, updated_at)
+VALUES (:name, :actor, :queue, :definition, :template, :paused, coalesce(:decided_until, :now), :next_slot, NULL,
+    :now, :now)
+ON CONFLICT (name) DO NOTHING
+RETURNING decided_until;
+
+-- name: redeclare_schedule
+-- A new declaration of a known schedule: its runtime state (paused, decided_until, last_slot) stays.
+UPDATE reliable_schedules SET actor = :actor, queue = :queue, definition = :definition, template = :template,
+    next_slot = :next_slot, updated_at = :now
+WHERE name = :name;
+
+-- name: decide_schedule
+-- Slots decided up to :decided_until (fired or dropped), under the row read by lock_schedule.
+UPDATE reliable_schedules SET decided_until = :decided_until, next_slot = :next_slot,
+    last_slot = coalesce(:last_slot, last_slot), updated_at = :now
+WHERE name = :name;
+
+-- name: set_schedule_paused
+UPDATE reliable_schedules SET paused = :paused, decided_until = coalesce(:decided_until, decided_until),
+    next_slot = coalesce(:next_slot, next_slot), updated_at = :now
+WHERE name = :name;
+
+-- name: insert_schedule_slot
+-- A slot fires once: no row when it fired already.
+INSERT INTO reliable_schedule_slots (schedule, slot_at, job_id, kind, fired_at)
+VALUES (:schedule, :slot_at, :job_id, :kind, :now)
+ON CONFLICT (schedule, slot_at) DO NOTHING
+RETURNING job_id;
+
+-- name: schedule_event
+INSERT INTO reliable_schedule_events (schedule, at, event, operator, reason, host, detail)
+VALUES (:schedule, :now, :event, :operator, :reason, :host, :detail)
+RETURNING at;

@@ -1,0 +1,232 @@
+"""`reliable schedules`: recurring jobs: list, show, pause, resume, trigger, and the scheduler as a process."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from ..operators import ENV_OPERATOR, Operator
+from ..schedules import storage
+from ..store import StateStore
+from .common import (
+    POSITIVE_DURATION,
+    emit_json,
+    fmt_time,
+    handle_errors,
+    id_column,
+    open_store,
+    print_table,
+    stdout_console,
+    store_option,
+)
+
+__all__ = ["schedules"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_UNCHANGED = 1  # pause of a paused schedule, resume of a running one: nothing written
+DEFAULT_INTERVAL = 5.0
+
+EXIT_CODES_HELP = ("Exit status: 0 done; 1 nothing to do (already in that state); 2 bad input (a missing --reason: "
+                   "nothing is written), no such schedule, or a store error.")
+
+broker_option = click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True, required=True,
+                             help="RabbitMQ URL (amqp://...) to publish the fired jobs on.")
+
+
+def _operator_options(func: F) -> F:
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    func = click.option("--operator", "operator_name",
+                        help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user].")(func)
+    return click.option("--reason", help="Why (required); recorded in the schedule's audit trail.")(func)
+
+
+def _rabbitmq(url: str) -> Any:
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    return RabbitmqBroker(url=url)
+
+
+def _row_dict(row: storage.ScheduleRow) -> dict[str, Any]:
+    return {"name": row.name, "timing": row.schedule.describe(), "actor": row.actor, "queue": row.queue,
+            "paused": row.paused, "misfire": row.schedule.misfire, "next_slot": row.next_slot,
+            "last_slot": row.last_slot, "decided_until": row.decided_until, "definition": row.schedule.definition(),
+            "created_at": row.created_at, "updated_at": row.updated_at}
+
+
+@click.group(short_help="Recurring jobs: list, show, pause, resume, trigger, run.")
+def schedules() -> None:
+    """Recurring jobs (docs/schedules.md): one job per slot of a cron expression or an interval.
+
+    Schedules are declared in the app (`reliable.install(..., schedules=...)`) and stored at worker
+    boot; every worker runs the scheduler, and `run` runs one on its own. `pause`, `resume` and
+    `trigger` are recorded with who, why and when (`show` lists them).
+    """
+
+
+@schedules.command("list")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of schedules.")
+@handle_errors
+def list_(store_url: str | None, as_json: bool) -> None:
+    """List the stored schedules: timing, actor, state, next and last slot."""
+    rows = storage.list_schedules(open_store(store_url))
+    if as_json:
+        emit_json([_row_dict(row) for row in rows])
+        return
+    table = Table(id_column("name"), "timing", "actor", "queue", "state", "misfire", "next slot", "last slot",
+                  title="schedules")
+    for row in rows:
+        table.add_row(row.name, row.schedule.describe(), row.actor, row.queue, "paused" if row.paused else "active",
+                      row.schedule.misfire, "-" if row.paused else fmt_time(row.next_slot), fmt_time(row.last_slot))
+    print_table(stdout_console(), table)
+
+
+@schedules.command()
+@click.argument("name")
+@store_option
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="At most this many recent slots and audit entries.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: schedule, slots, events.")
+@handle_errors
+def show(name: str, store_url: str | None, limit: int, as_json: bool) -> None:
+    """Show a schedule: its declaration and state, its recent slots with their jobs, its audit trail."""
+    store = open_store(store_url)
+    row = storage.get_schedule(store, name)
+    slots = storage.list_slots(store, name, limit=limit)
+    events = storage.list_events(store, name, limit=limit)
+    if as_json:
+        emit_json({"schedule": _row_dict(row),
+                   "slots": [{**asdict(s), "status": s.status.value if s.status else None} for s in slots],
+                   "events": [asdict(e) for e in events]})
+        return
+    console = stdout_console()
+    s = row.schedule
+    console.print(f"schedule {row.name}: {s.describe()} -> {row.actor}(args={list(s.args)}, kwargs={s.kwargs}) "
+                  f"on queue {row.queue}", markup=False, highlight=False)
+    console.print(f"  state {'paused' if row.paused else 'active'}; misfire {s.misfire}"
+                  f"{f' (at most {s.catch_up_max})' if s.misfire == 'catch_up' else ''}, grace {s.grace:g}s; "
+                  f"next slot {'-' if row.paused else fmt_time(row.next_slot)}; last slot {fmt_time(row.last_slot)}",
+                  markup=False, highlight=False)
+    table = Table("slot", "kind", id_column(), "state", "fired", title="recent slots")
+    for slot in slots:
+        table.add_row(fmt_time(slot.slot_at), slot.kind, slot.job_id, slot.status.value if slot.status else "-",
+                      fmt_time(slot.fired_at))
+    print_table(console, table)
+    table = Table("at", "event", "operator", "host", "reason", "detail", title="audit trail")
+    for event in events:
+        detail = ", ".join(f"{k}={v}" for k, v in event.detail.items() if k not in ("definition", "before"))
+        table.add_row(fmt_time(event.at), event.event, event.operator or "-", event.host or "-", event.reason or "-",
+                      detail or "-")
+    print_table(console, table)
+
+
+def _set_paused(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
+                paused: bool, as_json: bool) -> None:
+    command = "pause" if paused else "resume"
+    store = open_store(store_url)
+    operator = Operator.resolve(operator_name)
+    changed = storage.set_paused(store, name, paused, operator=operator.name, reason=reason or "")
+    row = storage.get_schedule(store, name)
+    if as_json:
+        emit_json({"schedule": name, "paused": row.paused, "changed": changed, "operator": operator.name,
+                   "next_slot": None if row.paused else row.next_slot})
+    elif not changed:
+        click.echo(f"schedule {name} is already {'paused' if paused else 'active'}: nothing changed", err=True)
+    else:
+        after = f"; next slot {fmt_time(row.next_slot)}" if not paused else ""
+        click.echo(f"{command}d schedule {name} as {operator.name}{after}")
+    if not changed:
+        sys.exit(EXIT_UNCHANGED)
+
+
+@schedules.command(epilog=EXIT_CODES_HELP)
+@click.argument("name")
+@store_option
+@_operator_options
+@handle_errors
+def pause(name: str, store_url: str | None, reason: str | None, operator_name: str | None, as_json: bool) -> None:
+    """Pause a schedule: its slots stop firing until `resume` (jobs already fired are not touched)."""
+    _set_paused(name, store_url, reason, operator_name, True, as_json)
+
+
+@schedules.command(epilog=EXIT_CODES_HELP)
+@click.argument("name")
+@store_option
+@_operator_options
+@handle_errors
+def resume(name: str, store_url: str | None, reason: str | None, operator_name: str | None, as_json: bool) -> None:
+    """Resume a paused schedule. The slots that passed while it was paused do not fire; the next does."""
+    _set_paused(name, store_url, reason, operator_name, False, as_json)
+
+
+@schedules.command(epilog=EXIT_CODES_HELP)
+@click.argument("name")
+@store_option
+@_operator_options
+@broker_option
+@handle_errors
+def trigger(name: str, store_url: str | None, reason: str | None, operator_name: str | None, broker_url: str,
+            as_json: bool) -> None:
+    """Run a schedule's job once now, outside its slots (a paused schedule too); its slots go on as planned."""
+    store = open_store(store_url)
+    operator = Operator.resolve(operator_name)
+    job = storage.trigger(store, name, operator=operator.name, reason=reason or "")
+    from ..dispatch import dispatch
+
+    try:
+        dispatch(_rabbitmq(broker_url), store.get(job.job_id))
+        published = True
+    except Exception as exc:  # registered: the workers' sweeper publishes it
+        click.echo(f"warning: publishing failed ({exc}); the workers' sweeper will publish the job", err=True)
+        published = False
+    if as_json:
+        emit_json({"schedule": name, "job_id": job.job_id, "published": published})
+        return
+    click.echo(f"triggered schedule {name} as {operator.name}: job {job.job_id}")
+
+
+@schedules.command()
+@store_option
+@broker_option
+@click.option("--interval", type=POSITIVE_DURATION, default=DEFAULT_INTERVAL, show_default=True,
+              help="Time between ticks (5s, 1m or seconds).")
+@click.option("--once", is_flag=True, help="Run one tick and exit (for cron or a test).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per tick, one per line: {now, fired, skipped, unpublished}.")
+@handle_errors
+def run(store_url: str | None, broker_url: str, interval: float, once: bool, as_json: bool) -> None:
+    """Run the scheduler: fire the due slots of every schedule, then publish their jobs.
+
+    Every worker process already runs it in its recovery loop; this is for deployments whose
+    workers run with recovery=False, or for more schedulers. Any number may run at once: a slot
+    fires once, whoever fires it.
+    """
+    from ..errors import StoreUnavailable
+    from ..schedules import Scheduler
+
+    store: StateStore = open_store(store_url)
+    scheduler = Scheduler(store, _rabbitmq(broker_url))
+    while True:
+        try:
+            report = scheduler.tick()
+        except StoreUnavailable as exc:
+            if once:
+                raise
+            click.echo(f"store unavailable, retrying in {interval:g}s: {exc}", err=True)
+            time.sleep(interval)
+            continue
+        if as_json:
+            emit_json(asdict(report), one_line=True)
+        elif report.fired or report.skipped:
+            dropped = sum(s.count for s in report.skipped)
+            click.echo(f"{fmt_time(report.now)}: fired {len(report.fired)} slot(s), dropped {dropped} missed slot(s)")
+        if once:
+            return
+        time.sleep(interval)

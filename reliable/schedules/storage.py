@@ -1,0 +1,314 @@
+"""Schedules in the state store: declarations, fired slots, pause / resume / trigger, the audit trail.
+
+Every write to a schedule is one transaction that first reads (on PostgreSQL: locks) the
+schedule's row, so schedulers of one schedule take turns and each decides from what the last one
+committed; the slot's row, keyed (schedule, slot instant), is inserted with ON CONFLICT DO NOTHING
+and only an inserted slot registers its job (PENDING), in the same transaction. The job id is a
+uuid5 of the schedule's name and the slot, so even a forced second fire could not make a second job.
+Publishing comes after the commit (the caller's); a crash in between leaves a PENDING job that the
+recovery loop's sweeper publishes.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+
+from ..errors import ReasonRequired, ScheduleNotFound
+from ..states import JobStatus
+from ..store import NewJob, StateStore
+from ..store.schema import jobs, schedule_events, schedule_slots, schedules
+from ..store.sqlrunner import Tx
+from ..tracecontext import TraceParent, span_id_for, trace_id_from
+from .model import MisfirePlan, Schedule, plan_misfire
+
+__all__ = ["Decision", "Fired", "ScheduleEvent", "ScheduleRow", "SlotRow", "build_job", "count_slots", "decide",
+           "declare", "due_names", "get_schedule", "list_events", "list_schedules", "list_slots", "set_paused",
+           "slot_job_id", "trigger"]
+
+#: The namespace of slot job ids (uuid5): the same schedule and slot always give the same job id.
+SLOT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "reliable:schedule-slot")
+#: Message options a fired job carries: its schedule and slot.
+SCHEDULE_OPTION, SLOT_OPTION = "schedule", "schedule_slot"
+
+
+def slot_job_id(name: str, slot: float) -> str:
+    """The job id of `name`'s slot at `slot` (epoch seconds): deterministic."""
+    return str(uuid.uuid5(SLOT_NAMESPACE, f"{name}\x00{slot!r}"))
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A stored schedule: its declaration, job template and runtime state."""
+
+    schedule: Schedule
+    actor: str
+    queue: str
+    template: Mapping[str, Any]
+    paused: bool
+    decided_until: float
+    next_slot: float | None
+    last_slot: float | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def name(self) -> str:
+        """The schedule's name."""
+        return self.schedule.name
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    """A fired slot with its job's current state (None: the job is gone)."""
+
+    schedule: str
+    slot_at: float
+    job_id: str
+    kind: str
+    fired_at: float
+    status: JobStatus | None
+
+
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """One entry of a schedule's audit trail."""
+
+    id: int
+    schedule: str
+    at: float
+    event: str
+    operator: str | None
+    reason: str | None
+    host: str | None
+    detail: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A slot fired: its job was registered PENDING (to publish after the commit)."""
+
+    schedule: str
+    slot: int
+    job_id: str
+    kind: str  # on_time | missed
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one decision about a schedule's due slots did."""
+
+    schedule: str
+    policy: str  # the schedule's misfire policy
+    plan: MisfirePlan
+    fired: tuple[Fired, ...]
+
+
+def _row(row: Any) -> ScheduleRow:
+    return ScheduleRow(
+        schedule=Schedule.from_definition(json.loads(row["definition"])), actor=row["actor"], queue=row["queue"],
+        template=json.loads(row["template"]), paused=bool(row["paused"]), decided_until=float(row["decided_until"]),
+        next_slot=row["next_slot"], last_slot=row["last_slot"], created_at=row["created_at"],
+        updated_at=row["updated_at"])
+
+
+def build_job(template: Mapping[str, Any], name: str, slot: float, job_id: str) -> NewJob:
+    """The job `template` registers for one slot: its own id, trace and slot options."""
+    message = json.loads(json.dumps(template["message"]))
+    trace = TraceParent(trace_id_from(job_id.replace("-", "")), span_id_for(job_id))
+    message["message_id"] = job_id
+    message["message_timestamp"] = int(slot * 1000)
+    message["options"] = {**message.get("options", {}), **trace.as_options(), SCHEDULE_OPTION: name,
+                          SLOT_OPTION: slot}
+    return NewJob(job_id=job_id, queue=template["queue"], actor=template["actor"], message=message,
+                  owner=template.get("owner"), trace_id=trace.trace_id,
+                  checkpoint_schema=template.get("checkpoint_schema"))
+
+
+def _run(store: StateStore, tx: Tx, query: str, params: Mapping[str, Any]) -> Any:
+    # The store's runner fills :now (the transaction's time) and speaks the dialect's parameters.
+    return store._sql._execute(tx, query, params)
+
+
+def _require_reason(command: str, reason: str | None) -> None:
+    if not (reason and reason.strip()):
+        raise ReasonRequired(f"schedules {command}")
+
+
+def _event(store: StateStore, tx: Tx, name: str, event: str, *, operator: str | None = None,
+           reason: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
+    _run(store, tx, "schedule_event", {
+        "schedule": name, "event": event, "operator": operator, "reason": reason,
+        "host": store.host if operator is not None else None, "detail": _text(dict(detail)) if detail else None})
+
+
+def declare(store: StateStore, schedule: Schedule, template: Mapping[str, Any]) -> bool:
+    """Store `schedule` with the job `template` its slots register; True if it is new.
+
+    A new schedule decides its slots from now on (none before its declaration fires) and starts
+    paused if declared so. A known one gets the new declaration and template; its runtime state
+    (paused, decided slots, last slot) stays.
+    """
+    store.check_schema()
+    now = store.now()
+    params = {"name": schedule.name, "actor": template["actor"], "queue": template["queue"],
+              "definition": _text(schedule.definition()), "template": _text(template)}
+    with store._sql.transaction() as tx:
+        if tx.now is None:
+            tx.now = now
+        current = _run(store, tx, "lock_schedule", {"name": schedule.name}).fetchone()
+        if current is None:
+            _run(store, tx, "insert_schedule", {**params, "paused": schedule.paused, "decided_until": now,
+                                                "next_slot": schedule.timing.next_after(now)})
+            _event(store, tx, schedule.name, "declared", detail={"definition": schedule.definition()})
+            return True
+        if current[1] == params["definition"] and current[2] == params["template"]:
+            return False
+        _run(store, tx, "redeclare_schedule", {**params, "next_slot": schedule.timing.next_after(float(current[4]))})
+        _event(store, tx, schedule.name, "redeclared", detail={"definition": schedule.definition(),
+                                                               "before": json.loads(current[1])})
+        return False
+
+
+def decide(store: StateStore, name: str, now: float) -> Decision | None:
+    """Fire `name`'s due slots at `now` by its misfire policy, in one transaction; None when paused,
+    unknown, or nothing was due (another scheduler decided first)."""
+    store.check_schema()
+    registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+    with store._sql.transaction() as tx:
+        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+        if row is None or row[3]:
+            return None
+        schedule = Schedule.from_definition(json.loads(row[1]))
+        template = json.loads(row[2])
+        plan = plan_misfire(schedule, float(row[4]), now)
+        if plan.watermark is None:
+            return None
+        fired: list[Fired] = []
+        for slot in plan.fire:
+            job = build_job(template, name, slot, slot_job_id(name, slot))
+            kind = "missed" if now - slot > schedule.grace else "on_time"
+            params = {"schedule": name, "slot_at": float(slot), "job_id": job.job_id, "kind": kind}
+            if _run(store, tx, "insert_schedule_slot", params).fetchone() is not None:
+                registered.append(store._register_in(tx, [job]))
+                fired.append(Fired(name, slot, job.job_id, kind))
+        _run(store, tx, "decide_schedule", {
+            "name": name, "decided_until": float(plan.watermark),
+            "next_slot": float(schedule.timing.next_after(plan.watermark)),
+            "last_slot": float(max(plan.fire)) if plan.fire else None})
+        if plan.missed:
+            _event(store, tx, name, "misfire", detail={
+                "policy": schedule.misfire, "missed": plan.missed, "skipped": plan.skipped,
+                "first_skipped": plan.first_skipped, "last_skipped": plan.last_skipped, "counted": plan.counted,
+                "fired": [f.slot for f in fired if f.kind == "missed"], "at": now})
+    for rows, events in registered:
+        store._emit_registered(rows, events)
+    return Decision(name, schedule.misfire, plan, tuple(fired))
+
+
+def due_names(store: StateStore, now: float) -> list[str]:
+    """The schedules not paused whose next slot is due at `now` (one read)."""
+    stmt = (select(schedules.c.name).where(schedules.c.paused.is_(False), schedules.c.next_slot <= now)
+            .order_by(schedules.c.next_slot, schedules.c.name))
+    with store.read() as conn:
+        return list(conn.execute(stmt).scalars())
+
+
+def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJob:
+    """Register one job of `name` now, outside its slots (audited); the job to publish.
+
+    It is no slot: the schedule's next slot fires as planned. Works on a paused schedule too.
+    """
+    _require_reason("trigger", reason)
+    store.check_schema()
+    now = store.now()
+    job_id = str(uuid.uuid4())
+    with store._sql.transaction() as tx:
+        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+        if row is None:
+            raise ScheduleNotFound(name)
+        job = build_job(json.loads(row[2]), name, now, job_id)
+        rows, events = store._register_in(tx, [job])
+        _event(store, tx, name, "trigger", operator=operator, reason=reason, detail={"job_id": job_id})
+    store._emit_registered(rows, events)
+    return job
+
+
+def set_paused(store: StateStore, name: str, paused: bool, *, operator: str, reason: str) -> bool:
+    """Pause or resume `name` (audited); False when it already was in that state (nothing written).
+
+    A resumed schedule drops the slots that passed while it was paused: its next slot is the first
+    after the resume.
+    """
+    _require_reason("pause" if paused else "resume", reason)
+    store.check_schema()
+    now = store.now()
+    with store._sql.transaction() as tx:
+        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+        if row is None:
+            raise ScheduleNotFound(name)
+        if bool(row[3]) == paused:
+            return False
+        decided_until = next_slot = None
+        if not paused:
+            schedule = Schedule.from_definition(json.loads(row[1]))
+            decided_until = max(float(row[4]), now)
+            next_slot = float(schedule.timing.next_after(decided_until))
+        _run(store, tx, "set_schedule_paused", {"name": name, "paused": paused, "decided_until": decided_until,
+                                                "next_slot": next_slot})
+        _event(store, tx, name, "pause" if paused else "resume", operator=operator, reason=reason,
+               detail={"next_slot": next_slot} if next_slot is not None else None)
+    return True
+
+
+def list_schedules(store: StateStore) -> list[ScheduleRow]:
+    """Every stored schedule, by name."""
+    with store.read() as conn:
+        return [_row(r) for r in conn.execute(select(schedules).order_by(schedules.c.name)).mappings()]
+
+
+def get_schedule(store: StateStore, name: str) -> ScheduleRow:
+    """The stored schedule `name`; ScheduleNotFound if there is none."""
+    with store.read() as conn:
+        row = conn.execute(select(schedules).where(schedules.c.name == name)).mappings().first()
+    if row is None:
+        raise ScheduleNotFound(name)
+    return _row(row)
+
+
+def list_slots(store: StateStore, name: str, *, limit: int = 20) -> list[SlotRow]:
+    """`name`'s most recent fired slots, newest first, with their jobs' states."""
+    s = schedule_slots
+    stmt = (select(s, jobs.c.status).select_from(s.outerjoin(jobs, jobs.c.job_id == s.c.job_id))
+            .where(s.c.schedule == name).order_by(s.c.slot_at.desc()).limit(limit))
+    with store.read() as conn:
+        return [SlotRow(r.schedule, r.slot_at, r.job_id, r.kind, r.fired_at,
+                        JobStatus(r.status) if r.status else None) for r in conn.execute(stmt)]
+
+
+def list_events(store: StateStore, name: str, *, limit: int = 20) -> list[ScheduleEvent]:
+    """`name`'s most recent audit entries, oldest first."""
+    e = schedule_events
+    stmt = select(e).where(e.c.schedule == name).order_by(e.c.id.desc()).limit(limit)
+    with store.read() as conn:
+        found = [ScheduleEvent(r.id, r.schedule, r.at, r.event, r.operator, r.reason, r.host,
+                               json.loads(r.detail) if r.detail else {}) for r in conn.execute(stmt)]
+    return found[::-1]
+
+
+def count_slots(store: StateStore, names: Sequence[str] = ()) -> dict[str, int]:
+    """How many slots each schedule fired (all schedules, or `names`)."""
+    stmt = select(schedule_slots.c.schedule, func.count()).group_by(schedule_slots.c.schedule)
+    if names:
+        stmt = stmt.where(schedule_slots.c.schedule.in_(list(names)))
+    with store.read() as conn:
+        return {name: int(n) for name, n in conn.execute(stmt)}
