@@ -46,6 +46,7 @@ def build_template(middleware: ReliableMiddleware, broker: dramatiq.Broker, sche
     job = prepared[0]
     data = dict(job.message)
     data.pop("message_id", None)
+    data.pop("message_timestamp", None)
     data["options"] = {k: v for k, v in dict(data.get("options") or {}).items() if k not in _PER_MESSAGE}
     return {"queue": job.queue, "actor": job.actor, "message": data, "owner": job.owner,
             "checkpoint_schema": job.checkpoint_schema}

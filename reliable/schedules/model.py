@@ -278,7 +278,7 @@ def plan_misfire(schedule: Schedule, since: float, now: float) -> MisfirePlan:
     missed = [s for s in due if now - s > schedule.grace]
     on_time = due[len(missed):]
     keep = {"skip": 0, "run_once": 1, "catch_up": schedule.catch_up_max}[schedule.misfire]
-    caught = missed[len(missed) - keep:] if keep else []
+    caught = missed[max(0, len(missed) - keep):] if keep else []
     dropped = missed[:len(missed) - len(caught)]
     return MisfirePlan(tuple(caught + on_time), len(missed), len(dropped), dropped[0] if dropped else None,
                        dropped[-1] if dropped else None, counted, due[-1])

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import dramatiq
 
-from ..dispatch import dispatch
 from ..store import StateStore
 from .storage import Fired, decide, due_names
 
@@ -81,7 +80,7 @@ class Scheduler:
         if self.broker is None:
             return False
         try:
-            dispatch(self.broker, self.store.get(fired.job_id))
+            self.broker.enqueue(dramatiq.Message(**fired.message))
         except Exception:  # StoreError or the broker's: the job is registered, the sweeper publishes it
             logger.warning("schedule %s: publishing the job %s of slot %d failed; the recovery loop's sweeper "
                            "will", fired.schedule, fired.job_id, fired.slot, exc_info=True)

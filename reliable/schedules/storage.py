@@ -38,8 +38,8 @@ SCHEDULE_OPTION, SLOT_OPTION = "schedule", "schedule_slot"
 
 
 def slot_job_id(name: str, slot: float) -> str:
-    """The job id of `name`'s slot at `slot` (epoch seconds): deterministic."""
-    return str(uuid.uuid5(SLOT_NAMESPACE, f"{name}\x00{slot!r}"))
+    """The job id of `name`'s slot at `slot` (whole epoch seconds): deterministic."""
+    return str(uuid.uuid5(SLOT_NAMESPACE, f"{name}\x00{int(slot)}"))
 
 
 def _text(value: Any) -> str:
@@ -101,6 +101,7 @@ class Fired:
     slot: int
     job_id: str
     kind: str  # on_time | missed
+    message: Mapping[str, Any]  # the Dramatiq message to publish (as registered)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
             params = {"schedule": name, "slot_at": float(slot), "job_id": job.job_id, "kind": kind}
             if _run(store, tx, "insert_schedule_slot", params).fetchone() is not None:
                 registered.append(store._register_in(tx, [job]))
-                fired.append(Fired(name, slot, job.job_id, kind))
+                fired.append(Fired(name, slot, job.job_id, kind, job.message))
         _run(store, tx, "decide_schedule", {
             "name": name, "decided_until": float(plan.watermark),
             "next_slot": float(schedule.timing.next_after(plan.watermark)),
@@ -216,11 +217,10 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
 
 
 def due_names(store: StateStore, now: float) -> list[str]:
-    """The schedules not paused whose next slot is due at `now` (one read)."""
-    stmt = (select(schedules.c.name).where(schedules.c.paused.is_(False), schedules.c.next_slot <= now)
-            .order_by(schedules.c.next_slot, schedules.c.name))
-    with store.read() as conn:
-        return list(conn.execute(stmt).scalars())
+    """The schedules not paused whose next slot is due at `now` (one statement: every tick runs it)."""
+    store.check_schema()
+    with store._sql._single() as tx:
+        return [str(row[0]) for row in _run(store, tx, "due_schedules", {"at": now}).fetchall()]
 
 
 def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJob:

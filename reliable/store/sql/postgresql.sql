@@ -328,3 +328,7 @@ INSERT INTO reliable_schedule_events (schedule, at, event, operator, reason, hos
 VALUES (%(schedule)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), %(event)s,
     %(operator)s, %(reason)s, %(host)s, %(detail)s)
 RETURNING at;
+
+-- name: due_schedules
+-- Every scheduler's tick: the schedules not paused whose next slot is due at :at (one round trip).
+SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= %(at)s::float8 ORDER BY next_slot, name;

@@ -272,3 +272,7 @@ RETURNING job_id;
 INSERT INTO reliable_schedule_events (schedule, at, event, operator, reason, host, detail)
 VALUES (:schedule, :now, :event, :operator, :reason, :host, :detail)
 RETURNING at;
+
+-- name: due_schedules
+-- Every scheduler's tick: the schedules not paused whose next slot is due at :at.
+SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= :at ORDER BY next_slot, name;
