@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,11 +33,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CANDIDATES_SHOWN", "DURATION", "ENV_API", "ENV_TOKEN", "ENV_TOKEN_FILE", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE",
     "POSITIVE_DURATION", "STATE_CHOICE", "Duration", "api_option", "emit_json", "fmt_time", "handle_errors",
-    "id_column", "job_id_argument", "open_source", "open_store", "print_table", "resolve_job_id", "resolve_job_ids",
+    "id_column", "job_id_argument", "open_source", "open_store", "print_table", "repeat", "resolve_job_id",
+    "resolve_job_ids",
     "source_options", "state_option", "stdout_console", "store_option", "token_file_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 JOB_ID_HELP = (f"A job id may be cut to its first {MIN_PREFIX} or more characters when no other job's id starts "
                "with them (a trailing '...' is ignored).")
@@ -257,3 +260,26 @@ def print_table(console: Console, table: Table) -> None:
 def emit_json(value: Any, *, one_line: bool = False) -> None:
     """Print `value` as indented JSON, or on one line (a loop prints one object per line: JSON Lines)."""
     click.echo(json.dumps(value, indent=None if one_line else 2, default=str))
+
+
+def repeat(step: Callable[[], R], show: Callable[[R], None], *, interval: float, once: bool) -> None:
+    """A loop command's body (`recover`, `schedules run`): run `step`, `show` its result, wait `interval`.
+
+    While the store is unreachable, say so on stderr and try again after `interval` (with `once`:
+    the error ends the command).
+    """
+    from ..errors import StoreUnavailable
+
+    while True:
+        try:
+            result = step()
+        except StoreUnavailable as exc:
+            if once:
+                raise
+            click.echo(f"store unavailable, retrying in {interval:g}s: {exc}", err=True)
+            time.sleep(interval)
+            continue
+        show(result)
+        if once:
+            return
+        time.sleep(interval)

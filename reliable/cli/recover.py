@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from dataclasses import asdict
 
 import click
 
-from .common import DURATION, POSITIVE_DURATION, emit_json, handle_errors, open_store, store_option
+from .common import DURATION, POSITIVE_DURATION, emit_json, handle_errors, open_store, repeat, store_option
 
 
 @click.command()
@@ -38,7 +37,7 @@ def recover(store_url: str, broker_url: str | None, policies: str | None, once: 
     each step is a compare-and-set on the job row.
     """
     from ..policy import Policy
-    from ..recovery import Recovery
+    from ..recovery import Recovery, RecoveryReport
 
     store = open_store(store_url)
     policy = Policy.load(policies)
@@ -50,24 +49,14 @@ def recover(store_url: str, broker_url: str | None, policies: str | None, once: 
     loop = Recovery(store, broker, policy, sweep_after=sweep_after,
                     worker_id=f"reliable-recover@{socket.gethostname()}:{os.getpid()}")
     pause = interval if interval is not None else policy.lease.recovery_interval
-    from ..errors import StoreUnavailable
 
-    while True:
-        try:
-            report = loop.run_once()
-        except StoreUnavailable as exc:
-            if once:
-                raise
-            # Keep looping: the loop holds lease expiry for a TTL once the store answers again.
-            click.echo(f"store unavailable, retrying in {pause:g}s: {exc}", err=True)
-            time.sleep(pause)
-            continue
+    def show(report: RecoveryReport) -> None:
         if as_json:
             emit_json(asdict(report), one_line=True)
-        else:
-            held = " (lease expiry held: the store came back less than a lease TTL ago)" if report.expiry_held else ""
-            click.echo(f"recovered {len(report.expired)} expired leases, promoted {len(report.retried)} retries, "
-                       f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races){held}")
-        if once:
             return
-        time.sleep(pause)
+        held = " (lease expiry held: the store came back less than a lease TTL ago)" if report.expiry_held else ""
+        click.echo(f"recovered {len(report.expired)} expired leases, promoted {len(report.retried)} retries, "
+                   f"re-published {len(report.redispatched)} lost messages ({report.lost_races} lost races){held}")
+
+    # The loop holds lease expiry for a TTL once the store answers again (`Recovery`).
+    repeat(loop.run_once, show, interval=pause, once=once)

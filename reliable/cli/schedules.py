@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
@@ -13,7 +12,6 @@ from rich.table import Table
 
 from ..operators import ENV_OPERATOR, Operator
 from ..schedules import storage
-from ..store import StateStore
 from .common import (
     POSITIVE_DURATION,
     emit_json,
@@ -22,6 +20,7 @@ from .common import (
     id_column,
     open_store,
     print_table,
+    repeat,
     stdout_console,
     store_option,
 )
@@ -208,25 +207,15 @@ def run(store_url: str | None, broker_url: str, interval: float, once: bool, as_
     workers run with recovery=False, or for more schedulers. Any number may run at once: a slot
     fires once, whoever fires it.
     """
-    from ..errors import StoreUnavailable
-    from ..schedules import Scheduler
+    from ..schedules import Scheduler, TickReport
 
-    store: StateStore = open_store(store_url)
-    scheduler = Scheduler(store, _rabbitmq(broker_url))
-    while True:
-        try:
-            report = scheduler.tick()
-        except StoreUnavailable as exc:
-            if once:
-                raise
-            click.echo(f"store unavailable, retrying in {interval:g}s: {exc}", err=True)
-            time.sleep(interval)
-            continue
+    scheduler = Scheduler(open_store(store_url), _rabbitmq(broker_url))
+
+    def show(report: TickReport) -> None:
         if as_json:
             emit_json(asdict(report), one_line=True)
         elif report.fired or report.skipped:
             dropped = sum(s.count for s in report.skipped)
             click.echo(f"{fmt_time(report.now)}: fired {len(report.fired)} slot(s), dropped {dropped} missed slot(s)")
-        if once:
-            return
-        time.sleep(interval)
+
+    repeat(scheduler.tick, show, interval=interval, once=once)

@@ -109,8 +109,11 @@ def _field(text: str, field: str, low: int, high: int, names: dict[str, int]) ->
     return frozenset(values)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_cron(expression: str, zone: str = "UTC") -> Cron:
-    """The Cron for a 5-field expression or a macro in time zone `zone`; ValueError saying what is wrong."""
+    """The Cron for a 5-field expression or a macro in time zone `zone`; ValueError saying what is wrong.
+
+    Parsed once per (expression, zone): a scheduler asks at every decision."""
     if not isinstance(expression, str):
         raise ValueError(f"a cron expression is a string, got {type(expression).__name__}")
     parse_zone(zone)

@@ -189,6 +189,7 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
         row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
         if row is None or row[3]:
             return None
+        tx.now = float(row[7])
         schedule = Schedule.from_definition(json.loads(row[1]))
         template = json.loads(row[2])
         plan = plan_misfire(schedule, float(row[4]), now)

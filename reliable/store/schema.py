@@ -379,9 +379,9 @@ schedule_slots = Table(
     "reliable_schedule_slots",
     metadata,
     Column("schedule", String(255), primary_key=True),
-    Column("slot_at", Double, primary_key=True),  # the slot's UTC instant, whole seconds (a trigger's: its time)
+    Column("slot_at", Double, primary_key=True),  # the slot's UTC instant, whole seconds
     Column("job_id", String(64), nullable=False),  # uuid5 of schedule and slot: the same slot, the same job
-    Column("kind", String(16), nullable=False),  # on_time | missed (fired by the misfire policy) | trigger
+    Column("kind", String(16), nullable=False),  # on_time | missed (fired by the misfire policy)
     Column("fired_at", Double, nullable=False),
 )
 

@@ -232,7 +232,7 @@ UPDATE reliable_workflow_nodes SET result = :result, result_note = :result_note 
 -- reads its row first (lock_schedule), so every scheduler decides from what the last one wrote.
 
 -- name: lock_schedule
-SELECT name, definition, template, paused, decided_until, next_slot, last_slot
+SELECT name, definition, template, paused, decided_until, next_slot, last_slot, :now
 FROM reliable_schedules WHERE name = :name;
 
 -- name: insert_schedule
