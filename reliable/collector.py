@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
-from .store.schema import jobs, workflows
+from .store.schema import jobs, schedules, workflows
 from .workflows.planning import WorkflowStatus
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
@@ -72,8 +72,10 @@ class StoreCollector(Collector):
     queue age), ``reliable_jobs_stuck{state,queue}``, ``reliable_dead_letter_jobs{queue}``,
     ``reliable_review_jobs{queue}``, ``reliable_rabbitmq_queue_messages{queue}`` (for each known
     queue ``q``: ``q``, ``q.DQ`` and ``q.XQ`` where they exist), ``reliable_collector_errors_total
-    {source}``, ``reliable_collector_scrape_seconds`` and ``reliable_workflows{status}`` (unfinished
-    statuses only).
+    {source}``, ``reliable_collector_scrape_seconds``, ``reliable_workflows{status}`` (unfinished
+    statuses only), and per schedule (reliable.schedules)
+    ``reliable_schedule_next_slot_timestamp_seconds{schedule}`` (not paused) and
+    ``reliable_schedule_last_slot_timestamp_seconds{schedule}``.
 
     Parameters:
       store: the StateStore to read (only its engine is used, read-only).
@@ -209,6 +211,7 @@ class StoreCollector(Collector):
                 stuck.add_metric([sla_state, queue], found.get((sla_state, queue), 0))
         families.append(stuck)
         families.append(self._workflow_family(conn))
+        families.extend(self._schedule_families(conn))
         return families
 
     @staticmethod
@@ -222,6 +225,22 @@ class StoreCollector(Collector):
         for status in open_statuses:
             family.add_metric([status], int(counts.get(status, 0)))
         return family
+
+    @staticmethod
+    def _schedule_families(conn: Connection) -> list[Any]:
+        """Per schedule, as timestamps: its next slot (schedules not paused) and the last slot it fired."""
+        next_slot = GaugeMetricFamily("reliable_schedule_next_slot_timestamp_seconds",
+                                      "The next slot (epoch s) of each schedule not paused; past it by more than "
+                                      "the misfire grace: no scheduler is firing it.", labels=["schedule"])
+        last_slot = GaugeMetricFamily("reliable_schedule_last_slot_timestamp_seconds",
+                                      "The last slot (epoch s) each schedule fired.", labels=["schedule"])
+        stmt = select(schedules.c.name, schedules.c.paused, schedules.c.next_slot, schedules.c.last_slot)
+        for name, paused, upcoming, last in conn.execute(stmt.order_by(schedules.c.name)):
+            if not paused and upcoming is not None:
+                next_slot.add_metric([name], float(upcoming))
+            if last is not None:
+                last_slot.add_metric([name], float(last))
+        return [next_slot, last_slot]
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "reliable" / "defaults" / "gra
 STORE_FAMILIES = {
     "reliable_jobs", "reliable_oldest_pending_timestamp_seconds", "reliable_jobs_stuck", "reliable_dead_letter_jobs",
     "reliable_review_jobs", "reliable_rabbitmq_queue_messages", "reliable_collector_errors_total",
-    "reliable_collector_scrape_seconds",
+    "reliable_collector_scrape_seconds", "reliable_schedule_next_slot_timestamp_seconds",
+    "reliable_schedule_last_slot_timestamp_seconds",
 }
 
 

@@ -73,3 +73,17 @@ def test_facts_from_the_store(clocked: tuple[StateStore, Clock], rule: AlertRule
     assert alerts(store, rule, T0 + 8 * MINUTE) == {"m": 1.0}
     # a day on, the failure is out of the window; the slot due at T0 + 9 min is overdue
     assert alerts(store, rule, T0 + MINUTE + 86400 + 1) == {"m": 86400 + 1 - 8 * MINUTE}
+
+
+def test_store_collector_gauges(clocked: tuple[StateStore, Clock]) -> None:
+    from reliable.collector import StoreCollector
+
+    store, _ = clocked
+    storage.declare(store, Schedule("m", "work", every="1m"), template())
+    storage.declare(store, Schedule("paused", "work", every="1m", paused=True), template())
+    Scheduler(store, None).tick(T0 + 2 * MINUTE)
+    families = {f.name: f for f in StoreCollector(store).collect()}
+    assert {s.labels["schedule"]: s.value for s in families["reliable_schedule_next_slot_timestamp_seconds"].samples} \
+        == {"m": T0 + 3 * MINUTE}
+    assert {s.labels["schedule"]: s.value for s in families["reliable_schedule_last_slot_timestamp_seconds"].samples} \
+        == {"m": T0 + 2 * MINUTE}
