@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import dramatiq
 
+from ..errors import StoreError
 from ..store import StateStore
 from .storage import Fired, decide, due_names
 
@@ -66,7 +67,13 @@ class Scheduler:
         fired: list[Fired] = []
         skipped: list[Skipped] = []
         for name in due_names(self.store, at):
-            decision = decide(self.store, name, at)
+            try:
+                decision = decide(self.store, name, at)
+            except StoreError:
+                raise
+            except Exception:  # e.g. a stored definition this version refuses: the other schedules still fire
+                logger.exception("schedule %s: its due slots could not be decided", name)
+                continue
             if decision is None:
                 continue
             fired.extend(decision.fired)

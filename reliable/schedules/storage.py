@@ -168,8 +168,11 @@ def declare(store: StateStore, schedule: Schedule, template: Mapping[str, Any]) 
             tx.now = now
         current = _run(store, tx, "lock_schedule", {"name": schedule.name}).fetchone()
         if current is None:
-            _run(store, tx, "insert_schedule", {**params, "paused": schedule.paused, "decided_until": now,
-                                                "next_slot": schedule.timing.next_after(now)})
+            inserted = _run(store, tx, "insert_schedule", {
+                **params, "paused": schedule.paused, "decided_until": now,
+                "next_slot": schedule.timing.next_after(now)}).fetchone()
+            if inserted is None:  # another worker booting at the same moment declared it first
+                return False
             _event(store, tx, schedule.name, "declared", detail={"definition": schedule.definition()})
             return True
         if current[1] == params["definition"] and current[2] == params["template"]:

@@ -128,3 +128,13 @@ def test_cron_schedule_in_a_zone(clocked: tuple[StateStore, Clock]) -> None:
     storage.declare(store, Schedule("q", "work", cron="*/15 * * * *", timezone="Asia/Kolkata"), template())
     fired = Scheduler(store, None).tick(T0 + 15 * MINUTE).fired
     assert [f.slot for f in fired] == [T0 + 15 * MINUTE] and storage.count_slots(store) == {"q": 1}
+
+
+def test_a_schedule_that_cannot_be_decided_does_not_stop_the_others(clocked: tuple[StateStore, Clock]) -> None:
+    store, _ = clocked
+    storage.declare(store, Schedule("broken", "work", every="1m"), template())
+    storage.declare(store, Schedule("fine", "work", every="1m"), template())
+    with store.write() as conn:  # e.g. written by a later version with a field this one does not know
+        conn.execute(update(schedules).where(schedules.c.name == "broken").values(definition='{"name": "broken"}'))
+    report = Scheduler(store, None).tick(T0 + MINUTE)
+    assert [f.schedule for f in report.fired] == ["fine"]
