@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pika
+import pytest
 from click.testing import CliRunner, Result
 from schedules_support import T0, template
 
@@ -78,6 +79,7 @@ def test_pause_and_resume_are_audited(sqlite_url: str) -> None:
     assert run(sqlite_url, "resume", "nope", "--reason", "x").exit_code == 2
 
 
+@pytest.mark.integration
 def test_trigger_registers_publishes_and_audits(sqlite_url: str, rabbitmq_url: str, queue_name: str) -> None:
     store = StateStore(sqlite_url, clock=Clock(T0))
     storage.declare(store, Schedule("adhoc", "work", every="1h"), template(queue=queue_name))
@@ -100,6 +102,7 @@ def test_trigger_registers_publishes_and_audits(sqlite_url: str, rabbitmq_url: s
     assert len([e for e in storage.list_events(store, "adhoc") if e.event == "trigger"]) == 1
 
 
+@pytest.mark.integration
 def test_run_once(sqlite_url: str, rabbitmq_url: str) -> None:
     StateStore(sqlite_url)  # migrated by the fixture; no schedule: a tick that fires nothing
     done = CliRunner().invoke(cli, ["schedules", "run", "--once", "--json", "--store", sqlite_url, "--broker",

@@ -138,3 +138,11 @@ def test_a_schedule_that_cannot_be_decided_does_not_stop_the_others(clocked: tup
         conn.execute(update(schedules).where(schedules.c.name == "broken").values(definition='{"name": "broken"}'))
     report = Scheduler(store, None).tick(T0 + MINUTE)
     assert [f.schedule for f in report.fired] == ["fine"]
+
+
+def test_a_fired_job_never_published_is_left_to_the_sweeper(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    storage.declare(store, Schedule("m", "work", every="1m"), template())
+    (fired,) = Scheduler(store, None).tick(T0 + MINUTE).fired  # committed; the publish never happened
+    clock.now = T0 + 301
+    assert [job.job_id for job in store.stale_pending(age=300)] == [fired.job_id]
