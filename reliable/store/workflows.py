@@ -57,6 +57,20 @@ def _event_params(workflow_id: str, event: str, *, from_status: str | None, to_s
             "detail": json.dumps(dict(detail), sort_keys=True) if detail else None}
 
 
+def _read_snapshot(sql: Any, tx: Tx, workflow_id: str, *, hold: str | None, status: str, run: int) -> Snapshot:
+    """The workflow's nodes with their jobs' states and their parents (in each node's `after` order)."""
+    params = {"workflow_id": workflow_id}
+    nodes = sql._execute(tx, "workflow_nodes", params).fetchall()
+    parents: dict[str, list[str]] = {row[0]: [] for row in nodes}
+    for parent, child in sql._execute(tx, "workflow_edges", params).fetchall():
+        parents[child].append(parent)
+    views = tuple(NodeView(name=row[0], job_id=row[1], job_status=row[2], trigger=row[3], on_upstream_failure=row[4],
+                           pass_results=bool(row[5]), result_missing=bool(row[6]), digest=row[7],
+                           parents=tuple(parents[row[0]]))
+                  for row in nodes)
+    return Snapshot(workflow_id, views, hold=hold, status=status, run=run)
+
+
 class LockedWorkflow:
     """One workflow inside a transaction that holds its lock: its snapshot, and the writes allowed."""
 
@@ -75,16 +89,8 @@ class LockedWorkflow:
         self.snapshot = self._load()
 
     def _load(self) -> Snapshot:
-        params = {"workflow_id": self.workflow_id}
-        nodes = self._sql._execute(self._tx, "workflow_nodes", params).fetchall()
-        parents: dict[str, list[str]] = {row[0]: [] for row in nodes}
-        for parent, child in self._sql._execute(self._tx, "workflow_edges", params).fetchall():
-            parents[child].append(parent)  # in the child's `after` order
-        views = tuple(NodeView(name=row[0], job_id=row[1], job_status=row[2], trigger=row[3],
-                               on_upstream_failure=row[4], pass_results=bool(row[5]), result_missing=bool(row[6]),
-                               digest=row[7], parents=tuple(parents[row[0]]))
-                      for row in nodes)
-        return Snapshot(self.workflow_id, views, hold=self.hold, status=self.status, run=self.run)
+        return _read_snapshot(self._sql, self._tx, self.workflow_id, hold=self.hold, status=self.status,
+                              run=self.run)
 
     def reload(self) -> Snapshot:
         """Read the nodes again (after registering or assigning jobs in this transaction)."""
@@ -223,17 +229,13 @@ class WorkflowStore:
             return [(p, c) for p, c in conn.execute(stmt)]
 
     def snapshot(self, workflow_id: str) -> Snapshot:
-        """The workflow as planning sees it (read without the lock: for display and dry runs)."""
+        """The workflow as planning sees it, read without the lock (for display and dry runs) with
+        the same statements as under it."""
         row = self.get(workflow_id)
-        parents: dict[str, list[str]] = {}
-        for parent, child in self.edges(workflow_id):
-            parents.setdefault(child, []).append(parent)
-        views = tuple(NodeView(name=n["node"], job_id=n["job_id"], job_status=n["job_status"], trigger=n["trigger"],
-                               on_upstream_failure=n["on_upstream_failure"], pass_results=bool(n["pass_results"]),
-                               result_missing=n["result"] is None and n["result_note"] is not None, digest=n["digest"],
-                               parents=tuple(parents.get(n["node"], ())))
-                      for n in self.nodes(workflow_id))
-        return Snapshot(workflow_id, views, hold=row["hold"], status=row["status"], run=int(row["run"]))
+        self.store.check_schema()
+        with self.store._sql.transaction() as tx:
+            return _read_snapshot(self.store._sql, tx, workflow_id, hold=row["hold"], status=row["status"],
+                                  run=int(row["run"]))
 
     def listing(self, *, status: Sequence[str] | None = None, name: str | None = None,
              limit: int = 50) -> list[dict[str, Any]]:
@@ -261,8 +263,9 @@ class WorkflowStore:
         return rows
 
     def unsettled(self, *, checked_before: float, limit: int = 50) -> list[str]:
-        """Workflows still running whose nodes were last looked at before `checked_before` (the
-        recovery loop advances them: a worker may have died between a node's outcome and the advance)."""
+        """Workflows stored as RUNNING or STOPPING whose nodes were last looked at before
+        `checked_before` (the recovery loop advances them: a worker may have died between a node's
+        outcome and the advance)."""
         stmt = (select(workflows.c.workflow_id)
                 .where(workflows.c.status.in_([WorkflowStatus.RUNNING, WorkflowStatus.STOPPING]),
                        workflows.c.checked_at < checked_before)
