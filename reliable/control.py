@@ -36,6 +36,7 @@ __all__ = [
     "COMMAND_EVENTS",
     "NEEDS_REASON",
     "RESOLUTIONS",
+    "SCHEDULE_COMMANDS",
     "ActionPreview",
     "ActorContract",
     "CommandResult",
@@ -56,7 +57,13 @@ RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
 
 #: The commands that need a reason: every operator command, on one job or many, dry run or not. Each
 #: changes a job (or takes it out of the dead letters) and the job's history must say why.
-NEEDS_REASON: frozenset[str] = COMMANDS
+#: The schedule commands (reliable.schedules), each with the job command an operators policy must
+#: allow on the schedule's queue and owner: pausing or resuming a schedule is pausing or resuming
+#: its jobs to come, triggering one runs its job again, deleting one discards its jobs to come.
+SCHEDULE_COMMANDS: Mapping[str, str] = {"schedules pause": "pause", "schedules resume": "resume",
+                                        "schedules trigger": "restart", "schedules delete": "discard"}
+
+NEEDS_REASON: frozenset[str] = COMMANDS | frozenset(SCHEDULE_COMMANDS)
 
 _RESUMABLE_FROM = (S.PAUSED, S.STOPPED)
 _CONFLICT_RETRIES = 3

@@ -303,6 +303,13 @@ class ReliableMiddleware(Middleware):
                     self.metrics.track(name, broker.get_actor(name).queue_name)
         assert self._heartbeat is not None
         if self.schedules:  # here the actors are imported: their job templates can be built
+            for schedule in self.schedules:
+                if self.recovery_enabled and schedule.grace < self.recovery_interval:
+                    # The scheduler ticks once per recovery pass: a slot could be older than the
+                    # grace at every tick, and "skip" would drop every slot.
+                    raise ActorContractError(
+                        f"schedule {schedule.name!r}: misfire_grace {schedule.grace:g}s is shorter than the "
+                        f"recovery interval {self.recovery_interval:g}s the scheduler ticks at")
             try:
                 self._with_store_retry("declare schedules", lambda: declare_schedules(self.store, self, broker,
                                                                                        self.schedules))

@@ -10,8 +10,11 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
-from ..operators import ENV_OPERATOR, Operator
+from ..control import SCHEDULE_COMMANDS, require_reason
+from ..errors import NotAuthorized
+from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..schedules import storage
+from ..store import StateStore
 from .common import (
     POSITIVE_DURATION,
     emit_json,
@@ -41,6 +44,10 @@ broker_option = click.option("--broker", "broker_url", envvar="RELIABLE_BROKER",
 
 def _operator_options(func: F) -> F:
     func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
+                        show_envvar=True,
+                        help="Operators policy (YAML): pause/resume/trigger/delete need the job command pause/"
+                             "resume/restart/discard on the schedule's queue and owner.")(func)
     func = click.option("--operator", "operator_name",
                         help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user].")(func)
     return click.option("--reason", help="Why (required); recorded in the schedule's audit trail.")(func)
@@ -59,13 +66,14 @@ def _row_dict(row: storage.ScheduleRow) -> dict[str, Any]:
             "created_at": row.created_at, "updated_at": row.updated_at}
 
 
-@click.group(short_help="Recurring jobs: list, show, pause, resume, trigger, run.")
+@click.group(short_help="Recurring jobs: list, show, pause, resume, trigger, delete, run.")
 def schedules() -> None:
     """Recurring jobs (docs/schedules.md): one job per slot of a cron expression or an interval.
 
     Schedules are declared in the app (`reliable.install(..., schedules=...)`) and stored at worker
-    boot; every worker runs the scheduler, and `run` runs one on its own. `pause`, `resume` and
-    `trigger` are recorded with who, why and when (`show` lists them).
+    boot; every worker runs the scheduler, and `run` runs one on its own. `pause`, `resume`,
+    `trigger` and `delete` are recorded with who, why and when (`show` lists them) and checked
+    against the operators policy when one is given.
     """
 
 
@@ -126,11 +134,29 @@ def show(name: str, store_url: str | None, limit: int, as_json: bool) -> None:
     print_table(console, table)
 
 
-def _set_paused(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
-                paused: bool, as_json: bool) -> None:
-    command = "pause" if paused else "resume"
+def _authorized(command: str, name: str, reason: str | None, store_url: str | None, operator_name: str | None,
+                operators_file: str | None) -> tuple[StateStore, Operator]:
+    """The store and the operator, once the reason is given and the operators policy allows
+    `command` on the schedule's queue and owner (a refusal is audited on the schedule: exit 1)."""
+    require_reason(f"schedules {command}", reason)
     store = open_store(store_url)
     operator = Operator.resolve(operator_name)
+    if operators_file:
+        row = storage.get_schedule(store, name)
+        try:
+            OperatorsPolicy.load(operators_file).check(operator.name, SCHEDULE_COMMANDS[f"schedules {command}"],
+                                                       row.queue, row.template.get("owner"))
+        except NotAuthorized as exc:
+            storage.refused(store, name, command, operator=operator.name, reason=reason, why=str(exc))
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_UNCHANGED)
+    return store, operator
+
+
+def _set_paused(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
+                operators_file: str | None, paused: bool, as_json: bool) -> None:
+    command = "pause" if paused else "resume"
+    store, operator = _authorized(command, name, reason, store_url, operator_name, operators_file)
     changed = storage.set_paused(store, name, paused, operator=operator.name, reason=reason or "")
     row = storage.get_schedule(store, name)
     if as_json:
@@ -150,9 +176,10 @@ def _set_paused(name: str, store_url: str | None, reason: str | None, operator_n
 @store_option
 @_operator_options
 @handle_errors
-def pause(name: str, store_url: str | None, reason: str | None, operator_name: str | None, as_json: bool) -> None:
+def pause(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
+          operators_file: str | None, as_json: bool) -> None:
     """Pause a schedule: its slots stop firing until `resume` (jobs already fired are not touched)."""
-    _set_paused(name, store_url, reason, operator_name, True, as_json)
+    _set_paused(name, store_url, reason, operator_name, operators_file, True, as_json)
 
 
 @schedules.command(epilog=EXIT_CODES_HELP)
@@ -160,9 +187,10 @@ def pause(name: str, store_url: str | None, reason: str | None, operator_name: s
 @store_option
 @_operator_options
 @handle_errors
-def resume(name: str, store_url: str | None, reason: str | None, operator_name: str | None, as_json: bool) -> None:
+def resume(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
+           operators_file: str | None, as_json: bool) -> None:
     """Resume a paused schedule. The slots that passed while it was paused do not fire; the next does."""
-    _set_paused(name, store_url, reason, operator_name, False, as_json)
+    _set_paused(name, store_url, reason, operator_name, operators_file, False, as_json)
 
 
 @schedules.command(epilog=EXIT_CODES_HELP)
@@ -171,11 +199,10 @@ def resume(name: str, store_url: str | None, reason: str | None, operator_name: 
 @_operator_options
 @broker_option
 @handle_errors
-def trigger(name: str, store_url: str | None, reason: str | None, operator_name: str | None, broker_url: str,
-            as_json: bool) -> None:
+def trigger(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
+            operators_file: str | None, broker_url: str, as_json: bool) -> None:
     """Run a schedule's job once now, outside its slots (a paused schedule too); its slots go on as planned."""
-    store = open_store(store_url)
-    operator = Operator.resolve(operator_name)
+    store, operator = _authorized("trigger", name, reason, store_url, operator_name, operators_file)
     job = storage.trigger(store, name, operator=operator.name, reason=reason or "")
     from ..dispatch import dispatch
 
@@ -189,6 +216,26 @@ def trigger(name: str, store_url: str | None, reason: str | None, operator_name:
         emit_json({"schedule": name, "job_id": job.job_id, "published": published})
         return
     click.echo(f"triggered schedule {name} as {operator.name}: job {job.job_id}")
+
+
+@schedules.command(epilog=EXIT_CODES_HELP)
+@click.argument("name")
+@store_option
+@_operator_options
+@handle_errors
+def delete(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
+           operators_file: str | None, as_json: bool) -> None:
+    """Delete a schedule: no slot of it fires again (its fired slots and their jobs stay as history).
+
+    Remove its declaration from your code first: a worker that still declares it stores it again
+    when it boots.
+    """
+    store, operator = _authorized("delete", name, reason, store_url, operator_name, operators_file)
+    storage.delete(store, name, operator=operator.name, reason=reason or "")
+    if as_json:
+        emit_json({"schedule": name, "deleted": True, "operator": operator.name})
+        return
+    click.echo(f"deleted schedule {name} as {operator.name}")
 
 
 @schedules.command()

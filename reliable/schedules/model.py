@@ -36,6 +36,8 @@ MISFIRE_POLICIES = ("skip", "run_once", "catch_up")
 DEFAULT_GRACE = 60.0
 #: The most missed slots `catch_up` may fire.
 MAX_CATCH_UP = 1000
+#: The most slots a schedule's misfire_grace may cover (what one decision fires on time, at most).
+MAX_ON_TIME = 1000
 #: How many due slots one decision enumerates from the watermark on; past it, a second stretch
 #: ending now is enumerated and the slots between the two are dropped uncounted (bounded work
 #: after a long downtime of a frequent schedule).
@@ -95,6 +97,8 @@ class Schedule:
         except ValueError as exc:
             raise _fail(str(exc), "timezone") from None
         if self.cron is not None:
+            if not isinstance(self.cron, str):
+                raise _fail(f"cron must be a string such as '*/5 * * * *', got {type(self.cron).__name__}", "cron")
             try:
                 parse_cron(self.cron, self.timezone)
             except ValueError as exc:
@@ -126,6 +130,11 @@ class Schedule:
             object.__setattr__(self, "misfire_grace", parse_duration(self.misfire_grace))
         except ValueError as exc:
             raise _fail(str(exc), "misfire_grace") from None
+        # One decision fires at most the slots within the grace (plus catch_up_max): bounded here.
+        _, bounded = _due(self.timing, 0.0, self.grace, MAX_ON_TIME)
+        if not bounded:
+            raise _fail(f"misfire_grace of {self.grace:g}s covers more than {MAX_ON_TIME} slots of this schedule; "
+                        "shorten it (or fire less often)", "misfire_grace")
         if not isinstance(self.paused, bool):
             raise _fail(f"paused must be true or false, got {self.paused!r}", "paused")
 

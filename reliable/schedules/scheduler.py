@@ -8,7 +8,6 @@ run at once: a schedule's slots are decided in one transaction under its row, an
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,14 +51,15 @@ class Scheduler:
       store: the state store the schedules are in.
       broker: where fired jobs are published (None: left PENDING, the recovery loop's sweeper
         publishes them after its `sweep_after`).
-      clock: epoch seconds now (default time.time); tests inject a simulated one.
+      clock: epoch seconds now; default the store's clock (the database's, or the one a test
+        injected into the StateStore): a worker whose own clock is wrong decides nothing early or late.
     """
 
     def __init__(self, store: StateStore, broker: dramatiq.Broker | None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self.store = store
         self.broker = broker
-        self.clock = clock
+        self.clock = clock or store.now
 
     def tick(self, now: float | None = None) -> TickReport:
         """Decide every schedule due at `now` (default: the clock), then publish what fired."""

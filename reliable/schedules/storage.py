@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ..errors import ReasonRequired, ScheduleNotFound
+from ..control import require_reason
+from ..errors import ScheduleNotFound
 from ..states import JobStatus
 from ..store import NewJob, StateStore
 from ..store.schema import jobs, schedule_events, schedule_slots, schedules
@@ -140,11 +141,6 @@ def _run(store: StateStore, tx: Tx, query: str, params: Mapping[str, Any]) -> An
     return store._sql._execute(tx, query, params)
 
 
-def _require_reason(command: str, reason: str | None) -> None:
-    if not (reason and reason.strip()):
-        raise ReasonRequired(f"schedules {command}")
-
-
 def _event(store: StateStore, tx: Tx, name: str, event: str, *, operator: str | None = None,
            reason: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
     _run(store, tx, "schedule_event", {
@@ -232,7 +228,7 @@ def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJ
 
     It is no slot: the schedule's next slot fires as planned. Works on a paused schedule too.
     """
-    _require_reason("trigger", reason)
+    require_reason("schedules trigger", reason)
     store.check_schema()
     now = store.now()
     job_id = str(uuid.uuid4())
@@ -253,7 +249,7 @@ def set_paused(store: StateStore, name: str, paused: bool, *, operator: str, rea
     A resumed schedule drops the slots that passed while it was paused: its next slot is the first
     after the resume.
     """
-    _require_reason("pause" if paused else "resume", reason)
+    require_reason("schedules pause" if paused else "schedules resume", reason)
     store.check_schema()
     now = store.now()
     with store._sql.transaction() as tx:
@@ -272,6 +268,27 @@ def set_paused(store: StateStore, name: str, paused: bool, *, operator: str, rea
         _event(store, tx, name, "pause" if paused else "resume", operator=operator, reason=reason,
                detail={"next_slot": next_slot} if next_slot is not None else None)
     return True
+
+
+def delete(store: StateStore, name: str, *, operator: str, reason: str) -> None:
+    """Remove `name` (audited; its fired slots and their jobs stay). A worker whose code still
+    declares it stores it again at its next boot: remove the declaration first."""
+    require_reason("schedules delete", reason)
+    store.check_schema()
+    with store._sql.transaction() as tx:
+        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+        if row is None:
+            raise ScheduleNotFound(name)
+        _event(store, tx, name, "delete", operator=operator, reason=reason,
+               detail={"definition": json.loads(row[1])})
+        _run(store, tx, "delete_schedule", {"name": name})
+
+
+def refused(store: StateStore, name: str, command: str, *, operator: str, reason: str | None, why: str) -> None:
+    """Record in `name`'s audit trail that `operator` was refused `command`."""
+    with store._sql.transaction() as tx:
+        _event(store, tx, name, "command_refused", operator=operator, reason=reason,
+               detail={"command": command, "why": why})
 
 
 def list_schedules(store: StateStore) -> list[ScheduleRow]:

@@ -334,3 +334,7 @@ RETURNING at;
 -- name: due_schedules
 -- Every scheduler's tick: the schedules not paused whose next slot is due at :at (one round trip).
 SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= %(at)s::float8 ORDER BY next_slot, name;
+
+-- name: delete_schedule
+-- An operator removed the schedule (audited first); its fired slots stay as history.
+DELETE FROM reliable_schedules WHERE name = %(name)s;
