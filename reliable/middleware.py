@@ -260,6 +260,20 @@ class ReliableMiddleware(Middleware):
         self.broker = self.broker or broker
         return bool(self._actor_options(actor_name).get("reliable", True))
 
+    def tracked_actor(self, broker: dramatiq.Broker, actor_name: str, *, who: str,
+                      error: type[ConfigError] = ConfigError) -> Any:
+        """The actor `who` (a workflow node, a schedule) names: `error` when the broker declares no
+        such actor or reliable does not track it (its jobs would not be kept in the store)."""
+        try:
+            actor = broker.get_actor(actor_name)
+        except dramatiq.errors.ActorNotFound:
+            raise error(f"{who}: no actor named {actor_name!r} is declared on the broker (import the module that "
+                        "declares it first)") from None
+        if not self.tracked(broker, actor_name):
+            raise error(f"{who}: actor {actor_name!r} is declared with reliable=False: it is not tracked by reliable, "
+                        "so its jobs would not be kept in the store")
+        return actor
+
     def rate_limited_rule(self, broker: dramatiq.Broker, message: Any, exception: BaseException) -> str | None:
         """The rule that classifies `exception` as rate limited for this tracked message, else None
         (used to keep Dramatiq's worker log from calling an expected 429 an unhandled error)."""

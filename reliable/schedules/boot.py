@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import dramatiq
 
-from ..errors import ConfigError
 from ..store import StateStore
 from .model import Schedule
 from .storage import declare
@@ -30,14 +29,7 @@ _PER_MESSAGE = ("traceparent", "trace_id")
 def build_template(middleware: ReliableMiddleware, broker: dramatiq.Broker, schedule: Schedule) -> dict[str, Any]:
     """The job template of `schedule`; ConfigError naming the schedule when its actor is unknown or
     not tracked (`reliable=False`: nothing would record its slots' jobs)."""
-    try:
-        actor = broker.get_actor(schedule.actor)
-    except dramatiq.errors.ActorNotFound:
-        raise ConfigError(f"schedule {schedule.name!r}: no actor named {schedule.actor!r} is declared on the "
-                          "broker (import the module that declares it before the worker boots)") from None
-    if not middleware.tracked(broker, schedule.actor):
-        raise ConfigError(f"schedule {schedule.name!r}: actor {schedule.actor!r} is declared with reliable=False; "
-                          "a schedule fires tracked actors only (its slots' jobs are kept in the store)")
+    actor = middleware.tracked_actor(broker, schedule.actor, who=f"schedule {schedule.name!r}")
     message: dramatiq.Message[Any] = dramatiq.Message(
         queue_name=actor.queue_name, actor_name=actor.actor_name, args=tuple(schedule.args),
         kwargs=dict(schedule.kwargs), options={})

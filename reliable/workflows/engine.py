@@ -85,14 +85,6 @@ def submit(workflow: Workflow, *, broker: dramatiq.Broker | None = None, workflo
     roots: list[NewJob] = []
     owners: set[str] = set()
     for position, each in enumerate(workflow.nodes):
-        try:
-            broker.get_actor(each.actor)
-        except dramatiq.errors.ActorNotFound:
-            raise WorkflowDefinitionError(f"workflow {workflow.name!r}, node {each.name!r}: actor {each.actor!r} "
-                                          "is not declared on this broker") from None
-        if not middleware.tracked(broker, each.actor):
-            raise WorkflowDefinitionError(f"workflow {workflow.name!r}, node {each.name!r}: actor {each.actor!r} "
-                                          "is not tracked by reliable (reliable=False)")
         new_job, digest, message, code_version = _prepared_node(middleware, broker, workflow_id, each)
         if new_job.owner:
             owners.add(new_job.owner)
@@ -118,11 +110,9 @@ def _prepared_node(middleware: ReliableMiddleware, broker: dramatiq.Broker, work
                    each: Node) -> tuple[NewJob, str, dict[str, Any], str | None]:
     """A node's job as the middleware registers any message (contract, owner, links), its input
     digest, the message stored to register it later, and the actor's declared code version."""
-    try:
-        declared = broker.get_actor(each.actor).options.get(CODE_VERSION)
-    except dramatiq.errors.ActorNotFound:
-        raise WorkflowDefinitionError(f"workflow {workflow_id}, node {each.name!r}: actor {each.actor!r} is not "
-                                      "declared on this broker") from None
+    actor = middleware.tracked_actor(broker, each.actor, who=f"workflow {workflow_id}, node {each.name!r}",
+                                     error=WorkflowDefinitionError)
+    declared = actor.options.get(CODE_VERSION)
     code_version = None if declared is None else str(declared)
     message: dramatiq.Message[Any] = dramatiq.Message(
         queue_name=each.queue, actor_name=each.actor, args=tuple(each.args), kwargs=dict(each.kwargs),
