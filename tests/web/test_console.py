@@ -128,7 +128,9 @@ def test_actions_need_the_session_csrf_token(store: StateStore, tokens: Tokens, 
     assert "pause" not in flash(client.get(done.headers["location"]).text)  # shown once
     event = store.events(jobs["pending"], events=["pause"])[-1]
     assert (event.operator, event.reason, event.detail["source"]) == ("ada", "maintenance", "api:session")
-    assert enabled_actions(page) == {"stop", "cancel"}  # resume: the job is not resumable
+    # Resume is offered although the actor is not resumable: the job was paused before it ever ran,
+    # so it has no checkpoint to resume from and nothing that could repeat (Control._plan_resume).
+    assert enabled_actions(page) == {"stop", "cancel", "resume"}
 
 
 def test_a_scoped_operator_sees_other_queues_disabled_and_a_forged_post_is_refused_and_audited(
