@@ -19,6 +19,7 @@ dominant wait at that point. docs/scaling.md reads these figures.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import multiprocessing
 import os
 import threading
@@ -81,15 +82,15 @@ def client(url: str, job_ids: list[str], threads: int, group_commit: bool,
     store.close()
 
 
-def sample_waits(url: str, database: str, stop: threading.Event, counts: Counter[str]) -> None:
-    """Count what the benchmark database's active sessions wait on, every 20 ms, until `stop`."""
+def sample_waits(url: str, databases: list[str], stop: threading.Event, counts: Counter[str]) -> None:
+    """Count what the benchmark databases' active sessions wait on, every 20 ms, until `stop`."""
     engine = create_engine(url.rsplit("/", 1)[0] + "/postgres")
     with engine.connect() as conn:
         while not stop.is_set():
             rows = conn.execute(text(
                 "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS kind, count(*) FROM pg_stat_activity "
-                "WHERE datname = :db AND state = 'active' AND pid <> pg_backend_pid() GROUP BY 1"),
-                {"db": database}).all()
+                "WHERE datname = ANY(:dbs) AND state = 'active' AND pid <> pg_backend_pid() GROUP BY 1"),
+                {"dbs": databases}).all()
             conn.commit()
             for kind, n in rows:
                 counts[kind] += n
@@ -110,30 +111,43 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def run_level(url: str, database: str, jobs: int, processes: int, threads: int, group_commit: bool) -> str:
-    store = StateStore(url)
+def shard_of(job_id: str, shards: int) -> int:
+    """The shard a job lives in: a hash of its id, fixed when it is created (docs/scaling.md)."""
+    return int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=8).digest(), "big") % shards
+
+
+def run_level(urls: list[str], databases: list[str], jobs: int, processes: int, threads: int,
+              group_commit: bool) -> str:
     ids = [uuid.uuid4().hex for _ in range(jobs)]
+    by_shard: list[list[str]] = [[] for _ in urls]
+    for job_id in ids:
+        by_shard[shard_of(job_id, len(urls))].append(job_id)
     started = time.perf_counter()
-    for i in range(0, jobs, 500):
-        store.register_many([NewJob(j, "bench", "noop", {}) for j in ids[i:i + 500]])
+    for url, mine in zip(urls, by_shard, strict=True):
+        store = StateStore(url)
+        for i in range(0, len(mine), 500):
+            store.register_many([NewJob(j, "bench", "noop", {}) for j in mine[i:i + 500]])
+        store.close()
     registrations = jobs / (time.perf_counter() - started)
-    store.close()
     out: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
     context = multiprocessing.get_context("fork")
     done = context.Event()
-    procs = [context.Process(target=client, args=(url, ids[i::processes], threads, group_commit, out, done))
-             for i in range(processes)]
+    procs = []
+    for shard, (url, mine) in enumerate(zip(urls, by_shard, strict=True)):  # each shard gets its own clients
+        share = [i for i in range(processes) if i % len(urls) == shard]
+        procs += [context.Process(target=client, args=(url, mine[k::len(share)], threads, group_commit, out, done))
+                  for k in range(len(share))]
     waits: Counter[str] = Counter()
     stop = threading.Event()
-    sampler = threading.Thread(target=sample_waits, args=(url, database, stop, waits))
-    wal, pg_cpu = wal_lsn(url), postgres_cpu()
+    sampler = threading.Thread(target=sample_waits, args=(urls[0], databases, stop, waits))
+    wal, pg_cpu = wal_lsn(urls[0]), postgres_cpu()
     sampler.start()
     started = time.perf_counter()
     for p in procs:
         p.start()
     results = [out.get(timeout=600) for _ in procs]
     elapsed = time.perf_counter() - started
-    pg_cpu, wal = postgres_cpu() - pg_cpu, wal_lsn(url) - wal
+    pg_cpu, wal = postgres_cpu() - pg_cpu, wal_lsn(urls[0]) - wal
     done.set()
     for p in procs:
         p.join(timeout=60)
@@ -153,23 +167,31 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=4000, help="job lifecycles per level")
     parser.add_argument("--levels", default="1x1,1x4,2x4,2x8,4x8,4x16", help="processes x threads, comma-separated")
     parser.add_argument("--group-commit", action="store_true", help="the store's group commit (one flush, many writes)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="split the jobs over N store databases of the same server by a hash of the job id")
     args = parser.parse_args()
-    name = f"reliable_scaling_{uuid.uuid4().hex[:8]}"
+    names = [f"reliable_scaling_{uuid.uuid4().hex[:8]}" for _ in range(args.shards)]
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+        for name in names:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    urls = [PG_ADMIN.rsplit("/", 1)[0] + "/" + name for name in names]
     try:
-        StateStore(url).upgrade()
-        print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+        for url in urls:
+            StateStore(url).upgrade()
+        print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs); {args.shards} shard(s)"
+              f"{', group commit' if args.group_commit else ''}")
         print(f"{'level':<6} {'clients':>7} {'lifecycles/s':>12} {'enqueue/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
               f"{'pg ms/job':>10} {'cli ms/job':>10} {'WAL KiB':>8}  waits")
         for level in args.levels.split(","):
             processes, threads = (int(x) for x in level.split("x"))
-            print(run_level(url, name, args.jobs, processes, threads, args.group_commit), flush=True)
+            if processes < args.shards:
+                raise SystemExit(f"--levels {level}: fewer processes than --shards {args.shards}")
+            print(run_level(urls, names, args.jobs, processes, threads, args.group_commit), flush=True)
     finally:
         with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            for name in names:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
