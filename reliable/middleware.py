@@ -33,7 +33,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from .compensation import compensate
 from .context import JobContext, _current, _fast_run
 from .continuations import FollowUp, follow_ups, follows_success
-from .dispatch import message_for
+from .dispatch import declare_queue, message_for
 from .errors import (
     ActorContractError,
     ClaimRefused,
@@ -329,6 +329,8 @@ class ReliableMiddleware(Middleware):
                                                                                        self.schedules))
             except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
                 raise ActorContractError(str(exc)) from None
+        for lane in self.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
+            declare_queue(broker, lane)
         self._heartbeat.start()
         if self.recovery_enabled:
             self._scheduler = Scheduler(self.store, broker)
@@ -520,6 +522,8 @@ class ReliableMiddleware(Middleware):
                 # after_skip_message would, over a real result or while the job runs elsewhere).
                 message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
+        if claim.job.queue != claim.job.home_queue:  # a routed retry: the contract of the job's own queue
+            contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
         span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
         context = self._hold(message, claim, contract, span_id=span_id)
         self._delivery.context = context
@@ -713,7 +717,7 @@ class ReliableMiddleware(Middleware):
         retries = _count_failure(message, exception)
         actor_options = self._actor_options(context.claim.job.actor)
         decision = self.policy.decide(Failure(
-            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
+            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.home_queue,
             attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
             now=time.time(), recent_retries=self._recent_retries(context),
             rate_limited_retries=self._rate_limited_retries(context),
@@ -730,8 +734,9 @@ class ReliableMiddleware(Middleware):
                           None if decision.message is None else redact_secrets(decision.message),
                           traceback=failure_traceback(exception))
         delay = decision.delay if decision.action == "retry" else None
+        lane = (decision.queue or context.claim.job.home_queue) if decision.action == "retry" else None
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
-                           planned=planned)
+                           planned=planned, queue=lane)
         self._conclude(broker, message, context, job, decision, planned)
 
     def _plan(self, broker: dramatiq.Broker, message: Any, context: JobContext, *, result: Any = None,
@@ -850,6 +855,7 @@ class ReliableMiddleware(Middleware):
             delay = max(0.0, job.retry_at - job.updated_at)
             if delay <= MAX_BROKER_DELAY:
                 try:
+                    declare_queue(broker, job.queue)  # a routed retry's queue may be new to this broker
                     broker.enqueue(message_for(job, traceback=message.options.get("traceback")),
                                    delay=int(delay * 1000))
                 except Exception:
@@ -863,7 +869,7 @@ class ReliableMiddleware(Middleware):
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
                 retry_delay: float | None = None, detail: dict[str, Any] | None = None,
                 planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None,
-                node_result: NodeResult | None = None) -> Any:
+                node_result: NodeResult | None = None, queue: str | None = None) -> Any:
         def registered(status: JobStatus) -> list[NewJob]:
             return [job for follow_up, job in planned if job is not None and follow_up.applies(status)]
 
@@ -871,7 +877,7 @@ class ReliableMiddleware(Middleware):
             return self._with_store_retry(event.value, lambda: self.store.finish(
                 context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
                 retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None,
-                fan_in=fan_in, node_result=node_result))
+                fan_in=fan_in, node_result=node_result, queue=queue))
         except LeaseLost:
             logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
                            context.job_id, context.attempt_id, context.fencing_token)
