@@ -68,8 +68,10 @@ def route_write(job: Mapping[str, Any], queue: str, *, worker_id: str | None = N
                 host: str | None = None) -> JobWrite | None:
     """The write moving a job just written (`job`, its row) to wait on `queue`, with a `routed`
     event saying from which queue to which; None when it waits there already. No transition: the
-    caller runs it in the transaction of the write that decided it, guarded by the status it left."""
-    if job["queue"] == queue:
+    caller runs it in the transaction of the write that decided it, guarded by the status it left.
+    A job whose message does not name its own queue (not registered by the middleware) stays: it
+    could not find its way back (`Job.home_queue`)."""
+    if job["queue"] == queue or not Job.from_row(job).message.get("queue_name"):
         return None
     write = event_write(str(job["job_id"]), "routed", worker_id=worker_id, operator=operator, host=host,
                         reason=f"waits on queue {queue} (was {job['queue']})",
