@@ -734,7 +734,7 @@ class ReliableMiddleware(Middleware):
                           None if decision.message is None else redact_secrets(decision.message),
                           traceback=failure_traceback(exception))
         delay = decision.delay if decision.action == "retry" else None
-        lane = (decision.queue or context.claim.job.home_queue) if decision.action == "retry" else None
+        lane = _retry_queue(decision, context.claim.job)
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
                            planned=planned, queue=lane)
         self._conclude(broker, message, context, job, decision, planned)
@@ -936,6 +936,15 @@ class ReliableMiddleware(Middleware):
         """
         return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval,
                                        note=" (message kept unacked)")
+
+
+def _retry_queue(decision: Decision, job: Any) -> str | None:
+    """The queue a retry moves the job to (docs/policies.md, "Retry routing"): the decision's, else
+    the job's own; None when it waits there already (the common case keeps its single write)."""
+    if decision.action != "retry":
+        return None
+    lane = decision.queue or job.home_queue
+    return None if lane == job.queue else str(lane)
 
 
 def _count_failure(message: Any, exception: BaseException) -> int:
