@@ -522,8 +522,6 @@ class ReliableMiddleware(Middleware):
                 # after_skip_message would, over a real result or while the job runs elsewhere).
                 message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
-        if claim.job.queue != claim.job.home_queue:  # a routed retry: the contract of the job's own queue
-            contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
         span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
         context = self._hold(message, claim, contract, span_id=span_id)
         self._delivery.context = context
@@ -531,6 +529,8 @@ class ReliableMiddleware(Middleware):
 
     def _hold(self, message: Any, claim: Any, contract: JobContract, *, span_id: str | None = None) -> JobContext:
         """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
+        if claim.job.queue != claim.job.home_queue:  # a routed retry: the contract of the job's own queue
+            contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
                              store_retry_cap=self.heartbeat_interval, codec=codec, span_id=span_id)
