@@ -33,7 +33,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from .compensation import compensate
 from .context import JobContext, _current, _fast_run
 from .continuations import FollowUp, follow_ups, follows_success
-from .dispatch import message_for
+from .dispatch import declare_queue, message_for
 from .errors import (
     ActorContractError,
     ClaimRefused,
@@ -329,6 +329,8 @@ class ReliableMiddleware(Middleware):
                                                                                        self.schedules))
             except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
                 raise ActorContractError(str(exc)) from None
+        for lane in self.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
+            declare_queue(broker, lane)
         self._heartbeat.start()
         if self.recovery_enabled:
             self._scheduler = Scheduler(self.store, broker)
@@ -527,6 +529,8 @@ class ReliableMiddleware(Middleware):
 
     def _hold(self, message: Any, claim: Any, contract: JobContract, *, span_id: str | None = None) -> JobContext:
         """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
+        if claim.job.queue != claim.job.home_queue:  # a routed retry: the contract of the job's own queue
+            contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
                              store_retry_cap=self.heartbeat_interval, codec=codec, span_id=span_id)
@@ -713,7 +717,7 @@ class ReliableMiddleware(Middleware):
         retries = _count_failure(message, exception)
         actor_options = self._actor_options(context.claim.job.actor)
         decision = self.policy.decide(Failure(
-            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
+            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.home_queue,
             attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
             now=time.time(), recent_retries=self._recent_retries(context),
             rate_limited_retries=self._rate_limited_retries(context),
@@ -730,8 +734,9 @@ class ReliableMiddleware(Middleware):
                           None if decision.message is None else redact_secrets(decision.message),
                           traceback=failure_traceback(exception))
         delay = decision.delay if decision.action == "retry" else None
+        lane = _retry_queue(decision, context.claim.job)
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
-                           planned=planned)
+                           planned=planned, queue=lane)
         self._conclude(broker, message, context, job, decision, planned)
 
     def _plan(self, broker: dramatiq.Broker, message: Any, context: JobContext, *, result: Any = None,
@@ -850,6 +855,7 @@ class ReliableMiddleware(Middleware):
             delay = max(0.0, job.retry_at - job.updated_at)
             if delay <= MAX_BROKER_DELAY:
                 try:
+                    declare_queue(broker, job.queue)  # a routed retry's queue may be new to this broker
                     broker.enqueue(message_for(job, traceback=message.options.get("traceback")),
                                    delay=int(delay * 1000))
                 except Exception:
@@ -863,7 +869,7 @@ class ReliableMiddleware(Middleware):
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
                 retry_delay: float | None = None, detail: dict[str, Any] | None = None,
                 planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None,
-                node_result: NodeResult | None = None) -> Any:
+                node_result: NodeResult | None = None, queue: str | None = None) -> Any:
         def registered(status: JobStatus) -> list[NewJob]:
             return [job for follow_up, job in planned if job is not None and follow_up.applies(status)]
 
@@ -871,7 +877,7 @@ class ReliableMiddleware(Middleware):
             return self._with_store_retry(event.value, lambda: self.store.finish(
                 context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
                 retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None,
-                fan_in=fan_in, node_result=node_result))
+                fan_in=fan_in, node_result=node_result, queue=queue))
         except LeaseLost:
             logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
                            context.job_id, context.attempt_id, context.fencing_token)
@@ -930,6 +936,15 @@ class ReliableMiddleware(Middleware):
         """
         return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval,
                                        note=" (message kept unacked)")
+
+
+def _retry_queue(decision: Decision, job: Any) -> str | None:
+    """The queue a retry moves the job to (docs/policies.md, "Retry routing"): the decision's, else
+    the job's own; None when it waits there already (the common case keeps its single write)."""
+    if decision.action != "retry":
+        return None
+    lane = decision.queue or job.home_queue
+    return None if lane == job.queue else str(lane)
 
 
 def _count_failure(message: Any, exception: BaseException) -> int:

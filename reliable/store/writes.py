@@ -101,6 +101,7 @@ class JobWrite:
     host: str | None
     detail: str | None
     traceback: str | None = None  # a failed attempt's, bounded and masked (error["traceback"])
+    route_queue: str | None = None  # the queue the job waits on from now (a routed retry), None: unchanged
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""

@@ -13,6 +13,7 @@ WITH t AS (
 j AS (
     UPDATE reliable_jobs AS r SET
         status = coalesce(%(to_status)s::text, r.status),
+        queue = coalesce(%(route_queue)s::text, r.queue),
         previous_status = CASE WHEN %(transition)s::bool THEN r.status ELSE r.previous_status END,
         version = r.version + CASE WHEN %(transition)s::bool THEN 1 ELSE 0 END,
         lease_id = r.lease_id + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
