@@ -72,6 +72,7 @@ class _Slot:
     pending_reason: str | None = None  # the restart reason the next start counts
     exited_at: float | None = None
     hard_stop_at: float | None = None
+    killed: bool = False  # SIGKILL sent (boot timeout, or a hard stop not obeyed): wait for the exit
 
 
 class Supervisor:
@@ -131,7 +132,7 @@ class Supervisor:
         slot.ready_fd = ready_r
         slot.started_at = self.clock()
         slot.ready_at = slot.start_at = slot.exited_at = slot.hard_stop_at = None
-        slot.stop_requested = None
+        slot.stop_requested, slot.killed = None, False
         reason, slot.pending_reason = slot.pending_reason, None
         if reason is not None:
             self.metrics.restarted(reason)
@@ -277,12 +278,16 @@ class Supervisor:
                 returncode = slot.proc.poll()
                 if returncode is not None:
                     self._exited(slot, returncode)
+                elif slot.killed:
+                    continue
                 elif slot.ready_at is None and now - slot.started_at > self.config.boot_timeout:
                     self._event("child_boot_timeout", f"child {slot.index} not ready after "
                                 f"{self.config.boot_timeout:g}s: killing it", logging.WARNING, child=slot.index)
                     slot.proc.kill()
+                    slot.killed = True
                 elif slot.hard_stop_at is not None and now - slot.hard_stop_at > _KILL_AFTER:
                     slot.proc.kill()
+                    slot.killed = True
         if not self._stopping:
             self._advance_reload()
             for slot in self.slots:

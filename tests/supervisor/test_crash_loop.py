@@ -39,3 +39,11 @@ def test_an_app_that_does_not_import_exits_2_at_once(supervise: Callable[..., Su
     assert "error: child" in output and "could not import the app 'supervised_app'" in output
     assert "not restarting" in output
     assert not [e for e in sup.events("child_started") if e["reason"] != "boot"]
+
+
+def test_a_child_not_ready_within_the_boot_timeout_is_killed_as_a_crash(supervise: Callable[..., Supervised]) -> None:
+    sup = supervise({"SUP_TEST_SLEEP_AT_BOOT": "60"}, "-p", "1", "--boot-timeout", "1s", "--crash-loop", "2/1m",
+                    "--restart-backoff", "100ms")
+    assert sup.wait(30) == 3
+    assert [e["child"] for e in sup.events("child_boot_timeout")] == [0, 0]
+    assert {e["cause"] for e in sup.events("child_exited")} == {"died while booting, killed by SIGKILL"}

@@ -212,3 +212,13 @@ def test_hup_restarts_the_children_one_at_a_time(sup_env: dict[str, str], queue_
     assert order == [("child_exited", 0), ("child_ready", 0), ("child_exited", 1), ("child_ready", 1)]
     assert [e["kind"] for e in sup.events("child_exited")] == ["stopped", "stopped"]
     assert metric(scrape(f"http://127.0.0.1:{port}"), "reliable_worker_restarts_total", reason="reload") == 2
+
+
+def test_children_stop_when_the_supervisor_is_killed(sup_env: dict[str, str], queue_name: str,
+                                                     supervise: Supervise) -> None:
+    sup = supervise(sup_env, "-p", "2", "-t", "1", "-Q", queue_name)
+    pids = sup.wait_ready(2)
+    sup.proc.kill()  # the supervisor only: Linux TERMs each child (PR_SET_PDEATHSIG), which stops gracefully
+    sup.proc.wait(10)
+    wait_for(lambda: not any(alive(pid) for pid in pids.values()), "the orphaned children gone", timeout=30,
+             context=sup.output)

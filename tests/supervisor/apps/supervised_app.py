@@ -1,7 +1,8 @@
 """A Dramatiq app with reliable installed, run under `reliable worker` by tests/supervisor.
 
 Configured by environment variables (its own queue and store per test). SUP_TEST_EXIT_AT_BOOT=N makes
-every child exit with code N while importing it (a crash loop); SUP_TEST_BROKEN=1 makes the import fail.
+every child exit with code N while importing it (a crash loop); SUP_TEST_BROKEN=1 makes the import fail;
+SUP_TEST_SLEEP_AT_BOOT=S makes the import take S seconds (a child that never gets ready).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import os
 import time
 
+if os.environ.get("SUP_TEST_SLEEP_AT_BOOT"):
+    time.sleep(float(os.environ["SUP_TEST_SLEEP_AT_BOOT"]))
 if os.environ.get("SUP_TEST_EXIT_AT_BOOT"):
     os._exit(int(os.environ["SUP_TEST_EXIT_AT_BOOT"]))
 if os.environ.get("SUP_TEST_BROKEN"):
