@@ -21,13 +21,15 @@ def test_a_crash_loop_stops_everything_and_exits_3_naming_the_cause(
     output = sup.output()
     assert "error: crash loop: 4 crashes within 30s; stopping every child. The last: child" in output
     assert "died while booting, exit code 13" in output
-    exits = sup.events("child_exited")
-    assert len(exits) == 4 and {(e["kind"], e["returncode"]) for e in exits} == {("crash", 13)}
-    restarts = [e for e in sup.events("child_started") if e["reason"] == "crash"]
-    assert len(restarts) == 2  # two boots, two restarts, then the fourth crash ends it
+    # (A child restarted before the loop was detected may die on its own while everything stops: "stopped".)
+    crashes = [e for e in sup.events("child_exited") if e["kind"] == "crash"]
+    assert len(crashes) == 4 and {e["returncode"] for e in crashes} == {13}
+    # Two boots, then a restart per crash but the last (a restart of the third may not have come yet).
+    restarts = len([e for e in sup.events("child_started") if e["reason"] == "crash"])
+    assert 2 <= restarts <= 3
     [failed] = sup.events("supervisor_failed")
     assert failed["exit_code"] == 3
-    assert 'reliable_worker_restarts_total{reason="crash"} 2.0' in metrics_file.read_text()
+    assert f'reliable_worker_restarts_total{{reason="crash"}} {restarts}.0' in metrics_file.read_text()
     print(f"\ncrash loop: 4 crashes, exit 3 after {took:.1f}s")
 
 

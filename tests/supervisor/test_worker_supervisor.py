@@ -197,8 +197,8 @@ def test_a_second_term_stops_at_once_and_the_lease_recovers_the_jobs(
     assert all(job.attempt == 2 for job in jobs_of(store, messages))
 
 
-def test_hup_restarts_the_children_one_at_a_time(sup_env: dict[str, str], queue_name: str,
-                                                 supervise: Supervise) -> None:
+def test_hup_restarts_the_children_one_at_a_time_and_a_killed_supervisor_leaves_no_orphan(
+        sup_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
     port = free_port()
     sup = supervise(sup_env, "-p", "2", "-t", "1", "-Q", queue_name, "--metrics-port", str(port),
                     "--metrics-host", "127.0.0.1")
@@ -213,12 +213,9 @@ def test_hup_restarts_the_children_one_at_a_time(sup_env: dict[str, str], queue_
     assert [e["kind"] for e in sup.events("child_exited")] == ["stopped", "stopped"]
     assert metric(scrape(f"http://127.0.0.1:{port}"), "reliable_worker_restarts_total", reason="reload") == 2
 
-
-def test_children_stop_when_the_supervisor_is_killed(sup_env: dict[str, str], queue_name: str,
-                                                     supervise: Supervise) -> None:
-    sup = supervise(sup_env, "-p", "2", "-t", "1", "-Q", queue_name)
-    pids = sup.wait_ready(2)
+    children = sup.ready_pids()
     sup.proc.kill()  # the supervisor only: Linux TERMs each child (PR_SET_PDEATHSIG), which stops gracefully
     sup.proc.wait(10)
-    wait_for(lambda: not any(alive(pid) for pid in pids.values()), "the orphaned children gone", timeout=30,
+    wait_for(lambda: not any(alive(pid) for pid in children.values()), "the orphaned children gone", timeout=30,
              context=sup.output)
+
