@@ -116,17 +116,16 @@ def _die_with_parent(supervisor_pid: int) -> None:
 def run(config: ChildConfig) -> int:
     """Boot the worker, serve until a stop or recycle reason, stop gracefully; the exit code."""
     leave = _Exit()
-    hard = threading.Event()
+    terms = threading.Event()  # set by the first TERM
     logger = logging.getLogger(f"reliable.worker.child({config.slot})")
 
     def on_term(signum: int, frame: Any) -> None:
-        if leave.event.is_set() and hard.is_set():
-            return
-        if leave.event.is_set():
-            hard.set()
+        # Counted apart from `leave`: a recycle already under way is not a first TERM.
+        if terms.is_set():
             logger.warning("Second stop request: exiting without waiting for running jobs.")
             logging.shutdown()
             os._exit(CHILD_KILLED)
+        terms.set()
         leave.request(CHILD_OK)
 
     signal.signal(signal.SIGTERM, on_term)
