@@ -126,9 +126,10 @@ def test_a_child_is_recycled_after_max_jobs_and_no_job_runs_twice(
         producer: Any, sup_env: dict[str, str], queue_name: str, supervise: Supervise, tmp_path: Path) -> None:
     broker, store = producer
     messages = [send(broker, queue_name, "work", 0.02) for _ in range(10)]
-    metrics_file = tmp_path / "worker.prom"
-    sup = supervise(sup_env, "-p", "1", "-t", "1", "-Q", queue_name, "--max-jobs", "4",
-                    "--metrics-file", str(metrics_file))
+    metrics_file, multiproc = tmp_path / "worker.prom", tmp_path / "multiproc"
+    multiproc.mkdir()
+    sup = supervise({**sup_env, "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}, "-p", "1", "-t", "1", "-Q", queue_name,
+                    "--max-jobs", "4", "--metrics-file", str(metrics_file))
     wait_for(lambda: all_succeeded(store, messages), "every job SUCCEEDED", timeout=60, context=sup.output)
     recycled = wait_for(lambda: len(sup.events("child_exited")) >= 2 and sup.events("child_exited"),
                         "two recycles", context=sup.output)
@@ -139,6 +140,11 @@ def test_a_child_is_recycled_after_max_jobs_and_no_job_runs_twice(
     wait_for(lambda: textfile(metrics_file).get(("reliable_worker_restarts_total", (("reason", "recycle_jobs"),)),
                                                   0) >= 2, "the textfile counting the recycles", context=sup.output)
     assert metric(textfile(metrics_file), "reliable_worker_restarts_total", reason="crash") == 0
+    # Workers' metrics in multiprocess mode: a recycled child's live gauge (reliable_leases_held) stops counting.
+    live = wait_for(lambda: sup.ready_pids()[0] not in [e["pid"] for e in recycled] and sup.ready_pids()[0],
+                    "the latest child ready")
+    wait_for(lambda: (multiproc / f"gauge_livesum_{live}.db").exists(), "the live child's gauge file")
+    assert not [e["pid"] for e in recycled if (multiproc / f"gauge_livesum_{e['pid']}.db").exists()]
 
 
 def test_a_child_over_max_memory_is_recycled_after_its_job(
