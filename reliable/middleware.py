@@ -358,6 +358,11 @@ class ReliableMiddleware(Middleware):
             raise ActorContractError(str(exc)) from None
         except StoreUnavailable as exc:
             logger.warning("could not check the store's replication at boot: %s", exc)
+        except StoreError as exc:
+            if self.replication == "require_sync":
+                raise ActorContractError(f"could not check the store's replication (replication='require_sync'): "
+                                         f"{exc}") from None
+            logger.warning("could not check the store's replication at boot: %s", exc)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until

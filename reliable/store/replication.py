@@ -73,10 +73,14 @@ class ReplicationReport:
             found.append(f"synchronous_commit is {self.synchronous_commit!r}: a commit returns before any "
                          "standby has it, so a failover can lose committed claims (set it to 'on' or "
                          "'remote_apply')")
-        unwaited = [f"{name or '(unnamed)'} ({state})" for name, state in self.standbys if state not in _WAITED_FOR]
+        if any(not state for _, state in self.standbys):
+            found.append("the store's role cannot see its standbys' sync_state in pg_stat_replication: grant it "
+                         "pg_read_all_stats, or check the standbys yourself and use replication='off'")
+        unwaited = [f"{name or '(unnamed)'} ({state})" for name, state in self.standbys
+                    if state and state not in _WAITED_FOR]
         if not self.synchronous_standby_names.strip():
-            found.append(f"synchronous_standby_names is empty: standby {', '.join(unwaited)} is asynchronous, so "
-                         "promoting it can lose committed claims")
+            found.append(f"synchronous_standby_names is empty: standby {', '.join(unwaited) or '(not visible)'} is "
+                         "asynchronous, so promoting it can lose committed claims")
         elif unwaited:
             found.append(f"standby {', '.join(unwaited)} is not synchronous: promoting it can lose committed "
                          "claims (promote only a standby whose sync_state is sync or quorum)")

@@ -63,6 +63,7 @@ def test_a_lone_server_and_a_synchronous_standby_are_safe() -> None:
     (report("on", "FIRST 1 (s1, s2)", ("s1", "sync"), ("s2", "potential")), "standby s2 (potential) is not"),
     (report("on", "standby1"), "no synchronous standby is connected: commits wait"),
     (report(in_recovery=True), "is a standby in recovery"),
+    (report("on", "standby1", ("", "")), "cannot see its standbys' sync_state"),
 ])
 def test_settings_that_can_lose_or_stall_commits_are_named(case: ReplicationReport, expected: str) -> None:
     assert any(expected in problem for problem in case.problems), case.problems
