@@ -147,7 +147,8 @@ def test_promoting_a_synchronous_standby_mid_run_loses_no_committed_claim(rabbit
           f"promote -> first commit {first_commit - promoted_at:.2f}s, -> all terminal "
           f"{all_terminal_at - promoted_at:.2f}s; {len(lost_claims)} committed claims lost, {len(reissued)} tokens "
           f"issued twice, {len(not_increasing)} jobs with tokens not increasing, {len(stale_effects)} stale effects "
-          f"accepted, {len(lost_effects)} effect records lost, {len(applied_twice)} effects applied twice, "
+          f"accepted, {len(lost_effects)} effect records lost, {len(applied_twice)} effects applied twice "
+          f"({JOBS - len(applied)} recorded but their reply lost, so skipped by the retry), "
           f"{stale} stale commits rejected, {waits} write retries and {recovery_failures} failed recovery passes "
           f"while the store was away, statuses {dict(statuses)}")
     assert statuses == {JobStatus.SUCCEEDED.value: JOBS}
