@@ -167,8 +167,11 @@ class PrivatePostgres:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"postgres on port {self.port} still up {COMMAND_TIMEOUT}s after kill -9")
             time.sleep(0.05)
-        # pg_ctl counts a postmaster not yet reaped (a zombie) as running: `remove` would wait for it.
+        # pg_ctl and a new postmaster count one not yet reaped (a zombie) as running: `remove` would
+        # wait for it, and `start` would find its lock files taken.
         (self.data / "postmaster.pid").unlink(missing_ok=True)
+        for lock in self.root.glob(".s.PGSQL.*.lock"):
+            lock.unlink(missing_ok=True)
 
     def _port_busy(self) -> bool:
         try:

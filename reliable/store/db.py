@@ -142,6 +142,9 @@ def connect_engine(url: str | URL, *, max_connections: int = DEFAULT_MAX_CONNECT
     # prepare_threshold: the worker's statements run often; the server keeps their plans.
     engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": 5, "prepare_threshold": 2})
     _drop_hung_up_connections(engine)
+    from .replication import refuse_older_timelines  # it runs the store's queries: imports this module
+
+    refuse_older_timelines(engine)
     return engine
 
 
@@ -250,6 +253,8 @@ def translate(exc: BaseException, url: URL) -> Exception:
     (StoreNotMigrated), the database cannot be reached or the pool is exhausted
     (StoreUnavailable), or anything else (StoreError).
     """
+    if isinstance(exc, StoreError):  # raised by one of our connect hooks: already ours
+        return exc
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     text = str(original).strip()
     lowered = text.lower()

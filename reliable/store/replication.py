@@ -17,17 +17,19 @@ docs/postgresql-failover.md explains the settings.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 from ..redact import redact_url
 from .db import read_connection
+from .sqlrunner import load_queries
 
 __all__ = ["REPLICATION_MODES", "ReplicationMode", "ReplicationReport", "check_mode", "check_replication",
-           "replication_report"]
+           "refuse_older_timelines", "replication_report"]
 
 logger = logging.getLogger("reliable.store")
 
@@ -130,3 +132,42 @@ def check_replication(engine: Engine, mode: ReplicationMode = "warn") -> Replica
         raise ConfigError(message + " (replication='require_sync'; see docs/postgresql-failover.md)")
     logger.warning("%s (see docs/postgresql-failover.md)", message)
     return report
+
+
+def refuse_older_timelines(engine: Engine) -> None:
+    """Refuse, at connect, a primary on an older WAL timeline than one this engine already used.
+
+    After a failover the old primary may come back writable (restarted by a supervisor, say) on
+    the timeline the promoted standby left. libpq's target_session_attrs=read-write accepts it,
+    and it is first in the URL. Writing there would split the store in two, and its tokens sit
+    below the new primary's floor. A process that has used the newer timeline refuses it instead:
+    StoreUnavailable naming both timelines, so its writes wait until an operator takes that server
+    out of the URL or rewinds it into a standby. A process that never used the newer timeline
+    cannot tell (docs/postgresql-failover.md).
+    """
+    if engine.dialect.name != "postgresql":
+        return
+    query = load_queries("postgresql")["server_timeline"]
+    highest = 0
+    lock = threading.Lock()
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        nonlocal highest
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(query)
+            timeline = cursor.fetchone()[0]
+        finally:
+            cursor.close()
+            dbapi_conn.rollback()
+        if timeline is None:  # a standby: it takes no writes, so it can split nothing
+            return
+        with lock:
+            if timeline < highest:
+                raise StoreUnavailable(
+                    f"cannot use the store at {redact_url(engine.url)}: the primary it connected to is on WAL "
+                    f"timeline {timeline}, older than timeline {highest} this process already wrote to: an old "
+                    "primary is back after a failover; take it out of the URL or rewind it into a standby "
+                    "(docs/postgresql-failover.md)")
+            highest = timeline

@@ -18,7 +18,7 @@ import pytest
 from dramatiq.brokers.stub import StubBroker
 from private_postgres import replicated_postgres
 
-from reliable.errors import ActorContractError, ConfigError, LeaseLost
+from reliable.errors import ActorContractError, ConfigError, LeaseLost, StoreUnavailable
 from reliable.middleware import ReliableMiddleware
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
@@ -76,5 +76,28 @@ def test_a_claim_lost_in_an_asynchronous_failover_cannot_commit_on_the_promoted_
             rejected = [e for e in store.events(job_id) if e.event == "stale_commit_rejected"]
             assert [e.lease_id for e in rejected] == [holder.lease_id] * 3
             assert store.effects(job_id) == []
+        finally:
+            store.close()
+
+
+@pytest.mark.timeout(180)
+def test_an_old_primary_back_after_a_failover_is_refused_by_a_process_that_used_the_new_one() -> None:
+    with replicated_postgres(synchronous=True) as pair:
+        url = pair.create_database("store")
+        store = StateStore(url, max_connections=1)
+        try:
+            store.upgrade()
+            job_id = f"split-{uuid.uuid4().hex[:8]}"
+            store.register(NewJob(job_id, "payments", "pay", {"args": [], "kwargs": {}}))
+            pair.primary.kill()
+            pair.promote()
+            claim = store.claim(job_id, worker_id="worker-a", lease_ttl=60)  # on the new primary, timeline 2
+            assert claim.lease_id == TIMELINE_FLOOR
+            pair.primary.start()  # the old primary is back, writable, on timeline 1, first in the URL
+            store.engine.dispose()  # the next statement opens a new connection: libpq picks the old primary
+            with pytest.raises(StoreUnavailable, match="WAL timeline 1, older than timeline 2"):
+                store.get(job_id)
+            pair.primary.stop("immediate")
+            assert store.get(job_id).lease_id == claim.lease_id  # the new primary again
         finally:
             store.close()

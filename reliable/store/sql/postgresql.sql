@@ -127,6 +127,11 @@ VALUES (%(job_id)s, %(queue)s, %(actor)s, %(message)s, %(status)s::text, 1, 0, 0
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id;
 
+-- name: server_timeline
+-- The WAL timeline of a primary (as write_job computes a claim's floor); NULL on a standby.
+SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END;
+
 -- name: now
 SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8);
 
