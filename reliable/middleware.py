@@ -48,6 +48,7 @@ from .errors import (
     PolicyError,
     ReliableError,
     StoreError,
+    StoreUnavailable,
     TransitionRefused,
 )
 from .events import JsonLogSink, log_events_to_stderr
@@ -64,6 +65,8 @@ from .schedules.boot import declare_schedules
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, NodeResult, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
+from .store.replication import check_mode as check_replication_mode
+from .store.replication import check_replication
 from .store.retrying import retry_while_unavailable
 from .tracebacks import failure_traceback
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
@@ -124,6 +127,9 @@ class ReliableMiddleware(Middleware):
       schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
         stored with their job templates at each worker's boot. Every worker's recovery thread runs
         the scheduler of all stored schedules, declared here or not.
+      replication: what a worker does at boot when a failover of the store's PostgreSQL could lose
+        commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
+        "require_sync" refuses to boot, "off" does not check. See docs/postgresql-failover.md.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -133,7 +139,8 @@ class ReliableMiddleware(Middleware):
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
                  metrics: Metrics | bool = True, json_logs: bool = True,
                  max_connections: int | None = None, group_commit: bool = True, tracing: object = False,
-                 schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None) -> None:
+                 schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None,
+                 replication: str = "warn") -> None:
         if max_connections is not None and isinstance(store, StateStore):
             raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
@@ -146,6 +153,7 @@ class ReliableMiddleware(Middleware):
         self.recovery_enabled = recovery
         self.recovery_interval = recovery_interval if recovery_interval is not None else lease.recovery_interval
         self.sweep_after = sweep_after if sweep_after is not None else lease.sweep_after
+        self.replication = check_replication_mode(replication)
         if isinstance(store, str):
             check_store_url(store)  # a bad URL fails here, not later in every worker's log
         self._store_arg = store
@@ -311,6 +319,7 @@ class ReliableMiddleware(Middleware):
             log_events_to_stderr()
         self.adopt_group_callbacks(broker)
         self._ensure_process()
+        self._check_replication()
         if self.metrics is not None:
             for name in broker.get_declared_actors():
                 if self.tracked(broker, name):
@@ -341,6 +350,21 @@ class ReliableMiddleware(Middleware):
             self._recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery",
                                                      daemon=True)
             self._recovery_thread.start()
+
+    def _check_replication(self) -> None:
+        """Warn about (replication="require_sync": refuse to boot on) a store whose failover can lose
+        commits. A store unreachable at boot is only logged: the worker's writes wait for it anyway."""
+        try:
+            check_replication(self.store.engine, self.replication)
+        except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
+            raise ActorContractError(str(exc)) from None
+        except StoreUnavailable as exc:
+            logger.warning("could not check the store's replication at boot: %s", exc)
+        except StoreError as exc:
+            if self.replication == "require_sync":
+                raise ActorContractError(f"could not check the store's replication (replication='require_sync'): "
+                                         f"{exc}") from None
+            logger.warning("could not check the store's replication at boot: %s", exc)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
