@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from rabbit_nodes import RabbitNode, rabbit_nodes
 from reliable.store import StateStore
+
+from rabbit_nodes import RabbitNode, rabbit_nodes
 from support import scratch_database
 from workers import WorkerProcess
 

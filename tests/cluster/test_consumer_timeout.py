@@ -7,16 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import dramatiq
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 import pytest
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 import reliable
-from ledger import Ledger, producer, send
-from rabbit_nodes import RabbitNode
 from reliable.errors import BrokerConfigError
 from reliable.rabbitmq import ReliableRabbitmqBroker
 from reliable.states import JobStatus
 from reliable.store import StateStore
+
+from cluster_ledger import Ledger, producer, send
+from rabbit_nodes import RabbitNode
 from support import wait_for
 from workers import WorkerProcess
 
@@ -39,7 +40,8 @@ def test_a_job_longer_than_the_consumer_timeout_completes_once(
                  timeout=20, context=worker.output)
         assert TIMED_OUT in worker.output()
         assert ledger.runs() == {job_id: 1}
-        assert ledger.scalar("SELECT status FROM reliable_jobs WHERE job_id = :j", j=job_id) == JobStatus.SUCCEEDED.value
+        status = ledger.scalar("SELECT status FROM reliable_jobs WHERE job_id = :j", j=job_id)
+        assert status == JobStatus.SUCCEEDED.value
         assert "consumer_timeout: actor 'slow': time_limit 60s exceeds" in worker.output()  # the boot warning
     finally:
         ledger.close()
