@@ -31,7 +31,7 @@ def test_a_job_longer_than_the_consumer_timeout_completes_once(
     ledger = Ledger(ledger_store)
     try:
         with producer([short_timeout_node.url], ledger_store, consumer_timeout=5) as broker:
-            job_id = send(broker, cluster_queue, "slow", 9.0)
+            job_id = send(broker, cluster_queue, "slow", 8.0)
         worker = start_app([short_timeout_node.url], threads=2, RELIABLE_TEST_CONSUMER_TIMEOUT="5")
         wait_for(lambda: ledger.unfinished() == 0 and ledger.runs(), "the slow job to finish", timeout=60,
                  context=worker.output)
@@ -54,8 +54,8 @@ def test_a_delay_longer_than_the_consumer_timeout_is_reheld_and_runs_once_at_its
     try:
         worker = start_app([short_timeout_node.url], threads=2, RELIABLE_TEST_CONSUMER_TIMEOUT="5")
         with producer([short_timeout_node.url], ledger_store, consumer_timeout=5) as broker:
-            eta = time.time() + 13.0
-            job_id = send(broker, cluster_queue, "record", delay=13_000)
+            eta = time.time() + 10.0
+            job_id = send(broker, cluster_queue, "record", delay=10_000)
         wait_for(lambda: ledger.runs(), "the delayed job to run", timeout=45, context=worker.output)
         wait_for(lambda: ledger.unfinished() == 0, "the job to be terminal", timeout=10, context=worker.output)
         ran_at = ledger.scalar("SELECT min(at) FROM ledger")
