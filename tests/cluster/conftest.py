@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,13 @@ from workers import WorkerProcess
 APPS = Path(__file__).parent / "apps"
 #: RabbitMQ checks consumer_timeout on each channel tick (60 s by default): 1 s here.
 SHORT_TIMEOUT_ARGS = "-rabbit consumer_timeout 5000 -rabbit channel_tick_interval 1000"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """--soak: the long form (20,000 jobs); tests/chaos/conftest.py defines the same option."""
+    with contextlib.suppress(ValueError):  # already defined by tests/chaos/conftest.py
+        parser.addoption("--soak", action="store_true", default=False,
+                         help="run the long forms of the chaos and cluster tests")
 
 
 @pytest.fixture(scope="module")
