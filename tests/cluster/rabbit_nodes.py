@@ -54,12 +54,13 @@ class RabbitNode:
         """Start the server process (returns at once: `wait_started`)."""
         with (self.dir / "server.out").open("ab") as out:
             self.proc = subprocess.Popen([str(SERVER)], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, cwd=self.dir)
 
     def ctl(self, *args: str, timeout: float = 60.0, tool: Path = CTL) -> str:
         """Run rabbitmqctl (or `tool`) against this node; its output; raises on failure."""
+        # cwd: Erlang writes Mnesia.<node> / MnesiaCore dumps into the working directory.
         done = subprocess.run([str(tool), "-n", self.name, *args], env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, cwd=self.dir)
         if done.returncode != 0:
             raise RuntimeError(f"{tool.name} -n {self.name} {' '.join(args)}: {done.stdout}{done.stderr}")
         return done.stdout
