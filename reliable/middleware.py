@@ -58,6 +58,7 @@ from .metrics import Metrics
 from .options import ACTOR_OPTIONS, RETRY_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
 from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .policy.model import RATE_LIMITED_MARK
+from .rabbitmq.boot import check_broker
 from .recovery import Recovery
 from .redact import redact_secrets
 from .schedules import Schedule, Scheduler, load_schedules
@@ -320,6 +321,7 @@ class ReliableMiddleware(Middleware):
         self.adopt_group_callbacks(broker)
         self._ensure_process()
         self._check_replication()
+        check_broker(broker, self)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
         if self.metrics is not None:
             for name in broker.get_declared_actors():
                 if self.tracked(broker, name):
