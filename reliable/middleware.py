@@ -321,7 +321,7 @@ class ReliableMiddleware(Middleware):
         self.adopt_group_callbacks(broker)
         self._ensure_process()
         self._check_replication()
-        check_broker(broker, self)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
+        check_broker(broker, self, worker)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
         if self.metrics is not None:
             for name in broker.get_declared_actors():
                 if self.tracked(broker, name):

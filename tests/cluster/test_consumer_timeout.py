@@ -117,7 +117,8 @@ def test_a_policy_or_timing_that_does_not_fit_stops_the_boot(
         with pytest.raises(BrokerConfigError) as refused:
             _worker_of(broker).start()
         expected = ("may make 5 attempts, not below the broker's delivery_limit 5" if case == "delivery_limit"
-                    else "time_limit 600s exceeds the consumer_timeout 5s")
+                    else "time_limit 600s (waiting behind a prefetch of 2 on 1 threads, up to 1800s unacked) "
+                                                          "exceeds the consumer_timeout 5s")
         assert expected in str(refused.value)
     finally:
         broker.close()
