@@ -79,7 +79,8 @@ class StoreCollector(Collector):
 
     Parameters:
       store: the StateStore to read (only its engine is used, read-only).
-      broker_url: an amqp:// URL; without it no broker gauges are exported.
+      broker_url: an amqp:// URL, or several ';'-separated (a cluster's nodes, tried in turn); without it
+        no broker gauges are exported.
       sla: stuck thresholds in seconds per state (RUNNING, STOPPING, PAUSED), over DEFAULT_SLA.
       states: the states to count (default DEFAULT_COUNTED_STATES).
       queues: RabbitMQ queues to report in addition to those the store knows of.
@@ -248,15 +249,16 @@ class StoreCollector(Collector):
         import pika  # only the exporter needs it, and only with --broker
         from pika.exceptions import ChannelClosedByBroker
 
-        params = pika.URLParameters(self.broker_url)
-        params.socket_timeout = _BROKER_TIMEOUT
-        params.blocked_connection_timeout = _BROKER_TIMEOUT
-        params.stack_timeout = _BROKER_TIMEOUT
-        params.connection_attempts = 1
+        nodes = [pika.URLParameters(url.strip()) for url in (self.broker_url or "").split(";") if url.strip()]
+        for params in nodes:  # a cluster's nodes are tried in turn, each once, bounded
+            params.socket_timeout = _BROKER_TIMEOUT
+            params.blocked_connection_timeout = _BROKER_TIMEOUT
+            params.stack_timeout = _BROKER_TIMEOUT
+            params.connection_attempts = 1
         family = GaugeMetricFamily("reliable_rabbitmq_queue_messages",
                                    "Messages ready in each RabbitMQ queue (passive queue_declare).",
                                    labels=["queue"])
-        connection = pika.BlockingConnection(params)
+        connection = pika.BlockingConnection(nodes)
         try:
             channel = connection.channel()
             for queue in sorted(self._queues):
