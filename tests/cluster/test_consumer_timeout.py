@@ -42,7 +42,9 @@ def test_a_job_longer_than_the_consumer_timeout_completes_once(
         assert ledger.runs() == {job_id: 1}
         status = ledger.scalar("SELECT status FROM reliable_jobs WHERE job_id = :j", j=job_id)
         assert status == JobStatus.SUCCEEDED.value
-        assert "consumer_timeout: actor 'slow': time_limit 60s exceeds" in worker.output()  # the boot warning
+        boot_warning = ("consumer_timeout: actor 'slow': time_limit 60s (waiting behind a prefetch of 4 on 2 threads, "
+                        "up to 180s unacked) exceeds")
+        assert boot_warning in worker.output()
     finally:
         ledger.close()
 
