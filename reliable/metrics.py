@@ -100,6 +100,7 @@ class _Collectors:
     recovery_seconds: Histogram
     checkpoint_age: Histogram
     workflow_transitions: Counter
+    limit_deferrals: Counter
 
 
 def _build(registry: CollectorRegistry) -> _Collectors:
@@ -155,6 +156,9 @@ def _build(registry: CollectorRegistry) -> _Collectors:
                                  DURATION_BUCKETS),
         workflow_transitions=counter("reliable_workflow_transitions_total",
                                      "Workflow status changes, by the status reached.", ("to_status",)),
+        limit_deferrals=counter("reliable_limit_deferrals_total",
+                                "Deliveries deferred by a concurrency or rate limit (reliable.limits).",
+                                ("actor", "queue", "limit")),
     )
 
 
@@ -264,6 +268,10 @@ class Metrics:
     def workflow_transition(self, workflow_id: str, from_status: str, to_status: str) -> None:
         """Count a workflow's status change (reliable.workflows.engine calls it after the commit)."""
         self._c.workflow_transitions.labels(to_status).inc()
+
+    def limit_deferred(self, actor: str, queue: str, limit: str) -> None:
+        """A delivery of `actor` was deferred by its `limit` ("concurrency" or "rate")."""
+        self._c.limit_deferrals.labels(actor, queue, limit).inc()
 
     def heartbeat_failed(self) -> None:
         """Record a heartbeat that could not reach the store."""
