@@ -62,7 +62,7 @@ class Adaptation:
 
 def after_rate_limited(state: LimitState, now: float, settings: AdaptiveSettings) -> Adaptation:
     """The state after a rate-limited failure of the actor at `now`."""
-    fresh = state.last_rate_limited_at is None or now - state.last_rate_limited_at > settings.quiet
+    fresh = state.last_rate_limited_at is None or now > state.last_rate_limited_at + settings.quiet
     streak = 1 if fresh else state.streak + 1
     if streak < settings.streak_to_reduce or state.effective <= 1:
         return Adaptation(replace(state, streak=streak, last_rate_limited_at=now))
@@ -76,7 +76,7 @@ def restore_due(state: LimitState, now: float, settings: AdaptiveSettings) -> bo
     if state.effective >= state.declared:
         return False
     last = max(t for t in (state.last_rate_limited_at, state.changed_at, float("-inf")) if t is not None)
-    return now - last >= settings.quiet
+    return now >= last + settings.quiet
 
 
 def after_quiet(state: LimitState, now: float, settings: AdaptiveSettings) -> Adaptation:
