@@ -947,7 +947,7 @@ class ReliableMiddleware(Middleware):
     def _limits_bind(self, lease_id: int) -> None:
         admission: Admission | None = getattr(self._delivery, "limits", None)
         if admission is not None:
-            self.limits.bind(self.store, admission, lease_id)
+            self.limits.bind(self.store, admission, lease_id, worker_id=self.worker_id)
 
     def _limits_release(self) -> None:
         admission: Admission | None = getattr(self._delivery, "limits", None)

@@ -49,6 +49,8 @@ class Admission:
     job_id: str
     slot: int | None
     lease_id: int | None
+    #: A step back up this delivery took, recorded on its job once claimed (the job row exists then).
+    restored: Adaptation | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Denial:
     key: str
     limit: Literal["concurrency", "rate"]
     wait: float
+    restored: Adaptation | None = None
 
 
 def deferral_delay(base: float, wait: float, rand: float) -> float:
@@ -122,27 +125,29 @@ class LimitGate:
         key = spec.key_of(tuple(message.args), dict(message.kwargs))
         job_id = str(message.message_id)
         slot = lease = None
+        restored = None
         if spec.concurrency is not None:
             taken = limits.acquire(spec, key, job_id, ttl=lease_ttl)
-            if taken.slot is None and self._restore(limits, spec, taken.state, taken.now, job_id, worker_id):
+            restored = self._restore(limits, spec, taken.state, taken.now)
+            if taken.slot is None and restored is not None:
                 taken = limits.acquire(spec, key, job_id, ttl=lease_ttl)
-            elif taken.slot is not None:
-                self._restore(limits, spec, taken.state, taken.now, job_id, worker_id)
             if taken.slot is None:
-                return Denial(spec, key, "concurrency", 0.0)
+                return Denial(spec, key, "concurrency", 0.0, restored)
             slot, lease = taken.slot, taken.lease_id
         if spec.rate_count is not None:
             token = limits.take_token(spec, key)
             if not token.taken:
                 if slot is not None:
                     limits.release(spec, key, slot, job_id)
-                return Denial(spec, key, "rate", token.wait)
-        return Admission(spec, key, job_id, slot, lease)
+                return Denial(spec, key, "rate", token.wait, restored)
+        return Admission(spec, key, job_id, slot, lease, restored)
 
-    def bind(self, store: StateStore, admission: Admission, lease_id: int) -> None:
-        """The claim won with `lease_id`: tie the slot to it if it expected another."""
+    def bind(self, store: StateStore, admission: Admission, lease_id: int, *, worker_id: str) -> None:
+        """The claim won with `lease_id`: tie the slot to it if it expected another; record a
+        step back up this delivery took."""
         if admission.slot is not None and admission.lease_id != lease_id:
             self.limits(store).bind(admission.spec, admission.key, admission.slot, admission.job_id, lease_id)
+        self._record(store, admission.spec, admission.restored, admission.job_id, worker_id)
 
     def release(self, store: StateStore, admission: Admission) -> None:
         """Free the admission's slot now. If the store cannot be reached, the slot frees itself
@@ -166,6 +171,7 @@ class LimitGate:
         broker.enqueue(again, delay=int(delay * 1000))
         if self._on_deferral is not None:
             self._on_deferral(denial.spec.actor, queue, denial.limit)
+        self._record(store, denial.spec, denial.restored, str(message.message_id), worker_id)
         if records_deferral(count):
             try:
                 store.record_event(str(message.message_id), "limit_deferred", worker_id=worker_id,
@@ -186,17 +192,17 @@ class LimitGate:
         adaptation = self.limits(store).adapt(spec.actor, lambda state, now: after_rate_limited(state, now, settings))
         self._record(store, spec, adaptation, job_id, worker_id)
 
-    def _restore(self, limits: LimitStore, spec: LimitSpec, state: LimitState | None, now: float, job_id: str,
-                 worker_id: str) -> bool:
-        """One step back up when due (checked without a lock first); whether it raised the limit."""
+    @staticmethod
+    def _restore(limits: LimitStore, spec: LimitSpec, state: LimitState | None, now: float) -> Adaptation | None:
+        """One step back up when due (checked without a lock first, decided under it); the step
+        taken, or None."""
         if state is None or not spec.adaptive:
-            return False
+            return None
         settings = settings_for(spec, 1)
         if not restore_due(state, now, settings):
-            return False
+            return None
         adaptation = limits.adapt(spec.actor, lambda current, at: after_quiet(current, at, settings))
-        self._record(limits.store, spec, adaptation, job_id, worker_id)
-        return adaptation is not None and adaptation.change is not None
+        return adaptation if adaptation is not None and adaptation.change is not None else None
 
     @staticmethod
     def _record(store: StateStore, spec: LimitSpec, adaptation: Adaptation | None, job_id: str,
