@@ -146,7 +146,11 @@ class LimitGate:
         """The claim won with `lease_id`: tie the slot to it if it expected another; record a
         step back up this delivery took."""
         if admission.slot is not None and admission.lease_id != lease_id:
-            self.limits(store).bind(admission.spec, admission.key, admission.slot, admission.job_id, lease_id)
+            try:
+                self.limits(store).bind(admission.spec, admission.key, admission.slot, admission.job_id, lease_id)
+            except ReliableError as exc:  # the attempt runs; its slot is held for the ttl it was taken with
+                logger.warning("job %s: could not tie its %s slot to lease %d (%s)", admission.job_id,
+                               admission.spec.actor, lease_id, exc)
         self._record(store, admission.spec, admission.restored, admission.job_id, worker_id)
 
     def release(self, store: StateStore, admission: Admission) -> None:
