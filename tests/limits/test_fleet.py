@@ -21,7 +21,7 @@ from reliable.store.schema import job_events, limits
 from support import wait_for
 from workers import WorkerProcess, send
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 APP_DIR = Path(__file__).parent / "apps"
 LEASE_TTL = 2.0
