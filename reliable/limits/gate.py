@@ -128,6 +128,9 @@ class LimitGate:
         restored = None
         if spec.concurrency is not None:
             taken = limits.acquire(spec, key, job_id, ttl=lease_ttl)
+            if taken.state is None:  # the rows this process ensured are gone (deleted by hand): again
+                limits.forget(spec.actor, key)
+                taken = limits.acquire(spec, key, job_id, ttl=lease_ttl)
             restored = self._restore(limits, spec, taken.state, taken.now)
             if taken.slot is None and restored is not None:
                 taken = limits.acquire(spec, key, job_id, ttl=lease_ttl)

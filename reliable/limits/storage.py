@@ -88,6 +88,11 @@ class LimitStore:
             if len(self._ensured) < _ENSURED_MAX:
                 self._ensured.add((spec.actor, key))
 
+    def forget(self, actor: str, key: str) -> None:
+        """Ensure the rows of (actor, key) again at next use (they were found missing)."""
+        with self._lock:
+            self._ensured.discard((actor, key))
+
     # -- concurrency -----------------------------------------------------------------------------
 
     def acquire(self, spec: LimitSpec, key: str, job_id: str, *, ttl: float) -> SlotTaken:

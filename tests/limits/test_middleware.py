@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dramatiq
 import pytest
+from prometheus_client import REGISTRY
 
 import reliable
 from reliable.errors import PolicyError
@@ -57,6 +58,11 @@ def test_a_limit_of_one_holds_across_threads_and_deferrals_are_not_attempts(setu
         with lock:
             running[0] -= 1
 
+    def deferrals() -> float:
+        return REGISTRY.get_sample_value("reliable_limit_deferrals_total", {
+            "actor": "one_at_a_time", "queue": "default", "limit": "concurrency"}) or 0.0
+
+    before = deferrals()
     messages = [one_at_a_time.send() for _ in range(6)]
     setup.worker.start()
     wait_for(lambda: all(setup.store.get(m.message_id).status is JobStatus.SUCCEEDED for m in messages),
@@ -65,3 +71,5 @@ def test_a_limit_of_one_holds_across_threads_and_deferrals_are_not_attempts(setu
     assert all(setup.store.get(m.message_id).attempt == 1 for m in messages)
     deferred = [e for m in messages for e in setup.store.events(m.message_id) if e.event == "limit_deferred"]
     assert deferred and all(e.detail["limit"] == "concurrency" for e in deferred)
+    # every deferral is counted; only the 1st, 2nd, 4th... of each job is an event row
+    assert deferrals() - before >= len(deferred)

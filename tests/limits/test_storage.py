@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import text
 
 from reliable.limits import Limits, limit_spec
 from reliable.limits.adaptive import after_quiet, after_rate_limited
@@ -165,3 +166,18 @@ def test_a_new_declaration_keeps_a_reduction_within_it(clocked: tuple[StateStore
     _limits(store).ensure(smaller, "")
     state = limits.state("call_api")
     assert state is not None and (state.declared, state.effective) == (2, 2)
+
+
+def test_rows_deleted_under_a_running_process_are_made_again(clocked: tuple[StateStore, Clock]) -> None:
+    store, _clock = clocked
+    spec = limit_spec("call_api", Limits(concurrency=1))
+    assert spec is not None
+    _jobs(store, "a")
+    limits = _limits(store)
+    limits.ensure(spec, "")
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM reliable_limit_slots"))
+        conn.execute(text("DELETE FROM reliable_limits"))
+    assert limits.acquire(spec, "", "a", ttl=TTL).state is None
+    limits.forget("call_api", "")
+    assert limits.acquire(spec, "", "a", ttl=TTL).slot == 0
