@@ -3,12 +3,13 @@
     .venv/bin/python bench/limits.py [--jobs 1500] [--threads 8] [--rounds 5]
 
 What a worker thread does per job, from N threads of one process on PostgreSQL (group commit on,
-as workers run): `plain` = claim + success; `concurrency` = take a slot + claim + success + free
-the slot (limit 64: never refused, so this is the pure overhead); `rate` = take a token + claim +
-success (a rate that is never reached), with 8 token buckets and with 1 (one hot row: every start
-of the fleet locks it). Runs alternate; medians of `--rounds`. Prints lifecycles/s, the ratio
-to `plain`, and how often a token request found every bucket holding a token locked by another
-thread (SKIP LOCKED: in a worker that is a deferral; here the bench asks again).
+as workers run): `plain` = claim + success; `concurrency` = take a slot + claim + success (the
+slot frees itself when the attempt ends; limit 64: never refused, so this is the pure overhead);
+`rate` = take a token + claim + success (a rate that is never reached), with 8 token buckets
+and with 1 (one hot row: every start of the fleet locks it). Runs alternate; medians of
+`--rounds`. Prints lifecycles/s, the ratio to `plain`, and how often a token request found every
+bucket holding a token locked by another thread (SKIP LOCKED: in a worker that is a deferral;
+here the bench asks again).
 """
 
 from __future__ import annotations
@@ -62,9 +63,7 @@ def run(store: StateStore, variant: str, n: int, threads: int) -> float:
             while not limits.take_token(spec, "").taken:  # every bucket with a token was locked: try again
                 refused[0] += 1
         lease = store.claim(job_id, worker_id="bench", lease_ttl=60).lease_id
-        store.finish(job_id, lease, Event.SUCCEED)
-        if spec is not None and slot is not None:
-            limits.release(spec, "", slot, job_id)
+        store.finish(job_id, lease, Event.SUCCEED)  # the slot frees itself: its attempt ended
 
     rate = timed(threads, ids, lifecycle)
     REFUSED[variant] = REFUSED.get(variant, 0) + refused[0]

@@ -629,7 +629,7 @@ class ReliableMiddleware(Middleware):
                 assert self._heartbeat is not None
                 self._heartbeat.remove(context)
         finally:
-            self._limits_release()
+            self._delivery.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
             self._end_span(exception)
 
     def _note_unrecorded_effects(self, context: JobContext) -> None:

@@ -98,13 +98,13 @@ class LimitStore:
     def acquire(self, spec: LimitSpec, key: str, job_id: str, *, ttl: float) -> SlotTaken:
         """Take a free slot below the actor's effective concurrency for `job_id`'s next attempt.
 
-        The slot is held for `ttl` seconds, then for as long as the attempt that claims the job
-        next (lease id + 1) holds its lease; `release` frees it sooner.
+        The slot is held until the job's next claim (lease id + 1) or for `ttl` seconds, then for
+        as long as that attempt's lease is live: it frees itself when the attempt ends. `release`
+        frees a slot whose claim did not happen.
         """
         assert spec.concurrency is not None
         self.ensure(spec, key)
-        params = {"name": spec.actor, "key": key, "job_id": job_id, "ttl": ttl, "active": self._active(),
-                  "start": self._start(spec.concurrency)}
+        params = {"name": spec.actor, "key": key, "job_id": job_id, "ttl": ttl, "active": self._active()}
         if self._postgres:
             with self._sql._single() as tx:
                 row = self._run(tx, "limit_acquire_slot", params).fetchone()

@@ -370,8 +370,10 @@ FROM generate_series(0, %(count)s::int4 - 1) AS n
 ON CONFLICT (name, key, bucket) DO NOTHING;
 
 -- name: limit_acquire_slot
--- One statement: take a free slot below the effective limit (starting at :start, so workers spread
--- over the rows), and read the actor's limit row; no slot when all are held (or locked).
+-- One statement: take the first free slot below the effective limit (in key order: the scan stops
+-- there) and read the actor's limit row; no slot when all are held (or locked). A slot is free
+-- once its attempt ended (the job left RUNNING/STOPPING or its lease moved on or expired): no
+-- release is needed after an attempt, only when a taken slot's claim did not happen.
 WITH t AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 ),
@@ -382,11 +384,16 @@ lim AS (
 pick AS (
     SELECT s.slot FROM reliable_limit_slots s, t, lim
     WHERE s.name = %(name)s::text AND s.key = %(key)s::text AND s.slot < lim.effective
-      AND (s.holder_job IS NULL OR (s.expires_at < t.now AND NOT EXISTS (
-          SELECT 1 FROM reliable_jobs j
-          WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
-            AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now)))
-    ORDER BY mod(s.slot + %(start)s::int4, lim.effective)
+      AND (s.holder_job IS NULL OR NOT (
+          -- taken, its claim not made yet, within the ttl
+          (s.expires_at >= t.now AND NOT EXISTS (
+              SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+          -- or held by the live attempt of that claim
+          OR EXISTS (
+              SELECT 1 FROM reliable_jobs j
+              WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+                AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now)))
+    ORDER BY s.slot
     LIMIT 1
     FOR UPDATE OF s SKIP LOCKED
 ),
@@ -457,7 +464,10 @@ WHERE name = %(name)s::text;
 -- The slots held now (a live lease, or taken and not yet claimed): the integration tests' and CLI's view.
 SELECT s.key, s.slot, s.holder_job FROM reliable_limit_slots s,
     (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
-WHERE s.name = %(name)s::text AND s.holder_job IS NOT NULL AND (s.expires_at >= t.now OR EXISTS (
-    SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
-      AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now))
+WHERE s.name = %(name)s::text AND s.holder_job IS NOT NULL AND (
+    (s.expires_at >= t.now AND NOT EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+    OR EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+          AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now))
 ORDER BY s.key, s.slot;

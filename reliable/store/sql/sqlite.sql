@@ -310,11 +310,14 @@ SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now FROM 
 -- name: limit_pick_slot
 SELECT s.slot FROM reliable_limit_slots s
 WHERE s.name = :name AND s.key = :key AND s.slot < :effective
-  AND (s.holder_job IS NULL OR (s.expires_at < :now AND NOT EXISTS (
-      SELECT 1 FROM reliable_jobs j
-      WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
-        AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now)))
-ORDER BY (s.slot + :start) % :effective
+  AND (s.holder_job IS NULL OR NOT (
+      (s.expires_at >= :now AND NOT EXISTS (
+          SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+      OR EXISTS (
+          SELECT 1 FROM reliable_jobs j
+          WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+            AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now)))
+ORDER BY s.slot
 LIMIT 1;
 
 -- name: limit_hold_slot
@@ -353,7 +356,10 @@ WHERE name = :name;
 
 -- name: limit_holders
 SELECT s.key, s.slot, s.holder_job FROM reliable_limit_slots s
-WHERE s.name = :name AND s.holder_job IS NOT NULL AND (s.expires_at >= :now OR EXISTS (
-    SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
-      AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now))
+WHERE s.name = :name AND s.holder_job IS NOT NULL AND (
+    (s.expires_at >= :now AND NOT EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+    OR EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+          AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now))
 ORDER BY s.key, s.slot;
