@@ -1,5 +1,6 @@
-"""The middleware's side of limits: admit a delivery (a slot, a token) or defer it, release after
-the attempt, and adapt the actor's concurrency to rate-limited failures.
+"""The middleware's side of limits: admit a delivery (a slot, a token) or defer it, release the
+slot of a delivery whose claim did not happen (an attempt's slot frees itself when it ends), and
+adapt the actor's concurrency to rate-limited failures.
 
 A delivery that finds no slot or no token never blocks a worker thread: its message is published
 again with a short jittered delay and this delivery is skipped (acknowledged). The job stays where
@@ -157,8 +158,8 @@ class LimitGate:
         self._record(store, admission.spec, admission.restored, admission.job_id, worker_id)
 
     def release(self, store: StateStore, admission: Admission) -> None:
-        """Free the admission's slot now. If the store cannot be reached, the slot frees itself
-        when the attempt's lease is no longer live (the job finished or its worker died)."""
+        """Free the admission's slot now (its claim did not happen). If the store cannot be
+        reached, the slot frees itself after the ttl it was taken with."""
         if admission.slot is None:
             return
         try:
