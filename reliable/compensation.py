@@ -36,10 +36,10 @@ def compensate(store: StateStore, broker: dramatiq.Broker | None, job: Job, acto
         store.record_event(job.job_id, "compensation_pending", **audit,
                            detail={**detail, "why": "no broker to enqueue it on"})
         return f"compensation {actor} is pending: no broker was given to enqueue it"
-    message: dramatiq.Message[Any] = dramatiq.Message(queue_name=job.queue, actor_name=actor, args=(job.job_id,),
+    message: dramatiq.Message[Any] = dramatiq.Message(queue_name=job.home_queue, actor_name=actor, args=(job.job_id,),
                                                       kwargs={}, options={})
     try:
-        declare_queue(broker, job.queue)
+        declare_queue(broker, job.home_queue)
         broker.enqueue(message)
     except Exception as exc:
         store.record_event(job.job_id, "compensation_pending", **audit,

@@ -31,6 +31,7 @@ from .options import stored_contract
 from .selection import DISCARDED, JobFilter, select_jobs
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
+from .store.writes import FRESH_BUDGET
 
 __all__ = [
     "COMMAND_EVENTS",
@@ -242,7 +243,7 @@ class Control:
         options = self.options_for(job)
         known = bool({"resumable", "checkpoint_schema", "compensation"} & set(options))
         if self.policy is not None:
-            contract = self.policy.contract(job.actor, job.queue, options)
+            contract = self.policy.contract(job.actor, job.home_queue, options)
             return ActorContract(
                 resumable=bool(getattr(contract, "resumable", False)),
                 checkpoint_schema=getattr(contract, "checkpoint_schema", None),
@@ -512,7 +513,7 @@ class Control:
     # -- execution -------------------------------------------------------------------------------
 
     def _precheck(self, command: str, job: Job, reason: str | None) -> None:
-        self.operators.check(self.identity.name, command, job.queue, job.owner)
+        self.operators.check(self.identity.name, command, job.home_queue, job.owner)
 
     def _run(self, command: str, job_id: str, reason: str | None, dry_run: bool,
              planner: Callable[[Job, str | None], _Plan]) -> CommandResult:
@@ -545,7 +546,8 @@ class Control:
                   **plan.detail}
         new = self.store.transition(job.job_id, plan.event, expected_version=job.version,
                                     checkpoint_schema=plan.checkpoint_schema, operator=identity.name,
-                                    reason=reason, detail=detail, dispatch=plan.dispatch, host=identity.host)
+                                    reason=reason, detail=detail, dispatch=plan.dispatch, host=identity.host,
+                                    queue=_queue_after(job, plan.event))
         warnings = list(plan.warnings)
         dispatched = False
         if plan.dispatch and self.broker is not None:
@@ -610,3 +612,8 @@ def _describe(plan: _Plan, job: Job, *, dry_run: bool) -> str:
         text += " (not published here: no --broker; a worker's recovery loop publishes it at its next pass)"
     return text
 
+
+def _queue_after(job: Job, event: Event) -> str | None:
+    """The queue a command moves the job to: a restart or requeue (a fresh retry budget) sends a
+    routed job back to its own queue; resume and the others leave it where it waits (None)."""
+    return job.home_queue if event in FRESH_BUDGET and job.queue != job.home_queue else None

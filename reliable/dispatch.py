@@ -45,5 +45,7 @@ def declare_queue(broker: dramatiq.Broker, queue: str) -> None:
 
 
 def dispatch(broker: dramatiq.Broker, job: Job, *, delay_ms: int | None = None) -> None:
-    """Publish the job's message on `broker` (the job row must already say it is dispatchable)."""
+    """Publish the job's message on `broker` (the job row must already say it is dispatchable), on
+    the queue the job waits on (declared first: a routed retry's queue may be new to this broker)."""
+    declare_queue(broker, job.queue)
     broker.enqueue(message_for(job), delay=delay_ms)

@@ -3,6 +3,7 @@
     ReliableError
     ├── ConfigError                 bad argument, URL or setting
     │   ├── PolicyError             a policy / rule file is wrong (names file, line, field)
+    │   ├── BrokerConfigError       RabbitMQ queues or timeouts do not fit (stops a worker's boot)
     │   └── ReasonRequired          an operator command without a reason (nothing was written)
     ├── StoreError                  the state store cannot serve the request
     │   ├── StoreUnavailable        the database cannot be reached
@@ -26,6 +27,7 @@ from dramatiq.middleware import Interrupt, MiddlewareError
 
 __all__ = [
     "ActorContractError",
+    "BrokerConfigError",
     "ClaimRefused",
     "ConfigError",
     "ControlRefused",
@@ -81,6 +83,12 @@ class ReasonRequired(ConfigError):
     def __init__(self, command: str) -> None:
         self.command = command
         super().__init__(f"{command} needs a reason: say why (it is recorded on every job the command changes)")
+
+
+class BrokerConfigError(ConfigError, MiddlewareError):
+    """RabbitMQ's queues or timeouts do not fit reliable (a queue declared with other arguments, a
+    delivery limit at or below max attempts, a time limit past the consumer timeout when strict);
+    a MiddlewareError, so that raised at worker boot it stops the boot (`reliable.rabbitmq`)."""
 
 
 class ActorContractError(PolicyError, MiddlewareError):

@@ -100,6 +100,7 @@ class _Collectors:
     recovery_seconds: Histogram
     checkpoint_age: Histogram
     workflow_transitions: Counter
+    routed: Counter
     limit_deferrals: Counter
 
 
@@ -156,6 +157,9 @@ def _build(registry: CollectorRegistry) -> _Collectors:
                                  DURATION_BUCKETS),
         workflow_transitions=counter("reliable_workflow_transitions_total",
                                      "Workflow status changes, by the status reached.", ("to_status",)),
+        routed=counter("reliable_retries_routed_total",
+                       "Jobs moved to another queue by a routed retry (or back by a restart), by the queue "
+                       "left and the queue reached.", ("actor", "queue", "to_queue")),
         limit_deferrals=counter("reliable_limit_deferrals_total",
                                 "Deliveries deferred by a concurrency or rate limit (reliable.limits).",
                                 ("actor", "queue", "limit")),
@@ -313,6 +317,8 @@ class Metrics:
             c.control_commands.labels(_COMMANDS[name]).inc()
         elif name in ("force_stop", "force_cancel"):
             c.forced_terminations.labels(actor, queue).inc()
+        if name == "routed" and isinstance(detail, Mapping):
+            c.routed.labels(actor, _label(detail.get("from")), queue).inc()
         if name == "retry_scheduled":
             c.retries.labels(actor, queue, _label(event.get("error_class"), "none")).inc()
         elif name == "lease_expired_backoff":

@@ -33,7 +33,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from .compensation import compensate
 from .context import JobContext, _current, _fast_run
 from .continuations import FollowUp, follow_ups, follows_success
-from .dispatch import message_for
+from .dispatch import declare_queue, message_for
 from .errors import (
     ActorContractError,
     ClaimRefused,
@@ -48,6 +48,7 @@ from .errors import (
     PolicyError,
     ReliableError,
     StoreError,
+    StoreUnavailable,
     TransitionRefused,
 )
 from .events import JsonLogSink, log_events_to_stderr
@@ -58,6 +59,7 @@ from .metrics import Metrics
 from .options import ACTOR_OPTIONS, RETRY_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
 from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .policy.model import RATE_LIMITED_MARK
+from .rabbitmq.boot import check_broker
 from .recovery import Recovery
 from .redact import redact_secrets
 from .schedules import Schedule, Scheduler, load_schedules
@@ -65,6 +67,8 @@ from .schedules.boot import declare_schedules
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, NodeResult, StateStore
 from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
+from .store.replication import check_mode as check_replication_mode
+from .store.replication import check_replication
 from .store.retrying import retry_while_unavailable
 from .tracebacks import failure_traceback
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
@@ -125,6 +129,9 @@ class ReliableMiddleware(Middleware):
       schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
         stored with their job templates at each worker's boot. Every worker's recovery thread runs
         the scheduler of all stored schedules, declared here or not.
+      replication: what a worker does at boot when a failover of the store's PostgreSQL could lose
+        commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
+        "require_sync" refuses to boot, "off" does not check. See docs/postgresql-failover.md.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -134,7 +141,8 @@ class ReliableMiddleware(Middleware):
                  listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
                  metrics: Metrics | bool = True, json_logs: bool = True,
                  max_connections: int | None = None, group_commit: bool = True, tracing: object = False,
-                 schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None) -> None:
+                 schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None,
+                 replication: str = "warn") -> None:
         if max_connections is not None and isinstance(store, StateStore):
             raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
         self.policy = policy or Policy.load(None)
@@ -147,6 +155,7 @@ class ReliableMiddleware(Middleware):
         self.recovery_enabled = recovery
         self.recovery_interval = recovery_interval if recovery_interval is not None else lease.recovery_interval
         self.sweep_after = sweep_after if sweep_after is not None else lease.sweep_after
+        self.replication = check_replication_mode(replication)
         if isinstance(store, str):
             check_store_url(store)  # a bad URL fails here, not later in every worker's log
         self._store_arg = store
@@ -317,6 +326,8 @@ class ReliableMiddleware(Middleware):
             log_events_to_stderr()
         self.adopt_group_callbacks(broker)
         self._ensure_process()
+        self._check_replication()
+        check_broker(broker, self)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
         if self.metrics is not None:
             for name in broker.get_declared_actors():
                 if self.tracked(broker, name):
@@ -335,6 +346,8 @@ class ReliableMiddleware(Middleware):
                                                                                        self.schedules))
             except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
                 raise ActorContractError(str(exc)) from None
+        for lane in self.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
+            declare_queue(broker, lane)
         self._heartbeat.start()
         if self.recovery_enabled:
             self._scheduler = Scheduler(self.store, broker)
@@ -345,6 +358,21 @@ class ReliableMiddleware(Middleware):
             self._recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery",
                                                      daemon=True)
             self._recovery_thread.start()
+
+    def _check_replication(self) -> None:
+        """Warn about (replication="require_sync": refuse to boot on) a store whose failover can lose
+        commits. A store unreachable at boot is only logged: the worker's writes wait for it anyway."""
+        try:
+            check_replication(self.store.engine, self.replication)
+        except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
+            raise ActorContractError(str(exc)) from None
+        except StoreUnavailable as exc:
+            logger.warning("could not check the store's replication at boot: %s", exc)
+        except StoreError as exc:
+            if self.replication == "require_sync":
+                raise ActorContractError(f"could not check the store's replication (replication='require_sync'): "
+                                         f"{exc}") from None
+            logger.warning("could not check the store's replication at boot: %s", exc)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
@@ -537,6 +565,8 @@ class ReliableMiddleware(Middleware):
 
     def _hold(self, message: Any, claim: Any, contract: JobContract, *, span_id: str | None = None) -> JobContext:
         """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
+        if claim.job.queue != claim.job.home_queue:  # a routed retry: the contract of the job's own queue
+            contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
                              store_retry_cap=self.heartbeat_interval, codec=codec, span_id=span_id)
@@ -725,7 +755,7 @@ class ReliableMiddleware(Middleware):
         retries = _count_failure(message, exception)
         actor_options = self._actor_options(context.claim.job.actor)
         decision = self.policy.decide(Failure(
-            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.queue,
+            exception=exception, actor=context.claim.job.actor, queue=context.claim.job.home_queue,
             attempt=context.attempt, retry_count=context.claim.job.retry_count, contract=context.contract,
             now=time.time(), recent_retries=self._recent_retries(context),
             rate_limited_retries=self._rate_limited_retries(context),
@@ -744,8 +774,9 @@ class ReliableMiddleware(Middleware):
                           None if decision.message is None else redact_secrets(decision.message),
                           traceback=failure_traceback(exception))
         delay = decision.delay if decision.action == "retry" else None
+        lane = _retry_queue(decision, context.claim.job)
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
-                           planned=planned)
+                           planned=planned, queue=lane)
         self._conclude(broker, message, context, job, decision, planned)
 
     def _plan(self, broker: dramatiq.Broker, message: Any, context: JobContext, *, result: Any = None,
@@ -864,6 +895,7 @@ class ReliableMiddleware(Middleware):
             delay = max(0.0, job.retry_at - job.updated_at)
             if delay <= MAX_BROKER_DELAY:
                 try:
+                    declare_queue(broker, job.queue)  # a routed retry's queue may be new to this broker
                     broker.enqueue(message_for(job, traceback=message.options.get("traceback")),
                                    delay=int(delay * 1000))
                 except Exception:
@@ -877,7 +909,7 @@ class ReliableMiddleware(Middleware):
     def _finish(self, context: JobContext, event: Event, *, error: ErrorInfo | None = None,
                 retry_delay: float | None = None, detail: dict[str, Any] | None = None,
                 planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None,
-                node_result: NodeResult | None = None) -> Any:
+                node_result: NodeResult | None = None, queue: str | None = None) -> Any:
         def registered(status: JobStatus) -> list[NewJob]:
             return [job for follow_up, job in planned if job is not None and follow_up.applies(status)]
 
@@ -885,7 +917,7 @@ class ReliableMiddleware(Middleware):
             return self._with_store_retry(event.value, lambda: self.store.finish(
                 context.job_id, context.fencing_token, event, worker_id=self.worker_id, error=error,
                 retry_delay=retry_delay, detail=detail, follow_ups=registered if planned else None,
-                fan_in=fan_in, node_result=node_result))
+                fan_in=fan_in, node_result=node_result, queue=queue))
         except LeaseLost:
             logger.warning("job %s: result of attempt %s discarded, its lease %d was reassigned",
                            context.job_id, context.attempt_id, context.fencing_token)
@@ -990,6 +1022,15 @@ class ReliableMiddleware(Middleware):
         """
         return retry_while_unavailable(call, what=what, max_delay=self.heartbeat_interval,
                                        note=" (message kept unacked)")
+
+
+def _retry_queue(decision: Decision, job: Any) -> str | None:
+    """The queue a retry moves the job to (docs/policies.md, "Retry routing"): the decision's, else
+    the job's own; None when it waits there already (the common case keeps its single write)."""
+    if decision.action != "retry":
+        return None
+    lane = decision.queue or job.home_queue
+    return None if lane == job.queue else str(lane)
 
 
 def _count_failure(message: Any, exception: BaseException) -> int:

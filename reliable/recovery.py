@@ -88,7 +88,7 @@ class Recovery:
         registration), then the live actor's options, then Dramatiq's retry options of the message
         (as Dramatiq reads them). Never a contract option a producer put in the message."""
         options = {**stored_contract(job.message), **self.actor_options(job.actor)}
-        return self.policy.contract(job.actor, job.queue,
+        return self.policy.contract(job.actor, job.home_queue,
                                     contract_options(options, (job.message or {}).get("options")))
 
     def run_once(self) -> RecoveryReport:
@@ -142,7 +142,7 @@ class Recovery:
             event, reason, delay = Event.FORCE_STOP, "lease expired while stopping", None
         else:
             decision = self.policy.decide_crash(contract=self.contract_of(job), attempt=job.attempt,
-                                                actor=job.actor, queue=job.queue)
+                                                actor=job.actor, queue=job.home_queue)
             event = _CRASH_EVENTS.get(decision.action, Event.LEASE_EXPIRED_REVIEW)
             reason, delay = decision.reason, decision.delay
         honoured = honour_requests(event, job.status, pause_requested=job.pause_requested,

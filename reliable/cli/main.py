@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "Stop jobs (running ones after their current unit)."),
     "tokens": ("reliable.cli.tokens:tokens", "Create, list and revoke API tokens for `reliable web` and --api."),
     "web": ("reliable.cli.web:web", "Serve the HTTP API and the web console."),
+    "worker": ("reliable.cli.worker:worker",
+               "Run Dramatiq worker processes; restart a crashed one, recycle, report in metrics."),
     "workflow": ("reliable.cli.workflow:workflow",
                  "Workflows (DAGs of jobs): list, show, pause, stop, cancel, resume only what failed, restart."),
 }

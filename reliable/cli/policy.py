@@ -81,7 +81,7 @@ APP_HELP = ("Import MODULE (or MODULE:BROKER) so the app's actors register on it
 @click.argument("path", required=False, type=click.Path())
 @click.option("--app", "app_spec", metavar="MODULE[:BROKER]", help=APP_HELP + " Warnings then cover them too.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print JSON: {ok, summary, rules, builtin_rules, inherits, actors, queues, app_actors, "
+              help="Print JSON: {ok, summary, rules, builtin_rules, inherits, actors, queues, app_actors, lanes, "
                    "problems: [{path, line, field, message}], warnings: [{where, message}]}.")
 @handle_errors
 def check(path: str | None, app_spec: str | None, as_json: bool) -> None:
@@ -101,6 +101,7 @@ def check(path: str | None, app_spec: str | None, as_json: bool) -> None:
         emit_json({"ok": result.ok, "summary": _summary(result, path, app_actors) if result.ok else None,
                    "rules": result.rules, "builtin_rules": result.builtin_rules, "inherits": result.inherits,
                    "actors": result.actors, "queues": result.queues, "app_actors": app_actors,
+                   "lanes": list(result.policy.lanes) if result.policy is not None else [],
                    "problems": [asdict(problem) for problem in result.problems],
                    "warnings": [asdict(warning) for warning in result.warnings]})
         if not result.ok:
@@ -124,7 +125,9 @@ def _summary(result: CheckResult, path: str | None, app_actors: int | None) -> s
         rules = f"{result.rules} user rules (built-in rules dropped: inherit: false)"
     extra = "" if app_actors is None else f", {app_actors} app actors"
     warned = f"; {len(result.warnings)} warning(s)" if result.warnings else ""
-    return f"OK: {rules}, {result.actors} actors{extra}{warned}"
+    lanes = result.policy.lanes if result.policy is not None else ()
+    routed = f"; retries routed to queue(s): {', '.join(lanes)}" if lanes else ""
+    return f"OK: {rules}, {result.actors} actors{extra}{routed}{warned}"
 
 
 @policy.command()
@@ -264,6 +267,8 @@ def _print(console: Console, loaded: Policy, decision: Decision, low: Decision, 
             f" (jitter: between {format_duration(low.delay or 0)} and {format_duration(high.delay or 0)})"
         action += f" in {format_duration(decision.delay)}{spread}"
     console.print(f"[bold]action[/]      {action}")
+    if decision.queue is not None:
+        console.print(f"[bold]queue[/]       {decision.queue} (the retry waits on this queue, not the job's own)")
     console.print(f"[bold]reason[/]      {decision.reason}")
     flags = [name for name, on in (("alert", decision.alert), ("rate limited", decision.rate_limited),
                                    ("retry budget exhausted", decision.budget_exhausted)) if on]

@@ -91,8 +91,9 @@ def render_show(job: Job, attempts: list[Attempt], events: list[JobEvent], effec
         return
     console = stdout_console()
     console.print(f"[bold]{escape(job.job_id)}[/bold]  "
-                  + escape(f"{job.status.value}  queue={job.queue}  actor={job.actor}  owner={job.owner or '-'}  "
-                           f"attempts={job.attempt}  retries={job.retry_count}"), highlight=False)
+                  + escape(f"{job.status.value}  queue={job.queue}{_routed(job)}  actor={job.actor}  "
+                           f"owner={job.owner or '-'}  attempts={job.attempt}  retries={job.retry_count}"),
+                  highlight=False)
     console.print(escape(f"last error: {job.last_error_class or '-'} {job.last_error_type or ''}: "
                          f"{job.last_error_message or '-'}"), highlight=False)
     console.print(escape(f"checkpoint: {job.checkpoint!r} (version {job.checkpoint_version}, schema "
@@ -112,3 +113,8 @@ def render_show(job: Job, attempts: list[Attempt], events: list[JobEvent], effec
         table.add_row(fmt_time(e.at), e.event, e.from_status or "-", e.to_status or "-", e.operator or "-",
                       e.host or "-", why)
     print_table(console, table)
+
+
+def _routed(job: Job) -> str:
+    """" (routed from <its own queue>)" for a job whose retry waits on another queue."""
+    return f" (routed from {job.home_queue})" if job.queue != job.home_queue else ""

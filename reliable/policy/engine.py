@@ -14,6 +14,7 @@ from .defaults import BUILTIN_PATH, layered
 from .fields import CONTRACT_KEYS, build_contract, contract_defaults
 from .matching import Rule, class_path, exception_message, is_instance_of_path, truncate
 from .model import BUILTIN_CLASSES, ClassSpec, Decision, Failure, JobContract, LeaseSettings
+from .routes import Route, route_for
 from .schema import PolicySpec, Problem, build_spec
 from .source import Document, read_documents
 from .timing import backoff_delay, retry_after_of
@@ -69,6 +70,14 @@ class Policy:
     def inherits(self) -> bool:
         """Whether this policy extends the built-in one (False when a file says `inherit: false`)."""
         return self.spec.inherits
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """Every queue this policy routes retries to (sorted): a worker declares them at boot so that
+        one started with `--queues <lane>` consumes that lane."""
+        queues = {spec.queue for spec in self.spec.classes.values() if spec.queue}
+        queues.update(rule.queue for _, rule in self.spec.all_rules() if rule.queue)
+        return tuple(sorted(queues))
 
     @property
     def classes(self) -> Mapping[str, ClassSpec]:
@@ -143,7 +152,7 @@ class Policy:
         replaces the max_attempts count.
         """
         exc, contract = failure.exception, failure.contract
-        error_class, _rule, label = self.classify(exc, failure.actor, failure.queue, contract)
+        error_class, rule, label = self.classify(exc, failure.actor, failure.queue, contract)
         spec = self.spec.classes.get(error_class) or BUILTIN_CLASSES["transient"]
         common: dict[str, Any] = {
             "error_class": error_class, "rule": label, "exception_type": class_path(type(exc)),
@@ -164,8 +173,9 @@ class Policy:
             }
             return Decision(action=spec.action, delay=None, reason=reasons[spec.action],
                             alert=spec.alert or spec.action == "halt", **common)
+        route = route_for(spec, rule)
         if spec.rate_limited:
-            return self._rate_limited(failure, contract, common)
+            return _routed(self._rate_limited(failure, contract, common), route, failure.rate_limited_retries + 1)
         failures = max(1, failure.attempt - failure.rate_limited_retries)
         if failure.retry_when is not None:
             if not failure.retry_when(failures - 1, exc):
@@ -183,7 +193,7 @@ class Policy:
             delay, note = float(retry_delay) / 1000.0, "the delay dramatiq.Retry asked for"
         of = "allowed by retry_when" if failure.retry_when is not None else f"of {contract.max_attempts - 1}"
         reason = f"{error_class} ({matched}): retry {failures} {of} in {format_duration(delay)} ({note})"
-        return self._budgeted(failure, contract, delay, reason, spec.alert, common)
+        return _routed(self._budgeted(failure, contract, delay, reason, spec.alert, common), route, failures)
 
     def _rate_limited(self, failure: Failure, contract: JobContract, common: dict[str, Any]) -> Decision:
         limits = contract.rate_limit
@@ -239,6 +249,16 @@ class Policy:
                                    f"{format_duration(delay)}", **common)
         return Decision(action="requeue", delay=None, alert=False,
                         reason=f"attempt {attempt} crashed: requeued now, resuming from the last checkpoint", **common)
+
+
+def _routed(decision: Decision, route: Route | None, retry: int) -> Decision:
+    """`decision` with the queue its retry waits on, when `route` sends retry number `retry` elsewhere."""
+    lane = route.lane(retry) if route is not None and decision.action == "retry" else None
+    if lane is None:
+        return decision
+    assert route is not None
+    return _replace(decision, queue=lane, reason=f"{decision.reason}; it waits on queue {lane} "
+                                                 f"(routed by {route.source})")
 
 
 def _replace(decision: Decision, **changes: Any) -> Decision:

@@ -147,6 +147,9 @@ class Rule:
     exception_line: int | None = None
     #: True / False: the rule only applies to jobs whose contract is / is not idempotent; None: to every job.
     idempotent: bool | None = None
+    #: Retry routing set by the rule itself (it overrides its class's `queue`); see reliable.policy.routes.
+    queue: str | None = None
+    queue_after: int | None = None
 
     @property
     def label(self) -> str:
@@ -200,7 +203,9 @@ class Rule:
         if self.message is not None:
             parts.append(f"message ~ /{self.message.pattern}/")
         parts.extend(f"{name} == {value!r}" for name, value in self.attributes)
-        return " and ".join(parts) + f" -> {self.error_class}"
+        lane = "" if self.queue is None else f", retries on queue {self.queue}" + (
+            f" after {self.queue_after} retries" if self.queue_after else "")
+        return " and ".join(parts) + f" -> {self.error_class}{lane}"
 
 
 def _describe_statuses(statuses: frozenset[int]) -> str:

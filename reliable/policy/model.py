@@ -105,6 +105,10 @@ class ClassSpec:
     alert: bool = False
     rate_limited: bool = False
     description: str = ""
+    #: Retry routing: the queue this class's retries wait on (None: the job's own queue), from the
+    #: retry after the first `queue_after` retries on (reliable.policy.routes).
+    queue: str | None = None
+    queue_after: int = 0
 
 
 #: The built-in error classes (a policy may change their action or add its own classes).
@@ -214,10 +218,12 @@ class Decision:
     message: str | None = None
     attempt: int | None = None
     retry_count: int | None = None
+    #: A retry's queue when the policy routes it (None: the job's own queue, the one it was enqueued on).
+    queue: str | None = None
 
     def as_detail(self) -> dict[str, Any]:
-        """A JSON-ready dict for the event row."""
-        return {
+        """A JSON-ready dict for the event row (`queue` only for a routed retry)."""
+        detail = {
             "action": self.action,
             "error_class": self.error_class,
             "rule": self.rule,
@@ -232,3 +238,6 @@ class Decision:
             "attempt": self.attempt,
             "retry_count": self.retry_count,
         }
+        if self.queue is not None:
+            detail["queue"] = self.queue
+        return detail

@@ -16,17 +16,19 @@ from typing import Any
 from ..durations import parse_duration
 from ..errors import PolicyError
 from .defaults import BUILTIN_PATH
-from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_str, choice, class_name, identifier_path
+from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_int, as_str, choice, class_name, identifier_path
 from .matching import Rule, normalize_exception_path, parse_statuses
 from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings
+from .routes import queue_name
 from .source import Document, YList, YMap
 
 __all__ = ["PolicySpec", "Problem", "Section", "build_spec", "collect_rules"]
 
 TOP_KEYS = ("version", "inherit", "lease", "defaults", "classes", "rules", "queues", "actors")
 LEASE_KEYS = ("ttl", "heartbeat_interval", "recovery_interval", "sweep_after", "retry_grace")
-RULE_KEYS = ("name", "description", "idempotent", "exception", "status", "message", "attribute", "class")
-CLASS_KEYS = ("action", "alert", "rate_limited", "description")
+RULE_KEYS = ("name", "description", "idempotent", "exception", "status", "message", "attribute", "class",
+             "queue", "queue_after")
+CLASS_KEYS = ("action", "alert", "rate_limited", "description", "queue", "queue_after")
 _SCALAR = (str, int, float, bool, type(None))
 
 
@@ -99,6 +101,8 @@ class _Builder:
     origins: dict[str, tuple[str, int]] = field(default_factory=dict)
     builtin_keys: set[str] = field(default_factory=set)
     class_refs: list[tuple[str, str, int, str]] = field(default_factory=list)
+    #: Rules that route their retries (`queue:`): (class, path, line, field); their class must retry.
+    route_refs: list[tuple[str, str, int, str]] = field(default_factory=list)
     in_builtin: bool = False
 
     def add(self, path: str, line: int | None, fld: str, message: str) -> None:
@@ -241,13 +245,14 @@ class _Builder:
         spec: dict[str, Any] = {"action": base.action if base else "retry", "alert": base.alert if base else False,
                 "rate_limited": base.rate_limited if base else False, "description": base.description if base else ""}
         for key, check in (("action", choice(*ACTIONS)), ("alert", as_bool), ("rate_limited", as_bool),
-                           ("description", as_str)):
+                           ("description", as_str), ("queue", queue_name), ("queue_after", as_int(0))):
             if key in m:
                 ok, checked = self.value(m, key, check, path, f"{fld}.{key}")
                 if ok:
                     spec[key] = checked
         if spec["rate_limited"] and spec["action"] != "retry":
             self.add(path, m.key_line("rate_limited"), f"{fld}.rate_limited", "rate_limited needs action: retry")
+        self.route_keys(m, path, fld, retries=spec["action"] == "retry")
         self.classes[name] = ClassSpec(name=name, **spec)
 
     def rule_list(self, value: Any, path: str, line: int, fld: str) -> list[Rule]:
@@ -307,11 +312,29 @@ class _Builder:
                     self.add(path, attrs.key_line(key), f"{fld}.attribute.{key}",
                              "expected an attribute name mapped to a scalar (string, number, true/false, null)")
             attributes = tuple(sorted(attrs.items(), key=lambda kv: kv[0]))
+        queue, queue_after = None, None
+        if "queue" in m:
+            ok, queue = self.value(m, "queue", queue_name, path, f"{fld}.queue")
+            if ok and "class" in m:
+                self.route_refs.append((m["class"], path, m.key_line("queue"), f"{fld}.queue"))
+        if "queue_after" in m:
+            ok, queue_after = self.value(m, "queue_after", as_int(0), path, f"{fld}.queue_after")
+        self.route_keys(m, path, fld, retries=True)
         if len(self.problems) > before:
             return None
         return Rule(name=name, error_class=m["class"], exceptions=exceptions, statuses=statuses, message=pattern,
                     attributes=attributes, source=f"{path}:{line}" if line else path, path=path, line=line,
-                    exception_line=m.key_line("exception") if exceptions else None, idempotent=idempotent)
+                    exception_line=m.key_line("exception") if exceptions else None, idempotent=idempotent,
+                    queue=queue, queue_after=queue_after)
+
+    def route_keys(self, m: YMap, path: str, fld: str, *, retries: bool) -> None:
+        """`queue_after` needs `queue`; `queue` needs a class that retries (a rule's class: see finish)."""
+        if "queue_after" in m and "queue" not in m:
+            self.add(path, m.key_line("queue_after"), f"{fld}.queue_after",
+                     "queue_after needs queue (the queue retries go to after that many retries)")
+        if "queue" in m and not retries:
+            self.add(path, m.key_line("queue"), f"{fld}.queue",
+                     "queue routes retries: it needs action: retry")
 
     # -- whole-policy checks ------------------------------------------------------------------
 
@@ -321,6 +344,10 @@ class _Builder:
             if name not in known:
                 self.add(path, line, fld, f"unknown error class {name!r}; expected one of: {', '.join(sorted(known))} "
                                           "(or define it under 'classes')")
+        for name, path, line, fld in self.route_refs:
+            if name in known and known[name].action != "retry":
+                self.add(path, line, fld, f"queue routes retries, but class {name!r} does not retry "
+                                          f"(action: {known[name].action})")
         # Each layer on its own: a user rule that hides a built-in one overrides it on purpose.
         for scope, rules in (("rules", self.rules), ("rules", self.builtin_rules),
                              *((f"queues.{n}.rules", s.rules) for n, s in self.queues.items()),

@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
     "POOL_TIMEOUT",
     "SUPPORTED",
+    "WRITABLE_SESSION_ATTRS",
     "check_max_connections",
     "check_store_url",
     "connect_engine",
@@ -72,6 +73,7 @@ def check_store_url(url: str | URL) -> URL:
         query_password = parsed.query.get("password")
         if isinstance(query_password, str) and parsed.password is None:
             parsed = parsed.set(password=query_password).difference_update_query(["password"])
+        _check_hosts(parsed, shown)
     problem = None
     try:
         parsed.get_dialect().import_dbapi()
@@ -82,6 +84,30 @@ def check_store_url(url: str | URL) -> URL:
     if problem is not None:
         raise ConfigError(f"store URL {shown}: {problem}")
     return parsed
+
+
+#: target_session_attrs values that keep a session on a server that accepts writes.
+WRITABLE_SESSION_ATTRS = ("read-write", "primary")
+
+
+def _check_hosts(url: URL, shown: str) -> None:
+    """A URL naming several PostgreSQL servers must say to use the one that accepts writes.
+
+    Both forms libpq knows are accepted: ``?host=h1:p1&host=h2:p2`` (SQLAlchemy's) and
+    ``?host=h1,h2&port=p1,p2``. libpq tries the hosts in order; without
+    ``target_session_attrs=read-write`` (or ``primary``) it would settle on the first server that
+    answers, a standby included, where every write is refused (docs/postgresql-failover.md).
+    """
+    hosts = url.query.get("host")
+    listed = [hosts] if isinstance(hosts, str) else list(hosts or ())
+    count = sum(len(h.split(",")) for h in listed) + (1 if url.host else 0)
+    if count < 2:
+        return
+    attrs = url.query.get("target_session_attrs")
+    if attrs not in WRITABLE_SESSION_ATTRS:
+        raise ConfigError(f"store URL {shown}: it names {count} hosts, so it needs target_session_attrs=read-write "
+                          f"(or primary), not {attrs!r}: reliable writes, and libpq would settle on the first "
+                          "host that answers, a read-only standby included")
 
 
 def check_max_connections(value: int) -> int:
@@ -116,6 +142,9 @@ def connect_engine(url: str | URL, *, max_connections: int = DEFAULT_MAX_CONNECT
     # prepare_threshold: the worker's statements run often; the server keeps their plans.
     engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": 5, "prepare_threshold": 2})
     _drop_hung_up_connections(engine)
+    from .replication import refuse_older_timelines  # it runs the store's queries: imports this module
+
+    refuse_older_timelines(engine)
     return engine
 
 
@@ -224,6 +253,8 @@ def translate(exc: BaseException, url: URL) -> Exception:
     (StoreNotMigrated), the database cannot be reached or the pool is exhausted
     (StoreUnavailable), or anything else (StoreError).
     """
+    if isinstance(exc, StoreError):  # raised by one of our connect hooks: already ours
+        return exc
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     text = str(original).strip()
     lowered = text.lower()

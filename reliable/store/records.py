@@ -107,6 +107,14 @@ class Job:
     created_at: float
     updated_at: float
 
+    @property
+    def home_queue(self) -> str:
+        """The queue the job was enqueued on: its contract, its policy rules and the operators' rights
+        follow it. `queue` is the queue it waits on now, another one after a routed retry
+        (docs/policies.md, "Retry routing")."""
+        registered = self.message.get("queue_name") if isinstance(self.message, dict) else None
+        return str(registered).removesuffix(".DQ") if registered else self.queue
+
     def as_dict(self) -> dict[str, Any]:
         """The job as a plain dict (JSON-ready: states as their names)."""
         out = {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -8,6 +8,7 @@ worker's claims and finishes, checkpoints, operator commands and recovery all go
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -61,6 +62,21 @@ _OUTCOME_ROUNDS = 4
 #: What `record_event` may set on an event row.
 _EVENT_FIELDS = frozenset({"worker_id", "lease_id", "operator", "reason", "host", "detail", "error_class",
                            "error_type", "error_message"})
+
+
+def route_write(job: Mapping[str, Any], queue: str, *, worker_id: str | None = None, operator: str | None = None,
+                host: str | None = None) -> JobWrite | None:
+    """The write moving a job just written (`job`, its row) to wait on `queue`, with a `routed`
+    event saying from which queue to which; None when it waits there already. No transition: the
+    caller runs it in the transaction of the write that decided it, guarded by the status it left.
+    A job whose message does not name its own queue (not registered by the middleware) stays: it
+    could not find its way back (`Job.home_queue`)."""
+    if job["queue"] == queue or not Job.from_row(job).message.get("queue_name"):
+        return None
+    write = event_write(str(job["job_id"]), "routed", worker_id=worker_id, operator=operator, host=host,
+                        reason=f"waits on queue {queue} (was {job['queue']})",
+                        detail=_detail({"from": job["queue"], "to": queue}))
+    return dataclasses.replace(write, sources=[str(job["status"])], route_queue=queue)
 
 
 def _detail(detail: Mapping[str, Any] | None) -> str | None:
@@ -499,7 +515,8 @@ class StateStore:
                error: ErrorInfo | None = None, retry_delay: float | None = None,
                detail: Mapping[str, Any] | None = None,
                follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
-               fan_in: FanIn | None = None, node_result: NodeResult | None = None) -> Job:
+               fan_in: FanIn | None = None, node_result: NodeResult | None = None,
+               queue: str | None = None) -> Job:
         """End the attempt holding `lease_id` with `event` (succeed, fail, retry, review, ...).
 
         Fenced by the lease: a worker whose lease was reassigned gets LeaseLost, its result is
@@ -514,7 +531,9 @@ class StateStore:
         outcome, so a crash right after the commit cannot lose them (the sweeper publishes them).
         `fan_in`: a group member's arrival at its completion barrier, counted in the transaction
         that commits its success (see FanIn). `node_result`: a workflow node's result, stored with
-        its success.
+        its success. `queue`: the queue a retry waits on (a routed retry); when the job ends
+        RETRY_WAIT and waits on another queue, it moves there with a `routed` event in the same
+        transaction (`route_write`), and the job returned names it.
         """
         info = None if error is None else {"error_class": error.error_class, "error_type": error.error_type,
                                            "message": _truncate(error.message), "traceback": error.traceback}
@@ -530,7 +549,7 @@ class StateStore:
                 job_id, event, lease_id=lease_id, worker_id=worker_id, error=info,
                 delay=retry_delay if target(event) is JobStatus.RETRY_WAIT else None,
                 detail=_detail(extra))
-            result = self._write_following(write, follow_ups, fan_in, node_result)
+            result = self._write_following(write, follow_ups, fan_in, node_result, queue)
             if result is not None:
                 break
             current = self.find(job_id)
@@ -548,14 +567,15 @@ class StateStore:
                 continue
             if self._committed_already(current, lease_id, tried):
                 return current  # our own write committed, its reply was lost: a retry finds it
-            result = self._late_completion(current, event, write, extra, follow_ups, fan_in, node_result)
+            result = self._late_completion(current, event, write, extra, follow_ups, fan_in, node_result, queue)
             if result is None:
                 raise self._stale(job_id, lease_id, event.value, worker_id)
             break
         else:
             raise self._stale(job_id, lease_id, event.value, worker_id)
-        self._emit_one(result)
-        return Job.from_row(result[0])
+        for written in result:
+            self._emit_one(written)
+        return Job.from_row(result[-1][0])
 
     def _committed_already(self, job: Job, lease_id: int, events: set[str]) -> bool:
         """Whether the job's last transition is this lease's own outcome (one of `events`)."""
@@ -570,21 +590,27 @@ class StateStore:
                    for event, lease, detail in rows)
 
     def _write_following(self, write: JobWrite, follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None,
-                         fan_in: FanIn | None = None, node_result: NodeResult | None = None
-                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                         fan_in: FanIn | None = None, node_result: NodeResult | None = None,
+                         queue: str | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
         """Execute `write`; register the jobs that follow its outcome, count a group member's
-        arrival at its barrier and store a workflow node's result in the same transaction."""
+        arrival at its barrier, store a workflow node's result and route a retry to `queue` in the
+        same transaction. The rows written, the outcome's first (None: its guard did not match)."""
         status = JobStatus(write.to_status) if write.to_status else None
         new_jobs = list(follow_ups(status)) if follow_ups and status else []
         arriving = fan_in if fan_in is not None and status is JobStatus.SUCCEEDED else None
         result_of_node = node_result if status is JobStatus.SUCCEEDED else None
-        if not new_jobs and arriving is None and result_of_node is None:
-            return self._sql.write(write)
+        lane = queue if status is JobStatus.RETRY_WAIT else None
+        if not new_jobs and arriving is None and result_of_node is None and lane is None:
+            single = self._sql.write(write)
+            return None if single is None else [single]
         registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         with self._sql.transaction() as tx:
             result = self._sql.write(write, tx)
             if result is None:
                 return None
+            written = [result]
+            if lane is not None and (route := route_write(result[0], lane, worker_id=write.event_worker_id)):
+                written.append(self._write_in(tx, route))
             if result_of_node is not None:
                 self._sql.save_node_result(tx, result_of_node.job_id, result_of_node.result, result_of_node.note)
             if arriving is not None:
@@ -593,7 +619,7 @@ class StateStore:
                 registered.append(self._register_in(tx, new_jobs))
         for rows, events in registered:
             self._emit_registered(rows, events)
-        return result
+        return written
 
     def _register_in(self, tx: Tx, new_jobs: Sequence[NewJob]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Register `new_jobs` inside `tx`: their rows and `enqueued` events, to emit after the commit."""
@@ -631,8 +657,8 @@ class StateStore:
 
     def _late_completion(self, current: Job, event: Event, write: JobWrite, extra: dict[str, Any],
                          follow_ups: Callable[[JobStatus], Sequence[NewJob]] | None = None,
-                         fan_in: FanIn | None = None, node_result: NodeResult | None = None
-                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+                         fan_in: FanIn | None = None, node_result: NodeResult | None = None,
+                         queue: str | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]] | None:
         if late_target(current.status, event) is None or current.previous_status not in ACTIVE_STATES:
             return None
         if not self._expired_by_recovery(current):
@@ -646,7 +672,7 @@ class StateStore:
                                                     "message": write.error_message,
                                                     "traceback": write.traceback},
             delay=write.delay, detail=_detail(detail))
-        return self._write_following(late, follow_ups, fan_in, node_result)
+        return self._write_following(late, follow_ups, fan_in, node_result, queue)
 
     def _expired_by_recovery(self, job: Job) -> bool:
         """Whether the job's last transition was recovery expiring its current lease."""
@@ -663,7 +689,8 @@ class StateStore:
                    lease_id: int | None = None, lease_expired: bool = False, operator: str | None = None,
                    reason: str | None = None, detail: Mapping[str, Any] | None = None,
                    dispatch: bool | None = None, retry_delay: float | None = None,
-                   checkpoint_schema: int | None = None, host: str | None = None) -> Job:
+                   checkpoint_schema: int | None = None, host: str | None = None,
+                   queue: str | None = None) -> Job:
         """Apply `event` to the job as a compare-and-set; raise TransitionRefused if it lost.
 
         `expected_version` (and `lease_id`) make it a strict compare-and-set on what the caller
@@ -671,13 +698,22 @@ class StateStore:
         For transitions to PENDING, `dispatch=True` stamps dispatched_at (the caller publishes the
         message right after); otherwise it is left unset so the sweeper publishes it. `retry_delay`
         is required entering RETRY_WAIT; `checkpoint_schema` records the schema a restart starts with.
+        `queue`: the queue the job waits on after it (an operator's restart sends a routed job back
+        to its own queue), moved in the same transaction with a `routed` event (`route_write`).
         """
         self.check_schema()
         write = transition_write(
             job_id, event, lease_id=lease_id, version=expected_version, expired_only=lease_expired,
             delay=retry_delay, dispatch=dispatch, checkpoint_schema=checkpoint_schema, operator=operator,
             reason=reason, host=host or (self.host if operator is not None else None), detail=_detail(detail))
-        result = self._sql.write(write)
+        written: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        with self._sql.transaction() if queue is not None else contextlib.nullcontext() as tx:
+            result = self._sql.write(write, tx)
+            if result is not None:
+                written.append(result)
+                route = route_write(result[0], queue, operator=operator, host=write.host) if queue else None
+                if route is not None and tx is not None:
+                    written.append(self._write_in(tx, route))
         if result is None:
             current = self.find(job_id)
             if current is None:
@@ -694,8 +730,9 @@ class StateStore:
                 why = f"not allowed from {current.status.value}"
             raise TransitionRefused(f"job {job_id}: {event.value} refused ({why})", job_id=job_id,
                                     status=current.status.value, event=event.value)
-        self._emit_one(result)
-        return Job.from_row(result[0])
+        for each in written:
+            self._emit_one(each)
+        return Job.from_row(written[-1][0])
 
     def mark_dispatched(self, job: Job, *, worker_id: str | None = None) -> bool:
         """Claim the right to re-publish a PENDING job's message (compare-and-set on dispatched_at).

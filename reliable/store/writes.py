@@ -9,8 +9,10 @@ writes here, so what a transition sets cannot differ between callers:
   worker, version for whoever read the row first, "lease expired by the database's clock" for
   recovery); an outcome in RERUN_EVENTS also requires that no pause is requested, and a stop
   outcome that a cancel upgrades (CANCEL_UPGRADES) that no cancel is requested.
-- lease: a claim takes a new lease (lease_id + 1, attempt + 1, worker, expiry); any target
-  outside ACTIVE_STATES releases it (expiry, control flags and stop time cleared).
+- lease: a claim takes a new lease (lease_id + 1, attempt + 1, worker, expiry); on PostgreSQL
+  the new lease_id is at least the floor of the server's WAL timeline, so a promoted standby never
+  reissues a token (docs/postgresql-failover.md); any target outside ACTIVE_STATES releases it
+  (expiry, control flags and stop time cleared).
 - finished_at: set entering AT_REST_STATES, cleared by any other transition.
 - retry_at: set (now + delay) entering RETRY_WAIT, cleared by any other transition;
   scheduled_at: when the job is due, set entering PENDING or RETRY_WAIT;
@@ -101,6 +103,7 @@ class JobWrite:
     host: str | None
     detail: str | None
     traceback: str | None = None  # a failed attempt's, bounded and masked (error["traceback"])
+    route_queue: str | None = None  # the queue the job waits on from now (a routed retry), None: unchanged
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""

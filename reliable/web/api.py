@@ -250,7 +250,7 @@ async def job_events(request: Request) -> Response:
     def history() -> dict[str, Any]:
         job_id = resolve_job_id(state.store, request.path_params["job_id"])
         job = state.store.get(job_id)
-        masked = not principal.sees_secrets_of(job.queue, job.owner)
+        masked = not principal.sees_secrets_of(job.home_queue, job.owner)
         rows = [event_view(event, masked, state.config.redact)
                 for event in state.store.events(job_id, events=names, since=since, limit=limit)]
         return {"job_id": job_id, "events": rows}

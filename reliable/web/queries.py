@@ -52,7 +52,7 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
         tracebacks = {(row.attempt_id, row.event): row.traceback for row in conn.execute(
             select(job_events.c.attempt_id, job_events.c.event, job_events.c.traceback)
             .where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None)))}
-    masked = not principal.sees_secrets_of(job.queue, job.owner)
+    masked = not principal.sees_secrets_of(job.home_queue, job.owner)
     attempts = [{**a.__dict__, "traceback": tracebacks.get((a.attempt_id, a.outcome or ""))}
                 for a in store.attempts(job_id)]
     if masked:
@@ -68,7 +68,7 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
         "attempts": attempts,
         "effects": [e.__dict__ for e in store.effects(job_id)],
         "events": event_rows,
-        "actions": [a.as_dict() | {"permitted": principal.allows(a.command, job.queue, job.owner)}
+        "actions": [a.as_dict() | {"permitted": principal.allows(a.command, job.home_queue, job.owner)}
                     for a in control.available(job_id)],
     }
 

@@ -54,7 +54,7 @@ def redact_text(text: str | None, patterns: Sequence[str] = ()) -> str | None:
 def masked_job(job: Job, principal: Principal, patterns: Sequence[str] = ()) -> Job:
     """The job as `principal` may see it: its arguments, checkpoint and last error's secrets masked
     unless the caller may act on it (`Principal.sees_secrets_of`)."""
-    if principal.sees_secrets_of(job.queue, job.owner):
+    if principal.sees_secrets_of(job.home_queue, job.owner):
         return job
     return dataclasses.replace(job, message=redact_value(job.message, patterns),
                                checkpoint=redact_value(job.checkpoint, patterns),

@@ -24,6 +24,7 @@ NO_JSON = {
     ("demo",): "a story told to a person, checked against the store by its exit status",
     ("exporter",): "an HTTP server: it prints only the address it listens on (stderr)",
     ("web",): "an HTTP server: it logs requests (its JSON is the API it serves)",
+    ("worker",): "a process supervisor: its events are JSON lines on stderr, its figures are metrics",
 }
 
 

@@ -7,15 +7,24 @@
 -- attempt row a claim starts or a transition out of an active state ends), in ONE statement.
 -- Returns the job's columns followed by the event's, listed (as schema.py orders them); no row when
 -- the guard did not match.
+-- A claim's lease_id is at least the floor of the server's WAL timeline, (timeline - 1) << 40:
+-- a promoted standby runs on a new timeline, so a fencing token it issues is above every token of
+-- the old primary, including one whose claim was lost with unreplicated WAL (a lossy failover
+-- never reissues a token). Timeline 1 (a cluster never failed over) has floor 0: lease_id + 1.
+-- (The timeline is the first 8 hex digits of the current WAL file's name.)
 WITH t AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 ),
 j AS (
     UPDATE reliable_jobs AS r SET
         status = coalesce(%(to_status)s::text, r.status),
+        queue = coalesce(%(route_queue)s::text, r.queue),
         previous_status = CASE WHEN %(transition)s::bool THEN r.status ELSE r.previous_status END,
         version = r.version + CASE WHEN %(transition)s::bool THEN 1 ELSE 0 END,
-        lease_id = r.lease_id + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
+        lease_id = CASE WHEN %(claim)s::bool
+                        THEN greatest(r.lease_id + 1,
+                                      (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 - 1) << 40)
+                        ELSE r.lease_id END,
         attempt = r.attempt + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
         attempt_id = CASE WHEN %(claim)s::bool THEN %(attempt_id)s::text ELSE r.attempt_id END,
         worker_id = CASE WHEN %(claim)s::bool THEN %(worker_id)s::text ELSE r.worker_id END,
@@ -118,6 +127,11 @@ VALUES (%(job_id)s, %(queue)s, %(actor)s, %(message)s, %(status)s::text, 1, 0, 0
     FALSE, FALSE, FALSE, %(now)s, %(now)s)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id;
+
+-- name: server_timeline
+-- The WAL timeline of a primary (as write_job computes a claim's floor); NULL on a standby.
+SELECT CASE WHEN pg_is_in_recovery() THEN NULL
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END;
 
 -- name: now
 SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8);

@@ -11,6 +11,7 @@ SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0);
 -- the guard did not match. The attempt and event rows follow (attempt_started, attempt_ended, event).
 UPDATE reliable_jobs SET
     status = coalesce(:to_status, status),
+    queue = coalesce(:route_queue, queue),
     previous_status = CASE WHEN :transition THEN status ELSE previous_status END,
     version = version + CASE WHEN :transition THEN 1 ELSE 0 END,
     lease_id = lease_id + CASE WHEN :claim THEN 1 ELSE 0 END,

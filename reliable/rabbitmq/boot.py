@@ -1,0 +1,72 @@
+"""The worker-boot check of the broker: delivery limit, queue declarations, consumer_timeout.
+
+Called by `ReliableMiddleware.before_worker_boot`. A broker that is not a RabbitmqBroker is left
+alone. For a `ReliableRabbitmqBroker`: a delivery limit at or below an actor's max attempts, or a
+queue RabbitMQ refuses to declare as configured, stops the boot (BrokerConfigError). Timings that
+do not fit under the consumer timeout (a plain RabbitmqBroker is taken to have RabbitMQ's default
+30 min) are logged as warnings, or stop the boot with `strict_timeouts=True`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from ..errors import BrokerConfigError
+from .timeouts import DEFAULT_CONSUMER_TIMEOUT, timeout_issues
+
+__all__ = ["check_broker"]
+
+logger = logging.getLogger("reliable.rabbitmq")
+
+
+def check_broker(broker: Any, middleware: Any) -> None:
+    """Check a RabbitMQ broker against the middleware's policy and timings (see the module doc)."""
+    if "dramatiq.brokers.rabbitmq" not in sys.modules:
+        return  # then `broker` cannot be a RabbitmqBroker, and pika stays unimported
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    from .broker import ReliableRabbitmqBroker
+
+    if not isinstance(broker, RabbitmqBroker):
+        return
+    actors = [broker.get_actor(name) for name in sorted(broker.get_declared_actors())
+              if middleware.tracked(broker, name)]
+    ours = broker if isinstance(broker, ReliableRabbitmqBroker) else None
+    if ours is not None and ours.quorum:
+        for actor in actors:
+            attempts = middleware.contract_for(actor.actor_name, actor.queue_name).max_attempts
+            if attempts >= ours.delivery_limit:
+                raise BrokerConfigError(
+                    f"actor {actor.actor_name!r} (queue {actor.queue_name!r}) may make {attempts} attempts, not "
+                    f"below the broker's delivery_limit {ours.delivery_limit}: RabbitMQ would drop its message "
+                    "before the policy decides; raise delivery_limit (the same in every process) above it")
+    if ours is not None:
+        for queue in sorted(ours.get_declared_queues()):
+            ours.declare_queue(queue, ensure=True)  # a refused declaration stops the boot, not a consumer loop
+    issues = timeout_issues(
+        consumer_timeout=ours.consumer_timeout if ours is not None else DEFAULT_CONSUMER_TIMEOUT,
+        lease_ttl=middleware.lease_ttl, time_limits={actor.actor_name: _time_limit(broker, actor) for actor in actors},
+        broker_delay=_max_broker_delay(), rehold=ours is not None)
+    if issues and ours is not None and ours.strict_timeouts:
+        raise BrokerConfigError("consumer_timeout: " + "; ".join(issues))
+    for issue in issues:
+        logger.warning("consumer_timeout: %s", issue)
+
+
+def _time_limit(broker: Any, actor: Any) -> float | None:
+    """The actor's time limit in seconds as Dramatiq's TimeLimit applies it (None: no TimeLimit)."""
+    from dramatiq.middleware import TimeLimit
+
+    limiter = next((m for m in broker.middleware if isinstance(m, TimeLimit)), None)
+    if limiter is None:
+        return None
+    limit_ms = actor.options.get("time_limit", limiter.time_limit)
+    return float(limit_ms) / 1000 if limit_ms else None
+
+
+def _max_broker_delay() -> float:
+    from ..middleware import MAX_BROKER_DELAY
+
+    return MAX_BROKER_DELAY

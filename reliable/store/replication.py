@@ -1,0 +1,173 @@
+"""Whether a failover of the store's PostgreSQL can lose commits: the primary's replication settings.
+
+A claim is a commit; with ASYNCHRONOUS replication a standby promoted after the primary died may
+not have it. The job is then claimable again on the new primary, and the worker that holds the
+lost claim still runs it. reliable's claims take fencing tokens above the new timeline's floor
+(see `write_job` in sql/postgresql.sql), so that worker's commits are refused; what a lossy
+failover still loses is everything else the lost WAL held (finished jobs run again, recorded
+effects are forgotten, so a unit may be applied twice). Only synchronous replication avoids that.
+
+`replication_report` reads, on the server the store connects to, what decides it:
+`synchronous_commit` (as the store's own sessions get it: per role/database settings count),
+`synchronous_standby_names` and `pg_stat_replication`'s `sync_state` of each connected standby.
+`check_replication` turns the report into a warning or, in `require_sync` mode, a ConfigError.
+docs/postgresql-failover.md explains the settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import Engine, event, text
+
+from ..errors import ConfigError, StoreUnavailable
+from ..redact import redact_url
+from .db import read_connection
+from .sqlrunner import load_queries
+
+__all__ = ["REPLICATION_MODES", "ReplicationMode", "ReplicationReport", "check_mode", "check_replication",
+           "refuse_older_timelines", "replication_report"]
+
+logger = logging.getLogger("reliable.store")
+
+ReplicationMode = Literal["warn", "require_sync", "off"]
+#: What a worker does at boot about a store whose failover can lose commits (the `replication` option).
+REPLICATION_MODES: tuple[ReplicationMode, ...] = ("warn", "require_sync", "off")
+#: synchronous_commit levels at which a commit returns before any standby has the WAL.
+_LOCAL_COMMIT = frozenset({"off", "local"})
+#: sync_state values of a standby a commit waits for.
+_WAITED_FOR = frozenset({"sync", "quorum"})
+
+_QUERY = text(
+    "SELECT pg_is_in_recovery(), current_setting('synchronous_commit'), "
+    "current_setting('synchronous_standby_names'), "
+    "coalesce((SELECT array_agg(coalesce(application_name, '') || '=' || coalesce(sync_state, '') "
+    "ORDER BY application_name) FROM pg_stat_replication), '{}')"
+)
+
+
+@dataclass(frozen=True)
+class ReplicationReport:
+    """The replication settings of the server a store's sessions reach.
+
+    `standbys` holds (application_name, sync_state) for each standby connected now
+    (sync_state: sync, quorum, potential or async).
+    """
+
+    in_recovery: bool
+    synchronous_commit: str
+    synchronous_standby_names: str
+    standbys: tuple[tuple[str, str], ...]
+
+    @property
+    def problems(self) -> list[str]:
+        """Why a failover of this server could lose commits, or stall them; empty when it cannot."""
+        found: list[str] = []
+        if self.in_recovery:
+            found.append("the store's server is a standby in recovery (read-only): connect to the primary, "
+                         "e.g. with target_session_attrs=read-write")
+        if not self.standbys and not self.synchronous_standby_names.strip():
+            return found  # one server, no standby: no failover target that could lack a commit
+        if self.synchronous_commit in _LOCAL_COMMIT:
+            found.append(f"synchronous_commit is {self.synchronous_commit!r}: a commit returns before any "
+                         "standby has it, so a failover can lose committed claims (set it to 'on' or "
+                         "'remote_apply')")
+        if any(not state for _, state in self.standbys):
+            found.append("the store's role cannot see its standbys' sync_state in pg_stat_replication: grant it "
+                         "pg_read_all_stats, or check the standbys yourself and use replication='off'")
+        unwaited = [f"{name or '(unnamed)'} ({state})" for name, state in self.standbys
+                    if state and state not in _WAITED_FOR]
+        if not self.synchronous_standby_names.strip():
+            found.append(f"synchronous_standby_names is empty: standby {', '.join(unwaited) or '(not visible)'} is "
+                         "asynchronous, so promoting it can lose committed claims")
+        elif unwaited:
+            found.append(f"standby {', '.join(unwaited)} is not synchronous: promoting it can lose committed "
+                         "claims (promote only a standby whose sync_state is sync or quorum)")
+        if self.synchronous_standby_names.strip() and not any(s in _WAITED_FOR for _, s in self.standbys):
+            found.append(f"synchronous_standby_names is {self.synchronous_standby_names!r} but no synchronous "
+                         "standby is connected: commits wait until one is")
+        return found
+
+
+def replication_report(engine: Engine) -> ReplicationReport | None:
+    """The replication settings of the server `engine` connects to; None for SQLite (no replicas).
+
+    Raises StoreUnavailable when the server cannot be reached.
+    """
+    if engine.dialect.name != "postgresql":
+        return None
+    with read_connection(engine) as conn:
+        row = conn.execute(_QUERY).one()
+    standbys = tuple(tuple(item.split("=", 1)) for item in row[3])
+    return ReplicationReport(in_recovery=bool(row[0]), synchronous_commit=str(row[1]),
+                             synchronous_standby_names=str(row[2]),
+                             standbys=tuple((name, state) for name, state in standbys))
+
+
+def check_mode(mode: str) -> ReplicationMode:
+    """`mode` if it is one of REPLICATION_MODES; ConfigError naming the option otherwise."""
+    for known in REPLICATION_MODES:
+        if mode == known:
+            return known
+    raise ConfigError(f"replication must be one of {', '.join(REPLICATION_MODES)}, not {mode!r}")
+
+
+def check_replication(engine: Engine, mode: ReplicationMode = "warn") -> ReplicationReport | None:
+    """Check that a failover of the store cannot lose commits: warn (`warn`), refuse (`require_sync`).
+
+    Returns the report (None for SQLite or with mode `off`). In `require_sync` mode any problem
+    raises ConfigError naming it and the store (password hidden). StoreUnavailable propagates.
+    """
+    if check_mode(mode) == "off":
+        return None
+    report = replication_report(engine)
+    if report is None or not report.problems:
+        return report
+    where = redact_url(engine.url)
+    message = f"the store at {where} can lose commits in a failover: " + "; ".join(report.problems)
+    if mode == "require_sync":
+        raise ConfigError(message + " (replication='require_sync'; see docs/postgresql-failover.md)")
+    logger.warning("%s (see docs/postgresql-failover.md)", message)
+    return report
+
+
+def refuse_older_timelines(engine: Engine) -> None:
+    """Refuse, at connect, a primary on an older WAL timeline than one this engine already used.
+
+    After a failover the old primary may come back writable (restarted by a supervisor, say) on
+    the timeline the promoted standby left. libpq's target_session_attrs=read-write accepts it,
+    and it is first in the URL. Writing there would split the store in two, and its tokens sit
+    below the new primary's floor. A process that has used the newer timeline refuses it instead:
+    StoreUnavailable naming both timelines, so its writes wait until an operator takes that server
+    out of the URL or rewinds it into a standby. A process that never used the newer timeline
+    cannot tell (docs/postgresql-failover.md).
+    """
+    if engine.dialect.name != "postgresql":
+        return
+    query = load_queries("postgresql")["server_timeline"]
+    highest = 0
+    lock = threading.Lock()
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        nonlocal highest
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(query)
+            timeline = cursor.fetchone()[0]
+        finally:
+            cursor.close()
+            dbapi_conn.rollback()
+        if timeline is None:  # a standby: it takes no writes, so it can split nothing
+            return
+        with lock:
+            if timeline < highest:
+                raise StoreUnavailable(
+                    f"cannot use the store at {redact_url(engine.url)}: the primary it connected to is on WAL "
+                    f"timeline {timeline}, older than timeline {highest} this process already wrote to: an old "
+                    "primary is back after a failover; take it out of the URL or rewind it into a standby "
+                    "(docs/postgresql-failover.md)")
+            highest = timeline

@@ -1,0 +1,191 @@
+"""One child of `reliable worker`: Dramatiq's Worker for the app's broker, until told to stop or recycled.
+
+Run by the supervisor as ``python -m reliable.supervisor.child CONFIG_JSON`` (a fresh interpreter, so
+a reload imports the app's code anew and no lock held by a supervisor thread is inherited). It
+reuses Dramatiq's own pieces: `dramatiq.cli.import_broker` to load the broker and `dramatiq.Worker`
+to consume; stopping is `Worker.stop` (running jobs finish, prefetched messages are requeued).
+
+Signals: TERM asks for a graceful stop (exit 0); a second TERM stops at once (exit 1: the jobs still
+running are recovered by their lease, their messages redelivered by RabbitMQ). INT and HUP are
+ignored: the supervisor decides and forwards. The exit code says why the child left (`exits`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .exits import CHILD_CONNECT, CHILD_IMPORT, CHILD_KILLED, CHILD_OK, CHILD_RECYCLE_JOBS, CHILD_RECYCLE_MEMORY
+
+__all__ = ["ChildConfig", "main", "resident_bytes"]
+
+LOGFORMAT = "[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """What a child needs, passed as JSON on its command line."""
+
+    app: str
+    slot: int
+    supervisor_pid: int
+    ready_fd: int
+    modules: list[str] = field(default_factory=list)
+    queues: list[str] | None = None
+    threads: int = 8
+    paths: list[str] = field(default_factory=list)
+    max_jobs: int | None = None
+    max_memory_mb: float | None = None
+    memory_interval: float = 1.0
+    shutdown_timeout: float = 600.0
+    log_level: str = "INFO"
+
+    def to_json(self) -> str:
+        """The config as the child's command-line argument."""
+        return json.dumps(asdict(self))
+
+
+def resident_bytes(pid: int | str = "self") -> int:
+    """Resident set size of process `pid` in bytes, from /proc (Linux)."""
+    with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _Exit:
+    """Why the child is leaving: the first reason set wins; setting one wakes the main thread."""
+
+    def __init__(self) -> None:
+        self.code: int | None = None
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+
+    def request(self, code: int) -> None:
+        with self._lock:
+            if self.code is None:
+                self.code = code
+        self.event.set()
+
+
+def _job_counter(limit: int, leave: _Exit) -> Any:
+    """A Dramatiq middleware that asks the child to recycle once `limit` messages were processed or skipped."""
+    from dramatiq.middleware import Middleware
+
+    class JobCounter(Middleware):
+        def __init__(self) -> None:
+            self.count = 0
+            self.lock = threading.Lock()
+
+        def _one(self) -> None:
+            with self.lock:
+                self.count += 1
+                reached = self.count >= limit
+            if reached:
+                leave.request(CHILD_RECYCLE_JOBS)
+
+        def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
+                                  exception: BaseException | None = None) -> None:
+            self._one()
+
+        def after_skip_message(self, broker: Any, message: Any) -> None:
+            self._one()
+
+    return JobCounter()
+
+
+def _die_with_parent(supervisor_pid: int) -> None:
+    """Ask Linux to TERM this child when the supervisor dies (a kill -9 of it must not leave orphans)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            return
+    if os.getppid() != supervisor_pid:  # it died before the request took effect
+        os._exit(CHILD_OK)
+
+
+def run(config: ChildConfig) -> int:
+    """Boot the worker, serve until a stop or recycle reason, stop gracefully; the exit code."""
+    leave = _Exit()
+    terms = threading.Event()  # set by the first TERM
+    logger = logging.getLogger(f"reliable.worker.child({config.slot})")
+
+    def on_term(signum: int, frame: Any) -> None:
+        # Counted apart from `leave`: a recycle already under way is not a first TERM.
+        if terms.is_set():
+            logger.warning("Second stop request: exiting without waiting for running jobs.")
+            logging.shutdown()
+            os._exit(CHILD_KILLED)
+        terms.set()
+        leave.request(CHILD_OK)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    _die_with_parent(config.supervisor_pid)
+    random.seed()
+    logging.basicConfig(level=config.log_level, format=LOGFORMAT, stream=sys.stderr)
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+    for path in reversed(config.paths):
+        sys.path.insert(0, path)
+
+    from dramatiq import BrokerConnectionError, Worker
+    from dramatiq.cli import import_broker
+
+    try:
+        _, broker = import_broker(config.app)  # type: ignore[no-untyped-call]
+        broker.emit_after("process_boot")
+        for module in config.modules:
+            importlib.import_module(module)
+        if config.max_jobs is not None:
+            broker.add_middleware(_job_counter(config.max_jobs, leave))
+        worker = Worker(broker, queues=set(config.queues) if config.queues else None, worker_threads=config.threads)
+        worker.start()
+    except ImportError:
+        logger.exception("Failed to import the app.")
+        return CHILD_IMPORT
+    except BrokerConnectionError:
+        logger.exception("Broker connection failed.")
+        return CHILD_CONNECT
+    os.write(config.ready_fd, b"ready\n")
+    os.close(config.ready_fd)
+    logger.info("Worker process is ready for action.")
+
+    while not leave.event.wait(config.memory_interval):
+        if config.max_memory_mb is not None:
+            rss = resident_bytes()
+            if rss > config.max_memory_mb * 1024 * 1024:
+                logger.warning("Resident memory %.1f MB is over --max-memory %g MB: recycling.",
+                               rss / 1048576, config.max_memory_mb)
+                leave.request(CHILD_RECYCLE_MEMORY)
+    code = leave.code if leave.code is not None else CHILD_OK
+    if code == CHILD_RECYCLE_JOBS:
+        logger.info("Processed --max-jobs %d jobs: recycling.", config.max_jobs)
+    worker.stop(timeout=int(config.shutdown_timeout * 1000))
+    broker.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: ``python -m reliable.supervisor.child CONFIG_JSON``."""
+    args = sys.argv[1:] if argv is None else argv
+    config = ChildConfig(**json.loads(args[0]))
+    code = run(config)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Non-daemon threads of the app or a library must not keep a recycled child alive.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Exit codes of `reliable worker` and of its child processes, and what a child's exit means. Pure.
+
+A child's exit code says why it stopped; the supervisor reads nothing else from it (no log text).
+The codes a child shares with Dramatiq's CLI keep Dramatiq's meaning (dramatiq/cli.py: 1 killed,
+2 import failed, 3 broker connection failed at boot).
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass
+
+__all__ = [
+    "CHILD_CONNECT",
+    "CHILD_IMPORT",
+    "CHILD_KILLED",
+    "CHILD_OK",
+    "CHILD_RECYCLE_JOBS",
+    "CHILD_RECYCLE_MEMORY",
+    "EXIT_APP",
+    "EXIT_CRASH_LOOP",
+    "EXIT_KILLED",
+    "EXIT_OK",
+    "ChildExit",
+    "ExitKind",
+    "classify",
+    "describe_code",
+]
+
+#: A child stopped because it was asked to (TERM from the supervisor).
+CHILD_OK = 0
+#: A child was asked twice and stopped without waiting for its running jobs.
+CHILD_KILLED = 1
+#: The app (the broker module or an extra module) failed to import: restarting cannot help.
+CHILD_IMPORT = 2
+#: The broker could not be reached while the child booted.
+CHILD_CONNECT = 3
+#: The child processed --max-jobs jobs, finished its running ones and left to be replaced.
+CHILD_RECYCLE_JOBS = 75
+#: The child's resident memory passed --max-memory; it finished its running jobs and left.
+CHILD_RECYCLE_MEMORY = 76
+
+#: Stopped by TERM/INT: every child finished its running jobs.
+EXIT_OK = 0
+#: Stopped by a second TERM/INT: children were told to stop at once (their jobs are recovered by lease).
+EXIT_KILLED = 1
+#: Bad usage, or the app does not import (a child exited with CHILD_IMPORT while booting).
+EXIT_APP = 2
+#: Crash loop: K crashes within the window; every child was stopped.
+EXIT_CRASH_LOOP = 3
+
+_MEANING = {
+    CHILD_OK: "stopped on request",
+    CHILD_KILLED: "stopped at once (second signal)",
+    CHILD_IMPORT: "the app failed to import",
+    CHILD_CONNECT: "the broker connection failed at boot",
+    CHILD_RECYCLE_JOBS: "recycled after --max-jobs",
+    CHILD_RECYCLE_MEMORY: "recycled over --max-memory",
+}
+
+
+class ExitKind(enum.Enum):
+    """What a child's exit means to the supervisor (the value is the `reason` label of restarts)."""
+
+    STOPPED = "stopped"  # the supervisor asked (shutdown or reload): no restart counted here
+    RECYCLE_JOBS = "recycle_jobs"
+    RECYCLE_MEMORY = "recycle_memory"
+    APP_BROKEN = "app_broken"  # import failed at boot: fatal for the supervisor
+    CRASH = "crash"
+
+
+@dataclass(frozen=True)
+class ChildExit:
+    """One child's exit: its kind and a sentence for logs and the crash-loop message."""
+
+    kind: ExitKind
+    returncode: int
+    cause: str
+
+
+def describe_code(returncode: int) -> str:
+    """`returncode` as a person reads it: "killed by SIGKILL", "exit code 2 (the app failed to import)"."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    meaning = _MEANING.get(returncode)
+    return f"exit code {returncode}" + (f" ({meaning})" if meaning else "")
+
+
+def classify(returncode: int, *, requested: bool, booted: bool) -> ChildExit:
+    """What the exit of a child means.
+
+    `requested`: the supervisor had told it to stop (shutdown, reload); `booted`: it had reported
+    ready. A recycle code wins over everything (the child chose to leave); an asked-for stop is
+    never a crash, whatever the code; the app failing to import at boot is fatal; anything else
+    (a signal, another code, a death before ready) is a crash.
+    """
+    cause = describe_code(returncode)
+    if returncode == CHILD_RECYCLE_JOBS:
+        return ChildExit(ExitKind.RECYCLE_JOBS, returncode, cause)
+    if returncode == CHILD_RECYCLE_MEMORY:
+        return ChildExit(ExitKind.RECYCLE_MEMORY, returncode, cause)
+    if requested:
+        return ChildExit(ExitKind.STOPPED, returncode, cause)
+    if returncode == CHILD_IMPORT and not booted:
+        return ChildExit(ExitKind.APP_BROKEN, returncode, cause)
+    if not booted:
+        cause = f"died while booting, {cause}"
+    return ChildExit(ExitKind.CRASH, returncode, cause)

@@ -1,0 +1,75 @@
+"""The pure parts of failover support: multi-host store URLs and the replication report's verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from reliable.errors import ConfigError
+from reliable.middleware import ReliableMiddleware
+from reliable.redact import redact_url
+from reliable.store.db import check_store_url, connect_engine
+from reliable.store.replication import ReplicationReport, check_mode
+
+TWO_HOSTS = [
+    "postgresql+psycopg://app:secret@/jobs?host=10.0.0.1:5432&host=10.0.0.2:5433&target_session_attrs=read-write",
+    "postgresql://app:secret@/jobs?host=10.0.0.1,10.0.0.2&port=5432,5433&target_session_attrs=primary",
+]
+
+
+@pytest.mark.parametrize("url", TWO_HOSTS)
+def test_both_multi_host_forms_reach_libpq_as_host_and_port_lists(url: str) -> None:
+    engine = connect_engine(url)
+    try:
+        _, params = engine.dialect.create_connect_args(engine.url)
+    finally:
+        engine.dispose()
+    assert (params["host"], params["port"]) == ("10.0.0.1,10.0.0.2", "5432,5433")
+    assert params["target_session_attrs"] in ("read-write", "primary")
+    assert "secret" not in redact_url(engine.url)
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://app:secret@/jobs?host=10.0.0.1:5432&host=10.0.0.2:5433",
+    "postgresql://app:secret@/jobs?host=10.0.0.1,10.0.0.2&port=5432,5433&target_session_attrs=any",
+    "postgresql://app:secret@/jobs?host=a,b&port=1,2&target_session_attrs=standby",
+])
+def test_several_hosts_without_a_writable_session_are_refused_naming_the_setting(url: str) -> None:
+    with pytest.raises(ConfigError, match="names 2 hosts, so it needs target_session_attrs=read-write") as caught:
+        check_store_url(url)
+    assert "secret" not in str(caught.value)
+
+
+def test_one_host_needs_no_session_attrs() -> None:
+    assert check_store_url("postgresql://app@db:5432/jobs").host == "db"
+
+
+def report(commit: str = "on", names: str = "", *standbys: tuple[str, str],
+           in_recovery: bool = False) -> ReplicationReport:
+    return ReplicationReport(in_recovery=in_recovery, synchronous_commit=commit, synchronous_standby_names=names,
+                             standbys=standbys)
+
+
+def test_a_lone_server_and_a_synchronous_standby_are_safe() -> None:
+    assert report().problems == []
+    assert report("on", "standby1", ("standby1", "sync")).problems == []
+    assert report("remote_apply", "ANY 1 (s1, s2)", ("s1", "quorum"), ("s2", "quorum")).problems == []
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    (report("on", "", ("standby1", "async")), "synchronous_standby_names is empty: standby standby1 (async)"),
+    (report("local", "standby1", ("standby1", "sync")), "synchronous_commit is 'local'"),
+    (report("off", "standby1", ("standby1", "sync")), "synchronous_commit is 'off'"),
+    (report("on", "s1", ("s1", "sync"), ("s2", "async")), "standby s2 (async) is not synchronous"),
+    (report("on", "FIRST 1 (s1, s2)", ("s1", "sync"), ("s2", "potential")), "standby s2 (potential) is not"),
+    (report("on", "standby1"), "no synchronous standby is connected: commits wait"),
+    (report(in_recovery=True), "is a standby in recovery"),
+    (report("on", "standby1", ("", "")), "cannot see its standbys' sync_state"),
+])
+def test_settings_that_can_lose_or_stall_commits_are_named(case: ReplicationReport, expected: str) -> None:
+    assert any(expected in problem for problem in case.problems), case.problems
+
+
+def test_the_replication_option_is_checked_at_install() -> None:
+    assert check_mode("require_sync") == "require_sync"
+    with pytest.raises(ConfigError, match="replication must be one of warn, require_sync, off, not 'strict'"):
+        ReliableMiddleware("sqlite:///unused.db", replication="strict")
