@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
-from .store.schema import jobs, schedules, workflows
+from .store.schema import jobs, limits, schedules, workflows
 from .workflows.planning import WorkflowStatus
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
@@ -213,6 +213,7 @@ class StoreCollector(Collector):
         families.append(stuck)
         families.append(self._workflow_family(conn))
         families.extend(self._schedule_families(conn))
+        families.extend(self._limit_families(conn))
         return families
 
     @staticmethod
@@ -242,6 +243,20 @@ class StoreCollector(Collector):
             if last is not None:
                 last_slot.add_metric([name], float(last))
         return [next_slot, last_slot]
+
+    @staticmethod
+    def _limit_families(conn: Connection) -> list[Any]:
+        """Per actor with a concurrency limit (reliable.limits): its effective and declared concurrency."""
+        effective = GaugeMetricFamily("reliable_concurrency_limit",
+                                      "The concurrency an actor may use now across all workers (lowered under "
+                                      "sustained rate limiting).", labels=["actor"])
+        declared = GaugeMetricFamily("reliable_concurrency_limit_declared",
+                                     "The concurrency limit an actor declares.", labels=["actor"])
+        stmt = select(limits.c.name, limits.c.effective, limits.c.declared).where(limits.c.declared > 0)
+        for actor, now_limit, declared_limit in conn.execute(stmt.order_by(limits.c.name)):
+            effective.add_metric([actor], int(now_limit))
+            declared.add_metric([actor], int(declared_limit))
+        return [effective, declared]
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 
