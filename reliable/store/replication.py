@@ -202,35 +202,47 @@ def refuse_older_timelines(engine: Engine) -> None:
 
     After a failover the old primary may come back writable (restarted by a supervisor, say) on
     the timeline the promoted standby left. libpq's target_session_attrs=read-write accepts it,
-    and it is first in the URL. Writing there would split the store in two, and its tokens sit
-    below the new primary's floor. A process that has used the newer timeline refuses it instead:
-    StoreUnavailable naming both timelines, so its writes wait until an operator takes that server
-    out of the URL or rewinds it into a standby. A process that never used the newer timeline
-    cannot tell (docs/postgresql-failover.md).
+    and it is first in the URL. Writing there would give this process a second copy of the store,
+    and its tokens sit below the new primary's floor. A process that has used the newer timeline
+    refuses it instead: StoreUnavailable naming both timelines and what to do, so its writes wait
+    until an operator takes that server out of the URL or rewinds it into a standby. A process that
+    never used the newer timeline cannot tell (docs/postgresql-failover.md): the guard is per process.
+
+    Timelines are compared within one cluster (system identifier): a standby shares its primary's,
+    while pg_upgrade or a restore into a new cluster makes a new one starting at timeline 1, which is
+    accepted with a warning to raise the lease floor (`reliable db raise-lease-floor`).
     """
     if engine.dialect.name != "postgresql":
         return
     query = load_queries("postgresql")["server_timeline"]
-    highest = 0
+    highest: dict[int, int] = {}
     lock = threading.Lock()
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        nonlocal highest
         cursor = dbapi_conn.cursor()
         try:
             cursor.execute(query)
-            timeline = cursor.fetchone()[0]
+            timeline, system = cursor.fetchone()
         finally:
             cursor.close()
             dbapi_conn.rollback()
         if timeline is None:  # a standby: it takes no writes, so it can split nothing
             return
+        where = redact_url(engine.url)
         with lock:
-            if timeline < highest:
+            if timeline < highest.get(system, 0):
                 raise StoreUnavailable(
-                    f"cannot use the store at {redact_url(engine.url)}: the primary it connected to is on WAL "
-                    f"timeline {timeline}, older than timeline {highest} this process already wrote to: an old "
-                    "primary is back after a failover; take it out of the URL or rewind it into a standby "
-                    "(docs/postgresql-failover.md)")
-            highest = timeline
+                    f"cannot use the store at {where}: the primary it connected to is on WAL timeline {timeline}, "
+                    f"older than timeline {highest[system]} of the same cluster this process already wrote to: an "
+                    "old primary is back after a failover. Stop it and take it out of the URL, or rewind it into a "
+                    "standby (pg_rewind); if it is the only server left, restart this process after running "
+                    "`reliable db raise-lease-floor --above-timeline "
+                    f"{highest[system]}` on it (docs/postgresql-failover.md)")
+            if highest and system not in highest:
+                logger.warning(
+                    "the store at %s is now a different PostgreSQL cluster (system identifier %s, timeline %s): "
+                    "after pg_upgrade or a move to a new cluster, run `reliable db raise-lease-floor "
+                    "--above-timeline %s` and restart the workers, or a lossy failover can reissue a fencing "
+                    "token (docs/postgresql-failover.md)", where, system, timeline, max(highest.values()))
+            highest[system] = max(timeline, highest.get(system, 0))
