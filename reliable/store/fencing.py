@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import ProgrammingError
 
 from ..errors import ConfigError
 from .db import write_transaction
@@ -22,6 +23,7 @@ __all__ = ["LeaseFloor", "raise_lease_floor"]
 
 #: A timeline's share of the token space: tokens issued on timeline t stay below t << TIMELINE_SHIFT.
 TIMELINE_SHIFT = 40
+_INSUFFICIENT_PRIVILEGE = "42501"
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ def raise_lease_floor(engine: Engine, above_timeline: int) -> LeaseFloor:
     floor setting lost in a move). Each run raises it again: run it once per event (it is safe to
     repeat, it only spends token space: 2^23 timelines' worth). Sessions that
     are already open keep the old floor: restart the workers. ConfigError on SQLite, on a standby,
-    or when the store's role may not ALTER DATABASE (it must own the database).
+    or when the store's role may not set the parameter (a custom one: superuser, or the database's
+    owner with SET granted on it).
     """
     if engine.dialect.name != "postgresql":
         raise ConfigError("raise-lease-floor is for a PostgreSQL store: SQLite has no failover")
@@ -62,7 +65,13 @@ def raise_lease_floor(engine: Engine, above_timeline: int) -> LeaseFloor:
         # Tokens of timelines up to `above_timeline` were issued under the floor as it stands.
         after = max(int(before) + (above_timeline << TIMELINE_SHIFT),
                     ((int(highest) >> TIMELINE_SHIFT) + 1) << TIMELINE_SHIFT)
-        if after != before:
-            quoted = engine.dialect.identifier_preparer.quote(str(database))
+        quoted = engine.dialect.identifier_preparer.quote(str(database))
+        try:
             conn.exec_driver_sql(f"ALTER DATABASE {quoted} SET reliable.lease_floor = '{after}'")
+        except ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _INSUFFICIENT_PRIVILEGE:
+                raise
+            raise ConfigError(f"the store's role may not set reliable.lease_floor on database {database}: run this "
+                              "with a superuser's store URL, or GRANT SET ON PARAMETER reliable.lease_floor TO the "
+                              "role (PostgreSQL 15+) and make it the database's owner") from None
     return LeaseFloor(database=str(database), timeline=int(timeline), before=int(before), after=after)

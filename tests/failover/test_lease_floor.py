@@ -13,13 +13,21 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
-from private_postgres import _REPLICATION_SETTINGS, PrivatePostgres, _require_binaries, replicated_postgres
+from private_postgres import (
+    _REPLICATION_SETTINGS,
+    PrivatePostgres,
+    _require_binaries,
+    private_postgres,
+    replicated_postgres,
+)
 
 from reliable.cli.main import cli
+from reliable.errors import ConfigError
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
 from reliable.store.fencing import raise_lease_floor
@@ -145,3 +153,33 @@ def test_a_second_lossy_failover_to_the_same_timeline_number_keeps_tokens_rising
     finally:
         for cluster in (s2, s1, p):
             cluster.remove()
+
+
+@pytest.mark.timeout(60)
+def test_a_role_that_may_not_set_the_floor_gets_told_how_and_its_claims_use_the_floor_once_granted(
+        tmp_path: Path) -> None:
+    with private_postgres() as pg:
+        with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE ROLE app LOGIN")
+            conn.execute("CREATE DATABASE appdb OWNER app")
+        url = pg.url_for("appdb").replace("postgres@", "app@")
+        store = StateStore(url, max_connections=1)
+        try:
+            store.upgrade()
+            with pytest.raises(ConfigError, match=r"GRANT SET ON PARAMETER reliable\.lease_floor"):
+                raise_lease_floor(store.engine, 1)
+            with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=5) as conn:
+                conn.execute("GRANT SET ON PARAMETER reliable.lease_floor TO app")
+            assert raise_lease_floor(store.engine, 1).after == 1 << 40
+            store.engine.dispose()
+            job_id = f"g-{uuid.uuid4().hex[:8]}"
+            store.register(NewJob(job_id, "q", "a", {"args": [], "kwargs": {}}))
+            assert store.claim(job_id, worker_id="w", lease_ttl=60).lease_id == 1 << 40
+        finally:
+            store.close()
+    with pytest.raises(ConfigError, match="SQLite has no failover"):
+        sqlite = StateStore(f"sqlite:///{tmp_path}/s.db")
+        try:
+            raise_lease_floor(sqlite.engine, 1)
+        finally:
+            sqlite.close()
