@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "Alert rules over the state store, Prometheus rule export, Alertmanager delivery."),
     "cancel": ("reliable.cli.control:cancel",
                "Cancel jobs; runs the compensation actor if side effects were applied."),
-    "db": ("reliable.cli.db:db", "Create or migrate the state store's schema."),
+    "db": ("reliable.cli.db:db", "Create or migrate the state store's schema; raise its fencing floor (PostgreSQL)."),
     "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
     "exporter": ("reliable.cli.exporter:exporter",
                  "Serve /metrics (store gauges + workers' metrics), /healthz and the alerts' runbooks."),

@@ -93,14 +93,15 @@ WRITABLE_SESSION_ATTRS = ("read-write", "primary")
 def _check_hosts(url: URL, shown: str) -> None:
     """A URL naming several PostgreSQL servers must say to use the one that accepts writes.
 
-    Both forms libpq knows are accepted: ``?host=h1:p1&host=h2:p2`` (SQLAlchemy's) and
-    ``?host=h1,h2&port=p1,p2``. libpq tries the hosts in order; without
+    Every form libpq knows counts: ``?host=h1:p1&host=h2:p2`` (SQLAlchemy's),
+    ``?host=h1,h2&port=p1,p2`` and ``user@h1,h2/db``. libpq tries the hosts in order; without
     ``target_session_attrs=read-write`` (or ``primary``) it would settle on the first server that
     answers, a standby included, where every write is refused (docs/postgresql-failover.md).
     """
     hosts = url.query.get("host")
     listed = [hosts] if isinstance(hosts, str) else list(hosts or ())
-    count = sum(len(h.split(",")) for h in listed) + (1 if url.host else 0)
+    # A comma in the URL's own host part (postgresql://app@db1,db2/jobs) is a host list too.
+    count = sum(len(h.split(",")) for h in [*listed, url.host or ""] if h)
     if count < 2:
         return
     attrs = url.query.get("target_session_attrs")

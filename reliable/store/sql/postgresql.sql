@@ -12,6 +12,9 @@
 -- the old primary, including one whose claim was lost with unreplicated WAL (a lossy failover
 -- never reissues a token). Timeline 1 (a cluster never failed over) has floor 0: lease_id + 1.
 -- (The timeline is the first 8 hex digits of the current WAL file's name.)
+-- The database setting reliable.lease_floor (`reliable db raise-lease-floor`, read when a session
+-- starts) adds to that floor: after pg_upgrade (timeline back to 1) or a promotion to a timeline
+-- number already used, it puts new tokens above every token issued before.
 WITH t AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 ),
@@ -23,7 +26,8 @@ j AS (
         version = r.version + CASE WHEN %(transition)s::bool THEN 1 ELSE 0 END,
         lease_id = CASE WHEN %(claim)s::bool
                         THEN greatest(r.lease_id + 1,
-                                      (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 - 1) << 40)
+                                      coalesce(nullif(current_setting('reliable.lease_floor', true), '')::int8, 0)
+                                      + ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 - 1) << 40))
                         ELSE r.lease_id END,
         attempt = r.attempt + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
         attempt_id = CASE WHEN %(claim)s::bool THEN %(attempt_id)s::text ELSE r.attempt_id END,
@@ -129,9 +133,23 @@ ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id;
 
 -- name: server_timeline
--- The WAL timeline of a primary (as write_job computes a claim's floor); NULL on a standby.
+-- The WAL timeline of a primary (as write_job computes a claim's floor), NULL on a standby; and
+-- the cluster's system identifier (a standby shares its primary's; pg_upgrade makes a new one).
 SELECT CASE WHEN pg_is_in_recovery() THEN NULL
-            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END;
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END,
+       (SELECT system_identifier FROM pg_control_system());
+
+-- name: lease_floor_state
+-- What `reliable db raise-lease-floor` decides from: the database, whether the server is a
+-- standby, its timeline, the highest token in the store and the database's reliable.lease_floor.
+SELECT current_database(), pg_is_in_recovery(),
+       CASE WHEN pg_is_in_recovery() THEN NULL
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END,
+       (SELECT coalesce(max(lease_id), 0) FROM reliable_jobs),
+       coalesce((SELECT max(split_part(setting, '=', 2)::int8)
+                 FROM pg_db_role_setting s, unnest(s.setconfig) AS setting
+                 WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+                   AND s.setrole = 0 AND starts_with(setting, 'reliable.lease_floor=')), 0);
 
 -- name: now
 SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8);
