@@ -35,7 +35,7 @@ from reliable.store import StateStore
 
 from support import RABBITMQ_URL
 
-pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 
 @pytest.mark.timeout(1200)  # the soak form's bound; the CI form bounds itself at config.run_timeout + teardown
