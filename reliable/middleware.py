@@ -22,7 +22,6 @@ import os
 import socket
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,7 +69,7 @@ from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connectio
 from .store.replication import check_mode as check_replication_mode
 from .store.replication import check_replication
 from .store.retrying import retry_while_unavailable
-from .tracebacks import failure_traceback
+from .tracebacks import failure_texts
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
 from .tracing import Tracing
 from .workflows.engine import WorkflowEngine, node_result
@@ -752,7 +751,8 @@ class ReliableMiddleware(Middleware):
             return
         # A failure (or an interrupt we do not own, e.g. Dramatiq's TimeLimit): the policy decides;
         # the store then honours any stop, cancel or pause requested meanwhile.
-        retries = _count_failure(message, exception)
+        texts = failure_texts(exception)
+        retries = _count_failure(message, texts.message)
         actor_options = self._actor_options(context.claim.job.actor)
         decision = self.policy.decide(Failure(
             exception=exception, actor=context.claim.job.actor, queue=context.claim.job.home_queue,
@@ -772,7 +772,7 @@ class ReliableMiddleware(Middleware):
         planned = self._plan(broker, message, context, exception=exception, exhausted=exhausted)
         error = ErrorInfo(decision.error_class, decision.exception_type,
                           None if decision.message is None else redact_secrets(decision.message),
-                          traceback=failure_traceback(exception))
+                          traceback=texts.stored)
         delay = decision.delay if decision.action == "retry" else None
         lane = _retry_queue(decision, context.claim.job)
         job = self._finish(context, event, error=error, retry_delay=delay, detail=decision.as_detail(),
@@ -1033,13 +1033,12 @@ def _retry_queue(decision: Decision, job: Any) -> str | None:
     return None if lane == job.queue else str(lane)
 
 
-def _count_failure(message: Any, exception: BaseException) -> int:
-    """Set Dramatiq's `retries`, `traceback` and `requeue_timestamp` on a failed attempt's message,
-    as its Retries middleware does (callbacks and the retry see them); the new `retries`."""
+def _count_failure(message: Any, formatted_traceback: str) -> int:
+    """Set Dramatiq's `retries`, `traceback` (`FailureTexts.message`) and `requeue_timestamp` on a failed
+    attempt's message, as its Retries middleware does (callbacks and the retry see them); the new `retries`."""
     options = message.options
     options["retries"] = int(options.get("retries") or 0) + 1
-    options["traceback"] = "".join(traceback.format_exception(type(exception), exception,
-                                                              exception.__traceback__, limit=30))
+    options["traceback"] = formatted_traceback
     options["requeue_timestamp"] = int(time.time() * 1000)
     return int(options["retries"])
 

@@ -19,6 +19,22 @@ from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_servic
 __all__ = ["IN_CI", "PG_ADMIN_URL", "RABBITMQ_URL", "port_open", "require_service"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", default=False,
+                     help="run the long forms: the chaos suite (10,000 jobs, 17 faults; ~12 min, bounded to 20 min), "
+                          "the claim race (1,000 races)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """An `exclusive` test never runs beside others: on several xdist workers it fails at once, saying
+    how to run it (scripts/test runs `pytest -m exclusive` alone, after the parallel phase)."""
+    workers = int(getattr(item.config, "workerinput", {}).get("workercount", 1))
+    if workers > 1 and item.get_closest_marker("exclusive") is not None:
+        pytest.fail(f"{item.nodeid} is marked exclusive: it must run alone, not on {workers} xdist workers "
+                    "(deselect it with -m 'not exclusive' and run `pytest -m exclusive` without -n)", pytrace=False)
+
+
 @pytest.fixture
 def rabbitmq_url() -> str:
     """The shared RabbitMQ's URL (required)."""

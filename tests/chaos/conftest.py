@@ -1,8 +1,9 @@
 """Fixtures of the chaos suite: its own database and queue, real workers, and services always restored.
 
-`pytest tests/chaos --soak` runs the long form (more jobs, more faults). Environment overrides,
-for calibrating without touching the services: RELIABLE_CHAOS_JOBS (number of jobs),
-RELIABLE_CHAOS_FAULTS=none (no fault at all), RELIABLE_CHAOS_SEED (the random schedule).
+`pytest tests/chaos --soak` runs the long form (more jobs, more faults; --soak is defined in
+tests/conftest.py). Environment overrides, for calibrating without touching the services:
+RELIABLE_CHAOS_JOBS (number of jobs), RELIABLE_CHAOS_FAULTS=none (no fault at all), RELIABLE_CHAOS_SEED
+(the random schedule).
 """
 
 from __future__ import annotations
@@ -25,11 +26,6 @@ from sqlalchemy.pool import NullPool
 from reliable.store import StateStore
 
 from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--soak", action="store_true", default=False,
-                     help="chaos suite: run the long form (10,000 jobs, 17 faults; ~12 min, bounded to 20 min)")
 
 
 @pytest.fixture

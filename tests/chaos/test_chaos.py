@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.mark.timeout(1200)  # the soak form's bound; the CI form bounds itself at config.run_timeout + teardown
+@pytest.mark.exclusive  # restarts the shared RabbitMQ and PostgreSQL
 def test_chaos_no_job_lost_no_effect_twice(chaos_config: ChaosConfig, services: ServiceGuard,
                                           chaos_database: str, chaos_queue: str, chaos_logs: Path) -> None:
     config = chaos_config

@@ -32,7 +32,7 @@ from reliable.store import StateStore
 
 from workers import WorkerProcess
 
-pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 RUNS, BODY_JOBS, UNIT_JOBS, UNITS = 5, 8, 4, 3
 JOBS = BODY_JOBS + UNIT_JOBS  # fewer than one process's threads: prefetched messages all start

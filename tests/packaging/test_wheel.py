@@ -51,9 +51,16 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel of this checkout (pip builds it in an isolated environment, as a user's pip would)."""
+    """The wheel of this checkout (pip builds it in an isolated environment, as a user's pip would).
+
+    Built from a copy of the sources: setuptools writes build/ and *.egg-info beside them, and two
+    xdist workers building in the checkout at once would trip over each other's files."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "reliable", source / "reliable", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
                    check=True, timeout=600, capture_output=True)
     (found,) = out.glob("reliable-*.whl")
     return found

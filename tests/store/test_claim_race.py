@@ -1,4 +1,5 @@
-"""16 threads race to claim the same PENDING job, 1,000 times over: exactly one wins each race."""
+"""16 threads race to claim the same PENDING job, 250 times over (1,000 with --soak; RELIABLE_RACES):
+exactly one wins each race."""
 
 from __future__ import annotations
 
@@ -6,16 +7,24 @@ import os
 import threading
 from collections import Counter
 
+import pytest
+
 from reliable.errors import ClaimRefused
 from reliable.store import NewJob, StateStore
 
 THREADS = 16
-RACES = int(os.environ.get("RELIABLE_RACES", "1000"))
 
 
-def run_races(url: str) -> None:
+@pytest.fixture
+def races(request: pytest.FixtureRequest) -> int:
+    """How many races: 250 (each a barrier of 16 threads: 4,000 contested claims), 1,000 with --soak."""
+    soak = bool(request.config.getoption("--soak", default=False))
+    return int(os.environ.get("RELIABLE_RACES") or (1000 if soak else 250))
+
+
+def run_races(url: str, races: int) -> None:
     setup = StateStore(url)
-    setup.register_many([NewJob(f"race-{i}", "default", "noop", {}) for i in range(RACES)])
+    setup.register_many([NewJob(f"race-{i}", "default", "noop", {}) for i in range(races)])
     stores = [StateStore(url, max_connections=1) for _ in range(THREADS)]
     barrier = threading.Barrier(THREADS)
     wins: Counter[str] = Counter()
@@ -25,7 +34,7 @@ def run_races(url: str) -> None:
 
     def contender(index: int) -> None:
         store = stores[index]
-        for race in range(RACES):
+        for race in range(races):
             job_id = f"race-{race}"
             barrier.wait()
             try:
@@ -49,22 +58,22 @@ def run_races(url: str) -> None:
         s.close()
 
     assert errors == []
-    assert len(wins) == RACES and set(wins.values()) == {1}, "exactly one winner per race"
-    assert refusals == Counter({"held": RACES * (THREADS - 1)})
+    assert len(wins) == races and set(wins.values()) == {1}, "exactly one winner per race"
+    assert refusals == Counter({"held": races * (THREADS - 1)})
     claims = Counter()
-    for race in range(RACES):
+    for race in range(races):
         job_id = f"race-{race}"
         events = [e for e in setup.events(job_id) if e.event == "claim"]
         claims[len(events)] += 1
         job = setup.get(job_id)
         assert job.lease_id == 1 and job.attempt == 1 and job.version == 2
-    assert claims == Counter({1: RACES}), "the history shows one claim per win"
+    assert claims == Counter({1: races}), "the history shows one claim per win"
     setup.close()
 
 
-def test_claim_race_postgresql(pg_store: StateStore) -> None:
-    run_races(str(pg_store.engine.url.render_as_string(hide_password=False)))
+def test_claim_race_postgresql(pg_store: StateStore, races: int) -> None:
+    run_races(str(pg_store.engine.url.render_as_string(hide_password=False)), races)
 
 
-def test_claim_race_sqlite(sqlite_url: str) -> None:
-    run_races(sqlite_url)
+def test_claim_race_sqlite(sqlite_url: str, races: int) -> None:
+    run_races(sqlite_url, races)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import sys
+import traceback
+from collections.abc import Callable
 
 import pytest
 
 from reliable.redact import MASK, redact_secrets
-from reliable.tracebacks import MAX_TRACEBACK, bound_text, failure_traceback
+from reliable.tracebacks import DRAMATIQ_FRAMES, MAX_TRACEBACK, bound_text, failure_texts, failure_traceback
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -86,3 +89,45 @@ def test_failure_traceback_survives_an_unprintable_exception() -> None:
     except Broken as exc:
         text = failure_traceback(exc)
     assert "Broken" in text and "\x00" not in text
+
+
+def _recurse(depth: int) -> None:
+    if depth == 0:
+        raise KeyError("innermost")
+    _recurse(depth - 1)
+
+
+def _caught(make: Callable[[], None]) -> BaseException:
+    try:
+        make()
+    except BaseException as exc:  # the test wants whatever it raised
+        return exc
+    raise AssertionError("nothing was raised")
+
+
+def _group() -> None:
+    raise ExceptionGroup("two", [_caught(lambda: _recurse(40)), _caught(_raise_chained)])
+
+
+@pytest.mark.parametrize("make", [_raise_chained, lambda: _recurse(3), lambda: _recurse(45), _group],
+                         ids=["chained", "shallow", "deeper-than-30", "group-with-a-deep-member"])
+def test_failure_texts_match_dramatiq_form_and_the_stored_form(make: Callable[[], None]) -> None:
+    """Formatted once, the message's form is still exactly Dramatiq's `format_exception(limit=30)` and
+    the stored form exactly the masked, bounded full traceback."""
+    exc = _caught(make)
+    texts = failure_texts(exc)
+    assert texts.message == "".join(traceback.format_exception(type(exc), exc, exc.__traceback__,
+                                                               limit=DRAMATIQ_FRAMES))
+    full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    assert texts.stored == bound_text(redact_secrets(full))
+    assert failure_traceback(exc) == texts.stored
+
+
+def test_failure_texts_honour_sys_tracebacklimit(monkeypatch: pytest.MonkeyPatch) -> None:
+    exc = _caught(lambda: _recurse(10))
+    monkeypatch.setattr(sys, "tracebacklimit", 3, raising=False)
+    texts = failure_texts(exc)
+    assert texts.message == "".join(traceback.format_exception(type(exc), exc, exc.__traceback__,
+                                                               limit=DRAMATIQ_FRAMES))
+    assert texts.stored == "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    assert texts.message != texts.stored
