@@ -595,7 +595,7 @@ class ReliableMiddleware(Middleware):
             return False  # a group's barrier or a workflow node's result commits with the success
         if own_queue(message.queue_name, message.options) != message.queue_name.removesuffix(".DQ"):
             # On a routed retry's lane: the claim reads the job's own queue from the store, which
-            # a message cannot misstate (a routed job is rarely PENDING: after a resume only).
+            # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
             return False
         return not follows_success(message, self._actor_options(message.actor_name))
 
