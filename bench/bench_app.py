@@ -33,6 +33,10 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
     def fast_noop(n: int) -> None:
         """Do nothing on reliable's fast path (no claim before the run; one commit after it)."""
 
+    @dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"], limits=reliable.Limits(concurrency=64))
+    def limited_noop(n: int) -> None:
+        """Do nothing under a concurrency limit never reached: the cost of taking and freeing a slot."""
+
 
 @dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
 def nap(seconds: float) -> None:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
         [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-nogc,reliable-pg-nometrics,reliable-pg-fullidx,
-                 reliable-sqlite,reliable-sqlite-fast]
+                 reliable-pg-limited,reliable-sqlite,reliable-sqlite-fast]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
@@ -133,6 +133,11 @@ def batch_size(log: Path) -> float | None:
     return writes / batches if batches else None
 
 
+def _actor_for(mode: str) -> str:
+    """The no-op actor a mode runs: on the fast path, with limits (reliable.limits), or plain."""
+    return "fast_noop" if "fast" in mode else "limited_noop" if "limited" in mode else "noop"
+
+
 def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> tuple[float, float, float, float | None]:
     """One run: (jobs/s, worker CPU ms per job, PostgreSQL CPU ms per job, mean group-commit batch)."""
     queue = f"bench_{uuid.uuid4().hex[:8]}"
@@ -156,7 +161,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
 
     broker = RabbitmqBroker(url=BROKER)
     messages: list[dramatiq.Message[Any]] = [
-        dramatiq.Message(queue_name=queue, actor_name="fast_noop" if "fast" in mode else "noop", args=(i,),
+        dramatiq.Message(queue_name=queue, actor_name=_actor_for(mode), args=(i,),
                          kwargs={}, options={}) for i in range(jobs)
     ]
     broker.declare_queue(queue)

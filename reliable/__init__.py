@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .context import JobContext, current_job
     from .events import JsonFormatter
     from .install import install
+    from .limits import Limits
     from .middleware import ReliableMiddleware
     from .policy import Policy
     from .recovery import Recovery
@@ -51,6 +52,7 @@ _LAZY = {
     "current_job": ".context",
     "JsonFormatter": ".events",
     "install": ".install",
+    "Limits": ".limits",
     "ReliableMiddleware": ".middleware",
     "Policy": ".policy",
     "Recovery": ".recovery",
@@ -87,6 +89,7 @@ __all__ = [
     "JobStopped",
     "JsonFormatter",
     "LeaseLost",
+    "Limits",
     "Policy",
     "PolicyError",
     "ReasonRequired",

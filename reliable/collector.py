@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
-from .store.schema import jobs, schedules, workflows
+from .store.schema import jobs, limits, schedules, workflows
 from .workflows.planning import WorkflowStatus
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
@@ -79,7 +79,8 @@ class StoreCollector(Collector):
 
     Parameters:
       store: the StateStore to read (only its engine is used, read-only).
-      broker_url: an amqp:// URL; without it no broker gauges are exported.
+      broker_url: an amqp:// URL, or several ';'-separated (a cluster's nodes, tried in turn); without it
+        no broker gauges are exported.
       sla: stuck thresholds in seconds per state (RUNNING, STOPPING, PAUSED), over DEFAULT_SLA.
       states: the states to count (default DEFAULT_COUNTED_STATES).
       queues: RabbitMQ queues to report in addition to those the store knows of.
@@ -212,6 +213,7 @@ class StoreCollector(Collector):
         families.append(stuck)
         families.append(self._workflow_family(conn))
         families.extend(self._schedule_families(conn))
+        families.extend(self._limit_families(conn))
         return families
 
     @staticmethod
@@ -242,21 +244,36 @@ class StoreCollector(Collector):
                 last_slot.add_metric([name], float(last))
         return [next_slot, last_slot]
 
+    @staticmethod
+    def _limit_families(conn: Connection) -> list[Any]:
+        """Per actor with a concurrency limit (reliable.limits): its effective and declared concurrency."""
+        effective = GaugeMetricFamily("reliable_concurrency_limit",
+                                      "The concurrency an actor may use now across all workers (lowered under "
+                                      "sustained rate limiting).", labels=["actor"])
+        declared = GaugeMetricFamily("reliable_concurrency_limit_declared",
+                                     "The concurrency limit an actor declares.", labels=["actor"])
+        stmt = select(limits.c.name, limits.c.effective, limits.c.declared).where(limits.c.declared > 0)
+        for actor, now_limit, declared_limit in conn.execute(stmt.order_by(limits.c.name)):
+            effective.add_metric([actor], int(now_limit))
+            declared.add_metric([actor], int(declared_limit))
+        return [effective, declared]
+
     # -- RabbitMQ --------------------------------------------------------------------------------
 
     def _broker_family(self) -> GaugeMetricFamily:
         import pika  # only the exporter needs it, and only with --broker
         from pika.exceptions import ChannelClosedByBroker
 
-        params = pika.URLParameters(self.broker_url)
-        params.socket_timeout = _BROKER_TIMEOUT
-        params.blocked_connection_timeout = _BROKER_TIMEOUT
-        params.stack_timeout = _BROKER_TIMEOUT
-        params.connection_attempts = 1
+        nodes = [pika.URLParameters(url.strip()) for url in (self.broker_url or "").split(";") if url.strip()]
+        for params in nodes:  # a cluster's nodes are tried in turn, each once, bounded
+            params.socket_timeout = _BROKER_TIMEOUT
+            params.blocked_connection_timeout = _BROKER_TIMEOUT
+            params.stack_timeout = _BROKER_TIMEOUT
+            params.connection_attempts = 1
         family = GaugeMetricFamily("reliable_rabbitmq_queue_messages",
                                    "Messages ready in each RabbitMQ queue (passive queue_declare).",
                                    labels=["queue"])
-        connection = pika.BlockingConnection(params)
+        connection = pika.BlockingConnection(nodes)
         try:
             channel = connection.channel()
             for queue in sorted(self._queues):

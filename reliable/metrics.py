@@ -101,6 +101,7 @@ class _Collectors:
     checkpoint_age: Histogram
     workflow_transitions: Counter
     routed: Counter
+    limit_deferrals: Counter
 
 
 def _build(registry: CollectorRegistry) -> _Collectors:
@@ -159,6 +160,9 @@ def _build(registry: CollectorRegistry) -> _Collectors:
         routed=counter("reliable_retries_routed_total",
                        "Jobs moved to another queue by a routed retry (or back by a restart), by the queue "
                        "left and the queue reached.", ("actor", "queue", "to_queue")),
+        limit_deferrals=counter("reliable_limit_deferrals_total",
+                                "Deliveries deferred by a concurrency or rate limit (reliable.limits).",
+                                ("actor", "queue", "limit")),
     )
 
 
@@ -268,6 +272,10 @@ class Metrics:
     def workflow_transition(self, workflow_id: str, from_status: str, to_status: str) -> None:
         """Count a workflow's status change (reliable.workflows.engine calls it after the commit)."""
         self._c.workflow_transitions.labels(to_status).inc()
+
+    def limit_deferred(self, actor: str, queue: str, limit: str) -> None:
+        """A delivery of `actor` was deferred by its `limit` ("concurrency" or "rate")."""
+        self._c.limit_deferrals.labels(actor, queue, limit).inc()
 
     def heartbeat_failed(self) -> None:
         """Record a heartbeat that could not reach the store."""

@@ -54,6 +54,7 @@ from .errors import (
 from .events import JsonLogSink, log_events_to_stderr
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
+from .limits.gate import Admission, LimitGate
 from .metrics import Metrics
 from .options import (
     ACTOR_OPTIONS,
@@ -205,6 +206,10 @@ class ReliableMiddleware(Middleware):
         self.dramatiq_retries: Any = None
         #: The broker's GroupCallbacks, replaced so group barriers live in the store (reliable.groups).
         self.group_callbacks: TrackedGroupCallbacks | None = None
+        #: Concurrency and rate limits declared with `limits=` (reliable.limits).
+        self.limits = LimitGate(
+            alert_after=lambda actor, queue: self.contract_for(actor, queue).rate_limit.alert_after,
+            on_deferral=self.metrics.limit_deferred if self.metrics is not None else None)
 
     @property
     def actor_options(self) -> set[str]:
@@ -313,7 +318,8 @@ class ReliableMiddleware(Middleware):
             return
         try:
             self.policy.contract(actor.actor_name, actor.queue_name, dict(actor.options), strict=True)
-        except PolicyError as exc:
+            self.limits.declare(actor)
+        except (PolicyError, ConfigError) as exc:
             raise ActorContractError(str(exc)) from None
 
     def after_process_boot(self, broker: dramatiq.Broker) -> None:
@@ -329,7 +335,7 @@ class ReliableMiddleware(Middleware):
         self.adopt_group_callbacks(broker)
         self._ensure_process()
         self._check_replication()
-        check_broker(broker, self)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
+        check_broker(broker, self, worker)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
         if self.metrics is not None:
             for name in broker.get_declared_actors():
                 if self.tracked(broker, name):
@@ -515,8 +521,10 @@ class ReliableMiddleware(Middleware):
         try:
             self._claim(broker, message)
         except SkipMessage:
+            self._limits_release()
             raise
         except BaseException:
+            self._limits_release()
             # Dramatiq swallows any other exception of a before-hook and would run the actor
             # without a claim: never let that happen. The job row is the truth; a PENDING job is
             # re-dispatched by the sweeper.
@@ -528,6 +536,7 @@ class ReliableMiddleware(Middleware):
         job_id = message.message_id
         contract = self.contract_for(message.actor_name, own_queue(message.queue_name, message.options),
                                      message.options)
+        self._limits_admit(broker, message)
         if contract.fast_path and self._fast_eligible(message):
             status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
             if status is JobStatus.PENDING:
@@ -557,6 +566,7 @@ class ReliableMiddleware(Middleware):
                 # after_skip_message would, over a real result or while the job runs elsewhere).
                 message.options["store_results"] = False
                 raise SkipMessage(refusal.reason) from None
+        self._limits_bind(claim.job.lease_id)
         span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
         context = self._hold(message, claim, span_id=span_id)
         self._delivery.context = context
@@ -661,6 +671,7 @@ class ReliableMiddleware(Middleware):
                 assert self._heartbeat is not None
                 self._heartbeat.remove(context)
         finally:
+            self._delivery.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
             self._end_span(exception)
 
     def _note_unrecorded_effects(self, context: JobContext) -> None:
@@ -675,6 +686,7 @@ class ReliableMiddleware(Middleware):
         try:
             self._skipped(message)
         finally:
+            self._limits_release()
             self._end_span(None, outcome="skipped")
 
     def _skipped(self, message: Any) -> None:
@@ -765,6 +777,8 @@ class ReliableMiddleware(Middleware):
         event = _ACTIONS.get(decision.action)
         if event is None:
             raise ValueError(f"policy decision {decision.action!r} is not valid for a failed attempt")
+        if decision.rate_limited:
+            self._limits_rate_limited(context)
         exhausted = {"retries": retries - 1, "max_retries": context.contract.max_attempts - 1} \
             if decision.retries_exhausted else None
         planned = self._plan(broker, message, context, exception=exception, exhausted=exhausted)
@@ -949,6 +963,52 @@ class ReliableMiddleware(Middleware):
                                             "action": "terminate_thread"})
         except StoreError:
             logger.error("job %s: could not record the escalation", context.job_id)
+
+    # -- limits (reliable.limits: the logic lives there) ---------------------------------------
+
+    def _limits_admit(self, broker: dramatiq.Broker, message: Any) -> None:
+        """Take the actor's slot and token for this delivery, or publish it again later and skip it."""
+        self._delivery.limits = None
+        spec = self.limits.spec_for(broker, message.actor_name)
+        if spec is None:
+            return
+        outcome = self._with_store_retry("limits", lambda: self.limits.admit(
+            self.store, spec, message, lease_ttl=self.lease_ttl, worker_id=self.worker_id))
+        if isinstance(outcome, Admission):
+            self._delivery.limits = outcome
+            return
+        try:
+            delay = self.limits.defer(broker, self.store, message, outcome, worker_id=self.worker_id)
+        except Exception:  # the job stays PENDING in the store: the recovery loop's sweeper re-publishes it
+            logger.warning("job %s: publishing its deferral failed; the recovery loop will re-dispatch it",
+                           message.message_id, exc_info=True)
+        else:
+            logger.debug("job %s deferred %.2fs: %s limit of %s", message.message_id, delay, outcome.limit,
+                         outcome.spec.actor)
+        message.options["store_results"] = False  # never ran: Results must not store None for it
+        raise SkipMessage(f"{outcome.limit} limit")
+
+    def _limits_bind(self, lease_id: int) -> None:
+        admission: Admission | None = getattr(self._delivery, "limits", None)
+        if admission is not None:
+            self.limits.bind(self.store, admission, lease_id, worker_id=self.worker_id)
+
+    def _limits_release(self) -> None:
+        admission: Admission | None = getattr(self._delivery, "limits", None)
+        self._delivery.limits = None
+        if admission is not None:
+            self.limits.release(self.store, admission)
+
+    def _limits_rate_limited(self, context: JobContext) -> None:
+        job = context.claim.job
+        spec = self.limits.spec_for(self.broker, job.actor) if self.broker is not None else None
+        if spec is None:
+            return
+        try:
+            self.limits.rate_limited(self.store, spec, job.queue, job.job_id, worker_id=self.worker_id)
+        except ReliableError as exc:
+            logger.warning("job %s: could not record the rate-limited failure for %s's limits: %s",
+                           job.job_id, job.actor, exc)
 
     def _rate_limited_retries(self, context: JobContext) -> int:
         if context.claim.job.retry_count == 0:

@@ -20,6 +20,7 @@ __all__ = [
     "CODE_OPTIONS",
     "CODE_VERSION",
     "CONTRACT_OPTIONS",
+    "LIMITS",
     "OWN_QUEUE",
     "RETRY_OPTIONS",
     "STORED_CONTRACT",
@@ -55,8 +56,12 @@ CODE_OPTIONS: tuple[str, ...] = ("checkpoint_codec",)
 #: recomputes a succeeded node whose actor's declared version changed (reliable.workflows).
 CODE_VERSION = "code_version"
 
+#: Concurrency and rate limits held across workers (`limits=reliable.Limits(...)`: reliable.limits);
+#: read from the actor's declaration only, never from a message.
+LIMITS = "limits"
+
 #: The options reliable's middleware declares, so that `@dramatiq.actor(...)` accepts them.
-ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", CODE_VERSION, *CONTRACT_OPTIONS,
+ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", CODE_VERSION, LIMITS, *CONTRACT_OPTIONS,
                                            *CODE_OPTIONS})
 
 #: Options a message may not set: everything that shapes the contract or names code, whether

@@ -31,11 +31,37 @@ if TYPE_CHECKING:
     from .api_client import ApiClient
 
 __all__ = [
-    "CANDIDATES_SHOWN", "DURATION", "ENV_API", "ENV_TOKEN", "ENV_TOKEN_FILE", "JOB_ID_HELP", "MIN_PREFIX", "NO_STORE",
-    "POSITIVE_DURATION", "STATE_CHOICE", "Duration", "api_option", "emit_json", "fmt_time", "handle_errors",
-    "id_column", "job_id_argument", "open_source", "open_store", "print_table", "repeat", "resolve_job_id",
+    "BROKER_QUEUES_HELP",
+    "CANDIDATES_SHOWN",
+    "DURATION",
+    "ENV_API",
+    "ENV_BROKER_QUEUES",
+    "ENV_TOKEN",
+    "ENV_TOKEN_FILE",
+    "JOB_ID_HELP",
+    "MIN_PREFIX",
+    "NO_STORE",
+    "POSITIVE_DURATION",
+    "STATE_CHOICE",
+    "Duration",
+    "api_option",
+    "emit_json",
+    "fmt_time",
+    "handle_errors",
+    "id_column",
+    "job_id_argument",
+    "open_source",
+    "open_store",
+    "print_table",
+    "rabbitmq_broker",
+    "repeat",
+    "resolve_job_id",
     "resolve_job_ids",
-    "source_options", "state_option", "stdout_console", "store_option", "token_file_option",
+    "source_options",
+    "state_option",
+    "stdout_console",
+    "store_option",
+    "token_file_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,6 +82,13 @@ store_option = click.option(
 
 #: Where `--api` finds the API and its token (read by `open_source`; named in every --help that takes --api).
 ENV_API = "RELIABLE_API"
+#: How the application declares its queues: "classic" (Dramatiq's) or "quorum" (reliable.rabbitmq).
+ENV_BROKER_QUEUES = "RELIABLE_BROKER_QUEUES"
+#: The x-delivery-limit of the application's quorum queues (ReliableRabbitmqBroker's delivery_limit).
+ENV_BROKER_DELIVERY_LIMIT = "RELIABLE_BROKER_DELIVERY_LIMIT"
+BROKER_QUEUES_HELP = (f" Quorum queues (reliable.rabbitmq.ReliableRabbitmqBroker): set ${ENV_BROKER_QUEUES}=quorum "
+                      f"and ${ENV_BROKER_DELIVERY_LIMIT} as the workers' broker has them; several nodes: "
+                      "';'-separated URLs.")
 ENV_TOKEN = "RELIABLE_API_TOKEN"
 ENV_TOKEN_FILE = "RELIABLE_API_TOKEN_FILE"
 
@@ -283,3 +316,27 @@ def repeat(step: Callable[[], R], show: Callable[[R], None], *, interval: float,
         if once:
             return
         time.sleep(interval)
+
+
+def rabbitmq_broker(url: str) -> Any:
+    """The broker a command publishes on, declaring queues as the application's workers do.
+
+    Classic queues (Dramatiq's RabbitmqBroker) unless $RELIABLE_BROKER_QUEUES says "quorum": a
+    queue's arguments must match its declaration exactly, or RabbitMQ refuses the publish.
+    """
+    kind = os.environ.get(ENV_BROKER_QUEUES, "classic").strip().lower()
+    if kind not in ("classic", "quorum"):
+        raise ConfigError(f"${ENV_BROKER_QUEUES} must be 'classic' or 'quorum', not {kind!r}")
+    if kind == "classic":
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        return RabbitmqBroker(url=url)  # Dramatiq takes ';'-separated URLs of several nodes
+    from ..rabbitmq import ReliableRabbitmqBroker
+    from ..rabbitmq.broker import DEFAULT_DELIVERY_LIMIT
+
+    raw = os.environ.get(ENV_BROKER_DELIVERY_LIMIT, str(DEFAULT_DELIVERY_LIMIT))
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ConfigError(f"${ENV_BROKER_DELIVERY_LIMIT} must be an integer, not {raw!r}") from None
+    return ReliableRabbitmqBroker(url=url, queue_type="quorum", delivery_limit=limit)

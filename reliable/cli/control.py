@@ -24,6 +24,7 @@ from ..selection import JobFilter, count_jobs, select_jobs, statuses
 from ..states import JobStatus
 from ..store import Job, StateStore
 from .common import (
+    BROKER_QUEUES_HELP,
     DURATION,
     emit_json,
     fmt_time,
@@ -31,6 +32,7 @@ from .common import (
     job_id_argument,
     open_source,
     print_table,
+    rabbitmq_broker,
     resolve_job_ids,
     source_options,
     state_option,
@@ -94,7 +96,7 @@ def control_options(func: F) -> F:
                                   "idempotent)."),
         click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
                      help="RabbitMQ URL (amqp://...): publish resumed/requeued jobs and compensations now. "
-                          "Without it the workers' sweeper publishes them."),
+                          "Without it the workers' sweeper publishes them." + BROKER_QUEUES_HELP),
         click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation when several jobs are selected."),
         click.option("--dry-run", is_flag=True, help="Show what would happen; change nothing, record nothing."),
         click.option("--limit", type=click.IntRange(min=1), default=DEFAULT_LIMIT, show_default=True,
@@ -141,9 +143,7 @@ def build_control(store: StateStore, params: dict[str, Any]) -> Control:
     """A Control from the CLI options (identity, operators policy, contracts policy, broker)."""
     broker = None
     if params.get("broker_url"):
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-        broker = RabbitmqBroker(url=params["broker_url"])
+        broker = rabbitmq_broker(url=params["broker_url"])
     return Control(store, policy=load_policy(params.get("policies_path")), broker=broker,
                    operators=_operators(params.get("operators_file")),
                    identity=Operator.resolve(params.get("operator_name")))

@@ -40,7 +40,8 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @store_option
 @click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
-              help="RabbitMQ URL (amqp://...) to report queue depths from; omitted: no broker gauges.")
+              help="RabbitMQ URL (amqp://...; several ';'-separated for a cluster, tried in turn) to report "
+                   "queue depths from; omitted: no broker gauges.")
 @click.option("--sla", "sla_items", multiple=True, metavar="STATE=DURATION",
               help="Stuck threshold for RUNNING, STOPPING or PAUSED, e.g. RUNNING=2h (repeatable). "
                    "Defaults: 1h, 5m, 1d.")

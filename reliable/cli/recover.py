@@ -8,14 +8,24 @@ from dataclasses import asdict
 
 import click
 
-from .common import DURATION, POSITIVE_DURATION, emit_json, handle_errors, open_store, repeat, store_option
+from .common import (
+    BROKER_QUEUES_HELP,
+    DURATION,
+    POSITIVE_DURATION,
+    emit_json,
+    handle_errors,
+    open_store,
+    rabbitmq_broker,
+    repeat,
+    store_option,
+)
 
 
 @click.command()
 @store_option
 @click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
               help="RabbitMQ URL (amqp://...) to re-publish messages on. Without it jobs are moved in the "
-                   "store only and a worker's sweeper publishes them.")
+                   "store only and a worker's sweeper publishes them." + BROKER_QUEUES_HELP)
 @click.option("--policies", type=click.Path(exists=True), envvar="RELIABLE_POLICIES", show_envvar=True,
               help="Policy file or directory (crash decisions, lease settings). Default: built-in policy.")
 @click.option("--once", is_flag=True, help="Run one pass and exit (for cron or a test).")
@@ -43,9 +53,7 @@ def recover(store_url: str, broker_url: str | None, policies: str | None, once: 
     policy = Policy.load(policies)
     broker = None
     if broker_url:
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-        broker = RabbitmqBroker(url=broker_url)
+        broker = rabbitmq_broker(url=broker_url)
     loop = Recovery(store, broker, policy, sweep_after=sweep_after,
                     worker_id=f"reliable-recover@{socket.gethostname()}:{os.getpid()}")
     pause = interval if interval is not None else policy.lease.recovery_interval

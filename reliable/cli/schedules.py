@@ -16,6 +16,7 @@ from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
 from ..schedules import storage
 from ..store import StateStore
 from .common import (
+    BROKER_QUEUES_HELP,
     POSITIVE_DURATION,
     emit_json,
     fmt_time,
@@ -23,6 +24,7 @@ from .common import (
     id_column,
     open_store,
     print_table,
+    rabbitmq_broker,
     repeat,
     stdout_console,
     store_option,
@@ -39,7 +41,7 @@ EXIT_CODES_HELP = ("Exit status: 0 done; 1 nothing to do (already in that state)
                    "nothing is written), no such schedule, or a store error.")
 
 broker_option = click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True, required=True,
-                             help="RabbitMQ URL (amqp://...) to publish the fired jobs on.")
+                             help="RabbitMQ URL (amqp://...) to publish the fired jobs on." + BROKER_QUEUES_HELP)
 
 
 def _operator_options(func: F) -> F:
@@ -54,9 +56,7 @@ def _operator_options(func: F) -> F:
 
 
 def _rabbitmq(url: str) -> Any:
-    from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-    return RabbitmqBroker(url=url)
+    return rabbitmq_broker(url)
 
 
 def _row_dict(row: storage.ScheduleRow) -> dict[str, Any]:

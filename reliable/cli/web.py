@@ -6,7 +6,7 @@ import click
 
 from ..errors import ConfigError
 from ..operators import OperatorsPolicy
-from .common import handle_errors, open_store, store_option
+from .common import BROKER_QUEUES_HELP, handle_errors, open_store, rabbitmq_broker, store_option
 from .control import ENV_OPERATORS_FILE, load_policy
 
 __all__ = ["web"]
@@ -20,7 +20,8 @@ __all__ = ["web"]
               type=click.Path(exists=True), help="Policy file or directory: each job's contract (resumable, "
                                                  "idempotent...), so the console offers the right actions.")
 @click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
-              help="RabbitMQ URL: publish resumed/retried jobs at once (else the workers' sweeper does).")
+              help="RabbitMQ URL: publish resumed/retried jobs at once (else the workers' sweeper does)."
+                   + BROKER_QUEUES_HELP)
 @click.option("--proxy-header", envvar="RELIABLE_WEB_PROXY_HEADER", show_envvar=True, metavar="HEADER",
               help="Trust this header (e.g. X-Forwarded-User) as the user's name, set by an authenticating proxy "
                    "on --trusted-proxy; roles then come from --operators-file.")
@@ -57,9 +58,7 @@ def web(host: str, port: int, store_url: str | None, policies_path: str | None, 
                           "from (anyone else could name any user in that header)")
     broker = None
     if broker_url:
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-        broker = RabbitmqBroker(url=broker_url)
+        broker = rabbitmq_broker(url=broker_url)
     config = WebConfig(proxy_header=proxy_header, trusted_proxies=trusted_proxies,
                        proxy_operators=OperatorsPolicy.load(operators_file) if operators_file else None,
                        cookie_secure=cookie_secure, redact=redact)

@@ -20,7 +20,17 @@ from ..workflows.definition import Workflow
 from ..workflows.drawing import draw_dag
 from ..workflows.engine import WorkflowCommand, WorkflowEngine, find_middleware
 from ..workflows.planning import NodeView, Snapshot, WorkflowStatus, node_states, workflow_status
-from .common import emit_json, fmt_time, handle_errors, id_column, open_store, print_table, stdout_console, store_option
+from .common import (
+    BROKER_QUEUES_HELP,
+    emit_json,
+    fmt_time,
+    handle_errors,
+    id_column,
+    open_store,
+    print_table,
+    stdout_console,
+    store_option,
+)
 from .control import ALLOW_DUPLICATES, EXIT_ERROR, EXIT_REFUSED, allow_duplicates_option, build_control
 
 __all__ = ["workflow"]
@@ -160,7 +170,8 @@ def _command_options(func: Any) -> Any:
                      show_envvar=True, help="Operators policy (YAML): the command must be allowed on every node's "
                                             "queue and owner."),
         click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
-                     help="RabbitMQ URL: publish the jobs that start now (without it the workers' sweeper does)."),
+                     help="RabbitMQ URL: publish the jobs that start now (without it the workers' sweeper does)."
+                          + BROKER_QUEUES_HELP),
         click.option("--dry-run", is_flag=True, help="Print the plan; change nothing, record nothing."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
     ]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .timeouts import DEFAULT_CONSUMER_TIMEOUT, hold_limit, timeout_issues
+from .timeouts import DEFAULT_CONSUMER_TIMEOUT, held_unacked, hold_limit, timeout_issues
 
 if TYPE_CHECKING:
     from .broker import DEFAULT_DELIVERY_LIMIT, ReliableRabbitmqBroker
 
-__all__ = ["DEFAULT_CONSUMER_TIMEOUT", "DEFAULT_DELIVERY_LIMIT", "ReliableRabbitmqBroker", "hold_limit",
+__all__ = ["DEFAULT_CONSUMER_TIMEOUT", "DEFAULT_DELIVERY_LIMIT", "ReliableRabbitmqBroker", "held_unacked", "hold_limit",
            "timeout_issues"]
 
 

@@ -4,7 +4,9 @@ Called by `ReliableMiddleware.before_worker_boot`. A broker that is not a Rabbit
 alone. For a `ReliableRabbitmqBroker`: a delivery limit at or below an actor's max attempts, or a
 queue RabbitMQ refuses to declare as configured, stops the boot (BrokerConfigError). Timings that
 do not fit under the consumer timeout (a plain RabbitmqBroker is taken to have RabbitMQ's default
-30 min) are logged as warnings, or stop the boot with `strict_timeouts=True`.
+30 min) are logged as warnings (errors for actors declared with reliable=False: nothing fences
+their redelivered copy), or stop the boot with `strict_timeouts=True`. A delivery counts as held
+for its wait behind the worker's prefetch as well as its run (`timeouts.held_unacked`).
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import sys
 from typing import Any
 
 from ..errors import BrokerConfigError
-from .timeouts import DEFAULT_CONSUMER_TIMEOUT, timeout_issues
+from .timeouts import DEFAULT_CONSUMER_TIMEOUT, UNTRACKED, timeout_issues
 
 __all__ = ["check_broker"]
 
 logger = logging.getLogger("reliable.rabbitmq")
 
 
-def check_broker(broker: Any, middleware: Any) -> None:
-    """Check a RabbitMQ broker against the middleware's policy and timings (see the module doc)."""
+def check_broker(broker: Any, middleware: Any, worker: Any = None) -> None:
+    """Check a RabbitMQ broker against the middleware's policy and timings (see the module doc).
+
+    `worker`: the booting Dramatiq worker; its `queue_prefetch` and `worker_threads` tell how long a
+    delivery may wait unacknowledged before it runs (None: only the run is counted)."""
     if "dramatiq.brokers.rabbitmq" not in sys.modules:
         return  # then `broker` cannot be a RabbitmqBroker, and pika stays unimported
     from dramatiq.brokers.rabbitmq import RabbitmqBroker
@@ -31,8 +36,9 @@ def check_broker(broker: Any, middleware: Any) -> None:
 
     if not isinstance(broker, RabbitmqBroker):
         return
-    actors = [broker.get_actor(name) for name in sorted(broker.get_declared_actors())
-              if middleware.tracked(broker, name)]
+    declared = [broker.get_actor(name) for name in sorted(broker.get_declared_actors())]
+    actors = [actor for actor in declared if middleware.tracked(broker, actor.actor_name)]
+    untracked = [actor for actor in declared if not middleware.tracked(broker, actor.actor_name)]
     ours = broker if isinstance(broker, ReliableRabbitmqBroker) else None
     if ours is not None and ours.quorum:
         for actor in actors:
@@ -48,11 +54,16 @@ def check_broker(broker: Any, middleware: Any) -> None:
     issues = timeout_issues(
         consumer_timeout=ours.consumer_timeout if ours is not None else DEFAULT_CONSUMER_TIMEOUT,
         lease_ttl=middleware.lease_ttl, time_limits={actor.actor_name: _time_limit(broker, actor) for actor in actors},
-        broker_delay=_max_broker_delay(), rehold=ours is not None)
+        untracked_limits={actor.actor_name: _time_limit(broker, actor) for actor in untracked},
+        broker_delay=_max_broker_delay(), rehold=ours is not None,
+        prefetch=int(getattr(worker, "queue_prefetch", 0) or 0), threads=int(getattr(worker, "worker_threads", 0) or 0))
     if issues and ours is not None and ours.strict_timeouts:
         raise BrokerConfigError("consumer_timeout: " + "; ".join(issues))
     for issue in issues:
-        logger.warning("consumer_timeout: %s", issue)
+        if UNTRACKED in issue:
+            logger.error("consumer_timeout: %s", issue)  # nothing fences a redelivered copy of it
+        else:
+            logger.warning("consumer_timeout: %s", issue)
 
 
 def _time_limit(broker: Any, actor: Any) -> float | None:

@@ -26,7 +26,8 @@ from sqlalchemy import (
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
 __all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "api_tokens", "attempts",
-           "barriers", "effects", "job_events", "jobs", "liveness", "metadata", "operations",
+           "barriers", "effects", "job_events", "jobs", "limit_buckets", "limit_slots", "limits", "liveness",
+           "metadata", "operations",
            "schedule_events", "schedule_slots", "schedules", "workflow_edges",
            "workflow_events", "workflow_nodes", "workflows"]
 
@@ -401,6 +402,44 @@ schedule_events = Table(
 )
 
 Index("ix_reliable_schedule_events_schedule", schedule_events.c.schedule, schedule_events.c.id)
+
+# Limits (migration 0012, reliable.limits): per actor its declared and effective concurrency; a
+# concurrency limit of N is N slot rows per key, a rate limit K bucket rows per key (sharded: one
+# hot row would serialise a fleet).
+limits = Table(
+    "reliable_limits",
+    metadata,
+    Column("name", String(255), primary_key=True),  # the actor
+    Column("declared", Integer, nullable=False),
+    Column("effective", Integer, nullable=False),  # lowered under sustained rate limiting
+    Column("streak", Integer, nullable=False, server_default="0"),  # rate-limited failures in a row
+    Column("last_rate_limited_at", Double),
+    Column("changed_at", Double),
+    Column("updated_at", Double, nullable=False),
+)
+
+limit_slots = Table(
+    "reliable_limit_slots",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("slot", Integer, primary_key=True),
+    # Held while holder_job's attempt with lease holder_lease is live, or until expires_at (the
+    # window between taking the slot and the claim): a killed worker's slot frees itself.
+    Column("holder_job", String(64)),
+    Column("holder_lease", BigInteger),
+    Column("expires_at", Double),
+)
+
+limit_buckets = Table(
+    "reliable_limit_buckets",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("bucket", Integer, primary_key=True),
+    Column("tokens", Double, nullable=False),  # as of updated_at; refilled on read
+    Column("updated_at", Double, nullable=False),
+)
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
     """For an application's own Alembic ``env.py``: ``context.configure(..., include_name=alembic_include_name)``

@@ -42,7 +42,9 @@ def test_a_job_longer_than_the_consumer_timeout_completes_once(
         assert ledger.runs() == {job_id: 1}
         status = ledger.scalar("SELECT status FROM reliable_jobs WHERE job_id = :j", j=job_id)
         assert status == JobStatus.SUCCEEDED.value
-        assert "consumer_timeout: actor 'slow': time_limit 60s exceeds" in worker.output()  # the boot warning
+        boot_warning = ("consumer_timeout: actor 'slow': time_limit 60s (waiting behind a prefetch of 4 on 2 threads, "
+                        "up to 180s unacked) exceeds")
+        assert boot_warning in worker.output()
     finally:
         ledger.close()
 
@@ -117,7 +119,8 @@ def test_a_policy_or_timing_that_does_not_fit_stops_the_boot(
         with pytest.raises(BrokerConfigError) as refused:
             _worker_of(broker).start()
         expected = ("may make 5 attempts, not below the broker's delivery_limit 5" if case == "delivery_limit"
-                    else "time_limit 600s exceeds the consumer_timeout 5s")
+                    else "time_limit 600s (waiting behind a prefetch of 2 on 1 threads, up to 1800s unacked) "
+                                                          "exceeds the consumer_timeout 5s")
         assert expected in str(refused.value)
     finally:
         broker.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reliable.errors import ConfigError
-from reliable.rabbitmq import DEFAULT_CONSUMER_TIMEOUT, ReliableRabbitmqBroker, hold_limit, timeout_issues
+from reliable.rabbitmq import DEFAULT_CONSUMER_TIMEOUT, ReliableRabbitmqBroker, held_unacked, hold_limit, timeout_issues
 
 
 @pytest.mark.parametrize(("timeout", "limit"), [(DEFAULT_CONSUMER_TIMEOUT, 1740.0), (300.0, 270.0), (5.0, 3.0)])
@@ -31,10 +31,36 @@ def test_timings_under_the_default_timeout_fit() -> None:
 def test_each_misfit_is_named() -> None:
     issues = _issues(consumer_timeout=600.0, lease_ttl=600.0, time_limits={"a": 550.0, "b": None, "c": 60.0})
     assert len(issues) == 4, issues
-    assert issues[0].startswith("lease_ttl 600s is not below the broker's consumer_timeout 600s")
+    assert issues[0].startswith("lease_ttl 600s exceeds the consumer_timeout 600s less its margin (540s)")
     assert issues[1].startswith("actor 'a': time_limit 550s exceeds the consumer_timeout 600s less its margin (540s)")
     assert issues[2].startswith("actor 'b' has no time limit")
     assert issues[3].startswith("retries delayed up to 900s are held unacknowledged")
+
+
+def test_the_lease_ttl_is_held_against_the_hold_limit_not_the_timeout() -> None:
+    assert _issues(consumer_timeout=600.0, lease_ttl=540.0, time_limits={}, rehold=True) == []
+    issues = _issues(consumer_timeout=600.0, lease_ttl=541.0, time_limits={}, rehold=True)
+    assert issues[0].startswith("lease_ttl 541s exceeds")
+
+
+def test_a_delivery_waits_behind_the_prefetch_before_it_runs() -> None:
+    # Dramatiq's default: a prefetch of 2 x threads, so up to 3 x time_limit unacked.
+    assert held_unacked(600.0, prefetch=16, threads=8) == 1800.0
+    assert held_unacked(600.0, prefetch=0, threads=0) == 600.0  # worker unknown: the run only
+    assert _issues(time_limits={"a": 600.0}) == []
+    issues = _issues(time_limits={"a": 600.0}, prefetch=16, threads=8)
+    assert len(issues) == 1, issues
+    assert issues[0].startswith("actor 'a': time_limit 600s (waiting behind a prefetch of 16 on 8 threads, up to "
+                                "1800s unacked) exceeds the consumer_timeout 1800s less its margin (1740s)")
+    assert _issues(time_limits={"a": 580.0}, prefetch=16, threads=8) == []
+
+
+def test_untracked_actors_are_checked_and_named_louder() -> None:
+    issues = _issues(time_limits={}, untracked_limits={"plain": 2000.0, "open": None})
+    assert len(issues) == 2, issues
+    assert all("UNTRACKED (reliable=False): no claim stops the redelivered copy" in issue for issue in issues)
+    assert issues[0].startswith("actor 'open' has no time limit")
+    assert issues[1].startswith("actor 'plain': time_limit 2000s exceeds")
 
 
 def test_a_broker_that_reholds_delays_has_no_delay_issue() -> None:

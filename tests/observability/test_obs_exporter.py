@@ -16,7 +16,7 @@ from reliable.collector import StoreCollector
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
 
-from support import CLI, RABBITMQ_URL, port_open, require_service
+from support import CLI, RABBITMQ_URL, free_port, port_open, require_service
 
 
 def populate(store: StateStore, queue: str = "exports") -> None:
@@ -155,7 +155,9 @@ def test_rabbitmq_queue_depths(sqlite_url: str) -> None:
     store = StateStore(sqlite_url)
     try:
         store.register(NewJob("j", queue, "export", {}))
-        with exporter(sqlite_url, "--broker", RABBITMQ_URL) as base:
+        # The documented cluster form, a dead node first: the nodes are tried in turn.
+        cluster = f"amqp://guest:guest@127.0.0.1:{free_port()}/;{RABBITMQ_URL}"
+        with exporter(sqlite_url, "--broker", cluster) as base:
             samples = scrape(base)
         down = CollectorRegistry()
         down.register(StoreCollector(store, broker_url="amqp://guest:guest@127.0.0.1:1/"))

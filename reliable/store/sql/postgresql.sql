@@ -352,3 +352,136 @@ SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= %(at)s::fl
 -- name: delete_schedule
 -- An operator removed the schedule (audited first); its fired slots stay as history.
 DELETE FROM reliable_schedules WHERE name = %(name)s;
+
+-- Limits (reliable/limits/storage.py). A concurrency limit of N is N slot rows per (actor, key), a
+-- rate limit K token buckets: a worker takes ONE free row it can lock (SKIP LOCKED), so a fleet
+-- does not queue on one hot row. A slot is held by a job's attempt (holder_job, holder_lease: the
+-- lease id the claim gives it) while that lease is live by the database clock, or until
+-- expires_at (the window between taking it and the claim): a killed worker's slot frees itself.
+
+-- name: limit_ensure
+-- The actor's limit row (declared concurrency; 0 for a rate limit only). A new declaration keeps
+-- a reduction in force, clamped to the new declaration.
+INSERT INTO reliable_limits AS l (name, declared, effective, streak, updated_at)
+SELECT %(name)s::text, %(declared)s::int4, %(declared)s::int4, 0, t.now
+FROM (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
+ON CONFLICT (name) DO UPDATE SET
+    effective = CASE WHEN l.effective >= l.declared THEN excluded.declared
+                     ELSE least(l.effective, excluded.declared) END,
+    declared = excluded.declared, updated_at = excluded.updated_at
+WHERE l.declared <> excluded.declared;
+
+-- name: limit_ensure_slots
+INSERT INTO reliable_limit_slots (name, key, slot)
+SELECT %(name)s::text, %(key)s::text, n FROM generate_series(0, %(count)s::int4 - 1) AS n
+ON CONFLICT (name, key, slot) DO NOTHING;
+
+-- name: limit_ensure_buckets
+INSERT INTO reliable_limit_buckets (name, key, bucket, tokens, updated_at)
+SELECT %(name)s::text, %(key)s::text, n, %(capacity)s::float8,
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+FROM generate_series(0, %(count)s::int4 - 1) AS n
+ON CONFLICT (name, key, bucket) DO NOTHING;
+
+-- name: limit_acquire_slot
+-- One statement: take the first free slot below the effective limit (in key order: the scan stops
+-- there) and read the actor's limit row; no slot when all are held (or locked). A slot is free
+-- once its attempt ended (the job left RUNNING/STOPPING or its lease moved on or expired): no
+-- release is needed after an attempt, only when a taken slot's claim did not happen.
+WITH t AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+),
+lim AS (
+    SELECT declared, effective, streak, last_rate_limited_at, changed_at FROM reliable_limits
+    WHERE name = %(name)s::text
+),
+pick AS (
+    SELECT s.slot FROM reliable_limit_slots s, t, lim
+    WHERE s.name = %(name)s::text AND s.key = %(key)s::text AND s.slot < lim.effective
+      AND (s.holder_job IS NULL OR NOT (
+          -- taken, its claim not made yet, within the ttl
+          (s.expires_at >= t.now AND NOT EXISTS (
+              SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+          -- or held by the live attempt of that claim
+          OR EXISTS (
+              SELECT 1 FROM reliable_jobs j
+              WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+                AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now)))
+    ORDER BY s.slot
+    LIMIT 1
+    FOR UPDATE OF s SKIP LOCKED
+),
+took AS (
+    UPDATE reliable_limit_slots s
+    SET holder_job = %(job_id)s::text, expires_at = t.now + %(ttl)s::float8,
+        holder_lease = (SELECT j.lease_id + 1 FROM reliable_jobs j WHERE j.job_id = %(job_id)s::text)
+    FROM pick, t
+    WHERE s.name = %(name)s::text AND s.key = %(key)s::text AND s.slot = pick.slot
+    RETURNING s.slot, s.holder_lease
+)
+SELECT (SELECT slot FROM took), (SELECT holder_lease FROM took), lim.declared, lim.effective, lim.streak,
+    lim.last_rate_limited_at, lim.changed_at, t.now
+FROM t LEFT JOIN lim ON TRUE;
+
+-- name: limit_bind_slot
+-- After a claim whose lease id differs from the one the slot expected (another delivery claimed first).
+UPDATE reliable_limit_slots SET holder_lease = %(lease_id)s::int8
+WHERE name = %(name)s::text AND key = %(key)s::text AND slot = %(slot)s::int4 AND holder_job = %(job_id)s::text;
+
+-- name: limit_release_slot
+UPDATE reliable_limit_slots SET holder_job = NULL, holder_lease = NULL, expires_at = NULL
+WHERE name = %(name)s::text AND key = %(key)s::text AND slot = %(slot)s::int4 AND holder_job = %(job_id)s::text;
+
+-- name: limit_take_token
+-- One statement: take a token from a bucket that has one (starting at :start); with or without
+-- one, the most any bucket holds now (how long to wait for the next token).
+WITH t AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+),
+pick AS (
+    SELECT b.bucket FROM reliable_limit_buckets b, t
+    WHERE b.name = %(name)s::text AND b.key = %(key)s::text AND b.bucket < %(shards)s::int4
+      AND least(%(capacity)s::float8, b.tokens + (t.now - b.updated_at) * %(refill)s::float8) >= 1
+    ORDER BY mod(b.bucket + %(start)s::int4, %(shards)s::int4)
+    LIMIT 1
+    FOR UPDATE OF b SKIP LOCKED
+),
+took AS (
+    UPDATE reliable_limit_buckets b
+    SET tokens = least(%(capacity)s::float8, b.tokens + (t.now - b.updated_at) * %(refill)s::float8) - 1,
+        updated_at = t.now
+    FROM pick, t
+    WHERE b.name = %(name)s::text AND b.key = %(key)s::text AND b.bucket = pick.bucket
+    RETURNING b.bucket
+)
+SELECT (SELECT bucket FROM took),
+    (SELECT max(least(%(capacity)s::float8, b.tokens + (t.now - b.updated_at) * %(refill)s::float8))
+     FROM reliable_limit_buckets b
+     WHERE b.name = %(name)s::text AND b.key = %(key)s::text AND b.bucket < %(shards)s::int4),
+    t.now
+FROM t;
+
+-- name: limit_lock
+-- The actor's limit row, locked for an adaptive decision (rare: a rate-limited failure, a restore).
+SELECT declared, effective, streak, last_rate_limited_at, changed_at,
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+FROM reliable_limits WHERE name = %(name)s::text
+FOR UPDATE;
+
+-- name: limit_update
+UPDATE reliable_limits SET effective = %(effective)s::int4, streak = %(streak)s::int4,
+    last_rate_limited_at = %(last_rate_limited_at)s::float8, changed_at = %(changed_at)s::float8,
+    updated_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE name = %(name)s::text;
+
+-- name: limit_holders
+-- The slots held now (a live lease, or taken and not yet claimed): the integration tests' and CLI's view.
+SELECT s.key, s.slot, s.holder_job FROM reliable_limit_slots s,
+    (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
+WHERE s.name = %(name)s::text AND s.holder_job IS NOT NULL AND (
+    (s.expires_at >= t.now AND NOT EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+    OR EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+          AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now))
+ORDER BY s.key, s.slot;

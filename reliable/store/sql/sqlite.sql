@@ -281,3 +281,86 @@ SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= :at ORDER 
 -- name: delete_schedule
 -- An operator removed the schedule (audited first); its fired slots stay as history.
 DELETE FROM reliable_schedules WHERE name = :name;
+
+-- Limits (reliable/limits/storage.py; see postgresql.sql). SQLite runs each step as a few
+-- statements in one BEGIN IMMEDIATE transaction (one writer at a time: no row locks to skip).
+
+-- name: limit_ensure
+INSERT INTO reliable_limits (name, declared, effective, streak, updated_at)
+VALUES (:name, :declared, :declared, 0, :now)
+ON CONFLICT (name) DO UPDATE SET
+    effective = CASE WHEN effective >= declared THEN excluded.declared
+                     ELSE min(effective, excluded.declared) END,
+    declared = excluded.declared, updated_at = excluded.updated_at
+WHERE declared <> excluded.declared;
+
+-- name: limit_ensure_slots
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :count)
+INSERT INTO reliable_limit_slots (name, key, slot) SELECT :name, :key, i FROM n WHERE true
+ON CONFLICT (name, key, slot) DO NOTHING;
+
+-- name: limit_ensure_buckets
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < :count)
+INSERT INTO reliable_limit_buckets (name, key, bucket, tokens, updated_at)
+SELECT :name, :key, i, :capacity, :now FROM n WHERE true
+ON CONFLICT (name, key, bucket) DO NOTHING;
+
+-- name: limit_state
+SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now FROM reliable_limits WHERE name = :name;
+
+-- name: limit_pick_slot
+SELECT s.slot FROM reliable_limit_slots s
+WHERE s.name = :name AND s.key = :key AND s.slot < :effective
+  AND (s.holder_job IS NULL OR NOT (
+      (s.expires_at >= :now AND NOT EXISTS (
+          SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+      OR EXISTS (
+          SELECT 1 FROM reliable_jobs j
+          WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+            AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now)))
+ORDER BY s.slot
+LIMIT 1;
+
+-- name: limit_hold_slot
+UPDATE reliable_limit_slots
+SET holder_job = :job_id, expires_at = :now + :ttl,
+    holder_lease = (SELECT j.lease_id + 1 FROM reliable_jobs j WHERE j.job_id = :job_id)
+WHERE name = :name AND key = :key AND slot = :slot
+RETURNING slot, holder_lease;
+
+-- name: limit_bind_slot
+UPDATE reliable_limit_slots SET holder_lease = :lease_id
+WHERE name = :name AND key = :key AND slot = :slot AND holder_job = :job_id;
+
+-- name: limit_release_slot
+UPDATE reliable_limit_slots SET holder_job = NULL, holder_lease = NULL, expires_at = NULL
+WHERE name = :name AND key = :key AND slot = :slot AND holder_job = :job_id;
+
+-- name: limit_pick_bucket
+-- The fullest bucket and what it holds now (refilled since its last take).
+SELECT bucket, min(:capacity, tokens + (:now - updated_at) * :refill) AS have FROM reliable_limit_buckets
+WHERE name = :name AND key = :key AND bucket < :shards
+ORDER BY have DESC, (bucket + :start) % :shards
+LIMIT 1;
+
+-- name: limit_spend_token
+UPDATE reliable_limit_buckets SET tokens = :have - 1, updated_at = :now
+WHERE name = :name AND key = :key AND bucket = :bucket;
+
+-- name: limit_lock
+SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now FROM reliable_limits WHERE name = :name;
+
+-- name: limit_update
+UPDATE reliable_limits SET effective = :effective, streak = :streak,
+    last_rate_limited_at = :last_rate_limited_at, changed_at = :changed_at, updated_at = :now
+WHERE name = :name;
+
+-- name: limit_holders
+SELECT s.key, s.slot, s.holder_job FROM reliable_limit_slots s
+WHERE s.name = :name AND s.holder_job IS NOT NULL AND (
+    (s.expires_at >= :now AND NOT EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id >= s.holder_lease))
+    OR EXISTS (
+        SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
+          AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now))
+ORDER BY s.key, s.slot;

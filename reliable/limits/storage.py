@@ -1,0 +1,197 @@
+"""Limits in the state store: slots and token buckets taken in one statement, the adaptive state
+changed under its row's lock. Decisions are reliable.limits.adaptive's; this module reads and writes.
+
+Every time is the database's clock (or the store's injected one). Rows are created on first use
+(`ensure`, once per process per actor and key).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..states import ACTIVE_STATES
+from ..store import StateStore
+from ..store.sqlrunner import Tx
+from .adaptive import Adaptation, AdaptiveSettings, LimitState
+from .model import LimitSpec
+
+__all__ = ["LimitStore", "SlotTaken", "TokenTaken", "settings_for"]
+
+_ACTIVE = sorted(s.value for s in ACTIVE_STATES)
+#: (actor, key) pairs whose rows this process has ensured; more are ensured on every use.
+_ENSURED_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class SlotTaken:
+    """The outcome of asking for a slot: `slot` (None: none free), the actor's stored state, the time."""
+
+    slot: int | None
+    lease_id: int | None
+    state: LimitState | None
+    now: float
+
+
+@dataclass(frozen=True)
+class TokenTaken:
+    """The outcome of asking for a token: taken or not, and how long until the next one (seconds)."""
+
+    taken: bool
+    wait: float
+    now: float
+
+
+def _state(row: Any) -> LimitState | None:
+    if row is None or row[0] is None:
+        return None
+    return LimitState(declared=int(row[0]), effective=int(row[1]), streak=int(row[2]),
+                      last_rate_limited_at=None if row[3] is None else float(row[3]),
+                      changed_at=None if row[4] is None else float(row[4]))
+
+
+class LimitStore:
+    """The limits' rows in one StateStore (SQLite or PostgreSQL)."""
+
+    def __init__(self, store: StateStore, *, rand: Callable[[], float] = random.random) -> None:
+        self.store = store
+        self._sql = store._sql
+        self._postgres = self._sql.dialect == "postgresql"
+        self._rand = rand
+        self._ensured: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def _run(self, tx: Tx, name: str, params: dict[str, Any]) -> Any:
+        return self._sql._execute(tx, name, params)
+
+    def _start(self, count: int) -> int:
+        return int(self._rand() * count) % max(1, count)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def ensure(self, spec: LimitSpec, key: str) -> None:
+        """Create the actor's limit row and the key's slots and buckets if missing (once per process)."""
+        if (spec.actor, key) in self._ensured:
+            return
+        self.store.check_schema()
+        with self._sql.transaction() as tx:
+            self._run(tx, "limit_ensure", {"name": spec.actor, "declared": spec.concurrency or 0})
+            if spec.concurrency:
+                self._run(tx, "limit_ensure_slots", {"name": spec.actor, "key": key, "count": spec.concurrency})
+            if spec.rate_count:
+                self._run(tx, "limit_ensure_buckets", {"name": spec.actor, "key": key, "count": spec.shards,
+                                                       "capacity": spec.bucket_capacity})
+        with self._lock:
+            if len(self._ensured) < _ENSURED_MAX:
+                self._ensured.add((spec.actor, key))
+
+    def forget(self, actor: str, key: str) -> None:
+        """Ensure the rows of (actor, key) again at next use (they were found missing)."""
+        with self._lock:
+            self._ensured.discard((actor, key))
+
+    # -- concurrency -----------------------------------------------------------------------------
+
+    def acquire(self, spec: LimitSpec, key: str, job_id: str, *, ttl: float) -> SlotTaken:
+        """Take a free slot below the actor's effective concurrency for `job_id`'s next attempt.
+
+        The slot is held until the job's next claim (lease id + 1) or for `ttl` seconds, then for
+        as long as that attempt's lease is live: it frees itself when the attempt ends. `release`
+        frees a slot whose claim did not happen.
+        """
+        assert spec.concurrency is not None
+        self.ensure(spec, key)
+        params = {"name": spec.actor, "key": key, "job_id": job_id, "ttl": ttl, "active": self._active()}
+        if self._postgres:
+            with self._sql._single() as tx:
+                row = self._run(tx, "limit_acquire_slot", params).fetchone()
+            slot, lease, now = row[0], row[1], float(row[7])
+            return SlotTaken(None if slot is None else int(slot), None if lease is None else int(lease),
+                             _state(row[2:7]), now)
+        with self._sql.transaction() as tx:
+            found = self._run(tx, "limit_state", {"name": spec.actor}).fetchone()
+            state = _state(found)
+            now = float(tx.now if tx.now is not None else found[5])
+            if state is None:
+                return SlotTaken(None, None, None, now)
+            picked = self._run(tx, "limit_pick_slot", {**params, "effective": state.effective}).fetchone()
+            if picked is None:
+                return SlotTaken(None, None, state, now)
+            held = self._run(tx, "limit_hold_slot", {**params, "slot": picked[0]}).fetchone()
+            return SlotTaken(int(held[0]), None if held[1] is None else int(held[1]), state, now)
+
+    def bind(self, spec: LimitSpec, key: str, slot: int, job_id: str, lease_id: int) -> None:
+        """Tie a taken slot to the lease the claim gave (when it is not the one the slot expected)."""
+        with self._sql._single() as tx:
+            self._run(tx, "limit_bind_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id,
+                                              "lease_id": lease_id})
+
+    def release(self, spec: LimitSpec, key: str, slot: int, job_id: str) -> None:
+        """Free the slot `job_id` holds (a no-op if it was taken over meanwhile)."""
+        with self._sql._single() as tx:
+            self._run(tx, "limit_release_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id})
+
+    def holders(self, actor: str) -> list[tuple[str, int, str]]:
+        """(key, slot, job id) of every slot of `actor` held now, by the store's clock."""
+        with self._sql._single() as tx:
+            rows = self._run(tx, "limit_holders", {"name": actor, "active": self._active()}).fetchall()
+        return [(str(k), int(s), str(j)) for k, s, j in rows]
+
+    def _active(self) -> Any:
+        return self._sql._array(_ACTIVE)
+
+    # -- rate ------------------------------------------------------------------------------------
+
+    def take_token(self, spec: LimitSpec, key: str) -> TokenTaken:
+        """Take one token from one of the key's buckets; when none has one, the wait for the next."""
+        assert spec.rate_count is not None
+        self.ensure(spec, key)
+        params = {"name": spec.actor, "key": key, "shards": spec.shards, "capacity": spec.bucket_capacity,
+                  "refill": spec.bucket_refill, "start": self._start(spec.shards)}
+        if self._postgres:
+            with self._sql._single() as tx:
+                bucket, best, now = self._run(tx, "limit_take_token", params).fetchone()
+            return TokenTaken(bucket is not None, self._wait(spec, best), float(now))
+        with self._sql.transaction() as tx:
+            assert tx.now is not None
+            picked = self._run(tx, "limit_pick_bucket", params).fetchone()
+            if picked is None or picked[1] < 1:
+                return TokenTaken(False, self._wait(spec, None if picked is None else picked[1]), tx.now)
+            self._run(tx, "limit_spend_token", {**params, "bucket": picked[0], "have": picked[1]})
+            return TokenTaken(True, 0.0, tx.now)
+
+    @staticmethod
+    def _wait(spec: LimitSpec, best: float | None) -> float:
+        if best is None or best >= 1:
+            return 0.0  # the buckets with a token were busy (locked): try again soon
+        return (1.0 - float(best)) / spec.bucket_refill
+
+    # -- adaptive --------------------------------------------------------------------------------
+
+    def adapt(self, actor: str, decide: Callable[[LimitState, float], Adaptation]) -> Adaptation | None:
+        """Apply `decide` to the actor's state under its row's lock; None when it has no row."""
+        with self._sql.transaction() as tx:
+            row = self._run(tx, "limit_lock", {"name": actor}).fetchone()
+            state = _state(row)
+            if state is None or state.declared < 1:
+                return None
+            adaptation = decide(state, float(row[5]))
+            if adaptation.state != state:
+                new = adaptation.state
+                self._run(tx, "limit_update", {"name": actor, "effective": new.effective, "streak": new.streak,
+                                               "last_rate_limited_at": new.last_rate_limited_at,
+                                               "changed_at": new.changed_at})
+            return adaptation
+
+    def state(self, actor: str) -> LimitState | None:
+        """The actor's stored concurrency state (None: no concurrency limit stored)."""
+        with self._sql.transaction() as tx:
+            return _state(self._run(tx, "limit_lock", {"name": actor}).fetchone())
+
+
+def settings_for(spec: LimitSpec, streak_to_reduce: int) -> AdaptiveSettings:
+    """The adaptive settings of an actor: its limits, and the policy's `rate_limit.alert_after`."""
+    return AdaptiveSettings(streak_to_reduce=max(1, streak_to_reduce), quiet=spec.quiet, step=spec.step)
