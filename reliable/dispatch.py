@@ -6,6 +6,7 @@ from typing import Any
 
 import dramatiq
 
+from .options import OWN_QUEUE
 from .store import Job
 
 __all__ = ["declare_queue", "dispatch", "message_for"]
@@ -15,13 +16,17 @@ def message_for(job: Job, *, traceback: str | None = None) -> dramatiq.Message[A
     """Rebuild the Dramatiq message a job was enqueued with (same message_id = job_id).
 
     Like Dramatiq's Retries, a job that was retried carries `retries` (the job's retry count),
-    `requeue_timestamp` and, when the caller knows it, the last attempt's `traceback`.
+    `requeue_timestamp` and, when the caller knows it, the last attempt's `traceback`. A job
+    waiting on another queue than its own (a routed retry) names its own in `OWN_QUEUE`.
     """
     data = dict(job.message)
     options = dict(data.get("options") or {})
     # Delivery details of the previous publish must not leak into the new one.
     for key in ("eta", "retries", "traceback", "requeue_timestamp", "redelivered"):
         options.pop(key, None)
+    options.pop(OWN_QUEUE, None)
+    if job.queue != job.home_queue:  # on a lane: the worker must know whose contract applies
+        options[OWN_QUEUE] = job.home_queue
     if job.retry_count:
         options["retries"] = job.retry_count
         options["requeue_timestamp"] = int(job.updated_at * 1000)

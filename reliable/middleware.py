@@ -55,7 +55,15 @@ from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
 from .limits.gate import Admission, LimitGate
 from .metrics import Metrics
-from .options import ACTOR_OPTIONS, RETRY_OPTIONS, STORED_CONTRACT, contract_options, declared_contract, strip_untrusted
+from .options import (
+    ACTOR_OPTIONS,
+    RETRY_OPTIONS,
+    STORED_CONTRACT,
+    contract_options,
+    declared_contract,
+    own_queue,
+    strip_untrusted,
+)
 from .policy import THROWS_RULE, Decision, Failure, JobContract, Policy
 from .policy.model import RATE_LIMITED_MARK
 from .rabbitmq.boot import check_broker
@@ -290,7 +298,7 @@ class ReliableMiddleware(Middleware):
     def rate_limited_rule(self, broker: dramatiq.Broker, message: Any, exception: BaseException) -> str | None:
         """The rule that classifies `exception` as rate limited for this tracked message, else None
         (used to keep Dramatiq's worker log from calling an expected 429 an unhandled error)."""
-        actor, queue = str(message.actor_name), str(message.queue_name)
+        actor, queue = str(message.actor_name), own_queue(str(message.queue_name), message.options)
         if not self.tracked(broker, actor):
             return None
         contract = self.contract_for(actor, queue, dict(message.options))
@@ -473,7 +481,7 @@ class ReliableMiddleware(Middleware):
         options[REGISTERED] = True  # travels with every copy of the message, see above
         actor_options = self._actor_options(message.actor_name)
         _link_workflow(message, actor_options)
-        canonical_queue = message.queue_name.removesuffix(".DQ")
+        canonical_queue = own_queue(message.queue_name, options)  # a producer's OWN_QUEUE was stripped above
         contract = self.policy.contract(message.actor_name, canonical_queue, actor_options)
         data = message.asdict()
         data["queue_name"] = canonical_queue
@@ -525,7 +533,8 @@ class ReliableMiddleware(Middleware):
 
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
         job_id = message.message_id
-        contract = self.contract_for(message.actor_name, message.queue_name, message.options)
+        contract = self.contract_for(message.actor_name, own_queue(message.queue_name, message.options),
+                                     message.options)
         self._limits_admit(broker, message)
         if contract.fast_path and self._fast_eligible(message):
             status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
@@ -558,14 +567,14 @@ class ReliableMiddleware(Middleware):
                 raise SkipMessage(refusal.reason) from None
         self._limits_bind(claim.job.lease_id)
         span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
-        context = self._hold(message, claim, contract, span_id=span_id)
+        context = self._hold(message, claim, span_id=span_id)
         self._delivery.context = context
         context.enter()
 
-    def _hold(self, message: Any, claim: Any, contract: JobContract, *, span_id: str | None = None) -> JobContext:
-        """The running attempt of a won claim, its lease renewed by the heartbeat from now on."""
-        if claim.job.queue != claim.job.home_queue:  # a routed retry: the contract of the job's own queue
-            contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
+    def _hold(self, message: Any, claim: Any, *, span_id: str | None = None) -> JobContext:
+        """The running attempt of a won claim, its lease renewed by the heartbeat from now on; its
+        contract is the one of the job's own queue as the store has it (whatever queue delivered it)."""
+        contract = self.contract_for(message.actor_name, claim.job.home_queue, message.options)
         codec = self._actor_options(message.actor_name).get("checkpoint_codec")
         context = JobContext(self.store, claim, contract, self.worker_id, self.lease_ttl,
                              store_retry_cap=self.heartbeat_interval, codec=codec, span_id=span_id)
@@ -593,6 +602,10 @@ class ReliableMiddleware(Middleware):
         step, on_success, a group's completion) that would have to be registered with it."""
         if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
             return False  # a group's barrier or a workflow node's result commits with the success
+        if own_queue(message.queue_name, message.options) != message.queue_name.removesuffix(".DQ"):
+            # On a routed retry's lane: the claim reads the job's own queue from the store, which
+            # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
+            return False
         return not follows_success(message, self._actor_options(message.actor_name))
 
     def _fast_done(self, broker: dramatiq.Broker, message: Any, result: Any,
@@ -626,7 +639,6 @@ class ReliableMiddleware(Middleware):
         what follows (held in the heartbeat while it does). Only from PENDING: a job that moved on
         meanwhile (a duplicate's outcome, an operator) is left alone."""
         job_id = message.message_id
-        contract = self.contract_for(message.actor_name, message.queue_name, message.options)
         try:
             claim = self._with_store_retry("claim", lambda: self.store.claim(
                 job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id,
@@ -636,7 +648,7 @@ class ReliableMiddleware(Middleware):
                            job_id, what, refusal.reason)
             return None
         active = self.tracing.current() if self.tracing is not None else None  # the run's span, still current
-        return self._hold(message, claim, contract, span_id=active.span_id if active else None)
+        return self._hold(message, claim, span_id=active.span_id if active else None)
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:

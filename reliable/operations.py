@@ -38,6 +38,7 @@ from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFoun
 from .operators import COMMANDS, SYNONYMS
 from .selection import JobFilter, count_jobs
 from .store import StateStore
+from .store.records import home_queue_of
 from .store.schema import jobs, operations
 
 __all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
@@ -225,7 +226,7 @@ class Operations:
             raise refusal
         if flt.is_empty:
             raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
-        stmt = (select(jobs.c.job_id, jobs.c.status, jobs.c.queue, jobs.c.owner)
+        stmt = (select(jobs.c.job_id, jobs.c.status, jobs.c.queue, jobs.c.message, jobs.c.owner)
                 .where(*flt.conditions(now)).order_by(jobs.c.updated_at, jobs.c.job_id).limit(self.bulk_max + 1))
         with self.store.read() as conn:
             found = conn.execute(stmt).all()
@@ -236,7 +237,8 @@ class Operations:
         for job in found:
             by_state[job.status] = by_state.get(job.status, 0) + 1
         not_permitted = sum(1 for job in found
-                            if not control.operators.allows(identity.name, name, job.queue, job.owner))
+                            if not control.operators.allows(identity.name, name, home_queue_of(job.queue, job.message),
+                                                            job.owner))
         counted = {**row, "job_ids": json.dumps([job.job_id for job in found]), "total": len(found),
                    "expires_at": now + self.confirm_ttl, "counts": json.dumps({"by_state": by_state, "by_outcome": {}})}
         if dry_run:

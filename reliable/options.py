@@ -21,11 +21,13 @@ __all__ = [
     "CODE_VERSION",
     "CONTRACT_OPTIONS",
     "LIMITS",
+    "OWN_QUEUE",
     "RETRY_OPTIONS",
     "STORED_CONTRACT",
     "UNTRUSTED_IN_MESSAGE",
     "contract_options",
     "declared_contract",
+    "own_queue",
     "stored_contract",
     "strip_untrusted",
 ]
@@ -42,6 +44,10 @@ RETRY_OPTIONS: tuple[str, ...] = ("max_retries", "min_backoff", "max_backoff")
 #: The message option under which reliable's middleware stores the contract declared on the actor,
 #: so a recovery loop or CLI that does not import the actor still decides with it.
 STORED_CONTRACT = "reliable_contract"
+
+#: The message option naming the job's own queue on a message published on another queue (a routed
+#: retry's lane): set by `reliable.dispatch.message_for` only (a producer's is removed, see below).
+OWN_QUEUE = "reliable_own_queue"
 
 #: Options that hold code, used where the actor runs (never stored with a job).
 CODE_OPTIONS: tuple[str, ...] = ("checkpoint_codec",)
@@ -61,7 +67,8 @@ ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", CODE_VERSI
 #: Options a message may not set: everything that shapes the contract or names code, whether
 #: reliable tracks the actor, and a forged stored contract. (workflow_id, trace_id and
 #: parent_job_id only link jobs; Dramatiq's retry options are Dramatiq's own.)
-UNTRUSTED_IN_MESSAGE: frozenset[str] = frozenset({"reliable", STORED_CONTRACT, *CONTRACT_OPTIONS, *CODE_OPTIONS})
+UNTRUSTED_IN_MESSAGE: frozenset[str] = frozenset({"reliable", STORED_CONTRACT, OWN_QUEUE, *CONTRACT_OPTIONS,
+                                                   *CODE_OPTIONS})
 
 _CONTRACT_KEYS = (*CONTRACT_OPTIONS, *RETRY_OPTIONS)
 
@@ -86,6 +93,18 @@ def stored_contract(message: Mapping[str, Any] | None) -> dict[str, Any]:
     options = (message or {}).get("options") or {}
     stored = options.get(STORED_CONTRACT) if isinstance(options, Mapping) else None
     return declared_contract(stored) if isinstance(stored, Mapping) else {}
+
+
+def own_queue(queue_name: str, options: Mapping[str, Any] | None) -> str:
+    """The job's own queue, from a message's `queue_name` and `options`: the one rule for which
+    queue's contract, policy rules and operators' rights apply (docs/policies.md, "Retry routing").
+
+    A message on a routed retry's lane names its own queue in `OWN_QUEUE`; any other message is
+    on its own queue (Dramatiq's delay queue `<queue>.DQ` counts as `<queue>`). `Job.home_queue`
+    applies it to the message stored with the job.
+    """
+    named = options.get(OWN_QUEUE) if options else None
+    return str(named) if named else queue_name.removesuffix(".DQ")
 
 
 def strip_untrusted(options: MutableMapping[str, Any]) -> tuple[str, ...]:

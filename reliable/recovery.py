@@ -14,6 +14,7 @@ for a full lease TTL, long enough for every live worker's heartbeat to renew its
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ __all__ = ["Recovery", "RecoveryReport"]
 
 logger = logging.getLogger("reliable.recovery")
 
+#: Crash outcomes whose message recovery publishes (now or delayed).
+_REPUBLISHED = frozenset({Event.LEASE_EXPIRED, Event.LEASE_EXPIRED_BACKOFF})
 _CRASH_EVENTS: dict[str, Event] = {
     "requeue": Event.LEASE_EXPIRED, "retry": Event.LEASE_EXPIRED_BACKOFF,
     "review": Event.LEASE_EXPIRED_REVIEW, "dead": Event.LEASE_EXPIRED_DEAD,
@@ -127,8 +130,9 @@ class Recovery:
         for job in self.store.due_retries(grace=self.retry_grace, limit=self.batch):
             self._retry_due(job, report)
         for job in self.store.stale_pending(age=self.sweep_after, limit=self.batch):
-            if self.broker is not None and self.store.mark_dispatched(job, worker_id=self.worker_id):
-                self._publish(job)
+            home = self._stranded(job)
+            if self.broker is not None and self.store.mark_dispatched(job, worker_id=self.worker_id, queue=home):
+                self._publish(dataclasses.replace(job, queue=home) if home else job)
                 report.redispatched.append(job.job_id)
         report.workflows = WorkflowEngine(self.store, self.broker).advance_stale(older_than=self.sweep_after,
                                                                                 limit=self.batch)
@@ -154,6 +158,7 @@ class Recovery:
                 job.job_id, event, expected_version=job.version, lease_id=job.lease_id, lease_expired=True,
                 retry_delay=(delay or 0.0) if event is Event.LEASE_EXPIRED_BACKOFF else None, reason=reason,
                 dispatch=(self.broker is not None) if event is Event.LEASE_EXPIRED else None,
+                queue=self._stranded(job) if event in _REPUBLISHED else None,
                 detail={"expired_worker": job.worker_id, "expired_lease": job.lease_id,
                         "lease_expires_at": job.lease_expires_at, "checkpoint_version": job.checkpoint_version},
             )
@@ -171,10 +176,16 @@ class Recovery:
         elif event is Event.LEASE_EXPIRED_BACKOFF and self.broker is not None:
             self._publish(moved, delay_ms=int((delay or 0.0) * 1000))
 
+    def _stranded(self, job: Job) -> str | None:
+        """The job's own queue when it waits on a lane this policy no longer routes to (a lane
+        removed from the policy: no worker may consume it any more), else None (it stays)."""
+        routed = job.queue != job.home_queue
+        return job.home_queue if routed and job.queue not in self.policy.lanes else None
+
     def _retry_due(self, job: Job, report: RecoveryReport) -> None:
         try:
             moved = self.store.transition(job.job_id, Event.RETRY_DUE, expected_version=job.version,
-                                          dispatch=self.broker is not None,
+                                          dispatch=self.broker is not None, queue=self._stranded(job),
                                           reason="retry_at passed without a claim")
         except (TransitionRefused, JobNotFound):
             report.lost_races += 1

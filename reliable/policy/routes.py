@@ -15,18 +15,25 @@ from typing import Any
 from .matching import Rule
 from .model import ClassSpec
 
-__all__ = ["Route", "queue_name", "route_for"]
+__all__ = ["MAX_QUEUE_NAME", "Route", "queue_name", "route_for"]
 
 #: Dramatiq's own rule for queue names (dramatiq/actor.py), without its delay/dead-letter suffixes.
 _QUEUE_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9._-]*")
 _BROKER_SUFFIXES = (".DQ", ".XQ")
+#: RabbitMQ's limit (255 bytes) less the 3 of the suffix Dramatiq adds for `<lane>.DQ` and `<lane>.XQ`
+#: (the names are ASCII: one byte a character).
+MAX_QUEUE_NAME = 255 - len(".DQ")
 
 
 def queue_name(value: Any) -> str:
-    """A Dramatiq queue name: a letter or '_', then letters, digits, '.', '_' or '-' (not .DQ/.XQ)."""
-    if not isinstance(value, str) or not _QUEUE_NAME.fullmatch(value) or len(value) > 255:
-        raise ValueError("expected a queue name (a letter or '_', then letters, digits, '.', '_' or '-'; "
-                         f"at most 255 characters), got {value!r}")
+    """A Dramatiq queue name: a letter or '_', then letters, digits, '.', '_' or '-' (not .DQ/.XQ),
+    at most `MAX_QUEUE_NAME` characters."""
+    if not isinstance(value, str) or not _QUEUE_NAME.fullmatch(value):
+        raise ValueError("expected a queue name (a letter or '_', then letters, digits, '.', '_' or '-'), "
+                         f"got {value!r}")
+    if len(value) > MAX_QUEUE_NAME:
+        raise ValueError(f"queue name of {len(value)} characters: at most {MAX_QUEUE_NAME} (RabbitMQ allows "
+                         "255 bytes, and Dramatiq also declares the queue's .DQ and .XQ)")
     if value.endswith(_BROKER_SUFFIXES):
         raise ValueError(f"{value!r} names a broker's delay or dead-letter queue (.DQ/.XQ); name the queue itself")
     return value

@@ -7,9 +7,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..options import own_queue
 from ..states import JobStatus
 
-__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob", "NodeResult"]
+__all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob", "NodeResult",
+           "home_queue_of"]
+
+
+def home_queue_of(queue: str, message: Any) -> str:
+    """`Job.home_queue` from a job row's `queue` and its stored `message` (a dict, or its JSON text),
+    for a reader that selects those columns only: the message's own queue (`options.own_queue`),
+    else `queue` (a job the middleware did not register)."""
+    if isinstance(message, str):
+        message = _loads(message)
+    registered = message.get("queue_name") if isinstance(message, dict) else None
+    return own_queue(str(registered), message.get("options")) if registered else queue
 
 
 def _loads(text: str | None) -> Any:
@@ -112,8 +124,7 @@ class Job:
         """The queue the job was enqueued on: its contract, its policy rules and the operators' rights
         follow it. `queue` is the queue it waits on now, another one after a routed retry
         (docs/policies.md, "Retry routing")."""
-        registered = self.message.get("queue_name") if isinstance(self.message, dict) else None
-        return str(registered).removesuffix(".DQ") if registered else self.queue
+        return home_queue_of(self.queue, self.message)
 
     def as_dict(self) -> dict[str, Any]:
         """The job as a plain dict (JSON-ready: states as their names)."""

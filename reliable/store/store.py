@@ -71,7 +71,9 @@ def route_write(job: Mapping[str, Any], queue: str, *, worker_id: str | None = N
     caller runs it in the transaction of the write that decided it, guarded by the status it left.
     A job whose message does not name its own queue (not registered by the middleware) stays: it
     could not find its way back (`Job.home_queue`)."""
-    if job["queue"] == queue or not Job.from_row(job).message.get("queue_name"):
+    message = job["message"]
+    message = json.loads(message) if isinstance(message, str) else message
+    if job["queue"] == queue or not (isinstance(message, dict) and message.get("queue_name")):
         return None
     write = event_write(str(job["job_id"]), "routed", worker_id=worker_id, operator=operator, host=host,
                         reason=f"waits on queue {queue} (was {job['queue']})",
@@ -734,20 +736,28 @@ class StateStore:
             self._emit_one(each)
         return Job.from_row(written[-1][0])
 
-    def mark_dispatched(self, job: Job, *, worker_id: str | None = None) -> bool:
+    def mark_dispatched(self, job: Job, *, worker_id: str | None = None, queue: str | None = None) -> bool:
         """Claim the right to re-publish a PENDING job's message (compare-and-set on dispatched_at).
 
         Several sweepers may see the same stale job; only the one whose update wins publishes.
-        `worker_id`: the process that re-publishes, named in the `redispatched` event.
+        `worker_id`: the process that re-publishes, named in the `redispatched` event. `queue`: the
+        queue it waits on from now (a lane the policy no longer routes to sends it home), moved in
+        the same transaction with a `routed` event (`route_write`).
         """
         self.check_schema()
+        written: list[tuple[dict[str, Any], dict[str, Any]]] = []
         with self._sql.transaction() as tx:
             won = self._sql.mark_dispatched(tx, job.job_id, status=JobStatus.PENDING.value, version=job.version,
                                             dispatched_at=job.dispatched_at)
-            written = self._write_in(tx, event_write(job.job_id, "redispatched", worker_id=worker_id, detail=_detail(
-                {"previous_dispatch": job.dispatched_at}))) if won else None
-        if written is not None:
-            self._emit_one(written)
+            if won:
+                detail = _detail({"previous_dispatch": job.dispatched_at})
+                written.append(self._write_in(tx, event_write(job.job_id, "redispatched", worker_id=worker_id,
+                                                              detail=detail)))
+                route = route_write(written[0][0], queue, worker_id=worker_id) if queue else None
+                if route is not None:
+                    written.append(self._write_in(tx, route))
+        for each in written:
+            self._emit_one(each)
         return won
 
     def record_event(self, job_id: str, event: str, **fields: Any) -> None:

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 import reliable
 from reliable.control import Control
 from reliable.errors import ControlRefused
-from reliable.options import STORED_CONTRACT, UNTRUSTED_IN_MESSAGE
+from reliable.options import OWN_QUEUE, STORED_CONTRACT, UNTRUSTED_IN_MESSAGE
 from reliable.policy import JobContract
 from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus
@@ -44,6 +44,7 @@ FORBIDDEN: dict[str, Any] = {
     "max_attempts": 50,
     "checkpoint_codec": "sidefx_probe:check",
     "fast_path": True,
+    OWN_QUEUE: "other",  # another queue's contract (and the rights on it)
     STORED_CONTRACT: {"idempotent": True, "resumable": True, "retry_on_crash": True, "max_attempts": 50,
                       "resume_validator": "sidefx_probe:check", "compensation": "evil_compensation"},
 }

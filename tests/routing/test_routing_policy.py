@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from reliable.cli.main import cli
 from reliable.errors import PolicyError
 from reliable.policy import Decision, Failure, Policy
-from reliable.policy.routes import Route, queue_name
+from reliable.policy.routes import MAX_QUEUE_NAME, Route, queue_name
 
 POLICY = """\
 version: 1
@@ -91,6 +91,10 @@ def test_no_retry_no_route(policy_path: Path) -> None:
     ("classes:\n  x:\n    action: retry\n    queue_after: 2\n", 5, "classes.x.queue_after", "needs queue"),
     ("classes:\n  x: {action: retry, queue: 'a lane'}\n", 3, "classes.x.queue", "expected a queue name"),
     ("classes:\n  x: {action: retry, queue: slow.DQ}\n", 3, "classes.x.queue", "delay or dead-letter"),
+    ("classes:\n  x: {action: retry, queue: " + "a" * 253 + "}\n", 3, "classes.x.queue",
+     "queue name of 253 characters: at most 252"),
+    ("rules:\n  - {exception: KeyError, class: transient, queue: " + "b" * 300 + "}\n", 3, "rules[0].queue",
+     "at most 252"),
     ("classes:\n  x: {action: retry, queue: slow, queue_after: -1}\n", 3, "classes.x.queue_after",
      "expected an integer >= 0"),
     ("rules:\n  - exception: KeyError\n    class: invalid_input\n    queue: slow\n", 5, "rules[0].queue",
@@ -114,7 +118,9 @@ def test_bad_routes_name_file_line_and_field(tmp_path: Path, snippet: str, line:
 
 def test_queue_names_follow_dramatiq() -> None:
     assert queue_name("slow-lane.v2_x") == "slow-lane.v2_x"
-    for bad in ("", "1slow", "slow lane", "slow.XQ", "x" * 256, 3, None):
+    longest = "x" * MAX_QUEUE_NAME
+    assert queue_name(longest) == longest and len(f"{longest}.DQ".encode()) == 255  # RabbitMQ's limit
+    for bad in ("", "1slow", "slow lane", "slow.XQ", "x" * (MAX_QUEUE_NAME + 1), "x" * 256, 3, None):
         with pytest.raises(ValueError):
             queue_name(bad)
     assert Route("slow", 1, "class x").lane(1) is None and Route("slow", 1, "class x").lane(2) == "slow"

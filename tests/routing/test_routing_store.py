@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,16 +83,26 @@ def test_a_job_routed_back_home_records_it(store: StateStore) -> None:
         {"from": "default", "to": "slow"}, {"from": "slow", "to": "default"}]
 
 
-def test_recovery_publishes_on_the_queue_the_job_waits_on(store: StateStore) -> None:
+ROUTING_POLICY = "version: 1\nclasses:\n  slow_timeout: {action: retry, queue: slow}\n"
+
+
+def routing_policy(tmp_path: Path, text: str = ROUTING_POLICY) -> Policy:
+    path = tmp_path / "routing.yaml"
+    path.write_text(text)
+    return Policy.load(path)
+
+
+def test_recovery_publishes_on_the_queue_the_job_waits_on(store: StateStore, tmp_path: Path) -> None:
     broker = StubBroker()
     try:
         register(store)
         fail_routed(store)  # due at once; the worker's own publish is "lost" (never made here)
-        recovery = Recovery(store, broker, Policy.load(None), retry_grace=0.0, lease_ttl=0.2)
+        recovery = Recovery(store, broker, routing_policy(tmp_path), retry_grace=0.0, lease_ttl=0.2)
         wait_for(lambda: recovery.run_once().retried, "the due retry")
         assert broker.queues["slow"].qsize() == 1 and "default" not in broker.queues
         message = broker.queues["slow"].get_nowait()
         assert b'"queue_name":"slow"' in message and b'"message_id":"job-1"' in message
+        assert b'"reliable_own_queue":"default"' in message  # whose contract the lane's worker applies
 
         # a worker claims it on the slow lane and dies: the lease expires, recovery requeues it there
         store.claim("job-1", worker_id=WORKER, lease_ttl=0.2)
@@ -164,3 +175,50 @@ def test_metrics_count_the_route_with_both_queues(store: StateStore) -> None:
     assert registry.get_sample_value("reliable_retries_routed_total", labels) == 1
     assert registry.get_sample_value("reliable_retries_total", {"actor": "export", "queue": "default",
                                                                  "error_class": "slow_timeout"}) == 1
+
+
+def test_a_lane_the_policy_no_longer_routes_to_sends_its_jobs_home(store: StateStore, tmp_path: Path) -> None:
+    """Recovery and the sweeper publish a job waiting on a lane removed from the policy on its own
+    queue (no worker may consume the lane any more), with a routed event; a known lane stays."""
+    broker = StubBroker()
+    try:
+        for job_id in ("due", "expired", "swept", "kept"):
+            register(store, job_id)
+            fail_routed(store, job_id, delay=0.0 if job_id != "kept" else 3600.0)
+        store.claim("expired", worker_id=WORKER, lease_ttl=0.2)  # claimed on the lane, then the worker died
+        resumable = routing_policy(tmp_path, ROUTING_POLICY + "queues:\n  default: {resumable: true}\n")
+        control = Control(store, policy=resumable)
+        control.pause("swept", reason="inspect")
+        assert control.resume("swept", reason="go on").ok  # PENDING on the lane, never published
+        assert {store.get(j).queue for j in ("due", "expired", "swept", "kept")} == {"slow"}
+        without_lane = Recovery(store, broker, Policy.load(None), retry_grace=0.0, lease_ttl=0.2, sweep_after=0.0)
+
+        def moved_home() -> bool:
+            without_lane.run_once()
+            return all(store.get(j).queue == "default" for j in ("due", "expired", "swept"))
+
+        wait_for(moved_home, "the stranded jobs sent home", timeout=10)
+        assert "slow" not in broker.queues  # nothing published on the removed lane
+        assert {"due", "expired", "swept"} <= set(_drain(broker, "default"))
+        for job_id in ("due", "expired", "swept"):
+            routed = [e for e in store.events(job_id) if e.event == "routed"]
+            assert routed[-1].detail == {"from": "slow", "to": "default"}, job_id
+        kept = store.get("kept")  # its retry is not due yet: nothing published, nothing moved
+        assert (kept.status, kept.queue) == (JobStatus.RETRY_WAIT, "slow")
+
+        register(store, "known")
+        fail_routed(store, "known")
+        store.claim("known", worker_id=WORKER, lease_ttl=0.2)
+        with_lane = Recovery(store, broker, routing_policy(tmp_path), lease_ttl=0.2)
+        wait_for(lambda: with_lane.run_once().expired, "the lease expiry on a known lane", timeout=10)
+        assert store.get("known").queue == "slow" and _drain(broker, "slow") == ["known"]
+    finally:
+        broker.close()
+
+
+def _drain(broker: StubBroker, queue: str) -> list[str]:
+    """The message ids published on `queue` (consumed)."""
+    found: list[str] = []
+    while broker.queues[queue].qsize():
+        found.append(json.loads(broker.queues[queue].get_nowait())["message_id"])
+    return found
