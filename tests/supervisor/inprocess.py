@@ -8,6 +8,7 @@ another thread, by signals sent to this process once a condition holds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -17,12 +18,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from reliable.supervisor import Supervisor, SupervisorConfig, SupervisorMetrics
 
+from support import wait_for
+
+T = TypeVar("T")
 FAKE_CHILD = Path(__file__).parent / "fake_child.py"
 
 
@@ -98,30 +102,76 @@ def supervisor(config: SupervisorConfig, *, on_change: Callable[[], None] | None
                       logger=logger), events, registry
 
 
-def signal_self(sig: signal.Signals) -> None:
-    """Send `sig` to this process (the supervisor running in it)."""
-    os.kill(os.getpid(), sig)
+#: The events the supervisor logs for a signal it acted on.
+SIGNAL_EVENTS = ("stop_requested", "hard_stop_requested", "reload_requested")
 
 
-def drive(sup: Supervisor, script: Callable[[], None], *, stop_within: float = 30.0) -> int:
-    """Run `sup` until it stops while `script` runs on a thread; the exit code.
+class Driver:
+    """What a script uses to drive a running supervisor: signals to this process, waits on conditions.
+
+    A signal is sent only while the supervisor's handlers are in place (one sent later could kill the
+    test runner), and `signal` returns once the supervisor acted on it: Python runs a handler once for
+    signals of one kind that arrive before it runs, so two TERMs sent together may count as one.
+    """
+
+    def __init__(self, events: Events, context: Callable[[], str]) -> None:
+        self.events = events
+        self.context = context
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send `sig` to this process (the supervisor in it) and wait until it acted on it (an event)."""
+        wait_for(lambda: self.stopped.is_set() or signal.getsignal(sig) is not signal.SIG_IGN,
+                 "the supervisor's signal handlers", timeout=10)
+        acted = len(self._acted())
+        with self._lock:
+            if self.stopped.is_set():
+                raise AssertionError(f"the supervisor stopped before {sig.name} could be sent")
+            os.kill(os.getpid(), sig)
+        self.until(lambda: len(self._acted()) > acted, f"the supervisor acting on {sig.name}", timeout=10)
+
+    def _acted(self) -> list[dict[str, Any]]:
+        return [e for e in list(self.events.records) if e["event"] in SIGNAL_EVENTS]
+
+    def until(self, condition: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+        """`support.wait_for(condition)`, failing at once when the supervisor stops first."""
+
+        def check() -> T:
+            value = condition()
+            if not value and self.stopped.is_set():
+                raise AssertionError(f"the supervisor stopped while waiting for {what}\n{self.context()[-3000:]}")
+            return value
+
+        return wait_for(check, what, timeout=timeout, context=self.context)
+
+    def finish(self) -> None:
+        """The supervisor stopped: no signal is sent any more."""
+        with self._lock:
+            self.stopped.set()
+
+
+def drive(sup: Supervisor, events: Events, script: Callable[[Driver], None], context: Callable[[], str] = str,
+          *, stop_within: float = 30.0) -> int:
+    """Run `sup` until it stops while `script` drives it from a thread; the exit code.
 
     When the script fails, or the supervisor is still running `stop_within` s after the script
     returned, the supervisor gets two TERMs (its hard stop) and the failure is raised. TERM and HUP
-    are ignored by this process around the run, so a signal sent late cannot kill the test runner.
+    are ignored by this process around the run, so a signal arriving late is harmless.
     """
     failures: list[BaseException] = []
-    stopped = threading.Event()
+    driver = Driver(events, context)
 
     def run_script() -> None:
         try:
-            script()
-            if not stopped.wait(stop_within):
+            script(driver)
+            if not driver.stopped.wait(stop_within):
                 raise AssertionError(f"the supervisor still runs {stop_within:g}s after the script ended")
         except BaseException as exc:
             failures.append(exc)
-            signal_self(signal.SIGTERM)
-            signal_self(signal.SIGTERM)
+            for _ in range(2):  # a stop, then the hard stop
+                with contextlib.suppress(AssertionError):
+                    driver.signal(signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGHUP)}
     thread = threading.Thread(target=run_script, daemon=True)
@@ -129,8 +179,8 @@ def drive(sup: Supervisor, script: Callable[[], None], *, stop_within: float = 3
     try:
         code = sup.run()
     finally:
-        stopped.set()
-        thread.join(stop_within)
+        driver.finish()
+        thread.join(stop_within + 5)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if failures:
