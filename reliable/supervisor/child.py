@@ -75,17 +75,21 @@ def resident_bytes(pid: int | str = "self") -> int:
 class _Exit:
     """Why the child is leaving: the first recycle reason set wins; `term` is set by the TERM handler.
 
-    Plain attributes, no lock: `request` is called from worker threads and the main thread (a lost
-    race between two recycle reasons only picks the other one), `term` from a signal handler.
+    `request` (worker threads, the main thread: never a signal handler) wakes the main thread at
+    once; the TERM handler only sets `term`, which the main thread sees within `_POLL` s.
     """
 
     def __init__(self) -> None:
         self.code: int | None = None
         self.term = False
+        self.wake = threading.Event()
+        self._lock = threading.Lock()
 
     def request(self, code: int) -> None:
-        if self.code is None:
-            self.code = code
+        with self._lock:
+            if self.code is None:
+                self.code = code
+        self.wake.set()
 
     def reason(self) -> int | None:
         """The exit code to leave with, or None to go on serving."""
@@ -194,7 +198,7 @@ def run(config: ChildConfig) -> int:
 
     next_memory_check = time.monotonic()
     while (code := leave.reason()) is None:
-        time.sleep(_POLL)
+        leave.wake.wait(_POLL)
         if config.max_memory_mb is not None and time.monotonic() >= next_memory_check:
             next_memory_check = time.monotonic() + config.memory_interval
             rss = resident_bytes()
