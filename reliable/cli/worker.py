@@ -107,7 +107,10 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
     write()
     supervisor = Supervisor(config, metrics, on_change=write)
     code = supervisor.run()
-    write()
+    try:
+        write()
+    except OSError as exc:  # the exit code says how the children stopped; a stale file must not change it
+        click.echo(f"warning: --metrics-file {metrics_file}: {exc}", err=True)
     if supervisor.failure:
         click.echo(f"error: {supervisor.failure}", err=True)
     sys.exit(code)
