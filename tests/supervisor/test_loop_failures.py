@@ -88,7 +88,7 @@ def test_spawning_failing_everywhere_ends_in_a_crash_loop(tmp_path: Path) -> Non
 
 
 def test_hup_while_a_child_boots_waits_for_its_replacement_before_the_next_slot(tmp_path: Path) -> None:
-    fake = FakeChildren(tmp_path, FAKE_BOOT_0="1.0", FAKE_STOP_DELAY="0.3")
+    fake = FakeChildren(tmp_path, FAKE_BOOT_0="1.5", FAKE_STOP_DELAY="0.3")
     sup, events, _ = supervisor(SupervisorConfig(app="x", processes=2, python=str(fake.python)))
 
     def script(d: Driver) -> None:
