@@ -12,9 +12,10 @@ from .common import POSITIVE_DURATION, handle_errors
 
 __all__ = ["worker"]
 
-EXIT_CODES_HELP = ("Exit status: 0 stopped by TERM/INT after every child finished its running jobs; 1 stopped at "
-                   "once by a second TERM/INT; 2 bad usage, or the app failed to import; 3 crash loop (K crashes "
-                   "within the window: every child stopped).")
+EXIT_CODES_HELP = ("Exit status: 0 stopped by TERM/INT after every child finished its running jobs; 1 stopped, but "
+                   "some child may have left jobs unfinished (a second TERM/INT, a child killed or past "
+                   "--shutdown-timeout during the stop); 2 bad usage, or the app failed to import; 3 crash loop "
+                   "(K crashes within the window: every child stopped).")
 
 
 def _crash_loop(ctx: click.Context, param: click.Parameter, value: str) -> object:
@@ -49,7 +50,8 @@ def _crash_loop(ctx: click.Context, param: click.Parameter, value: str) -> objec
               help="A child not consuming this long after its start is killed (a crash).")
 @click.option("--shutdown-timeout", type=POSITIVE_DURATION, default="10m", show_default=True,
               help="How long a stopping child waits for its running jobs (Dramatiq's --worker-shutdown-timeout, "
-                   "as a duration).")
+                   "as a duration); a job still running then is abandoned (its lease recovers it); a child still "
+                   "stopping 15s later is stopped at once.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
               help="Serve the supervisor's metrics on this port (/metrics).")
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
@@ -69,10 +71,11 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
     window (--crash-loop) stop everything. A child is recycled (finishes its running jobs, exits,
     is replaced) after --max-jobs jobs or over --max-memory MB.
 
-    Signals: TERM or INT stops every child after its running jobs; a second one stops them at
-    once (their jobs are recovered by lease); HUP restarts the children one at a time, with the
-    app's code imported anew. Events are JSON lines on stderr (logger reliable.worker). See
-    docs/worker.md.
+    Signals: TERM or INT stops every child after its running jobs (a child takes any number of
+    TERMs as one: systemd's KillMode=control-group is safe; KillMode=mixed is advised); a second
+    one to the supervisor stops them at once (SIGUSR1 to each; their jobs are recovered by lease);
+    HUP restarts the children one at a time, with the app's code imported anew. Events are JSON
+    lines on stderr (logger reliable.worker). See docs/worker.md.
     """
     from prometheus_client import CollectorRegistry
 
@@ -104,7 +107,10 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
     write()
     supervisor = Supervisor(config, metrics, on_change=write)
     code = supervisor.run()
-    write()
+    try:
+        write()
+    except OSError as exc:  # the exit code says how the children stopped; a stale file must not change it
+        click.echo(f"warning: --metrics-file {metrics_file}: {exc}", err=True)
     if supervisor.failure:
         click.echo(f"error: {supervisor.failure}", err=True)
     sys.exit(code)

@@ -5,9 +5,14 @@ a reload imports the app's code anew and no lock held by a supervisor thread is 
 reuses Dramatiq's own pieces: `dramatiq.cli.import_broker` to load the broker and `dramatiq.Worker`
 to consume; stopping is `Worker.stop` (running jobs finish, prefetched messages are requeued).
 
-Signals: TERM asks for a graceful stop (exit 0); a second TERM stops at once (exit 1: the jobs still
-running are recovered by their lease, their messages redelivered by RabbitMQ). INT and HUP are
-ignored: the supervisor decides and forwards. The exit code says why the child left (`exits`).
+Signals: TERM asks for a graceful stop (exit 0); more TERMs change nothing (systemd's default
+KillMode=control-group TERMs every process of the unit, and the supervisor forwards its own: two TERMs
+are one request). `HARD_STOP_SIGNAL` (SIGUSR1, sent only by the supervisor) stops at once (exit 1: the
+jobs still running are recovered by their lease, their messages redelivered by RabbitMQ). INT and HUP
+are ignored: the supervisor decides and forwards. The exit code says why the child left (`exits`).
+
+Signal handlers only set plain attributes (never a lock or an Event, which a handler running on the
+main thread while it holds the same lock would deadlock on); the main thread polls them.
 """
 
 from __future__ import annotations
@@ -21,15 +26,21 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .exits import CHILD_CONNECT, CHILD_IMPORT, CHILD_KILLED, CHILD_OK, CHILD_RECYCLE_JOBS, CHILD_RECYCLE_MEMORY
 
-__all__ = ["ChildConfig", "main", "resident_bytes"]
+__all__ = ["HARD_STOP_SIGNAL", "STOP_GRACE", "ChildConfig", "main", "resident_bytes"]
 
 LOGFORMAT = "[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s"
+#: The supervisor's "stop at once" to a child; never sent by systemd, a terminal or Kubernetes.
+HARD_STOP_SIGNAL = signal.SIGUSR1
+#: Seconds a stopping child gets past --shutdown-timeout to stop its consumers and requeue prefetched messages.
+STOP_GRACE = 5.0
 _PR_SET_PDEATHSIG = 1
+_POLL = 0.1
 
 
 @dataclass(frozen=True)
@@ -62,18 +73,29 @@ def resident_bytes(pid: int | str = "self") -> int:
 
 
 class _Exit:
-    """Why the child is leaving: the first reason set wins; setting one wakes the main thread."""
+    """Why the child is leaving: the first recycle reason set wins; `term` is set by the TERM handler.
+
+    `request` (worker threads, the main thread: never a signal handler) wakes the main thread at
+    once; the TERM handler only sets `term`, which the main thread sees within `_POLL` s.
+    """
 
     def __init__(self) -> None:
         self.code: int | None = None
-        self.event = threading.Event()
+        self.term = False
+        self.wake = threading.Event()
         self._lock = threading.Lock()
 
     def request(self, code: int) -> None:
         with self._lock:
             if self.code is None:
                 self.code = code
-        self.event.set()
+        self.wake.set()
+
+    def reason(self) -> int | None:
+        """The exit code to leave with, or None to go on serving."""
+        if self.code is not None:
+            return self.code
+        return CHILD_OK if self.term else None
 
 
 def _job_counter(limit: int, leave: _Exit) -> Any:
@@ -113,22 +135,36 @@ def _die_with_parent(supervisor_pid: int) -> None:
         os._exit(CHILD_OK)
 
 
+def _hard_stop(signum: int, frame: Any) -> None:
+    """HARD_STOP_SIGNAL: leave now, without the running jobs (no logging: its locks may be held here)."""
+    os.write(2, b"reliable worker child: hard stop: exiting without waiting for running jobs\n")
+    os._exit(CHILD_KILLED)
+
+
+def _exit_after(seconds: float) -> None:
+    """Leave with CHILD_KILLED if the stop still runs `seconds` from now (a hung job, a hung consumer)."""
+
+    def expire() -> None:
+        # os.write, not logging: the thread that hangs may hold a logging lock.
+        os.write(2, b"reliable worker child: the stop took more than --shutdown-timeout + %g s: exiting without "
+                    b"the running jobs\n" % STOP_GRACE)
+        os._exit(CHILD_KILLED)
+
+    watchdog = threading.Timer(seconds, expire)
+    watchdog.daemon = True
+    watchdog.start()
+
+
 def run(config: ChildConfig) -> int:
     """Boot the worker, serve until a stop or recycle reason, stop gracefully; the exit code."""
     leave = _Exit()
-    terms = threading.Event()  # set by the first TERM
     logger = logging.getLogger(f"reliable.worker.child({config.slot})")
 
     def on_term(signum: int, frame: Any) -> None:
-        # Counted apart from `leave`: a recycle already under way is not a first TERM.
-        if terms.is_set():
-            logger.warning("Second stop request: exiting without waiting for running jobs.")
-            logging.shutdown()
-            os._exit(CHILD_KILLED)
-        terms.set()
-        leave.request(CHILD_OK)
+        leave.term = True
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(HARD_STOP_SIGNAL, _hard_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _die_with_parent(config.supervisor_pid)
@@ -160,17 +196,30 @@ def run(config: ChildConfig) -> int:
     os.close(config.ready_fd)
     logger.info("Worker process is ready for action.")
 
-    while not leave.event.wait(config.memory_interval):
-        if config.max_memory_mb is not None:
+    next_memory_check = time.monotonic()
+    while (code := leave.reason()) is None:
+        leave.wake.wait(_POLL)
+        if config.max_memory_mb is not None and time.monotonic() >= next_memory_check:
+            next_memory_check = time.monotonic() + config.memory_interval
             rss = resident_bytes()
             if rss > config.max_memory_mb * 1024 * 1024:
                 logger.warning("Resident memory %.1f MB is over --max-memory %g MB: recycling.",
                                rss / 1048576, config.max_memory_mb)
                 leave.request(CHILD_RECYCLE_MEMORY)
-    code = leave.code if leave.code is not None else CHILD_OK
     if code == CHILD_RECYCLE_JOBS:
         logger.info("Processed --max-jobs %d jobs: recycling.", config.max_jobs)
+    elif code == CHILD_OK:
+        logger.info("Stop requested: finishing the running jobs (at most %gs).", config.shutdown_timeout)
+    _exit_after(config.shutdown_timeout + STOP_GRACE)
+    # Worker.stop joins the worker threads, then the consumers, each with the full timeout: the watchdog
+    # above bounds the whole stop instead.
     worker.stop(timeout=int(config.shutdown_timeout * 1000))
+    abandoned = sum(1 for thread in worker.workers if thread.is_alive())
+    if abandoned:
+        logger.warning("%d job(s) still running after --shutdown-timeout %gs: abandoned (their lease recovers "
+                       "them).", abandoned, config.shutdown_timeout)
+        if code == CHILD_OK:
+            code = CHILD_KILLED
     broker.close()
     return code
 

@@ -26,11 +26,13 @@ __all__ = [
     "ExitKind",
     "classify",
     "describe_code",
+    "finished_its_jobs",
 ]
 
 #: A child stopped because it was asked to (TERM from the supervisor).
 CHILD_OK = 0
-#: A child was asked twice and stopped without waiting for its running jobs.
+#: A child stopped without its running jobs: the hard stop (a second TERM/INT to the supervisor, or a
+#: stop that outlived --shutdown-timeout), or jobs still running when --shutdown-timeout passed.
 CHILD_KILLED = 1
 #: The app (the broker module or an extra module) failed to import: restarting cannot help.
 CHILD_IMPORT = 2
@@ -43,7 +45,8 @@ CHILD_RECYCLE_MEMORY = 76
 
 #: Stopped by TERM/INT: every child finished its running jobs.
 EXIT_OK = 0
-#: Stopped by a second TERM/INT: children were told to stop at once (their jobs are recovered by lease).
+#: Stopped, but not every child finished its running jobs (they are recovered by lease): a second TERM/INT,
+#: a child killed or failing during the stop, or one that outlived --shutdown-timeout.
 EXIT_KILLED = 1
 #: Bad usage, or the app does not import (a child exited with CHILD_IMPORT while booting).
 EXIT_APP = 2
@@ -52,7 +55,7 @@ EXIT_CRASH_LOOP = 3
 
 _MEANING = {
     CHILD_OK: "stopped on request",
-    CHILD_KILLED: "stopped at once (second signal)",
+    CHILD_KILLED: "stopped without its running jobs",
     CHILD_IMPORT: "the app failed to import",
     CHILD_CONNECT: "the broker connection failed at boot",
     CHILD_RECYCLE_JOBS: "recycled after --max-jobs",
@@ -89,6 +92,15 @@ def describe_code(returncode: int) -> str:
         return f"killed by {name}"
     meaning = _MEANING.get(returncode)
     return f"exit code {returncode}" + (f" ({meaning})" if meaning else "")
+
+
+def finished_its_jobs(returncode: int) -> bool:
+    """Whether a child that exits with `returncode` while stopping had finished its running jobs.
+
+    Only a graceful stop (0) or a recycle (75, 76) waits for them; a signal, a hard stop (1), the
+    --shutdown-timeout passing (1) or any other code may have left some running (their lease recovers them).
+    """
+    return returncode in (CHILD_OK, CHILD_RECYCLE_JOBS, CHILD_RECYCLE_MEMORY)
 
 
 def classify(returncode: int, *, requested: bool, booted: bool) -> ChildExit:

@@ -7,9 +7,11 @@ node-exporter textfile (`write_textfile`, atomically).
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
-__all__ = ["RESTART_REASONS", "SupervisorMetrics"]
+__all__ = ["RESTART_REASONS", "SupervisorMetrics", "forget_process"]
 
 #: The `reason` label of reliable_worker_restarts_total (every one exported from the start, at 0).
 RESTART_REASONS: tuple[str, ...] = ("crash", "recycle_jobs", "recycle_memory", "reload")
@@ -52,3 +54,11 @@ class SupervisorMetrics:
     def write_textfile(self, path: str) -> None:
         """Write the metrics to `path` (atomically: a temporary file renamed over it)."""
         write_to_textfile(path, self.registry)
+
+
+def forget_process(pid: int) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR set, stop counting a dead child's live gauges (docs/observability.md)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

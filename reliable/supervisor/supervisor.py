@@ -9,6 +9,9 @@ child and end the supervisor with a non-zero code.
 One thread does everything (the main one): it waits in `select` on the children's ready pipes and
 a signal wakeup pipe (SIGCHLD wakes it the moment a child dies), then looks at every slot. Signal
 handlers only record the signal. Children are fresh interpreters (`python -m reliable.supervisor.child`).
+
+Nothing but the loop's own bug ends it early: a failing `on_change` (the metrics textfile) is logged,
+a child that cannot be spawned (EMFILE, ENOMEM, a missing interpreter) is a crash of its slot.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import _iso
-from .child import ChildConfig
-from .exits import EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, classify
-from .metrics import SupervisorMetrics
+from .child import HARD_STOP_SIGNAL, ChildConfig
+from .exits import EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, classify, finished_its_jobs
+from .metrics import SupervisorMetrics, forget_process
 from .restarts import Backoff, CrashLoop, CrashWindow
 
 __all__ = ["LOGGER_NAME", "Supervisor", "SupervisorConfig"]
@@ -36,12 +39,16 @@ __all__ = ["LOGGER_NAME", "Supervisor", "SupervisorConfig"]
 #: The logger of the supervisor's events (one record per start, ready, exit, restart, signal).
 LOGGER_NAME = "reliable.worker"
 _TICK = 0.5
-_KILL_AFTER = 10.0  # after a hard stop, SIGKILL a child still alive this long after its second TERM
 
 
 @dataclass(frozen=True)
 class SupervisorConfig:
-    """What `reliable worker` was asked to run."""
+    """What `reliable worker` was asked to run.
+
+    `stop_margin`: a child still alive `shutdown_timeout + stop_margin` seconds after it was told to
+    stop gets the hard stop (`child.HARD_STOP_SIGNAL`); `kill_after`: one still alive that long after a
+    hard stop is SIGKILLed.
+    """
 
     app: str
     modules: tuple[str, ...] = ()
@@ -57,6 +64,8 @@ class SupervisorConfig:
     shutdown_timeout: float = 600.0
     log_level: str = "INFO"
     python: str = sys.executable
+    stop_margin: float = 15.0
+    kill_after: float = 10.0
 
 
 @dataclass
@@ -67,6 +76,8 @@ class _Slot:
     started_at: float = 0.0
     ready_at: float | None = None
     stop_requested: str | None = None  # "shutdown" or "reload": this exit is not a crash
+    stop_requested_at: float | None = None
+    generation: int = 0  # children started in this slot so far
     streak: int = 0  # crashes in a row
     start_at: float | None = 0.0  # when to start the next child (None: not scheduled)
     pending_reason: str | None = None  # the restart reason the next start counts
@@ -99,7 +110,7 @@ class Supervisor:
         self._hard = False
         self._signals: list[int] = []
         self._reload_queue: list[int] = []
-        self._reloading: int | None = None
+        self._reloading: tuple[int, int] | None = None  # (slot, generation of the child told to stop)
         self._wake_r = self._wake_w = -1
 
     # -- events -----------------------------------------------------------------------------------
@@ -109,14 +120,24 @@ class Supervisor:
         self.logger.log(level, message, extra={"reliable_event": record})
 
     def _changed(self) -> None:
-        self.metrics.up(sum(1 for s in self.slots if s.proc is not None and s.ready_at is not None))
+        self.metrics.up(sum(1 for s in self.slots
+                            if s.proc is not None and s.ready_at is not None and s.stop_requested is None))
         if self.on_change is not None:
-            self.on_change()
+            try:
+                self.on_change()
+            except Exception as exc:  # a full disk must not stop the supervision of healthy children
+                self._event("metrics_write_failed", f"updating the metrics failed ({exc!r}); supervising goes on",
+                            logging.WARNING, error=repr(exc))
 
     # -- children ---------------------------------------------------------------------------------
 
     def _start(self, slot: _Slot) -> None:
-        ready_r, ready_w = os.pipe()
+        slot.start_at = None
+        try:
+            ready_r, ready_w = os.pipe()
+        except OSError as exc:
+            self._start_failed(slot, exc)
+            return
         child = ChildConfig(
             app=self.config.app, slot=slot.index, supervisor_pid=os.getpid(), ready_fd=ready_w,
             modules=list(self.config.modules), queues=list(self.config.queues) if self.config.queues else None,
@@ -127,11 +148,16 @@ class Supervisor:
         try:
             slot.proc = subprocess.Popen([self.config.python, "-m", "reliable.supervisor.child", child.to_json()],
                                          pass_fds=(ready_w,))
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.close(ready_r)
+            self._start_failed(slot, exc)
+            return
         finally:
             os.close(ready_w)
         slot.ready_fd = ready_r
+        slot.generation += 1
         slot.started_at = self.clock()
-        slot.ready_at = slot.start_at = slot.exited_at = slot.hard_stop_at = None
+        slot.ready_at = slot.exited_at = slot.hard_stop_at = slot.stop_requested_at = None
         slot.stop_requested, slot.killed = None, False
         reason, slot.pending_reason = slot.pending_reason, None
         if reason is not None:
@@ -140,6 +166,29 @@ class Supervisor:
                     pid=slot.proc.pid, reason=reason or "boot")
         self._changed()
 
+    def _start_failed(self, slot: _Slot, exc: BaseException) -> None:
+        """The child of `slot` could not even be spawned: a crash of that slot (backoff, crash-loop window)."""
+        cause = f"could not be started: {exc}"
+        slot.ready_at = None
+        self._event("child_start_failed", f"child {slot.index} {cause}", logging.WARNING, child=slot.index,
+                    error=str(exc))
+        self._crashed(slot, self.clock(), stable=False, who=f"child {slot.index}", cause=cause)
+        self._changed()
+
+    def _crashed(self, slot: _Slot, now: float, *, stable: bool, who: str, cause: str) -> None:
+        """Count a crash of `slot` (`stable`: its child had run long enough to end the streak); restart or fail."""
+        if stable:
+            slot.streak = 0
+        slot.streak += 1
+        if self.crashes.record(now):
+            self._fail(EXIT_CRASH_LOOP, f"crash loop: {self.config.crash_loop.describe()}; stopping every "
+                                        f"child. The last: {who} {cause}")
+        else:
+            delay = self.config.backoff.delay(slot.streak)
+            slot.start_at, slot.pending_reason = now + delay, "crash"
+            self._event("child_restart_scheduled", f"child {slot.index} restarts in {delay:g}s",
+                        child=slot.index, reason="crash", delay_seconds=delay, streak=slot.streak)
+
     def _read_ready(self, slot: _Slot) -> None:
         assert slot.ready_fd is not None
         data = os.read(slot.ready_fd, 64)
@@ -147,7 +196,9 @@ class Supervisor:
             slot.ready_at = self.clock()
             self._event("child_ready", f"child {slot.index} (PID {slot.proc.pid}) is consuming", child=slot.index,
                         pid=slot.proc.pid, boot_seconds=round(slot.ready_at - slot.started_at, 3))
-            if self._reloading == slot.index:
+            # Only a child started after the reload's TERM ends it (not the old one finishing its boot).
+            if self._reloading is not None and self._reloading[0] == slot.index and \
+                    slot.generation > self._reloading[1]:
                 self._reloading = None
             self._changed()
         if not data:
@@ -159,41 +210,49 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 slot.proc.send_signal(sig)
 
+    def _request_stop(self, slot: _Slot, why: str) -> None:
+        """Tell the child of `slot` to stop after its running jobs (`why`: "shutdown" or "reload")."""
+        slot.stop_requested, slot.stop_requested_at = why, self.clock()
+        self._signal_child(slot, signal.SIGTERM)
+
     def _exited(self, slot: _Slot, returncode: int) -> None:
         assert slot.proc is not None
         now = self.clock()
         pid = slot.proc.pid
         requested = slot.stop_requested is not None or self._stopping
         result = classify(returncode, requested=requested, booted=slot.ready_at is not None)
+        # A child that had started consuming and leaves a stop any other way may have left jobs unfinished.
+        unfinished = self._stopping and slot.ready_at is not None and not finished_its_jobs(returncode)
         uptime = now - slot.started_at
         if slot.ready_fd is not None:
             os.close(slot.ready_fd)
             slot.ready_fd = None
         slot.proc, slot.exited_at = None, now
         self.metrics.child_exited(slot.index, returncode)
-        _forget_process_metrics(pid)
-        level = logging.WARNING if result.kind in (ExitKind.CRASH, ExitKind.APP_BROKEN) else logging.INFO
+        try:
+            forget_process(pid)
+        except OSError as exc:
+            self._event("metrics_write_failed", f"marking child {slot.index}'s metrics dead failed ({exc!r})",
+                        logging.WARNING, error=repr(exc))
+        level = logging.WARNING if unfinished or result.kind in (ExitKind.CRASH, ExitKind.APP_BROKEN) \
+            else logging.INFO
         self._event("child_exited", f"child {slot.index} (PID {pid}) exited: {result.cause}", level,
                     child=slot.index, pid=pid, returncode=returncode, kind=result.kind.value, cause=result.cause,
                     uptime_seconds=round(uptime, 3))
         if self._stopping:
+            if unfinished:
+                self._code = self._code or EXIT_KILLED
+                if self.failure is None and not self._hard:
+                    self.failure = (f"child {slot.index} (PID {pid}) {result.cause} while stopping: the jobs it was "
+                                    "running were not finished (their lease recovers them)")
             self._changed()
             return
         if result.kind is ExitKind.APP_BROKEN:
             self._fail(EXIT_APP, f"child {slot.index} (PID {pid}) could not import the app {self.config.app!r} "
                                  f"({result.cause}): see its traceback above; not restarting")
         elif result.kind is ExitKind.CRASH:
-            if slot.ready_at is not None and uptime >= self.config.backoff.stable_after:
-                slot.streak = 0
-            slot.streak += 1
-            if self.crashes.record(now):
-                self._fail(EXIT_CRASH_LOOP, f"crash loop: {self.config.crash_loop.describe()}; stopping every "
-                                            f"child. The last: child {slot.index} (PID {pid}) {result.cause}")
-            else:
-                delay = self.config.backoff.delay(slot.streak)
-                slot.start_at, slot.pending_reason = now + delay, "crash"
-                self._event("child_restart_scheduled", f"child {slot.index} restarts in {delay:g}s",
-                            child=slot.index, reason="crash", delay_seconds=delay, streak=slot.streak)
+            self._crashed(slot, now, stable=slot.ready_at is not None and uptime >= self.config.backoff.stable_after,
+                          who=f"child {slot.index} (PID {pid})", cause=result.cause)
         else:
             slot.streak = 0
             reason = "reload" if result.kind is ExitKind.STOPPED else result.kind.value
@@ -211,8 +270,8 @@ class Supervisor:
         for slot in self.slots:
             slot.start_at = None
             if slot.proc is not None and slot.stop_requested is None:
-                slot.stop_requested = "shutdown"
-                self._signal_child(slot, signal.SIGTERM)
+                self._request_stop(slot, "shutdown")
+        self._changed()
 
     # -- signals ----------------------------------------------------------------------------------
 
@@ -237,10 +296,14 @@ class Supervisor:
                 self._code = self._code or EXIT_KILLED
                 self._event("hard_stop_requested", f"second {name}: stopping every child at once",
                             logging.WARNING, signal=name)
-                now = self.clock()
                 for slot in self.slots:
-                    self._signal_child(slot, signal.SIGTERM)
-                    slot.hard_stop_at = now
+                    self._hard_stop(slot)
+
+    def _hard_stop(self, slot: _Slot) -> None:
+        """Tell the child of `slot` to exit without its running jobs; SIGKILL it `kill_after` s later."""
+        if slot.proc is not None and slot.hard_stop_at is None:
+            self._signal_child(slot, HARD_STOP_SIGNAL)
+            slot.hard_stop_at = self.clock()
 
     def _advance_reload(self) -> None:
         if self._reloading is not None or not self._reload_queue:
@@ -249,9 +312,9 @@ class Supervisor:
         slot = self.slots[index]
         if slot.proc is None:  # waiting for a restart anyway: it will run the new code
             return
-        self._reloading = index
-        slot.stop_requested = "reload"
-        self._signal_child(slot, signal.SIGTERM)
+        self._reloading = (index, slot.generation)
+        self._request_stop(slot, "reload")
+        self._changed()
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -285,9 +348,16 @@ class Supervisor:
                                 f"{self.config.boot_timeout:g}s: killing it", logging.WARNING, child=slot.index)
                     slot.proc.kill()
                     slot.killed = True
-                elif slot.hard_stop_at is not None and now - slot.hard_stop_at > _KILL_AFTER:
-                    slot.proc.kill()
-                    slot.killed = True
+                elif slot.hard_stop_at is not None:
+                    if now - slot.hard_stop_at > self.config.kill_after:
+                        slot.proc.kill()
+                        slot.killed = True
+                elif slot.stop_requested_at is not None and \
+                        now - slot.stop_requested_at > self.config.shutdown_timeout + self.config.stop_margin:
+                    self._event("child_stop_timeout", f"child {slot.index} (PID {slot.proc.pid}) still stopping "
+                                f"{self.config.shutdown_timeout + self.config.stop_margin:g}s after it was asked: "
+                                "stopping it at once", logging.WARNING, child=slot.index, pid=slot.proc.pid)
+                    self._hard_stop(slot)
         if not self._stopping:
             self._advance_reload()
             for slot in self.slots:
@@ -331,10 +401,3 @@ class Supervisor:
         self._event("supervisor_stopped", f"reliable worker stopped (exit code {self._code})", exit_code=self._code)
         return self._code
 
-
-def _forget_process_metrics(pid: int) -> None:
-    """With PROMETHEUS_MULTIPROC_DIR set, stop counting a dead child's live gauges (docs/observability.md)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

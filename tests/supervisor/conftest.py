@@ -39,11 +39,12 @@ def producer(sup_env: dict[str, str]) -> Iterator[tuple[RabbitmqBroker, StateSto
 
 @pytest.fixture
 def supervise(tmp_path: Path) -> Iterator[Callable[..., Supervised]]:
-    """Start `reliable worker supervised_app ARGS...` with an env; every one started is stopped after the test."""
+    """Start `reliable worker APP ARGS...` with an env (APP: supervised_app unless `app=`); every one started is
+    stopped after the test."""
     started: list[Supervised] = []
 
-    def start(env: dict[str, str], *args: str) -> Supervised:
-        supervised = Supervised(env, tmp_path / f"supervisor-{len(started)}.log", *args)
+    def start(env: dict[str, str], *args: str, app: str = "supervised_app") -> Supervised:
+        supervised = Supervised(env, tmp_path / f"supervisor-{len(started)}.log", *args, app=app)
         started.append(supervised)
         return supervised
 

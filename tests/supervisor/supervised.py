@@ -17,13 +17,13 @@ APPS = Path(__file__).parent / "apps"
 
 
 class Supervised:
-    """`reliable worker supervised_app ...` in its own process group, stderr+stdout to `log`."""
+    """`reliable worker APP ...` (an app of tests/supervisor/apps) in its own process group, output to `log`."""
 
-    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *args: str, app: str = "supervised_app") -> None:
         self.log_path = log
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CLI, "worker", "supervised_app", "--path", str(APPS), *args],
+            [sys.executable, "-c", CLI, "worker", app, "--path", str(APPS), *args],
             env={**os.environ, **env}, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
 
@@ -53,6 +53,10 @@ class Supervised:
     def signal(self, sig: signal.Signals) -> None:
         """Send `sig` to the supervisor only (as systemd or Kubernetes would)."""
         self.proc.send_signal(sig)
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Send `sig` to the supervisor and every child (systemd's default KillMode=control-group)."""
+        os.killpg(self.proc.pid, sig)
 
     def wait(self, timeout: float) -> int:
         """The supervisor's exit code; fails (with its output) if it is still running after `timeout` s."""

@@ -14,7 +14,7 @@ from reliable.supervisor.restarts import CrashLoop
 
 @pytest.mark.parametrize(("code", "requested", "booted", "kind", "cause"), [
     (-9, False, True, ExitKind.CRASH, "killed by SIGKILL"),
-    (1, False, True, ExitKind.CRASH, "exit code 1 (stopped at once (second signal))"),
+    (1, False, True, ExitKind.CRASH, "exit code 1 (stopped without its running jobs)"),
     (13, False, False, ExitKind.CRASH, "died while booting, exit code 13"),
     (3, False, False, ExitKind.CRASH, "died while booting, exit code 3 (the broker connection failed at boot)"),
     (2, False, False, ExitKind.APP_BROKEN, "exit code 2 (the app failed to import)"),
