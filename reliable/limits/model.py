@@ -3,7 +3,8 @@
     @dramatiq.actor(limits=reliable.Limits(concurrency=4, rate="10/s", key="account_id"))
 
 - `concurrency`: at most N attempts of the actor (per key) run at once across every worker process;
-- `rate`: at most N starts per period (``"10/s"``, ``"600/1m"``, ``"5/1h30m"``) across every worker;
+- `rate`: N starts per period (``"10/s"``, ``"600/1m"``, ``"5/1h30m"``) across every worker, a token
+  bucket: a burst of up to N at once, then one every period/N (at most 2N in any one period);
 - `key`: the limits hold per key instead of per actor: the name of one of the actor's arguments, or a
   callable given the message's arguments (``key=lambda account_id, **_: account_id``);
 - `shards`: rate buckets (default min(N, 8)): each holds 1/shards of the tokens, so starts do not
