@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import dramatiq
 from dramatiq.middleware import Middleware, SkipMessage
@@ -53,7 +53,8 @@ from .errors import (
 from .events import JsonLogSink, log_events_to_stderr
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .leases import Heartbeat
-from .limits.gate import Admission, LimitGate
+from .limits.gate import Admission, Denial, LimitGate, fast_path_allowed
+from .limits.model import LimitKeyError
 from .metrics import Metrics
 from .options import (
     ACTOR_OPTIONS,
@@ -560,12 +561,8 @@ class ReliableMiddleware(Middleware):
                 self.before_enqueue(broker, unknown, None)
                 claim = self.store.claim(job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl)
             else:
-                self._refused(broker, message, refusal)
-                # This delivery never ran: Dramatiq's Results must not store None for it (its
-                # after_skip_message would, over a real result or while the job runs elsewhere).
-                message.options["store_results"] = False
-                raise SkipMessage(refusal.reason) from None
-        self._limits_bind(claim.job.lease_id)
+                self._skip_refused(broker, message, refusal)
+        self._limits_bind(broker, message, claim)
         span_id = self._start_span(message, attempt=claim.job.attempt, attempt_id=claim.attempt_id)
         context = self._hold(message, claim, span_id=span_id)
         self._delivery.context = context
@@ -582,6 +579,14 @@ class ReliableMiddleware(Middleware):
         self._heartbeat.add(context)
         self._heartbeat.start()
         return context
+
+    def _skip_refused(self, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:
+        """Handle a refused claim, then skip this delivery (always raises SkipMessage)."""
+        self._refused(broker, message, refusal)
+        # This delivery never ran: Dramatiq's Results must not store None for it (its
+        # after_skip_message would, over a real result or while the job runs elsewhere).
+        message.options["store_results"] = False
+        raise SkipMessage(refusal.reason) from None
 
     def _refused(self, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> None:
         redelivered = getattr(message, "redelivered", None)
@@ -600,6 +605,9 @@ class ReliableMiddleware(Middleware):
     def _fast_eligible(self, message: Any) -> bool:
         """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
         step, on_success, a group's completion) that would have to be registered with it."""
+        limited = self.limits.spec_for(self.broker, message.actor_name) if self.broker is not None else None
+        if not fast_path_allowed(limited):
+            return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
         if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
             return False  # a group's barrier or a workflow node's result commits with the success
         if own_queue(message.queue_name, message.options) != message.queue_name.removesuffix(".DQ"):
@@ -972,26 +980,74 @@ class ReliableMiddleware(Middleware):
         spec = self.limits.spec_for(broker, message.actor_name)
         if spec is None:
             return
-        outcome = self._with_store_retry("limits", lambda: self.limits.admit(
-            self.store, spec, message, lease_ttl=self.lease_ttl, worker_id=self.worker_id))
+        # Only a delivery whose claim can win spends a slot or a token (not a duplicate of a
+        # finished or running job, nor an early retry): look first, handle a refusal as the claim would.
+        refusal = self._with_store_retry("claimable", lambda: self.store.claim_refusal(message.message_id))
+        if refusal is not None:
+            self._skip_refused(broker, message, refusal)
+        try:
+            outcome = self._with_store_retry("limits", lambda: self.limits.admit(
+                self.store, spec, message, lease_ttl=self.lease_ttl, worker_id=self.worker_id))
+        except LimitKeyError as exc:
+            self._limits_key_failed(message, exc)
+            message.options["store_results"] = False
+            raise SkipMessage("limits key") from None
         if isinstance(outcome, Admission):
             self._delivery.limits = outcome
             return
+        self._limits_defer(broker, message, outcome)
+
+    def _limits_defer(self, broker: dramatiq.Broker, message: Any, denial: Denial) -> NoReturn:
+        """Publish the delivery again later and skip it (always raises SkipMessage)."""
         try:
-            delay = self.limits.defer(broker, self.store, message, outcome, worker_id=self.worker_id)
+            delay = self.limits.defer(broker, self.store, message, denial, worker_id=self.worker_id)
         except Exception:  # the job stays PENDING in the store: the recovery loop's sweeper re-publishes it
             logger.warning("job %s: publishing its deferral failed; the recovery loop will re-dispatch it",
                            message.message_id, exc_info=True)
         else:
-            logger.debug("job %s deferred %.2fs: %s limit of %s", message.message_id, delay, outcome.limit,
-                         outcome.spec.actor)
+            logger.debug("job %s deferred %.2fs: %s limit of %s", message.message_id, delay, denial.limit,
+                         denial.spec.actor)
         message.options["store_results"] = False  # never ran: Results must not store None for it
-        raise SkipMessage(f"{outcome.limit} limit")
+        raise SkipMessage(f"{denial.limit} limit")
 
-    def _limits_bind(self, lease_id: int) -> None:
+    def _limits_key_failed(self, message: Any, exc: LimitKeyError) -> None:
+        """Fail the job whose limits key cannot be computed from its arguments: it can never run.
+        The claim decides as for any attempt (a duplicate of a finished job changes nothing)."""
+        job_id = message.message_id
+        logger.error("job %s: %s; the job fails", job_id, exc)
+        try:
+            claim = self._with_store_retry("claim", lambda: self.store.claim(
+                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl))
+        except ClaimRefused as refusal:
+            logger.info("message %s skipped: claim refused (%s)", job_id, refusal.reason)
+            return
+        cause = exc.__cause__ or exc
+        error = ErrorInfo("limits_key", type(cause).__name__, redact_secrets(str(exc)))
+        try:
+            self._with_store_retry("fail", lambda: self.store.finish(
+                job_id, claim.job.lease_id, Event.FAIL, worker_id=self.worker_id, error=error))
+        except (LeaseLost, TransitionRefused) as refused:
+            logger.warning("job %s: %s", job_id, refused)
+
+    def _limits_bind(self, broker: dramatiq.Broker, message: Any, claim: Any) -> None:
+        """Tie the admission's slot to the claim's lease; when the slot was lost and none is free,
+        give the job back (PENDING is not reachable from a claim: a retry now, no attempt of the
+        actor's code) and defer this delivery: it never runs without its slot."""
         admission: Admission | None = getattr(self._delivery, "limits", None)
-        if admission is not None:
-            self.limits.bind(self.store, admission, lease_id, worker_id=self.worker_id)
+        if admission is None or self.limits.bind(self.store, admission, claim.job.lease_id,
+                                                 lease_ttl=self.lease_ttl, worker_id=self.worker_id):
+            return
+        self._delivery.limits = None
+        job_id = message.message_id
+        logger.warning("job %s: its %s slot was taken by another job before its claim; deferred", job_id,
+                       admission.spec.actor)
+        try:
+            self._with_store_retry("retry_scheduled", lambda: self.store.finish(
+                job_id, claim.job.lease_id, Event.RETRY, worker_id=self.worker_id, retry_delay=0.0,
+                detail={"limit_slot_lost": admission.spec.actor}))
+        except (LeaseLost, TransitionRefused) as refused:
+            logger.warning("job %s: %s", job_id, refused)
+        self._limits_defer(broker, message, Denial(admission.spec, admission.key, "concurrency", 0.0))
 
     def _limits_release(self) -> None:
         admission: Admission | None = getattr(self._delivery, "limits", None)
@@ -1005,7 +1061,7 @@ class ReliableMiddleware(Middleware):
         if spec is None:
             return
         try:
-            self.limits.rate_limited(self.store, spec, job.queue, job.job_id, worker_id=self.worker_id)
+            self.limits.rate_limited(self.store, spec, job.home_queue, job.job_id, worker_id=self.worker_id)
         except ReliableError as exc:
             logger.warning("job %s: could not record the rate-limited failure for %s's limits: %s",
                            job.job_id, job.actor, exc)

@@ -22,14 +22,14 @@ from typing import Any, Literal
 import dramatiq
 
 from ..errors import ReliableError
-from ..options import LIMITS
+from ..options import LIMITS, own_queue
 from ..store import StateStore
 from .adaptive import Adaptation, LimitState, after_quiet, after_rate_limited, restore_due
 from .model import LimitSpec, limit_error, limit_spec
 from .storage import LimitStore, settings_for
 
 __all__ = ["DEFERRALS_OPTION", "LIMITS_OPTION", "Admission", "Denial", "LimitGate", "deferral_delay",
-           "records_deferral"]
+           "fast_path_allowed", "records_deferral"]
 
 logger = logging.getLogger("reliable.limits")
 
@@ -72,6 +72,12 @@ def deferral_delay(base: float, wait: float, rand: float) -> float:
     return min(MAX_DEFERRAL, max(base, wait) * (0.5 + rand))
 
 
+def fast_path_allowed(spec: LimitSpec | None) -> bool:
+    """Whether an actor with these limits may run on the fast path, whatever its options or the
+    policy say: not with a concurrency limit (a slot is tied to the claim's lease). Pure."""
+    return spec is None or spec.concurrency is None
+
+
 def records_deferral(count: int) -> bool:
     """Whether a job's `count`-th deferral gets an event row: the 1st, 2nd, 4th, 8th... Pure."""
     return count >= 1 and count & (count - 1) == 0
@@ -94,7 +100,7 @@ class LimitGate:
     def declare(self, actor: Any) -> LimitSpec | None:
         """Validate a declared actor's limits (ConfigError naming actor and field); remember them."""
         spec = limit_spec(actor.actor_name, actor.options.get(LIMITS_OPTION), getattr(actor, "fn", None))
-        if spec is not None and spec.concurrency is not None and actor.options.get("fast_path"):
+        if not fast_path_allowed(spec) and actor.options.get("fast_path"):
             raise limit_error(actor.actor_name, "concurrency",
                               "cannot be combined with fast_path=True (a slot is tied to the claim's lease)")
         self._specs[actor.actor_name] = spec
@@ -121,9 +127,10 @@ class LimitGate:
 
     def admit(self, store: StateStore, spec: LimitSpec, message: Any, *, lease_ttl: float,
               worker_id: str) -> Admission | Denial:
-        """A slot (concurrency) then a token (rate) for this delivery, or the limit that refused it."""
-        limits = self.limits(store)
+        """A slot (concurrency) then a token (rate) for this delivery, or the limit that refused it.
+        LimitKeyError when the key cannot be computed from the message's arguments."""
         key = spec.key_of(tuple(message.args), dict(message.kwargs))
+        limits = self.limits(store)
         job_id = str(message.message_id)
         slot = lease = None
         restored = None
@@ -146,16 +153,24 @@ class LimitGate:
                 return Denial(spec, key, "rate", token.wait, restored)
         return Admission(spec, key, job_id, slot, lease, restored)
 
-    def bind(self, store: StateStore, admission: Admission, lease_id: int, *, worker_id: str) -> None:
+    def bind(self, store: StateStore, admission: Admission, lease_id: int, *, lease_ttl: float,
+             worker_id: str) -> bool:
         """The claim won with `lease_id`: tie the slot to it if it expected another; record a
-        step back up this delivery took."""
-        if admission.slot is not None and admission.lease_id != lease_id:
-            try:
-                self.limits(store).bind(admission.spec, admission.key, admission.slot, admission.job_id, lease_id)
-            except ReliableError as exc:  # the attempt runs; its slot is held for the ttl it was taken with
-                logger.warning("job %s: could not tie its %s slot to lease %d (%s)", admission.job_id,
-                               admission.spec.actor, lease_id, exc)
+        step back up this delivery took. False when the slot was lost meanwhile (another job took
+        it) and no other is free: the attempt must not run (the caller gives the job back)."""
         self._record(store, admission.spec, admission.restored, admission.job_id, worker_id)
+        if admission.slot is None or admission.lease_id == lease_id:
+            return True
+        limits = self.limits(store)
+        spec, key, job_id = admission.spec, admission.key, admission.job_id
+        try:
+            if limits.bind(spec, key, admission.slot, job_id, lease_id):
+                return True
+            taken = limits.acquire(spec, key, job_id, ttl=lease_ttl)  # another slot, if one is free
+            return taken.slot is not None and limits.bind(spec, key, taken.slot, job_id, lease_id)
+        except ReliableError as exc:  # the attempt runs; its slot is held for the ttl it was taken with
+            logger.warning("job %s: could not tie its %s slot to lease %d (%s)", job_id, spec.actor, lease_id, exc)
+            return True
 
     def release(self, store: StateStore, admission: Admission) -> None:
         """Free the admission's slot now (its claim did not happen). If the store cannot be
@@ -173,12 +188,19 @@ class LimitGate:
         """Publish the message again after a jittered delay (this delivery is then skipped); the delay."""
         delay = deferral_delay(denial.spec.delay, denial.wait, self._rand())
         count = int(message.options.get(DEFERRALS_OPTION) or 0) + 1
-        queue = str(message.queue_name).removesuffix(".DQ")
-        again = message.copy(queue_name=queue, options={DEFERRALS_OPTION: count})
+        # Back on the queue that delivered it (a routed retry's lane stays its lane); counted
+        # under the job's own queue.
+        again = message.copy(queue_name=str(message.queue_name).removesuffix(".DQ"),
+                             options={DEFERRALS_OPTION: count})
         again.options.pop("eta", None)
         broker.enqueue(again, delay=int(delay * 1000))
+        try:
+            self.limits(store).mark_deferred(str(message.message_id), delay)
+        except ReliableError:  # the sweeper may publish one more copy; the claim keeps it from running twice
+            logger.warning("job %s: could not note its deferral", message.message_id, exc_info=True)
         if self._on_deferral is not None:
-            self._on_deferral(denial.spec.actor, queue, denial.limit)
+            self._on_deferral(denial.spec.actor, own_queue(str(message.queue_name), message.options),
+                              denial.limit)
         self._record(store, denial.spec, denial.restored, str(message.message_id), worker_id)
         if records_deferral(count):
             try:

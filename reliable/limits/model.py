@@ -3,7 +3,8 @@
     @dramatiq.actor(limits=reliable.Limits(concurrency=4, rate="10/s", key="account_id"))
 
 - `concurrency`: at most N attempts of the actor (per key) run at once across every worker process;
-- `rate`: at most N starts per period (``"10/s"``, ``"600/1m"``, ``"5/1h30m"``) across every worker;
+- `rate`: N starts per period (``"10/s"``, ``"600/1m"``, ``"5/1h30m"``) across every worker, a token
+  bucket: a burst of up to N at once, then one every period/N (at most 2N in any one period);
 - `key`: the limits hold per key instead of per actor: the name of one of the actor's arguments, or a
   callable given the message's arguments (``key=lambda account_id, **_: account_id``);
 - `shards`: rate buckets (default min(N, 8)): each holds 1/shards of the tokens, so starts do not
@@ -25,9 +26,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..durations import parse_duration
-from ..errors import ConfigError
+from ..errors import ConfigError, ReliableError
 
-__all__ = ["MAX_KEY_LENGTH", "LimitSpec", "Limits", "limit_error", "limit_spec"]
+__all__ = ["MAX_KEY_LENGTH", "LimitKeyError", "LimitSpec", "Limits", "limit_error", "limit_spec"]
 
 #: Keys longer than this are cut (the slot and bucket rows keep at most 255 characters).
 MAX_KEY_LENGTH = 200
@@ -79,7 +80,15 @@ class LimitSpec:
         """The key a message's arguments fall under ("" when the limits are per actor)."""
         if self.key is None:
             return ""
-        return self.key(args, kwargs)[:MAX_KEY_LENGTH]
+        try:
+            return self.key(args, kwargs)[:MAX_KEY_LENGTH]
+        except Exception as exc:
+            raise LimitKeyError(f"actor {self.actor!r}: limits.key {self.key.__name__} raised "
+                                f"{type(exc).__name__}: {exc}") from exc
+
+
+class LimitKeyError(ReliableError):
+    """A limits key could not be computed from a message's arguments: its job cannot run (it fails)."""
 
 
 def limit_error(actor: str, field: str, problem: str) -> ConfigError:
@@ -125,6 +134,7 @@ def _key(actor: str, value: object, fn: Callable[..., Any] | None
                 return str(kwargs[value])
             return str(args[index]) if index is not None and index < len(args) else ""
 
+        by_argument.__name__ = f"(argument {value!r})"
         return by_argument
     if callable(value):
         compute = value
@@ -132,6 +142,7 @@ def _key(actor: str, value: object, fn: Callable[..., Any] | None
         def by_callable(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
             return str(compute(*args, **kwargs))
 
+        by_callable.__name__ = f"callable {getattr(value, '__qualname__', None) or repr(value)}"
         return by_callable
     raise limit_error(actor, "key", f"expected an argument name or a callable, got {value!r}")
 

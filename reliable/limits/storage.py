@@ -2,13 +2,15 @@
 changed under its row's lock. Decisions are reliable.limits.adaptive's; this module reads and writes.
 
 Every time is the database's clock (or the store's injected one). Rows are created on first use
-(`ensure`, once per process per actor and key).
+and re-asserted every ENSURE_EVERY seconds by each process (`ensure`): rows deleted by hand come
+back, and the declared concurrency of the code a process runs is written again (a rolling deploy).
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,8 @@ __all__ = ["LimitStore", "SlotTaken", "TokenTaken", "settings_for"]
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 #: (actor, key) pairs whose rows this process has ensured; more are ensured on every use.
 _ENSURED_MAX = 10_000
+#: How often (seconds) a process ensures the rows of an (actor, key) it uses again.
+ENSURE_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,14 @@ def _state(row: Any) -> LimitState | None:
 class LimitStore:
     """The limits' rows in one StateStore (SQLite or PostgreSQL)."""
 
-    def __init__(self, store: StateStore, *, rand: Callable[[], float] = random.random) -> None:
+    def __init__(self, store: StateStore, *, rand: Callable[[], float] = random.random,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
         self._sql = store._sql
         self._postgres = self._sql.dialect == "postgresql"
         self._rand = rand
-        self._ensured: set[tuple[str, str]] = set()
+        self._monotonic = monotonic
+        self._ensured: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
     def _run(self, tx: Tx, name: str, params: dict[str, Any]) -> Any:
@@ -73,8 +79,10 @@ class LimitStore:
     # -- rows ------------------------------------------------------------------------------------
 
     def ensure(self, spec: LimitSpec, key: str) -> None:
-        """Create the actor's limit row and the key's slots and buckets if missing (once per process)."""
-        if (spec.actor, key) in self._ensured:
+        """Create the actor's limit row and the key's slots and buckets if missing, and write the
+        declared concurrency; once per ENSURE_EVERY seconds per process."""
+        done = self._ensured.get((spec.actor, key))
+        if done is not None and self._monotonic() - done < ENSURE_EVERY:
             return
         self.store.check_schema()
         with self._sql.transaction() as tx:
@@ -85,13 +93,13 @@ class LimitStore:
                 self._run(tx, "limit_ensure_buckets", {"name": spec.actor, "key": key, "count": spec.shards,
                                                        "capacity": spec.bucket_capacity})
         with self._lock:
-            if len(self._ensured) < _ENSURED_MAX:
-                self._ensured.add((spec.actor, key))
+            if len(self._ensured) < _ENSURED_MAX or (spec.actor, key) in self._ensured:
+                self._ensured[(spec.actor, key)] = self._monotonic()
 
     def forget(self, actor: str, key: str) -> None:
         """Ensure the rows of (actor, key) again at next use (they were found missing)."""
         with self._lock:
-            self._ensured.discard((actor, key))
+            self._ensured.pop((actor, key), None)
 
     # -- concurrency -----------------------------------------------------------------------------
 
@@ -123,11 +131,13 @@ class LimitStore:
             held = self._run(tx, "limit_hold_slot", {**params, "slot": picked[0]}).fetchone()
             return SlotTaken(int(held[0]), None if held[1] is None else int(held[1]), state, now)
 
-    def bind(self, spec: LimitSpec, key: str, slot: int, job_id: str, lease_id: int) -> None:
-        """Tie a taken slot to the lease the claim gave (when it is not the one the slot expected)."""
+    def bind(self, spec: LimitSpec, key: str, slot: int, job_id: str, lease_id: int) -> bool:
+        """Tie a taken slot to the lease the claim gave (when it is not the one the slot expected);
+        False when `job_id` no longer holds it (it was free meanwhile and another job took it)."""
         with self._sql._single() as tx:
-            self._run(tx, "limit_bind_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id,
-                                              "lease_id": lease_id})
+            row = self._run(tx, "limit_bind_slot", {"name": spec.actor, "key": key, "slot": slot,
+                                                    "job_id": job_id, "lease_id": lease_id}).fetchone()
+        return row is not None
 
     def release(self, spec: LimitSpec, key: str, slot: int, job_id: str) -> None:
         """Free the slot `job_id` holds (a no-op if it was taken over meanwhile)."""
@@ -146,20 +156,34 @@ class LimitStore:
     # -- rate ------------------------------------------------------------------------------------
 
     def take_token(self, spec: LimitSpec, key: str) -> TokenTaken:
-        """Take one token from one of the key's buckets; when none has one, the wait for the next."""
+        """Take one token from one of the key's buckets; when none has one, the wait for the next.
+        Buckets found missing (deleted by hand) are created again at once."""
         assert spec.rate_count is not None
         self.ensure(spec, key)
+        taken = self._take_token(spec, key)
+        if taken is None:
+            self.forget(spec.actor, key)
+            self.ensure(spec, key)
+            taken = self._take_token(spec, key)
+        return taken if taken is not None else TokenTaken(False, 0.0, self.store.now())
+
+    def _take_token(self, spec: LimitSpec, key: str) -> TokenTaken | None:
+        """A token taken or refused; None when the key has no bucket row."""
         params = {"name": spec.actor, "key": key, "shards": spec.shards, "capacity": spec.bucket_capacity,
                   "refill": spec.bucket_refill, "start": self._start(spec.shards)}
         if self._postgres:
             with self._sql._single() as tx:
                 bucket, best, now = self._run(tx, "limit_take_token", params).fetchone()
+            if bucket is None and best is None:
+                return None
             return TokenTaken(bucket is not None, self._wait(spec, best), float(now))
         with self._sql.transaction() as tx:
             assert tx.now is not None
             picked = self._run(tx, "limit_pick_bucket", params).fetchone()
-            if picked is None or picked[1] < 1:
-                return TokenTaken(False, self._wait(spec, None if picked is None else picked[1]), tx.now)
+            if picked is None:
+                return None
+            if picked[1] < 1:
+                return TokenTaken(False, self._wait(spec, picked[1]), tx.now)
             self._run(tx, "limit_spend_token", {**params, "bucket": picked[0], "have": picked[1]})
             return TokenTaken(True, 0.0, tx.now)
 
@@ -185,6 +209,13 @@ class LimitStore:
                                                "last_rate_limited_at": new.last_rate_limited_at,
                                                "changed_at": new.changed_at})
             return adaptation
+
+    def mark_deferred(self, job_id: str, delay: float) -> None:
+        """A deferred delivery of the PENDING job `job_id` is published again in `delay` seconds:
+        dispatched_at moves to then, so the sweeper counts `sweep_after` from its arrival and does
+        not publish another copy meanwhile."""
+        with self._sql._single() as tx:
+            self._run(tx, "limit_mark_deferred", {"job_id": job_id, "delay": delay})
 
     def state(self, actor: str) -> LimitState | None:
         """The actor's stored concurrency state (None: no concurrency limit stored)."""

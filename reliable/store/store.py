@@ -362,6 +362,18 @@ class StateStore:
         self._emit_one(result)
         return Claim(Job.from_row(result[0]))
 
+    def claim_refusal(self, job_id: str) -> ClaimRefused | None:
+        """Why a claim of the job would be refused now, read without writing (None: it may win, or
+        there is no such job, which the caller registers first): the look a limited actor's
+        delivery takes before spending a slot or a token."""
+        job = self.find(job_id)
+        if job is None or job.status is JobStatus.PENDING:
+            return None
+        refusal = self._claim_refusal(job_id, job)
+        if refusal.reason == "not_due" and not refusal.retry_in:
+            return None  # a retry that is due
+        return refusal
+
     def job_status(self, job_id: str) -> JobStatus | None:
         """The job's state alone (None: no such job): the fast path's look before a run."""
         self.check_schema()

@@ -7,7 +7,8 @@ from sqlalchemy import text
 
 from reliable.limits import Limits, limit_spec
 from reliable.limits.adaptive import after_quiet, after_rate_limited
-from reliable.limits.storage import LimitStore, settings_for
+from reliable.limits.gate import Admission, LimitGate
+from reliable.limits.storage import ENSURE_EVERY, LimitStore, settings_for
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
 
@@ -181,3 +182,82 @@ def test_rows_deleted_under_a_running_process_are_made_again(clocked: tuple[Stat
     assert limits.acquire(spec, "", "a", ttl=TTL).state is None
     limits.forget("call_api", "")
     assert limits.acquire(spec, "", "a", ttl=TTL).slot == 0
+
+
+def test_a_slot_lost_before_its_bind_is_reported_and_another_taken_if_free(
+        clocked: tuple[StateStore, Clock]) -> None:
+    """A duplicate's claim and retry came between the slot and this delivery's claim: the slot was
+    free (its expected lease ended) and job b took it. `bind` says so; the gate takes another slot
+    if one is free, else refuses (the middleware then defers the delivery, it never runs unslotted)."""
+    store, _clock = clocked
+    spec = limit_spec("call_api", Limits(concurrency=1))
+    assert spec is not None
+    _jobs(store, "a", "b")
+    limits = _limits(store)
+    taken = limits.acquire(spec, "", "a", ttl=TTL)
+    dup = store.claim("a", worker_id="w0", lease_ttl=TTL)
+    store.finish("a", dup.lease_id, Event.RETRY, worker_id="w0", retry_delay=0.0)
+    claim = store.claim("a", worker_id="w1", lease_ttl=TTL)
+    assert taken.slot == 0 and claim.lease_id != taken.lease_id
+    other = limits.acquire(spec, "", "b", ttl=TTL)
+    assert other.slot == 0
+    assert limits.bind(spec, "", 0, "a", claim.lease_id) is False
+    gate = LimitGate(alert_after=lambda _actor, _queue: 1, rand=lambda: 0.0)
+    admission = Admission(spec, "", "a", taken.slot, taken.lease_id)
+    assert gate.bind(store, admission, claim.lease_id, lease_ttl=TTL, worker_id="w1") is False
+    assert limits.holders("call_api") == [("", 0, "b")]
+    limits.release(spec, "", 0, "b")  # b's claim did not happen: the slot is free again
+    assert gate.bind(store, admission, claim.lease_id, lease_ttl=TTL, worker_id="w1") is True
+    assert limits.holders("call_api") == [("", 0, "a")]
+
+
+def test_buckets_deleted_by_hand_are_made_again_at_once(clocked: tuple[StateStore, Clock]) -> None:
+    store, clock = clocked
+    spec = limit_spec("call_api", Limits(rate="10/s"))
+    assert spec is not None
+    limits = _limits(store)
+    assert limits.take_token(spec, "").taken
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM reliable_limit_buckets WHERE name = 'call_api'"))
+        conn.execute(text("DELETE FROM reliable_limits WHERE name = 'call_api'"))
+    clock.now += 1
+    assert limits.take_token(spec, "").taken
+
+
+def test_each_process_asserts_its_declaration_and_rows_again_periodically(
+        clocked: tuple[StateStore, Clock]) -> None:
+    """A rolling deploy: an old process wrote concurrency 2 after a new one wrote 4; the new one
+    writes 4 again within ENSURE_EVERY, and recreates slot rows deleted meanwhile."""
+    store, _clock = clocked
+    ticks = [0.0]
+    new = LimitStore(store, rand=lambda: 0.0, monotonic=lambda: ticks[0])
+    four, two = limit_spec("call_api", Limits(concurrency=4)), limit_spec("call_api", Limits(concurrency=2))
+    assert four is not None and two is not None
+    _jobs(store, "a")
+    new.ensure(four, "")
+    _limits(store).ensure(two, "")  # the old code's process
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM reliable_limit_slots WHERE name = 'call_api'"))
+    assert new.acquire(four, "", "a", ttl=TTL).slot is None  # ensured recently: not yet
+    ticks[0] += ENSURE_EVERY
+    assert new.acquire(four, "", "a", ttl=TTL).slot == 0
+    state = new.state("call_api")
+    assert state is not None and (state.declared, state.effective) == (4, 4)
+
+
+def test_a_rate_is_n_per_period_after_a_burst_of_n(clocked: tuple[StateStore, Clock]) -> None:
+    """What docs/limits.md promises: the buckets start full (a burst of N at once), then one token
+    every period/N: at most 2N starts in the first period, and N in each later one under steady load."""
+    store, clock = clocked
+    spec = limit_spec("call_api", Limits(rate="10/1m", shards=1))
+    assert spec is not None
+    limits = _limits(store)
+    per_minute = []
+    for _minute in range(3):
+        started = 0
+        for _second in range(60):  # one start attempt every second, 20 at a time
+            started += sum(limits.take_token(spec, "").taken for _ in range(20))
+            clock.now += 1
+        per_minute.append(started)
+    assert per_minute[0] <= 20 and per_minute[0] >= 10
+    assert per_minute[1:] == [10, 10]

@@ -444,11 +444,18 @@ FROM t LEFT JOIN lim ON TRUE;
 -- name: limit_bind_slot
 -- After a claim whose lease id differs from the one the slot expected (another delivery claimed first).
 UPDATE reliable_limit_slots SET holder_lease = %(lease_id)s::int8
-WHERE name = %(name)s::text AND key = %(key)s::text AND slot = %(slot)s::int4 AND holder_job = %(job_id)s::text;
+WHERE name = %(name)s::text AND key = %(key)s::text AND slot = %(slot)s::int4 AND holder_job = %(job_id)s::text
+RETURNING slot;
 
 -- name: limit_release_slot
 UPDATE reliable_limit_slots SET holder_job = NULL, holder_lease = NULL, expires_at = NULL
 WHERE name = %(name)s::text AND key = %(key)s::text AND slot = %(slot)s::int4 AND holder_job = %(job_id)s::text;
+
+-- name: limit_mark_deferred
+-- A deferred delivery comes back in :delay seconds: the sweeper counts from then.
+UPDATE reliable_jobs
+SET dispatched_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) + %(delay)s::float8
+WHERE job_id = %(job_id)s::text AND status = 'PENDING';
 
 -- name: limit_take_token
 -- One statement: take a token from a bucket that has one (starting at :start); with or without

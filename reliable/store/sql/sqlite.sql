@@ -330,11 +330,16 @@ RETURNING slot, holder_lease;
 
 -- name: limit_bind_slot
 UPDATE reliable_limit_slots SET holder_lease = :lease_id
-WHERE name = :name AND key = :key AND slot = :slot AND holder_job = :job_id;
+WHERE name = :name AND key = :key AND slot = :slot AND holder_job = :job_id
+RETURNING slot;
 
 -- name: limit_release_slot
 UPDATE reliable_limit_slots SET holder_job = NULL, holder_lease = NULL, expires_at = NULL
 WHERE name = :name AND key = :key AND slot = :slot AND holder_job = :job_id;
+
+-- name: limit_mark_deferred
+-- A deferred delivery comes back in :delay seconds: the sweeper counts from then.
+UPDATE reliable_jobs SET dispatched_at = :now + :delay WHERE job_id = :job_id AND status = 'PENDING';
 
 -- name: limit_pick_bucket
 -- The fullest bucket and what it holds now (refilled since its last take).
