@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pika
 import pytest
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+import reliable
 from reliable.store import StateStore
 
 from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service, scratch_database
@@ -109,3 +111,24 @@ def pg_store(pg_database: str) -> Iterator[StateStore]:
     _truncate(s)
     yield s
     s.close()
+
+
+@pytest.fixture
+def worker_env(rabbitmq_url: str, queue_name: str, pg_database: str) -> dict[str, str]:
+    """The env of a test app's real worker processes (tests/integration/apps, tests/supervisor/apps):
+    the shared RabbitMQ, this test's queue, and the session's PostgreSQL store, emptied."""
+    store = StateStore(pg_database)
+    _truncate(store)
+    store.close()
+    return {"RELIABLE_TEST_BROKER": rabbitmq_url, "RELIABLE_TEST_STORE": pg_database,
+            "RELIABLE_TEST_QUEUE": queue_name}
+
+
+@pytest.fixture
+def producer(worker_env: dict[str, str]) -> Iterator[tuple[RabbitmqBroker, StateStore]]:
+    """A broker with reliable installed (no worker threads), to enqueue jobs like an app would; its store."""
+    broker = RabbitmqBroker(url=worker_env["RELIABLE_TEST_BROKER"])
+    middleware = reliable.install(broker, store=worker_env["RELIABLE_TEST_STORE"], recovery=False, json_logs=False)
+    yield broker, middleware.store
+    broker.close()
+    middleware.store.close()

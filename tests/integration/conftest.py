@@ -8,25 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-import reliable
-from reliable.store import StateStore
 
 from workers import WorkerProcess
-
-
-@pytest.fixture
-def worker_env(rabbitmq_url: str, queue_name: str, pg_database: str) -> dict[str, str]:
-    store = StateStore(pg_database)
-    from reliable.store.schema import metadata
-
-    with store.engine.begin() as conn:
-        for table in reversed(metadata.sorted_tables):
-            conn.execute(table.delete())
-    store.close()
-    return {"RELIABLE_TEST_BROKER": rabbitmq_url, "RELIABLE_TEST_STORE": pg_database,
-            "RELIABLE_TEST_QUEUE": queue_name}
 
 
 @pytest.fixture
@@ -44,15 +27,5 @@ def start_worker(tmp_path: Path, worker_env: dict[str, str]) -> Iterator[Callabl
     yield start
     for worker in started:
         worker.stop()
-
-
-@pytest.fixture
-def producer(worker_env: dict[str, str]) -> Iterator[tuple[RabbitmqBroker, StateStore]]:
-    """A broker with reliable installed (no worker threads), to enqueue jobs like an app would."""
-    broker = RabbitmqBroker(url=worker_env["RELIABLE_TEST_BROKER"])
-    middleware = reliable.install(broker, store=worker_env["RELIABLE_TEST_STORE"], recovery=False)
-    yield broker, middleware.store
-    broker.close()
-    middleware.store.close()
 
 

@@ -73,11 +73,11 @@ def alive(pid: int) -> bool:
 
 
 def test_kill_9_of_a_child_restarts_only_it_and_every_job_completes(
-        producer: Any, sup_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
+        producer: Any, worker_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
     broker, store = producer
     messages = [send(broker, queue_name, "work", 0.4) for _ in range(40)]
     port = free_port()
-    sup = supervise(sup_env, "-p", "2", "-t", "2", "-Q", queue_name, "--metrics-port", str(port),
+    sup = supervise(worker_env, "-p", "2", "-t", "2", "-Q", queue_name, "--metrics-port", str(port),
                     "--metrics-host", "127.0.0.1")
     pids = sup.wait_ready(2)
     victim, other = pids[0], pids[1]
@@ -123,12 +123,12 @@ def test_kill_9_of_a_child_restarts_only_it_and_every_job_completes(
 
 
 def test_a_child_is_recycled_after_max_jobs_and_no_job_runs_twice(
-        producer: Any, sup_env: dict[str, str], queue_name: str, supervise: Supervise, tmp_path: Path) -> None:
+        producer: Any, worker_env: dict[str, str], queue_name: str, supervise: Supervise, tmp_path: Path) -> None:
     broker, store = producer
     messages = [send(broker, queue_name, "work", 0.02) for _ in range(10)]
     metrics_file, multiproc = tmp_path / "worker.prom", tmp_path / "multiproc"
     multiproc.mkdir()
-    sup = supervise({**sup_env, "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}, "-p", "1", "-t", "1", "-Q", queue_name,
+    sup = supervise({**worker_env, "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}, "-p", "1", "-t", "1", "-Q", queue_name,
                     "--max-jobs", "4", "--metrics-file", str(metrics_file))
     wait_for(lambda: all_succeeded(store, messages), "every job SUCCEEDED", timeout=60, context=sup.output)
     recycled = wait_for(lambda: len(sup.events("child_exited")) >= 2 and sup.events("child_exited"),
@@ -148,9 +148,9 @@ def test_a_child_is_recycled_after_max_jobs_and_no_job_runs_twice(
 
 
 def test_a_child_over_max_memory_is_recycled_after_its_job(
-        producer: Any, sup_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
+        producer: Any, worker_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
     broker, store = producer
-    sup = supervise(sup_env, "-p", "1", "-t", "1", "-Q", queue_name, "--max-memory", "250")
+    sup = supervise(worker_env, "-p", "1", "-t", "1", "-Q", queue_name, "--max-memory", "250")
     [first] = sup.wait_ready(1).values()
     grow = send(broker, queue_name, "grow", 300)
     exited = wait_for(lambda: sup.events("child_exited"), "the child recycled", timeout=30, context=sup.output)
@@ -165,10 +165,10 @@ def test_a_child_over_max_memory_is_recycled_after_its_job(
 
 
 def test_term_stops_gracefully_and_loses_nothing(
-        producer: Any, sup_env: dict[str, str], queue_name: str, supervise: Supervise, rabbitmq_url: str) -> None:
+        producer: Any, worker_env: dict[str, str], queue_name: str, supervise: Supervise, rabbitmq_url: str) -> None:
     broker, store = producer
     messages = [send(broker, queue_name, "work", 1.5) for _ in range(8)]
-    sup = supervise(sup_env, "-p", "2", "-t", "2", "-Q", queue_name)
+    sup = supervise(worker_env, "-p", "2", "-t", "2", "-Q", queue_name)
     pids = sup.wait_ready(2)
     wait_for(lambda: store.count_by_status().get(JobStatus.RUNNING, 0) == 4, "4 jobs running", context=sup.output)
     running = [j.job_id for j in jobs_of(store, messages) if j.status is JobStatus.RUNNING]
@@ -186,10 +186,10 @@ def test_term_stops_gracefully_and_loses_nothing(
 
 
 def test_a_second_term_stops_at_once_and_the_lease_recovers_the_jobs(
-        producer: Any, sup_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
+        producer: Any, worker_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
     broker, store = producer
     messages = [send(broker, queue_name, "work", 3.0) for _ in range(2)]
-    sup = supervise(sup_env, "-p", "1", "-t", "2", "-Q", queue_name)
+    sup = supervise(worker_env, "-p", "1", "-t", "2", "-Q", queue_name)
     wait_for(lambda: store.count_by_status().get(JobStatus.RUNNING, 0) == 2, "2 jobs running", context=sup.output)
     sup.signal(signal.SIGTERM)
     wait_for(lambda: sup.events("stop_requested"), "the first TERM handled", context=sup.output)
@@ -197,16 +197,16 @@ def test_a_second_term_stops_at_once_and_the_lease_recovers_the_jobs(
     assert sup.wait(15) == 1
     assert [e["returncode"] for e in sup.events("child_exited")] == [1]
     assert {j.status for j in jobs_of(store, messages)} == {JobStatus.RUNNING}
-    again = supervise(sup_env, "-p", "1", "-t", "2", "-Q", queue_name)
+    again = supervise(worker_env, "-p", "1", "-t", "2", "-Q", queue_name)
     wait_for(lambda: all_succeeded(store, messages), "the interrupted jobs SUCCEEDED", timeout=60,
              context=again.output)
     assert all(job.attempt == 2 for job in jobs_of(store, messages))
 
 
 def test_hup_restarts_the_children_one_at_a_time_and_a_killed_supervisor_leaves_no_orphan(
-        sup_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
+        worker_env: dict[str, str], queue_name: str, supervise: Supervise) -> None:
     port = free_port()
-    sup = supervise(sup_env, "-p", "2", "-t", "1", "-Q", queue_name, "--metrics-port", str(port),
+    sup = supervise(worker_env, "-p", "2", "-t", "1", "-Q", queue_name, "--metrics-port", str(port),
                     "--metrics-host", "127.0.0.1")
     before = sup.wait_ready(2)
     sup.signal(signal.SIGHUP)
