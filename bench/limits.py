@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import threading
-import time
 import uuid
-from collections.abc import Callable
 
 from sqlalchemy import create_engine, text
+from store_transactions import timed
 
 from reliable import Event, StateStore
 from reliable.limits import Limits, limit_spec
@@ -31,17 +29,6 @@ from reliable.store import NewJob
 
 REFUSED: dict[str, int] = {}  # token requests that found every bucket with a token locked
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
-
-def timed(threads: int, jobs: list[str], op: Callable[[str], None]) -> float:
-    chunks = [jobs[i::threads] for i in range(threads)]
-    workers = [threading.Thread(target=lambda c=chunk: [op(j) for j in c]) for chunk in chunks]
-    started = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return len(jobs) / (time.perf_counter() - started)
 
 
 def run(store: StateStore, variant: str, n: int, threads: int) -> float:

@@ -30,16 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, text
+from store_transactions import percentile
+from throughput import proc_cpu
 
 from reliable import Event, StateStore
 from reliable.store import NewJob
 
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
-
-def _proc_cpu(stat: Path) -> float:
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def postgres_cpu() -> float:
@@ -48,7 +45,7 @@ def postgres_cpu() -> float:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             if (stat.parent / "comm").read_text().strip() in {"postgres", "postmaster"}:
-                total += _proc_cpu(stat)
+                total += proc_cpu(stat)
         except (OSError, IndexError, ValueError):
             continue
     return total
@@ -104,11 +101,6 @@ def wal_lsn(url: str) -> int:
         value = int(conn.execute(text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")).scalar_one())
     engine.dispose()
     return value
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def shard_of(job_id: str, shards: int) -> int:

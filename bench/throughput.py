@@ -39,7 +39,8 @@ BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
-def _proc_cpu(stat: Path) -> float:
+def proc_cpu(stat: Path) -> float:
+    """CPU seconds (user + system) of one process, from its /proc/<pid>/stat."""
     fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -52,7 +53,7 @@ def cpu_seconds(match: str) -> float:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if match not in cmdline:
                 continue
-            total += _proc_cpu(stat)
+            total += proc_cpu(stat)
         except (OSError, IndexError, ValueError):
             continue
     return total
@@ -79,7 +80,7 @@ class BackendCpu:
                                      "pg_backend_pid()"), {"db": self.database}).scalars().all()
         for pid in pids:
             try:
-                seconds = _proc_cpu(Path(f"/proc/{pid}/stat"))
+                seconds = proc_cpu(Path(f"/proc/{pid}/stat"))
             except (OSError, IndexError, ValueError):
                 continue
             self.first.setdefault(pid, seconds)
