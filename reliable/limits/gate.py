@@ -28,13 +28,11 @@ from .adaptive import Adaptation, LimitState, after_quiet, after_rate_limited, r
 from .model import LimitSpec, limit_error, limit_spec
 from .storage import LimitStore, settings_for
 
-__all__ = ["DEFERRALS_OPTION", "LIMITS_OPTION", "Admission", "Denial", "LimitGate", "deferral_delay",
+__all__ = ["DEFERRALS_OPTION", "Admission", "Denial", "LimitGate", "deferral_delay",
            "fast_path_allowed", "records_deferral"]
 
 logger = logging.getLogger("reliable.limits")
 
-#: The actor option that declares limits.
-LIMITS_OPTION = LIMITS
 #: The message option counting a job's deferrals (travels with the re-published message).
 DEFERRALS_OPTION = "reliable_deferrals"
 #: The longest a deferral waits, whatever the rate says: the delivery re-checks then.
@@ -99,7 +97,7 @@ class LimitGate:
 
     def declare(self, actor: Any) -> LimitSpec | None:
         """Validate a declared actor's limits (ConfigError naming actor and field); remember them."""
-        spec = limit_spec(actor.actor_name, actor.options.get(LIMITS_OPTION), getattr(actor, "fn", None))
+        spec = limit_spec(actor.actor_name, actor.options.get(LIMITS), getattr(actor, "fn", None))
         if not fast_path_allowed(spec) and actor.options.get("fast_path"):
             raise limit_error(actor.actor_name, "concurrency",
                               "cannot be combined with fast_path=True (a slot is tied to the claim's lease)")
