@@ -28,6 +28,7 @@ __all__ = [
     "JsonFormatter",
     "JsonLogSink",
     "event_record",
+    "iso_timestamp",
     "log_events_to_stderr",
     "new_trace_id",
 ]
@@ -48,7 +49,7 @@ _TIMES = ("started_at", "scheduled_at", "dispatched_at")
 _DEFAULT_MAX_TEXT = 2000
 
 
-def _iso(epoch: float | str | None) -> str | None:
+def iso_timestamp(epoch: float | str | None) -> str | None:
     """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``; None stays None."""
     if epoch is None:
         return None
@@ -74,9 +75,9 @@ def event_record(event: Mapping[str, Any], *, max_text: int = _DEFAULT_MAX_TEXT)
     and ``reason`` are cut to `max_text` characters. Extra keys of `event` follow the known ones.
     """
     record: dict[str, Any] = {name: event.get(name) for name in EVENT_FIELDS}
-    record["ts"] = _iso(event.get("at"))
+    record["ts"] = iso_timestamp(event.get("at"))
     for name in _TIMES:
-        record[name] = _iso(event.get(name))
+        record[name] = iso_timestamp(event.get(name))
     attempt_id = event.get("attempt_id")
     record["span_id"] = span_id_for(str(attempt_id)) if attempt_id else None
     record["error_message"] = _clip(event.get("error_message"), max_text)
@@ -142,7 +143,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(event, dict):
             line: dict[str, Any] = {**event, "level": record.levelname, "logger": record.name}
         else:
-            line = {"ts": _iso(record.created), "level": record.levelname, "logger": record.name,
+            line = {"ts": iso_timestamp(record.created), "level": record.levelname, "logger": record.name,
                     "message": record.getMessage()}
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import _iso
+from ..events import iso_timestamp
 from .child import HARD_STOP_SIGNAL, ChildConfig
 from .exits import EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, classify, finished_its_jobs
 from .metrics import SupervisorMetrics, forget_process
@@ -116,7 +116,7 @@ class Supervisor:
     # -- events -----------------------------------------------------------------------------------
 
     def _event(self, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
-        record = {"ts": _iso(time.time()), "event": event, "supervisor_pid": os.getpid(), **fields}
+        record = {"ts": iso_timestamp(time.time()), "event": event, "supervisor_pid": os.getpid(), **fields}
         self.logger.log(level, message, extra={"reliable_event": record})
 
     def _changed(self) -> None:
