@@ -15,7 +15,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -78,10 +77,19 @@ class RabbitNode:
                     raise RuntimeError(f"node {self.name} did not start in time: {self.tail()}") from None
                 time.sleep(0.2)  # between polls of a condition, with a deadline
 
-    def join(self, seed: RabbitNode) -> None:
-        """Join `seed`'s cluster (stop_app, join_cluster, start_app)."""
+    def join(self, seed: RabbitNode, attempts: int = 3) -> None:
+        """Join `seed`'s cluster (stop_app, join_cluster, start_app). A join that Mnesia aborts
+        (seen when the seed is busy: `{aborted, ... schema_prepare}`) is tried again from a reset
+        node, up to `attempts` times."""
         self.ctl("stop_app")
-        self.ctl("join_cluster", seed.name)
+        for attempt in range(1, attempts + 1):
+            try:
+                self.ctl("join_cluster", seed.name)
+                break
+            except RuntimeError:
+                if attempt == attempts:
+                    raise
+                self.ctl("reset")  # a half-done join leaves schema state behind: start it clean
         self.ctl("start_app")
 
     def kill(self) -> None:
@@ -132,8 +140,8 @@ def rabbit_nodes(count: int, *, config: str = "", erl_args: str = "", cluster: b
         for node in nodes:
             node.wait_started(deadline)
         if cluster:
-            with ThreadPoolExecutor(max(1, count - 1)) as pool:  # the joins in parallel: 8 s saved of 45
-                list(pool.map(lambda node: node.join(nodes[0]), nodes[1:]))
+            for node in nodes[1:]:  # one at a time: joins in parallel make Mnesia abort one of them
+                node.join(nodes[0])
             running = nodes[0].ctl("eval", "length(rabbit_nodes:all_running()).").strip()
             assert running == str(count), f"cluster has {running} running nodes, expected {count}"
         yield nodes
