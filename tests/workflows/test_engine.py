@@ -417,8 +417,10 @@ def test_a_node_job_retried_by_an_operator_moves_its_failed_workflow_on(harness:
     r.failing.clear()
     job = WorkflowStore(harness.store).snapshot(workflow_id).node("a").job_id
     assert job is not None
+    harness.worker.pause()  # else the worker may run the restarted job before the status is read
     control(harness).restart(job, reason="fixed")
     assert status(harness, workflow_id) == "RUNNING"  # advanced by the job command itself
+    harness.worker.resume()
     harness.join()
     assert status(harness, workflow_id) == "SUCCEEDED" and r.ran == Counter({"a": 2, "b": 1})
 
