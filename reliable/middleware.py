@@ -74,7 +74,8 @@ from .schedules import Schedule, Scheduler, load_schedules
 from .schedules.boot import declare_schedules
 from .states import Event, JobStatus
 from .store import ErrorInfo, FanIn, NewJob, NodeResult, StateStore
-from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url, connect_engine
+from .store.db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url
+from .store.engine import connect_engine
 from .store.replication import check_mode as check_replication_mode
 from .store.replication import check_replication
 from .store.retrying import retry_while_unavailable

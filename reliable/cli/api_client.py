@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from ..errors import ConfigError, ReliableError
-from .common import ENV_API, ENV_TOKEN, ENV_TOKEN_FILE
+from .env import ENV_API, ENV_TOKEN, ENV_TOKEN_FILE
 
 __all__ = [
     "ENV_API", "ENV_TOKEN", "ENV_TOKEN_FILE", "NO_TOKEN", "PAGE_MAX", "ApiClient", "ApiError", "ApiUnavailable",

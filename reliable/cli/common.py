@@ -26,6 +26,7 @@ from ..selection import CANDIDATES_SHOWN, MIN_PREFIX
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.db import check_store_url
+from .env import ENV_API, ENV_BROKER_DELIVERY_LIMIT, ENV_BROKER_QUEUES, ENV_TOKEN, ENV_TOKEN_FILE
 
 if TYPE_CHECKING:
     from .api_client import ApiClient
@@ -80,17 +81,9 @@ store_option = click.option(
 )
 
 
-#: Where `--api` finds the API and its token (read by `open_source`; named in every --help that takes --api).
-ENV_API = "RELIABLE_API"
-#: How the application declares its queues: "classic" (Dramatiq's) or "quorum" (reliable.rabbitmq).
-ENV_BROKER_QUEUES = "RELIABLE_BROKER_QUEUES"
-#: The x-delivery-limit of the application's quorum queues (ReliableRabbitmqBroker's delivery_limit).
-ENV_BROKER_DELIVERY_LIMIT = "RELIABLE_BROKER_DELIVERY_LIMIT"
 BROKER_QUEUES_HELP = (f" Quorum queues (reliable.rabbitmq.ReliableRabbitmqBroker): set ${ENV_BROKER_QUEUES}=quorum "
                       f"and ${ENV_BROKER_DELIVERY_LIMIT} as the workers' broker has them; several nodes: "
                       "';'-separated URLs.")
-ENV_TOKEN = "RELIABLE_API_TOKEN"
-ENV_TOKEN_FILE = "RELIABLE_API_TOKEN_FILE"
 
 api_option = click.option(
     "--api", "api_url", envvar=ENV_API, show_envvar=True, metavar="URL",

@@ -14,29 +14,34 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from ..bulk import BulkReport
 from ..control import RESOLUTIONS, CommandResult, ContractSource, Control, command_states, require_reason
 from ..errors import ConfigError, ControlRefused, ReasonRequired, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from ..selection import JobFilter, count_jobs, select_jobs, statuses
+from ..selection import count_jobs, select_jobs
 from ..states import JobStatus
 from ..store import Job, StateStore
 from .common import (
     BROKER_QUEUES_HELP,
     DURATION,
     emit_json,
-    fmt_time,
-    id_column,
     job_id_argument,
     open_source,
-    print_table,
     rabbitmq_broker,
     resolve_job_ids,
     source_options,
     state_option,
-    stdout_console,
+)
+from .job_commands import (
+    EXIT_ERROR,
+    EXIT_REFUSED,
+    EXIT_UNCONFIRMED,
+    build_filter,
+    confirm_selection,
+    fail,
+    has_filters,
+    render_results,
 )
 
 __all__ = [
@@ -47,13 +52,8 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-EXIT_REFUSED = 1  # at least one job was refused (authorization, state, validation, lost race)
-EXIT_ERROR = 2  # bad input, store or policy problem, job not found
-EXIT_UNCONFIRMED = 3  # several jobs selected and the operator did not confirm
-
 DEFAULT_LIMIT = 100
 ENV_OPERATORS_FILE = "RELIABLE_OPERATORS_FILE"
-SAMPLE = 5
 
 EXIT_CODES_HELP = (
     "Exit status: 0 done; 1 refused for at least one job (not authorized, wrong state, failed "
@@ -119,11 +119,6 @@ allow_duplicates_option = click.option(
          "happened and may happen again, so without this flag they are refused: check the downstream system first.")
 
 
-def _fail(message: str, code: int = EXIT_ERROR) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
 def load_policy(path: str | None) -> ContractSource | None:
     if not path:
         return None
@@ -149,48 +144,6 @@ def build_control(store: StateStore, params: dict[str, Any]) -> Control:
                    identity=Operator.resolve(params.get("operator_name")))
 
 
-def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_states: tuple[JobStatus, ...],
-                 force_states: tuple[JobStatus, ...] = (), exclude_discarded: bool = False) -> JobFilter:
-    """The JobFilter for the ids and filter options given (states default to what the command acts on)."""
-    chosen = statuses(params.get("states") or ())
-    flt = JobFilter(job_ids=tuple(job_ids), statuses=chosen, queue=params.get("queue"), actor=params.get("actor"),
-                    error_class=params.get("error_class"), older_than=params.get("older_than"),
-                    exclude_discarded=exclude_discarded)
-    if force_states:
-        allowed = tuple(s for s in (chosen or force_states) if s in force_states)
-        if not allowed:
-            raise ConfigError(f"--state must be one of {', '.join(s.value for s in force_states)} here")
-        return JobFilter(**{**flt.__dict__, "statuses": allowed})
-    if not job_ids and not chosen:
-        return JobFilter(**{**flt.__dict__, "statuses": default_states})
-    return flt
-
-
-def _sample_table(jobs: list[Job], title: str) -> Table:
-    table = Table(id_column(), "status", "queue", "actor", "attempt", "updated", title=title)
-    for job in jobs[:SAMPLE]:
-        table.add_row(job.job_id, job.status.value, job.queue, job.actor, str(job.attempt), fmt_time(job.updated_at))
-    return table
-
-
-def _confirm(command: str, jobs: list[Job], matched: int, params: dict[str, Any], console: Console,
-             acting: int | None = None, *, ask: bool = True) -> None:
-    """Show how many jobs match and a sample of `jobs`; unless --yes or --dry-run, ask to act on `acting`
-    (default: all of `jobs`), or exit EXIT_UNCONFIRMED off a terminal."""
-    limit = params["limit"]
-    acting = len(jobs) if acting is None else acting
-    console.print(f"[bold]{command}[/bold]: {matched} job(s) match"
-                  + (f"; only the first {limit} (oldest change first) will be processed" if matched > limit else ""))
-    print_table(console, _sample_table(jobs, f"sample (first {min(SAMPLE, len(jobs))} of {acting})"))
-    if params["dry_run"] or params["yes"] or not ask:
-        return
-    if sys.stdin.isatty():
-        if not click.confirm(f"{command} {acting} job(s)?", err=True):
-            _fail("not confirmed; nothing was changed", EXIT_UNCONFIRMED)
-        return
-    _fail(f"{acting} jobs selected: pass --yes to {command} them (or --dry-run to preview)", EXIT_UNCONFIRMED)
-
-
 def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...]
                 = (), exclude_discarded: bool = False, **kwargs: Any) -> None:
     """Select jobs, confirm when several, run `command` on each and report; exits with EXIT_* codes.
@@ -205,12 +158,12 @@ def run_command(command: str, job_ids: tuple[str, ...], params: dict[str, Any], 
     try:
         _run(command, job_ids, params, force_states=force_states, exclude_discarded=exclude_discarded, **kwargs)
     except ReliableError as exc:
-        _fail(str(exc), EXIT_REFUSED if isinstance(exc, ControlRefused) else EXIT_ERROR)
+        fail(str(exc), EXIT_REFUSED if isinstance(exc, ControlRefused) else EXIT_ERROR)
 
 
 def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, force_states: tuple[JobStatus, ...],
          exclude_discarded: bool, **kwargs: Any) -> None:
-    if not job_ids and not _has_filters(params) and not force_states:
+    if not job_ids and not has_filters(params) and not force_states:
         raise ConfigError("give job ids or at least one filter (--queue, --actor, --state, --error-class, "
                           "--older-than)")
     source = open_source(params["store_url"], params["api_url"], params["token_file"])
@@ -230,7 +183,7 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
     limit: int = params["limit"]
     as_json: bool = params["as_json"]
     err = Console(stderr=True)
-    if len(job_ids) == 1 and not _has_filters(params):
+    if len(job_ids) == 1 and not has_filters(params):
         jobs = [store.get(job_ids[0])]
         matched = 1
     else:
@@ -244,18 +197,13 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
                 err.print(f"{command}: no job matches")
             return
         if len(jobs) > 1:
-            _confirm(command, jobs, matched, params, err)
+            confirm_selection(command, jobs, matched, params, err)
     report = _execute(control, command, jobs, params, reason, err, **kwargs)
-    _render(command, [r.as_dict() for r in report.results], report.summary(), matched, params)
+    render_results(command, [r.as_dict() for r in report.results], report.summary(), matched, params)
     if control.broker is not None:
         control.broker.close()
     if report.refused:
         sys.exit(EXIT_REFUSED)
-
-
-def _has_filters(params: dict[str, Any]) -> bool:
-    return any(params.get(k) for k in ("queue", "actor", "states", "error_class")) \
-        or params.get("older_than") is not None
 
 
 def _execute(control: Control, command: str, jobs: list[Job], params: dict[str, Any], reason: str | None,
@@ -272,31 +220,6 @@ def _execute(control: Control, command: str, jobs: list[Job], params: dict[str, 
             bar.update(task, completed=done)
 
         return control.run_bulk(command, jobs, progress=progress, **common, **kwargs)
-
-
-def _render(command: str, results: list[dict[str, Any]], summary: dict[str, Any], matched: int,
-            params: dict[str, Any], **extra: Any) -> None:
-    """Print the results (CommandResult.as_dict() each, from the store or the API) and their summary."""
-    if params["as_json"]:
-        emit_json({"command": command, **extra, "matched": matched, "limit": params["limit"],
-                   "dry_run": params["dry_run"], "summary": summary, "results": results})
-    elif len(results) == 1:
-        result = results[0]
-        if result["outcome"] != "refused":
-            click.echo(f"{command} {result['job_id']}: {result['message']}")
-    else:
-        if results:
-            table = Table(id_column(), "before", "after", "outcome", "message", title=f"{command}: results")
-            for r in results:
-                table.add_row(r["job_id"], r.get("status_before") or "-", r.get("status") or "-", r["outcome"],
-                              r["message"])
-            print_table(stdout_console(), table)
-        click.echo(", ".join(f"{k}: {v}" for k, v in summary.items()))
-    for r in results:
-        for warning in r.get("warnings") or ():
-            click.echo(f"warning: {r['job_id']}: {warning}", err=True)
-        if r["outcome"] == "refused" and len(results) == 1:
-            click.echo(f"error: {r['message']}", err=True)
 
 
 def _command(name: str, short: str, body: str, *, view: tuple[JobStatus, ...] = ()) -> Callable[[F], click.Command]:

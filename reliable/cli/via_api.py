@@ -26,7 +26,7 @@ from ..states import JobStatus
 from ..store import Attempt, Effect, Job, JobEvent
 from .api_client import ApiClient, ApiError
 from .common import emit_json
-from .control import EXIT_REFUSED, _confirm, _fail, _has_filters, _render, build_filter
+from .job_commands import EXIT_REFUSED, build_filter, confirm_selection, fail, has_filters, render_results
 
 __all__ = [
     "POLL_SECONDS", "api_filter", "detail_records", "event_from_api", "from_api", "job_from_api", "list_jobs",
@@ -254,33 +254,33 @@ def run_command(client: ApiClient, command: str, job_ids: tuple[str, ...], param
     found = [job_from_api(client.job(given, event_limit=1)["job"]) for given in dict.fromkeys(job_ids)]
     jobs = sorted({job.job_id: job for job in found}.values(), key=lambda j: (j.updated_at, j.job_id))
     limit: int = params["limit"]
-    if not jobs or _has_filters(params):
+    if not jobs or has_filters(params):
         flt = build_filter(params, tuple(j.job_id for j in jobs), default_states=command_states(command),
                            force_states=force_states, exclude_discarded=exclude_discarded)
 
         def confirm(sample: list[Job], matched: int, acting: int, *, ask: bool = True) -> None:
-            _confirm(command, sample, matched, params, err, acting, ask=ask)
+            confirm_selection(command, sample, matched, params, err, acting, ask=ask)
 
         ran = run_by_filter(client, command, flt, params, err, confirm, **kwargs)
         if ran is None:
             return
         op, results = ran
         counts = dict(op.get("counts") or {})
-        _render(command, results, counts, int(op.get("total", 0)), params, operation_id=op.get("operation_id"),
+        render_results(command, results, counts, int(op.get("total", 0)), params, operation_id=op.get("operation_id"),
                 status=op.get("status"))
         if op.get("status") != "finished":
-            _fail(f"operation {op.get('operation_id')} ended {op.get('status')}: not every job was acted on",
+            fail(f"operation {op.get('operation_id')} ended {op.get('status')}: not every job was acted on",
                   EXIT_REFUSED)
         if counts.get("refused"):
             sys.exit(EXIT_REFUSED)
         return
     if len(jobs) > 1:
-        _confirm(command, jobs[:limit], len(jobs), params, err)
+        confirm_selection(command, jobs[:limit], len(jobs), params, err)
     results = run_on_ids(client, command, jobs[:limit], params, err, **kwargs)
     summary: dict[str, Any] = {}
     for r in results:
         summary[r["outcome"]] = summary.get(r["outcome"], 0) + 1
     summary["skipped_by_limit"] = max(0, len(jobs) - limit)
-    _render(command, results, summary, len(jobs), params)
+    render_results(command, results, summary, len(jobs), params)
     if summary.get("refused"):
         sys.exit(EXIT_REFUSED)

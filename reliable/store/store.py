@@ -37,11 +37,11 @@ from .db import (
     DEFAULT_MAX_CONNECTIONS,
     POOL_TIMEOUT,
     check_max_connections,
-    connect_engine,
     now_expression,
     read_connection,
     write_transaction,
 )
+from .engine import connect_engine
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx

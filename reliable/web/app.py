@@ -104,12 +104,12 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     policy: the actors' policy (`reliable.policy.Policy`), so commands know each job's contract;
     broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
     """
-    from . import api, console, console_bulk, operations
+    from . import api, console, console_bulk, openapi, operations
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
     app = Starlette(
-        routes=[*api.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
+        routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
         middleware=[Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,
                                max_age=cfg.session_max_age)],

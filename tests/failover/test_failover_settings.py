@@ -7,7 +7,8 @@ import pytest
 from reliable.errors import ConfigError
 from reliable.middleware import ReliableMiddleware
 from reliable.redact import redact_url
-from reliable.store.db import check_store_url, connect_engine
+from reliable.store.db import check_store_url
+from reliable.store.engine import connect_engine
 from reliable.store.replication import ReplicationReport, check_mode, parse_sync_names
 
 TWO_HOSTS = [
