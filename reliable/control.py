@@ -37,9 +37,9 @@ from .dispatch import declare_queue, dispatch
 from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
 from .operators import COMMAND_ORDER, Operator, OperatorsPolicy
 from .options import stored_contract
-from .selection import DISCARDED, JobFilter, select_jobs
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
+from .store.selection import DISCARDED, JobFilter, select_jobs
 from .store.writes import FRESH_BUDGET
 
 __all__ = [

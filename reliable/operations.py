@@ -36,10 +36,10 @@ from .bulk import RateLimiter
 from .control import RESOLUTIONS, CommandResult, Control, require_reason
 from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReliableError, StoreError
 from .operators import COMMANDS, SYNONYMS
-from .selection import JobFilter, count_jobs
 from .store import StateStore
 from .store.records import home_queue_of
 from .store.schema import jobs, operations
+from .store.selection import JobFilter, count_jobs
 
 __all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
 

@@ -34,10 +34,10 @@ from starlette.templating import Jinja2Templates
 from ..access import Principal
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
 from ..operators import COMMAND_ORDER
-from ..selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from ..states import JobStatus
 from ..store import StateStore
 from ..store.schema import job_events
+from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .queries import Overview, job_detail
 from .redaction import check_search, masked_job

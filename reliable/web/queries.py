@@ -10,10 +10,10 @@ from sqlalchemy import func, literal, select, union_all
 
 from ..access import Principal
 from ..control import Control
-from ..selection import not_discarded
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from ..store import JobEvent, StateStore
 from ..store.schema import job_events, jobs
+from ..store.selection import not_discarded
 from .redaction import masked_job, redact_text, redact_value
 
 __all__ = ["FAILURE_EVENTS", "SUCCESS_EVENTS", "Overview", "event_view", "job_detail", "job_view", "overview"]
