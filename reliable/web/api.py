@@ -26,9 +26,10 @@ from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
 from ..store import StateStore, selection
 from ..store.alert_rows import alert_rows
+from ..store.overview import Overview
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
-from .queries import Overview, event_view, job_detail, job_view
+from .queries import event_view, job_detail, job_view
 from .redaction import check_search
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",

@@ -29,7 +29,7 @@ from ..store import StateStore
 from .config import WebConfig
 
 if TYPE_CHECKING:
-    from .queries import Overview
+    from ..store.overview import Overview
 
 __all__ = ["WebState", "create_app", "wsgi_app"]
 
@@ -50,7 +50,7 @@ class WebState:
     def overview(self) -> Overview:
         """The overview's figures, computed at most once per `config.overview_ttl` seconds by this
         process: every console tab polls them, so their cost does not grow with the viewers."""
-        from .queries import overview
+        from ..store.overview import overview
 
         with self._overview_lock:  # one computation at a time; the others wait and share it
             cached = self._overview
