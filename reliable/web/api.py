@@ -323,19 +323,10 @@ async def whoami(request: Request) -> JSONResponse:
     return JSONResponse(principal.as_dict())
 
 
-async def openapi_document(request: Request) -> JSONResponse:
-    """GET /api/v1/openapi.json: the OpenAPI 3.1 document of this API (served under the app's root path)."""
-    await authenticate(request)
-    from .openapi import document
-
-    return JSONResponse(document(server=request.scope.get("root_path") or "/"))
-
-
 def routes() -> list[BaseRoute]:
     """The API's routes."""
     return [
         Route("/api/v1/whoami", whoami, methods=["GET"], name="api_whoami"),
-        Route("/api/v1/openapi.json", openapi_document, methods=["GET"], name="api_openapi_document"),
         Route("/api/v1/jobs", list_jobs, methods=["GET"], name="api_list_jobs"),
         Route("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
         Route("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),

@@ -7,12 +7,9 @@ project (`Mount("/reliable", app=create_app(...))` in Starlette or FastAPI), or 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dramatiq
 from starlette.applications import Starlette
@@ -22,48 +19,14 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..access import ApiTokens, Principal
-from ..control import ContractSource, Control
+from ..access import ApiTokens
+from ..control import ContractSource
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError
 from ..store import StateStore
 from .config import WebConfig
+from .state import WebState
 
-if TYPE_CHECKING:
-    from ..store.overview import Overview
-
-__all__ = ["WebState", "create_app", "wsgi_app"]
-
-
-@dataclass
-class WebState:
-    """What every request handler reads: the store, the control plane's parts, the tokens and the config."""
-
-    store: StateStore
-    tokens: ApiTokens
-    config: WebConfig
-    policy: ContractSource | None = None
-    broker: dramatiq.Broker | None = None
-    actor_options: Mapping[str, Mapping[str, Any]] | None = None
-    _overview: tuple[float, Overview] | None = field(default=None, repr=False)
-    _overview_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def overview(self) -> Overview:
-        """The overview's figures, computed at most once per `config.overview_ttl` seconds by this
-        process: every console tab polls them, so their cost does not grow with the viewers."""
-        from ..store.overview import overview
-
-        with self._overview_lock:  # one computation at a time; the others wait and share it
-            cached = self._overview
-            if cached is not None and time.monotonic() - cached[0] < self.config.overview_ttl:
-                return cached[1]
-            figures = overview(self.store)
-            self._overview = (time.monotonic(), figures)
-            return figures
-
-    def control_for(self, principal: Principal) -> Control:
-        """A Control acting as `principal`, under the operators policy its role or the proxy's file gives."""
-        return Control(self.store, policy=self.policy, broker=self.broker, operators=principal.operators,
-                       identity=principal.operator(self.config.host), actor_options=self.actor_options)
+__all__ = ["create_app", "wsgi_app"]
 
 
 def _is_api(request: Request) -> bool:
@@ -104,12 +67,12 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     policy: the actors' policy (`reliable.policy.Policy`), so commands know each job's contract;
     broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
     """
-    from . import api, console, console_bulk, operations
+    from . import api, console, console_bulk, openapi, operations
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
     app = Starlette(
-        routes=[*api.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
+        routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
         middleware=[Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,
                                max_age=cfg.session_max_age)],

@@ -10,12 +10,17 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
 from .. import __version__
 from ..operations import STATUSES
 from ..states import JobStatus
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
+from .auth import authenticate
 
-__all__ = ["COMMAND_PATHS", "document"]
+__all__ = ["COMMAND_PATHS", "document", "openapi_document", "routes"]
 
 _STATES = [s.value for s in JobStatus]
 _COMMANDS = list(COMMANDS)
@@ -308,3 +313,14 @@ def document(*, server: str = "/") -> dict[str, Any]:
     doc = copy.deepcopy(_DOCUMENT)
     doc["servers"] = [{"url": server or "/"}]
     return doc
+
+
+async def openapi_document(request: Request) -> JSONResponse:
+    """GET /api/v1/openapi.json: the OpenAPI 3.1 document of this API (served under the app's root path)."""
+    await authenticate(request)
+    return JSONResponse(document(server=request.scope.get("root_path") or "/"))
+
+
+def routes() -> list[BaseRoute]:
+    """The route serving the document."""
+    return [Route("/api/v1/openapi.json", openapi_document, methods=["GET"], name="api_openapi_document")]
