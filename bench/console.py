@@ -10,7 +10,7 @@ share `--recent` of them changed within the last hour, the rest spread over `--d
 three events per job (enqueued, claim, the outcome; a short traceback on failures), each table
 in time order, then VACUUM ANALYZE. Then, for each case, `--runs` timed calls after one warm-up:
 
-- "call": `reliable.selection.page_jobs` / `reliable.web.queries.overview` timed in-process (the
+- "call": `reliable.store.selection.page_jobs` / `reliable.store.overview.overview` timed in-process (the
   statements, the round trips and building the Job objects);
 - "db": the same statements under EXPLAIN ANALYZE (planning + execution time as PostgreSQL
   reports it, summed over the call's statements; median of 3);
@@ -38,10 +38,11 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 
 from reliable.access import ApiTokens
-from reliable.selection import JobFilter, Page, _cursor, page_jobs
 from reliable.states import JobStatus
 from reliable.store import StateStore
-from reliable.web.queries import job_view, overview
+from reliable.store.overview import overview
+from reliable.store.selection import JobFilter, Page, _cursor, page_jobs
+from reliable.web.queries import job_view
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TARGET_MS = 200.0
@@ -253,7 +254,7 @@ def bench_app(store: StateStore, cases: dict[str, dict[str, str]], runs: int) ->
     from starlette.routing import Route
     from starlette.testclient import TestClient
 
-    from reliable.selection import statuses
+    from reliable.store.selection import statuses
     from reliable.web import WebConfig, create_app
     from reliable.web.auth import authenticate, state_of
 

@@ -25,12 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
-
 from .errors import ConfigError
 from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
 from .store import StateStore
-from .store.schema import api_tokens
+from .store.api_tokens import insert_token, revoke_token, token_row, token_rows, touch_token
 
 __all__ = ["ROLES", "TOKEN_PREFIX", "ApiToken", "ApiTokens", "Principal", "role_policy"]
 
@@ -184,14 +182,12 @@ class ApiTokens:
                "queues": json.dumps(list(queues) or ["*"]), "owners": json.dumps(list(owners) or ["*"]),
                "created_at": now, "created_by": created_by,
                "expires_at": None if expires_in is None else now + expires_in}
-        with self.store.write() as conn:
-            conn.execute(api_tokens.insert().values(**row))
+        insert_token(self.store, row)
         return self.get(token_id), f"{TOKEN_PREFIX}{token_id}_{secret}"
 
     def get(self, token_id: str) -> ApiToken:
         """The token with this id; ConfigError if there is none."""
-        with self.store.read() as conn:
-            row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == token_id)).first()
+        row = token_row(self.store, token_id)
         if row is None:
             raise ConfigError(f"no API token {token_id!r}")
         return ApiToken.from_row(row)
@@ -199,8 +195,7 @@ class ApiTokens:
     def list(self, *, include_inactive: bool = False) -> list[ApiToken]:
         """Every token, newest first (only active ones unless `include_inactive`)."""
         self.store.check_schema()
-        with self.store.read() as conn:
-            rows = conn.execute(select(api_tokens).order_by(api_tokens.c.created_at.desc())).all()
+        rows = token_rows(self.store)
         now = self.store.now()
         tokens = [ApiToken.from_row(r) for r in rows]
         return tokens if include_inactive else [t for t in tokens if t.active(now)]
@@ -210,9 +205,7 @@ class ApiTokens:
         token = self.get(token_id)
         if token.revoked_at is not None:
             raise ConfigError(f"API token {token_id} ({token.name}) was revoked already")
-        with self.store.write() as conn:
-            conn.execute(update(api_tokens).where(api_tokens.c.token_id == token_id)
-                         .values(revoked_at=self.store.now_sql, revoked_by=by))
+        revoke_token(self.store, token_id, by=by)
         return self.get(token_id)
 
     def authenticate(self, presented: str) -> ApiToken | None:
@@ -221,8 +214,7 @@ class ApiTokens:
         if parts is None:
             return None
         token_id, secret = parts
-        with self.store.read() as conn:
-            row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == token_id)).first()
+        row = token_row(self.store, token_id)
         if row is None or not hmac.compare_digest(row.secret_hash, _hash(secret)):
             return None
         token = ApiToken.from_row(row)
@@ -230,6 +222,5 @@ class ApiTokens:
         if not token.active(now):
             return None
         if token.last_used_at is None or now - token.last_used_at > _TOUCH_EVERY:
-            with self.store.write() as conn:
-                conn.execute(update(api_tokens).where(api_tokens.c.token_id == token_id).values(last_used_at=now))
+            touch_token(self.store, token_id, now)
         return token

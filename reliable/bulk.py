@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .control import CommandResult
+    from .commands import CommandResult
     from .store import Job
 
 __all__ = ["BulkReport", "Progress", "RateLimiter", "run_bulk"]

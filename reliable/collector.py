@@ -2,7 +2,7 @@
 
 `StoreCollector` is a custom Prometheus collector (register it on a normal registry in ONE
 process, `reliable exporter`; custom collectors do not work inside multiprocess workers). Each
-scrape runs a few read-only, index-backed queries (SQLAlchemy Core on `reliable_jobs`) and, when
+scrape runs a few read-only, index-backed queries (`reliable.store.gauges`) and, when
 a broker URL is given, passive queue declarations on RabbitMQ. A failing source increments
 ``reliable_collector_errors_total{source}`` and the other gauges are still served.
 
@@ -21,13 +21,10 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import Select, func, literal, select, union_all
-from sqlalchemy.engine import Connection
 
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
-from .store.schema import jobs, limits, schedules, workflows
-from .workflows.planning import WorkflowStatus
+from .store.gauges import STUCK_STATES, GaugeReadings, read_gauges
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
 
@@ -41,11 +38,6 @@ DEFAULT_COUNTED_STATES: frozenset[JobStatus] = UNFINISHED_STATES
 DEFAULT_SLA: Mapping[str, float] = {"RUNNING": 3600.0, "STOPPING": 300.0, "PAUSED": 86400.0}
 
 _S = JobStatus
-_SINCE = {
-    _S.RUNNING: jobs.c.started_at,
-    _S.STOPPING: func.coalesce(jobs.c.stop_requested_at, jobs.c.updated_at),
-    _S.PAUSED: jobs.c.updated_at,
-}
 _BROKER_TIMEOUT = 3.0
 
 
@@ -56,7 +48,7 @@ def _parse_sla(sla: Mapping[str, float] | None) -> dict[JobStatus, float]:
             state = _S(str(key).upper())
         except ValueError:
             raise ValueError(f"sla: unknown state {key!r} (one of RUNNING, STOPPING, PAUSED)") from None
-        if state not in _SINCE:
+        if state not in STUCK_STATES:
             raise ValueError(f"sla: {key!r} has no stuck threshold (one of RUNNING, STOPPING, PAUSED)")
         if float(seconds) <= 0:
             raise ValueError(f"sla: {key!r} must be a positive number of seconds, not {seconds!r}")
@@ -98,7 +90,6 @@ class StoreCollector(Collector):
         self._lock = threading.Lock()
         self._errors: dict[str, int] = {"store": 0, "rabbitmq": 0}
         self._queues: set[str] = set(queues)  # every queue seen so far: a drained queue reports 0
-        self._now = store.now_sql
 
     def describe(self) -> Iterable[Any]:
         """Nothing: the families are known only at collection, and describing must not query."""
@@ -114,8 +105,7 @@ class StoreCollector(Collector):
         started = self._clock()
         families: list[Any] = []
         try:
-            with self.store.read() as conn:
-                families.extend(self._store_families(conn))
+            families.extend(self._store_families())
         except Exception as exc:  # a scrape must answer even when the store does not
             self._errors["store"] += 1
             logger.warning("collector: store query failed: %s", exc)
@@ -137,45 +127,10 @@ class StoreCollector(Collector):
 
     # -- store -----------------------------------------------------------------------------------
 
-    def _count_stmt(self) -> Select[Any]:
-        return (select(jobs.c.status, jobs.c.queue, func.count())
-                .where(jobs.c.status.in_(sorted(s.value for s in self.states)))
-                .group_by(jobs.c.status, jobs.c.queue))
-
-    def _oldest_stmt(self, queues: list[str], now: float) -> Any:
-        def oldest(queue: str) -> Select[Any]:
-            first = (select(func.min(jobs.c.scheduled_at))
-                     .where(jobs.c.status == _S.PENDING.value, jobs.c.queue == queue,
-                            jobs.c.scheduled_at <= now)
-                     .scalar_subquery())
-            return select(literal(queue).label("queue"), first.label("oldest"))
-
-        # One index probe per queue (status, queue[, scheduled_at]) rather than one GROUP BY over
-        # every PENDING row.
-        parts = [oldest(q) for q in queues]
-        return parts[0] if len(parts) == 1 else union_all(*parts)
-
-    def _stuck_stmt(self, states: list[JobStatus], now: float) -> Any:
-        parts = [select(literal(state.value).label("state"), jobs.c.queue, func.count())
-                 .where(jobs.c.status == state.value, _SINCE[state] < now - self.sla[state])
-                 .group_by(jobs.c.queue) for state in states]
-        return parts[0] if len(parts) == 1 else union_all(*parts)
-
-    def _store_families(self, conn: Connection) -> list[Any]:
-        # The database's clock, read once and bound as a constant: a volatile clock_timestamp()
-        # inside a WHERE clause cannot bound an index range scan.
-        now = float(conn.execute(select(self._now)).scalar_one())
-        counts: dict[tuple[str, str], int] = {
-            (status, queue): int(n) for status, queue, n in conn.execute(self._count_stmt())
-        }
-        present = {(s, q) for (s, q), n in counts.items() if n and _S(s) in self.sla}
-        # A counted state with no rows has nothing stuck: skip its query.
-        to_check = sorted((st for st in self.sla if st not in self.states or any(s == st.value for s, _ in present)),
-                          key=lambda st: st.value)
-        found: dict[tuple[str, str], int] = {}
-        if to_check:
-            found = {(st, queue): int(n) for st, queue, n in conn.execute(self._stuck_stmt(to_check, now))}
-        self._queues.update(queue for _, queue in (*counts, *found))
+    def _store_families(self) -> list[Any]:
+        read = read_gauges(self.store, states=self.states, sla=self.sla)
+        counts = read.counts
+        self._queues.update(queue for _, queue in (*counts, *read.stuck))
         # Every counted state of every known queue gets a sample, 0 when empty: absent series
         # would hide a drained queue and break `sum`/`or` in rules after an exporter restart.
         queues = sorted(self._queues)
@@ -198,65 +153,21 @@ class StoreCollector(Collector):
         oldest = GaugeMetricFamily("reliable_oldest_pending_timestamp_seconds",
                                    "scheduled_at (epoch s) of the oldest due PENDING job, by queue.",
                                    labels=["queue"])
-        pending = sorted(q for (s, q), n in counts.items() if s == _S.PENDING.value and n)
-        if pending:
-            for queue, at in conn.execute(self._oldest_stmt(pending, now)):
-                if at is not None:
-                    oldest.add_metric([queue], float(at))
+        for queue, at in read.oldest_pending.items():
+            if at is not None:
+                oldest.add_metric([queue], float(at))
         families.append(oldest)
 
         stuck = GaugeMetricFamily("reliable_jobs_stuck", "Jobs in RUNNING, STOPPING or PAUSED past their SLA.",
                                   labels=["state", "queue"])
         for sla_state in sorted(st.value for st in self.sla):
             for queue in queues:
-                stuck.add_metric([sla_state, queue], found.get((sla_state, queue), 0))
+                stuck.add_metric([sla_state, queue], read.stuck.get((sla_state, queue), 0))
         families.append(stuck)
-        families.append(self._workflow_family(conn))
-        families.extend(self._schedule_families(conn))
-        families.extend(self._limit_families(conn))
+        families.append(_workflow_family(read))
+        families.extend(_schedule_families(read))
+        families.extend(_limit_families(read))
         return families
-
-    @staticmethod
-    def _workflow_family(conn: Connection) -> GaugeMetricFamily:
-        """Workflows in each status someone may act on (final ones grow without bound: not counted)."""
-        open_statuses = [s for s in WorkflowStatus.ALL if s not in WorkflowStatus.FINAL]
-        counts: dict[str, int] = {status: int(n) for status, n in conn.execute(
-            select(workflows.c.status, func.count()).where(workflows.c.status.in_(open_statuses))
-            .group_by(workflows.c.status))}
-        family = GaugeMetricFamily("reliable_workflows", "Workflows in each unfinished status.", labels=["status"])
-        for status in open_statuses:
-            family.add_metric([status], int(counts.get(status, 0)))
-        return family
-
-    @staticmethod
-    def _schedule_families(conn: Connection) -> list[Any]:
-        """Per schedule, as timestamps: its next slot (schedules not paused) and the last slot it fired."""
-        next_slot = GaugeMetricFamily("reliable_schedule_next_slot_timestamp_seconds",
-                                      "The next slot (epoch s) of each schedule not paused; past it by more than "
-                                      "the misfire grace: no scheduler is firing it.", labels=["schedule"])
-        last_slot = GaugeMetricFamily("reliable_schedule_last_slot_timestamp_seconds",
-                                      "The last slot (epoch s) each schedule fired.", labels=["schedule"])
-        stmt = select(schedules.c.name, schedules.c.paused, schedules.c.next_slot, schedules.c.last_slot)
-        for name, paused, upcoming, last in conn.execute(stmt.order_by(schedules.c.name)):
-            if not paused and upcoming is not None:
-                next_slot.add_metric([name], float(upcoming))
-            if last is not None:
-                last_slot.add_metric([name], float(last))
-        return [next_slot, last_slot]
-
-    @staticmethod
-    def _limit_families(conn: Connection) -> list[Any]:
-        """Per actor with a concurrency limit (reliable.limits): its effective and declared concurrency."""
-        effective = GaugeMetricFamily("reliable_concurrency_limit",
-                                      "The concurrency an actor may use now across all workers (lowered under "
-                                      "sustained rate limiting).", labels=["actor"])
-        declared = GaugeMetricFamily("reliable_concurrency_limit_declared",
-                                     "The concurrency limit an actor declares.", labels=["actor"])
-        stmt = select(limits.c.name, limits.c.effective, limits.c.declared).where(limits.c.declared > 0)
-        for actor, now_limit, declared_limit in conn.execute(stmt.order_by(limits.c.name)):
-            effective.add_metric([actor], int(now_limit))
-            declared.add_metric([actor], int(declared_limit))
-        return [effective, declared]
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 
@@ -288,3 +199,39 @@ class StoreCollector(Collector):
             if connection.is_open:
                 connection.close()
         return family
+
+
+def _workflow_family(read: GaugeReadings) -> GaugeMetricFamily:
+    """Workflows in each status someone may act on (final ones grow without bound: not counted)."""
+    family = GaugeMetricFamily("reliable_workflows", "Workflows in each unfinished status.", labels=["status"])
+    for status, n in read.workflows.items():
+        family.add_metric([status], n)
+    return family
+
+
+def _schedule_families(read: GaugeReadings) -> list[Any]:
+    """Per schedule, as timestamps: its next slot (schedules not paused) and the last slot it fired."""
+    next_slot = GaugeMetricFamily("reliable_schedule_next_slot_timestamp_seconds",
+                                  "The next slot (epoch s) of each schedule not paused; past it by more than "
+                                  "the misfire grace: no scheduler is firing it.", labels=["schedule"])
+    last_slot = GaugeMetricFamily("reliable_schedule_last_slot_timestamp_seconds",
+                                  "The last slot (epoch s) each schedule fired.", labels=["schedule"])
+    for each in read.schedules:
+        if not each.paused and each.next_slot is not None:
+            next_slot.add_metric([each.name], each.next_slot)
+        if each.last_slot is not None:
+            last_slot.add_metric([each.name], each.last_slot)
+    return [next_slot, last_slot]
+
+
+def _limit_families(read: GaugeReadings) -> list[Any]:
+    """Per actor with a concurrency limit (reliable.limits): its effective and declared concurrency."""
+    effective = GaugeMetricFamily("reliable_concurrency_limit",
+                                  "The concurrency an actor may use now across all workers (lowered under "
+                                  "sustained rate limiting).", labels=["actor"])
+    declared = GaugeMetricFamily("reliable_concurrency_limit_declared",
+                                 "The concurrency limit an actor declares.", labels=["actor"])
+    for actor, now_limit, declared_limit in read.limits:
+        effective.add_metric([actor], now_limit)
+        declared.add_metric([actor], declared_limit)
+    return [effective, declared]

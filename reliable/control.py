@@ -23,14 +23,23 @@ from typing import Any, Protocol
 import dramatiq
 
 from .bulk import BulkReport, Progress, RateLimiter, run_bulk
+from .commands import (
+    COMMAND_EVENTS,
+    NEEDS_REASON,
+    RESOLUTIONS,
+    SCHEDULE_COMMANDS,
+    CommandResult,
+    command_states,
+    require_reason,
+)
 from .compensation import compensate
 from .dispatch import declare_queue, dispatch
-from .errors import ControlRefused, JobNotFound, ReasonRequired, ReliableError, TransitionRefused
-from .operators import COMMAND_ORDER, COMMANDS, Operator, OperatorsPolicy
+from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
+from .operators import COMMAND_ORDER, Operator, OperatorsPolicy
 from .options import stored_contract
-from .selection import DISCARDED, JobFilter, select_jobs
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
+from .store.selection import DISCARDED, JobFilter, select_jobs
 from .store.writes import FRESH_BUDGET
 
 __all__ = [
@@ -53,51 +62,8 @@ _REVIEW_HINT = ("a REVIEW job waits for a person: check the downstream system, t
 
 S = JobStatus
 
-#: How a REVIEW job is resolved (`reconcile`): its side effect happened, or it did not.
-RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
-
-#: The commands that need a reason: every operator command, on one job or many, dry run or not. Each
-#: changes a job (or takes it out of the dead letters) and the job's history must say why.
-#: The schedule commands (reliable.schedules), each with the job command an operators policy must
-#: allow on the schedule's queue and owner: pausing or resuming a schedule is pausing or resuming
-#: its jobs to come, triggering one runs its job again, deleting one discards its jobs to come.
-SCHEDULE_COMMANDS: Mapping[str, str] = {"schedules pause": "pause", "schedules resume": "resume",
-                                        "schedules trigger": "restart", "schedules delete": "discard"}
-
-NEEDS_REASON: frozenset[str] = COMMANDS | frozenset(SCHEDULE_COMMANDS)
-
 _RESUMABLE_FROM = (S.PAUSED, S.STOPPED)
 _CONFLICT_RETRIES = 3
-
-
-#: The events each command may use: their source states are what a filter selects by default.
-COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {
-    "pause": (Event.PAUSE, Event.PAUSE_REQUEST),
-    "stop": (Event.STOP, Event.STOP_REQUEST),
-    "cancel": (Event.CANCEL, Event.CANCEL_REQUEST),
-    "resume": (Event.RESUME,),
-    "restart": (Event.RESTART,),
-    "requeue": (Event.REQUEUE,),
-    "reconcile": (Event.RECONCILE_SUCCEEDED,),
-    "discard": (),
-}
-
-def command_states(command: str) -> tuple[JobStatus, ...]:
-    """The states `command` can act on (what a filter without --state selects)."""
-    if command == "discard":
-        return (JobStatus.DEAD,)
-    events = COMMAND_EVENTS[command]
-    return tuple(sorted({s for (s, e) in TRANSITIONS if e in events}, key=list(JobStatus).index))
-
-
-def require_reason(command: str, reason: str | None) -> None:
-    """Raise ReasonRequired when `command` needs a reason and `reason` is missing or blank.
-
-    The one check of the rule: `Control` makes it before reading the job, the CLI before opening
-    the store, so a forgotten reason writes nothing (no `command_refused` either).
-    """
-    if command in NEEDS_REASON and not (reason and reason.strip()):
-        raise ReasonRequired(command)
 
 
 class ContractSource(Protocol):
@@ -117,41 +83,6 @@ class ActorContract:
     idempotent: bool = True  # as JobContract: a job is idempotent unless its policy or actor says otherwise
     resume_validator: str | None = None
     known: bool = False  # False: no policy and no registered actor told us anything
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one command did to one job.
-
-    outcome: `done` (state changed), `requested` (a running job was flagged; its worker finishes
-    the move), `dry_run` (nothing written: `message` says what would happen), `refused`.
-    """
-
-    command: str
-    job_id: str
-    outcome: str
-    message: str
-    before: Job | None = None
-    job: Job | None = None
-    event: str | None = None
-    dispatched: bool = False
-    compensation: str | None = None
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """Whether the command was (or, in a dry run, would be) carried out."""
-        return self.outcome != "refused"
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary."""
-        return {
-            "command": self.command, "job_id": self.job_id, "outcome": self.outcome, "message": self.message,
-            "event": self.event, "status_before": self.before.status.value if self.before else None,
-            "status": self.job.status.value if self.job else None,
-            "version": self.job.version if self.job else None, "dispatched": self.dispatched,
-            "compensation": self.compensation, "warnings": list(self.warnings),
-        }
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,27 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Row, literal, select, update
-
 from .bulk import RateLimiter
 from .control import RESOLUTIONS, CommandResult, Control, require_reason
 from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReliableError, StoreError
 from .operators import COMMANDS, SYNONYMS
-from .selection import JobFilter, count_jobs
 from .store import StateStore
+from .store.bulk_operations import (
+    OPERATION_COLUMNS,
+    cancel_preview,
+    cancel_requested,
+    confirm_token_hash,
+    insert_operation,
+    jobs_to_act_on,
+    mark_operation,
+    operation_row,
+    recent_operation_rows,
+    request_cancel,
+    start_operation,
+    write_progress,
+)
 from .store.records import home_queue_of
-from .store.schema import jobs, operations
+from .store.selection import JobFilter, count_jobs
 
 __all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
 
@@ -105,7 +116,7 @@ class Operation:
         return self.status in _ENDED
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> Operation:
+    def from_row(cls, row: Any) -> Operation:
         """From a `reliable_operations` row."""
         counts = json.loads(row.counts) if row.counts else {}
         return cls(row.operation_id, row.command, json.loads(row.filter), tuple(json.loads(row.job_ids)),
@@ -226,10 +237,7 @@ class Operations:
             raise refusal
         if flt.is_empty:
             raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
-        stmt = (select(jobs.c.job_id, jobs.c.status, jobs.c.queue, jobs.c.message, jobs.c.owner)
-                .where(*flt.conditions(now)).order_by(jobs.c.updated_at, jobs.c.job_id).limit(self.bulk_max + 1))
-        with self.store.read() as conn:
-            found = conn.execute(stmt).all()
+        found = jobs_to_act_on(self.store, flt, now=now, limit=self.bulk_max + 1)
         if len(found) > self.bulk_max:
             raise ConfigError(f"the filter matches {count_jobs(self.store, flt)} jobs, more than one operation may "
                               f"act on ({self.bulk_max}, bulk_max): narrow it")
@@ -242,9 +250,9 @@ class Operations:
         counted = {**row, "job_ids": json.dumps([job.job_id for job in found]), "total": len(found),
                    "expires_at": now + self.confirm_ttl, "counts": json.dumps({"by_state": by_state, "by_outcome": {}})}
         if dry_run:
-            unstored = {**{c.name: None for c in operations.c}, **counted, "status": "dry_run", "done": 0,
+            unstored = {**dict.fromkeys(OPERATION_COLUMNS), **counted, "status": "dry_run", "done": 0,
                         "cancel_requested": False}
-            return Preview(Operation.from_row(SimpleNamespace(**unstored)), "", not_permitted)  # type: ignore[arg-type]
+            return Preview(Operation.from_row(SimpleNamespace(**unstored)), "", not_permitted)
         token = secrets.token_urlsafe(24)
         self._insert({**counted, "status": "awaiting_confirmation", "confirm_token_hash": _hash(token)})
         return Preview(self.get(row["operation_id"]), token, not_permitted)
@@ -271,8 +279,7 @@ class Operations:
         return float(rate)
 
     def _insert(self, row: Mapping[str, Any]) -> None:
-        with self.store.write() as conn:
-            conn.execute(operations.insert().values(**row))
+        insert_operation(self.store, row)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -281,8 +288,7 @@ class Operations:
         return self._settle([self._load(operation_id)])[0]
 
     def _load(self, operation_id: str) -> Operation:
-        with self.store.read() as conn:
-            row = conn.execute(select(operations).where(operations.c.operation_id == operation_id)).first()
+        row = operation_row(self.store, operation_id)
         if row is None:
             raise OperationNotFound(operation_id)
         return Operation.from_row(row)
@@ -290,10 +296,7 @@ class Operations:
     def recent(self, *, limit: int = 50) -> list[Operation]:
         """The most recent operations, newest first, without their job ids and results (a listing:
         those grow with the operation; `get` reads them)."""
-        summary = [literal("[]").label(c.name) if c.name in ("job_ids", "results") else c for c in operations.c]
-        with self.store.read() as conn:
-            rows = conn.execute(select(*summary).order_by(operations.c.created_at.desc(),
-                                                          operations.c.operation_id).limit(limit)).all()
+        rows = recent_operation_rows(self.store, limit=limit)
         return self._settle([Operation.from_row(row) for row in rows])
 
     def _settle(self, found: Sequence[Operation]) -> list[Operation]:
@@ -313,11 +316,8 @@ class Operations:
         return out
 
     def _mark(self, op: Operation, status: str, error: str, now: float) -> Operation:
-        with self.store.write() as conn:
-            conn.execute(update(operations).where(operations.c.operation_id == op.operation_id,
-                                                  operations.c.status == op.status,
-                                                  operations.c.updated_at == op.updated_at)
-                         .values(status=status, error=error, finished_at=now, confirm_token_hash=None))
+        mark_operation(self.store, op.operation_id, was=op.status, updated_at=op.updated_at, status=status,
+                       error=error, at=now)
         return self._load(op.operation_id)
 
     def _alive(self, operation_id: str) -> bool:
@@ -343,19 +343,12 @@ class Operations:
             raise ControlRefused(f"operation {operation_id} is {op.status}, not awaiting confirmation"
                                  + (" (it was confirmed already)" if op.confirmed_at is not None else
                                     "; preview it again" if op.status == "expired" else ""))
-        with self.store.read() as conn:
-            stored = conn.execute(select(operations.c.confirm_token_hash)
-                                  .where(operations.c.operation_id == operation_id)).scalar_one()
+        stored = confirm_token_hash(self.store, operation_id)
         if not stored or not hmac.compare_digest(stored, _hash(token or "")):
             raise ControlRefused(f"wrong confirmation token for operation {operation_id}")
         now = self.store.now()
-        with self.store.write() as conn:
-            won = conn.execute(update(operations).where(
-                operations.c.operation_id == operation_id, operations.c.status == "awaiting_confirmation",
-                operations.c.expires_at > now).values(
-                status="running", confirmed_at=now, confirmed_by=who, updated_at=now, confirm_token_hash=None,
-                counts=json.dumps({"by_state": op.counts_by_state, "by_outcome": {}}))).rowcount
-        if won != 1:
+        if not start_operation(self.store, operation_id, at=now, by=who,
+                               counts=json.dumps({"by_state": op.counts_by_state, "by_outcome": {}})):
             current = self.get(operation_id)
             raise ControlRefused(f"operation {operation_id} is {current.status}: it can no longer be confirmed"
                                  + ("; preview it again" if current.status == "expired" else ""))
@@ -373,19 +366,11 @@ class Operations:
             raise NotAuthorized(f"operation {operation_id} was created by {op.operator!r}: only they, its confirmer "
                                 "or an admin may cancel it")
         now = self.store.now()
-        with self.store.write() as conn:
-            if op.status == "awaiting_confirmation":
-                changed = conn.execute(update(operations).where(
-                    operations.c.operation_id == operation_id, operations.c.status == op.status).values(
-                    status="cancelled", cancel_requested=True, cancelled_by=who, finished_at=now,
-                    confirm_token_hash=None)).rowcount
-            elif op.status == "running":
-                changed = conn.execute(update(operations).where(
-                    operations.c.operation_id == operation_id, operations.c.status == "running",
-                    operations.c.cancel_requested.is_(False)).values(
-                    cancel_requested=True, cancelled_by=who)).rowcount
-            else:
-                changed = 0
+        changed = False
+        if op.status == "awaiting_confirmation":
+            changed = cancel_preview(self.store, operation_id, was=op.status, by=who, at=now)
+        elif op.status == "running":
+            changed = request_cancel(self.store, operation_id, by=who)
         if not changed:
             current = self.get(operation_id)
             if current.status == "running":  # cancelled already: say so, do not refuse
@@ -478,9 +463,7 @@ class Operations:
         return entry
 
     def _cancel_requested(self, operation_id: str) -> bool:
-        with self.store.read() as conn:
-            return bool(conn.execute(select(operations.c.cancel_requested)
-                                     .where(operations.c.operation_id == operation_id)).scalar_one())
+        return cancel_requested(self.store, operation_id)
 
     def _write(self, operation_id: str, progress: _Progress, *, status: str | None = None,
                error: str | None = None) -> bool:
@@ -490,7 +473,4 @@ class Operations:
                                   "counts": json.dumps({"by_state": progress.by_state, "by_outcome": progress.counts})}
         if status is not None:
             values.update(status=status, finished_at=now, error=error)
-        with self.store.write() as conn:
-            return bool(conn.execute(update(operations).where(operations.c.operation_id == operation_id,
-                                                              operations.c.status == "running")
-                                     .values(**values)).rowcount)
+        return write_progress(self.store, operation_id, values)

@@ -5,12 +5,12 @@ Importing this package registers the `reliable_alerts` table on the store's meta
 
 from __future__ import annotations
 
+from ..store.alert_facts import EventCount, EventCounts, Facts, GroupAge, GroupAges, JobFact, StaleJobs
 from .client import AlertmanagerClient, DeliveryError
 from .conditions import BurnWindow, PromQLCondition, StoreCondition
 from .config import AlertConfig, load_config
 from .engine import AlertEngine, DeliveryReport, Evaluation
 from .evaluator import evaluate, requests_for
-from .facts import EventCount, EventCounts, Facts, GroupAge, GroupAges, JobFact, StaleJobs
 from .lifecycle import AlertState, DeliveryPolicy, advance, after_send, payload
 from .model import Candidate, fingerprint
 from .promql import export_yaml

@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..store import StateStore
+from ..store.alert_queries import JobContext, collect_facts, job_contexts, sample_job_ids
 from .client import AlertmanagerClient
 from .evaluator import evaluate, requests_for
 from .lifecycle import FIRING, AlertState, DeliveryPolicy, advance, after_send, due, payload
 from .model import Candidate
 from .persist import load_alerts, save_alerts
-from .queries import JobContext, collect_facts, job_contexts, sample_job_ids
 from .rules import AlertRule
 from .runbooks import RunbookRenderer
 

@@ -12,9 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..policy.model import RATE_LIMITED_MARK
-from .burn import evaluate_burn
-from .conditions import StoreCondition
-from .facts import (
+from ..store.alert_facts import (
     ATTEMPT_FAILURE_EVENTS,
     DEAD_EVENTS,
     FAILURE_EVENTS,
@@ -28,6 +26,8 @@ from .facts import (
     ScheduleSlots,
     StaleJobs,
 )
+from .burn import evaluate_burn
+from .conditions import StoreCondition
 from .model import Candidate, build_labels
 from .rules import AlertRule
 

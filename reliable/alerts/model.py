@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .facts import JobFact, JobSample
+from ..store.alert_facts import JobFact, JobSample
 from .rules import AlertRule
 
 __all__ = ["UNOWNED", "Candidate", "build_labels", "fingerprint"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..store import StateStore
+from ..store.alert_queries import collect_facts
 from .engine import AlertEngine
 from .evaluator import evaluate, requests_for
 from .model import Candidate, build_labels
-from .queries import collect_facts
 from .rules import AlertRule
 from .runbooks import RunbookRenderer
 

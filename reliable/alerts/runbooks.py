@@ -23,8 +23,8 @@ from jinja2.sandbox import SandboxedEnvironment
 from markupsafe import Markup
 
 from ..errors import ConfigError, PolicyError
+from ..store.alert_queries import JobContext
 from .model import Candidate
-from .queries import JobContext
 from .rules import AlertRule
 
 __all__ = [

@@ -18,14 +18,13 @@ from rich.measure import Measurement
 from rich.table import Column, Table
 from rich.text import Text
 
-from .. import selection
 from ..durations import parse_duration
 from ..errors import ConfigError, ReliableError
 from ..redact import redact_url
-from ..selection import CANDIDATES_SHOWN, MIN_PREFIX
 from ..states import JobStatus
-from ..store import StateStore
+from ..store import StateStore, selection
 from ..store.db import check_store_url
+from ..store.selection import CANDIDATES_SHOWN, MIN_PREFIX
 from .env import ENV_API, ENV_BROKER_DELIVERY_LIMIT, ENV_BROKER_QUEUES, ENV_TOKEN, ENV_TOKEN_FILE
 
 if TYPE_CHECKING:
@@ -222,7 +221,7 @@ def open_store(url: str | None, *, create: bool = False) -> StateStore:
 
 
 def resolve_job_id(store: StateStore, given: str) -> str:
-    """The job id `given` names (`reliable.selection.resolve_job_id`): a whole id, or a prefix of at
+    """The job id `given` names (`reliable.store.selection.resolve_job_id`): a whole id, or a prefix of at
     least MIN_PREFIX characters of one id; a trailing "..." or "…" is ignored.
 
     No such job: JobNotFound; a prefix of several ids: a usage error (exit status 2) listing some of them.

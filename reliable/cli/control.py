@@ -19,9 +19,9 @@ from ..bulk import BulkReport
 from ..control import RESOLUTIONS, CommandResult, ContractSource, Control, command_states, require_reason
 from ..errors import ConfigError, ControlRefused, ReasonRequired, ReliableError
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from ..selection import count_jobs, select_jobs
 from ..states import JobStatus
 from ..store import Job, StateStore
+from ..store.selection import count_jobs, select_jobs
 from .common import (
     BROKER_QUEUES_HELP,
     DURATION,

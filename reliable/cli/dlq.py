@@ -47,7 +47,7 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, qu
           error_class: str | None, older_than: float | None, include_discarded: bool, limit: int,
           as_json: bool) -> None:
     """List dead-lettered jobs, most recent first, with their last error."""
-    from ..selection import JobFilter
+    from ..store.selection import JobFilter
 
     flt = JobFilter(statuses=DEAD, queue=queue, actor=actor, error_class=error_class,
                     older_than=older_than, exclude_discarded=not include_discarded)

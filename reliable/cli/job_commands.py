@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import ConfigError
-from ..selection import JobFilter, statuses
 from ..states import JobStatus
 from ..store import Job
+from ..store.selection import JobFilter, statuses
 from .common import emit_json, fmt_time, id_column, print_table, stdout_console
 
 __all__ = ["EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "SAMPLE", "build_filter", "confirm_selection", "fail",

@@ -12,12 +12,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from sqlalchemy import select
 
 from ..durations import parse_duration
 from ..states import FAILURE_OUTCOMES
 from ..store import Attempt, Job, JobEvent, StateStore
-from ..store.schema import job_events
+from ..store.job_history import last_failure
 from .common import (
     emit_json,
     fmt_time,
@@ -128,15 +127,6 @@ def show(job_id: str, store_url: str | None, api_url: str | None, token_file: st
                       fmt_time(a.ended_at), a.outcome or "-", a.error_class or "-")
     print_table(console, table)
     print_failure(console, failure)
-
-
-def last_failure(store: StateStore, job_id: str) -> JobEvent | None:
-    """The event of the job's last failed attempt that recorded a traceback (None: no such event)."""
-    stmt = (select(job_events).where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None))
-            .order_by(job_events.c.id.desc()).limit(1))
-    with store.read() as conn:
-        row = conn.execute(stmt).mappings().first()
-    return None if row is None else JobEvent.from_row(row)
 
 
 def failure_dict(event: JobEvent | None) -> dict[str, object] | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..selection import JobFilter
 from ..states import JobStatus
 from ..store import StateStore
+from ..store.selection import JobFilter
 from .common import DURATION, handle_errors, job_id_argument, open_source, source_options
 from .control import reconcile
 from .views import api_list_view, list_view, show_any

@@ -21,9 +21,9 @@ from ..bulk import RateLimiter
 from ..control import command_states
 from ..errors import ConfigError
 from ..operations import ACTIVE_STATUSES
-from ..selection import JobFilter
 from ..states import JobStatus
 from ..store import Attempt, Effect, Job, JobEvent
+from ..store.selection import JobFilter
 from .api_client import ApiClient, ApiError
 from .common import emit_json
 from .job_commands import EXIT_REFUSED, build_filter, confirm_selection, fail, has_filters, render_results

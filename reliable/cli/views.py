@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.table import Table
 
-from ..selection import JobFilter, count_jobs, select_jobs
 from ..store import Attempt, Effect, Job, JobEvent, StateStore
+from ..store.selection import JobFilter, count_jobs, select_jobs
 from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id, stdout_console
 
 if TYPE_CHECKING:

@@ -23,10 +23,10 @@ from reliable.states import JobStatus
 from reliable.store import StateStore
 from reliable.store.records import Job
 
+from ..store.provision import ensure_database
 from .actors import EXPORT_PAGES, INDEX_PAGES, World
 from .alerting import evaluate_alerts
 from .config import DemoSettings
-from .database import ensure_database
 from .narrate import page_of, sentence
 from .report import report
 from .story import ACTS, EXPECTED, differences

@@ -18,11 +18,11 @@ from typing import Any
 from sqlalchemy import and_, func, select
 
 from ..errors import ReliableError
-from ..workflows.planning import NodeView, Snapshot, WorkflowStatus
 from .records import NewJob
 from .schema import jobs, workflow_edges, workflow_events, workflow_nodes, workflows
 from .sqlrunner import Tx
 from .store import StateStore
+from .workflow_views import NodeView, Snapshot, WorkflowStatus
 
 __all__ = ["LockedWorkflow", "NodeRow", "WorkflowNotFound", "WorkflowStore"]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .app import WebState, create_app, wsgi_app
+from .app import create_app, wsgi_app
 from .config import WebConfig
+from .state import WebState
 
 __all__ = ["WebConfig", "WebState", "create_app", "wsgi_app"]

@@ -1,4 +1,4 @@
-"""The JSON API under /api/v1: thin handlers over `Control`, the store and `reliable.selection`.
+"""The JSON API under /api/v1: thin handlers over `Control`, the store and `reliable.store.selection`.
 
 Every handler authenticates first (`auth.authenticate`), runs the store's blocking calls in the
 thread pool, and leaves every rule of what a command may do to `Control` (which audits refusals).
@@ -13,24 +13,23 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .. import selection
 from ..access import Principal
 from ..control import RESOLUTIONS, CommandResult, require_reason
 from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
-from ..selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from ..states import JobStatus
-from ..store import StateStore
-from ..store.schema import alerts
+from ..store import StateStore, selection
+from ..store.alert_rows import alert_rows
+from ..store.overview import Overview
+from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
-from .queries import Overview, event_view, job_detail, job_view
+from .queries import event_view, job_detail, job_view
 from .redaction import check_search
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
@@ -305,15 +304,7 @@ async def overview_figures(request: Request) -> JSONResponse:
 
 
 def _alerts(store: StateStore, wanted: str | None) -> dict[str, Any]:
-    stmt = select(alerts).order_by(alerts.c.alertname, alerts.c.fingerprint)
-    if wanted:
-        stmt = stmt.where(alerts.c.state == wanted)
-    with store.read() as conn:
-        rows = [dict(row) for row in conn.execute(stmt).mappings()]
-    for row in rows:
-        for name in ("labels", "annotations"):
-            row[name] = json.loads(row[name]) if row[name] else {}
-    return {"alerts": rows}
+    return {"alerts": alert_rows(store, state=wanted)}
 
 
 async def alert_list(request: Request) -> JSONResponse:

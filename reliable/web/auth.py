@@ -28,7 +28,7 @@ from ..access import ApiToken, ApiTokens, Principal
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from .app import WebState
+    from .state import WebState
 
 __all__ = ["CSRF_FIELD", "CSRF_HEADER", "authenticate", "csrf_token", "sign_in", "sign_out"]
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, QueryParams
 from starlette.exceptions import HTTPException
@@ -34,12 +33,12 @@ from starlette.templating import Jinja2Templates
 from ..access import Principal
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
 from ..operators import COMMAND_ORDER
-from ..selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from ..states import JobStatus
-from ..store import StateStore
-from ..store.schema import job_events
+from ..store.job_history import event_names
+from ..store.overview import Overview
+from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
-from .queries import Overview, job_detail
+from .queries import job_detail
 from .redaction import check_search, masked_job
 
 __all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
@@ -294,12 +293,6 @@ async def review_page(request: Request) -> Response:
 # -- one job ---------------------------------------------------------------------------------------
 
 
-def _event_names(store: StateStore, job_id: str) -> list[str]:
-    stmt = select(job_events.c.event).where(job_events.c.job_id == job_id).distinct()
-    with store.read() as conn:
-        return sorted(str(name) for name in conn.execute(stmt).scalars())
-
-
 def signature(job: Mapping[str, Any]) -> str:
     """What decides the actions a job offers: its state and the flags its worker has yet to observe."""
     flags = "".join(flag[0] for flag in ("pause_requested", "stop_requested", "cancel_requested") if job[flag])
@@ -332,7 +325,7 @@ async def job_page(request: Request) -> Response:
     control = state.control_for(principal)
     detail = await run_in_threadpool(functools.partial(job_detail, control, job_id, principal, state.config.redact,
                                                        events=[event] if event else None))
-    names = await run_in_threadpool(_event_names, state.store, job_id)
+    names = await run_in_threadpool(event_names, state.store, job_id)
     return render(request, "job.html", principal=principal, d=detail, job=detail["job"], event=event,
                   event_names=names, actions=_actions(detail, principal), signature=signature(detail["job"]))
 

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, NotAuthorized, OperationNotFound, ReliableError
 from ..operations import ACTIVE_STATUSES
-from ..selection import JobFilter, select_jobs
+from ..store.selection import JobFilter, select_jobs
 from .auth import authenticate, state_of
 from .console import VIEWS, flash, job_filter, list_form, render
 from .operations import operations_of

@@ -25,7 +25,7 @@ from ..access import Principal
 from ..errors import ConfigError, OperationNotFound
 from ..operations import Operation, Operations
 from ..redact import MASK
-from ..selection import JobFilter, filter_from_params, select_jobs
+from ..store.selection import JobFilter, filter_from_params, select_jobs
 from .auth import authenticate, state_of
 from .queries import job_view
 

@@ -18,8 +18,8 @@ from starlette.exceptions import HTTPException
 
 from ..access import Principal
 from ..redact import MASK, is_secret_name, redact_secrets
-from ..selection import JobFilter
 from ..store import Job
+from ..store.selection import JobFilter
 
 __all__ = ["check_search", "masked_job", "redact_text", "redact_value"]
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import dramatiq
 
+from ..commands import CommandResult, JobCommands, command_states, require_reason
 from ..dispatch import declare_queue
 from ..errors import ControlRefused, ReliableError
 from ..options import CODE_VERSION
@@ -44,7 +45,6 @@ from .planning import (
 )
 
 if TYPE_CHECKING:
-    from ..control import CommandResult, Control
     from ..middleware import ReliableMiddleware
 
 __all__ = [
@@ -137,11 +137,9 @@ def node_result(job_id: str, value: Any) -> NodeResult:
     return NodeResult(job_id, text)
 
 
-def _each(control: Control, command: str, job_id: str, reason: str | None, *, dry_run: bool = False
+def _each(control: JobCommands, command: str, job_id: str, reason: str | None, *, dry_run: bool = False
           ) -> CommandResult:
     """One job command of a workflow command: a refusal (audited on the job by Control) is a result."""
-    from ..control import CommandResult
-
     try:
         result: CommandResult = getattr(control, command)(job_id, reason=reason, dry_run=dry_run)
     except ControlRefused as exc:
@@ -293,7 +291,7 @@ class WorkflowEngine:
 
     # -- commands --------------------------------------------------------------------------------
 
-    def hold(self, command: str, workflow_id: str, control: Control, *, reason: str | None,
+    def hold(self, command: str, workflow_id: str, control: JobCommands, *, reason: str | None,
              dry_run: bool = False) -> WorkflowCommand:
         """pause / stop / cancel a workflow: no node starts while the hold stands, and each node job
         gets the same command (audited on the job by Control); the workflow records who and why.
@@ -301,8 +299,6 @@ class WorkflowEngine:
         The hold is written, and the jobs to act on are read, in one transaction holding the
         workflow's lock: a node cannot start between the two. A cancel is never weakened into a
         pause or a stop."""
-        from ..control import require_reason
-
         require_reason(command, reason)
         refusal = self._authorize(command, workflow_id, control, reason, dry_run=dry_run)
         if refusal is not None:
@@ -339,7 +335,7 @@ class WorkflowEngine:
             message += f", {len(refused)} refused"
         return WorkflowCommand(command, workflow_id, "done", message, status=status, jobs=results)
 
-    def resume(self, workflow_id: str, control: Control, *, reason: str | None, dry_run: bool = False,
+    def resume(self, workflow_id: str, control: JobCommands, *, reason: str | None, dry_run: bool = False,
                definition: Workflow | None = None, allow_duplicates: bool = False) -> WorkflowCommand:
         """Resume: re-run only the failed and cancelled nodes and their descendants (new jobs),
         resume paused and stopped jobs from their checkpoints, keep every succeeded node; with
@@ -351,17 +347,15 @@ class WorkflowEngine:
         return self._rerun("resume", workflow_id, control, reason=reason, dry_run=dry_run, definition=definition,
                            allow_duplicates=allow_duplicates)
 
-    def restart(self, workflow_id: str, control: Control, *, reason: str | None, dry_run: bool = False,
+    def restart(self, workflow_id: str, control: JobCommands, *, reason: str | None, dry_run: bool = False,
                 allow_duplicates: bool = False) -> WorkflowCommand:
         """Run every node again as a new job (refused while any node is active or in REVIEW, and for
         non-idempotent nodes that ran, unless `allow_duplicates`)."""
         return self._rerun("restart", workflow_id, control, reason=reason, dry_run=dry_run, definition=None,
                            allow_duplicates=allow_duplicates)
 
-    def _rerun(self, command: str, workflow_id: str, control: Control, *, reason: str | None, dry_run: bool,
+    def _rerun(self, command: str, workflow_id: str, control: JobCommands, *, reason: str | None, dry_run: bool,
                definition: Workflow | None, allow_duplicates: bool) -> WorkflowCommand:
-        from ..control import require_reason
-
         require_reason(command, reason)
         refusal = self._authorize(command, workflow_id, control, reason, dry_run=dry_run)
         if refusal is not None:
@@ -412,7 +406,7 @@ class WorkflowEngine:
         return WorkflowCommand(command, workflow_id, "done", f"{command}d: {summary}", status=status, plan=plan,
                                jobs=replaced + resumed)
 
-    def _duplicate_risks(self, snapshot: Snapshot, plan: ResumePlan, control: Control, allow: bool) -> str | None:
+    def _duplicate_risks(self, snapshot: Snapshot, plan: ResumePlan, control: JobCommands, allow: bool) -> str | None:
         """Why re-running the plan's nodes may repeat a side effect (None: it may not, or it is allowed)."""
         refusals = []
         for view in snapshot.nodes:
@@ -452,7 +446,7 @@ class WorkflowEngine:
         return {each.name: _prepared_node(self.middleware, self.broker, workflow_id, each)[1:]
                 for each in definition.nodes}
 
-    def _authorize(self, command: str, workflow_id: str, control: Control, reason: str | None, *,
+    def _authorize(self, command: str, workflow_id: str, control: JobCommands, reason: str | None, *,
                    dry_run: bool) -> WorkflowCommand | None:
         """A refusal unless the operator may run `command` on every node's queue and owner."""
         from ..errors import NotAuthorized
@@ -464,7 +458,7 @@ class WorkflowEngine:
             return self._refuse(command, workflow_id, control, reason, str(exc), dry_run=dry_run)
         return None
 
-    def _refuse(self, command: str, workflow_id: str, control: Control, reason: str | None, message: str, *,
+    def _refuse(self, command: str, workflow_id: str, control: JobCommands, reason: str | None, message: str, *,
                 dry_run: bool, plan: ResumePlan | None = None) -> WorkflowCommand:
         """A refused command: recorded on the workflow (`command_refused`) unless a dry run."""
         status = self.rows.get(workflow_id)["status"]
@@ -477,7 +471,7 @@ class WorkflowEngine:
 _STALE_PLAN = "the workflow changed while the plan was made; try again"
 
 
-def _refused_in(locked: LockedWorkflow, command: str, control: Control, reason: str | None, message: str) -> None:
+def _refused_in(locked: LockedWorkflow, command: str, control: JobCommands, reason: str | None, message: str) -> None:
     """Record a refusal in the transaction holding the workflow's lock."""
     identity = control.identity
     locked.event("command_refused", operator=identity.name, source=identity.source, reason=reason,
@@ -497,8 +491,6 @@ def _hold_refusal(command: str, snapshot: Snapshot, status: str | None = None, h
 
 def _hold_targets(command: str, snapshot: Snapshot) -> list[tuple[str, str]]:
     """(job id, job command) for each node job the workflow command acts on."""
-    from ..control import command_states
-
     states = command_states(command)
     return [(view.job_id, command) for view in snapshot.nodes
             if view.job_id and view.job_status is not None and JobStatus(view.job_status) in states]

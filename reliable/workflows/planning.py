@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..states import JobStatus
+from ..store.workflow_views import NodeView, Snapshot, WorkflowStatus
 from .definition import descendants, topological
 
 __all__ = [
@@ -45,63 +46,6 @@ FAILURES: frozenset[str] = frozenset({JobStatus.FAILED.value, JobStatus.DEAD.val
 
 #: Node states that are final for this run (a parent in one of them has "finished").
 SETTLED: frozenset[str] = FAILURES | {JobStatus.SUCCEEDED.value, CANCELLED}
-
-
-class WorkflowStatus:
-    """The statuses a workflow can be in (strings, as stored)."""
-
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-    STOPPING = "STOPPING"
-    STOPPED = "STOPPED"
-    REVIEW = "REVIEW"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
-    ALL = (RUNNING, PAUSED, STOPPING, STOPPED, REVIEW, SUCCEEDED, FAILED, CANCELLED)
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """What planning needs to know of one node."""
-
-    name: str
-    parents: tuple[str, ...]
-    job_id: str | None  # None: the node has not started in this run
-    job_status: str | None  # None: the node's job is not registered yet
-    trigger: str = "all_succeeded"
-    on_upstream_failure: str = "fail"
-    pass_results: bool = False
-    result_missing: bool = False  # succeeded, but its result could not be stored (see result_note)
-    digest: str = ""
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A workflow's nodes (in declaration order) and the operator's hold, as read in one transaction."""
-
-    workflow_id: str
-    nodes: tuple[NodeView, ...]
-    hold: str | None = None
-    status: str = WorkflowStatus.RUNNING
-    run: int = 1
-
-    def node(self, name: str) -> NodeView:
-        """The node called `name`."""
-        for each in self.nodes:
-            if each.name == name:
-                return each
-        raise KeyError(name)
-
-    @property
-    def children(self) -> dict[str, list[str]]:
-        """Each node's children."""
-        found: dict[str, list[str]] = {each.name: [] for each in self.nodes}
-        for each in self.nodes:
-            for parent in each.parents:
-                found[parent].append(each.name)
-        return found
 
 
 def node_states(snapshot: Snapshot) -> dict[str, str]:

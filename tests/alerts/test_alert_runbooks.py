@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from reliable.alerts import parse_rules
-from reliable.alerts.facts import JobFact
 from reliable.alerts.model import Candidate, build_labels
-from reliable.alerts.queries import AttemptFact, JobContext
 from reliable.alerts.runbooks import RunbookRenderer, next_actions, safe_url
 from reliable.errors import ConfigError, PolicyError
+from reliable.store.alert_facts import JobFact
+from reliable.store.alert_queries import AttemptFact, JobContext
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships

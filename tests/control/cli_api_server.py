@@ -1,7 +1,7 @@
 """The HTTP API the CLI's `--api` tests talk to: the real app, served by uvicorn on a free port.
 
 `add_contract_routes(app)` adds stand-ins, faithful to the API contract and built on the real
-pieces (`Control`, `reliable.selection`, `reliable.web.queries`, the app's authentication and error
+pieces (`Control`, `reliable.store.selection`, `reliable.web.queries`, the app's authentication and error
 handlers), for the routes `create_app` does not serve yet (they are being built on other
 branches). A route the app already serves is left alone, so once those branches are merged the
 tests run against the real handlers with no change.
@@ -27,9 +27,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from reliable.errors import ConfigError, JobNotFound, ReliableError
-from reliable.selection import JobFilter, count_jobs, page_jobs, select_jobs, statuses
 from reliable.states import JobStatus
 from reliable.store import StateStore
+from reliable.store.selection import JobFilter, count_jobs, page_jobs, select_jobs, statuses
 from reliable.web.auth import authenticate, state_of
 from reliable.web.queries import job_detail, job_view
 

@@ -13,10 +13,10 @@ from reliable.control import Control
 from reliable.errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReasonRequired
 from reliable.operations import Operation, Operations
 from reliable.operators import Operator
-from reliable.selection import JobFilter
 from reliable.states import Event, JobStatus
 from reliable.store import StateStore
 from reliable.store.schema import operations
+from reliable.store.selection import JobFilter
 
 from support import wait_for
 

@@ -6,8 +6,8 @@ import pytest
 
 from reliable.bulk import RateLimiter
 from reliable.errors import ConfigError
-from reliable.selection import FILTER_PARAMS, JobFilter, filter_from_params, parse_time
 from reliable.states import JobStatus
+from reliable.store.selection import FILTER_PARAMS, JobFilter, filter_from_params, parse_time
 
 
 def test_every_parameter_sets_its_field() -> None:

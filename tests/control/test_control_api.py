@@ -12,9 +12,9 @@ from dramatiq.brokers.stub import StubBroker
 from reliable.control import Control
 from reliable.errors import ConfigError, ControlRefused, JobNotFound, ReasonRequired
 from reliable.operators import Operator, OperatorsPolicy
-from reliable.selection import JobFilter, count_jobs, select_jobs
 from reliable.states import Event, JobStatus
 from reliable.store import StateStore
+from reliable.store.selection import JobFilter, count_jobs, select_jobs
 
 ALICE = Operator("alice", "ops-box", "test")
 RESUMABLE = {ACTOR: {"resumable": True, "checkpoint_schema": 2}}

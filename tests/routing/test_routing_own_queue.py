@@ -22,9 +22,9 @@ from reliable.errors import NotAuthorized
 from reliable.operations import Operations
 from reliable.operators import Operator
 from reliable.options import OWN_QUEUE
-from reliable.selection import JobFilter
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
+from reliable.store.selection import JobFilter
 
 from middleware_harness import Harness, make_harness
 from support import wait_for

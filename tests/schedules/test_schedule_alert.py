@@ -11,11 +11,11 @@ from schedules_support import T0, template
 from reliable import Schedule
 from reliable.alerts import AlertRule, Facts, load_rules
 from reliable.alerts.evaluator import evaluate_rule, requests_for
-from reliable.alerts.facts import JobFact, ScheduleFact, ScheduleSlots
-from reliable.alerts.queries import collect_facts
 from reliable.schedules import Scheduler, storage
 from reliable.states import Event
 from reliable.store import ErrorInfo, StateStore
+from reliable.store.alert_facts import JobFact, ScheduleFact, ScheduleSlots
+from reliable.store.alert_queries import collect_facts
 
 from support import Clock
 

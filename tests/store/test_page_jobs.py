@@ -6,10 +6,10 @@ import pytest
 from sqlalchemy import update
 
 from reliable.errors import ConfigError
-from reliable.selection import JobFilter, page_jobs
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import jobs
+from reliable.store.selection import JobFilter, page_jobs
 
 
 def _register(store: StateStore, count: int) -> list[str]:

@@ -20,9 +20,9 @@ from reliable.control import Control
 from reliable.errors import ClaimRefused, ConfigError, LeaseLost, StoreUnavailable, TransitionRefused
 from reliable.policy import Policy
 from reliable.recovery import Recovery
-from reliable.selection import JobFilter, count_jobs, select_jobs
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
+from reliable.store.selection import JobFilter, count_jobs, select_jobs
 
 
 def new_job(job_id: str) -> NewJob:

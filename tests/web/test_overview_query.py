@@ -1,4 +1,4 @@
-"""reliable.web.queries.overview on both databases: counts by state and queue, the oldest due PENDING job per queue."""
+"""store.overview.overview on both databases: counts by state and queue, the oldest due PENDING job per queue."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from sqlalchemy import update
 
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
+from reliable.store.overview import overview
 from reliable.store.schema import jobs
-from reliable.web.queries import overview
 
 from support import Clock
 

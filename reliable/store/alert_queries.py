@@ -15,10 +15,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..selection import not_discarded
-from ..store import StateStore
-from ..store.schema import attempts, job_events, jobs, schedule_slots, schedules
-from .facts import (
+from .alert_facts import (
     EventCount,
     EventCounts,
     Facts,
@@ -30,6 +27,9 @@ from .facts import (
     ScheduleSlots,
     StaleJobs,
 )
+from .schema import attempts, job_events, jobs, schedule_slots, schedules
+from .selection import not_discarded
+from .store import StateStore
 
 __all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "sample_job_ids"]
 

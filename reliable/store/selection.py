@@ -15,10 +15,11 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from .errors import ConfigError, JobNotFound, ReliableError
-from .states import JobStatus
-from .store import Job, StateStore
-from .store.schema import job_events, jobs
+from ..errors import ConfigError, JobNotFound, ReliableError
+from ..states import JobStatus
+from .records import Job
+from .schema import job_events, jobs
+from .store import StateStore
 
 __all__ = [
     "CANDIDATES_SHOWN", "DISCARDED", "FILTER_PARAMS", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page",

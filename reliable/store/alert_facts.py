@@ -1,7 +1,7 @@
-"""What the evaluator knows about the store: fact requests and the rows that answer them. Pure data.
+"""What the alert evaluator (`reliable.alerts`) knows of the store: fact requests and the rows answering them.
 
 A rule asks for facts with hashable requests (so rules that need the same facts share one query);
-`reliable.alerts.queries` answers them from the store, tests answer them from memory.
+`reliable.store.alert_queries` answers them from the store, tests answer them from memory.
 """
 
 from __future__ import annotations

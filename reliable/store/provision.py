@@ -1,11 +1,11 @@
-"""Create the demo's PostgreSQL database when it does not exist yet (the README's command names a new one)."""
+"""Create a PostgreSQL database when it does not exist yet (the demo's README command names a new one)."""
 
 from __future__ import annotations
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from reliable.store.db import check_store_url
+from .db import check_store_url
 
 __all__ = ["ensure_database"]
 

@@ -1,0 +1,104 @@
+"""The console's and API's overview: jobs per state and queue, the oldest due PENDING job per queue,
+dead letters, and per-minute successes and failures. A few index-backed reads, no scan of the
+final states' rows beyond the window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, literal, select, union_all
+
+from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
+from .schema import job_events, jobs
+from .selection import not_discarded
+from .store import StateStore
+
+__all__ = ["FAILURE_EVENTS", "SUCCESS_EVENTS", "Overview", "overview"]
+
+#: The events a throughput chart counts, and those a failure-rate chart counts.
+SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
+FAILURE_EVENTS: tuple[str, ...] = tuple(sorted(FAILURE_OUTCOMES))
+
+
+@dataclass
+class Overview:
+    """The overview page's figures.
+
+    counts: (state, queue) -> jobs, for every unfinished state, and for final states the jobs that
+    reached them within `window` seconds; oldest_pending: queue -> the oldest due PENDING job's
+    scheduled_at; series: per-minute successes and failures over `window_series` seconds.
+    """
+
+    now: float
+    window: float
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    oldest_pending: dict[str, float | None] = field(default_factory=dict)
+    dead_letters: int = 0
+    review: int = 0
+    minutes: list[float] = field(default_factory=list)
+    successes: list[int] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)
+
+    @property
+    def queues(self) -> list[str]:
+        """Every queue with a count, sorted."""
+        return sorted({q for _, q in self.counts})
+
+    def by_state(self) -> dict[str, int]:
+        """Jobs per state, all queues."""
+        out: dict[str, int] = {}
+        for (state, _), n in self.counts.items():
+            out[state] = out.get(state, 0) + n
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"now": self.now, "window_seconds": self.window,
+                "counts": [{"state": s, "queue": q, "jobs": n} for (s, q), n in sorted(self.counts.items())],
+                "by_state": self.by_state(), "oldest_pending": self.oldest_pending,
+                "dead_letters": self.dead_letters, "review": self.review,
+                "series": {"minutes": self.minutes, "successes": self.successes, "failures": self.failures}}
+
+
+def overview(store: StateStore, *, window: float = 86_400.0, series_minutes: int = 60) -> Overview:
+    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`)."""
+    now = store.now()
+    result = Overview(now=now, window=window)
+    unfinished = sorted(s.value for s in UNFINISHED_STATES)
+    final = sorted(s.value for s in TERMINAL_STATES - UNFINISHED_STATES)
+    counts = [select(jobs.c.status, jobs.c.queue, func.count().label("n"))
+              .where(jobs.c.status.in_(unfinished)).group_by(jobs.c.status, jobs.c.queue)]
+    counts += [select(jobs.c.status, jobs.c.queue, func.count().label("n"))
+               .where(jobs.c.status == state, jobs.c.updated_at >= now - window).group_by(jobs.c.status, jobs.c.queue)
+               for state in final]
+    start = (int(now // 60) - series_minutes + 1) * 60
+    bucket = (func.floor(job_events.c.at / 60) * 60).label("minute")
+    series = [select(literal(kind).label("kind"), bucket, func.count().label("n"))
+              .where(job_events.c.event == name, job_events.c.at >= start).group_by(bucket)
+              for kind, names in (("ok", SUCCESS_EVENTS), ("failed", FAILURE_EVENTS)) for name in names]
+    with store.read() as conn:
+        for row in conn.execute(union_all(*counts)):
+            result.counts[(row.status, row.queue)] = int(row.n)
+        # One statement, one index seek per queue on (status, queue, scheduled_at): a round trip per
+        # queue cost more than the seeks themselves.
+        oldest = [select(literal(queue).label("queue"), func.min(jobs.c.scheduled_at).label("oldest"))
+                  .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.queue == queue,
+                         jobs.c.scheduled_at <= now)
+                  for queue in sorted({q for _, q in result.counts})]
+        if oldest:
+            for row in conn.execute(union_all(*oldest)):
+                result.oldest_pending[row.queue] = row.oldest
+        result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
+            jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
+        result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
+        per_minute: dict[tuple[str, float], int] = {}
+        for row in conn.execute(union_all(*series)):
+            key = (row.kind, float(row.minute))
+            per_minute[key] = per_minute.get(key, 0) + int(row.n)
+    result.minutes = [float(start + 60 * i) for i in range(series_minutes)]
+    result.successes = [per_minute.get(("ok", m), 0) for m in result.minutes]
+    result.failures = [per_minute.get(("failed", m), 0) for m in result.minutes]
+    return result
+
+

@@ -1,0 +1,53 @@
+"""What every request handler of the web app reads (`WebState`, at `app.state.reliable`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import dramatiq
+
+from ..access import ApiTokens, Principal
+from ..control import ContractSource, Control
+from ..store import StateStore
+from .config import WebConfig
+
+if TYPE_CHECKING:
+    from ..store.overview import Overview
+
+__all__ = ["WebState"]
+
+
+@dataclass
+class WebState:
+    """What every request handler reads: the store, the control plane's parts, the tokens and the config."""
+
+    store: StateStore
+    tokens: ApiTokens
+    config: WebConfig
+    policy: ContractSource | None = None
+    broker: dramatiq.Broker | None = None
+    actor_options: Mapping[str, Mapping[str, Any]] | None = None
+    _overview: tuple[float, Overview] | None = field(default=None, repr=False)
+    _overview_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def overview(self) -> Overview:
+        """The overview's figures, computed at most once per `config.overview_ttl` seconds by this
+        process: every console tab polls them, so their cost does not grow with the viewers."""
+        from ..store.overview import overview
+
+        with self._overview_lock:  # one computation at a time; the others wait and share it
+            cached = self._overview
+            if cached is not None and time.monotonic() - cached[0] < self.config.overview_ttl:
+                return cached[1]
+            figures = overview(self.store)
+            self._overview = (time.monotonic(), figures)
+            return figures
+
+    def control_for(self, principal: Principal) -> Control:
+        """A Control acting as `principal`, under the operators policy its role or the proxy's file gives."""
+        return Control(self.store, policy=self.policy, broker=self.broker, operators=principal.operators,
+                       identity=principal.operator(self.config.host), actor_options=self.actor_options)
