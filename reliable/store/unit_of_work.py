@@ -48,7 +48,7 @@ __all__ = ["Row", "UnitOfWork", "begin", "needed_params", "single"]
 Row = tuple[Any, ...]
 #: (job rows, `enqueued` event rows) of one registration, emitted after the commit.
 Registered = tuple[list[dict[str, Any]], list[dict[str, Any]]]
-RegisterIn = Callable[[Tx, Sequence[NewJob]], Registered]
+RegisterJobs = Callable[[Tx, Sequence[NewJob]], Registered]
 EmitRegistered = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], None]
 
 _PARAM = {"postgresql": re.compile(r"%\((\w+)\)s"), "sqlite": re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")}
@@ -70,12 +70,12 @@ class UnitOfWork:
     """Named queries and registrations inside one transaction of the store (see the module's
     docstring for what commits when). Made by `StateStore.transaction()`, never directly."""
 
-    __slots__ = ("_register_in", "_registered", "_runner", "_tx")
+    __slots__ = ("_register_jobs", "_registered", "_runner", "_tx")
 
-    def __init__(self, runner: SqlRunner, tx: Tx, register_in: RegisterIn) -> None:
+    def __init__(self, runner: SqlRunner, tx: Tx, register_jobs: RegisterJobs) -> None:
         self._runner = runner
         self._tx = tx
-        self._register_in = register_in
+        self._register_jobs = register_jobs
         self._registered: list[Registered] = []
 
     @property
@@ -102,7 +102,7 @@ class UnitOfWork:
         Returns how many were new."""
         if not new_jobs:
             return 0
-        rows, events = self._register_in(self._tx, new_jobs)
+        rows, events = self._register_jobs(self._tx, new_jobs)
         self._registered.append((rows, events))
         return len(events)
 
@@ -135,11 +135,11 @@ class UnitOfWork:
 
 
 @contextmanager
-def begin(runner: SqlRunner, register_in: RegisterIn, emit: EmitRegistered) -> Iterator[UnitOfWork]:
+def begin(runner: SqlRunner, register_jobs: RegisterJobs, emit: EmitRegistered) -> Iterator[UnitOfWork]:
     """A unit of work in one transaction of `runner`; its registrations given to `emit` after the
     commit (never after a rollback)."""
     with runner.transaction() as tx:
-        unit = UnitOfWork(runner, tx, register_in)
+        unit = UnitOfWork(runner, tx, register_jobs)
         yield unit
     unit._emit(emit)
 
