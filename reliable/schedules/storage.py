@@ -17,13 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
-
 from ..control import require_reason
 from ..errors import ScheduleNotFound
 from ..states import JobStatus
 from ..store import NewJob, StateStore, UnitOfWork
-from ..store.schema import jobs, schedule_events, schedule_slots, schedules
+from ..store.unit_of_work import Row
 from ..tracecontext import TraceParent, span_id_for, trace_id_from
 from .model import MisfirePlan, Schedule, plan_misfire
 
@@ -114,12 +112,13 @@ class Decision:
     fired: tuple[Fired, ...]
 
 
-def _row(row: Any) -> ScheduleRow:
+def _row(row: Row) -> ScheduleRow:
+    # Columns of the named queries list_schedules / get_schedule.
+    _, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at = row
     return ScheduleRow(
-        schedule=Schedule.from_definition(json.loads(row["definition"])), actor=row["actor"], queue=row["queue"],
-        template=json.loads(row["template"]), paused=bool(row["paused"]), decided_until=float(row["decided_until"]),
-        next_slot=row["next_slot"], last_slot=row["last_slot"], created_at=row["created_at"],
-        updated_at=row["updated_at"])
+        schedule=Schedule.from_definition(json.loads(definition)), actor=actor, queue=queue,
+        template=json.loads(template), paused=bool(paused), decided_until=float(decided_until),
+        next_slot=next_slot, last_slot=last_slot, created_at=created_at, updated_at=updated_at)
 
 
 def build_job(template: Mapping[str, Any], name: str, slot: float, job_id: str) -> NewJob:
@@ -275,14 +274,12 @@ def refused(store: StateStore, name: str, command: str, *, operator: str, reason
 
 def list_schedules(store: StateStore) -> list[ScheduleRow]:
     """Every stored schedule, by name."""
-    with store.read() as conn:
-        return [_row(r) for r in conn.execute(select(schedules).order_by(schedules.c.name)).mappings()]
+    return [_row(row) for row in store.rows("list_schedules")]
 
 
 def get_schedule(store: StateStore, name: str) -> ScheduleRow:
     """The stored schedule `name`; ScheduleNotFound if there is none."""
-    with store.read() as conn:
-        row = conn.execute(select(schedules).where(schedules.c.name == name)).mappings().first()
+    row = store.one("get_schedule", {"name": name})
     if row is None:
         raise ScheduleNotFound(name)
     return _row(row)
@@ -290,28 +287,20 @@ def get_schedule(store: StateStore, name: str) -> ScheduleRow:
 
 def list_slots(store: StateStore, name: str, *, limit: int = 20) -> list[SlotRow]:
     """`name`'s most recent fired slots, newest first, with their jobs' states."""
-    s = schedule_slots
-    stmt = (select(s, jobs.c.status).select_from(s.outerjoin(jobs, jobs.c.job_id == s.c.job_id))
-            .where(s.c.schedule == name).order_by(s.c.slot_at.desc()).limit(limit))
-    with store.read() as conn:
-        return [SlotRow(r.schedule, r.slot_at, r.job_id, r.kind, r.fired_at,
-                        JobStatus(r.status) if r.status else None) for r in conn.execute(stmt)]
+    return [SlotRow(schedule, slot_at, job_id, kind, fired_at, JobStatus(status) if status else None)
+            for schedule, slot_at, job_id, kind, fired_at, status
+            in store.rows("list_schedule_slots", {"name": name, "limit": limit})]
 
 
 def list_events(store: StateStore, name: str, *, limit: int = 20) -> list[ScheduleEvent]:
     """`name`'s most recent audit entries, oldest first."""
-    e = schedule_events
-    stmt = select(e).where(e.c.schedule == name).order_by(e.c.id.desc()).limit(limit)
-    with store.read() as conn:
-        found = [ScheduleEvent(r.id, r.schedule, r.at, r.event, r.operator, r.reason, r.host,
-                               json.loads(r.detail) if r.detail else {}) for r in conn.execute(stmt)]
+    found = [ScheduleEvent(id_, schedule, at, event, operator, reason, host, json.loads(detail) if detail else {})
+             for id_, schedule, at, event, operator, reason, host, detail
+             in store.rows("list_schedule_events", {"name": name, "limit": limit})]
     return found[::-1]
 
 
 def count_slots(store: StateStore, names: Sequence[str] = ()) -> dict[str, int]:
     """How many slots each schedule fired (all schedules, or `names`)."""
-    stmt = select(schedule_slots.c.schedule, func.count()).group_by(schedule_slots.c.schedule)
-    if names:
-        stmt = stmt.where(schedule_slots.c.schedule.in_(list(names)))
-    with store.read() as conn:
-        return {name: int(n) for name, n in conn.execute(stmt)}
+    rows = store.rows("count_schedule_slots", {"names": list(names) if names else None})
+    return {name: int(n) for name, n in rows}

@@ -25,8 +25,11 @@ Guarantees:
 - `store.run/rows/one`: one statement alone: on PostgreSQL in autocommit (one round trip, one
   pool checkout, nothing held after); on SQLite a transaction of its own under the writer lock.
 - A query name the dialect does not have, or a parameter the query needs and was not given, is a
-  NamedQueryError before anything is sent. A list or tuple parameter is an array on PostgreSQL
-  and JSON text (for `json_each`) on SQLite. `now` is always filled in by the store.
+  NamedQueryError before anything is sent. A list parameter is an array on PostgreSQL and JSON
+  text (for `json_each`) on SQLite. `now` is always filled in by the store.
+- Nothing is added on the way: a single statement is the runner's one statement and one pool
+  checkout, as when features used the runner directly (on PostgreSQL the parameters go to the
+  driver as given; the check of their names is one set comparison).
 """
 
 from __future__ import annotations
@@ -66,14 +69,21 @@ def needed_params(dialect: str, name: str) -> frozenset[str]:
     return frozenset(_PARAM[dialect].findall(queries[name]))
 
 
+@functools.cache
+def _required(dialect: str) -> dict[str, frozenset[str]]:
+    """Per query of `dialect`, the parameters a caller must give (all but `now`): looked up per statement."""
+    return {name: needed_params(dialect, name) - {"now"} for name in load_queries(dialect)}
+
+
 class UnitOfWork:
     """Named queries and registrations inside one transaction of the store (see the module's
     docstring for what commits when). Made by `StateStore.transaction()`, never directly."""
 
-    __slots__ = ("_register_jobs", "_registered", "_runner", "_tx")
+    __slots__ = ("_register_jobs", "_registered", "_required", "_runner", "_tx")
 
     def __init__(self, runner: SqlRunner, tx: Tx, register_jobs: RegisterJobs) -> None:
         self._runner = runner
+        self._required = _required(runner.dialect)
         self._tx = tx
         self._register_jobs = register_jobs
         self._registered: list[Registered] = []
@@ -121,12 +131,13 @@ class UnitOfWork:
 
     def _execute(self, name: str, params: Mapping[str, Any] | None) -> Any:
         runner = self._runner
-        given = {} if params is None else {
-            key: runner._array(list(value)) if isinstance(value, list | tuple) else value
-            for key, value in params.items()}
-        missing = needed_params(runner.dialect, name) - given.keys() - {"now"}
-        if missing:
+        given: Mapping[str, Any] = {} if params is None else params
+        required = self._required.get(name)
+        if required is None or not given.keys() >= required:
+            missing = needed_params(runner.dialect, name) - given.keys() - {"now"}  # unknown: raises here
             raise NamedQueryError(f"named query {name!r} needs the parameters {sorted(missing)}")
+        if runner.dialect == "sqlite" and any(type(value) is list for value in given.values()):
+            given = {key: runner._array(value) if type(value) is list else value for key, value in given.items()}
         return runner._execute(self._tx, name, given)
 
     def _emit(self, emit: EmitRegistered) -> None:
