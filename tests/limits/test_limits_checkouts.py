@@ -6,27 +6,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import event
 
 from reliable.limits import Limits, limit_spec
 from reliable.limits.storage import LimitStore
 from reliable.store import NewJob, StateStore
 
-from support import Clock
+from support import Clock, pool_checkouts
 
 
 @pytest.fixture
 def checkouts(clocked: tuple[StateStore, Clock]) -> Iterator[list[object]]:
     """Every connection checked out of the store's pool while the test runs."""
-    store, _clock = clocked
-    taken: list[object] = []
-
-    def count(dbapi_connection: object, record: object, proxy: object) -> None:
-        taken.append(dbapi_connection)
-
-    event.listen(store.engine, "checkout", count)
-    yield taken
-    event.remove(store.engine, "checkout", count)
+    with pool_checkouts(clocked[0].engine) as taken:
+        yield taken
 
 
 def test_each_step_of_the_hot_path_is_one_checkout(clocked: tuple[StateStore, Clock],

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 
 from reliable.errors import NamedQueryError
 from reliable.store import NewJob, StateStore
 
-from support import Clock
+from support import Clock, pool_checkouts
 
 
 def _job(job_id: str | None = None) -> NewJob:
@@ -37,14 +36,8 @@ def heard(store: StateStore) -> list[dict[str, Any]]:
 @pytest.fixture
 def checkouts(store: StateStore) -> Iterator[list[object]]:
     """Every connection checked out of the store's pool while the test runs."""
-    taken: list[object] = []
-
-    def count(dbapi_connection: object, record: object, proxy: object) -> None:
-        taken.append(dbapi_connection)
-
-    event.listen(store.engine, "checkout", count)
-    yield taken
-    event.remove(store.engine, "checkout", count)
+    with pool_checkouts(store.engine) as taken:
+        yield taken
 
 
 def test_a_unit_commits_its_statements_and_registrations_together(store: StateStore,
