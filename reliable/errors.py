@@ -11,6 +11,7 @@
     ├── JobNotFound                 no job with that id
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
+    ├── NamedQueryError             a store query name that does not exist, or a parameter missing
     ├── TransitionRefused           the state machine or a compare-and-set refused a change
     │   ├── ClaimRefused            a worker may not run this job now (reason says why)
     │   └── LeaseLost               a worker's write lost its fencing race
@@ -39,6 +40,7 @@ __all__ = [
     "JobStopped",
     "LeaseLost",
     "LeaseLostInterrupt",
+    "NamedQueryError",
     "NotAuthorized",
     "OperationNotFound",
     "PolicyError",
@@ -216,3 +218,8 @@ class ScheduleNotFound(ReliableError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"no schedule named {name!r} (`reliable schedules list` shows them)")
+
+
+class NamedQueryError(ReliableError, LookupError):
+    """A named query (reliable/store/sql/<dialect>.sql) that does not exist, or run without a
+    parameter it needs: a bug in the caller, raised before anything is sent to the database."""

@@ -16,7 +16,7 @@ from typing import TypeVar
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = os.environ.get("RELIABLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -150,3 +150,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@contextlib.contextmanager
+def pool_checkouts(engine: Engine) -> Iterator[list[object]]:
+    """Every connection checked out of `engine`'s pool inside the block (what a call costs)."""
+    taken: list[object] = []
+
+    def count(dbapi_connection: object, record: object, proxy: object) -> None:
+        taken.append(dbapi_connection)
+
+    event.listen(engine, "checkout", count)
+    try:
+        yield taken
+    finally:
+        event.remove(engine, "checkout", count)

@@ -17,7 +17,6 @@ from typing import Any
 
 from ..states import ACTIVE_STATES
 from ..store import StateStore
-from ..store.sqlrunner import Tx
 from .adaptive import Adaptation, AdaptiveSettings, LimitState
 from .model import LimitSpec
 
@@ -63,15 +62,11 @@ class LimitStore:
     def __init__(self, store: StateStore, *, rand: Callable[[], float] = random.random,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store = store
-        self._sql = store._sql
-        self._postgres = self._sql.dialect == "postgresql"
+        self._postgres = store.dialect == "postgresql"
         self._rand = rand
         self._monotonic = monotonic
         self._ensured: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
-
-    def _run(self, tx: Tx, name: str, params: dict[str, Any]) -> Any:
-        return self._sql._execute(tx, name, params)
 
     def _start(self, count: int) -> int:
         return int(self._rand() * count) % max(1, count)
@@ -84,14 +79,13 @@ class LimitStore:
         done = self._ensured.get((spec.actor, key))
         if done is not None and self._monotonic() - done < ENSURE_EVERY:
             return
-        self.store.check_schema()
-        with self._sql.transaction() as tx:
-            self._run(tx, "limit_ensure", {"name": spec.actor, "declared": spec.concurrency or 0})
+        with self.store.transaction() as unit:
+            unit.run("limit_ensure", {"name": spec.actor, "declared": spec.concurrency or 0})
             if spec.concurrency:
-                self._run(tx, "limit_ensure_slots", {"name": spec.actor, "key": key, "count": spec.concurrency})
+                unit.run("limit_ensure_slots", {"name": spec.actor, "key": key, "count": spec.concurrency})
             if spec.rate_count:
-                self._run(tx, "limit_ensure_buckets", {"name": spec.actor, "key": key, "count": spec.shards,
-                                                       "capacity": spec.bucket_capacity})
+                unit.run("limit_ensure_buckets", {"name": spec.actor, "key": key, "count": spec.shards,
+                                                  "capacity": spec.bucket_capacity})
         with self._lock:
             if len(self._ensured) < _ENSURED_MAX or (spec.actor, key) in self._ensured:
                 self._ensured[(spec.actor, key)] = self._monotonic()
@@ -112,46 +106,40 @@ class LimitStore:
         """
         assert spec.concurrency is not None
         self.ensure(spec, key)
-        params = {"name": spec.actor, "key": key, "job_id": job_id, "ttl": ttl, "active": self._active()}
+        params = {"name": spec.actor, "key": key, "job_id": job_id, "ttl": ttl, "active": _ACTIVE}
         if self._postgres:
-            with self._sql._single() as tx:
-                row = self._run(tx, "limit_acquire_slot", params).fetchone()
+            row = self.store.one("limit_acquire_slot", params)
+            assert row is not None  # the statement always returns its one row
             slot, lease, now = row[0], row[1], float(row[7])
             return SlotTaken(None if slot is None else int(slot), None if lease is None else int(lease),
                              _state(row[2:7]), now)
-        with self._sql.transaction() as tx:
-            found = self._run(tx, "limit_state", {"name": spec.actor}).fetchone()
-            state = _state(found)
-            now = float(tx.now if tx.now is not None else found[5])
+        with self.store.transaction() as unit:
+            state = _state(unit.one("limit_state", {"name": spec.actor}))
+            now = unit.now()  # SQLite: the transaction's time, read at its BEGIN (no statement)
             if state is None:
                 return SlotTaken(None, None, None, now)
-            picked = self._run(tx, "limit_pick_slot", {**params, "effective": state.effective}).fetchone()
+            picked = unit.one("limit_pick_slot", {**params, "effective": state.effective})
             if picked is None:
                 return SlotTaken(None, None, state, now)
-            held = self._run(tx, "limit_hold_slot", {**params, "slot": picked[0]}).fetchone()
+            held = unit.one("limit_hold_slot", {**params, "slot": picked[0]})
+            assert held is not None  # the slot was picked under this transaction's write lock
             return SlotTaken(int(held[0]), None if held[1] is None else int(held[1]), state, now)
 
     def bind(self, spec: LimitSpec, key: str, slot: int, job_id: str, lease_id: int) -> bool:
         """Tie a taken slot to the lease the claim gave (when it is not the one the slot expected);
         False when `job_id` no longer holds it (it was free meanwhile and another job took it)."""
-        with self._sql._single() as tx:
-            row = self._run(tx, "limit_bind_slot", {"name": spec.actor, "key": key, "slot": slot,
-                                                    "job_id": job_id, "lease_id": lease_id}).fetchone()
+        row = self.store.one("limit_bind_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id,
+                                                 "lease_id": lease_id})
         return row is not None
 
     def release(self, spec: LimitSpec, key: str, slot: int, job_id: str) -> None:
         """Free the slot `job_id` holds (a no-op if it was taken over meanwhile)."""
-        with self._sql._single() as tx:
-            self._run(tx, "limit_release_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id})
+        self.store.run("limit_release_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id})
 
     def holders(self, actor: str) -> list[tuple[str, int, str]]:
         """(key, slot, job id) of every slot of `actor` held now, by the store's clock."""
-        with self._sql._single() as tx:
-            rows = self._run(tx, "limit_holders", {"name": actor, "active": self._active()}).fetchall()
+        rows = self.store.rows("limit_holders", {"name": actor, "active": _ACTIVE})
         return [(str(k), int(s), str(j)) for k, s, j in rows]
-
-    def _active(self) -> Any:
-        return self._sql._array(_ACTIVE)
 
     # -- rate ------------------------------------------------------------------------------------
 
@@ -172,20 +160,21 @@ class LimitStore:
         params = {"name": spec.actor, "key": key, "shards": spec.shards, "capacity": spec.bucket_capacity,
                   "refill": spec.bucket_refill, "start": self._start(spec.shards)}
         if self._postgres:
-            with self._sql._single() as tx:
-                bucket, best, now = self._run(tx, "limit_take_token", params).fetchone()
+            row = self.store.one("limit_take_token", params)
+            assert row is not None  # the statement always returns its one row
+            bucket, best, now = row
             if bucket is None and best is None:
                 return None
             return TokenTaken(bucket is not None, self._wait(spec, best), float(now))
-        with self._sql.transaction() as tx:
-            assert tx.now is not None
-            picked = self._run(tx, "limit_pick_bucket", params).fetchone()
+        with self.store.transaction() as unit:
+            now = unit.now()  # SQLite: the transaction's time, read at its BEGIN (no statement)
+            picked = unit.one("limit_pick_bucket", params)
             if picked is None:
                 return None
             if picked[1] < 1:
-                return TokenTaken(False, self._wait(spec, picked[1]), tx.now)
-            self._run(tx, "limit_spend_token", {**params, "bucket": picked[0], "have": picked[1]})
-            return TokenTaken(True, 0.0, tx.now)
+                return TokenTaken(False, self._wait(spec, picked[1]), now)
+            unit.run("limit_spend_token", {**params, "bucket": picked[0], "have": picked[1]})
+            return TokenTaken(True, 0.0, now)
 
     @staticmethod
     def _wait(spec: LimitSpec, best: float | None) -> float:
@@ -197,30 +186,29 @@ class LimitStore:
 
     def adapt(self, actor: str, decide: Callable[[LimitState, float], Adaptation]) -> Adaptation | None:
         """Apply `decide` to the actor's state under its row's lock; None when it has no row."""
-        with self._sql.transaction() as tx:
-            row = self._run(tx, "limit_lock", {"name": actor}).fetchone()
+        with self.store.transaction() as unit:
+            row = unit.one("limit_lock", {"name": actor})
             state = _state(row)
-            if state is None or state.declared < 1:
+            if row is None or state is None or state.declared < 1:
                 return None
             adaptation = decide(state, float(row[5]))
             if adaptation.state != state:
                 new = adaptation.state
-                self._run(tx, "limit_update", {"name": actor, "effective": new.effective, "streak": new.streak,
-                                               "last_rate_limited_at": new.last_rate_limited_at,
-                                               "changed_at": new.changed_at})
+                unit.run("limit_update", {"name": actor, "effective": new.effective, "streak": new.streak,
+                                          "last_rate_limited_at": new.last_rate_limited_at,
+                                          "changed_at": new.changed_at})
             return adaptation
 
     def mark_deferred(self, job_id: str, delay: float) -> None:
         """A deferred delivery of the PENDING job `job_id` is published again in `delay` seconds:
         dispatched_at moves to then, so the sweeper counts `sweep_after` from its arrival and does
         not publish another copy meanwhile."""
-        with self._sql._single() as tx:
-            self._run(tx, "limit_mark_deferred", {"job_id": job_id, "delay": delay})
+        self.store.run("limit_mark_deferred", {"job_id": job_id, "delay": delay})
 
     def state(self, actor: str) -> LimitState | None:
         """The actor's stored concurrency state (None: no concurrency limit stored)."""
-        with self._sql.transaction() as tx:
-            return _state(self._run(tx, "limit_lock", {"name": actor}).fetchone())
+        with self.store.transaction() as unit:
+            return _state(unit.one("limit_lock", {"name": actor}))
 
 
 def settings_for(spec: LimitSpec, streak_to_reduce: int) -> AdaptiveSettings:

@@ -17,14 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
-
-from ..control import require_reason
+from ..commands import require_reason
 from ..errors import ScheduleNotFound
 from ..states import JobStatus
-from ..store import NewJob, StateStore
-from ..store.schema import jobs, schedule_events, schedule_slots, schedules
-from ..store.sqlrunner import Tx
+from ..store import NewJob, StateStore, UnitOfWork
+from ..store.unit_of_work import Row
 from ..tracecontext import TraceParent, span_id_for, trace_id_from
 from .model import MisfirePlan, Schedule, plan_misfire
 
@@ -115,12 +112,13 @@ class Decision:
     fired: tuple[Fired, ...]
 
 
-def _row(row: Any) -> ScheduleRow:
+def _row(row: Row) -> ScheduleRow:
+    # Columns of the named queries list_schedules / get_schedule.
+    _, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at = row
     return ScheduleRow(
-        schedule=Schedule.from_definition(json.loads(row["definition"])), actor=row["actor"], queue=row["queue"],
-        template=json.loads(row["template"]), paused=bool(row["paused"]), decided_until=float(row["decided_until"]),
-        next_slot=row["next_slot"], last_slot=row["last_slot"], created_at=row["created_at"],
-        updated_at=row["updated_at"])
+        schedule=Schedule.from_definition(json.loads(definition)), actor=actor, queue=queue,
+        template=json.loads(template), paused=bool(paused), decided_until=float(decided_until),
+        next_slot=next_slot, last_slot=last_slot, created_at=created_at, updated_at=updated_at)
 
 
 def build_job(template: Mapping[str, Any], name: str, slot: float, job_id: str) -> NewJob:
@@ -136,14 +134,9 @@ def build_job(template: Mapping[str, Any], name: str, slot: float, job_id: str) 
                   checkpoint_schema=template.get("checkpoint_schema"))
 
 
-def _run(store: StateStore, tx: Tx, query: str, params: Mapping[str, Any]) -> Any:
-    # The store's runner fills :now (the transaction's time) and speaks the dialect's parameters.
-    return store._sql._execute(tx, query, params)
-
-
-def _event(store: StateStore, tx: Tx, name: str, event: str, *, operator: str | None = None,
+def _event(store: StateStore, unit: UnitOfWork, name: str, event: str, *, operator: str | None = None,
            reason: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
-    _run(store, tx, "schedule_event", {
+    unit.run("schedule_event", {
         "schedule": name, "event": event, "operator": operator, "reason": reason,
         "host": store.host if operator is not None else None, "detail": _text(dict(detail)) if detail else None})
 
@@ -155,40 +148,36 @@ def declare(store: StateStore, schedule: Schedule, template: Mapping[str, Any]) 
     paused if declared so. A known one gets the new declaration and template; its runtime state
     (paused, decided slots, last slot) stays.
     """
-    store.check_schema()
-    now = store.now()
     params = {"name": schedule.name, "actor": template["actor"], "queue": template["queue"],
               "definition": _text(schedule.definition()), "template": _text(template)}
-    with store._sql.transaction() as tx:
-        if tx.now is None:
-            tx.now = now
-        current = _run(store, tx, "lock_schedule", {"name": schedule.name}).fetchone()
+    with store.transaction() as unit:
+        current = unit.one("lock_schedule", {"name": schedule.name})
         if current is None:
-            inserted = _run(store, tx, "insert_schedule", {
+            now = unit.now()
+            inserted = unit.one("insert_schedule", {
                 **params, "paused": schedule.paused, "decided_until": now,
-                "next_slot": schedule.timing.next_after(now)}).fetchone()
+                "next_slot": schedule.timing.next_after(now)})
             if inserted is None:  # another worker booting at the same moment declared it first
                 return False
-            _event(store, tx, schedule.name, "declared", detail={"definition": schedule.definition()})
+            _event(store, unit, schedule.name, "declared", detail={"definition": schedule.definition()})
             return True
+        unit.use_now(float(current[7]))
         if current[1] == params["definition"] and current[2] == params["template"]:
             return False
-        _run(store, tx, "redeclare_schedule", {**params, "next_slot": schedule.timing.next_after(float(current[4]))})
-        _event(store, tx, schedule.name, "redeclared", detail={"definition": schedule.definition(),
-                                                               "before": json.loads(current[1])})
+        unit.run("redeclare_schedule", {**params, "next_slot": schedule.timing.next_after(float(current[4]))})
+        _event(store, unit, schedule.name, "redeclared", detail={"definition": schedule.definition(),
+                                                                 "before": json.loads(current[1])})
         return False
 
 
 def decide(store: StateStore, name: str, now: float) -> Decision | None:
     """Fire `name`'s due slots at `now` by its misfire policy, in one transaction; None when paused,
     unknown, or nothing was due (another scheduler decided first)."""
-    store.check_schema()
-    registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
-    with store._sql.transaction() as tx:
-        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+    with store.transaction() as unit:
+        row = unit.one("lock_schedule", {"name": name})
         if row is None or row[3]:
             return None
-        tx.now = float(row[7])
+        unit.use_now(float(row[7]))
         schedule = Schedule.from_definition(json.loads(row[1]))
         template = json.loads(row[2])
         plan = plan_misfire(schedule, float(row[4]), now)
@@ -199,28 +188,24 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
             job = build_job(template, name, slot, slot_job_id(name, slot))
             kind = "missed" if now - slot > schedule.grace else "on_time"
             params = {"schedule": name, "slot_at": float(slot), "job_id": job.job_id, "kind": kind}
-            if _run(store, tx, "insert_schedule_slot", params).fetchone() is not None:
-                registered.append(store._register_in(tx, [job]))
+            if unit.one("insert_schedule_slot", params) is not None:
+                unit.register([job])
                 fired.append(Fired(name, slot, job.job_id, kind, job.message))
-        _run(store, tx, "decide_schedule", {
+        unit.run("decide_schedule", {
             "name": name, "decided_until": float(plan.watermark),
             "next_slot": float(schedule.timing.next_after(plan.watermark)),
             "last_slot": float(max(plan.fire)) if plan.fire else None})
         if plan.missed:
-            _event(store, tx, name, "misfire", detail={
+            _event(store, unit, name, "misfire", detail={
                 "policy": schedule.misfire, "missed": plan.missed, "skipped": plan.skipped,
                 "first_skipped": plan.first_skipped, "last_skipped": plan.last_skipped, "counted": plan.counted,
                 "fired": [f.slot for f in fired if f.kind == "missed"], "at": now})
-    for rows, events in registered:
-        store._emit_registered(rows, events)
     return Decision(name, schedule.misfire, plan, tuple(fired))
 
 
 def due_names(store: StateStore, now: float) -> list[str]:
     """The schedules not paused whose next slot is due at `now` (one statement: every tick runs it)."""
-    store.check_schema()
-    with store._sql._single() as tx:
-        return [str(row[0]) for row in _run(store, tx, "due_schedules", {"at": now}).fetchall()]
+    return [str(row[0]) for row in store.rows("due_schedules", {"at": now})]
 
 
 def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJob:
@@ -229,17 +214,15 @@ def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJ
     It is no slot: the schedule's next slot fires as planned. Works on a paused schedule too.
     """
     require_reason("schedules trigger", reason)
-    store.check_schema()
-    now = store.now()
     job_id = str(uuid.uuid4())
-    with store._sql.transaction() as tx:
-        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+    with store.transaction() as unit:
+        row = unit.one("lock_schedule", {"name": name})
         if row is None:
             raise ScheduleNotFound(name)
-        job = build_job(json.loads(row[2]), name, now, job_id)
-        rows, events = store._register_in(tx, [job])
-        _event(store, tx, name, "trigger", operator=operator, reason=reason, detail={"job_id": job_id})
-    store._emit_registered(rows, events)
+        unit.use_now(float(row[7]))
+        job = build_job(json.loads(row[2]), name, unit.now(), job_id)
+        unit.register([job])
+        _event(store, unit, name, "trigger", operator=operator, reason=reason, detail={"job_id": job_id})
     return job
 
 
@@ -250,22 +233,21 @@ def set_paused(store: StateStore, name: str, paused: bool, *, operator: str, rea
     after the resume.
     """
     require_reason("schedules pause" if paused else "schedules resume", reason)
-    store.check_schema()
-    now = store.now()
-    with store._sql.transaction() as tx:
-        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+    with store.transaction() as unit:
+        row = unit.one("lock_schedule", {"name": name})
         if row is None:
             raise ScheduleNotFound(name)
+        unit.use_now(float(row[7]))
         if bool(row[3]) == paused:
             return False
         decided_until = next_slot = None
         if not paused:
             schedule = Schedule.from_definition(json.loads(row[1]))
-            decided_until = max(float(row[4]), now)
+            decided_until = max(float(row[4]), unit.now())
             next_slot = float(schedule.timing.next_after(decided_until))
-        _run(store, tx, "set_schedule_paused", {"name": name, "paused": paused, "decided_until": decided_until,
-                                                "next_slot": next_slot})
-        _event(store, tx, name, "pause" if paused else "resume", operator=operator, reason=reason,
+        unit.run("set_schedule_paused", {"name": name, "paused": paused, "decided_until": decided_until,
+                                         "next_slot": next_slot})
+        _event(store, unit, name, "pause" if paused else "resume", operator=operator, reason=reason,
                detail={"next_slot": next_slot} if next_slot is not None else None)
     return True
 
@@ -274,33 +256,30 @@ def delete(store: StateStore, name: str, *, operator: str, reason: str) -> None:
     """Remove `name` (audited; its fired slots and their jobs stay). A worker whose code still
     declares it stores it again at its next boot: remove the declaration first."""
     require_reason("schedules delete", reason)
-    store.check_schema()
-    with store._sql.transaction() as tx:
-        row = _run(store, tx, "lock_schedule", {"name": name}).fetchone()
+    with store.transaction() as unit:
+        row = unit.one("lock_schedule", {"name": name})
         if row is None:
             raise ScheduleNotFound(name)
-        _event(store, tx, name, "delete", operator=operator, reason=reason,
+        _event(store, unit, name, "delete", operator=operator, reason=reason,
                detail={"definition": json.loads(row[1])})
-        _run(store, tx, "delete_schedule", {"name": name})
+        unit.run("delete_schedule", {"name": name})
 
 
 def refused(store: StateStore, name: str, command: str, *, operator: str, reason: str | None, why: str) -> None:
     """Record in `name`'s audit trail that `operator` was refused `command`."""
-    with store._sql.transaction() as tx:
-        _event(store, tx, name, "command_refused", operator=operator, reason=reason,
+    with store.transaction() as unit:
+        _event(store, unit, name, "command_refused", operator=operator, reason=reason,
                detail={"command": command, "why": why})
 
 
 def list_schedules(store: StateStore) -> list[ScheduleRow]:
     """Every stored schedule, by name."""
-    with store.read() as conn:
-        return [_row(r) for r in conn.execute(select(schedules).order_by(schedules.c.name)).mappings()]
+    return [_row(row) for row in store.rows("list_schedules")]
 
 
 def get_schedule(store: StateStore, name: str) -> ScheduleRow:
     """The stored schedule `name`; ScheduleNotFound if there is none."""
-    with store.read() as conn:
-        row = conn.execute(select(schedules).where(schedules.c.name == name)).mappings().first()
+    row = store.one("get_schedule", {"name": name})
     if row is None:
         raise ScheduleNotFound(name)
     return _row(row)
@@ -308,28 +287,20 @@ def get_schedule(store: StateStore, name: str) -> ScheduleRow:
 
 def list_slots(store: StateStore, name: str, *, limit: int = 20) -> list[SlotRow]:
     """`name`'s most recent fired slots, newest first, with their jobs' states."""
-    s = schedule_slots
-    stmt = (select(s, jobs.c.status).select_from(s.outerjoin(jobs, jobs.c.job_id == s.c.job_id))
-            .where(s.c.schedule == name).order_by(s.c.slot_at.desc()).limit(limit))
-    with store.read() as conn:
-        return [SlotRow(r.schedule, r.slot_at, r.job_id, r.kind, r.fired_at,
-                        JobStatus(r.status) if r.status else None) for r in conn.execute(stmt)]
+    return [SlotRow(schedule, slot_at, job_id, kind, fired_at, JobStatus(status) if status else None)
+            for schedule, slot_at, job_id, kind, fired_at, status
+            in store.rows("list_schedule_slots", {"name": name, "limit": limit})]
 
 
 def list_events(store: StateStore, name: str, *, limit: int = 20) -> list[ScheduleEvent]:
     """`name`'s most recent audit entries, oldest first."""
-    e = schedule_events
-    stmt = select(e).where(e.c.schedule == name).order_by(e.c.id.desc()).limit(limit)
-    with store.read() as conn:
-        found = [ScheduleEvent(r.id, r.schedule, r.at, r.event, r.operator, r.reason, r.host,
-                               json.loads(r.detail) if r.detail else {}) for r in conn.execute(stmt)]
+    found = [ScheduleEvent(id_, schedule, at, event, operator, reason, host, json.loads(detail) if detail else {})
+             for id_, schedule, at, event, operator, reason, host, detail
+             in store.rows("list_schedule_events", {"name": name, "limit": limit})]
     return found[::-1]
 
 
 def count_slots(store: StateStore, names: Sequence[str] = ()) -> dict[str, int]:
     """How many slots each schedule fired (all schedules, or `names`)."""
-    stmt = select(schedule_slots.c.schedule, func.count()).group_by(schedule_slots.c.schedule)
-    if names:
-        stmt = stmt.where(schedule_slots.c.schedule.in_(list(names)))
-    with store.read() as conn:
-        return {name: int(n) for name, n in conn.execute(stmt)}
+    rows = store.rows("count_schedule_slots", {"names": list(names) if names else None})
+    return {name: int(n) for name, n in rows}

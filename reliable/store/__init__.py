@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
 from .store import StateStore
+from .unit_of_work import UnitOfWork
 
 __all__ = [
     "Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob", "NodeResult",
-    "StateStore",
+    "StateStore", "UnitOfWork",
 ]

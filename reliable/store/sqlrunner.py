@@ -130,7 +130,7 @@ class SqlRunner:
                 cursor.execute("BEGIN IMMEDIATE")
                 try:
                     tx = Tx(cursor, None)
-                    tx.now = self._resolve_now(tx)
+                    tx.now = self.resolve_now(tx)
                     yield tx
                 except BaseException:
                     cursor.execute("ROLLBACK")
@@ -140,7 +140,7 @@ class SqlRunner:
                 cursor.close()
 
     @contextmanager
-    def _single(self) -> Iterator[Tx]:
+    def single(self) -> Iterator[Tx]:
         """One statement on PostgreSQL (autocommit: one round trip); a transaction on SQLite."""
         if not self._postgres:
             with self.transaction() as tx:
@@ -205,11 +205,11 @@ class SqlRunner:
             return psycopg.RawCursor(raw.driver_connection)
         return raw.cursor()
 
-    def _resolve_now(self, tx: Tx) -> float:
-        self._execute(tx, "now", {})
+    def resolve_now(self, tx: Tx) -> float:
+        self.execute(tx, "now", {})
         return float(tx.cursor.fetchone()[0])
 
-    def _execute(self, tx: Tx, name: str, params: Mapping[str, Any]) -> Any:
+    def execute(self, tx: Tx, name: str, params: Mapping[str, Any]) -> Any:
         params = {**params, "now": tx.now if tx.now is not None else self._clock()}
         if self._postgres:
             query = self._positional[name]
@@ -218,7 +218,7 @@ class SqlRunner:
             tx.cursor.execute(self.queries[name], params)
         return tx.cursor
 
-    def _array(self, values: Sequence[Any] | None) -> Any:
+    def array(self, values: Sequence[Any] | None) -> Any:
         """A list parameter: an array on PostgreSQL, JSON text for SQLite's json_each."""
         if values is None or self._postgres:
             return values
@@ -233,8 +233,8 @@ class SqlRunner:
                 return self.group_commit.write(write)
             return self._write_alone(write)
         params = write.params(tx.now)
-        params["sources"] = self._array(write.sources)
-        cursor = self._execute(tx, "write_job", params)
+        params["sources"] = self.array(write.sources)
+        cursor = self.execute(tx, "write_job", params)
         row = cursor.fetchone()
         if self._postgres:
             if row is None:
@@ -245,10 +245,10 @@ class SqlRunner:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
         if write.start_attempt:
-            self._execute(tx, "attempt_started", params)
+            self.execute(tx, "attempt_started", params)
         if write.end_attempt:
-            self._execute(tx, "attempt_ended", params)
-        event = self._execute(tx, "event", params).fetchone()
+            self.execute(tx, "attempt_ended", params)
+        event = self.execute(tx, "event", params).fetchone()
         return job, dict(zip(EVENT_COLUMNS, event, strict=True))
 
     @contextmanager
@@ -288,7 +288,7 @@ class SqlRunner:
             self._kept = None
 
     def _write_alone(self, write: JobWrite) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        with self._single() as own:
+        with self.single() as own:
             return self.write(write, own)
 
     def write_many(self, writes: Sequence[JobWrite]) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
@@ -327,18 +327,18 @@ class SqlRunner:
             with self.transaction() as own:
                 return self.register(rows, details, own)
         if tx.now is None:
-            tx.now = self._resolve_now(tx)
+            tx.now = self.resolve_now(tx)
         inserted = set(self._insert_jobs(tx, [{**row, "now": tx.now} for row in rows]))
         fresh = [(row["job_id"], detail) for row, detail in zip(rows, details, strict=True)
                  if row["job_id"] in inserted]
         if not fresh:
             return tx.now, []
         if self._postgres:
-            cursor = self._execute(tx, "enqueued_events", {"job_ids": [f[0] for f in fresh],
+            cursor = self.execute(tx, "enqueued_events", {"job_ids": [f[0] for f in fresh],
                                                            "details": [f[1] for f in fresh]})
             events = cursor.fetchall()
         else:
-            events = [self._execute(tx, "enqueued_event", {"job_id": job_id, "detail": detail}).fetchone()
+            events = [self.execute(tx, "enqueued_event", {"job_id": job_id, "detail": detail}).fetchone()
                       for job_id, detail in fresh]
         return tx.now, [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in events]
 
@@ -360,83 +360,83 @@ class SqlRunner:
     def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:
         """Extend every given lease in one statement; the rows of the leases still held."""
         params: dict[str, Any] = {"worker_id": worker_id, "lease_ttl": lease_ttl,
-                                  "active": self._array(_ACTIVE)}
+                                  "active": self.array(_ACTIVE)}
         if self._postgres:
             params.update(job_ids=[j for j, _ in leases], lease_ids=[lease for _, lease in leases])
         else:
             params["leases"] = json.dumps([[j, lease] for j, lease in leases])
-        with self._single() as tx:
+        with self.single() as tx:
             if not self._postgres:
-                self._execute(tx, "beat", params)
-            rows = self._execute(tx, "renew", params).fetchall()
+                self.execute(tx, "beat", params)
+            rows = self.execute(tx, "renew", params).fetchall()
         return [dict(zip(LEASE_COLUMNS, row, strict=True)) for row in rows]
 
     def job_status(self, job_id: str) -> str | None:
         """The job's state (None: no such job), read alone by primary key."""
-        with self._single() as tx:
-            row = self._execute(tx, "job_status", {"job_id": job_id}).fetchone()
+        with self.single() as tx:
+            row = self.execute(tx, "job_status", {"job_id": job_id}).fetchone()
         return None if row is None else str(row[0])
 
     def job_ids_by_prefix(self, prefix: str, prefix_end: str, limit: int) -> list[str]:
         """The ids in [prefix, prefix_end) (character order) that start with `prefix`, smallest first."""
         params = {"prefix": prefix, "prefix_end": prefix_end, "limit": limit}
-        with self._single() as tx:
+        with self.single() as tx:
             if self._postgres and self._prefix_query is None:
                 # Migration 0008 made the character-order index where the collation is linguistic.
-                found = self._execute(tx, "has_index", {"name": "ix_reliable_jobs_job_id_c"}).fetchone()
+                found = self.execute(tx, "has_index", {"name": "ix_reliable_jobs_job_id_c"}).fetchone()
                 self._prefix_query = "job_ids_by_prefix_c" if found else "job_ids_by_prefix"
             name = self._prefix_query or "job_ids_by_prefix"
-            return [str(row[0]) for row in self._execute(tx, name, params).fetchall()]
+            return [str(row[0]) for row in self.execute(tx, name, params).fetchall()]
 
     def outage_ended_at(self) -> float | None:
         """When the last outage ended, as the first heartbeat after it saw it (None: never)."""
-        with self._single() as tx:
-            row = self._execute(tx, "outage_ended_at", {}).fetchone()
+        with self.single() as tx:
+            row = self.execute(tx, "outage_ended_at", {}).fetchone()
         return None if row is None or row[0] is None else float(row[0])
 
     def holds_lease(self, tx: Tx, job_id: str, lease_id: int) -> bool:
         """Whether `lease_id` still holds the job (locked for the rest of the transaction on PostgreSQL)."""
-        params = {"job_id": job_id, "lease_id": lease_id, "active": self._array(_ACTIVE)}
-        return self._execute(tx, "holds_lease", params).fetchone() is not None
+        params = {"job_id": job_id, "lease_id": lease_id, "active": self.array(_ACTIVE)}
+        return self.execute(tx, "holds_lease", params).fetchone() is not None
 
     def insert_effect(self, tx: Tx, job_id: str, op_key: str, *, attempt_id: str | None, lease_id: int,
                       result: str | None) -> bool:
         """Record the unit `op_key` as applied (with its result, JSON); False when it was recorded before."""
         params = {"job_id": job_id, "op_key": op_key, "attempt_id": attempt_id, "lease_id": lease_id,
                   "result": result}
-        return self._execute(tx, "insert_effect", params).fetchone() is not None
+        return self.execute(tx, "insert_effect", params).fetchone() is not None
 
     def count_duplicate_effect(self, tx: Tx, job_id: str, op_key: str) -> tuple[int, str | None]:
         """Count a replay of `op_key`; its duplicate count and the attempt that first applied it."""
-        row = self._execute(tx, "count_duplicate_effect", {"job_id": job_id, "op_key": op_key}).fetchone()
+        row = self.execute(tx, "count_duplicate_effect", {"job_id": job_id, "op_key": op_key}).fetchone()
         return int(row[0]), row[1]
 
     def event_details(self, tx: Tx, job_id: str, event: str) -> list[str | None]:
         """The detail (JSON text) of every `event` row of the job, oldest first."""
-        return [row[0] for row in self._execute(tx, "event_details", {"job_id": job_id, "event": event})]
+        return [row[0] for row in self.execute(tx, "event_details", {"job_id": job_id, "event": event})]
 
     def mark_dispatched(self, tx: Tx, job_id: str, *, status: str, version: int,
                         dispatched_at: float | None) -> bool:
         """The sweeper's compare-and-set on dispatched_at; True when this caller won."""
         params = {"job_id": job_id, "status": status, "version": version, "dispatched_at": dispatched_at}
-        return self._execute(tx, "mark_dispatched", params).fetchone() is not None
+        return self.execute(tx, "mark_dispatched", params).fetchone() is not None
 
     def create_barrier(self, barrier_id: str, parties: int) -> bool:
         """Create a group's completion barrier for `parties` members; False if it exists."""
         with self.transaction() as tx:
-            return self._execute(tx, "create_barrier", {"barrier_id": barrier_id, "parties": parties}
+            return self.execute(tx, "create_barrier", {"barrier_id": barrier_id, "parties": parties}
                                  ).fetchone() is not None
 
     def arrive_at_barrier(self, tx: Tx, barrier_id: str) -> int | None:
         """One member arrived: the members still awaited (0: this one cleared it); None: no such barrier."""
-        row = self._execute(tx, "arrive_at_barrier", {"barrier_id": barrier_id}).fetchone()
+        row = self.execute(tx, "arrive_at_barrier", {"barrier_id": barrier_id}).fetchone()
         return None if row is None else int(row[0])
 
     def save_node_result(self, tx: Tx, job_id: str, result: str | None, note: str | None) -> None:
         """Store a workflow node's result on the node whose current job is `job_id`."""
-        self._execute(tx, "save_node_result", {"job_id": job_id, "result": result, "result_note": note})
+        self.execute(tx, "save_node_result", {"job_id": job_id, "result": result, "result_note": note})
 
     def now(self) -> float:
         """The store's current time (the database's clock, or the injected one)."""
-        with self._single() as tx:
-            return tx.now if tx.now is not None else self._resolve_now(tx)
+        with self.single() as tx:
+            return tx.now if tx.now is not None else self.resolve_now(tx)

@@ -45,6 +45,7 @@ from .engine import connect_engine
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
 from .schema import attempts, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
+from .unit_of_work import Row, UnitOfWork, begin, single
 from .writes import FRESH_BUDGET, JobWrite, event_write, transition_write
 
 __all__ = ["EventListener", "StateStore", "checkpoint_json"]
@@ -339,6 +340,35 @@ class StateStore:
             "workflow_id": job.workflow_id, "trace_id": job.trace_id, "parent_job_id": job.parent_job_id,
             "checkpoint_schema": job.checkpoint_schema,
         }
+
+    # -- unit of work (the features' named queries: reliable/store/unit_of_work.py) ---------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[UnitOfWork]:
+        """A unit of work: the block's named queries and registrations commit together (or roll
+        back on an exception); registered jobs' events reach the listeners after the commit.
+        One pooled connection for the block; SQLite: BEGIN IMMEDIATE under the writer lock."""
+        self.check_schema()
+        with begin(self._sql, self._register_in, self._emit_registered) as unit:
+            yield unit
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> None:
+        """Execute the named query `name` alone (PostgreSQL: autocommit, one round trip)."""
+        self.check_schema()
+        with single(self._sql) as unit:
+            unit.run(name, params)
+
+    def rows(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Execute the named query `name` alone; every row it returns."""
+        self.check_schema()
+        with single(self._sql) as unit:
+            return unit.rows(name, params)
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        """Execute the named query `name` alone; its first row (None: it returned none)."""
+        self.check_schema()
+        with single(self._sql) as unit:
+            return unit.one(name, params)
 
     # -- worker ----------------------------------------------------------------------------------
 

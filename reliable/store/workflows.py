@@ -3,8 +3,9 @@ change it only while holding its lock (`WorkflowStore.locked`), reading its node
 that same transaction.
 
 What a workflow does next is decided by reliable.workflows.planning (pure); this module only reads
-and writes. Job rows are registered with the store's own statement (`SqlRunner.register`), so a
-node's job is an ordinary job: the state machine, leases and operators' commands apply to it.
+and writes, through the store's public unit of work (`StateStore.transaction`). Node jobs are
+registered by it (`UnitOfWork.register`), so a node's job is an ordinary job: the state machine,
+leases and operators' commands apply to it, and its `enqueued` event reaches listeners after the commit.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from sqlalchemy import and_, func, select
 from ..errors import ReliableError
 from .records import NewJob
 from .schema import jobs, workflow_edges, workflow_events, workflow_nodes, workflows
-from .sqlrunner import Tx
 from .store import StateStore
+from .unit_of_work import UnitOfWork
 from .workflow_views import NodeView, Snapshot, WorkflowStatus
 
 __all__ = ["LockedWorkflow", "NodeRow", "WorkflowNotFound", "WorkflowStore"]
@@ -57,12 +58,12 @@ def _event_params(workflow_id: str, event: str, *, from_status: str | None, to_s
             "detail": json.dumps(dict(detail), sort_keys=True) if detail else None}
 
 
-def _read_snapshot(sql: Any, tx: Tx, workflow_id: str, *, hold: str | None, status: str, run: int) -> Snapshot:
+def _read_snapshot(unit: UnitOfWork, workflow_id: str, *, hold: str | None, status: str, run: int) -> Snapshot:
     """The workflow's nodes with their jobs' states and their parents (in each node's `after` order)."""
     params = {"workflow_id": workflow_id}
-    nodes = sql._execute(tx, "workflow_nodes", params).fetchall()
+    nodes = unit.rows("workflow_nodes", params)
     parents: dict[str, list[str]] = {row[0]: [] for row in nodes}
-    for parent, child in sql._execute(tx, "workflow_edges", params).fetchall():
+    for parent, child in unit.rows("workflow_edges", params):
         parents[child].append(parent)
     views = tuple(NodeView(name=row[0], job_id=row[1], job_status=row[2], trigger=row[3], on_upstream_failure=row[4],
                            pass_results=bool(row[5]), result_missing=bool(row[6]), digest=row[7],
@@ -74,23 +75,19 @@ def _read_snapshot(sql: Any, tx: Tx, workflow_id: str, *, hold: str | None, stat
 class LockedWorkflow:
     """One workflow inside a transaction that holds its lock: its snapshot, and the writes allowed."""
 
-    def __init__(self, owner: WorkflowStore, tx: Tx, row: Sequence[Any]) -> None:
-        self._owner = owner
-        self._sql = owner.store._sql
-        self._tx = tx
+    def __init__(self, unit: UnitOfWork, row: Sequence[Any]) -> None:
+        self._unit = unit
         self.workflow_id: str = row[0]
         self.name: str = row[1]
         self.status: str = row[2]
         self.hold: str | None = row[3]
         self.run: int = int(row[4])
-        self.registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
         #: (from, to) status changes written in this transaction, told to listeners after the commit.
         self.transitions: list[tuple[str, str]] = []
         self.snapshot = self._load()
 
     def _load(self) -> Snapshot:
-        return _read_snapshot(self._sql, self._tx, self.workflow_id, hold=self.hold, status=self.status,
-                              run=self.run)
+        return _read_snapshot(self._unit, self.workflow_id, hold=self.hold, status=self.status, run=self.run)
 
     def reload(self) -> Snapshot:
         """Read the nodes again (after registering or assigning jobs in this transaction)."""
@@ -100,28 +97,27 @@ class LockedWorkflow:
 
     def node_rows(self) -> dict[str, NodeRow]:
         """Every node's stored message and result."""
-        rows = self._sql._execute(self._tx, "workflow_node_messages", {"workflow_id": self.workflow_id}).fetchall()
+        rows = self._unit.rows("workflow_node_messages", {"workflow_id": self.workflow_id})
         return {row[0]: NodeRow(node=row[0], message=json.loads(row[1]), owner=row[2], checkpoint_schema=row[3],
                                 queue=row[4], actor=row[5], job_id=row[6], result=row[7]) for row in rows}
 
     def register(self, new_jobs: Sequence[NewJob]) -> None:
         """Register node jobs PENDING in this transaction (a job id that exists is left alone)."""
-        if new_jobs:
-            self.registered.append(self._owner.store._register_in(self._tx, new_jobs))
+        self._unit.register(new_jobs)
 
     def assign(self, node: str, job_id: str | None, *, message: Mapping[str, Any] | None = None,
                digest: str | None = None, code_version: str | None = None) -> None:
         """Set `node`'s job for this run (None: not started yet), its result cleared; with `message`,
         new inputs."""
-        self._sql._execute(self._tx, "assign_workflow_node", {
+        self._unit.run("assign_workflow_node", {
             "workflow_id": self.workflow_id, "node": node, "job_id": job_id, "run": self.run,
             "message": None if message is None else json.dumps(dict(message)), "digest": digest,
             "code_version": code_version})
 
     def save(self, *, status: str, hold: str | None, run: int | None = None) -> None:
         """Write the workflow's status, hold and run (and when it was checked)."""
-        self._resolve_now()
-        self._sql._execute(self._tx, "update_workflow", {
+        self._unit.now()  # the query writes :now as it is: fix the unit's time first
+        self._unit.run("update_workflow", {
             "workflow_id": self.workflow_id, "status": status, "hold": hold,
             "run": self.run if run is None else run, "final": status in WorkflowStatus.FINAL})
         self.status, self.hold = status, hold
@@ -132,14 +128,10 @@ class LockedWorkflow:
               operator: str | None = None, source: str | None = None, reason: str | None = None,
               detail: Mapping[str, Any] | None = None) -> None:
         """Append one event to the workflow's history."""
-        self._resolve_now()
-        self._sql._execute(self._tx, "insert_workflow_event", _event_params(
+        self._unit.now()  # the query writes :now as it is: fix the unit's time first
+        self._unit.run("insert_workflow_event", _event_params(
             self.workflow_id, event, from_status=from_status, to_status=to_status, run=self.run, operator=operator,
             source=source, reason=reason, detail=detail))
-
-    def _resolve_now(self) -> None:
-        if self._tx.now is None:
-            self._tx.now = self._sql._resolve_now(self._tx)
 
 
 class WorkflowStore:
@@ -153,42 +145,28 @@ class WorkflowStore:
                detail: Mapping[str, Any] | None = None) -> None:
         """Store a workflow (its row, nodes, edges, a `submitted` event) and register its root jobs,
         all in one transaction."""
-        self.store.check_schema()
-        sql = self.store._sql
-        registered: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
-        with sql.transaction() as tx:
-            if tx.now is None:
-                tx.now = sql._resolve_now(tx)
+        with self.store.transaction() as unit:
+            unit.now()  # every row of the workflow gets the same time (the queries write :now as it is)
             workflow_id = workflow["workflow_id"]
-            sql._execute(tx, "insert_workflow", dict(workflow))
+            unit.run("insert_workflow", dict(workflow))
             for row in nodes:
-                sql._execute(tx, "insert_workflow_node", {"workflow_id": workflow_id, **row})
+                unit.run("insert_workflow_node", {"workflow_id": workflow_id, **row})
             for parent, child, position in edges:
-                sql._execute(tx, "insert_workflow_edge", {"workflow_id": workflow_id, "parent": parent, "child": child,
-                                                          "position": position})
-            sql._execute(tx, "insert_workflow_event", _event_params(
+                unit.run("insert_workflow_edge", {"workflow_id": workflow_id, "parent": parent, "child": child,
+                                                  "position": position})
+            unit.run("insert_workflow_event", _event_params(
                 workflow_id, "workflow_submitted", from_status=None, to_status=workflow["status"], run=1,
                 operator=workflow.get("created_by"), source="api", reason=None, detail=detail))
-            if roots:
-                registered.append(self.store._register_in(tx, roots))
-        self._emit(registered)
+            unit.register(roots)
 
     @contextmanager
     def locked(self, workflow_id: str) -> Iterator[LockedWorkflow]:
         """The workflow, locked for the transaction of the block (its writes commit together)."""
-        self.store.check_schema()
-        sql = self.store._sql
-        with sql.transaction() as tx:
-            row = sql._execute(tx, "lock_workflow", {"workflow_id": workflow_id}).fetchone()
+        with self.store.transaction() as unit:
+            row = unit.one("lock_workflow", {"workflow_id": workflow_id})
             if row is None:
                 raise WorkflowNotFound(workflow_id)
-            locked = LockedWorkflow(self, tx, row)
-            yield locked
-        self._emit(locked.registered)
-
-    def _emit(self, registered: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
-        for rows, events in registered:
-            self.store._emit_registered(rows, events)
+            yield LockedWorkflow(unit, row)
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -232,10 +210,8 @@ class WorkflowStore:
         """The workflow as planning sees it, read without the lock (for display and dry runs) with
         the same statements as under it."""
         row = self.get(workflow_id)
-        self.store.check_schema()
-        with self.store._sql.transaction() as tx:
-            return _read_snapshot(self.store._sql, tx, workflow_id, hold=row["hold"], status=row["status"],
-                                  run=int(row["run"]))
+        with self.store.transaction() as unit:
+            return _read_snapshot(unit, workflow_id, hold=row["hold"], status=row["status"], run=int(row["run"]))
 
     def listing(self, *, status: Sequence[str] | None = None, name: str | None = None,
              limit: int = 50) -> list[dict[str, Any]]:

@@ -371,6 +371,34 @@ SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= %(at)s::fl
 -- An operator removed the schedule (audited first); its fired slots stay as history.
 DELETE FROM reliable_schedules WHERE name = %(name)s;
 
+-- The schedules' reads (`reliable schedules list/show`, the console), here so that no module outside
+-- reliable/store/ writes SQL over reliable's tables. Columns in ScheduleRow's order.
+
+-- name: list_schedules
+SELECT name, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at
+FROM reliable_schedules ORDER BY name;
+
+-- name: get_schedule
+SELECT name, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at
+FROM reliable_schedules WHERE name = %(name)s;
+
+-- name: list_schedule_slots
+-- A schedule's latest fired slots with their jobs' states (NULL: the job is gone), newest first.
+SELECT s.schedule, s.slot_at, s.job_id, s.kind, s.fired_at, j.status
+FROM reliable_schedule_slots s LEFT JOIN reliable_jobs j ON j.job_id = s.job_id
+WHERE s.schedule = %(name)s ORDER BY s.slot_at DESC LIMIT %(limit)s::int8;
+
+-- name: list_schedule_events
+-- A schedule's latest audit entries, newest first (the caller shows them oldest first).
+SELECT id, schedule, at, event, operator, reason, host, detail FROM reliable_schedule_events
+WHERE schedule = %(name)s ORDER BY id DESC LIMIT %(limit)s::int8;
+
+-- name: count_schedule_slots
+-- How many slots each schedule fired: every schedule when :names is NULL, else those named.
+SELECT schedule, count(*) FROM reliable_schedule_slots
+WHERE %(names)s::text[] IS NULL OR schedule = ANY(%(names)s::text[])
+GROUP BY schedule;
+
 -- Limits (reliable/limits/storage.py). A concurrency limit of N is N slot rows per (actor, key), a
 -- rate limit K token buckets: a worker takes ONE free row it can lock (SKIP LOCKED), so a fleet
 -- does not queue on one hot row. A slot is held by a job's attempt (holder_job, holder_lease: the

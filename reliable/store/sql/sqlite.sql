@@ -282,6 +282,31 @@ SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= :at ORDER 
 -- An operator removed the schedule (audited first); its fired slots stay as history.
 DELETE FROM reliable_schedules WHERE name = :name;
 
+-- The schedules' reads (see postgresql.sql).
+
+-- name: list_schedules
+SELECT name, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at
+FROM reliable_schedules ORDER BY name;
+
+-- name: get_schedule
+SELECT name, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at
+FROM reliable_schedules WHERE name = :name;
+
+-- name: list_schedule_slots
+SELECT s.schedule, s.slot_at, s.job_id, s.kind, s.fired_at, j.status
+FROM reliable_schedule_slots s LEFT JOIN reliable_jobs j ON j.job_id = s.job_id
+WHERE s.schedule = :name ORDER BY s.slot_at DESC LIMIT :limit;
+
+-- name: list_schedule_events
+SELECT id, schedule, at, event, operator, reason, host, detail FROM reliable_schedule_events
+WHERE schedule = :name ORDER BY id DESC LIMIT :limit;
+
+-- name: count_schedule_slots
+-- :names is JSON text (a list) or NULL for every schedule.
+SELECT schedule, count(*) FROM reliable_schedule_slots
+WHERE :names IS NULL OR schedule IN (SELECT value FROM json_each(:names))
+GROUP BY schedule;
+
 -- Limits (reliable/limits/storage.py; see postgresql.sql). SQLite runs each step as a few
 -- statements in one BEGIN IMMEDIATE transaction (one writer at a time: no row locks to skip).
 
