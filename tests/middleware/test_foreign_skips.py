@@ -13,15 +13,18 @@ import dramatiq
 import pytest
 from dramatiq.common import current_millis
 from dramatiq.middleware import AgeLimit, Middleware, SkipMessage
+from dramatiq.results import ResultFailure, Results
+from dramatiq.results.backends import StubBackend as ResultsStub
 from dramatiq_abort import Abortable, abort
-from dramatiq_abort.middleware import AbortMode
 from dramatiq_abort.backends import StubBackend
+from dramatiq_abort.middleware import AbortMode
 
-from middleware_harness import Harness, make_harness
 from reliable.middleware import ReliableMiddleware
 from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus
 from reliable.store import JobEvent
+
+from middleware_harness import Harness, make_harness
 from support import wait_for
 
 ORDERS = ["before", "after"]
@@ -188,4 +191,51 @@ def test_a_running_job_aborted_with_dramatiq_abort_ends_cancelled(setup: Harness
     assert job.status is JobStatus.CANCELLED, setup.events(message.message_id)
     last = _last(setup, job.job_id)
     assert last.event == "aborted" and last.detail == {"interrupt": "Abort", "middleware": "Abortable"}
+    _never_published_again(setup, job.job_id, JobStatus.CANCELLED)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_results_of_a_skip_are_dramatiqs(setup: Harness, order: str) -> None:
+    """As without reliable: None for a cancelled message, the failure for a failed one."""
+    backend = ResultsStub()
+    setup.broker.add_middleware(Results(backend=backend))
+    dedup = SkipDuplicates()
+    dedup.seen.add("k1")
+    _add(setup, dedup, order)
+    _add(setup, AgeLimit(), order)
+
+    @dramatiq.actor(store_results=True)
+    def answer() -> int:
+        return 42
+
+    cancelled = answer.send_with_options(dedup="k1")
+    expired = setup.broker.enqueue(answer.message_with_options(max_age=60_000).copy(
+        message_timestamp=current_millis() - 120_000))
+    setup.run()
+    assert setup.store.get(cancelled.message_id).status is JobStatus.CANCELLED
+    assert cancelled.get_result(backend=backend) is None
+    assert setup.store.get(expired.message_id).status is JobStatus.FAILED
+    with pytest.raises(ResultFailure):
+        expired.get_result(backend=backend)
+
+
+def test_a_retrys_delivery_skipped_before_the_claim_ends_the_job(setup: Harness) -> None:
+    """The job waits in RETRY_WAIT for its retry's message: that delivery's skip ends it."""
+    dedup = SkipDuplicates()
+    _add(setup, dedup, "before")
+    ran: list[int] = []
+
+    @dramatiq.actor
+    def flaky() -> None:
+        ran.append(1)
+        dedup.seen.add("again")  # the retry's delivery carries the same options: it is skipped
+        raise TimeoutError("once")
+
+    message = flaky.send_with_options(dedup="again")
+    setup.run()
+    job = wait_for(lambda: (j := setup.store.get(message.message_id)).status is JobStatus.CANCELLED and j,
+                   "the retry's skip", timeout=30)
+    assert ran == [1]
+    last = _last(setup, job.job_id)
+    assert (last.event, last.from_status) == ("skipped", "RETRY_WAIT")
     _never_published_again(setup, job.job_id, JobStatus.CANCELLED)
