@@ -11,6 +11,9 @@ Hooks (see Dramatiq's broker.py and worker.py):
   job that ends FAILED or DEAD has its message failed (nacked), as Dramatiq's Retries would, so
   Results stores the exception and StubBroker.join(fail_fast=True) raises it; any other outcome
   is acknowledged.
+- after_skip_message (worker thread): another middleware's SkipMessage ends the job CANCELLED (FAILED
+  when it failed the message), before or after our claim; our own skips change nothing
+  (`reliable.worker.skips`).
 - after/before_worker_boot/shutdown: the per-process heartbeat and recovery threads.
 """
 
