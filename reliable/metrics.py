@@ -37,8 +37,10 @@ __all__ = ["ATTEMPT_OUTCOMES", "DURATION_BUCKETS", "LATENCY_BUCKETS", "Metrics",
 ATTEMPT_OUTCOMES: frozenset[str] = frozenset({
     "succeed", "fast_succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt", "pause_observed",
     "stop_observed", "cancel_observed", "lease_expired", "lease_expired_backoff", "lease_expired_review",
-    "lease_expired_dead", "force_stop", "force_cancel",
+    "lease_expired_dead", "force_stop", "force_cancel", "aborted",
 })
+#: Another middleware's skips: they end an attempt when reliable had claimed the job (from RUNNING).
+_SKIPS = frozenset({"skipped", "skipped_failed"})
 
 #: Job and attempt lengths: 5 ms up to one hour.
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -56,7 +58,7 @@ _TRANSITIONS = frozenset({
     "pause_observed", "stop_observed", "cancel_observed", "pause", "pause_requested", "stop",
     "stop_requested", "cancel", "cancel_requested", "resume", "restart", "requeue", "reconcile_succeeded",
     "reconcile_cancelled", "lease_expired", "lease_expired_backoff", "lease_expired_review",
-    "lease_expired_dead", "retry_due", "force_stop", "force_cancel",
+    "lease_expired_dead", "retry_due", "force_stop", "force_cancel", "skipped", "skipped_failed", "aborted",
 })
 _COMMANDS = {
     "pause": "pause", "pause_requested": "pause", "stop": "stop", "stop_requested": "stop",
@@ -292,7 +294,7 @@ class Metrics:
         detail = event.get("detail") or {}
         if name in _TRANSITIONS:
             c.transitions.labels(name, _label(event.get("to_status")), actor, queue).inc()
-        if name in ATTEMPT_OUTCOMES:
+        if name in ATTEMPT_OUTCOMES or (name in _SKIPS and event.get("from_status") == "RUNNING"):
             self._attempt_ended(event, name, actor, queue)
         if name == "claim":
             self._claimed(event, actor, queue)

@@ -11,6 +11,9 @@ Hooks (see Dramatiq's broker.py and worker.py):
   job that ends FAILED or DEAD has its message failed (nacked), as Dramatiq's Retries would, so
   Results stores the exception and StubBroker.join(fail_fast=True) raises it; any other outcome
   is acknowledged.
+- after_skip_message (worker thread): another middleware's SkipMessage ends the job CANCELLED (FAILED
+  when it failed the message), before or after our claim; our own skips change nothing
+  (`reliable.worker.skips`).
 - after/before_worker_boot/shutdown: the per-process heartbeat and recovery threads.
 """
 
@@ -20,6 +23,7 @@ import functools
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -82,6 +86,7 @@ from .store.retrying import retry_while_unavailable
 from .tracebacks import failure_texts
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
 from .tracing import Tracing
+from .worker.skips import Skip, aborted_by, end_unclaimed, skip_of
 from .workflows.engine import WorkflowEngine, node_result
 from .workflows.planning import ACTIVE as WORKFLOW_ACTIVE
 
@@ -523,9 +528,11 @@ class ReliableMiddleware(Middleware):
             self._claim(broker, message)
         except SkipMessage:
             self._limits_release()
+            self._delivery.own_skip = message.message_id  # not final: see after_skip_message
             raise
         except BaseException:
             self._limits_release()
+            self._delivery.own_skip = message.message_id
             # Dramatiq swallows any other exception of a before-hook and would run the actor
             # without a claim: never let that happen. The job row is the truth; a PENDING job is
             # re-dispatched by the sweeper.
@@ -690,27 +697,29 @@ class ReliableMiddleware(Middleware):
                 worker_id=self.worker_id))
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
-        """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
+        """Another middleware's skip ends the job, before or after our claim (reliable.worker.skips)."""
+        own = getattr(self._delivery, "own_skip", None) == message.message_id
+        self._delivery.own_skip = None
         try:
-            self._skipped(message)
+            # Dramatiq emits this inside its `except SkipMessage:`: the exception handled is the skip.
+            self._skipped(broker, message, skip_of(message, sys.exc_info()[1], self, marked_own=own))
         finally:
             self._limits_release()
             self._end_span(None, outcome="skipped")
 
-    def _skipped(self, message: Any) -> None:
-        context: JobContext | None
-        if self._take_fast(message):  # nothing was claimed yet: claim it now, as the durable path had
-            context = self._claim_after_run(message, uuid.uuid4().hex, "skip")
-        else:
-            context = self._take(message)
-            if context is not None:
-                context.leave()
+    def _skipped(self, broker: dramatiq.Broker, message: Any, skip: Skip) -> None:
+        context = None if self._take_fast(message) else self._take(message)
         if context is None:
+            if not skip.own and self.tracked(broker, message.actor_name):
+                job = self._with_store_retry("skipped", lambda: end_unclaimed(self.store, message, skip))
+                if job is not None and job.workflow_id and message.options.get("workflow_node"):
+                    self._advance_workflow(broker, job.workflow_id)
             return
+        context.leave()
         try:
-            logger.warning("job %s: skipped by another middleware after its claim; released for a retry",
-                           context.job_id)
-            self._finish(context, Event.RETRY, retry_delay=0.0, detail={"skipped_by_middleware": True})
+            logger.warning("job %s: skipped %s after its claim", context.job_id, skip.describe())
+            job = self._finish(context, skip.event, detail=skip.detail())
+            self._conclude(broker, message, context, job, None, [])
         finally:
             assert self._heartbeat is not None
             self._heartbeat.remove(context)
@@ -764,10 +773,14 @@ class ReliableMiddleware(Middleware):
             logger.warning("job %s: lease lost, attempt %s abandoned", context.job_id, context.attempt_id)
             return
         observed = _OBSERVED.get(type(exception)) if isinstance(exception, JobInterrupted) else None
+        aborter = aborted_by(exception) if observed is None else None
+        if aborter is not None:
+            observed = Event.ABORTED  # another middleware's abort (dramatiq-abort): ended, not retried
         if observed is not None:
             # An operator's pause, stop or cancel, not a failure: no on_failure callback follows.
             # The store turns a stop into a cancel when one was requested since (honour_requests).
-            job = self._finish(context, observed, detail={"interrupt": type(exception).__name__})
+            detail = {"interrupt": type(exception).__name__, **({"middleware": aborter} if aborter else {})}
+            job = self._finish(context, observed, detail=detail)
             self._conclude(broker, message, context, job, None, [])
             return
         # A failure (or an interrupt we do not own, e.g. Dramatiq's TimeLimit): the policy decides;

@@ -3,12 +3,14 @@
 Who moves jobs in and out of each state:
 
 - PENDING     in: producer (enqueue), recovery (lease expired, retry due), operator (resume,
-              restart, retry). out: worker (claim), operator (pause, stop, cancel).
-- RUNNING     in: worker (claim). out: worker (success, failure, pause observed), operator
+              restart, retry). out: worker (claim, another middleware's skip), operator (pause,
+              stop, cancel).
+- RUNNING     in: worker (claim). out: worker (success, failure, pause observed, another
+              middleware's skip or abort), operator
               (stop/cancel request), recovery (lease expired).
 - RETRY_WAIT  in: worker (retryable failure), recovery (lease expired, backoff).
-              out: worker (claim of the delayed message once due), recovery (retry due),
-              operator (pause, stop, cancel).
+              out: worker (claim of the delayed message once due, another middleware's skip
+              of it), recovery (retry due), operator (pause, stop, cancel).
 - PAUSED      in: operator (pause a PENDING/RETRY_WAIT job), worker or recovery (pause observed
               on a RUNNING job). out: operator (resume, cancel).
 - STOPPING    in: operator (stop or cancel a RUNNING job). out: worker (unit done), recovery
@@ -83,6 +85,13 @@ class Event(StrEnum):
     PAUSE_OBSERVED = "pause_observed"
     STOP_OBSERVED = "stop_observed"
     CANCEL_OBSERVED = "cancel_observed"
+    #: Another middleware skipped the delivery (Dramatiq's SkipMessage: dramatiq-abort's cancel, an
+    #: app's de-duplication): acknowledged, never run, as without reliable. Final, like Dramatiq's.
+    SKIPPED = "skipped"
+    #: Another middleware failed the message, then skipped it (Dramatiq's AgeLimit).
+    SKIPPED_FAILED = "skipped_failed"
+    #: Another middleware interrupted the running actor to end it (dramatiq-abort's abort).
+    ABORTED = "aborted"
     # operator
     PAUSE = "pause"
     PAUSE_REQUEST = "pause_requested"
@@ -130,6 +139,16 @@ TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
     (S.STOPPING, E.CANCEL_OBSERVED): S.CANCELLED,
     (S.STOPPING, E.SUCCEED): S.SUCCEEDED,
     (S.STOPPING, E.NEED_REVIEW): S.REVIEW,
+    # Another middleware's skip ends the job as Dramatiq ends the message: before reliable's claim
+    # (the job is PENDING, or RETRY_WAIT for a retry's delivery; version-checked) or after it
+    # (RUNNING; fenced by the lease).
+    (S.PENDING, E.SKIPPED): S.CANCELLED,
+    (S.RETRY_WAIT, E.SKIPPED): S.CANCELLED,
+    (S.RUNNING, E.SKIPPED): S.CANCELLED,
+    (S.PENDING, E.SKIPPED_FAILED): S.FAILED,
+    (S.RETRY_WAIT, E.SKIPPED_FAILED): S.FAILED,
+    (S.RUNNING, E.SKIPPED_FAILED): S.FAILED,
+    (S.RUNNING, E.ABORTED): S.CANCELLED,
     # operator
     (S.PENDING, E.PAUSE): S.PAUSED,
     (S.RETRY_WAIT, E.PAUSE): S.PAUSED,
@@ -191,7 +210,7 @@ ONE_WRITE_RUNS: frozenset[Event] = frozenset({E.FAST_SUCCEED})
 #: What a worker's attempt can end with (the events of `StateStore.finish`).
 WORKER_OUTCOMES: frozenset[Event] = frozenset({
     E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PAUSE_OBSERVED,
-    E.STOP_OBSERVED, E.CANCEL_OBSERVED, E.FORCE_STOP, E.FORCE_CANCEL,
+    E.STOP_OBSERVED, E.CANCEL_OBSERVED, E.FORCE_STOP, E.FORCE_CANCEL, E.SKIPPED, E.SKIPPED_FAILED, E.ABORTED,
 })
 
 #: Worker outcomes of a failed attempt: each records the attempt's error and traceback.

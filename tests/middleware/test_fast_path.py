@@ -180,7 +180,7 @@ def test_messages_sent_by_a_fast_path_actor_are_linked_to_it(setup: Harness) -> 
     assert spawned.parent_job_id == parent_job.job_id and spawned.trace_id == parent_job.trace_id
 
 
-def test_a_fast_path_message_skipped_by_a_later_middleware_is_claimed_and_retried(setup: Harness) -> None:
+def test_a_fast_path_message_skipped_by_a_later_middleware_ends_cancelled(setup: Harness) -> None:
     from dramatiq.middleware import Middleware, SkipMessage
 
     class SkipOnce(Middleware):
@@ -201,8 +201,10 @@ def test_a_fast_path_message_skipped_by_a_later_middleware_is_claimed_and_retrie
     message = later.send()
     setup.run()
     history = setup.store.events(message.message_id)
-    assert [e.event for e in history][:3] == ["enqueued", "claim", "retry_scheduled"], history
-    assert history[2].detail.get("skipped_by_middleware") is True
+    # Nothing was claimed before the skip: the PENDING job ends as Dramatiq ends the message.
+    assert [e.event for e in history] == ["enqueued", "skipped"], history
+    assert history[1].detail == {"middleware": "SkipOnce", "reason": "not now"}
+    assert setup.store.get(message.message_id).status is JobStatus.CANCELLED
     assert ran == [], "the skipped delivery never ran"
 
 
