@@ -8,11 +8,11 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, Retries
 
+from ..policy import Policy
+from ..store import StateStore
 from .continuations import kind_of
 from .dramatiq_logs import quiet_rate_limited_retries
 from .middleware import ReliableMiddleware
-from .policy import Policy
-from .store import StateStore
 
 __all__ = ["ForUntrackedActors", "install"]
 

@@ -22,6 +22,8 @@ import dramatiq
 from dramatiq.middleware import GroupCallbacks
 from dramatiq.rate_limits import RateLimiterBackend
 
+from .completion import untracked_member_succeeded
+
 if TYPE_CHECKING:
     from .middleware import ReliableMiddleware
 
@@ -41,7 +43,8 @@ class StoreBarrierBackend(RateLimiterBackend):
     def add(self, key: str, value: int, ttl: int) -> bool:
         """Create the barrier `key` for `value` parties in the backend and in the store."""
         added = bool(self.backend.add(key, value, ttl))
-        self.reliable.create_barrier(key, value)
+        runtime = self.reliable.runtime  # waits while the store is unreachable
+        runtime.with_store_retry("create_barrier", lambda: runtime.store.create_barrier(key, value))
         return added
 
     def incr(self, key: str, amount: int, maximum: int, ttl: int) -> bool:
@@ -81,7 +84,7 @@ class TrackedGroupCallbacks(GroupCallbacks):
         store does not know); a tracked member's is counted by reliable's middleware, with its commit."""
         if self.reliable.tracked(broker, message.actor_name):
             return
-        if exception is None and self.reliable.untracked_member_succeeded(broker, message):
+        if exception is None and untracked_member_succeeded(self.reliable, broker, message):
             return
         self.inner.after_process_message(  # type: ignore[no-untyped-call]
             broker, message, result=result, exception=exception)
