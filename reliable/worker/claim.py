@@ -34,9 +34,47 @@ from .registration import REGISTERED
 if TYPE_CHECKING:
     from .middleware import ReliableMiddleware
 
-__all__ = ["claim", "claim_after_run", "fast_done", "refuse", "release_lease", "skipped", "take", "take_fast"]
+__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "refuse", "release_lease",
+           "skipped", "take", "take_fast"]
 
 logger = logging.getLogger("reliable.middleware")
+
+
+def before_run(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) -> None:
+    """Claim the delivered job of a tracked actor; refuse to run it (skip + ack) unless the claim wins."""
+    try:
+        claim(mw, broker, message)
+    except SkipMessage:
+        mw.admission.release()
+        raise
+    except BaseException:
+        mw.admission.release()
+        # Dramatiq swallows any other exception of a before-hook and would run the actor
+        # without a claim: never let that happen. The job row is the truth; a PENDING job is
+        # re-dispatched by the sweeper.
+        logger.exception("claim of message %s failed; skipping it", message.message_id)
+        message.options["store_results"] = False  # never ran: Results must not store None for it
+        raise SkipMessage("claim failed") from None
+
+
+def after_run(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, result: Any,
+              exception: BaseException | None) -> None:
+    """A delivery ran: commit its attempt's outcome, fenced by its lease; then end the attempt's span."""
+    try:
+        if take_fast(mw, message):
+            fast_done(mw, broker, message, exception)
+        elif (context := take(mw, message)) is not None:
+            try:
+                context.leave()
+                completion.note_unrecorded_effects(mw, context)
+                completion.complete(mw, broker, message, context, result, exception)
+            finally:
+                # Only now: the lease is renewed while the final write may still be retried (a slow
+                # or blipping store must not let recovery reclaim a job that already finished).
+                release_lease(mw, context)
+    finally:
+        mw.delivery.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
+        spans.end(mw.tracing, exception)
 
 
 def claim(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) -> None:

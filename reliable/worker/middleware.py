@@ -1,28 +1,21 @@
 """The Dramatiq middleware: Dramatiq's hooks, each handing over to the module that owns the step.
 
-- before_enqueue, enqueue_many (producer thread): the job row is written PENDING before the message
-  is published (`registration`).
-- before_process_message (worker thread): admission by the actor's limits (`admission`), then the
-  claim, a compare-and-set; refused -> SkipMessage, the store already holds the truth (`claim`).
-- after_process_message (worker thread): the attempt's outcome (`outcome`, pure) written fenced by
-  its lease with what follows it (`completion`), then acted on (`after_commit`). Retries are new
-  (delayed) publishes decided there, never Dramatiq's Retries middleware (see `install`). A job
-  that ends FAILED or DEAD has its message failed (nacked), as Dramatiq's Retries would; any other
-  outcome is acknowledged.
-- after_skip_message: a claimed job another middleware skipped is given back (`claim.skipped`).
-- worker boot and shutdown: the per-process heartbeat and recovery threads (`runtime`).
+before_enqueue, enqueue_many: the job is registered PENDING before its message is published
+(`registration`). before_process_message: limits (`admission`), then the claim (`claim`).
+after_process_message: the outcome (`outcome`, pure) written fenced by the lease with what follows
+it (`completion`), then acted on (`after_commit`). after_skip_message: a claimed job another
+middleware skipped is given back. Worker boot and shutdown: the per-process threads (`runtime`).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import Middleware, SkipMessage
+from dramatiq.middleware import Middleware
 
 from ..errors import ActorContractError, ConfigError, PolicyError
 from ..metrics import Metrics
@@ -30,7 +23,7 @@ from ..options import ACTOR_OPTIONS
 from ..policy import JobContract, Policy
 from ..schedules import Schedule
 from ..store import StateStore
-from . import after_commit, claim, completion, runtime, spans
+from . import after_commit, claim, runtime, spans
 from .admission import Limits
 from .context import Delivery
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
@@ -41,38 +34,13 @@ from .settings import Settings
 
 __all__ = ["ReliableMiddleware"]
 
-logger = logging.getLogger("reliable.middleware")
-
 
 class ReliableMiddleware(Middleware):
     """Track every message of the broker's actors as a durable job with leases and fencing.
 
-    Parameters:
-      store: a StateStore, or its URL (the store is opened lazily in each worker process).
-      max_connections: the most store connections each process opens (default 10, see
-        docs/operations.md); with a StateStore, pass it to the StateStore instead.
-      policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
-      lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
-      recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
-        every worker process. Safe with many processes: each step is a compare-and-set.
-      listeners: more store event listeners, called with every event row after its commit.
-      metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
-      json_logs: emit one JSON log line per event on the "reliable.events" logger. In a process
-        that works jobs (from its worker's boot) the logger gets its own stderr handler
-        (`reliable.events.log_events_to_stderr`: not propagated to the root logger, unless the
-        application attached a handler to that logger itself); in a process that only sends
-        (a web app) the lines go wherever the application's logging sends them.
-      tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
-        True for the global TracerProvider, or a TracerProvider. Off (False) by default.
-      group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
-        threads in batches, one statement each (same guards, same durability; see
-        reliable/store/batching.py). Taken from the StateStore when one is passed.
-      schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
-        stored with their job templates at each worker's boot. Every worker's recovery thread runs
-        the scheduler of all stored schedules, declared here or not.
-      replication: what a worker does at boot when a failover of the store's PostgreSQL could lose
-        commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
-        "require_sync" refuses to boot, "off" does not check. See docs/postgresql-failover.md.
+    The constructor's options (store, policy, lease_ttl, heartbeat_interval, recovery,
+    recovery_interval, sweep_after, listeners, metrics, json_logs, max_connections, group_commit,
+    tracing, schedules, replication) are documented in `reliable.worker.settings.Settings`.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -191,39 +159,13 @@ class ReliableMiddleware(Middleware):
     def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """Claim the job; refuse to run it (skip + ack) unless the claim wins."""
         self.broker = broker
-        if not self.tracked(broker, message.actor_name):
-            return
-        try:
-            claim.claim(self, broker, message)
-        except SkipMessage:
-            self.admission.release()
-            raise
-        except BaseException:
-            self.admission.release()
-            # Dramatiq swallows any other exception of a before-hook and would run the actor
-            # without a claim: never let that happen. A PENDING job is re-dispatched by the sweeper.
-            logger.exception("claim of message %s failed; skipping it", message.message_id)
-            message.options["store_results"] = False  # never ran: Results must not store None for it
-            raise SkipMessage("claim failed") from None
+        if self.tracked(broker, message.actor_name):
+            claim.before_run(self, broker, message)
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         """Commit the attempt's outcome, fenced by its lease; then end the attempt's span."""
-        try:
-            if claim.take_fast(self, message):
-                claim.fast_done(self, broker, message, exception)
-            elif (context := claim.take(self, message)) is not None:
-                try:
-                    context.leave()
-                    completion.note_unrecorded_effects(self, context)
-                    completion.complete(self, broker, message, context, result, exception)
-                finally:
-                    # Only now: the lease is renewed while the final write may still be retried (a slow
-                    # or blipping store must not let recovery reclaim a job that already finished).
-                    claim.release_lease(self, context)
-        finally:
-            self.delivery.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
-            spans.end(self.tracing, exception)
+        claim.after_run(self, broker, message, result, exception)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""

@@ -32,7 +32,36 @@ class HeartbeatTooSlow(ConfigError, ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """What `ReliableMiddleware(...)` was given, every default taken from the policy."""
+    """What `ReliableMiddleware(...)` was given, every default taken from the policy.
+
+    The options:
+      store: a StateStore, or its URL (the store is opened lazily in each worker process).
+      max_connections: the most store connections each process opens (default 10, see
+        docs/operations.md); with a StateStore, pass it to the StateStore instead.
+      policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
+      lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
+      recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
+        every worker process. Safe with many processes: each step is a compare-and-set.
+      listeners: more store event listeners, called with every event row after its commit.
+      metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
+      json_logs: emit one JSON log line per event on the "reliable.events" logger. In a process
+        that works jobs (from its worker's boot) the logger gets its own stderr handler
+        (`reliable.events.log_events_to_stderr`: not propagated to the root logger, unless the
+        application attached a handler to that logger itself); in a process that only sends
+        (a web app) the lines go wherever the application's logging sends them.
+      tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
+        True for the global TracerProvider, or a TracerProvider. Off (False) by default.
+      group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
+        threads in batches, one statement each (same guards, same durability; see
+        reliable/store/batching.py). Taken from the StateStore when one is passed.
+      schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
+        stored with their job templates at each worker's boot. Every worker's recovery thread runs
+        the scheduler of all stored schedules, declared here or not.
+      replication: what a worker does at boot when a failover of the store's PostgreSQL could lose
+        commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
+        "require_sync" refuses to boot, "off" does not check. See docs/postgresql-failover.md.
+      recovery_interval, sweep_after: the policy's lease settings unless given (seconds).
+    """
 
     store: StateStore | str
     policy: Policy
