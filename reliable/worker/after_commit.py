@@ -30,7 +30,8 @@ from .continuations import FollowUp
 from .outcome import fails_message
 
 if TYPE_CHECKING:
-    from .middleware import ReliableMiddleware
+    from ..metrics import Metrics
+    from .runtime import Runtime
 
 __all__ = ["MAX_BROKER_DELAY", "advance_workflow", "alert", "conclude", "escalate", "publish",
            "publish_group_callbacks"]
@@ -53,21 +54,21 @@ def publish(job_id: str, what: str, send: Callable[[], Any], *,
         return None
 
 
-def conclude(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, context: JobContext, job: Any,
-             decision: Decision | None, planned: Sequence[tuple[FollowUp, NewJob | None]]) -> None:
+def conclude(runtime: Runtime, metrics: Metrics | None, broker: dramatiq.Broker, message: Any, context: JobContext,
+             job: Any, decision: Decision | None, planned: Sequence[tuple[FollowUp, NewJob | None]]) -> None:
     """Act on where the attempt's outcome left the job (the store may have changed it)."""
     if job is None:
         return
     if job.workflow_id and message.options.get("workflow_node") and job.status.value not in WORKFLOW_ACTIVE:
-        advance_workflow(mw, broker, job.workflow_id)
+        advance_workflow(runtime, metrics, broker, job.workflow_id)
     if decision is not None and (decision.alert or (decision.action == "halt" and job.status is JobStatus.STOPPED)):
-        alert(mw, context, decision)
+        alert(runtime, context, decision)
     for follow_up, _registered in planned:
         if follow_up.applies(job.status):
             publish(context.job_id, f"the {follow_up.message.actor_name} message that follows it",
                     functools.partial(broker.enqueue, follow_up.message, delay=follow_up.delay))
     if job.status is JobStatus.CANCELLED:
-        warning = compensate(mw.store, broker, job, context.contract.compensation, worker_id=mw.worker_id)
+        warning = compensate(runtime.store, broker, job, context.contract.compensation, worker_id=runtime.worker_id)
         if warning:
             logger.warning("job %s: %s", job.job_id, warning)
     elif job.status is JobStatus.RETRY_WAIT and job.retry_at is not None:
@@ -92,33 +93,33 @@ def publish_group_callbacks(broker: dramatiq.Broker, member_id: str, callbacks: 
                 functools.partial(broker.enqueue, callback))
 
 
-def advance_workflow(mw: ReliableMiddleware, broker: dramatiq.Broker, workflow_id: str) -> None:
+def advance_workflow(runtime: Runtime, metrics: Metrics | None, broker: dramatiq.Broker, workflow_id: str) -> None:
     """Start what this node's outcome allows in its workflow (after the commit: should this
     process die first, the recovery loop's sweep of running workflows does it)."""
     try:
-        listener = mw.metrics.workflow_transition if mw.metrics is not None else None
-        engine = WorkflowEngine(mw.store, broker, on_transition=listener)
-        mw.runtime.with_store_retry("advance workflow", lambda: engine.advance(workflow_id))
+        listener = metrics.workflow_transition if metrics is not None else None
+        engine = WorkflowEngine(runtime.store, broker, on_transition=listener)
+        runtime.with_store_retry("advance workflow", lambda: engine.advance(workflow_id))
     except ReliableError as exc:
         logger.warning("workflow %s: advancing it failed (%s); the recovery loop will", workflow_id, exc)
 
 
-def alert(mw: ReliableMiddleware, context: JobContext, decision: Decision) -> None:
+def alert(runtime: Runtime, context: JobContext, decision: Decision) -> None:
     """Record the decision's alert on the job (an error log when the store cannot)."""
     try:
-        mw.store.record_event(context.job_id, "alert", worker_id=mw.worker_id,
-                              error_class=decision.error_class, reason=decision.reason,
-                              detail={"owner": context.contract.owner, **decision.as_detail()})
+        runtime.store.record_event(context.job_id, "alert", worker_id=runtime.worker_id,
+                                   error_class=decision.error_class, reason=decision.reason,
+                                   detail={"owner": context.contract.owner, **decision.as_detail()})
     except StoreError:
         logger.error("job %s: could not record alert: %s", context.job_id, decision.reason)
 
 
-def escalate(mw: ReliableMiddleware, context: JobContext, overdue: float) -> None:
+def escalate(runtime: Runtime, context: JobContext, overdue: float) -> None:
     """Record the heartbeat's termination of a job running past its stop grace."""
     try:
-        mw.store.record_event(context.job_id, "escalation", worker_id=mw.worker_id,
-                              detail={"overdue_seconds": round(overdue, 3),
-                                      "stop_grace": context.contract.stop_grace,
-                                      "action": "terminate_thread"})
+        runtime.store.record_event(context.job_id, "escalation", worker_id=runtime.worker_id,
+                                   detail={"overdue_seconds": round(overdue, 3),
+                                           "stop_grace": context.contract.stop_grace,
+                                           "action": "terminate_thread"})
     except StoreError:
         logger.error("job %s: could not record the escalation", context.job_id)

@@ -32,7 +32,7 @@ from .continuations import follows_success
 from .registration import REGISTERED
 
 if TYPE_CHECKING:
-    from .middleware import ReliableMiddleware
+    from .state import Worker
 
 __all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "refuse", "release_lease",
            "skipped", "take", "take_fast"]
@@ -40,7 +40,7 @@ __all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "
 logger = logging.getLogger("reliable.middleware")
 
 
-def before_run(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) -> None:
+def before_run(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     """Claim the delivered job of a tracked actor; refuse to run it (skip + ack) unless the claim wins."""
     try:
         claim(mw, broker, message)
@@ -57,7 +57,7 @@ def before_run(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) ->
         raise SkipMessage("claim failed") from None
 
 
-def after_run(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, result: Any,
+def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
               exception: BaseException | None) -> None:
     """A delivery ran: commit its attempt's outcome, fenced by its lease; then end the attempt's span."""
     try:
@@ -77,7 +77,7 @@ def after_run(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, res
         spans.end(mw.tracing, exception)
 
 
-def claim(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) -> None:
+def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     """Claim the delivered job, or raise SkipMessage (see the module doc)."""
     job_id = message.message_id
     contract = mw.plans.contract(message.actor_name, own_queue(message.queue_name, message.options), message.options)
@@ -115,7 +115,7 @@ def claim(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) -> None
     context.enter()
 
 
-def hold(mw: ReliableMiddleware, message: Any, won: Any, *, span_id: str | None = None) -> JobContext:
+def hold(mw: Worker, message: Any, won: Any, *, span_id: str | None = None) -> JobContext:
     """The running attempt of a won claim, its lease renewed by the heartbeat from now on; its
     contract is the one of the job's own queue as the store has it (whatever queue delivered it)."""
     contract = mw.plans.contract(message.actor_name, won.job.home_queue, message.options)
@@ -129,7 +129,7 @@ def hold(mw: ReliableMiddleware, message: Any, won: Any, *, span_id: str | None 
     return context
 
 
-def refuse(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:
+def refuse(mw: Worker, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:
     """Handle a refused claim, then skip this delivery (always raises SkipMessage)."""
     if refusal.reason == "not_due" and refusal.retry_in is not None:
         # The delayed message came early (clock skew between worker and database): wait again.
@@ -148,7 +148,7 @@ def refuse(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, refusa
     raise SkipMessage(refusal.reason) from None
 
 
-def _fast_eligible(mw: ReliableMiddleware, message: Any) -> bool:
+def _fast_eligible(mw: Worker, message: Any) -> bool:
     """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
     step, on_success, a group's completion) that would have to be registered with it."""
     broker = mw.plans.broker
@@ -164,7 +164,7 @@ def _fast_eligible(mw: ReliableMiddleware, message: Any) -> bool:
     return not follows_success(message, mw.plans.options(message.actor_name))
 
 
-def fast_done(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, exception: BaseException | None) -> None:
+def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: BaseException | None) -> None:
     """A fast-path run ended: commit a success in one compare-and-set; claim a failure and
     let the durable path decide it (policy, retry, callbacks) as for any attempt."""
     job_id = message.message_id
@@ -189,7 +189,7 @@ def fast_done(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, exc
         release_lease(mw, context)
 
 
-def claim_after_run(mw: ReliableMiddleware, message: Any, attempt_id: str, what: str) -> JobContext | None:
+def claim_after_run(mw: Worker, message: Any, attempt_id: str, what: str) -> JobContext | None:
     """Claim a fast-path job whose run ended without a success, so the durable path decides
     what follows (held in the heartbeat while it does). Only from PENDING: a job that moved on
     meanwhile (a duplicate's outcome, an operator) is left alone."""
@@ -206,7 +206,7 @@ def claim_after_run(mw: ReliableMiddleware, message: Any, attempt_id: str, what:
     return hold(mw, message, won, span_id=active.span_id if active else None)
 
 
-def skipped(mw: ReliableMiddleware, message: Any) -> None:
+def skipped(mw: Worker, message: Any) -> None:
     """A middleware after ours skipped a message we had claimed: give the job back, retry it now."""
     context: JobContext | None
     if take_fast(mw, message):  # nothing was claimed yet: claim it now, as the durable path had
@@ -224,7 +224,7 @@ def skipped(mw: ReliableMiddleware, message: Any) -> None:
         release_lease(mw, context)
 
 
-def take_fast(mw: ReliableMiddleware, message: Any) -> bool:
+def take_fast(mw: Worker, message: Any) -> bool:
     """Whether this thread's delivery is `message`'s fast-path run (forgotten from now on)."""
     fast = mw.delivery.fast
     mw.delivery.fast = None
@@ -232,7 +232,7 @@ def take_fast(mw: ReliableMiddleware, message: Any) -> bool:
     return fast is not None and fast == message.message_id
 
 
-def take(mw: ReliableMiddleware, message: Any) -> JobContext | None:
+def take(mw: Worker, message: Any) -> JobContext | None:
     """This thread's running attempt of `message`'s job, if any (forgotten from now on)."""
     context = mw.delivery.context
     mw.delivery.context = None
@@ -241,7 +241,7 @@ def take(mw: ReliableMiddleware, message: Any) -> JobContext | None:
     return context
 
 
-def release_lease(mw: ReliableMiddleware, context: JobContext) -> None:
+def release_lease(mw: Worker, context: JobContext) -> None:
     """Stop renewing the lease of `context`'s attempt (it has ended and its outcome is written)."""
     heartbeat = mw.runtime.heartbeat
     assert heartbeat is not None

@@ -24,16 +24,15 @@ from ..policy.model import RATE_LIMITED_MARK
 from ..states import Event, JobStatus
 from ..store import FanIn, NewJob, NodeResult
 from ..tracebacks import failure_texts
-from ..tracecontext import TRACE_OPTIONS
 from ..workflows.engine import node_result
-from . import after_commit, outcome
+from . import after_commit, groups, outcome
 from .context import JobContext
 from .continuations import FollowUp, follow_ups
 
 if TYPE_CHECKING:
-    from .middleware import ReliableMiddleware
+    from .state import Worker
 
-__all__ = ["RETRY_BUDGET_WINDOW", "complete", "finish", "group_completion", "note_unrecorded_effects"]
+__all__ = ["RETRY_BUDGET_WINDOW", "complete", "finish", "note_unrecorded_effects", "plan"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -43,21 +42,21 @@ RETRY_BUDGET_WINDOW = 60.0
 Planned = list[tuple[FollowUp, NewJob | None]]
 
 
-def complete(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, context: JobContext, result: Any,
+def complete(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext, result: Any,
              exception: BaseException | None) -> None:
     """Commit the attempt's outcome and act on it (see the module doc)."""
     if exception is None:
         planned = plan(mw, broker, message, context, result=result)
-        fan_in = group_completion(mw, broker, message, trace=context.traceparent.as_options(),
+        fan_in = groups.group_completion(mw, broker, message, trace=context.traceparent.as_options(),
                                   parent_job_id=context.job_id)
         stored_result = node_result(context.job_id, result) if message.options.get("workflow_node") else None
         job = finish(mw, context, outcome.Outcome(Event.SUCCEED), planned=planned,
                      fan_in=fan_in[0] if fan_in else None, node_result=stored_result)
         if job is None:  # discarded (lease reassigned): Dramatiq's Results must not keep this value
             message.options["store_results"] = False
-        after_commit.conclude(mw, broker, message, context, job, None, planned)
+        after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, planned)
         if fan_in is not None and job is not None and job.status is JobStatus.SUCCEEDED:
-            group_arrived(mw, broker, context, *fan_in)
+            groups.group_arrived(mw, broker, context, *fan_in)
         return
     if not outcome.needs_decision(exception):
         ended = outcome.attempt_ended(exception)
@@ -67,7 +66,7 @@ def complete(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, cont
         # An operator's pause, stop or cancel, not a failure: no on_failure callback follows.
         # The store turns a stop into a cancel when one was requested since (honour_requests).
         job = finish(mw, context, ended)
-        after_commit.conclude(mw, broker, message, context, job, None, [])
+        after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, [])
         return
     texts = failure_texts(exception)
     retries = _count_failure(message, texts.message)
@@ -88,10 +87,10 @@ def complete(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, cont
         mw.admission.rate_limited(context)
     planned = plan(mw, broker, message, context, exception=exception, exhausted=failure.exhausted)
     job = finish(mw, context, failure, planned=planned)
-    after_commit.conclude(mw, broker, message, context, job, decision, planned)
+    after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, decision, planned)
 
 
-def plan(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, context: JobContext, *,
+def plan(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext, *,
          result: Any = None, exception: BaseException | None = None,
          exhausted: dict[str, Any] | None = None) -> Planned:
     """The messages that follow this attempt, each with the job to register for it (None: untracked)."""
@@ -124,64 +123,7 @@ def plan(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, context:
     return planned
 
 
-def group_completion(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any, *, trace: dict[str, Any],
-                     parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
-    """A group member's arrival at its completion barrier, with the group's callbacks to register."""
-    barrier_id = message.options.get("group_completion_uuid")
-    callbacks = message.options.get("group_completion_callbacks")
-    if not barrier_id or not callbacks or mw.group_callbacks is None:
-        return None
-    messages: list[dramatiq.Message[Any]] = []
-    new_jobs: list[NewJob] = []
-    for data in callbacks:
-        # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
-        callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
-        callback.options.update(trace, parent_job_id=parent_job_id, workflow_id=barrier_id)
-        prepared = mw.registration.new_job(broker, callback, None)
-        messages.append(callback)
-        if prepared is not None:
-            new_jobs.append(prepared[0])
-    return FanIn(barrier_id, new_jobs), messages
-
-
-def untracked_member_succeeded(mw: ReliableMiddleware, broker: dramatiq.Broker, message: Any) -> bool:
-    """An untracked group member's success arrives at its group's barrier in the store (so a group
-    mixing tracked and untracked members completes); False when the store does not know the
-    barrier, and Dramatiq's barrier decides."""
-    trace = {key: message.options[key] for key in TRACE_OPTIONS if message.options.get(key)}
-    built = group_completion(mw, broker, message, trace=trace, parent_job_id=message.message_id)
-    if built is None:
-        return False
-    fan_in, callbacks = built
-    mw.runtime.with_store_retry("arrive_at_barrier", lambda: mw.store.arrive_at_barrier(fan_in))
-    if not fan_in.known:
-        return False
-    if fan_in.cleared:
-        after_commit.publish_group_callbacks(broker, message.message_id, callbacks)
-    return True
-
-
-def group_arrived(mw: ReliableMiddleware, broker: dramatiq.Broker, context: JobContext, fan_in: FanIn,
-                  callbacks: list[dramatiq.Message[Any]]) -> None:
-    """Publish the group's completion callbacks if this member cleared its barrier (registered
-    with its success), or let Dramatiq's barrier decide for a group the store does not know."""
-    if not fan_in.known:
-        from dramatiq.rate_limits import Barrier
-
-        assert mw.group_callbacks is not None
-        inner = mw.group_callbacks.inner
-        barrier = Barrier(inner.rate_limiter_backend, fan_in.barrier_id, ttl=inner.barrier_ttl)  # type: ignore[no-untyped-call]
-        if not barrier.wait(block=False):  # type: ignore[no-untyped-call]
-            return
-        # Not registered with the success (the store has no barrier to clear): register now,
-        # before publishing, as a producer's enqueue would.
-        mw.runtime.with_store_retry("register", lambda: mw.store.register_many(fan_in.jobs))
-    elif not fan_in.cleared:
-        return
-    after_commit.publish_group_callbacks(broker, context.job_id, callbacks)
-
-
-def finish(mw: ReliableMiddleware, context: JobContext, ended: outcome.Outcome, *,
+def finish(mw: Worker, context: JobContext, ended: outcome.Outcome, *,
            planned: Sequence[tuple[FollowUp, NewJob | None]] = (), fan_in: FanIn | None = None,
            node_result: NodeResult | None = None) -> Any:
     """Write `ended`, fenced by the attempt's lease; the job as written, None when refused (logged)."""
@@ -201,7 +143,7 @@ def finish(mw: ReliableMiddleware, context: JobContext, ended: outcome.Outcome, 
     return None
 
 
-def note_unrecorded_effects(mw: ReliableMiddleware, context: JobContext) -> None:
+def note_unrecorded_effects(mw: Worker, context: JobContext) -> None:
     """Units the attempt applied but could not record: a later first record is a possible duplicate."""
     for key in context.unrecorded_effects:
         mw.runtime.with_store_retry("effect_unrecorded", functools.partial(
@@ -218,7 +160,7 @@ def _count_failure(message: Any, formatted_traceback: str) -> int:
     return int(options["retries"])
 
 
-def _rate_limited_retries(mw: ReliableMiddleware, context: JobContext) -> int:
+def _rate_limited_retries(mw: Worker, context: JobContext) -> int:
     if context.claim.job.retry_count == 0:
         return 0
     try:
@@ -228,7 +170,7 @@ def _rate_limited_retries(mw: ReliableMiddleware, context: JobContext) -> int:
         return 0
 
 
-def _recent_retries(mw: ReliableMiddleware, context: JobContext) -> int:
+def _recent_retries(mw: Worker, context: JobContext) -> int:
     try:
         return mw.store.count_recent_events("retry_scheduled", actor=context.claim.job.actor,
                                             window=RETRY_BUDGET_WINDOW)

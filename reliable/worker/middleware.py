@@ -23,8 +23,10 @@ from ..options import ACTOR_OPTIONS
 from ..policy import JobContract, Policy
 from ..schedules import Schedule
 from ..store import StateStore
-from . import after_commit, claim, runtime, spans
+from . import claim, runtime, spans
 from .admission import Limits
+from .after_commit import escalate
+from .boot import boot
 from .context import Delivery
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .heartbeat import Heartbeat
@@ -61,7 +63,7 @@ class ReliableMiddleware(Middleware):
         self.recovery_enabled, self.recovery_interval, self.sweep_after = s.recovery, s.recovery_interval, s.sweep_after
         self.replication, self.group_commit, self.max_connections = s.replication, s.group_commit, s.max_connections
         self.metrics, self.tracing, self.schedules = s.metrics, s.tracing, s.schedules
-        self.runtime = runtime.Runtime(s, on_escalation=lambda job, overdue: after_commit.escalate(self, job, overdue))
+        self.runtime = runtime.Runtime(s, on_escalation=lambda job, late: escalate(self.runtime, job, late))
         self.plans = Plans(s.policy)
         self.registration = Registration(self.plans, self.runtime, s.tracing)
         #: What this worker thread's delivery holds between the hooks.
@@ -74,7 +76,7 @@ class ReliableMiddleware(Middleware):
         #: The broker's GroupCallbacks, replaced so group barriers live in the store (reliable.worker.groups).
         self.group_callbacks: TrackedGroupCallbacks | None = None
         #: Concurrency and rate limits declared with `limits=` (reliable.limits).
-        self.admission = Limits(self)
+        self.admission = Limits(self.runtime, self.plans, self.delivery, s.metrics)
 
     @property
     def actor_options(self) -> set[str]:
@@ -98,7 +100,6 @@ class ReliableMiddleware(Middleware):
     @property
     def worker_id(self) -> str:
         """host:pid:random — the identity written on claims and leases."""
-        self.runtime.ensure_process()
         return self.runtime.worker_id
 
     def contract_for(self, actor_name: str, queue: str, message_options: dict[str, Any] | None = None) -> JobContract:
@@ -131,8 +132,8 @@ class ReliableMiddleware(Middleware):
         self.broker = broker
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Start this process's heartbeat and recovery loop (see `runtime.boot`)."""
-        runtime.boot(self, broker, worker)
+        """Start this process's heartbeat and recovery loop (see `reliable.worker.boot`)."""
+        boot(self, broker, worker)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import dramatiq
 
@@ -29,10 +30,7 @@ from ..tracing import Tracing
 from .context import _current, _fast_run
 from .plans import Plans
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
-
-__all__ = ["REGISTERED", "Registrar", "Registration", "find_installed"]
+__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "find_installed"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -40,10 +38,21 @@ logger = logging.getLogger("reliable.middleware")
 REGISTERED = "reliable_registered"
 
 
+class StoreAccess(Protocol):
+    """How registration reaches the store (`reliable.worker.runtime.Runtime`)."""
+
+    @property
+    def store(self) -> StateStore:
+        """This process's store."""
+
+    def with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run a store call, waiting while the store is unreachable."""
+
+
 class Registration:
     """Turns messages into jobs (see the module doc) with the installed policy, plans and store."""
 
-    def __init__(self, plans: Plans, runtime: Runtime, tracing: Tracing | None) -> None:
+    def __init__(self, plans: Plans, runtime: StoreAccess, tracing: Tracing | None) -> None:
         self.plans = plans
         self.runtime = runtime
         self.tracing = tracing

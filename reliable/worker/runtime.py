@@ -14,17 +14,13 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dramatiq
 
-from ..dispatch import declare_queue
 from ..errors import ActorContractError, ConfigError, StoreError, StoreUnavailable
-from ..events import log_events_to_stderr
-from ..rabbitmq.boot import check_broker
 from ..recovery import Recovery
 from ..schedules import Scheduler
-from ..schedules.boot import declare_schedules
 from ..store import StateStore
 from ..store.db import POOL_TIMEOUT, connect_engine
 from ..store.replication import check_replication
@@ -33,10 +29,7 @@ from .context import JobContext
 from .heartbeat import Heartbeat
 from .settings import Settings
 
-if TYPE_CHECKING:
-    from .middleware import ReliableMiddleware
-
-__all__ = ["Runtime", "boot"]
+__all__ = ["Runtime"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -49,7 +42,7 @@ class Runtime:
         self._on_escalation = on_escalation
         self.pid = -1
         self.store_or_none: StateStore | None = None
-        self.worker_id = ""
+        self._worker_id = ""
         self.heartbeat: Heartbeat | None = None
         self.recovery: Recovery | None = None
         self.recovery_thread: threading.Thread | None = None
@@ -63,6 +56,12 @@ class Runtime:
         self.ensure_process()
         assert self.store_or_none is not None
         return self.store_or_none
+
+    @property
+    def worker_id(self) -> str:
+        """host:pid:random — the identity written on claims and leases."""
+        self.ensure_process()
+        return self._worker_id
 
     def ensure_process(self) -> None:
         """Open this process's store and heartbeat, once per process id."""
@@ -85,10 +84,10 @@ class Runtime:
             for listener in settings.listeners:
                 store.add_listener(listener)
             self.store_or_none = store
-            self.worker_id = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:6]}"
+            self._worker_id = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:6]}"
             metrics = settings.metrics
             self.heartbeat = Heartbeat(
-                store, worker_id=self.worker_id, interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
+                store, worker_id=self._worker_id, interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
                 on_escalation=self._on_escalation, on_beat=metrics.heartbeat if metrics else None,
                 on_failure=metrics.heartbeat_failed if metrics else None)
             self.pid = pid
@@ -166,39 +165,3 @@ class Runtime:
         return retry_while_unavailable(call, what=what, max_delay=self.settings.heartbeat_interval,
                                        note=" (message kept unacked)")
 
-
-def boot(mw: ReliableMiddleware, broker: dramatiq.Broker, worker: Any) -> None:
-    """A worker process boots: check the store's replication and the broker, create the metrics of
-    every tracked actor at 0, store the app's schedules, declare the policy's retry lanes, start the
-    heartbeat and, if enabled, the recovery thread; with json_logs, write the events to stderr."""
-    settings, process = mw.settings, mw.runtime
-    mw.broker = broker
-    if settings.json_logs:
-        log_events_to_stderr()
-    mw.adopt_group_callbacks(broker)
-    process.ensure_process()
-    process.check_replication()
-    check_broker(broker, mw, worker)  # reliable.rabbitmq: delivery limit, queues, consumer_timeout
-    if mw.metrics is not None:
-        for name in broker.get_declared_actors():
-            if mw.tracked(broker, name):
-                mw.metrics.track(name, broker.get_actor(name).queue_name)
-    assert process.heartbeat is not None
-    if settings.schedules:  # here the actors are imported: their job templates can be built
-        for schedule in settings.schedules:
-            if settings.recovery and schedule.grace < settings.recovery_interval:
-                # The scheduler ticks once per recovery pass: a slot could be older than the
-                # grace at every tick, and "skip" would drop every slot.
-                raise ActorContractError(
-                    f"schedule {schedule.name!r}: misfire_grace {schedule.grace:g}s is shorter than the "
-                    f"recovery interval {settings.recovery_interval:g}s the scheduler ticks at")
-        try:
-            process.with_store_retry("declare schedules", lambda: declare_schedules(process.store, mw, broker,
-                                                                                    settings.schedules))
-        except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
-            raise ActorContractError(str(exc)) from None
-    for lane in settings.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
-        declare_queue(broker, lane)
-    process.heartbeat.start()
-    if settings.recovery:
-        process.start_recovery(broker, mw.plans.options)

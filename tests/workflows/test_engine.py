@@ -291,7 +291,7 @@ def test_a_result_too_large_blocks_the_child_that_needs_it(harness: Harness) -> 
 def test_the_recovery_loop_advances_a_workflow_whose_worker_died_before_advancing_it(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     r = Recorder()
-    monkeypatch.setattr(after_commit, "advance_workflow", lambda mw, broker, workflow_id: None)
+    monkeypatch.setattr(after_commit, "advance_workflow", lambda runtime, metrics, broker, workflow_id: None)
     workflow_id = diamond(r).submit(harness.broker)
     harness.run()
     assert r.ran == Counter("a") and states(harness, workflow_id)["b"] == "READY"  # nobody started b and c

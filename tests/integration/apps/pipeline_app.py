@@ -21,7 +21,7 @@ from dramatiq.rate_limits.backends import StubBackend
 
 import reliable
 from reliable.middleware import ReliableMiddleware
-from reliable.worker import after_commit, completion
+from reliable.worker import after_commit, groups
 
 broker = RabbitmqBroker(url=os.environ["RELIABLE_TEST_BROKER"])
 reliable.install(
@@ -43,20 +43,20 @@ _KILL_MARKER = os.environ.get("RELIABLE_TEST_KILL_AFTER_COMMIT")
 if _KILL_MARKER:
     _conclude = after_commit.conclude
 
-    def _die_before_publishing(mw: ReliableMiddleware, broker: Any, message: Any, context: Any, job: Any,
+    def _die_before_publishing(runtime: Any, metrics: Any, broker: Any, message: Any, context: Any, job: Any,
                                decision: Any, planned: Any) -> None:
         if job is not None and planned and not os.path.exists(_KILL_MARKER):
             with open(_KILL_MARKER, "w") as marker:
                 marker.write(f"{job.job_id} {job.status.value}\n")
             os.kill(os.getpid(), signal.SIGKILL)
-        _conclude(mw, broker, message, context, job, decision, planned)
+        _conclude(runtime, metrics, broker, message, context, job, decision, planned)
 
     after_commit.conclude = _die_before_publishing
 
 _GROUP_KILL_MARKER = os.environ.get("RELIABLE_TEST_KILL_AFTER_GROUP_COMMIT")
 
 if _GROUP_KILL_MARKER:
-    _group_arrived = completion.group_arrived
+    _group_arrived = groups.group_arrived
 
     def _die_before_completing(mw: ReliableMiddleware, broker: Any, context: Any, fan_in: Any,
                                callbacks: Any) -> None:
@@ -66,7 +66,7 @@ if _GROUP_KILL_MARKER:
             os.kill(os.getpid(), signal.SIGKILL)
         _group_arrived(mw, broker, context, fan_in, callbacks)
 
-    completion.group_arrived = _die_before_completing
+    groups.group_arrived = _die_before_completing
 
 
 @dramatiq.actor(queue_name=QUEUE)
