@@ -1,5 +1,6 @@
-"""The claim before a run, and the fast path's claim after it.
+"""The claim before a run, and the fast path's claim after it: the two halves of a delivery.
 
+`before_run` and `after_run` are what Dramatiq's before/after_process_message hooks hand over.
 Before the actor runs (`claim`): the delivery is admitted by the actor's limits, then the job is
 claimed, a compare-and-set. A refused claim skips the delivery (`refuse`: the one place a refusal
 is handled; the store already holds the truth). A message unknown to the store (published by a
