@@ -33,25 +33,25 @@ from .errors import (
 from .states import Event, JobStatus
 
 if TYPE_CHECKING:
-    from .context import JobContext, current_job
     from .events import JsonFormatter
-    from .install import install
     from .limits import Limits
     from .middleware import ReliableMiddleware
     from .policy import Policy
     from .recovery import Recovery
     from .schedules import Schedule
     from .store import StateStore
+    from .worker.context import JobContext, current_job
+    from .worker.install import install
     from .workflows import Workflow, node, workflow
     from .workflows.engine import WorkflowEngine
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "JobContext": ".context",
-    "current_job": ".context",
+    "JobContext": ".worker.context",
+    "current_job": ".worker.context",
     "JsonFormatter": ".events",
-    "install": ".install",
+    "install": ".worker.install",
     "Limits": ".limits",
     "ReliableMiddleware": ".middleware",
     "Policy": ".policy",

@@ -29,19 +29,13 @@ from .options import contract_options, stored_contract
 from .policy import JobContract, Policy
 from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
+from .worker.outcome import REPUBLISHED, crash_event
 from .workflows.engine import WorkflowEngine
 
 __all__ = ["Recovery", "RecoveryReport"]
 
 logger = logging.getLogger("reliable.recovery")
 
-#: Crash outcomes whose message recovery publishes (now or delayed).
-_REPUBLISHED = frozenset({Event.LEASE_EXPIRED, Event.LEASE_EXPIRED_BACKOFF})
-_CRASH_EVENTS: dict[str, Event] = {
-    "requeue": Event.LEASE_EXPIRED, "retry": Event.LEASE_EXPIRED_BACKOFF,
-    "review": Event.LEASE_EXPIRED_REVIEW, "dead": Event.LEASE_EXPIRED_DEAD,
-    "fail": Event.LEASE_EXPIRED_DEAD, "halt": Event.LEASE_EXPIRED_REVIEW,
-}
 
 
 @dataclass
@@ -147,7 +141,7 @@ class Recovery:
         else:
             decision = self.policy.decide_crash(contract=self.contract_of(job), attempt=job.attempt,
                                                 actor=job.actor, queue=job.home_queue)
-            event = _CRASH_EVENTS.get(decision.action, Event.LEASE_EXPIRED_REVIEW)
+            event = crash_event(decision.action)
             reason, delay = decision.reason, decision.delay
         honoured = honour_requests(event, job.status, pause_requested=job.pause_requested,
                                    cancel_requested=job.cancel_requested)
@@ -158,7 +152,7 @@ class Recovery:
                 job.job_id, event, expected_version=job.version, lease_id=job.lease_id, lease_expired=True,
                 retry_delay=(delay or 0.0) if event is Event.LEASE_EXPIRED_BACKOFF else None, reason=reason,
                 dispatch=(self.broker is not None) if event is Event.LEASE_EXPIRED else None,
-                queue=self._stranded(job) if event in _REPUBLISHED else None,
+                queue=self._stranded(job) if event in REPUBLISHED else None,
                 detail={"expired_worker": job.worker_id, "expired_lease": job.lease_id,
                         "lease_expires_at": job.lease_expires_at, "checkpoint_version": job.checkpoint_version},
             )

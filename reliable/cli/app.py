@@ -77,10 +77,7 @@ def declared_actors(broker: dramatiq.Broker) -> list[DeclaredActor]:
 
 def app_policy(broker: dramatiq.Broker) -> Policy | None:
     """The policy reliable was installed with on `broker`, or None if reliable is not installed on it."""
-    from ..middleware import ReliableMiddleware
+    from ..worker.registration import find_installed
 
-    for middleware in broker.middleware:
-        if isinstance(middleware, ReliableMiddleware):
-            policy: Policy = middleware.policy
-            return policy
-    return None
+    installed = find_installed(broker)
+    return None if installed is None else installed.registration.policy

@@ -78,6 +78,6 @@ def _time_limit(broker: Any, actor: Any) -> float | None:
 
 
 def _max_broker_delay() -> float:
-    from ..middleware import MAX_BROKER_DELAY
+    from ..worker.after_commit import MAX_BROKER_DELAY
 
     return MAX_BROKER_DELAY

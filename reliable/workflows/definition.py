@@ -14,13 +14,12 @@ the graph has no cycle, arguments are JSON. Dramatiq's `pipeline` and `group` ma
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from .graph import WorkflowDefinitionError, descendants, input_digest, topological
 
 __all__ = [
     "ON_UPSTREAM_FAILURE",
@@ -50,10 +49,6 @@ _LINK_OPTIONS = frozenset({"pipe_target", "pipe_ignore", "on_success", "on_failu
                            "group_completion_callbacks", "workflow_id", "workflow_node", "parent_job_id"})
 
 _MAX_NAME = 255
-
-
-class WorkflowDefinitionError(ConfigError, ValueError):
-    """A workflow declaration that cannot run: the message names the node and the field."""
 
 
 @dataclass(frozen=True)
@@ -164,52 +159,6 @@ class _MessageData:
 def workflow(name: str, nodes: Iterable[Node]) -> Workflow:
     """Declare a workflow named `name` from `nodes` (see `node`)."""
     return Workflow(name, tuple(nodes))
-
-
-def input_digest(each: Node, code_version: str | None) -> str:
-    """What identifies a node's inputs: actor, queue, arguments and the actor's declared code version.
-
-    A resume recomputes a succeeded node (and what depends on it) when this changed.
-    """
-    canonical = json.dumps({"actor": each.actor, "queue": each.queue, "args": list(each.args),
-                            "kwargs": dict(each.kwargs), "code_version": code_version},
-                           sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def topological(parents: Mapping[str, Sequence[str]]) -> list[str]:
-    """The nodes in an order where every node comes after its parents (declaration order kept
-    among nodes that are free); raises WorkflowDefinitionError naming a cycle."""
-    order: list[str] = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: placed
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = [*path[path.index(name):], name]
-            raise WorkflowDefinitionError("the workflow has a cycle: " + " -> ".join(cycle))
-        state[name] = 1
-        for parent in parents[name]:
-            visit(parent, [*path, name])
-        state[name] = 2
-        order.append(name)
-
-    for name in parents:
-        visit(name, [])
-    return order
-
-
-def descendants(children: Mapping[str, Sequence[str]], roots: Iterable[str]) -> set[str]:
-    """Every node reachable from `roots` (the roots included)."""
-    found: set[str] = set()
-    pending = list(roots)
-    while pending:
-        name = pending.pop()
-        if name not in found:
-            found.add(name)
-            pending.extend(children.get(name, ()))
-    return found
 
 
 def _validate(name: str, nodes: Sequence[Node]) -> None:

@@ -32,7 +32,8 @@ from ..options import CODE_VERSION
 from ..states import JobStatus
 from ..store import NewJob, NodeResult, StateStore
 from ..store.workflows import LockedWorkflow, NodeRow, WorkflowStore
-from .definition import Node, Workflow, WorkflowDefinitionError, input_digest
+from ..worker.registration import Registrar, find_installed
+from .graph import WorkflowDefinitionError, input_digest
 from .planning import (
     ResumePlan,
     Snapshot,
@@ -45,7 +46,7 @@ from .planning import (
 )
 
 if TYPE_CHECKING:
-    from ..middleware import ReliableMiddleware
+    from .definition import Node, Workflow
 
 __all__ = [
     "RESULT_LIMIT",
@@ -62,13 +63,11 @@ logger = logging.getLogger("reliable.workflows")
 #: kept (a child that needs it is BLOCKED, saying so): use Dramatiq's Results for big values.
 RESULT_LIMIT = 64 * 1024
 
-def find_middleware(broker: dramatiq.Broker) -> ReliableMiddleware:
-    """The ReliableMiddleware installed on `broker` (workflows need its store and actor contracts)."""
-    from ..middleware import ReliableMiddleware
-
-    for middleware in broker.middleware:
-        if isinstance(middleware, ReliableMiddleware):
-            return middleware
+def find_middleware(broker: dramatiq.Broker) -> Registrar:
+    """The ReliableMiddleware installed on `broker` (workflows need its store and its registration)."""
+    installed = find_installed(broker)
+    if installed is not None:
+        return installed
     raise ReliableError("reliable is not installed on this broker: call reliable.install(broker, store=...) first")
 
 
@@ -106,19 +105,19 @@ def submit(workflow: Workflow, *, broker: dramatiq.Broker | None = None, workflo
     return workflow_id
 
 
-def _prepared_node(middleware: ReliableMiddleware, broker: dramatiq.Broker, workflow_id: str,
+def _prepared_node(middleware: Registrar, broker: dramatiq.Broker, workflow_id: str,
                    each: Node) -> tuple[NewJob, str, dict[str, Any], str | None]:
     """A node's job as the middleware registers any message (contract, owner, links), its input
     digest, the message stored to register it later, and the actor's declared code version."""
-    actor = middleware.tracked_actor(broker, each.actor, who=f"workflow {workflow_id}, node {each.name!r}",
-                                     error=WorkflowDefinitionError)
+    actor = middleware.registration.tracked_actor(broker, each.actor, who=f"workflow {workflow_id}, node {each.name!r}",
+                                                  error=WorkflowDefinitionError)
     declared = actor.options.get(CODE_VERSION)
     code_version = None if declared is None else str(declared)
     message: dramatiq.Message[Any] = dramatiq.Message(
         queue_name=each.queue, actor_name=each.actor, args=tuple(each.args), kwargs=dict(each.kwargs),
         options={**each.options, "workflow_id": workflow_id, "workflow_node": each.name},
         message_id=uuid.uuid4().hex, message_timestamp=int(time.time() * 1000))
-    prepared = middleware._new_job(broker, message, None)
+    prepared = middleware.registration.new_job(broker, message, None)
     if prepared is None:
         raise WorkflowDefinitionError(f"node {each.name!r}: actor {each.actor!r} is not tracked by reliable")
     new_job = prepared[0]
@@ -196,7 +195,7 @@ class WorkflowEngine:
     """
 
     def __init__(self, store: StateStore, broker: dramatiq.Broker | None = None, *,
-                 middleware: ReliableMiddleware | None = None,
+                 middleware: Registrar | None = None,
                  on_transition: Callable[[str, str, str], None] | None = None) -> None:
         self.store = store
         self.broker = broker

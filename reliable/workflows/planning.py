@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..states import JobStatus
 from ..store.workflow_views import NodeView, Snapshot, WorkflowStatus
-from .definition import descendants, topological
+from .graph import descendants, topological
 
 __all__ = [
     "ACTIVE",

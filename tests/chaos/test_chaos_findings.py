@@ -7,10 +7,10 @@ from typing import Any, cast
 import dramatiq
 import pytest
 
-from reliable.context import JobContext
 from reliable.middleware import ReliableMiddleware
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore
+from reliable.worker.context import JobContext
 
 pytestmark = pytest.mark.chaos
 
@@ -29,7 +29,7 @@ def test_heartbeat_after_own_success_is_not_a_stale_commit(sqlite_url: str) -> N
         context = JobContext(store, claim, middleware.contract_for("units", "q"), middleware.worker_id, 2.0)
         heartbeat = middleware._heartbeat
         assert heartbeat is not None
-        middleware._delivery.context = context  # what the claim hook does (per worker thread)
+        middleware.delivery.context = context  # what the claim hook does (per worker thread)
         heartbeat.add(context)
         context.enter()
 

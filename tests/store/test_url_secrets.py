@@ -294,7 +294,7 @@ def test_store_reopened_after_fork_keeps_the_password_out_of_text(caplog: pytest
     port = free_port()
     store = StateStore(f"postgresql+psycopg://app:{SECRET}@127.0.0.1:{port}/app")
     middleware = reliable.ReliableMiddleware(store, metrics=False, recovery=False)
-    middleware._pid = -2  # as in a forked child: the store is opened again from its URL
+    middleware.runtime.pid = -2  # as in a forked child: the store is opened again from its URL
     reopened = middleware.store
     assert reopened is not store and reopened.engine.url.password == SECRET  # it can still connect
     with pytest.raises(StoreError) as info:

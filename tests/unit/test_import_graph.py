@@ -154,7 +154,6 @@ def test_the_package_is_found() -> None:
     assert len(modules()) > 100 and "reliable.states" in modules()
 
 
-@pytest.mark.xfail(strict=True, reason="until the worker side and the store gateway land (issue 24)")
 def test_no_import_cycle() -> None:
     found = cycles(import_graph())
     assert not found, "import cycles (break each by moving the shared piece below both):\n" + "\n".join(
@@ -178,7 +177,6 @@ def test_no_private_name_imported_across_packages() -> None:
     assert not offenders, "private names used outside their package:\n" + "\n".join(offenders)
 
 
-@pytest.mark.xfail(strict=True, reason="until the worker side and the store gateway land (issue 24)")
 def test_no_private_attribute_of_another_object() -> None:
     offenders = []
     for name, path in modules().items():

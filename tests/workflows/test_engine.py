@@ -17,6 +17,7 @@ from reliable.operators import Operator, OperatorsPolicy
 from reliable.recovery import Recovery
 from reliable.states import JobStatus
 from reliable.store.workflows import WorkflowStore
+from reliable.worker import after_commit
 from reliable.workflows.engine import RESULT_LIMIT, WorkflowEngine
 from reliable.workflows.planning import node_states
 
@@ -290,7 +291,7 @@ def test_a_result_too_large_blocks_the_child_that_needs_it(harness: Harness) -> 
 def test_the_recovery_loop_advances_a_workflow_whose_worker_died_before_advancing_it(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     r = Recorder()
-    monkeypatch.setattr(type(harness.middleware), "_advance_workflow", lambda self, broker, workflow_id: None)
+    monkeypatch.setattr(after_commit, "advance_workflow", lambda runtime, metrics, broker, workflow_id: None)
     workflow_id = diamond(r).submit(harness.broker)
     harness.run()
     assert r.ran == Counter("a") and states(harness, workflow_id)["b"] == "READY"  # nobody started b and c

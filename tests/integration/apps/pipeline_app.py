@@ -21,6 +21,7 @@ from dramatiq.rate_limits.backends import StubBackend
 
 import reliable
 from reliable.middleware import ReliableMiddleware
+from reliable.worker import after_commit, groups
 
 broker = RabbitmqBroker(url=os.environ["RELIABLE_TEST_BROKER"])
 reliable.install(
@@ -40,32 +41,32 @@ QUEUE = os.environ["RELIABLE_TEST_QUEUE"]
 _KILL_MARKER = os.environ.get("RELIABLE_TEST_KILL_AFTER_COMMIT")
 
 if _KILL_MARKER:
-    _conclude = ReliableMiddleware._conclude
+    _conclude = after_commit.conclude
 
-    def _die_before_publishing(self: ReliableMiddleware, broker: Any, message: Any, context: Any, job: Any,
+    def _die_before_publishing(runtime: Any, metrics: Any, broker: Any, message: Any, context: Any, job: Any,
                                decision: Any, planned: Any) -> None:
         if job is not None and planned and not os.path.exists(_KILL_MARKER):
             with open(_KILL_MARKER, "w") as marker:
                 marker.write(f"{job.job_id} {job.status.value}\n")
             os.kill(os.getpid(), signal.SIGKILL)
-        _conclude(self, broker, message, context, job, decision, planned)
+        _conclude(runtime, metrics, broker, message, context, job, decision, planned)
 
-    ReliableMiddleware._conclude = _die_before_publishing  # type: ignore[method-assign]
+    after_commit.conclude = _die_before_publishing
 
 _GROUP_KILL_MARKER = os.environ.get("RELIABLE_TEST_KILL_AFTER_GROUP_COMMIT")
 
 if _GROUP_KILL_MARKER:
-    _group_arrived = ReliableMiddleware._group_arrived
+    _group_arrived = groups.group_arrived
 
-    def _die_before_completing(self: ReliableMiddleware, broker: Any, message: Any, context: Any, fan_in: Any,
+    def _die_before_completing(mw: ReliableMiddleware, broker: Any, context: Any, fan_in: Any,
                                callbacks: Any) -> None:
         if fan_in.cleared and not os.path.exists(_GROUP_KILL_MARKER):
             with open(_GROUP_KILL_MARKER, "w") as marker:
                 marker.write(f"{context.job_id} cleared {fan_in.barrier_id}\n")
             os.kill(os.getpid(), signal.SIGKILL)
-        _group_arrived(self, broker, message, context, fan_in, callbacks)
+        _group_arrived(mw, broker, context, fan_in, callbacks)
 
-    ReliableMiddleware._group_arrived = _die_before_completing  # type: ignore[method-assign]
+    groups.group_arrived = _die_before_completing
 
 
 @dramatiq.actor(queue_name=QUEUE)

@@ -8,11 +8,11 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware, Retries
 
+from ..policy import Policy
+from ..store import StateStore
 from .continuations import kind_of
 from .dramatiq_logs import quiet_rate_limited_retries
 from .middleware import ReliableMiddleware
-from .policy import Policy
-from .store import StateStore
 
 __all__ = ["ForUntrackedActors", "install"]
 
@@ -24,7 +24,7 @@ class ForUntrackedActors(Middleware):
     For tracked actors reliable does their work itself: the policy decides retries and the store
     records them (letting Retries act too would retry twice, and its re-enqueue-then-ack can lose a
     message: Dramatiq PR #545); the next pipeline step, callbacks and `on_retry_exhausted` are
-    registered in the transaction that commits the job's outcome (`reliable.continuations`).
+    registered in the transaction that commits the job's outcome (`reliable.worker.continuations`).
     """
 
     def __init__(self, inner: Middleware, reliable: ReliableMiddleware) -> None:
@@ -60,7 +60,7 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
 
     Dramatiq's Retries, Pipelines and Callbacks middleware are kept for actors declared with
     ``reliable=False``; for every tracked actor reliable does their work (see ForUntrackedActors).
-    GroupCallbacks is replaced so that group barriers are kept in the store (`reliable.groups`).
+    GroupCallbacks is replaced so that group barriers are kept in the store (`reliable.worker.groups`).
     """
     policy = policies if isinstance(policies, Policy) else Policy.load(policies)
     middleware = ReliableMiddleware(store, policy=policy, **options)

@@ -22,7 +22,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Callbacks, Pipelines, Retries
 
-from .states import JobStatus
+from ..states import JobStatus
 
 __all__ = ["KINDS", "FollowUp", "follow_ups", "follows_success", "kind_of"]
 
@@ -31,7 +31,7 @@ KINDS: dict[type[dramatiq.Middleware], str] = {
     Pipelines: "pipelines", Callbacks: "callbacks", Retries: "on_retry_exhausted",
 }
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("reliable.continuations")  # its name before the move to worker/
 
 _SUCCEEDED = frozenset({JobStatus.SUCCEEDED})
 _DEAD = frozenset({JobStatus.DEAD})

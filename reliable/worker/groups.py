@@ -12,6 +12,10 @@ Untracked members keep Dramatiq's barrier. A group created before its broker's G
 was replaced (the middleware added after `install` in a producer that ran the group before any
 other reliable hook) has no barrier in the store: its tracked members fall back to Dramatiq's
 barrier after the commit, as without reliable.
+
+`group_completion` builds a member's arrival (`FanIn`) with the jobs of the group's callbacks,
+`group_arrived` publishes them once the commit cleared the barrier, and
+`untracked_member_succeeded` brings an untracked member's success to the store's barrier.
 """
 
 from __future__ import annotations
@@ -22,10 +26,22 @@ import dramatiq
 from dramatiq.middleware import GroupCallbacks
 from dramatiq.rate_limits import RateLimiterBackend
 
-if TYPE_CHECKING:
-    from .middleware import ReliableMiddleware
+from ..store import FanIn, NewJob
+from ..tracecontext import TRACE_OPTIONS
+from . import after_commit
+from .context import JobContext
 
-__all__ = ["StoreBarrierBackend", "TrackedGroupCallbacks", "adopt_group_callbacks"]
+if TYPE_CHECKING:
+    from .state import Worker
+
+__all__ = [
+    "StoreBarrierBackend",
+    "TrackedGroupCallbacks",
+    "adopt_group_callbacks",
+    "group_arrived",
+    "group_completion",
+    "untracked_member_succeeded",
+]
 
 
 class StoreBarrierBackend(RateLimiterBackend):
@@ -34,14 +50,15 @@ class StoreBarrierBackend(RateLimiterBackend):
     Every call goes to the wrapped backend too (Dramatiq's barrier keeps working for untracked members).
     """
 
-    def __init__(self, backend: RateLimiterBackend, reliable: ReliableMiddleware) -> None:
+    def __init__(self, backend: RateLimiterBackend, reliable: Worker) -> None:
         self.backend: Any = backend  # Dramatiq's backends are untyped
         self.reliable = reliable
 
     def add(self, key: str, value: int, ttl: int) -> bool:
         """Create the barrier `key` for `value` parties in the backend and in the store."""
         added = bool(self.backend.add(key, value, ttl))
-        self.reliable.create_barrier(key, value)
+        runtime = self.reliable.runtime  # waits while the store is unreachable
+        runtime.with_store_retry("create_barrier", lambda: runtime.store.create_barrier(key, value))
         return added
 
     def incr(self, key: str, amount: int, maximum: int, ttl: int) -> bool:
@@ -70,7 +87,7 @@ class TrackedGroupCallbacks(GroupCallbacks):
     where every member's success arrives (tracked members' with their commit); Dramatiq's barrier
     decides only for a group the store does not know."""
 
-    def __init__(self, inner: GroupCallbacks, reliable: ReliableMiddleware) -> None:
+    def __init__(self, inner: GroupCallbacks, reliable: Worker) -> None:
         super().__init__(StoreBarrierBackend(inner.rate_limiter_backend, reliable), barrier_ttl=inner.barrier_ttl)
         self.inner = inner
         self.reliable = reliable
@@ -81,13 +98,13 @@ class TrackedGroupCallbacks(GroupCallbacks):
         store does not know); a tracked member's is counted by reliable's middleware, with its commit."""
         if self.reliable.tracked(broker, message.actor_name):
             return
-        if exception is None and self.reliable.untracked_member_succeeded(broker, message):
+        if exception is None and untracked_member_succeeded(self.reliable, broker, message):
             return
         self.inner.after_process_message(  # type: ignore[no-untyped-call]
             broker, message, result=result, exception=exception)
 
 
-def adopt_group_callbacks(broker: dramatiq.Broker, reliable: ReliableMiddleware) -> TrackedGroupCallbacks | None:
+def adopt_group_callbacks(broker: dramatiq.Broker, reliable: Worker) -> TrackedGroupCallbacks | None:
     """Replace the broker's GroupCallbacks by a TrackedGroupCallbacks (once); the one in place, or None."""
     for index, middleware in enumerate(broker.middleware):
         if isinstance(middleware, TrackedGroupCallbacks):
@@ -97,3 +114,61 @@ def adopt_group_callbacks(broker: dramatiq.Broker, reliable: ReliableMiddleware)
             broker.middleware[index] = tracked
             return tracked
     return None
+
+
+def group_completion(mw: Worker, broker: dramatiq.Broker, message: Any, *, trace: dict[str, Any],
+                     parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
+    """A group member's arrival at its completion barrier, with the group's callbacks to register."""
+    barrier_id = message.options.get("group_completion_uuid")
+    callbacks = message.options.get("group_completion_callbacks")
+    if not barrier_id or not callbacks or mw.group_callbacks is None:
+        return None
+    messages: list[dramatiq.Message[Any]] = []
+    new_jobs: list[NewJob] = []
+    for data in callbacks:
+        # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
+        callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
+        callback.options.update(trace, parent_job_id=parent_job_id, workflow_id=barrier_id)
+        prepared = mw.registration.new_job(broker, callback, None)
+        messages.append(callback)
+        if prepared is not None:
+            new_jobs.append(prepared[0])
+    return FanIn(barrier_id, new_jobs), messages
+
+
+def untracked_member_succeeded(mw: Worker, broker: dramatiq.Broker, message: Any) -> bool:
+    """An untracked group member's success arrives at its group's barrier in the store (so a group
+    mixing tracked and untracked members completes); False when the store does not know the
+    barrier, and Dramatiq's barrier decides."""
+    trace = {key: message.options[key] for key in TRACE_OPTIONS if message.options.get(key)}
+    built = group_completion(mw, broker, message, trace=trace, parent_job_id=message.message_id)
+    if built is None:
+        return False
+    fan_in, callbacks = built
+    mw.runtime.with_store_retry("arrive_at_barrier", lambda: mw.store.arrive_at_barrier(fan_in))
+    if not fan_in.known:
+        return False
+    if fan_in.cleared:
+        after_commit.publish_group_callbacks(broker, message.message_id, callbacks)
+    return True
+
+
+def group_arrived(mw: Worker, broker: dramatiq.Broker, context: JobContext, fan_in: FanIn,
+                  callbacks: list[dramatiq.Message[Any]]) -> None:
+    """Publish the group's completion callbacks if this member cleared its barrier (registered
+    with its success), or let Dramatiq's barrier decide for a group the store does not know."""
+    if not fan_in.known:
+        from dramatiq.rate_limits import Barrier
+
+        adopted = mw.group_callbacks
+        assert isinstance(adopted, TrackedGroupCallbacks)
+        inner = adopted.inner
+        barrier = Barrier(inner.rate_limiter_backend, fan_in.barrier_id, ttl=inner.barrier_ttl)  # type: ignore[no-untyped-call]
+        if not barrier.wait(block=False):  # type: ignore[no-untyped-call]
+            return
+        # Not registered with the success (the store has no barrier to clear): register now,
+        # before publishing, as a producer's enqueue would.
+        mw.runtime.with_store_retry("register", lambda: mw.store.register_many(fan_in.jobs))
+    elif not fan_in.cleared:
+        return
+    after_commit.publish_group_callbacks(broker, context.job_id, callbacks)

@@ -60,14 +60,14 @@ class WorkflowNodeResults(logging.Filter):
 
 
 def _rate_limited_rule(message: object, exception: BaseException) -> str | None:
-    from .middleware import ReliableMiddleware
+    from .registration import find_installed
 
     try:
         broker = dramatiq.get_broker()
-        middleware = next((m for m in broker.middleware if isinstance(m, ReliableMiddleware)), None)
-        if middleware is None:
+        installed = find_installed(broker)
+        if installed is None:
             return None
-        return middleware.rate_limited_rule(broker, message, exception)
+        return installed.registration.rate_limited_rule(broker, message, exception)
     except Exception:  # a log line must never fail: keep Dramatiq's own
         return None
 

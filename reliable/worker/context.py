@@ -8,16 +8,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .errors import JobCancelled, JobInterrupted, JobPaused, JobStopped, LeaseLost, LeaseLostInterrupt
-from .states import JobStatus
-from .store import Claim, LeaseStatus, StateStore
-from .store.retrying import retry_while_unavailable
-from .tracecontext import TraceParent, new_trace_id, span_id_for, trace_id_from
+from dramatiq.middleware import raise_thread_exception
+
+from ..errors import JobCancelled, JobInterrupted, JobPaused, JobStopped, LeaseLost, LeaseLostInterrupt
+from ..states import JobStatus
+from ..store import Claim, LeaseStatus, StateStore
+from ..store.retrying import retry_while_unavailable
+from ..tracecontext import TraceParent, new_trace_id, span_id_for, trace_id_from
 
 if TYPE_CHECKING:
-    from .policy import JobContract
+    from ..limits.gate import Admission
+    from ..policy import JobContract
 
-__all__ = ["CheckpointCodec", "JobContext", "current_job"]
+__all__ = ["CheckpointCodec", "Delivery", "JobContext", "current_job"]
 
 T = TypeVar("T")
 
@@ -160,7 +163,7 @@ class JobContext:
         """
         import json
 
-        from .errors import WorkflowResultUnavailable
+        from ..errors import WorkflowResultUnavailable
 
         results: dict[str, Any] = {}
         for name, parent in self._parents().items():
@@ -173,7 +176,7 @@ class JobContext:
         return results
 
     def _parents(self) -> dict[str, dict[str, Any]]:
-        from .store.workflows import WorkflowStore
+        from ..store.workflows import WorkflowStore
 
         return self._store_call("parent results", lambda: WorkflowStore(self.store).parent_results(self.job_id))
 
@@ -307,3 +310,25 @@ class JobContext:
         """Whether the actor is still running (an async interrupt may be delivered)."""
         with self._lock:
             return self._in_actor
+
+    def interrupt(self, exc: type[BaseException]) -> None:
+        """Raise `exc` in the attempt's thread while its actor runs (as Dramatiq's TimeLimit does);
+        nothing once the actor returned (`leave` holds the same lock)."""
+        with self._lock:
+            if self._in_actor:
+                raise_thread_exception(self.thread_id, exc)  # type: ignore[no-untyped-call]
+
+
+class Delivery(threading.local):
+    """What the worker thread's current delivery holds between Dramatiq's hooks (per thread, not
+    per job id: a stale attempt and its re-claimed successor can run one job in two threads)."""
+
+    #: The job id of a fast-path run (nothing claimed before it), and the attempt id chosen for it.
+    fast: str | None = None
+    fast_attempt: str | None = None
+    #: The running attempt of a won claim.
+    context: JobContext | None = None
+    #: The limits admission whose slot this delivery holds.
+    limits: Admission | None = None
+    #: The message id reliable itself skipped (a refused claim, a deferral): its skip is not final.
+    own_skip: str | None = None

@@ -13,12 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from dramatiq.middleware import raise_thread_exception
-
+from ..errors import JobForceStopped, LeaseLostInterrupt, StoreError
+from ..states import JobStatus
+from ..store import StateStore
 from .context import JobContext
-from .errors import JobForceStopped, LeaseLostInterrupt, StoreError
-from .states import JobStatus
-from .store import StateStore
 
 __all__ = ["Heartbeat"]
 
@@ -56,7 +54,7 @@ class Heartbeat:
             self._jobs[(job.job_id, job.fencing_token)] = job
         for old in stale:  # its lease was reassigned (to `job`): stop it before it does more work
             old.mark_lease_lost()
-            self._interrupt(old, LeaseLostInterrupt)
+            old.interrupt(LeaseLostInterrupt)
 
     def remove(self, job: JobContext) -> None:
         """Stop renewing `job`'s lease (its attempt ended)."""
@@ -137,7 +135,7 @@ class Heartbeat:
                                     lease_id=job.fencing_token, detail={"write": "heartbeat"})
         except StoreError:
             logger.warning("job %s: could not record the lost lease", job.job_id)
-        self._interrupt(job, LeaseLostInterrupt)
+        job.interrupt(LeaseLostInterrupt)
 
     def _force_stop(self, job: JobContext, overdue: float) -> None:
         key = (job.job_id, job.fencing_token)
@@ -153,10 +151,4 @@ class Heartbeat:
         logger.error("job %s: still running %.1fs past its stop grace; terminating its thread", job.job_id, overdue)
         if self._on_escalation:
             self._on_escalation(job, overdue)
-        self._interrupt(job, JobForceStopped)
-
-    @staticmethod
-    def _interrupt(job: JobContext, exc: type[BaseException]) -> None:
-        with job._lock:
-            if job._in_actor:
-                raise_thread_exception(job.thread_id, exc)  # type: ignore[no-untyped-call]
+        job.interrupt(JobForceStopped)

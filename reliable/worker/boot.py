@@ -1,0 +1,62 @@
+"""A worker process boots: what is checked, stored and started before its first message.
+
+In order: with json_logs, the events go to stderr; the broker's GroupCallbacks is adopted; the
+process's store is opened and its replication checked; the broker is checked (`reliable.rabbitmq`:
+delivery limit, queues, consumer_timeout); every tracked actor's metrics start at 0; the app's
+schedules are stored (their actors are imported by now: the job templates can be built); the
+policy's retry lanes are declared; the heartbeat starts and, if enabled, the recovery thread.
+A mistake stops the boot (ActorContractError, a MiddlewareError: the worker does not start).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import dramatiq
+
+from ..dispatch import declare_queue
+from ..errors import ActorContractError, ConfigError
+from ..events import log_events_to_stderr
+from ..rabbitmq.boot import check_broker
+from ..schedules.boot import declare_schedules
+
+if TYPE_CHECKING:
+    from .state import Worker
+
+__all__ = ["boot"]
+
+
+def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
+    """Boot this worker process for `broker` (see the module doc)."""
+    settings, process = mw.settings, mw.runtime
+    mw.broker = broker
+    if settings.json_logs:
+        log_events_to_stderr()
+    mw.adopt_group_callbacks(broker)
+    process.ensure_process()
+    process.check_replication()
+    check_broker(broker, mw, worker)
+    metrics = mw.metrics
+    if metrics is not None:
+        for name in broker.get_declared_actors():
+            if mw.tracked(broker, name):
+                metrics.track(name, broker.get_actor(name).queue_name)
+    assert process.heartbeat is not None
+    if settings.schedules:
+        for schedule in settings.schedules:
+            if settings.recovery and schedule.grace < settings.recovery_interval:
+                # The scheduler ticks once per recovery pass: a slot could be older than the
+                # grace at every tick, and "skip" would drop every slot.
+                raise ActorContractError(
+                    f"schedule {schedule.name!r}: misfire_grace {schedule.grace:g}s is shorter than the "
+                    f"recovery interval {settings.recovery_interval:g}s the scheduler ticks at")
+        try:
+            process.with_store_retry("declare schedules", lambda: declare_schedules(process.store, mw, broker,
+                                                                                    settings.schedules))
+        except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
+            raise ActorContractError(str(exc)) from None
+    for lane in settings.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
+        declare_queue(broker, lane)
+    process.heartbeat.start()
+    if settings.recovery:
+        process.start_recovery(broker, mw.plans.options)

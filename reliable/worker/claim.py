@@ -1,0 +1,254 @@
+"""The claim before a run, and the fast path's claim after it: the two halves of a delivery.
+
+`before_run` and `after_run` are what Dramatiq's before/after_process_message hooks hand over.
+Before the actor runs (`claim`): the delivery is admitted by the actor's limits, then the job is
+claimed, a compare-and-set. A refused claim skips the delivery (`refuse`: the one place a refusal
+is handled; the store already holds the truth). A message unknown to the store (published by a
+producer without reliable) is registered first. A won claim is held by the heartbeat from then on.
+
+The fast path (an actor with `fast_path=True` whose success nothing has to follow) writes nothing
+before the run: it only looks that the job is PENDING. After the run `fast_done` commits a success
+in one compare-and-set, or claims the job (`claim_after_run`) so that the durable path decides a
+failure as for any attempt. `skipped` gives back a job another middleware skipped after our claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import dramatiq
+from dramatiq.middleware import SkipMessage
+
+from ..dispatch import message_for
+from ..errors import ClaimRefused
+from ..limits.gate import fast_path_allowed
+from ..options import own_queue
+from ..states import JobStatus
+from ..tracecontext import span_id_for
+from . import after_commit, completion, outcome, spans
+from .context import JobContext, _fast_run
+from .continuations import follows_success
+from .registration import REGISTERED
+from .skips import Skip, end_unclaimed
+
+if TYPE_CHECKING:
+    from .state import Worker
+
+__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "refuse", "release_lease",
+           "skipped", "take", "take_fast"]
+
+logger = logging.getLogger("reliable.middleware")
+
+
+def before_run(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
+    """Claim the delivered job of a tracked actor; refuse to run it (skip + ack) unless the claim wins."""
+    try:
+        claim(mw, broker, message)
+    except SkipMessage:
+        mw.admission.release()
+        mw.delivery.own_skip = message.message_id  # not final: see skipped()
+        raise
+    except BaseException:
+        mw.admission.release()
+        mw.delivery.own_skip = message.message_id
+        # Dramatiq swallows any other exception of a before-hook and would run the actor
+        # without a claim: never let that happen. The job row is the truth; a PENDING job is
+        # re-dispatched by the sweeper.
+        logger.exception("claim of message %s failed; skipping it", message.message_id)
+        message.options["store_results"] = False  # never ran: Results must not store None for it
+        raise SkipMessage("claim failed") from None
+
+
+def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
+              exception: BaseException | None) -> None:
+    """A delivery ran: commit its attempt's outcome, fenced by its lease; then end the attempt's span."""
+    try:
+        if take_fast(mw, message):
+            fast_done(mw, broker, message, exception)
+        elif (context := take(mw, message)) is not None:
+            try:
+                context.leave()
+                completion.note_unrecorded_effects(mw, context)
+                completion.complete(mw, broker, message, context, result, exception)
+            finally:
+                # Only now: the lease is renewed while the final write may still be retried (a slow
+                # or blipping store must not let recovery reclaim a job that already finished).
+                release_lease(mw, context)
+    finally:
+        mw.delivery.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
+        spans.end(mw.tracing, exception)
+
+
+def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
+    """Claim the delivered job, or raise SkipMessage (see the module doc)."""
+    job_id = message.message_id
+    contract = mw.plans.contract(message.actor_name, own_queue(message.queue_name, message.options), message.options)
+    refusal = mw.admission.admit(broker, message)
+    if refusal is not None:
+        refuse(mw, broker, message, refusal)
+    if contract.fast_path and _fast_eligible(mw, message):
+        status = mw.runtime.with_store_retry("job_status", lambda: mw.store.job_status(job_id))
+        if status is JobStatus.PENDING:
+            mw.delivery.fast = job_id
+            # The run's attempt id is chosen now, so the messages it sends name its span.
+            attempt_id = mw.delivery.fast_attempt = uuid.uuid4().hex
+            trace = spans.message_trace(message)
+            span_id = spans.start(mw.tracing, message, attempt=None, attempt_id=attempt_id, parent=trace)
+            _fast_run.set((job_id, trace.child(span_id or span_id_for(attempt_id))))
+            return
+        # Anything else (a retry, a paused or finished job, an unknown message): the durable
+        # claim decides, as for any actor.
+    # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
+    attempt_id = uuid.uuid4().hex
+    try:
+        won = mw.runtime.with_store_retry("claim", lambda: mw.store.claim(
+            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id))
+    except ClaimRefused as refused:
+        if refused.reason != "not_found":
+            refuse(mw, broker, message, refused)
+        unknown = message.copy(queue_name=message.queue_name)  # published by a producer without the middleware
+        unknown.options.pop(REGISTERED, None)  # whatever it claims, the store has no such job
+        mw.before_enqueue(broker, unknown, None)
+        won = mw.store.claim(job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl)
+    mw.admission.bind(broker, message, won)
+    span_id = spans.start(mw.tracing, message, attempt=won.job.attempt, attempt_id=won.attempt_id)
+    context = hold(mw, message, won, span_id=span_id)
+    mw.delivery.context = context
+    context.enter()
+
+
+def hold(mw: Worker, message: Any, won: Any, *, span_id: str | None = None) -> JobContext:
+    """The running attempt of a won claim, its lease renewed by the heartbeat from now on; its
+    contract is the one of the job's own queue as the store has it (whatever queue delivered it)."""
+    contract = mw.plans.contract(message.actor_name, won.job.home_queue, message.options)
+    codec = mw.plans.plan(message.actor_name).codec
+    context = JobContext(mw.store, won, contract, mw.worker_id, mw.lease_ttl,
+                         store_retry_cap=mw.heartbeat_interval, codec=codec, span_id=span_id)
+    heartbeat = mw.runtime.heartbeat
+    assert heartbeat is not None
+    heartbeat.add(context)
+    heartbeat.start()
+    return context
+
+
+def refuse(mw: Worker, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:
+    """Handle a refused claim, then skip this delivery (always raises SkipMessage)."""
+    if refusal.reason == "not_due" and refusal.retry_in is not None:
+        # The delayed message came early (clock skew between worker and database): wait again.
+        broker.enqueue(message_for(mw.store.get(message.message_id)), delay=int(refusal.retry_in * 1000) + 50)
+    else:
+        try:
+            mw.store.record_event(message.message_id, "claim_refused", worker_id=mw.worker_id,
+                                  detail={"reason": refusal.reason,
+                                          "redelivered": getattr(message, "redelivered", None)})
+        except Exception:
+            logger.warning("could not record the refused claim of %s", message.message_id, exc_info=True)
+        logger.info("message %s skipped: claim refused (%s)", message.message_id, refusal.reason)
+    # This delivery never ran: Dramatiq's Results must not store None for it (its
+    # after_skip_message would, over a real result or while the job runs elsewhere).
+    message.options["store_results"] = False
+    raise SkipMessage(refusal.reason) from None
+
+
+def _fast_eligible(mw: Worker, message: Any) -> bool:
+    """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
+    step, on_success, a group's completion) that would have to be registered with it."""
+    broker = mw.plans.broker
+    limited = mw.admission.gate.spec_for(broker, message.actor_name) if broker is not None else None
+    if not fast_path_allowed(limited):
+        return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
+    if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
+        return False  # a group's barrier or a workflow node's result commits with the success
+    if own_queue(message.queue_name, message.options) != message.queue_name.removesuffix(".DQ"):
+        # On a routed retry's lane: the claim reads the job's own queue from the store, which
+        # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
+        return False
+    return not follows_success(message, mw.plans.options(message.actor_name))
+
+
+def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: BaseException | None) -> None:
+    """A fast-path run ended: commit a success in one compare-and-set; claim a failure and
+    let the durable path decide it (policy, retry, callbacks) as for any attempt."""
+    job_id = message.message_id
+    # One for every try: a retry after a lost reply finds its commit.
+    attempt_id: str = mw.delivery.fast_attempt or uuid.uuid4().hex
+    if exception is None:
+        # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
+        # trace; the broker's redelivered flag says an earlier run may have happened.
+        detail = {"redelivered": True} if getattr(message, "redelivered", False) else None
+        job = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_succeed(
+            job_id, worker_id=mw.worker_id, attempt_id=attempt_id, detail=detail))
+        if job is None:
+            logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
+            message.options["store_results"] = False
+        return
+    context = claim_after_run(mw, message, attempt_id, "failure")
+    if context is None:
+        return
+    try:
+        completion.complete(mw, broker, message, context, None, exception)
+    finally:
+        release_lease(mw, context)
+
+
+def claim_after_run(mw: Worker, message: Any, attempt_id: str, what: str) -> JobContext | None:
+    """Claim a fast-path job whose run ended without a success, so the durable path decides
+    what follows (held in the heartbeat while it does). Only from PENDING: a job that moved on
+    meanwhile (a duplicate's outcome, an operator) is left alone."""
+    job_id = message.message_id
+    try:
+        won = mw.runtime.with_store_retry("claim", lambda: mw.store.claim(
+            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id,
+            from_states=(JobStatus.PENDING,)))
+    except ClaimRefused as refusal:
+        logger.warning("job %s: fast-path %s not recorded, the job left PENDING during the run (%s)",
+                       job_id, what, refusal.reason)
+        return None
+    active = mw.tracing.current() if mw.tracing is not None else None  # the run's span, still current
+    return hold(mw, message, won, span_id=active.span_id if active else None)
+
+
+def skipped(mw: Worker, broker: dramatiq.Broker, message: Any, skip: Skip) -> None:
+    """A delivery was skipped. reliable's own skip (a refused claim, a deferral) changes nothing;
+    another middleware's ends the job, as Dramatiq acks a skipped message for good: fenced by the
+    lease when reliable had claimed it, by the version read when not (`skips.end_unclaimed`)."""
+    context = None if take_fast(mw, message) else take(mw, message)
+    if context is None:
+        if not skip.own and mw.tracked(broker, message.actor_name):
+            job = mw.runtime.with_store_retry("skipped", lambda: end_unclaimed(mw.store, message, skip))
+            if job is not None and job.workflow_id and message.options.get("workflow_node"):
+                after_commit.advance_workflow(mw.runtime, mw.metrics, broker, job.workflow_id)
+        return
+    context.leave()
+    try:
+        logger.warning("job %s: skipped %s after its claim", context.job_id, skip.describe())
+        job = completion.finish(mw, context, outcome.skipped(skip))
+        after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, [])
+    finally:
+        release_lease(mw, context)
+
+
+def take_fast(mw: Worker, message: Any) -> bool:
+    """Whether this thread's delivery is `message`'s fast-path run (forgotten from now on)."""
+    fast = mw.delivery.fast
+    mw.delivery.fast = None
+    _fast_run.set(None)
+    return fast is not None and fast == message.message_id
+
+
+def take(mw: Worker, message: Any) -> JobContext | None:
+    """This thread's running attempt of `message`'s job, if any (forgotten from now on)."""
+    context = mw.delivery.context
+    mw.delivery.context = None
+    if context is None or context.job_id != message.message_id:
+        return None
+    return context
+
+
+def release_lease(mw: Worker, context: JobContext) -> None:
+    """Stop renewing the lease of `context`'s attempt (it has ended and its outcome is written)."""
+    heartbeat = mw.runtime.heartbeat
+    assert heartbeat is not None
+    heartbeat.remove(context)

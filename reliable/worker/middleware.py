@@ -1,0 +1,199 @@
+"""The Dramatiq middleware: Dramatiq's hooks, each handing over to the module that owns the step.
+
+before_enqueue, enqueue_many: the job is registered PENDING before its message is published
+(`registration`). before_process_message: limits (`admission`), then the claim (`claim`).
+after_process_message: the outcome (`outcome`, pure) written fenced by the lease with what follows
+it (`completion`), then acted on (`after_commit`). after_skip_message: another
+middleware's skip ends the job (`skips`). Worker boot and shutdown: the per-process threads (`runtime`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from ..errors import ActorContractError, ConfigError, PolicyError
+from ..metrics import Metrics
+from ..options import ACTOR_OPTIONS
+from ..policy import JobContract, Policy
+from ..schedules import Schedule
+from ..store import StateStore
+from . import claim, runtime, spans
+from .admission import Limits
+from .after_commit import escalate
+from .boot import boot
+from .context import Delivery
+from .groups import TrackedGroupCallbacks, adopt_group_callbacks
+from .heartbeat import Heartbeat
+from .plans import Plans
+from .registration import Registration
+from .settings import Settings
+from .skips import skip_of
+
+__all__ = ["ReliableMiddleware"]
+
+
+class ReliableMiddleware(Middleware):
+    """Track every message of the broker's actors as a durable job with leases and fencing.
+
+    The constructor's options (store, policy, lease_ttl, heartbeat_interval, recovery,
+    recovery_interval, sweep_after, listeners, metrics, json_logs, max_connections, group_commit,
+    tracing, schedules, replication) are documented in `reliable.worker.settings.Settings`.
+    """
+
+    def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
+                 lease_ttl: float | None = None, heartbeat_interval: float | None = None,
+                 recovery: bool = True, recovery_interval: float | None = None,
+                 sweep_after: float | None = None,
+                 listeners: tuple[Callable[[dict[str, Any]], None], ...] = (),
+                 metrics: Metrics | bool = True, json_logs: bool = True,
+                 max_connections: int | None = None, group_commit: bool = True, tracing: object = False,
+                 schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None,
+                 replication: str = "warn") -> None:
+        self.settings = s = Settings.resolve(
+            store, policy=policy, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval, recovery=recovery,
+            recovery_interval=recovery_interval, sweep_after=sweep_after, listeners=listeners, metrics=metrics,
+            json_logs=json_logs, max_connections=max_connections, group_commit=group_commit, tracing=tracing,
+            schedules=schedules, replication=replication)
+        self.policy, self.lease_ttl, self.heartbeat_interval = s.policy, s.lease_ttl, s.heartbeat_interval
+        self.recovery_enabled, self.recovery_interval, self.sweep_after = s.recovery, s.recovery_interval, s.sweep_after
+        self.replication, self.group_commit, self.max_connections = s.replication, s.group_commit, s.max_connections
+        self.metrics, self.tracing, self.schedules = s.metrics, s.tracing, s.schedules
+        self.runtime = runtime.Runtime(s, on_escalation=lambda job, late: escalate(self.runtime, job, late))
+        self.plans = Plans(s.policy)
+        self.registration = Registration(self.plans, self.runtime, s.tracing)
+        #: What this worker thread's delivery holds between the hooks.
+        self.delivery = Delivery()
+        #: The continuation kinds reliable sends for tracked actors (set by `install` from the
+        #: Dramatiq middleware it found: see `reliable.worker.continuations`).
+        self.continuation_kinds: frozenset[str] = frozenset()
+        #: Dramatiq's Retries middleware of the broker, if any: its `retry_when` applies to tracked actors.
+        self.dramatiq_retries: Any = None
+        #: The broker's GroupCallbacks, replaced so group barriers live in the store (reliable.worker.groups).
+        self.group_callbacks: TrackedGroupCallbacks | None = None
+        #: Concurrency and rate limits declared with `limits=` (reliable.limits).
+        self.admission = Limits(self.runtime, self.plans, self.delivery, s.metrics)
+
+    @property
+    def actor_options(self) -> set[str]:
+        """The options this middleware lets actors declare."""
+        return set(ACTOR_OPTIONS)
+
+    @property
+    def broker(self) -> dramatiq.Broker | None:
+        """The broker whose actors are tracked (the first one a hook saw)."""
+        return self.plans.broker
+
+    @broker.setter
+    def broker(self, broker: dramatiq.Broker | None) -> None:
+        self.plans.broker = broker
+
+    @property
+    def store(self) -> StateStore:
+        """This process's StateStore (opened on first use after a fork)."""
+        return self.runtime.store
+
+    @property
+    def worker_id(self) -> str:
+        """host:pid:random — the identity written on claims and leases."""
+        return self.runtime.worker_id
+
+    def contract_for(self, actor_name: str, queue: str, message_options: dict[str, Any] | None = None) -> JobContract:
+        """The job contract of an actor's job on `queue` (see `Plans.contract`)."""
+        return self.plans.contract(actor_name, queue, message_options)
+
+    def tracked(self, broker: dramatiq.Broker, actor_name: str) -> bool:
+        """Whether reliable tracks this actor (all do, unless declared with `reliable=False`)."""
+        return self.registration.tracked(broker, actor_name)
+
+    def adopt_group_callbacks(self, broker: dramatiq.Broker) -> None:
+        """Keep group barriers in the store from now on, if the broker has GroupCallbacks (reliable.worker.groups)."""
+        if self.group_callbacks is None:
+            self.group_callbacks = adopt_group_callbacks(broker, self)
+
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: Any) -> None:
+        """Resolve a tracked actor's contract now: a contradiction (e.g. `fast_path=True` with
+        `resumable=True`) fails at its declaration (PolicyError naming actor and option)."""
+        self.plans.forget()  # a re-declared actor may change its options
+        if not actor.options.get("reliable", True):
+            return
+        try:
+            self.plans.check(actor)
+            self.admission.gate.declare(actor)
+        except (PolicyError, ConfigError) as exc:
+            raise ActorContractError(str(exc)) from None
+
+    def after_process_boot(self, broker: dramatiq.Broker) -> None:
+        """Remember the broker (re-dispatch needs it)."""
+        self.broker = broker
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Start this process's heartbeat and recovery loop (see `reliable.worker.boot`)."""
+        boot(self, broker, worker)
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
+        the worker threads finish."""
+        self.runtime.stop_recovery()
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """Stop the heartbeat once every worker thread has finished its message."""
+        self.runtime.shutdown()
+
+    def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        """Register the job (PENDING) before its message is published; no-op for a known job_id."""
+        if self.registration.registered_in_bulk(message):
+            return
+        if self.group_callbacks is None and "group_completion_uuid" in message.options:
+            self.adopt_group_callbacks(broker)  # GroupCallbacks added after install: the next groups
+        self.registration.register(broker, message, delay)
+
+    def enqueue_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
+        """Register many messages in one transaction (one store round trip per 500 jobs), then publish
+        them; how many were new jobs."""
+        return self.registration.register_many(broker, messages)
+
+    def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        """Claim the job; refuse to run it (skip + ack) unless the claim wins."""
+        self.broker = broker
+        if self.tracked(broker, message.actor_name):
+            claim.before_run(self, broker, message)
+
+    def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
+                              exception: BaseException | None = None) -> None:
+        """Commit the attempt's outcome, fenced by its lease; then end the attempt's span."""
+        claim.after_run(self, broker, message, result, exception)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        """Another middleware's skip ends the job, before or after our claim (reliable.worker.skips)."""
+        own = self.delivery.own_skip == message.message_id
+        self.delivery.own_skip = None
+        try:
+            # Dramatiq emits this inside its `except SkipMessage:`: the exception handled is the skip.
+            claim.skipped(self, broker, message, skip_of(message, sys.exc_info()[1], self, marked_own=own))
+        finally:
+            self.admission.release()
+            spans.end(self.tracing, None, outcome="skipped")
+
+    # The process state, as tests reach it.
+    @property
+    def _heartbeat(self) -> Heartbeat | None:
+        return self.runtime.heartbeat
+
+    @property
+    def _recovery_stop(self) -> threading.Event:
+        return self.runtime.recovery_stop
+
+    @property
+    def _recovery_thread(self) -> threading.Thread | None:
+        return self.runtime.recovery_thread
+
+    @_recovery_thread.setter
+    def _recovery_thread(self, thread: threading.Thread | None) -> None:
+        self.runtime.recovery_thread = thread

@@ -1,0 +1,219 @@
+"""How a message becomes a job: the one public way, for producers, workflows, schedules and follow-ups.
+
+`Registration.new_job` turns a message of a tracked actor into the `NewJob` to register (None for
+an untracked actor, or a message whose job exists: re-dispatched, retried, promoted from the delay
+queue). On the way it:
+- removes the options a message may not set (they choose code or loosen the contract: the actor's
+  declaration and the policy decide them), reported by `untrusted_ignored` with an event;
+- links the job to the job whose run sent it (parent, trace context) and to its workflow (a
+  declared or inherited id, its group's, or a pipeline's first step's id, down every later step);
+- stores the contract declared in code with the job, so a process that does not import the actor
+  (recovery, the CLI) decides with it; marks the message `REGISTERED` on every copy.
+`register` and `register_many` write the jobs (the producer's `before_enqueue` and `enqueue_many`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+import dramatiq
+
+from ..errors import ConfigError, StoreError
+from ..options import STORED_CONTRACT, own_queue, strip_untrusted
+from ..policy import Policy
+from ..store import NewJob, StateStore
+from ..tracecontext import TraceParent
+from ..tracing import Tracing
+from .context import _current, _fast_run
+from .plans import Plans
+
+__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "find_installed"]
+
+logger = logging.getLogger("reliable.middleware")
+
+#: Message option marking a message whose job is already in the store.
+REGISTERED = "reliable_registered"
+
+
+class StoreAccess(Protocol):
+    """How registration reaches the store (`reliable.worker.runtime.Runtime`)."""
+
+    @property
+    def store(self) -> StateStore:
+        """This process's store."""
+
+    def with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run a store call, waiting while the store is unreachable."""
+
+
+class Registration:
+    """Turns messages into jobs (see the module doc) with the installed policy, plans and store."""
+
+    def __init__(self, plans: Plans, runtime: StoreAccess, tracing: Tracing | None) -> None:
+        self.plans = plans
+        self.runtime = runtime
+        self.tracing = tracing
+        self._bulk = threading.local()  # the ids `register_many` registered, while it publishes them
+
+    @property
+    def policy(self) -> Policy:
+        """The policy contracts are computed with."""
+        return self.plans.policy
+
+    def tracked(self, broker: dramatiq.Broker, actor_name: str) -> bool:
+        """Whether reliable tracks this actor (all do, unless declared with `reliable=False`)."""
+        self.plans.broker = self.plans.broker or broker
+        return self.plans.plan(actor_name).tracked
+
+    def tracked_actor(self, broker: dramatiq.Broker, actor_name: str, *, who: str,
+                      error: type[ConfigError] = ConfigError) -> Any:
+        """The actor `who` (a workflow node, a schedule) names: `error` when the broker declares no
+        such actor or reliable does not track it (its jobs would not be kept in the store)."""
+        try:
+            actor = broker.get_actor(actor_name)
+        except dramatiq.errors.ActorNotFound:
+            raise error(f"{who}: no actor named {actor_name!r} is declared on the broker (import the module that "
+                        "declares it first)") from None
+        if not self.tracked(broker, actor_name):
+            raise error(f"{who}: actor {actor_name!r} is declared with reliable=False: it is not tracked by reliable, "
+                        "so its jobs would not be kept in the store")
+        return actor
+
+    def rate_limited_rule(self, broker: dramatiq.Broker, message: Any, exception: BaseException) -> str | None:
+        """The rule that classifies `exception` as rate limited for this tracked message, else None
+        (used to keep Dramatiq's worker log from calling an expected 429 an unhandled error)."""
+        actor, queue = str(message.actor_name), own_queue(str(message.queue_name), message.options)
+        if not self.tracked(broker, actor):
+            return None
+        contract = self.plans.contract(actor, queue, dict(message.options))
+        error_class, _rule, label = self.policy.classify(exception, actor, queue, contract)
+        spec = self.policy.classes.get(error_class)
+        return (label or error_class) if spec is not None and spec.rate_limited else None
+
+    def new_job(self, broker: dramatiq.Broker, message: dramatiq.Message[Any],
+                delay: int | None) -> tuple[NewJob, tuple[str, ...]] | None:
+        """The job to register for `message` and the names of the options it may not set (removed)."""
+        if not self.tracked(broker, message.actor_name):
+            return None
+        options = message.options
+        if options.get(REGISTERED) or ("eta" in options and delay is None):
+            return None  # re-dispatched, retried or promoted from the delay queue: the job exists
+        # Removed from the message that is published and stored (so no later reader can trust
+        # them by mistake), and recorded on the job.
+        ignored = strip_untrusted(options)
+        parent = _current.get()
+        link = (parent.job_id, parent.traceparent) if parent is not None else _fast_run.get()
+        sender = self.tracing.current() if self.tracing is not None else None
+        if link is not None:
+            options.setdefault("parent_job_id", link[0])
+            sender = sender or link[1]
+        options.update(TraceParent.for_message(options, sender=sender, job_id=message.message_id).as_options())
+        options[REGISTERED] = True  # travels with every copy of the message, see above
+        plan = self.plans.plan(message.actor_name)
+        link_workflow(message, plan.options)
+        canonical_queue = own_queue(message.queue_name, options)  # a producer's OWN_QUEUE was stripped above
+        contract = self.plans.contract(message.actor_name, canonical_queue)
+        data = message.asdict()
+        data["queue_name"] = canonical_queue
+        data["options"] = {k: v for k, v in options.items() if k != "eta"}
+        if plan.declared:
+            data["options"][STORED_CONTRACT] = dict(plan.declared)
+        return NewJob(
+            job_id=message.message_id, queue=canonical_queue, actor=message.actor_name, message=data,
+            owner=contract.owner, workflow_id=options.get("workflow_id"),
+            trace_id=options.get("trace_id"), parent_job_id=options.get("parent_job_id"),
+            checkpoint_schema=contract.checkpoint_schema, delay=(delay / 1000.0) if delay else None,
+        ), ignored
+
+    def untrusted_ignored(self, job: NewJob, ignored: tuple[str, ...]) -> None:
+        """Log and record the options removed from `job`'s message (names only: a value may be a
+        code path the producer wanted run)."""
+        if not ignored:
+            return
+        logger.warning("job %s: message options %s ignored: the actor's declaration and the policy decide them",
+                       job.job_id, ", ".join(ignored))
+        try:
+            self.runtime.store.record_event(job.job_id, "untrusted_options_ignored",
+                                            detail={"options": list(ignored)},
+                                            reason="a message may not set the job contract or name code")
+        except StoreError:
+            logger.warning("job %s: could not record the ignored message options", job.job_id, exc_info=True)
+
+    def registered_in_bulk(self, message: dramatiq.Message[Any]) -> bool:
+        """Whether `register_many` registered `message`'s job (it is publishing it now)."""
+        return message.message_id in getattr(self._bulk, "registered", ())
+
+    def register(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        """Register `message`'s job (PENDING) unless it has one."""
+        prepared = self.new_job(broker, message, delay)
+        if prepared is not None:
+            job, ignored = prepared
+            self.runtime.with_store_retry("register", lambda: self.runtime.store.register(job))
+            self.untrusted_ignored(job, ignored)
+
+    def register_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
+        """Register many messages in one transaction, then publish them; how many were new jobs."""
+        prepared = [new for message in messages if (new := self.new_job(broker, message, None)) is not None]
+        jobs = [job for job, _ in prepared]
+        created = int(self.runtime.with_store_retry("register", lambda: self.runtime.store.register_many(jobs)))
+        for job, ignored in prepared:
+            self.untrusted_ignored(job, ignored)
+        self._bulk.registered = {job.job_id for job in jobs}
+        try:
+            for message in messages:
+                broker.enqueue(message)
+        finally:
+            self._bulk.registered = set()
+        return created
+
+
+class Registrar(Protocol):
+    """What workflows, schedules and the CLI need of reliable installed on a broker."""
+
+    @property
+    def store(self) -> StateStore:
+        """This process's store."""
+
+    @property
+    def registration(self) -> Registration:
+        """How a message becomes a job."""
+
+
+def find_installed(broker: dramatiq.Broker) -> Registrar | None:
+    """reliable's middleware installed on `broker`, or None."""
+    for middleware in broker.middleware:
+        if isinstance(getattr(middleware, "registration", None), Registration):
+            return cast("Registrar", middleware)
+    return None
+
+
+def _group_at_end(options: dict[str, Any]) -> str | None:
+    """The group a pipeline belongs to: a group of pipelines marks only each pipeline's last step."""
+    step = options.get("pipe_target")
+    while isinstance(step, dict):
+        step_options = step.get("options") or {}
+        if step_options.get("group_completion_uuid"):
+            return str(step_options["group_completion_uuid"])
+        step = step_options.get("pipe_target")
+    return None
+
+
+def link_workflow(message: dramatiq.Message[Any], actor_options: Any) -> None:
+    """Give a message the workflow it belongs to: a declared or inherited `workflow_id`, its
+    group's completion id (for a pipeline in a group: the id on its last step), or, for the first
+    step of a pipeline, its own id; every later step (the nested `pipe_target`s) carries the same id."""
+    options = message.options
+    workflow_id = (options.get("workflow_id") or actor_options.get("workflow_id")
+                   or options.get("group_completion_uuid") or _group_at_end(options)
+                   or (message.message_id if options.get("pipe_target") is not None else None))
+    if not workflow_id:
+        return
+    options["workflow_id"] = workflow_id
+    step = options.get("pipe_target")
+    while isinstance(step, dict):
+        step_options = step.setdefault("options", {})
+        step_options.setdefault("workflow_id", workflow_id)
+        step = step_options.get("pipe_target")

@@ -1,0 +1,168 @@
+"""What a process running reliable has once: opened after a fork, stopped at worker shutdown.
+
+Owns the fork check (a store, a worker id and a heartbeat per process id), the replication check
+at boot, the recovery thread (the recovery loop, then the scheduler, every `recovery_interval`),
+the shutdown order (recovery first, the heartbeat once every worker thread finished), and the
+store-retry loop every worker-side store call goes through.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import dramatiq
+
+from ..errors import ActorContractError, ConfigError, StoreError, StoreUnavailable
+from ..recovery import Recovery
+from ..schedules import Scheduler
+from ..store import StateStore
+from ..store.db import POOL_TIMEOUT
+from ..store.engine import connect_engine
+from ..store.replication import check_replication
+from ..store.retrying import retry_while_unavailable
+from .context import JobContext
+from .heartbeat import Heartbeat
+from .settings import Settings
+
+__all__ = ["Runtime"]
+
+logger = logging.getLogger("reliable.middleware")
+
+
+class Runtime:
+    """One process's store, worker id, heartbeat and recovery thread (re-created after a fork)."""
+
+    def __init__(self, settings: Settings, *, on_escalation: Callable[[JobContext, float], None]) -> None:
+        self.settings = settings
+        self._on_escalation = on_escalation
+        self.pid = -1
+        self.store_or_none: StateStore | None = None
+        self._worker_id = ""
+        self.heartbeat: Heartbeat | None = None
+        self.recovery: Recovery | None = None
+        self.recovery_thread: threading.Thread | None = None
+        self.recovery_stop = threading.Event()
+        self.scheduler: Scheduler | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> StateStore:
+        """This process's StateStore (opened on first use after a fork)."""
+        self.ensure_process()
+        assert self.store_or_none is not None
+        return self.store_or_none
+
+    @property
+    def worker_id(self) -> str:
+        """host:pid:random — the identity written on claims and leases."""
+        self.ensure_process()
+        return self._worker_id
+
+    def ensure_process(self) -> None:
+        """Open this process's store and heartbeat, once per process id."""
+        pid = os.getpid()
+        if self.pid == pid:
+            return
+        with self._lock:
+            if self.pid == pid:
+                return
+            settings = self.settings
+            given = settings.store
+            if isinstance(given, StateStore) and self.pid == -1:
+                store = given
+            else:  # the URL object, never a rendered string: the password stays out of any text
+                url = given if isinstance(given, str) else given.engine.url
+                timeout = POOL_TIMEOUT if isinstance(given, str) else given.pool_timeout
+                engine = connect_engine(url, max_connections=settings.max_connections, pool_timeout=timeout)
+                store = StateStore(engine=engine, max_connections=settings.max_connections, pool_timeout=timeout,
+                                   group_commit=settings.group_commit)
+            for listener in settings.listeners:
+                store.add_listener(listener)
+            self.store_or_none = store
+            self._worker_id = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:6]}"
+            metrics = settings.metrics
+            self.heartbeat = Heartbeat(
+                store, worker_id=self._worker_id, interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
+                on_escalation=self._on_escalation, on_beat=metrics.heartbeat if metrics else None,
+                on_failure=metrics.heartbeat_failed if metrics else None)
+            self.pid = pid
+
+    def check_replication(self) -> None:
+        """Warn about (replication="require_sync": refuse to boot on) a store whose failover can lose
+        commits. A store unreachable at boot is only logged: the worker's writes wait for it anyway."""
+        replication = self.settings.replication
+        try:
+            check_replication(self.store.engine, replication)
+        except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
+            raise ActorContractError(str(exc)) from None
+        except StoreUnavailable as exc:
+            logger.warning("could not check the store's replication at boot: %s", exc)
+        except StoreError as exc:
+            if replication == "require_sync":
+                raise ActorContractError(f"could not check the store's replication (replication='require_sync'): "
+                                         f"{exc}") from None
+            logger.warning("could not check the store's replication at boot: %s", exc)
+
+    def start_recovery(self, broker: dramatiq.Broker,
+                       actor_options: Callable[[str], Mapping[str, Any]]) -> None:
+        """Start this process's recovery thread (the recovery loop and the scheduler)."""
+        settings = self.settings
+        self.scheduler = Scheduler(self.store, broker)
+        self.recovery = Recovery(self.store, broker, settings.policy, actor_options=actor_options,
+                                 sweep_after=settings.sweep_after, lease_ttl=settings.lease_ttl,
+                                 worker_id=self.worker_id)
+        self.recovery_stop.clear()
+        self.recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery", daemon=True)
+        self.recovery_thread.start()
+
+    def _recover_forever(self) -> None:
+        assert self.recovery is not None
+        while not self.recovery_stop.wait(self.settings.recovery_interval):
+            try:
+                self.recovery.run_once()
+                if self.scheduler is not None:
+                    self.scheduler.tick()
+            except StoreError as exc:
+                logger.warning("recovery pass failed (will retry): %s", exc)
+            except Exception:
+                logger.exception("recovery pass failed unexpectedly")
+
+    def stop_recovery(self) -> None:
+        """Stop the recovery loop and wait for its pass to end."""
+        self.recovery_stop.set()
+        # A pass still publishing while Dramatiq stops its consumers could declare a queue, and the
+        # worker would add a consumer to the dict it is iterating (RuntimeError in Worker.stop).
+        if self.recovery_thread is not None:
+            self.recovery_thread.join(10)
+
+    def shutdown(self) -> None:
+        """Stop the heartbeat (every worker thread has finished its message); log group commit's batching."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        if self.settings.metrics is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]  # drop live-sum gauges
+        if self.recovery_thread is not None:
+            self.recovery_thread.join(5)
+            self.recovery_thread = None
+        group = self.store_or_none.group_commit_stats() if self.store_or_none is not None else None
+        if group is not None and group[0]:
+            batches, writes = group
+            logger.info("group commit: %d writes in %d batches (%.1f per batch)", writes, batches, writes / batches)
+
+    def with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
+        """Run a store call; while the database is unreachable or unmigrated, wait and retry (unacked).
+
+        The wait between tries is capped by the heartbeat interval, so a write lands within about
+        one interval of the store's return: before recovery may expire any lease (a full TTL).
+        """
+        return retry_while_unavailable(call, what=what, max_delay=self.settings.heartbeat_interval,
+                                       note=" (message kept unacked)")
+

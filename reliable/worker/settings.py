@@ -1,0 +1,121 @@
+"""The middleware's constructor options, resolved against the policy and validated once, at install.
+
+Owns every check of a constructor option (a mistake fails in the producer, not later in each
+worker's log) and the one rule between them: the heartbeat renews the leases, so its interval must
+be shorter than the lease TTL. Nothing here opens the store: that happens per process (`runtime`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..events import JsonLogSink
+from ..metrics import Metrics
+from ..policy import Policy
+from ..schedules import Schedule, load_schedules
+from ..store import StateStore
+from ..store.db import DEFAULT_MAX_CONNECTIONS, check_max_connections, check_store_url
+from ..store.replication import ReplicationMode
+from ..store.replication import check_mode as check_replication_mode
+from ..tracing import Tracing
+
+__all__ = ["HeartbeatTooSlow", "Settings"]
+
+
+class HeartbeatTooSlow(ConfigError, ValueError):
+    """The heartbeat interval is not below the lease TTL (a ValueError too, as it always was)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What `ReliableMiddleware(...)` was given, every default taken from the policy.
+
+    The options:
+      store: a StateStore, or its URL (the store is opened lazily in each worker process).
+      max_connections: the most store connections each process opens (default 10, see
+        docs/operations.md); with a StateStore, pass it to the StateStore instead.
+      policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
+      lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
+      recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
+        every worker process. Safe with many processes: each step is a compare-and-set.
+      listeners: more store event listeners, called with every event row after its commit.
+      metrics: a Metrics to update (True: one on Prometheus' default registry; False: none).
+      json_logs: emit one JSON log line per event on the "reliable.events" logger. In a process
+        that works jobs (from its worker's boot) the logger gets its own stderr handler
+        (`reliable.events.log_events_to_stderr`: not propagated to the root logger, unless the
+        application attached a handler to that logger itself); in a process that only sends
+        (a web app) the lines go wherever the application's logging sends them.
+      tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
+        True for the global TracerProvider, or a TracerProvider. Off (False) by default.
+      group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
+        threads in batches, one statement each (same guards, same durability; see
+        reliable/store/batching.py). Taken from the StateStore when one is passed.
+      schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
+        stored with their job templates at each worker's boot. Every worker's recovery thread runs
+        the scheduler of all stored schedules, declared here or not.
+      replication: what a worker does at boot when a failover of the store's PostgreSQL could lose
+        commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
+        "require_sync" refuses to boot, "off" does not check. See docs/postgresql-failover.md.
+      recovery_interval, sweep_after: the policy's lease settings unless given (seconds).
+    """
+
+    store: StateStore | str
+    policy: Policy
+    lease_ttl: float
+    heartbeat_interval: float
+    recovery: bool
+    recovery_interval: float
+    sweep_after: float
+    replication: ReplicationMode
+    group_commit: bool
+    max_connections: int
+    metrics: Metrics | None
+    json_logs: bool
+    tracing: Tracing | None
+    #: The store's event listeners: the JSON log sink and the metrics (if on), then the app's.
+    listeners: tuple[Callable[[dict[str, Any]], None], ...]
+    schedules: tuple[Schedule, ...]
+
+    @classmethod
+    def resolve(cls, store: StateStore | str, *, policy: Policy | None, lease_ttl: float | None,
+                heartbeat_interval: float | None, recovery: bool, recovery_interval: float | None,
+                sweep_after: float | None, listeners: tuple[Callable[[dict[str, Any]], None], ...],
+                metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
+                tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
+                replication: str) -> Settings:
+        """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
+        naming the fix for a contradiction."""
+        if max_connections is not None and isinstance(store, StateStore):
+            raise ConfigError("max_connections applies to a store URL: pass it to the StateStore instead")
+        policy = policy or Policy.load(None)
+        lease = policy.lease
+        ttl = lease_ttl if lease_ttl is not None else lease.ttl
+        interval = heartbeat_interval if heartbeat_interval is not None else lease.heartbeat_interval
+        if interval >= ttl:
+            raise HeartbeatTooSlow(f"heartbeat interval {interval}s must be below the lease ttl {ttl}s: lower "
+                                   "heartbeat_interval or raise lease_ttl (arguments, or the policy's lease section)")
+        checked_replication = check_replication_mode(replication)
+        if isinstance(store, str):
+            check_store_url(store)  # a bad URL fails here, not later in every worker's log
+        if isinstance(store, StateStore):
+            group_commit, connections = store.group_commit, store.max_connections
+        else:
+            connections = check_max_connections(DEFAULT_MAX_CONNECTIONS if max_connections is None
+                                                else max_connections)
+        resolved_metrics = Metrics() if metrics is True else (metrics or None)
+        sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
+        if resolved_metrics is not None:
+            sinks.append(resolved_metrics)
+        return cls(
+            store=store, policy=policy, lease_ttl=ttl, heartbeat_interval=interval, recovery=recovery,
+            recovery_interval=recovery_interval if recovery_interval is not None else lease.recovery_interval,
+            sweep_after=sweep_after if sweep_after is not None else lease.sweep_after,
+            replication=checked_replication, group_commit=group_commit, max_connections=connections,
+            metrics=resolved_metrics, json_logs=json_logs,
+            tracing=Tracing(None if tracing is True else tracing) if tracing else None,
+            listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
+        )
