@@ -39,6 +39,7 @@ from .errors import (
     ConfigError,
     JobCancelled,
     JobForceStopped,
+    JobIdConflict,
     JobInterrupted,
     JobPaused,
     JobStopped,
@@ -81,6 +82,7 @@ from .store.retrying import retry_while_unavailable
 from .tracebacks import failure_texts
 from .tracecontext import TRACE_OPTIONS, TraceParent, span_id_for
 from .tracing import Tracing
+from .worker import delivery
 from .workflows.engine import WorkflowEngine, node_result
 from .workflows.planning import ACTIVE as WORKFLOW_ACTIVE
 
@@ -534,11 +536,16 @@ class ReliableMiddleware(Middleware):
 
     def _claim(self, broker: dramatiq.Broker, message: Any) -> None:
         job_id = message.message_id
+        digest = delivery.digest_of(self.store, message, worker_id=self.worker_id)  # a delivery must match its job
         contract = self.contract_for(message.actor_name, own_queue(message.queue_name, message.options),
                                      message.options)
-        self._limits_admit(broker, message)
+        self._limits_admit(broker, message, digest)
         if contract.fast_path and self._fast_eligible(message):
-            status = self._with_store_retry("job_status", lambda: self.store.job_status(job_id))
+            try:
+                status = self._with_store_retry("job_status", lambda: self.store.job_status(
+                    job_id, delivery_digest=digest))
+            except ClaimRefused as refusal:
+                self._skip_refused(broker, message, refusal)
             if status is JobStatus.PENDING:
                 self._delivery.fast = job_id
                 # The run's attempt id is chosen now, so the messages it sends name its span.
@@ -553,13 +560,20 @@ class ReliableMiddleware(Middleware):
         attempt_id = uuid.uuid4().hex
         try:
             claim = self._with_store_retry("claim", lambda: self.store.claim(
-                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id))
+                job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl, attempt_id=attempt_id,
+                delivery_digest=digest))
         except ClaimRefused as refusal:
             if refusal.reason == "not_found":  # published by a producer without the middleware
                 unknown = message.copy(queue_name=message.queue_name)
                 unknown.options.pop(REGISTERED, None)  # whatever it claims, the store has no such job
-                self.before_enqueue(broker, unknown, None)
-                claim = self.store.claim(job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl)
+                try:
+                    self.before_enqueue(broker, unknown, None)
+                    claim = self.store.claim(job_id, worker_id=self.worker_id, lease_ttl=self.lease_ttl,
+                                             delivery_digest=digest)
+                except JobIdConflict:  # registered meanwhile, from another message
+                    self._skip_refused(broker, message, ClaimRefused(job_id, delivery.MISMATCH))
+                except ClaimRefused as again:
+                    self._skip_refused(broker, message, again)
             else:
                 self._skip_refused(broker, message, refusal)
         self._limits_bind(broker, message, claim)
@@ -582,6 +596,8 @@ class ReliableMiddleware(Middleware):
 
     def _skip_refused(self, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:
         """Handle a refused claim, then skip this delivery (always raises SkipMessage)."""
+        if refusal.reason == delivery.MISMATCH:  # not the job's message: dead-lettered, never run
+            delivery.refuse(self.store, message, refusal, worker_id=self.worker_id)
         self._refused(broker, message, refusal)
         # This delivery never ran: Dramatiq's Results must not store None for it (its
         # after_skip_message would, over a real result or while the job runs elsewhere).
@@ -974,7 +990,7 @@ class ReliableMiddleware(Middleware):
 
     # -- limits (reliable.limits: the logic lives there) ---------------------------------------
 
-    def _limits_admit(self, broker: dramatiq.Broker, message: Any) -> None:
+    def _limits_admit(self, broker: dramatiq.Broker, message: Any, digest: str | None = None) -> None:
         """Take the actor's slot and token for this delivery, or publish it again later and skip it."""
         self._delivery.limits = None
         spec = self.limits.spec_for(broker, message.actor_name)
@@ -982,7 +998,8 @@ class ReliableMiddleware(Middleware):
             return
         # Only a delivery whose claim can win spends a slot or a token (not a duplicate of a
         # finished or running job, nor an early retry): look first, handle a refusal as the claim would.
-        refusal = self._with_store_retry("claimable", lambda: self.store.claim_refusal(message.message_id))
+        refusal = self._with_store_retry("claimable", lambda: self.store.claim_refusal(
+            message.message_id, delivery_digest=digest))
         if refusal is not None:
             self._skip_refused(broker, message, refusal)
         try:

@@ -389,8 +389,9 @@ class StateStore:
             "status": JobStatus.PENDING.value, "delay": job.delay or 0.0, "owner": job.owner,
             "workflow_id": job.workflow_id, "trace_id": job.trace_id, "parent_job_id": job.parent_job_id,
             "checkpoint_schema": job.checkpoint_schema,
-            # From the message as stored, decoded: what every re-publish of it delivers.
-            "delivery_digest": message_digest(json.loads(message)),
+            # From the message as stored, decoded (what every re-publish of it delivers), for the
+            # job's actor.
+            "delivery_digest": message_digest({**json.loads(message), "actor_name": job.actor}),
         }
 
     # -- worker ----------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Everything that runs inside a producer or worker process, for Dramatiq (see docs/architecture.md)."""
