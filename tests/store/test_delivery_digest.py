@@ -4,16 +4,21 @@ existing id with other arguments is a JobIdConflict, an identical one a de-dupli
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
+import dramatiq
 import pytest
 
 from reliable.delivery_digest import delivery_digest, message_digest
+from reliable.dispatch import message_for
 from reliable.errors import ClaimRefused, JobIdConflict
+from reliable.options import OWN_QUEUE
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import jobs
+from reliable.worker.delivery import delivered_digest
 
 from support import Clock
 
@@ -184,3 +189,17 @@ def test_group_commit_checks_each_claims_digest(pg_store: StateStore) -> None:
     assert [batched.get(job_id).status for job_id in ids[1::2]] == [JobStatus.PENDING] * 8
     batches = batched.group_commit_stats()
     assert batches is not None and batches[1] >= len(ids)
+
+
+def test_every_copy_the_worker_publishes_matches(store: StateStore) -> None:
+    """A retry re-published from the store (dispatch.message_for), on a routed lane, delayed (eta),
+    with Dramatiq's per-delivery options: the same digest as the job's."""
+    store.register(new_job(data=message(on_success="notify", reliable_registered=True,
+                                        reliable_contract={"idempotent": False})))
+    job = store.get("job-1")
+    retried = dataclasses.replace(job, queue="slow-lane", retry_count=2)
+    copy = message_for(retried, traceback="Traceback ...")
+    assert copy.options[OWN_QUEUE] == "default" and copy.options["retries"] == 2
+    delayed = copy.copy(queue_name="slow-lane.DQ", options={"eta": 1, "reliable_deferrals": 3})
+    for each in (copy, delayed):
+        assert delivered_digest(dramatiq.Message.decode(each.encode())) == job.delivery_digest
