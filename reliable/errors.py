@@ -9,6 +9,7 @@
     │   ├── StoreUnavailable        the database cannot be reached
     │   └── StoreNotMigrated        the schema is missing or out of date
     ├── JobNotFound                 no job with that id
+    ├── JobIdConflict               a new message reuses a job's id with another actor or arguments
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
     ├── NamedQueryError             a store query name that does not exist, or a parameter missing
@@ -34,6 +35,7 @@ __all__ = [
     "ControlRefused",
     "JobCancelled",
     "JobForceStopped",
+    "JobIdConflict",
     "JobInterrupted",
     "JobNotFound",
     "JobPaused",
@@ -122,6 +124,29 @@ class JobNotFound(ReliableError):
         super().__init__(f"no job with id {job_id!r}" + (f" ({hint})" if hint else ""))
 
 
+class JobIdConflict(ReliableError, MiddlewareError):
+    """A message was sent under the id of an existing job, but with another actor, other arguments
+    or other behaviour-choosing options: it is not that job, and it is not published.
+
+    An identical re-send (same actor, arguments and options) stays a de-duplication, never this
+    error. `differs` is "actor" or "arguments or options". A MiddlewareError, so that Dramatiq lets
+    it through `send()` to the caller instead of logging it and publishing the message anyway.
+    """
+
+    def __init__(self, job_id: str, *, differs: str, actor: str | None = None,
+                 registered_actor: str | None = None) -> None:
+        self.job_id = job_id
+        self.differs = differs
+        self.actor = actor
+        self.registered_actor = registered_actor
+        if differs == "actor":
+            what = f"actor {actor!r}, but the job runs {registered_actor!r}"
+        else:
+            what = f"other arguments or options for actor {actor!r} than the job was registered with"
+        super().__init__(f"job {job_id} exists: this message has {what}; a new job needs a new message id "
+                         "(an identical re-send is de-duplicated)")
+
+
 class OperationNotFound(ReliableError):
     """No bulk operation (`reliable.operations`) has the given id."""
 
@@ -144,7 +169,7 @@ class TransitionRefused(ReliableError):
 class ClaimRefused(TransitionRefused):
     """A worker's claim was refused; `reason` is one of the REASONS and `retry_in` is set for not_due."""
 
-    REASONS = ("finished", "held", "paused", "stopped", "not_due", "review", "not_found")
+    REASONS = ("finished", "held", "paused", "stopped", "not_due", "review", "not_found", "delivery_mismatch")
 
     def __init__(self, job_id: str, reason: str, *, status: str | None = None,
                  retry_in: float | None = None) -> None:

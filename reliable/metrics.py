@@ -85,6 +85,7 @@ class _Collectors:
     duplicate_effects: Counter
     possible_duplicate_effects: Counter
     untrusted_options: Counter
+    delivery_mismatches: Counter
     dead_letters: Counter
     review: Counter
     checkpoints: Counter
@@ -131,6 +132,9 @@ def _build(registry: CollectorRegistry) -> _Collectors:
             "Units recorded for the first time after an earlier attempt applied them without a record."),
         untrusted_options=counter("reliable_untrusted_options_total",
                                   "Messages whose options tried to set the job contract or name code (ignored)."),
+        delivery_mismatches=counter("reliable_delivery_mismatches_total",
+                                    "Deliveries refused because they are not their job's message: another actor, "
+                                    "other arguments or options (dead-lettered, not run)."),
         dead_letters=counter("reliable_dead_letters_total", "Jobs moved to DEAD."),
         review=counter("reliable_review_total", "Jobs moved to REVIEW."),
         checkpoints=counter("reliable_checkpoints_total", "Checkpoints written."),
@@ -254,8 +258,8 @@ class Metrics:
         """
         c = self._c
         for counter in (c.lease_expiries, c.stale_commits, c.budget_exhausted, c.duplicate_effects,
-                        c.possible_duplicate_effects, c.untrusted_options, c.dead_letters, c.review, c.checkpoints,
-                        c.forced_terminations):
+                        c.possible_duplicate_effects, c.untrusted_options, c.delivery_mismatches, c.dead_letters,
+                        c.review, c.checkpoints, c.forced_terminations):
             counter.labels(actor, queue)
         for event in sorted(WORKER_OUTCOMES):
             c.transitions.labels(event.value, target(event).value, actor, queue)
@@ -315,6 +319,8 @@ class Metrics:
             c.possible_duplicate_effects.labels(actor, queue).inc()
         elif name == "untrusted_options_ignored":
             c.untrusted_options.labels(actor, queue).inc()
+        elif name == "delivery_mismatch":
+            c.delivery_mismatches.labels(actor, queue).inc()
         elif name in _COMMANDS:
             c.control_commands.labels(_COMMANDS[name]).inc()
         elif name in ("force_stop", "force_cancel"):

@@ -20,6 +20,7 @@ __all__ = [
     "CODE_OPTIONS",
     "CODE_VERSION",
     "CONTRACT_OPTIONS",
+    "DELIVERY_OPTIONS",
     "LIMITS",
     "OWN_QUEUE",
     "RETRY_OPTIONS",
@@ -69,6 +70,30 @@ ACTOR_OPTIONS: frozenset[str] = frozenset({"reliable", "workflow_id", CODE_VERSI
 #: parent_job_id only link jobs; Dramatiq's retry options are Dramatiq's own.)
 UNTRUSTED_IN_MESSAGE: frozenset[str] = frozenset({"reliable", STORED_CONTRACT, OWN_QUEUE, *CONTRACT_OPTIONS,
                                                    *CODE_OPTIONS})
+
+#: The message options that choose what a delivery of a job runs, under which limits, and what
+#: follows it: with the actor name, the arguments and the keyword arguments, they make the job's
+#: delivery digest (reliable.delivery_digest), stored at registration and compared at every claim.
+#: Options left out change from one delivery of the same job to the next, or only link and
+#: annotate it: Dramatiq's `eta`, `retries`, `traceback`, `requeue_timestamp`, `redelivered`,
+#: `redis_message_id`, `broker_priority` and a pipeline step's `delay`; the trace context
+#: (`traceparent`, `trace_id`) and `parent_job_id`; `workflow_id` (the store keeps it on the job
+#: row, and registration adds it, also to a pipeline's later steps); reliable's own markers
+#: (`reliable_registered`, STORED_CONTRACT, OWN_QUEUE, a limits deferral count); and the options a
+#: message may not set (UNTRUSTED_IN_MESSAGE: removed at registration, never read from a delivery).
+DELIVERY_OPTIONS: tuple[str, ...] = (
+    # Dramatiq's Retries: the retry budget and its backoff (RETRY_OPTIONS), exceptions that are
+    # not retried, the actor told when retries run out
+    *RETRY_OPTIONS, "throws", "on_retry_exhausted",
+    # Callbacks and Pipelines: what follows the run
+    "on_success", "on_failure", "pipe_target", "pipe_ignore",
+    # GroupCallbacks: the barrier the run arrives at and the callbacks it may release
+    "group_completion_uuid", "group_completion_callbacks",
+    # reliable's workflows: the node whose result the run stores and whose workflow it advances
+    "workflow_node",
+    # TimeLimit, AgeLimit, ShutdownNotifications, Results
+    "time_limit", "max_age", "notify_shutdown", "store_results", "result_ttl",
+)
 
 _CONTRACT_KEYS = (*CONTRACT_OPTIONS, *RETRY_OPTIONS)
 

@@ -118,6 +118,8 @@ class Job:
     last_error_message: str | None
     created_at: float
     updated_at: float
+    #: What a delivery must carry to claim the job (reliable.delivery_digest); None: not checked.
+    delivery_digest: str | None = None
 
     @property
     def home_queue(self) -> str:

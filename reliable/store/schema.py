@@ -77,6 +77,9 @@ jobs = Table(
     Column("last_error_message", Text),
     Column("created_at", Double, nullable=False),
     Column("updated_at", Double, nullable=False),
+    # What a delivery must carry to claim the job (reliable.delivery_digest; migration 0013): NULL
+    # for a job registered before it, never checked.
+    Column("delivery_digest", String(64)),
 )
 
 def _in(states: frozenset[JobStatus]) -> str:

@@ -371,11 +371,16 @@ class SqlRunner:
             rows = self.execute(tx, "renew", params).fetchall()
         return [dict(zip(LEASE_COLUMNS, row, strict=True)) for row in rows]
 
-    def job_status(self, job_id: str) -> str | None:
-        """The job's state (None: no such job), read alone by primary key."""
+    def job_status(self, job_id: str) -> tuple[str, str | None] | None:
+        """The job's state and delivery digest (None: no such job), read alone by primary key."""
         with self.single() as tx:
             row = self.execute(tx, "job_status", {"job_id": job_id}).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else (str(row[0]), row[1])
+
+    def registered_digests(self, tx: Tx, job_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """The actor and delivery digest of each of these jobs that exists, by job id."""
+        rows = self.execute(tx, "registered_digests", {"job_ids": self.array(list(job_ids))}).fetchall()
+        return {str(row[0]): (str(row[1]), row[2]) for row in rows}
 
     def job_ids_by_prefix(self, prefix: str, prefix_end: str, limit: int) -> list[str]:
         """The ids in [prefix, prefix_end) (character order) that start with `prefix`, smallest first."""

@@ -22,7 +22,16 @@ from sqlalchemy import Engine, and_, func, literal, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..errors import ClaimRefused, ConfigError, JobNotFound, LeaseLost, StoreNotMigrated, TransitionRefused
+from ..delivery_digest import message_digest
+from ..errors import (
+    ClaimRefused,
+    ConfigError,
+    JobIdConflict,
+    JobNotFound,
+    LeaseLost,
+    StoreNotMigrated,
+    TransitionRefused,
+)
 from ..redact import redact_url
 from ..states import (
     ACTIVE_STATES,
@@ -95,6 +104,23 @@ def _truncate(text: str | None, limit: int = _MAX_ERROR_TEXT) -> str | None:
     if text is None or len(text) <= limit:
         return text
     return text[: limit - 15] + "... [truncated]"
+
+
+def _mismatch(job: Job, delivery_digest: str | None) -> ClaimRefused | None:
+    """The refusal of a delivery whose digest is not the job's (None: it matches, or either is unknown)."""
+    if delivery_digest is None or job.delivery_digest is None or job.delivery_digest == delivery_digest:
+        return None
+    return ClaimRefused(job.job_id, "delivery_mismatch", status=job.status.value)
+
+
+def _conflicts_within(rows: Sequence[Mapping[str, Any]]) -> None:
+    """JobIdConflict when two rows of one registration share a job id with different digests."""
+    seen: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        first = seen.setdefault(row["job_id"], row)
+        if first["delivery_digest"] != row["delivery_digest"]:
+            raise JobIdConflict(row["job_id"], differs="actor" if first["actor"] != row["actor"]
+                                else "arguments or options", actor=row["actor"], registered_actor=first["actor"])
 
 
 def checkpoint_json(value: Any) -> str:
@@ -311,19 +337,44 @@ class StateStore:
     # -- producer --------------------------------------------------------------------------------
 
     def register(self, job: NewJob) -> bool:
-        """Insert a PENDING job and its `enqueued` event; False if the job_id already exists."""
+        """Insert a PENDING job and its `enqueued` event; False if the job_id already exists.
+
+        An existing job registered with another actor, arguments or behaviour-choosing options
+        (another delivery digest: reliable.delivery_digest) raises JobIdConflict; an identical
+        re-send is de-duplicated (False).
+        """
         return self.register_many([job]) == 1
 
     def register_many(self, new_jobs: Sequence[NewJob]) -> int:
-        """Register several jobs in one transaction; return how many were new."""
+        """Register several jobs in one transaction; return how many were new.
+
+        JobIdConflict (nothing registered) when one of them reuses an existing job's id with
+        another delivery digest, or two of them share an id with different digests.
+        """
         if not new_jobs:
             return 0
         self.check_schema()
         rows = [self._new_job_row(job) for job in new_jobs]
+        _conflicts_within(rows)
         details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
-        _, events = self._sql.register(rows, details)
+        with self._sql.transaction() as tx:
+            _, events = self._sql.register(rows, details, tx)
+            if len(events) < len(rows):  # some existed: only then is anything read back
+                self._check_resent(tx, rows, events)
         self._emit_registered(rows, events)
         return len(events)
+
+    def _check_resent(self, tx: Tx, rows: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> None:
+        """JobIdConflict when a row whose job existed already carries another delivery digest than
+        that job (a job registered before digests were kept has none: never a conflict)."""
+        fresh = {event["job_id"] for event in events}
+        resent = [row for row in rows if row["job_id"] not in fresh]
+        registered = self._sql.registered_digests(tx, [row["job_id"] for row in resent])
+        for row in resent:
+            actor, digest = registered.get(row["job_id"], (None, None))
+            if digest is not None and digest != row["delivery_digest"]:
+                raise JobIdConflict(row["job_id"], differs="actor" if actor != row["actor"] else "arguments or options",
+                                    actor=row["actor"], registered_actor=actor)
 
     def _emit_registered(self, rows: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> None:
         if self._listeners:
@@ -333,12 +384,15 @@ class StateStore:
 
     @staticmethod
     def _new_job_row(job: NewJob) -> dict[str, Any]:
+        message = json.dumps(dict(job.message), default=str, separators=(",", ":"))
         return {
-            "job_id": job.job_id, "queue": job.queue, "actor": job.actor,
-            "message": _json_text(dict(job.message)),
+            "job_id": job.job_id, "queue": job.queue, "actor": job.actor, "message": message,
             "status": JobStatus.PENDING.value, "delay": job.delay or 0.0, "owner": job.owner,
             "workflow_id": job.workflow_id, "trace_id": job.trace_id, "parent_job_id": job.parent_job_id,
             "checkpoint_schema": job.checkpoint_schema,
+            # From the message as stored, decoded (what every re-publish of it delivers), for the
+            # job's actor.
+            "delivery_digest": message_digest({**json.loads(message), "actor_name": job.actor}),
         }
 
     # -- unit of work (the features' named queries: reliable/store/unit_of_work.py) ---------------
@@ -373,42 +427,59 @@ class StateStore:
     # -- worker ----------------------------------------------------------------------------------
 
     def claim(self, job_id: str, *, worker_id: str, lease_ttl: float,
-              attempt_id: str | None = None, from_states: Iterable[JobStatus] | None = None) -> Claim:
+              attempt_id: str | None = None, from_states: Iterable[JobStatus] | None = None,
+              delivery_digest: str | None = None) -> Claim:
         """Take the job for one attempt: RUNNING, a new lease_id (fencing token), attempt + 1.
 
         Wins only from PENDING, or from RETRY_WAIT once retry_at has passed (`from_states` narrows
         that). Otherwise raises ClaimRefused with the reason (held under a live lease, paused,
-        finished, not due...).
+        finished, not due...). `delivery_digest`: the digest of the delivery that claims
+        (reliable.delivery_digest); a job registered with another one is refused with the reason
+        "delivery_mismatch" and left as it was (checked in the claim's own statement).
         """
         self.check_schema()
         write = transition_write(job_id, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
-                                 attempt_id=attempt_id or uuid.uuid4().hex, from_states=from_states)
+                                 attempt_id=attempt_id or uuid.uuid4().hex, from_states=from_states,
+                                 delivery_digest=delivery_digest)
         result = self._sql.write(write)
         if result is None:
             current = self.find(job_id)
             if current is not None and current.attempt_id == write.attempt_id and current.status in ACTIVE_STATES:
                 return Claim(current)  # our own claim committed, its reply was lost: a retry finds it
-            raise self._claim_refusal(job_id, current)
+            raise self._claim_refusal(job_id, current, delivery_digest)
         self._emit_one(result)
         return Claim(Job.from_row(result[0]))
 
-    def claim_refusal(self, job_id: str) -> ClaimRefused | None:
+    def claim_refusal(self, job_id: str, *, delivery_digest: str | None = None) -> ClaimRefused | None:
         """Why a claim of the job would be refused now, read without writing (None: it may win, or
         there is no such job, which the caller registers first): the look a limited actor's
-        delivery takes before spending a slot or a token."""
+        delivery takes before spending a slot or a token. `delivery_digest` as for `claim`."""
         job = self.find(job_id)
-        if job is None or job.status is JobStatus.PENDING:
+        if job is None:
             return None
+        mismatch = _mismatch(job, delivery_digest)
+        if mismatch is not None or job.status is JobStatus.PENDING:
+            return mismatch
         refusal = self._claim_refusal(job_id, job)
         if refusal.reason == "not_due" and not refusal.retry_in:
             return None  # a retry that is due
         return refusal
 
-    def job_status(self, job_id: str) -> JobStatus | None:
-        """The job's state alone (None: no such job): the fast path's look before a run."""
+    def job_status(self, job_id: str, *, delivery_digest: str | None = None) -> JobStatus | None:
+        """The job's state alone (None: no such job): the fast path's look before a run.
+
+        `delivery_digest` as for `claim`: ClaimRefused("delivery_mismatch") when the job was
+        registered with another one (compared in Python: the look reads the row's digest with its
+        state, no second query).
+        """
         self.check_schema()
-        status = self._sql.job_status(job_id)
-        return None if status is None else JobStatus(status)
+        found = self._sql.job_status(job_id)
+        if found is None:
+            return None
+        status, registered = found
+        if delivery_digest is not None and registered is not None and registered != delivery_digest:
+            raise ClaimRefused(job_id, "delivery_mismatch", status=status)
+        return JobStatus(status)
 
     def fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str,
                      detail: Mapping[str, Any] | None = None) -> Job | None:
@@ -437,9 +508,12 @@ class StateStore:
         self._emit_one(result)
         return Job.from_row(result[0])
 
-    def _claim_refusal(self, job_id: str, job: Job | None) -> ClaimRefused:
+    def _claim_refusal(self, job_id: str, job: Job | None, delivery_digest: str | None = None) -> ClaimRefused:
         if job is None:
             return ClaimRefused(job_id, "not_found")
+        mismatch = _mismatch(job, delivery_digest)
+        if mismatch is not None:  # whatever the job's state: this delivery is not its message
+            return mismatch
         status = job.status
         if status in TERMINAL_STATES:
             reason = "finished"

@@ -7,8 +7,9 @@ writes here, so what a transition sets cannot differ between callers:
 
 - guard: the job is in one of `states.sources(event)`; plus the caller's fences (lease_id for a
   worker, version for whoever read the row first, "lease expired by the database's clock" for
-  recovery); an outcome in RERUN_EVENTS also requires that no pause is requested, and a stop
-  outcome that a cancel upgrades (CANCEL_UPGRADES) that no cancel is requested.
+  recovery, the delivery's digest for a worker's claim); an outcome in RERUN_EVENTS also requires
+  that no pause is requested, and a stop outcome that a cancel upgrades (CANCEL_UPGRADES) that no
+  cancel is requested.
 - lease: a claim takes a new lease (lease_id + 1, attempt + 1, worker, expiry); on PostgreSQL
   the new lease_id is at least the floor of the server's WAL timeline, so a promoted standby never
   reissues a token (docs/postgresql-failover.md); any target outside ACTIVE_STATES releases it
@@ -104,6 +105,8 @@ class JobWrite:
     detail: str | None
     traceback: str | None = None  # a failed attempt's, bounded and masked (error["traceback"])
     route_queue: str | None = None  # the queue the job waits on from now (a routed retry), None: unchanged
+    # guard: the claiming delivery's digest must equal the job's (a job without one is not checked)
+    delivery_digest: str | None = None
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""
@@ -118,14 +121,15 @@ def transition_write(
     lease_ttl: float | None = None, delay: float | None = None, dispatch: bool | None = None,
     error: Mapping[str, str | None] | None = None, checkpoint_schema: int | None = None,
     from_states: Iterable[JobStatus] | None = None, operator: str | None = None, reason: str | None = None,
-    host: str | None = None, detail: str | None = None,
+    host: str | None = None, detail: str | None = None, delivery_digest: str | None = None,
 ) -> JobWrite:
     """The write of `event` on a job: everything it sets follows from the transition table.
 
     `from_states` narrows the guard (a late completion names the one state it found); the default
     is every state the table allows `event` from. `dispatch` says whether the caller publishes the
     job's message right after (True), or leaves it to the sweeper (False); None keeps the rule's
-    default. `delay` is required entering RETRY_WAIT.
+    default. `delay` is required entering RETRY_WAIT. `delivery_digest` (a claim): the write
+    matches only a job registered with that digest, or with none (reliable.delivery_digest).
     """
     event = Event(event)
     rule = _rule(event, None if from_states is None else frozenset(from_states), dispatch)
@@ -143,7 +147,7 @@ def transition_write(
         has_error=error is not None, error_class=(error or {}).get("error_class"),
         error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
         event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
-        detail=detail, traceback=(error or {}).get("traceback"), **rule,
+        detail=detail, traceback=(error or {}).get("traceback"), delivery_digest=delivery_digest, **rule,
     )
 
 

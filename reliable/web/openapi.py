@@ -176,6 +176,7 @@ _JOB_FIELDS: dict[str, Any] = {
     "owner": _N_STR, "workflow_id": _N_STR, "trace_id": _N_STR, "parent_job_id": _N_STR,
     "last_error_class": _N_STR, "last_error_type": _N_STR, "last_error_message": _N_STR,
     "created_at": {"type": "number"}, "updated_at": {"type": "number"},
+    "delivery_digest": {**_N_STR, "description": "what a delivery must carry to claim the job (docs/concepts.md)"},
 }
 
 _EVENT_FIELDS: dict[str, Any] = {

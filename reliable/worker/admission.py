@@ -45,18 +45,18 @@ class Limits:
             alert_after=lambda actor, queue: plans.contract(actor, queue).rate_limit.alert_after,
             on_deferral=metrics.limit_deferred if metrics is not None else None)
 
-    def admit(self, broker: dramatiq.Broker, message: Any) -> ClaimRefused | None:
+    def admit(self, broker: dramatiq.Broker, message: Any, digest: str | None = None) -> ClaimRefused | None:
         """Take the actor's slot and token for this delivery, or publish it again later and skip it.
         Only a delivery whose claim can win spends a slot or a token (not a duplicate of a finished
         or running job, nor an early retry): the claim's refusal when it would lose, to handle as
-        the claim's own."""
+        the claim's own. `digest`: the delivery's (`worker.delivery`), refused when it is not the job's."""
         process = self.runtime
         self.delivery.limits = None
         spec = self.gate.spec_for(broker, message.actor_name)
         if spec is None:
             return None
         refusal: ClaimRefused | None = process.with_store_retry(
-            "claimable", lambda: process.store.claim_refusal(message.message_id))
+            "claimable", lambda: process.store.claim_refusal(message.message_id, delivery_digest=digest))
         if refusal is not None:
             return refusal
         try:

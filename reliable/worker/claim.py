@@ -22,12 +22,12 @@ import dramatiq
 from dramatiq.middleware import SkipMessage
 
 from ..dispatch import message_for
-from ..errors import ClaimRefused
+from ..errors import ClaimRefused, JobIdConflict
 from ..limits.gate import fast_path_allowed
 from ..options import own_queue
 from ..states import JobStatus
 from ..tracecontext import span_id_for
-from . import after_commit, completion, outcome, spans
+from . import after_commit, completion, delivery, outcome, spans
 from .context import JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
@@ -84,12 +84,17 @@ def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
 def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     """Claim the delivered job, or raise SkipMessage (see the module doc)."""
     job_id = message.message_id
+    digest = delivery.digest_of(mw.store, message, worker_id=mw.worker_id)  # a delivery must match its job
     contract = mw.plans.contract(message.actor_name, own_queue(message.queue_name, message.options), message.options)
-    refusal = mw.admission.admit(broker, message)
+    refusal = mw.admission.admit(broker, message, digest)
     if refusal is not None:
         refuse(mw, broker, message, refusal)
     if contract.fast_path and _fast_eligible(mw, message):
-        status = mw.runtime.with_store_retry("job_status", lambda: mw.store.job_status(job_id))
+        try:
+            status = mw.runtime.with_store_retry("job_status", lambda: mw.store.job_status(
+                job_id, delivery_digest=digest))
+        except ClaimRefused as mismatch:
+            refuse(mw, broker, message, mismatch)
         if status is JobStatus.PENDING:
             mw.delivery.fast = job_id
             # The run's attempt id is chosen now, so the messages it sends name its span.
@@ -104,14 +109,19 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     attempt_id = uuid.uuid4().hex
     try:
         won = mw.runtime.with_store_retry("claim", lambda: mw.store.claim(
-            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id))
+            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id, delivery_digest=digest))
     except ClaimRefused as refused:
         if refused.reason != "not_found":
             refuse(mw, broker, message, refused)
         unknown = message.copy(queue_name=message.queue_name)  # published by a producer without the middleware
         unknown.options.pop(REGISTERED, None)  # whatever it claims, the store has no such job
-        mw.before_enqueue(broker, unknown, None)
-        won = mw.store.claim(job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl)
+        try:
+            mw.before_enqueue(broker, unknown, None)
+            won = mw.store.claim(job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, delivery_digest=digest)
+        except JobIdConflict:  # registered meanwhile, from another message
+            refuse(mw, broker, message, ClaimRefused(job_id, delivery.MISMATCH))
+        except ClaimRefused as again:
+            refuse(mw, broker, message, again)
     mw.admission.bind(broker, message, won)
     span_id = spans.start(mw.tracing, message, attempt=won.job.attempt, attempt_id=won.attempt_id)
     context = hold(mw, message, won, span_id=span_id)
@@ -135,6 +145,8 @@ def hold(mw: Worker, message: Any, won: Any, *, span_id: str | None = None) -> J
 
 def refuse(mw: Worker, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:
     """Handle a refused claim, then skip this delivery (always raises SkipMessage)."""
+    if refusal.reason == delivery.MISMATCH:  # not the job's message: dead-lettered, never run
+        delivery.refuse(mw.store, message, refusal, worker_id=mw.worker_id)
     if refusal.reason == "not_due" and refusal.retry_in is not None:
         # The delayed message came early (clock skew between worker and database): wait again.
         broker.enqueue(message_for(mw.store.get(message.message_id)), delay=int(refusal.retry_in * 1000) + 50)

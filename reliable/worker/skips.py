@@ -33,6 +33,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from ..errors import TransitionRefused
 from ..states import Event, JobStatus
 from ..store import Job, StateStore
+from .delivery import delivered_digest
 
 __all__ = ["ABORT_EXCEPTION", "UNKNOWN_MIDDLEWARE", "Skip", "aborted_by", "end_unclaimed", "skip_of"]
 
@@ -106,6 +107,10 @@ def end_unclaimed(store: StateStore, message: Any, skip: Skip) -> Job | None:
     job = store.find(message.message_id)
     if job is None or job.status not in _UNCLAIMED:
         return None
+    if not _is_its_message(job, message):  # a forged delivery skipped first must not end the real job
+        logger.warning("job %s: a delivery that is not its message was skipped %s; the job is left %s",
+                       job.job_id, skip.describe(), job.status.value)
+        return None
     try:
         ended = store.transition(job.job_id, skip.event, expected_version=job.version, detail=skip.detail())
     except TransitionRefused as exc:
@@ -114,6 +119,17 @@ def end_unclaimed(store: StateStore, message: Any, skip: Skip) -> Job | None:
     logger.warning("job %s: skipped %s before its claim; it ended %s", job.job_id, skip.describe(),
                    ended.status.value)
     return ended
+
+
+def _is_its_message(job: Job, message: Any) -> bool:
+    """Whether `message` is `job`'s own (its digest matches the one registered; a job registered
+    before digests existed has none, and any delivery counts as its own, as the claim treats it)."""
+    if job.delivery_digest is None:
+        return True
+    try:
+        return delivered_digest(message) == job.delivery_digest
+    except Exception:  # a delivery that cannot be hashed is malformed: not the job's message
+        return False
 
 
 def aborted_by(exception: BaseException | None) -> str | None:

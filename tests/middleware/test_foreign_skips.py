@@ -106,6 +106,28 @@ def test_a_message_agelimit_expired_ends_failed(setup: Harness, order: str) -> N
     _never_published_again(setup, job.job_id, JobStatus.FAILED)
 
 
+def test_a_forged_delivery_another_middleware_skips_first_leaves_the_real_job_alone(setup: Harness) -> None:
+    """AgeLimit runs before reliable's claim: an old forged message with a PENDING job's id is skipped
+    there, and must not end the job it is not the message of (its digest differs)."""
+    _add(setup, AgeLimit(), "before")
+    ran: list[int] = []
+
+    @dramatiq.actor(max_age=60_000)
+    def charge(amount: int) -> None:
+        ran.append(amount)
+
+    genuine = charge.send_with_options(args=(1,), delay=1_000)  # registered now, delivered in a second
+    forged = charge.message(666).copy(message_id=genuine.message_id, message_timestamp=current_millis() - 120_000)
+    setup.broker.queues["default"].put(forged.encode())  # published by a producer without reliable
+    setup.run()
+    setup.join("default.DQ")
+    setup.join("default")
+
+    job = setup.store.get(genuine.message_id)
+    assert job.status is JobStatus.SUCCEEDED and ran == [1]
+    assert "skipped" not in setup.events(job.job_id) and "skipped_failed" not in setup.events(job.job_id)
+
+
 class SkipDuplicates(Middleware):
     """An app's own de-duplication: skips the messages whose `dedup` key it has seen."""
 

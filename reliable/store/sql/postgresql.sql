@@ -68,6 +68,8 @@ j AS (
       AND (NOT %(due_only)s::bool OR r.retry_at IS NULL OR r.retry_at <= t.now)
       AND (NOT %(unpaused_only)s::bool OR NOT r.pause_requested)
       AND (NOT %(uncancelled_only)s::bool OR NOT r.cancel_requested)
+      -- A claim by a delivery that is not the job's own message (reliable.delivery_digest).
+      AND (%(delivery_digest)s::text IS NULL OR r.delivery_digest IS NULL OR r.delivery_digest = %(delivery_digest)s::text)
     RETURNING r.*
 ),
 attempt_started AS (
@@ -99,7 +101,7 @@ SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.ver
     j.scheduled_at, j.dispatched_at, j.pause_requested, j.stop_requested, j.cancel_requested,
     j.stop_requested_at, j.checkpoint, j.checkpoint_version, j.checkpoint_schema, j.checkpoint_at, j.owner,
     j.workflow_id, j.trace_id, j.parent_job_id, j.last_error_class, j.last_error_type, j.last_error_message,
-    j.created_at, j.updated_at,
+    j.created_at, j.updated_at, j.delivery_digest,
     e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id,
     e.lease_id, e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type,
     e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail, e.traceback
@@ -125,12 +127,17 @@ RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attem
 -- Register one PENDING job; no row when the job_id exists already.
 INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, retry_count,
     scheduled_at, dispatched_at, owner, workflow_id, trace_id, parent_job_id, checkpoint_schema,
-    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at)
+    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at,
+    delivery_digest)
 VALUES (%(job_id)s, %(queue)s, %(actor)s, %(message)s, %(status)s::text, 1, 0, 0, 0, %(now)s + %(delay)s::float8,
     %(now)s, %(owner)s, %(workflow_id)s, %(trace_id)s, %(parent_job_id)s, %(checkpoint_schema)s::int4, 0,
-    FALSE, FALSE, FALSE, %(now)s, %(now)s)
+    FALSE, FALSE, FALSE, %(now)s, %(now)s, %(delivery_digest)s::text)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id;
+
+-- name: registered_digests
+-- What the jobs a registration found existing were registered with (a re-send is compared).
+SELECT job_id, actor, delivery_digest FROM reliable_jobs WHERE job_id = ANY(%(job_ids)s::text[]);
 
 -- name: server_timeline
 -- The WAL timeline of a primary (as write_job computes a claim's floor), NULL on a standby; and
@@ -176,8 +183,8 @@ RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requ
     stop_requested_at;
 
 -- name: job_status
--- The fast path's look before a run: only the state, by primary key.
-SELECT status FROM reliable_jobs WHERE job_id = %(job_id)s;
+-- The fast path's look before a run: the state and the delivery digest, by primary key.
+SELECT status, delivery_digest FROM reliable_jobs WHERE job_id = %(job_id)s;
 
 -- name: job_ids_by_prefix
 -- The ids starting with %(prefix)s, smallest first: a range on the primary key, then the exact

@@ -49,11 +49,13 @@ WHERE job_id = :job_id
   AND (NOT :due_only OR retry_at IS NULL OR retry_at <= :now)
   AND (NOT :unpaused_only OR NOT pause_requested)
   AND (NOT :uncancelled_only OR NOT cancel_requested)
+  -- A claim by a delivery that is not the job's own message (reliable.delivery_digest).
+  AND (:delivery_digest IS NULL OR delivery_digest IS NULL OR delivery_digest = :delivery_digest)
 RETURNING job_id, queue, actor, message, status, previous_status, version, lease_id, worker_id,
     lease_expires_at, attempt, attempt_id, started_at, finished_at, retry_count, retry_at, scheduled_at,
     dispatched_at, pause_requested, stop_requested, cancel_requested, stop_requested_at, checkpoint,
     checkpoint_version, checkpoint_schema, checkpoint_at, owner, workflow_id, trace_id, parent_job_id,
-    last_error_class, last_error_type, last_error_message, created_at, updated_at;
+    last_error_class, last_error_type, last_error_message, created_at, updated_at, delivery_digest;
 
 -- name: attempt_started
 INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at,
@@ -97,11 +99,16 @@ RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attem
 -- Register one PENDING job; no row when the job_id exists already.
 INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, retry_count,
     scheduled_at, dispatched_at, owner, workflow_id, trace_id, parent_job_id, checkpoint_schema,
-    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at)
+    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at,
+    delivery_digest)
 VALUES (:job_id, :queue, :actor, :message, :status, 1, 0, 0, 0, :now + :delay, :now, :owner, :workflow_id,
-    :trace_id, :parent_job_id, :checkpoint_schema, 0, 0, 0, 0, :now, :now)
+    :trace_id, :parent_job_id, :checkpoint_schema, 0, 0, 0, 0, :now, :now, :delivery_digest)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id;
+
+-- name: registered_digests
+-- What the jobs a registration found existing were registered with (a re-send is compared).
+SELECT job_id, actor, delivery_digest FROM reliable_jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
 
 -- name: renew
 -- The heartbeat: extend every lease the process holds in one statement; the leases still held.
@@ -122,8 +129,8 @@ ON CONFLICT (id) DO UPDATE SET
     last_beat_at = excluded.last_beat_at;
 
 -- name: job_status
--- The fast path's look before a run: only the state, by primary key.
-SELECT status FROM reliable_jobs WHERE job_id = :job_id;
+-- The fast path's look before a run: the state and the delivery digest, by primary key.
+SELECT status, delivery_digest FROM reliable_jobs WHERE job_id = :job_id;
 
 -- name: job_ids_by_prefix
 -- The ids starting with :prefix, smallest first: a range on the primary key (LIKE would not use its
