@@ -34,7 +34,11 @@ FORBIDDEN = {
                        "reliable.workflows.engine", "reliable.operations"),
     "reliable.policy": ("reliable.worker", "reliable.middleware", "reliable.store", "reliable.cli",
                         "reliable.web", "reliable.control"),
-    "reliable.worker": ("reliable.cli", "reliable.web"),
+    "reliable.worker": ("reliable.cli", "reliable.web", "reliable.control", "reliable.operations"),
+    "reliable.control": ("reliable.cli", "reliable.web", "reliable.worker", "reliable.middleware"),
+    "reliable.alerts": ("reliable.cli", "reliable.web", "reliable.worker", "reliable.middleware", "reliable.control"),
+    "reliable.web": ("reliable.cli", "reliable.worker", "reliable.middleware"),
+    "reliable.supervisor": ("reliable.store", "reliable.worker", "reliable.middleware", "reliable.cli"),
 }
 
 
