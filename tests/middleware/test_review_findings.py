@@ -1,0 +1,87 @@
+"""Review of issue 24 (reliable/worker/, delivery digest, another middleware's skip): behaviour that
+differs with the middleware order or lets a send with other arguments through without an error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.middleware import Middleware, SkipMessage
+
+from reliable.errors import JobIdConflict
+from reliable.middleware import ReliableMiddleware
+from reliable.states import Event, JobStatus
+
+from middleware_harness import Harness, make_harness
+
+ORDERS = ["before", "after"]
+
+
+@pytest.fixture
+def setup(store_url: str, policy_file: Path) -> Iterator[Harness]:
+    made = make_harness(store_url, policy_file, metrics=False, json_logs=False)
+    yield made
+    made.close()
+
+
+class SkipAll(Middleware):
+    """An app's middleware that skips every delivery (a cancel, an expiry, a de-duplication)."""
+
+    def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        raise SkipMessage("not wanted")
+
+
+def _add(setup: Harness, middleware: Middleware, order: str) -> None:
+    broker = setup.broker
+    if order == "before":
+        broker.add_middleware(middleware, before=ReliableMiddleware)
+    else:
+        broker.add_middleware(middleware)
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_skipped_retry_of_a_job_with_effects_is_compensated_in_both_orders(setup: Harness, order: str) -> None:
+    """A job whose first attempt applied an effect and failed waits for its retry; another
+    middleware skips the retry's delivery, which ends the job CANCELLED. A cancelled job with
+    effects gets its compensation (or a `partial_effects_remain` event) on every other path
+    (worker, recovery, operator): here only when reliable had claimed it first ("after")."""
+
+    @dramatiq.actor
+    def refund(job_id: str) -> None:
+        pass
+
+    @dramatiq.actor(compensation="refund")
+    def charge() -> None:
+        pass
+
+    store = setup.store
+    message = charge.send()  # queued; the worker is not started yet
+    claim = store.claim(message.message_id, worker_id="w-first", lease_ttl=30.0)
+    store.record_effect(message.message_id, claim.lease_id, "unit-0", attempt_id=claim.attempt_id)
+    store.finish(message.message_id, claim.lease_id, Event.RETRY, worker_id="w-first", retry_delay=0.0)
+    _add(setup, SkipAll(), order)  # the queued message is now the due retry's delivery
+
+    setup.run()
+
+    assert store.get(message.message_id).status is JobStatus.CANCELLED
+    events = setup.events(message.message_id)
+    assert "skipped" in events
+    assert "compensation_enqueued" in events, events
+
+
+def test_a_copy_of_a_sent_message_with_other_arguments_gets_an_error_from_send(setup: Harness) -> None:
+    """Issue 24: a producer that sends a new message under an existing job's id with other
+    arguments gets JobIdConflict from send(). A copy of a message already sent (Message.copy keeps
+    its id and its options, `reliable_registered` among them) is not registered at all: it is
+    published, and only the worker refuses and dead-letters it."""
+
+    @dramatiq.actor
+    def charge(amount: int) -> None:
+        pass
+
+    sent = charge.send(1)
+    with pytest.raises(JobIdConflict):
+        setup.broker.enqueue(sent.copy(args=(666,)))
