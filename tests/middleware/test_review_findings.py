@@ -85,3 +85,30 @@ def test_a_copy_of_a_sent_message_with_other_arguments_gets_an_error_from_send(s
     sent = charge.send(1)
     with pytest.raises(JobIdConflict):
         setup.broker.enqueue(sent.copy(args=(666,)))
+
+
+class DefaultTimeLimit(Middleware):
+    """An app's middleware that gives every message a time limit when it is enqueued (Dramatiq
+    reads `time_limit` from the message first): added after `reliable.install`, so its
+    before_enqueue runs after reliable's registration."""
+
+    def before_enqueue(self, broker: dramatiq.Broker, message: Any, delay: int | None) -> None:
+        message.options.setdefault("time_limit", 60_000)
+
+
+def test_an_option_another_middleware_sets_at_enqueue_does_not_refuse_the_jobs_own_message(setup: Harness) -> None:
+    """The digest is computed from the message as reliable registered it, before the middleware
+    after it in the list adds a behaviour-choosing option to the message that is published: every
+    delivery of the job is then refused as a forgery, dead-lettered, and the job never runs."""
+    setup.broker.add_middleware(DefaultTimeLimit())
+    ran: list[int] = []
+
+    @dramatiq.actor
+    def work(n: int) -> None:
+        ran.append(n)
+
+    message = work.send(1)
+    setup.run()
+
+    assert ran == [1], setup.events(message.message_id)
+    assert setup.store.get(message.message_id).status is JobStatus.SUCCEEDED
