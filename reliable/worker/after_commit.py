@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from ..metrics import Metrics
     from .runtime import Runtime
 
-__all__ = ["MAX_BROKER_DELAY", "advance_workflow", "alert", "conclude", "escalate", "publish",
-           "publish_group_callbacks"]
+__all__ = ["MAX_BROKER_DELAY", "advance_workflow", "alert", "compensate_cancelled", "conclude", "escalate",
+           "publish", "publish_group_callbacks"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -68,9 +68,7 @@ def conclude(runtime: Runtime, metrics: Metrics | None, broker: dramatiq.Broker,
             publish(context.job_id, f"the {follow_up.message.actor_name} message that follows it",
                     functools.partial(broker.enqueue, follow_up.message, delay=follow_up.delay))
     if job.status is JobStatus.CANCELLED:
-        warning = compensate(runtime.store, broker, job, context.contract.compensation, worker_id=runtime.worker_id)
-        if warning:
-            logger.warning("job %s: %s", job.job_id, warning)
+        compensate_cancelled(runtime, broker, job, context.contract.compensation)
     elif job.status is JobStatus.RETRY_WAIT and job.retry_at is not None:
         delay = max(0.0, job.retry_at - job.updated_at)
         if delay <= MAX_BROKER_DELAY:
@@ -84,6 +82,14 @@ def conclude(runtime: Runtime, metrics: Metrics | None, broker: dramatiq.Broker,
         if decision.rule == THROWS_RULE:
             logger.info("Aborting message %r.", message.message_id)  # Retries' line, which apps may watch for
         message.fail()  # as Dramatiq's Retries: nacked, Results stores the exception
+
+
+def compensate_cancelled(runtime: Runtime, broker: dramatiq.Broker, job: Any, compensation: str | None) -> None:
+    """Enqueue the compensation of a job that ended CANCELLED with effects applied (or record that
+    they remain), as every other path to CANCELLED does (`reliable.compensation`)."""
+    warning = compensate(runtime.store, broker, job, compensation, worker_id=runtime.worker_id)
+    if warning:
+        logger.warning("job %s: %s", job.job_id, warning)
 
 
 def publish_group_callbacks(broker: dramatiq.Broker, member_id: str, callbacks: list[dramatiq.Message[Any]]) -> None:

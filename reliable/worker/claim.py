@@ -232,6 +232,9 @@ def skipped(mw: Worker, broker: dramatiq.Broker, message: Any, skip: Skip) -> No
             job = mw.runtime.with_store_retry("skipped", lambda: end_unclaimed(mw.store, message, skip))
             if job is not None and job.workflow_id and message.options.get("workflow_node"):
                 after_commit.advance_workflow(mw.runtime, mw.metrics, broker, job.workflow_id)
+            if job is not None and job.status is JobStatus.CANCELLED:  # effects of earlier attempts
+                contract = mw.plans.contract(message.actor_name, job.home_queue, message.options)
+                after_commit.compensate_cancelled(mw.runtime, broker, job, contract.compensation)
         return
     context.leave()
     try:
