@@ -3,6 +3,7 @@ differs with the middleware order or lets a send with other arguments through wi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,13 @@ import dramatiq
 import pytest
 from dramatiq.middleware import Middleware, SkipMessage
 
+from reliable.dispatch import message_for
 from reliable.errors import JobIdConflict
 from reliable.middleware import ReliableMiddleware
 from reliable.states import Event, JobStatus
 
 from middleware_harness import Harness, make_harness
+from support import wait_for
 
 ORDERS = ["before", "after"]
 
@@ -112,3 +115,59 @@ def test_an_option_another_middleware_sets_at_enqueue_does_not_refuse_the_jobs_o
 
     assert ran == [1], setup.events(message.message_id)
     assert setup.store.get(message.message_id).status is JobStatus.SUCCEEDED
+
+
+class SkipSeenIds(Middleware):
+    """An app's own de-duplication by message id: the first delivery of an id runs, any later copy
+    is skipped (what the issue names as "an app's own de-duplication")."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        if message.message_id in self.seen:
+            raise SkipMessage("duplicate")
+        self.seen.add(message.message_id)
+
+
+class SkipsDone(Middleware):
+    """First in the broker's list, so last to see `after_skip_message`: every other middleware's
+    after_skip_message (reliable's among them) has returned when it sets `done`."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        self.done.set()
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_path", "durable"])
+def test_a_skipped_duplicate_does_not_cancel_a_fast_path_run_in_progress(setup: Harness, order: str,
+                                                                         fast: bool) -> None:
+    """A fast-path run writes nothing before it ends: its job stays PENDING while it runs. A
+    duplicate copy of its message (the sweeper's re-publish of a PENDING job, a redelivery) that
+    another middleware skips then ends that job CANCELLED (`skips.end_unclaimed`: PENDING, version
+    unchanged), and the run's success is discarded. The same duplicate of a durable run is ignored
+    (the job is RUNNING)."""
+    _add(setup, SkipSeenIds(), order)
+    skips = SkipsDone()
+    setup.broker.middleware.insert(0, skips)
+    started, release = threading.Event(), threading.Event()
+
+    @dramatiq.actor(fast_path=fast)
+    def slow() -> None:
+        started.set()
+        release.wait(30)
+
+    message = slow.send()
+    setup.worker.start()
+    wait_for(started.is_set, "the fast-path run to start", timeout=10)
+    duplicate = message_for(setup.store.get(message.message_id))  # as the sweeper re-publishes it
+    setup.broker.enqueue(duplicate)
+    wait_for(skips.done.is_set, "the duplicate to be skipped", timeout=10)
+    release.set()
+    setup.join()
+
+    events = setup.events(message.message_id)
+    assert setup.store.get(message.message_id).status is JobStatus.SUCCEEDED, events
