@@ -30,12 +30,27 @@ from ..tracing import Tracing
 from .context import _current, _fast_run
 from .plans import Plans
 
-__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "find_installed"]
+__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "enqueue_hooks_after", "find_installed"]
 
 logger = logging.getLogger("reliable.middleware")
 
 #: Message option marking a message whose job is already in the store.
 REGISTERED = "reliable_registered"
+
+
+def enqueue_hooks_after(broker: dramatiq.Broker, reliable: object) -> list[str]:
+    """The middlewares after `reliable` in the broker's list that have a `before_enqueue` of their own.
+
+    Their hook runs after the job is registered: an option it sets that chooses behaviour
+    (`options.DELIVERY_OPTIONS`, e.g. time_limit, on_failure) is not in the registered digest, so
+    every delivery of the job would be refused as not its message (docs/compatibility.md).
+    """
+    middleware = list(getattr(broker, "middleware", ()))
+    if reliable not in middleware:
+        return []
+    later = middleware[middleware.index(reliable) + 1:]
+    return [type(m).__name__ for m in later
+            if getattr(type(m), "before_enqueue", None) is not dramatiq.Middleware.before_enqueue]
 
 
 class StoreAccess(Protocol):
@@ -57,6 +72,7 @@ class Registration:
         self.runtime = runtime
         self.tracing = tracing
         self._bulk = threading.local()  # the ids `register_many` registered, while it publishes them
+        self._orders_checked: set[int] = set()  # brokers whose middleware order was looked at
 
     @property
     def policy(self) -> Policy:
@@ -148,14 +164,33 @@ class Registration:
 
     def register(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register `message`'s job (PENDING) unless it has one."""
+        self.check_order(broker)
         prepared = self.new_job(broker, message, delay)
         if prepared is not None:
             job, ignored = prepared
             self.runtime.with_store_retry("register", lambda: self.runtime.store.register(job))
             self.untrusted_ignored(job, ignored)
 
+    def check_order(self, broker: dramatiq.Broker) -> None:
+        """Warn once per broker about middlewares whose before_enqueue runs after the registration
+        (`enqueue_hooks_after`): the fix is to add them before reliable's."""
+        if id(broker) in self._orders_checked:
+            return
+        self._orders_checked.add(id(broker))
+        reliable = next((m for m in getattr(broker, "middleware", ()) if getattr(m, "registration", None) is self),
+                        None)
+        later = enqueue_hooks_after(broker, reliable) if reliable is not None else []
+        if later:
+            logger.warning(
+                "middleware %s runs its before_enqueue after reliable registered the job: a behaviour-choosing "
+                "option it sets (time_limit, on_failure, ...) would make every delivery of the job a "
+                "delivery_mismatch, refused and dead-lettered. Add it before reliable: "
+                "broker.add_middleware(m, before=reliable.ReliableMiddleware), or before reliable.install()",
+                ", ".join(later))
+
     def register_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
         """Register many messages in one transaction, then publish them; how many were new jobs."""
+        self.check_order(broker)
         prepared = [new for message in messages if (new := self.new_job(broker, message, None)) is not None]
         jobs = [job for job, _ in prepared]
         created = int(self.runtime.with_store_retry("register", lambda: self.runtime.store.register_many(jobs)))

