@@ -48,3 +48,11 @@ def harness(sqlite_url: str, policy_file: Path) -> Iterator[Harness]:
     yield made
     made.worker.stop()
     made.broker.close()
+
+
+@pytest.fixture
+def setup(store_url: str, policy_file: Path) -> Iterator[Harness]:
+    """A harness on each store (SQLite, PostgreSQL), without metrics or JSON logs."""
+    made = make_harness(store_url, policy_file, metrics=False, json_logs=False)
+    yield made
+    made.close()

@@ -6,8 +6,6 @@ On SQLite and PostgreSQL (group commit), with Dramatiq's StubBroker and a real W
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -18,15 +16,8 @@ from reliable.control import Control
 from reliable.errors import PolicyError
 from reliable.states import JobStatus
 
-from middleware_harness import Harness, make_harness
+from middleware_harness import Harness
 from support import wait_for
-
-
-@pytest.fixture
-def setup(store_url: str, policy_file: Path) -> Iterator[Harness]:
-    made = make_harness(store_url, policy_file, metrics=False, json_logs=False)
-    yield made
-    made.close()
 
 
 def test_a_success_commits_once_without_a_claim(setup: Harness) -> None:

@@ -5,8 +5,6 @@ reliable's, on both stores. The skipped actor never runs and the sweeper never p
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -24,17 +22,10 @@ from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus
 from reliable.store import JobEvent
 
-from middleware_harness import Harness, make_harness
+from middleware_harness import Harness
 from support import wait_for
 
 ORDERS = ["before", "after"]
-
-
-@pytest.fixture
-def setup(store_url: str, policy_file: Path) -> Iterator[Harness]:
-    made = make_harness(store_url, policy_file, metrics=False, json_logs=False)
-    yield made
-    made.close()
 
 
 def _add(setup: Harness, middleware: Middleware, order: str) -> None:

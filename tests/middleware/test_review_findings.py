@@ -4,8 +4,6 @@ differs with the middleware order or lets a send with other arguments through wi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import dramatiq
@@ -16,17 +14,10 @@ from reliable.dispatch import message_for
 from reliable.middleware import ReliableMiddleware
 from reliable.states import Event, JobStatus
 
-from middleware_harness import Harness, make_harness
+from middleware_harness import Harness
 from support import wait_for
 
 ORDERS = ["before", "after"]
-
-
-@pytest.fixture
-def setup(store_url: str, policy_file: Path) -> Iterator[Harness]:
-    made = make_harness(store_url, policy_file, metrics=False, json_logs=False)
-    yield made
-    made.close()
 
 
 class SkipAll(Middleware):
