@@ -13,7 +13,7 @@ from .common import POSITIVE_DURATION, STATE_CHOICE, emit_json, fmt_time, handle
 
 @click.group()
 def db() -> None:
-    """Create or migrate the state store's schema; raise its fencing floor (PostgreSQL); prune old history."""
+    """Create or migrate the store's schema; raise its fencing floor (PostgreSQL); prune old history."""
 
 
 @db.command()
