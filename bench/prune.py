@@ -1,52 +1,69 @@
 """`reliable db prune` at scale on PostgreSQL: rows/s, and what workers running meanwhile waited.
 
-    .venv/bin/python bench/prune.py [--jobs 1000000] [--threads 2] [--batch-size 1000]
+    .venv/bin/python bench/prune.py [--jobs 1000000] [--worker dramatiq|threads] [--rate 100]
+        [--threads 2] [--batch-size 1000]
 
 Creates a database of its own on the shared PostgreSQL (BENCH_PG, the admin URL), migrates it, and
 bulk-inserts `--jobs` jobs that finished 40 days ago, each with the rows a claimed job writes (3
-events, 1 attempt) by INSERT ... SELECT generate_series. Then `--threads` worker threads run real
-job lifecycles through the store (register, claim, succeed: the worker's hot path without the
-broker) for a baseline of 10 s, go on while `reliable.store.retention.prune` deletes everything
-older than 30 days (what `reliable db prune --older-than 30d --yes` runs), and for 5 s after.
+events, 1 attempt) by INSERT ... SELECT generate_series. Then, for a baseline of 10 s, during
+`reliable.store.retention.prune` of everything older than 30 days (what `reliable db prune
+--older-than 30d --yes` runs), and for 5 s after, work goes on:
 
-Prints the prune's rows/s and its longest batch, each worker operation's latency (p50, p99, max)
-before and during the prune, and the longest any session of the database was seen waiting on a
-lock (pg_stat_activity sampled every 10 ms; a lock wait shorter than that may go unseen). The
-database is dropped at the end. docs/performance.md reads these figures.
+- `--worker dramatiq` (default): a real `dramatiq bench_app -p 1 -t 4` worker with reliable
+  installed (and its recovery loop) on the shared RabbitMQ (BENCH_BROKER) runs no-op jobs a
+  producer enqueues at `--rate` per second; each job's latency is its finished_at - created_at in
+  the store (enqueue to SUCCEEDED, by the database clock);
+- `--worker threads`: `--threads` threads run job lifecycles through the store (register, claim,
+  succeed: the worker's store calls without the broker), each call timed.
+
+Prints the prune's rows/s and its longest batch, the latencies (p50, p99, max) before, during and
+after the prune, and the longest any session of the database was seen waiting on a lock
+(pg_stat_activity sampled every 10 ms; a lock wait shorter than that may go unseen). The database
+(and the queue) are dropped at the end. docs/performance.md reads these figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
+import dramatiq
+import pika
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from sqlalchemy import create_engine, text
 from store_transactions import percentile
 
+import reliable
 from reliable import Event, StateStore
 from reliable.store import NewJob, retention
 
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
+HERE = Path(__file__).resolve().parent
 DAY = 86400.0
 
+#: One chunk of finished jobs [lo, hi], 40 days old, each with 3 events and 1 attempt (`at`: its time).
+_SERIES = "FROM (SELECT g, CAST(:base AS float8) + g * 0.001 AS at FROM generate_series(CAST(:lo AS int), " \
+          "CAST(:hi AS int)) g) s"
 _FILL = [
-    """INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, attempt_id,
+    f"""INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, attempt_id,
            worker_id, started_at, finished_at, created_at, updated_at)
-       SELECT 'old-' || g, 'bench', 'noop', '{"args": [1], "kwargs": {}}', 'SUCCEEDED', 3, 1, 1, 'att-' || g,
-              'w', CAST(:base AS float8) + g * 0.001, CAST(:base AS float8) + g * 0.001, CAST(:base AS float8) + g * 0.001, CAST(:base AS float8) + g * 0.001
-       FROM generate_series(CAST(:lo AS int), CAST(:hi AS int)) g""",
-    """INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, attempt, lease_id)
-       SELECT 'old-' || g, CAST(:base AS float8) + g * 0.001, e.event, e.f, e.t, 1, 1
-       FROM generate_series(CAST(:lo AS int), CAST(:hi AS int)) g
-       CROSS JOIN (VALUES ('enqueued', NULL, 'PENDING'), ('claim', 'PENDING', 'RUNNING'),
-                          ('succeed', 'RUNNING', 'SUCCEEDED')) AS e(event, f, t)""",
-    """INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at, ended_at, outcome)
-       SELECT 'att-' || g, 'old-' || g, 1, 1, 'w', CAST(:base AS float8) + g * 0.001, CAST(:base AS float8) + g * 0.001, 'succeed'
-       FROM generate_series(CAST(:lo AS int), CAST(:hi AS int)) g""",
+        SELECT 'old-' || g, 'bench', 'noop', '{{"args": [1], "kwargs": {{}}}}', 'SUCCEEDED', 3, 1, 1, 'att-' || g,
+               'w', at, at, at, at {_SERIES}""",
+    f"""INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, attempt, lease_id)
+        SELECT 'old-' || g, at, e.event, e.f, e.t, 1, 1 {_SERIES}
+        CROSS JOIN (VALUES ('enqueued', NULL, 'PENDING'), ('claim', 'PENDING', 'RUNNING'),
+                           ('succeed', 'RUNNING', 'SUCCEEDED')) AS e(event, f, t)""",
+    f"""INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at, ended_at,
+            outcome)
+        SELECT 'att-' || g, 'old-' || g, 1, 1, 'w', at, at, 'succeed' {_SERIES}""",
 ]
 
 
@@ -68,11 +85,12 @@ class Worker(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            job_id = f"new-{self.tag}-{uuid.uuid4().hex}"
-            self._timed(lambda: self.store.register(NewJob(job_id, queue="bench", actor="noop",
-                                                           message={"args": [1], "kwargs": {}})))
-            claim = self.store.claim(job_id, worker_id=self.tag, lease_ttl=30)
-            self._timed(lambda: self.store.finish(job_id, claim.lease_id, Event.SUCCEED, worker_id=self.tag))
+            job = NewJob(f"new-{self.tag}-{uuid.uuid4().hex}", queue="bench", actor="noop",
+                         message={"args": [1], "kwargs": {}})
+            self._timed(lambda job=job: self.store.register(job))  # type: ignore[misc]
+            claim = self.store.claim(job.job_id, worker_id=self.tag, lease_ttl=30)
+            self._timed(lambda job=job, claim=claim: self.store.finish(  # type: ignore[misc]
+                job.job_id, claim.lease_id, Event.SUCCEED, worker_id=self.tag))
             self.jobs += 1
 
 
@@ -96,6 +114,72 @@ class LockWatch(threading.Thread):
                 self.longest = max(self.longest, float(waited))
                 self.samples += int(waiting)
                 time.sleep(0.01)
+
+
+class DramatiqLoad:
+    """A real worker (bench_app, reliable installed) and a producer enqueueing no-op jobs at `rate`/s."""
+
+    def __init__(self, url: str, rate: float, log: Path) -> None:
+        self.url, self.rate = url, rate
+        self.queue = f"bench_prune_{uuid.uuid4().hex[:8]}"
+        env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": self.queue, "PYTHONPATH": str(HERE),
+               "BENCH_MODE": "reliable", "BENCH_STORE": url, "BENCH_RECOVERY": "1", "BENCH_METRICS": "0"}
+        self.broker = RabbitmqBroker(url=BROKER)
+        self.middleware = reliable.install(self.broker, store=url, recovery=False, metrics=False, json_logs=False)
+        self.broker.declare_queue(self.queue)
+        self.log = log.open("wb")
+        self.worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench_app", "-p", "1", "-t", "4", "-Q",
+                                        self.queue], cwd=HERE, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._produce, daemon=True)
+        self.sent = 0
+
+    def _produce(self) -> None:
+        began = time.monotonic()
+        while not self.stop.is_set():
+            self.broker.enqueue(dramatiq.Message(queue_name=self.queue, actor_name="noop", args=(self.sent,),
+                                                 kwargs={}, options={}))
+            self.sent += 1
+            time.sleep(max(0.0, began + self.sent / self.rate - time.monotonic()))
+
+    def start(self) -> None:
+        """Start producing (the worker started in __init__)."""
+        self.thread.start()
+
+    def wait_running(self) -> None:
+        """Until the worker has finished a job (its boot is not part of the baseline)."""
+        deadline = time.monotonic() + 60
+        with create_engine(self.url).connect() as conn:
+            query = text("SELECT count(*) FROM reliable_jobs WHERE queue = :q AND status = 'SUCCEEDED'")
+            while not conn.execute(query, {"q": self.queue}).scalar_one():
+                conn.rollback()
+                if time.monotonic() > deadline or self.worker.poll() is not None:
+                    raise RuntimeError(f"the worker ran no job, see {self.log.name}")
+                time.sleep(0.1)
+
+    def finish(self, store: StateStore) -> list[tuple[float, float | None]]:
+        """Stop producing, let the worker drain, stop it; (created_at, finished_at) of every job it ran."""
+        self.stop.set()
+        self.thread.join()
+        deadline = time.monotonic() + 60
+        with create_engine(self.url).connect() as conn:
+            query = text("SELECT count(*) FROM reliable_jobs WHERE queue = :q AND status <> 'SUCCEEDED'")
+            while conn.execute(query, {"q": self.queue}).scalar_one() and time.monotonic() < deadline:
+                conn.rollback()
+                time.sleep(0.2)
+            rows = conn.execute(text("SELECT created_at, finished_at FROM reliable_jobs WHERE queue = :q"),
+                                {"q": self.queue}).all()
+        self.worker.terminate()
+        self.worker.wait(30)
+        self.log.close()
+        connection = pika.BlockingConnection(pika.URLParameters(BROKER))
+        channel = connection.channel()
+        for suffix in ("", ".DQ", ".XQ"):
+            channel.queue_delete(self.queue + suffix)
+        connection.close()
+        self.broker.close()
+        self.middleware.store.close()
+        return [(float(created), None if finished is None else float(finished)) for created, finished in rows]
 
 
 def fill(url: str, jobs: int) -> float:
@@ -129,7 +213,9 @@ def main() -> None:
     """Create, fill, prune under load, report, drop."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1_000_000)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--worker", choices=("dramatiq", "threads"), default="dramatiq")
+    parser.add_argument("--rate", type=float, default=100.0, help="jobs/s the producer enqueues (--worker dramatiq)")
+    parser.add_argument("--threads", type=int, default=2, help="store threads (--worker threads)")
     parser.add_argument("--batch-size", type=int, default=retention.DEFAULT_BATCH)
     args = parser.parse_args()
     database = f"reliable_bench_prune_{os.getpid()}"
@@ -142,23 +228,32 @@ def main() -> None:
         print(f"filling {database} with {args.jobs} finished jobs (3 events and 1 attempt each)", flush=True)
         print(f"filled in {fill(url, args.jobs):.0f}s", flush=True)
         store = StateStore(url, max_connections=args.threads + 2)
-        workers = [Worker(store, f"w{i}") for i in range(args.threads)]
         watch = LockWatch(PG_ADMIN, database)
         watch.start()
+        workers = [Worker(store, f"w{i}") for i in range(args.threads)] if args.worker == "threads" else []
+        load = DramatiqLoad(url, args.rate, Path(f"/tmp/{database}-worker.log")) if args.worker == "dramatiq" \
+            else None
         for worker in workers:
             worker.start()
+        if load is not None:
+            load.start()
+            load.wait_running()
+        baseline_began = store.now()
         time.sleep(10)
         for worker in workers:
             worker.phase = "prune"
         baseline_lock = watch.longest
+        prune_began = store.now()
         result = retention.prune(store, store.now() - 30 * DAY, batch_size=args.batch_size, operator="bench",
                                  reason="bench/prune.py")
+        prune_ended = store.now()
         for worker in workers:
             worker.phase = "after"
         time.sleep(5)
         for worker in workers:
             worker.stop.set()
             worker.join()
+        ran = load.finish(store) if load is not None else []
         watch.stop.set()
         watch.join()
         counts = result.counts
@@ -167,8 +262,19 @@ def main() -> None:
               f"jobs/s), {result.batches} batches of {args.batch_size}, longest batch "
               f"{result.longest_batch * 1000:.0f} ms")
         for phase in ("baseline", "prune", "after"):
-            values = [v for worker in workers for v in worker.latencies.get(phase, [])]
-            print(f"worker store ops, {phase:>8}: {summary(values)}")
+            if load is not None:
+                def within(created: float, phase: str = phase) -> bool:
+                    return {"baseline": baseline_began <= created < prune_began,
+                            "prune": prune_began <= created < prune_ended, "after": created >= prune_ended}[phase]
+                values = [finished - created for created, finished in ran if finished is not None and within(created)]
+                print(f"dramatiq jobs (enqueue -> SUCCEEDED), {phase:>8}: {summary(values)}")
+            else:
+                values = [v for worker in workers for v in worker.latencies.get(phase, [])]
+                print(f"worker store ops, {phase:>8}: {summary(values)}")
+        if load is not None:
+            unfinished = sum(1 for _, finished in ran if finished is None)
+            print(f"jobs sent {load.sent}, stored {len(ran)}, not finished {unfinished}")
+        print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}; 2 cores shared with other work")
         print(f"longest lock wait seen (pg_stat_activity every 10 ms): {watch.longest * 1000:.0f} ms "
               f"({watch.samples} waiting samples; before the prune {baseline_lock * 1000:.0f} ms)")
         store.close()
