@@ -36,6 +36,7 @@ from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFoun
 from .operators import COMMANDS, SYNONYMS
 from .store import StateStore
 from .store.bulk_operations import (
+    ENDED_OPERATION_STATUSES,
     OPERATION_COLUMNS,
     cancel_preview,
     cancel_requested,
@@ -67,7 +68,7 @@ OPTIONS: Mapping[str, frozenset[str]] = {
 }
 
 _SAMPLE = 20
-_ENDED = ("refused", "expired", "finished", "cancelled", "failed", "interrupted")
+_ENDED = ENDED_OPERATION_STATUSES
 #: Every status an operation can have; the first two are not over yet.
 ACTIVE_STATUSES: tuple[str, ...] = ("awaiting_confirmation", "running")
 STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *_ENDED, "dry_run")  # a dry run is never stored

@@ -66,11 +66,12 @@ EXIT_CODES_HELP = (
 def filter_options(func: F) -> F:
     """--queue, --actor, --state, --error-class, --older-than."""
     options = [
-        click.option("--queue", help="Only jobs of this queue."),
-        click.option("--actor", help="Only jobs of this actor."),
+        click.option("--queue", multiple=True, help="Only jobs of this queue (repeatable: any of them)."),
+        click.option("--actor", multiple=True, help="Only jobs of this actor (repeatable: any of them)."),
         state_option("Only jobs in this state (repeatable, any case). Default for a filter: the states the "
                      "command applies to."),
-        click.option("--error-class", help="Only jobs whose last error has this class (e.g. transient)."),
+        click.option("--error-class", multiple=True,
+                     help="Only jobs whose last error has this class (e.g. transient; repeatable)."),
         click.option("--older-than", type=DURATION,
                      help="Only jobs whose state last changed longer ago than this (1h30m, 90s, 2d or seconds)."),
     ]

@@ -35,17 +35,17 @@ def dlq() -> None:
 
 @dlq.command("list")
 @source_options
-@click.option("--queue", help="Only jobs of this queue.")
-@click.option("--actor", help="Only jobs of this actor.")
-@click.option("--error-class", help="Only jobs whose last error has this class.")
+@click.option("--queue", multiple=True, help="Only jobs of this queue (repeatable: any of them).")
+@click.option("--actor", multiple=True, help="Only jobs of this actor (repeatable: any of them).")
+@click.option("--error-class", multiple=True, help="Only jobs whose last error has this class (repeatable).")
 @click.option("--older-than", type=DURATION, help="Only jobs dead for longer than this (1h30m, 90s, 2d or seconds).")
 @click.option("--include-discarded", is_flag=True, help="Also list jobs already discarded.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {total, jobs: [...]}.")
 @handle_errors
-def list_(store_url: str | None, api_url: str | None, token_file: str | None, queue: str | None, actor: str | None,
-          error_class: str | None, older_than: float | None, include_discarded: bool, limit: int,
-          as_json: bool) -> None:
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, queue: tuple[str, ...],
+          actor: tuple[str, ...], error_class: tuple[str, ...], older_than: float | None, include_discarded: bool,
+          limit: int, as_json: bool) -> None:
     """List dead-lettered jobs, most recent first, with their last error."""
     from ..store.selection import JobFilter
 

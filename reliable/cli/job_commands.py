@@ -36,8 +36,9 @@ def build_filter(params: dict[str, Any], job_ids: tuple[str, ...], *, default_st
                  force_states: tuple[JobStatus, ...] = (), exclude_discarded: bool = False) -> JobFilter:
     """The JobFilter for the ids and filter options given (states default to what the command acts on)."""
     chosen = statuses(params.get("states") or ())
-    flt = JobFilter(job_ids=tuple(job_ids), statuses=chosen, queue=params.get("queue"), actor=params.get("actor"),
-                    error_class=params.get("error_class"), older_than=params.get("older_than"),
+    flt = JobFilter(job_ids=tuple(job_ids), statuses=chosen, queue=params.get("queue") or (),
+                    actor=params.get("actor") or (), error_class=params.get("error_class") or (),
+                    older_than=params.get("older_than"),
                     exclude_discarded=exclude_discarded)
     if force_states:
         allowed = tuple(s for s in (chosen or force_states) if s in force_states)

@@ -45,30 +45,33 @@ def jobs() -> None:
 @jobs.command("list")
 @source_options
 @state_option("Only jobs in these states (repeatable, any case).")
-@click.option("--queue", help="Only this queue.")
-@click.option("--actor", help="Only this actor.")
-@click.option("--error-class", help="Only jobs whose last error has this class.")
-@click.option("--workflow", "workflow_id", metavar="ID",
-              help="Only the jobs of this workflow: a pipeline (the id of its first step) or a group with "
+@click.option("--queue", multiple=True, help="Only this queue (repeatable: any of them).")
+@click.option("--actor", multiple=True, help="Only this actor (repeatable: any of them).")
+@click.option("--error-class", multiple=True, help="Only jobs whose last error has this class (repeatable).")
+@click.option("--workflow", "workflow_id", metavar="ID", multiple=True,
+              help="Only the jobs of this workflow (repeatable): a pipeline (the id of its first step) or a group with "
                    "completion callbacks (its completion id), their callbacks included.")
 @click.option("--limit", default=50, show_default=True, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
 def list_(store_url: str | None, api_url: str | None, token_file: str | None, states: tuple[str, ...],
-          queue: str | None, actor: str | None, error_class: str | None, workflow_id: str | None, limit: int,
-          as_json: bool) -> None:
+          queue: tuple[str, ...], actor: tuple[str, ...], error_class: tuple[str, ...],
+          workflow_id: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List jobs, most recently updated first."""
     source = open_source(store_url, api_url, token_file)
     if isinstance(source, StateStore):
-        found = source.list_jobs(status=list(states) or None, queue=queue, actor=actor,
-                                 error_class=error_class, workflow_id=workflow_id, limit=limit)
+        from ..store.selection import JobFilter, select_jobs, statuses
+
+        flt = JobFilter(statuses=statuses(states), queue=queue, actor=actor, error_class=error_class,
+                        workflow_id=workflow_id)
+        found = select_jobs(source, flt, limit=limit, newest_first=True)
     else:
         from .via_api import list_jobs
 
         with source:
-            found, _ = list_jobs(source, "jobs", {"state": [s.upper() for s in states], "queue": queue,
-                                                  "actor": actor, "error_class": error_class,
-                                                  "workflow": workflow_id}, limit=limit)
+            found, _ = list_jobs(source, "jobs", {"state": [s.upper() for s in states], "queue": list(queue),
+                                                  "actor": list(actor), "error_class": list(error_class),
+                                                  "workflow": list(workflow_id)}, limit=limit)
     if as_json:
         emit_json([job_dict(job) for job in found])
         return

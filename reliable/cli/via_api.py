@@ -103,8 +103,9 @@ def api_filter(flt: JobFilter) -> dict[str, Any]:
                           "operations cannot leave out discarded jobs): list them with `reliable dlq list --api "
                           "URL`, then give their ids")
     out: dict[str, Any] = {"state": [JobStatus(s).value for s in flt.statuses], "ids": list(flt.job_ids),
-                           "queue": flt.queue, "actor": flt.actor, "error_class": flt.error_class,
-                           "owner": flt.owner, "workflow": flt.workflow_id, "q": flt.search,
+                           "queue": list(flt.queue), "actor": list(flt.actor),
+                           "error_class": list(flt.error_class), "owner": list(flt.owner),
+                           "workflow": list(flt.workflow_id), "q": flt.search,
                            "changed_since": flt.changed_since, "changed_until": flt.changed_until}
     if flt.older_than is not None:
         until = time.time() - flt.older_than

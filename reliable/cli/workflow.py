@@ -67,13 +67,14 @@ def _resolve(rows: WorkflowStore, given: str) -> str:
 @click.option("--status", "statuses", multiple=True, metavar="STATUS",
               type=click.Choice(WorkflowStatus.ALL, case_sensitive=False),
               help="Only workflows in this status (repeatable).")
-@click.option("--name", help="Only workflows with this name.")
+@click.option("--name", "names", multiple=True, help="Only workflows with this name (repeatable: any of them).")
 @click.option("--limit", default=50, show_default=True, help="At most this many rows (newest first).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def list_(store_url: str | None, statuses: tuple[str, ...], name: str | None, limit: int, as_json: bool) -> None:
+def list_(store_url: str | None, statuses: tuple[str, ...], names: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List workflows, newest first."""
-    rows = WorkflowStore(open_store(store_url)).listing(status=[s.upper() for s in statuses], name=name, limit=limit)
+    rows = WorkflowStore(open_store(store_url)).listing(status=[s.upper() for s in statuses], names=names,
+                                                        limit=limit)
     if as_json:
         emit_json(rows)
         return

@@ -29,6 +29,8 @@ DEFAULT_POLICY: dict[str, Any] = {
         {"name": "http-429", "status": 429, "class": "rate_limited"},
         {"name": "http-auth", "status": [401, 403], "class": "authorization"},
         {"name": "http-invalid", "status": [400, 422], "class": "invalid_input"},
+        {"name": "http-4xx-retryable", "status": [408, 409, 425], "class": "transient"},
+        {"name": "http-4xx", "status": "4xx", "class": "invalid_input"},
         {"name": "http-5xx", "status": "5xx", "class": "transient"},
         {"name": AMBIGUOUS_RULE, "idempotent": False, "class": "side_effect_unknown", "exception": [
             "httpx.ReadTimeout", "httpx.WriteTimeout", "httpx.ReadError", "httpx.WriteError",

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .timeouts import DEFAULT_CONSUMER_TIMEOUT, held_unacked, hold_limit, timeout_issues
+from .timeouts import (
+    DEFAULT_CONSUMER_TIMEOUT,
+    TimeoutReport,
+    held_unacked,
+    hold_limit,
+    timeout_issues,
+    timeout_report,
+)
 
 if TYPE_CHECKING:
     from .broker import DEFAULT_DELIVERY_LIMIT, ReliableRabbitmqBroker
 
-__all__ = ["DEFAULT_CONSUMER_TIMEOUT", "DEFAULT_DELIVERY_LIMIT", "ReliableRabbitmqBroker", "held_unacked", "hold_limit",
-           "timeout_issues"]
+__all__ = ["DEFAULT_CONSUMER_TIMEOUT", "DEFAULT_DELIVERY_LIMIT", "ReliableRabbitmqBroker", "TimeoutReport",
+           "held_unacked", "hold_limit", "timeout_issues", "timeout_report"]
 
 
 def __getattr__(name: str) -> Any:

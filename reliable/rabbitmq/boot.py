@@ -4,9 +4,13 @@ Called by `ReliableMiddleware.before_worker_boot`. A broker that is not a Rabbit
 alone. For a `ReliableRabbitmqBroker`: a delivery limit at or below an actor's max attempts, or a
 queue RabbitMQ refuses to declare as configured, stops the boot (BrokerConfigError). Timings that
 do not fit under the consumer timeout (a plain RabbitmqBroker is taken to have RabbitMQ's default
-30 min) are logged as warnings (errors for actors declared with reliable=False: nothing fences
-their redelivered copy), or stop the boot with `strict_timeouts=True`. A delivery counts as held
-for its wait behind the worker's prefetch as well as its run (`timeouts.held_unacked`).
+30 min) are summarised in one INFO line per boot; a timing that exceeds the hold limit by itself
+(a time limit, no time limit, the lease TTL, a retry delay) is also a warning (an error for actors
+declared with reliable=False: nothing fences their redelivered copy), or stops the boot with
+`strict_timeouts=True` (which also refuses the next case). Exceeding it only with the wait behind
+the worker's prefetch (every prefetched delivery running to its own time limit:
+`timeouts.held_unacked`; Dramatiq's default 600 s limit does, under the default prefetch) is said
+in the summary line only.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 from typing import Any
 
 from ..errors import BrokerConfigError
-from .timeouts import DEFAULT_CONSUMER_TIMEOUT, UNTRACKED, timeout_issues
+from .timeouts import DEFAULT_CONSUMER_TIMEOUT, UNTRACKED, timeout_report
 
 __all__ = ["check_broker"]
 
@@ -51,15 +55,16 @@ def check_broker(broker: Any, middleware: Any, worker: Any = None) -> None:
     if ours is not None:
         for queue in sorted(ours.get_declared_queues()):
             ours.declare_queue(queue, ensure=True)  # a refused declaration stops the boot, not a consumer loop
-    issues = timeout_issues(
+    report = timeout_report(
         consumer_timeout=ours.consumer_timeout if ours is not None else DEFAULT_CONSUMER_TIMEOUT,
         lease_ttl=middleware.lease_ttl, time_limits={actor.actor_name: _time_limit(broker, actor) for actor in actors},
         untracked_limits={actor.actor_name: _time_limit(broker, actor) for actor in untracked},
         broker_delay=_max_broker_delay(), rehold=ours is not None,
         prefetch=int(getattr(worker, "queue_prefetch", 0) or 0), threads=int(getattr(worker, "worker_threads", 0) or 0))
-    if issues and ours is not None and ours.strict_timeouts:
-        raise BrokerConfigError("consumer_timeout: " + "; ".join(issues))
-    for issue in issues:
+    if (report.risks or report.possible) and ours is not None and ours.strict_timeouts:
+        raise BrokerConfigError("consumer_timeout: " + "; ".join((*report.risks, *report.possible)))
+    logger.info("%s", report.summary)  # one line per worker boot; a warning only for a real risk
+    for issue in report.risks:
         if UNTRACKED in issue:
             logger.error("consumer_timeout: %s", issue)  # nothing fences a redelivered copy of it
         else:

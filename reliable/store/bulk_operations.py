@@ -17,10 +17,14 @@ from .selection import JobFilter
 from .store import StateStore
 
 __all__ = [
-    "OPERATION_COLUMNS", "cancel_preview", "cancel_requested", "confirm_token_hash", "insert_operation",
+    "ENDED_OPERATION_STATUSES", "OPERATION_COLUMNS", "cancel_preview", "cancel_requested", "confirm_token_hash",
+    "insert_operation",
     "jobs_to_act_on", "mark_operation", "operation_row", "recent_operation_rows", "request_cancel",
     "start_operation", "write_progress",
 ]
+
+#: The statuses of an operation nothing more will happen to (retention may delete it).
+ENDED_OPERATION_STATUSES: tuple[str, ...] = ("refused", "expired", "finished", "cancelled", "failed", "interrupted")
 
 #: The columns of an operation's row.
 OPERATION_COLUMNS: tuple[str, ...] = tuple(c.name for c in operations.c)

@@ -25,6 +25,7 @@ __all__ = [
     "WRITABLE_SESSION_ATTRS",
     "check_max_connections",
     "check_store_url",
+    "normalise_scheme",
     "now_expression",
     "pool_exhausted",
     "read_connection",
@@ -59,6 +60,7 @@ def check_store_url(url: str | URL) -> URL:
     if parsed is None:
         raise ConfigError("the store URL does not parse (it is not shown: it may contain a password); expected "
                           "e.g. sqlite:///reliable.db or postgresql+psycopg://user@host:5432/dbname")
+    parsed = normalise_scheme(parsed)
     shown = redact_url(parsed)
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED:
@@ -66,8 +68,6 @@ def check_store_url(url: str | URL) -> URL:
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise ConfigError(f"store URL {shown}: SQLite needs a file (e.g. sqlite:///reliable.db)")
     if backend == "postgresql":
-        if parsed.drivername == "postgresql":
-            parsed = parsed.set(drivername="postgresql+psycopg")
         query_password = parsed.query.get("password")
         if isinstance(query_password, str) and parsed.password is None:
             parsed = parsed.set(password=query_password).difference_update_query(["password"])
@@ -80,8 +80,24 @@ def check_store_url(url: str | URL) -> URL:
     except ImportError as exc:
         problem = f"needs the {exc.name or 'driver'!r} module: pip install 'reliable[postgresql]'"
     if problem is not None:
+        if backend == "postgresql" and parsed.drivername != PG_DRIVER:
+            problem += f"; reliable ships with psycopg 3: use {redact_url(parsed.set(drivername=PG_DRIVER))}"
         raise ConfigError(f"store URL {shown}: {problem}")
     return parsed
+
+
+#: The PostgreSQL driver reliable installs (the `postgresql` extra): psycopg 3.
+PG_DRIVER = "postgresql+psycopg"
+
+
+def normalise_scheme(url: URL) -> URL:
+    """`url` with libpq's and the platforms' spellings of PostgreSQL made SQLAlchemy's: ``postgres://``
+    and ``postgresql://`` (no driver named) are ``postgresql+psycopg://``; ``postgres+DRIVER://`` is
+    ``postgresql+DRIVER://``. Anything else is returned as it is."""
+    backend, _, driver = url.drivername.partition("+")
+    if backend not in ("postgres", "postgresql"):
+        return url
+    return url.set(drivername=f"postgresql+{driver}" if driver else PG_DRIVER)
 
 
 #: target_session_attrs values that keep a session on a server that accepts writes.

@@ -80,20 +80,30 @@ class JobFilter:
     `changed_since` / `changed_until` bound the time of its last change (epoch seconds).
     `search` is a case-insensitive substring of the job's message (its arguments and options).
     `exclude_discarded` hides DEAD jobs discarded since their last transition (the dead-letter view).
+    The fields that name things (ids, states, queues, actors, error classes, owners, workflows) take
+    several values: a job matches any of them (a single string is taken as one value).
     """
 
     job_ids: tuple[str, ...] = ()
     statuses: tuple[JobStatus, ...] = ()
-    queue: str | None = None
-    actor: str | None = None
-    error_class: str | None = None
+    queue: tuple[str, ...] = ()
+    actor: tuple[str, ...] = ()
+    error_class: tuple[str, ...] = ()
     older_than: float | None = None
     exclude_discarded: bool = False
-    owner: str | None = None
-    workflow_id: str | None = None
+    owner: tuple[str, ...] = ()
+    workflow_id: tuple[str, ...] = ()
     changed_since: float | None = None
     changed_until: float | None = None
     search: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in _MANY:
+            value: Any = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, (value,) if value else ())
+            else:
+                object.__setattr__(self, name, tuple(value or ()))
 
     @property
     def is_empty(self) -> bool:
@@ -119,17 +129,17 @@ class JobFilter:
         if self.statuses:
             where.append(jobs.c.status.in_([JobStatus(s).value for s in self.statuses]))
         if self.queue:
-            where.append(jobs.c.queue == self.queue)
+            where.append(jobs.c.queue.in_(list(self.queue)))
         if self.actor:
-            where.append(jobs.c.actor == self.actor)
+            where.append(jobs.c.actor.in_(list(self.actor)))
         if self.error_class:
-            where.append(jobs.c.last_error_class == self.error_class)
+            where.append(jobs.c.last_error_class.in_(list(self.error_class)))
         if self.older_than is not None and now is not None:
             where.append(jobs.c.updated_at < now - self.older_than)
         if self.owner:
-            where.append(jobs.c.owner == self.owner)
+            where.append(jobs.c.owner.in_(list(self.owner)))
         if self.workflow_id:
-            where.append(jobs.c.workflow_id == self.workflow_id)
+            where.append(jobs.c.workflow_id.in_(list(self.workflow_id)))
         if self.changed_since is not None:
             where.append(jobs.c.updated_at >= self.changed_since)
         if self.changed_until is not None:
@@ -275,7 +285,9 @@ FILTER_PARAMS: Mapping[str, str] = {
     "workflow": "workflow_id", "changed_since": "changed_since", "changed_until": "changed_until", "q": "search",
     "ids": "job_ids",
 }
-_LISTS = ("state", "ids")
+_LISTS = ("state", "ids", "queue", "actor", "owner", "error_class", "workflow")
+#: JobFilter's fields that take several values.
+_MANY = ("job_ids", "statuses", "queue", "actor", "error_class", "owner", "workflow_id")
 
 
 def parse_time(value: object, name: str = "time") -> float:

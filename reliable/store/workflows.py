@@ -213,9 +213,9 @@ class WorkflowStore:
         with self.store.transaction() as unit:
             return _read_snapshot(unit, workflow_id, hold=row["hold"], status=row["status"], run=int(row["run"]))
 
-    def listing(self, *, status: Sequence[str] | None = None, name: str | None = None,
-             limit: int = 50) -> list[dict[str, Any]]:
-        """Workflows, newest first, with how many nodes each has."""
+    def listing(self, *, status: Sequence[str] | None = None, names: Sequence[str] | None = None,
+                limit: int = 50) -> list[dict[str, Any]]:
+        """Workflows, newest first, with how many nodes each has (in any of `status`, named any of `names`)."""
         counts = (select(workflow_nodes.c.workflow_id, func.count().label("nodes"))
                   .group_by(workflow_nodes.c.workflow_id).subquery())
         stmt = (select(workflows, counts.c.nodes)
@@ -223,8 +223,8 @@ class WorkflowStore:
                 .order_by(workflows.c.created_at.desc(), workflows.c.workflow_id).limit(limit))
         if status:
             stmt = stmt.where(workflows.c.status.in_(list(status)))
-        if name:
-            stmt = stmt.where(workflows.c.name == name)
+        if names:
+            stmt = stmt.where(workflows.c.name.in_(list(names)))
         with self.store.read() as conn:
             return [dict(row) for row in conn.execute(stmt).mappings()]
 

@@ -1,6 +1,6 @@
 """One child of `reliable worker`: Dramatiq's Worker for the app's broker, until told to stop or recycled.
 
-Run by the supervisor as ``python -m reliable.supervisor.child CONFIG_JSON`` (a fresh interpreter, so
+Run by the supervisor as ``python -m reliable.supervisor CONFIG_JSON`` (`__main__.py`; a fresh interpreter, so
 a reload imports the app's code anew and no lock held by a supervisor thread is inherited). It
 reuses Dramatiq's own pieces: `dramatiq.cli.import_broker` to load the broker and `dramatiq.Worker`
 to consume; stopping is `Worker.stop` (running jobs finish, prefetched messages are requeued).
@@ -225,7 +225,7 @@ def run(config: ChildConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m reliable.supervisor.child CONFIG_JSON``."""
+    """Entry point: ``python -m reliable.supervisor CONFIG_JSON``."""
     args = sys.argv[1:] if argv is None else argv
     config = ChildConfig(**json.loads(args[0]))
     code = run(config)

@@ -8,7 +8,7 @@ child and end the supervisor with a non-zero code.
 
 One thread does everything (the main one): it waits in `select` on the children's ready pipes and
 a signal wakeup pipe (SIGCHLD wakes it the moment a child dies), then looks at every slot. Signal
-handlers only record the signal. Children are fresh interpreters (`python -m reliable.supervisor.child`).
+handlers only record the signal. Children are fresh interpreters (`python -m reliable.supervisor`, running `child.py`).
 
 Nothing but the loop's own bug ends it early: a failing `on_change` (the metrics textfile) is logged,
 a child that cannot be spawned (EMFILE, ENOMEM, a missing interpreter) is a crash of its slot.
@@ -34,10 +34,13 @@ from .exits import EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, cl
 from .metrics import SupervisorMetrics, forget_process
 from .restarts import Backoff, CrashLoop, CrashWindow
 
-__all__ = ["LOGGER_NAME", "Supervisor", "SupervisorConfig"]
+__all__ = ["CHILD_MODULE", "LOGGER_NAME", "Supervisor", "SupervisorConfig"]
 
 #: The logger of the supervisor's events (one record per start, ready, exit, restart, signal).
 LOGGER_NAME = "reliable.worker"
+#: What a child runs: ``python -m CHILD_MODULE CONFIG_JSON`` (its __main__.py calls child.main; running
+#: reliable.supervisor.child itself would execute a module the package already imported).
+CHILD_MODULE = "reliable.supervisor"
 _TICK = 0.5
 
 
@@ -146,7 +149,7 @@ class Supervisor:
             shutdown_timeout=self.config.shutdown_timeout, log_level=self.config.log_level,
         )
         try:
-            slot.proc = subprocess.Popen([self.config.python, "-m", "reliable.supervisor.child", child.to_json()],
+            slot.proc = subprocess.Popen([self.config.python, "-m", CHILD_MODULE, child.to_json()],
                                          pass_fds=(ready_w,))
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(ready_r)

@@ -152,8 +152,23 @@ class JobContext:
         return str(node) if node else None
 
     def parent_states(self) -> dict[str, str | None]:
-        """Each parent node's state (its job's status): what a fan-in with trigger="all_done" reports on."""
-        return {name: parent["status"] for name, parent in self._parents().items()}
+        """Each parent node's state: what a fan-in with trigger="all_done" reports on.
+
+        A parent that ran has its job's status; one that never ran has the state the workflow derives
+        for it (UPSTREAM_FAILED, SKIPPED, CANCELLED, BLOCKED: reliable.workflows.planning), as
+        `reliable workflow show` prints it.
+        """
+        parents = self._parents()
+        states: dict[str, str | None] = {name: parent["status"] for name, parent in parents.items()}
+        workflow_id = self.workflow_id
+        if workflow_id is not None and any(state is None for state in states.values()):
+            from ..store.workflows import WorkflowStore
+            from ..workflows.planning import node_states
+
+            derived = self._store_call("parent states",
+                                       lambda: node_states(WorkflowStore(self.store).snapshot(workflow_id)))
+            states = {name: derived.get(name) if state is None else state for name, state in states.items()}
+        return states
 
     def parent_results(self) -> dict[str, Any]:
         """Each parent node's result, read from the store: None for a parent that did not succeed.

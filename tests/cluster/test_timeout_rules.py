@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from reliable.errors import ConfigError
-from reliable.rabbitmq import DEFAULT_CONSUMER_TIMEOUT, ReliableRabbitmqBroker, held_unacked, hold_limit, timeout_issues
+from reliable.rabbitmq import (
+    DEFAULT_CONSUMER_TIMEOUT,
+    ReliableRabbitmqBroker,
+    TimeoutReport,
+    held_unacked,
+    hold_limit,
+    timeout_issues,
+    timeout_report,
+)
 
 
 @pytest.mark.parametrize(("timeout", "limit"), [(DEFAULT_CONSUMER_TIMEOUT, 1740.0), (300.0, 270.0), (5.0, 3.0)])
@@ -84,3 +92,37 @@ def test_quorum_queue_arguments() -> None:
                                                    "x-queue-type": "quorum", "x-delivery-limit": 12}
     classic = ReliableRabbitmqBroker(url="amqp://127.0.0.1:1/", queue_type="classic")
     assert classic._build_queue_arguments("q") == {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q.XQ"}
+
+
+def _report(**overrides: object) -> TimeoutReport:
+    settings: dict[str, object] = {"consumer_timeout": 1800.0, "lease_ttl": 30.0, "broker_delay": 900.0,
+                                   "rehold": False, "prefetch": 16, "threads": 8}
+    return timeout_report(**{**settings, **overrides})  # type: ignore[arg-type]
+
+
+def test_dramatiqs_default_time_limit_under_the_default_prefetch_is_one_line_not_a_warning_per_actor() -> None:
+    report = _report(time_limits={f"actor{i}": 600.0 for i in range(12)})
+    assert report.risks == ()
+    assert len(report.possible) == 12
+    assert report.summary == (
+        "timeouts: RabbitMQ consumer_timeout 1800s (a delivery is held unacknowledged 1740s at most), lease_ttl 30s, "
+        "time limits: 600s (12 actors); 12 actors could stay unacknowledged up to 1800s only if the 16 deliveries "
+        "prefetched on 8 threads all ran to their time limit (lower time_limit or dramatiq_queue_prefetch if jobs "
+        "run that long)")
+
+
+def test_a_timing_that_exceeds_the_limit_by_itself_is_a_risk_and_counted_in_the_line() -> None:
+    report = _report(time_limits={"ok": 60.0, "long": 2000.0, "open": None}, untracked_limits={"plain": 600.0})
+    assert [risk.split(":")[0] for risk in report.risks] == ["actor 'long'", "actor 'open' has no time limit (no "
+                                                                           "TimeLimit middleware)", "actor 'plain'"]
+    assert "waiting behind a prefetch of 16 on 8 threads" in report.risks[0]  # the warning keeps its detail
+    assert report.possible == ()
+    assert report.summary.startswith("timeouts: RabbitMQ consumer_timeout 1800s")
+    assert "time limits: 2000s (1 actor), 600s (1 actor), 60s (1 actor), none (1 actor)" in report.summary
+    assert report.summary.endswith("; 3 risks (warnings follow)")
+
+
+def test_everything_fitting_is_a_quiet_line() -> None:
+    report = _report(time_limits={"a": 60.0})
+    assert (report.risks, report.possible) == ((), ())
+    assert report.summary.endswith("time limits: 60s (1 actor)")

@@ -25,7 +25,9 @@ def test_lists_are_repeated_or_comma_separated_and_empty_values_mean_any() -> No
     assert filter_from_params({"state": "failed,dead"}).statuses == (JobStatus.FAILED, JobStatus.DEAD)
     assert filter_from_params({"ids": ["a,b", "b", " c "]}).job_ids == ("a", "b", "c")
     assert filter_from_params({"queue": "", "state": [], "q": None}).is_empty
-    assert filter_from_params({"queue": ["billing", "billing"]}).queue == "billing"  # a query string's repeat
+    assert filter_from_params({"queue": ["billing", "billing"]}).queue == ("billing",)  # a query string's repeat
+    assert filter_from_params({"queue": ["a", "b"], "actor": "x,y"}).queue == ("a", "b")  # repeated filters combine
+    assert filter_from_params({"actor": "x,y"}).actor == ("x", "y")
 
 
 def test_times_are_epoch_seconds_or_iso_8601_utc_unless_offset() -> None:
@@ -37,8 +39,8 @@ def test_times_are_epoch_seconds_or_iso_8601_utc_unless_offset() -> None:
 @pytest.mark.parametrize(("params", "message"), [
     ({"queues": "billing"}, "unknown filter parameter 'queues'"),
     ({"state": "sleeping"}, "unknown status 'sleeping'"),
-    ({"queue": ["a", "b"]}, "'queue' is given 2 different values"),
-    ({"queue": 3}, "'queue': expected a string"),
+    ({"q": ["a", "b"]}, "'q' is given 2 different values"),
+    ({"queue": 3}, "'queue': expected strings"),
     ({"changed_since": "yesterday"}, "'changed_since': 'yesterday' is neither epoch seconds nor an ISO 8601"),
     ({"changed_until": True}, "'changed_until': expected epoch seconds"),
     ({"changed_until": "nan"}, "not a finite time"),
@@ -50,7 +52,7 @@ def test_mistakes_are_refused_naming_the_parameter(params: dict[str, object], me
 
 
 def test_the_callers_own_parameters_may_be_set_aside() -> None:
-    assert filter_from_params({"queue": "q", "cursor": "x", "limit": "5"}, ignore={"cursor", "limit"}).queue == "q"
+    assert filter_from_params({"queue": "q", "cursor": "x", "limit": "5"}, ignore={"cursor", "limit"}).queue == ("q",)
 
 
 def test_the_rate_limiter_does_not_spin_on_a_clock_far_from_zero() -> None:

@@ -183,6 +183,11 @@ def test_term_stops_gracefully_and_loses_nothing(
     assert {j.status for j in waiting} == {JobStatus.PENDING} and all(j.attempt == 0 for j in waiting)
     wait_for(lambda: ready_messages(rabbitmq_url, queue_name) == len(waiting), "the waiting messages back in the queue")
     assert [e["kind"] for e in sup.events("child_exited")] == ["stopped", "stopped"]
+    # Quiet boots: no RuntimeWarning from the child's entry point, one timeouts line per child and no
+    # consumer_timeout warning for the actors' 600 s time limit (issue 29).
+    output = sup.output()
+    assert "RuntimeWarning" not in output
+    assert output.count("timeouts: RabbitMQ consumer_timeout") == 2 and "consumer_timeout: actor" not in output
 
 
 def test_a_second_term_stops_at_once_and_the_lease_recovers_the_jobs(

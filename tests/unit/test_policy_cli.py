@@ -21,9 +21,9 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_check_ok() -> None:
     done = run("check", f"{POLICIES}/examples/http_api.yaml")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 9 user rules + 10 built-in rules, 2 actors"
+    assert done.stdout.strip() == "OK: 9 user rules + 12 built-in rules, 2 actors"
     assert done.stderr == ""  # no warning: its retrying rules say `idempotent: true`
-    assert run("check", f"{POLICIES}").stdout.strip() == "OK: 10 user rules + 10 built-in rules, 0 actors"
+    assert run("check", f"{POLICIES}").stdout.strip() == "OK: 12 user rules + 12 built-in rules, 0 actors"
 
 
 def test_check_bad_file_one_line_per_problem(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_check_imports_project_modules_from_the_current_directory(tmp_path: Path
     (tmp_path / "p.yaml").write_text("rules:\n  - {exception: myapp_errors_for_test.Flaky, class: transient}\n")
     done = run("check", "p.yaml", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 1 user rules + 10 built-in rules, 0 actors"
+    assert done.stdout.strip() == "OK: 1 user rules + 12 built-in rules, 0 actors"
 
 
 def test_check_missing_path() -> None:
@@ -140,7 +140,7 @@ def shop_app(folder: Path) -> Path:
 
 
 def test_check_without_a_path_and_with_inherit_false(tmp_path: Path) -> None:
-    assert run("check").stdout.strip() == "OK: the built-in policy, 10 rules, 0 actors"
+    assert run("check").stdout.strip() == "OK: the built-in policy, 12 rules, 0 actors"
     (tmp_path / "p.yaml").write_text("inherit: false\nrules:\n  - {exception: TimeoutError, class: transient}\n")
     done = run("check", "p.yaml", cwd=tmp_path)
     assert done.stdout.strip() == "OK: 1 user rules (built-in rules dropped: inherit: false), 0 actors"
@@ -154,7 +154,7 @@ def test_check_warns_on_retrying_a_non_idempotent_job_exit_0(tmp_path: Path) -> 
     assert (plain.returncode, plain.stderr) == (0, "")  # nothing non-idempotent without the app's actors
     done = run("check", "p.yaml", "--app", "shopapp", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "OK: 1 user rules + 10 built-in rules, 0 actors, 2 app actors; 1 warning(s)"
+    assert done.stdout.strip() == "OK: 1 user rules + 12 built-in rules, 0 actors, 2 app actors; 1 warning(s)"
     [warning] = done.stderr.strip().splitlines()
     assert warning.startswith("p.yaml:2: warning: rule 'network' (class transient) retries httpx.ReadTimeout")
     assert "actor 'charge' (queue 'payments'), which is not idempotent (shopapp.charge)" in warning

@@ -52,6 +52,12 @@ def default() -> Policy:
     (HTTPError(503), "retry", "transient", False),
     (HTTPError(429, {"Retry-After": "7"}), "retry", "rate_limited", False),
     (HTTPError(400), "fail", "invalid_input", False),
+    (HTTPError(410), "fail", "invalid_input", False),  # any 4xx is permanent ...
+    (HTTPError(404), "fail", "invalid_input", False),
+    (HTTPError(418), "fail", "invalid_input", False),
+    (HTTPError(408), "retry", "transient", False),  # ... but those that say "try again"
+    (HTTPError(409), "retry", "transient", False),
+    (HTTPError(425), "retry", "transient", False),
     (ValueError("bad"), "fail", "invalid_input", False),
     (HTTPError(401), "halt", "authorization", True),
     (PermissionError(), "halt", "authorization", True),

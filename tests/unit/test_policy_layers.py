@@ -65,7 +65,7 @@ def test_a_file_that_only_sets_owners_keeps_the_429_and_fail_fast_rules(tmp_path
     assert policy.contract("a", "other").owner == "team-core"
     assert policy.sources == (BUILTIN_PATH, str(path)) and policy.inherits
     result = check_path(path.parent)
-    assert (result.ok, result.rules, result.builtin_rules, result.warnings) == (True, 0, 10, ())
+    assert (result.ok, result.rules, result.builtin_rules, result.warnings) == (True, 0, 12, ())
 
 
 def test_a_copy_of_default_yaml_with_one_key_changed_loads(tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_a_copy_of_default_yaml_with_one_key_changed_loads(tmp_path: Path) -> No
                                                                     rule_name(theirs)), exc
     result = check_path(path.parent)
     assert result.ok and not result.warnings, (result.problems, result.warnings)
-    assert (result.rules, result.builtin_rules) == (10, 10)  # the copy's rules shadow the built-in ones: no error
+    assert (result.rules, result.builtin_rules) == (12, 12)  # the copy's rules shadow the built-in ones: no error
 
 
 def test_a_key_set_in_two_of_the_users_files_is_still_an_error_naming_both(tmp_path: Path) -> None:

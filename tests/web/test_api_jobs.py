@@ -117,7 +117,7 @@ def test_filters(client: TestClient, store: StateStore, tokens: Tokens) -> None:
     ("/api/v1/jobs", {"changed_until": "nan"}, "'changed_until'"),
     ("/api/v1/jobs", {"cursor": "not-a-cursor"}, "cursor"),
     ("/api/v1/jobs", {"status": "DEAD"}, "'status'"),
-    ("/api/v1/jobs", {"queue": ["a", "b"]}, "'queue'"),
+    ("/api/v1/jobs", {"q": ["a", "b"]}, "'q'"),
     ("/api/v1/dlq", {"include_discarded": "maybe"}, "'include_discarded'"),
     ("/api/v1/dlq", {"state": "PENDING"}, "'state'"),
     ("/api/v1/review", {"limit": "-1"}, "'limit'"),

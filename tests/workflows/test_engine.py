@@ -141,12 +141,15 @@ def test_skip_by_declaration_and_a_fan_in_after_a_failure_sees_it(harness: Harne
         reliable.node("a", r.step.message("a")),
         reliable.node("b", r.step.message("b")),
         reliable.node("c", r.step.message("c"), after=["b"], on_upstream_failure="skip"),
-        reliable.node("report", report, after=["a", "b", "c"], trigger="all_done"),
+        reliable.node("d", r.step.message("d"), after=["b"]),
+        reliable.node("report", report, after=["a", "b", "c", "d"], trigger="all_done"),
     ]).submit(harness.broker)
     harness.run()
-    assert states(harness, workflow_id) == {"a": "SUCCEEDED", "b": "FAILED", "c": "SKIPPED", "report": "SUCCEEDED"}
-    assert seen["states"] == {"a": "SUCCEEDED", "b": "FAILED", "c": None}
-    assert seen["results"] == {"a": "a()", "b": None, "c": None}
+    assert states(harness, workflow_id) == {"a": "SUCCEEDED", "b": "FAILED", "c": "SKIPPED", "d": "UPSTREAM_FAILED",
+                                            "report": "SUCCEEDED"}
+    # Every parent's state, those that never ran included (as `reliable workflow show` derives them).
+    assert seen["states"] == {"a": "SUCCEEDED", "b": "FAILED", "c": "SKIPPED", "d": "UPSTREAM_FAILED"}
+    assert seen["results"] == {"a": "a()", "b": None, "c": None, "d": None}
     assert status(harness, workflow_id) == "FAILED"  # the fan-in completed; the failure stays visible
 
 

@@ -545,3 +545,81 @@ WHERE s.name = %(name)s::text AND s.holder_job IS NOT NULL AND (
         SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
           AND j.status = ANY(%(active)s::text[]) AND j.lease_expires_at >= t.now))
 ORDER BY s.key, s.slot;
+
+-- Retention (reliable/store/retention.py): `reliable db prune`. A job is pruned when it finished
+-- (:states, terminal states only) before :cut and it is no node of a workflow that is live or ended
+-- after :cut. Each batch is one statement that locks its jobs with SKIP LOCKED: a row a worker or an
+-- operator holds is left for a later run, and nothing a worker does waits for more than one batch.
+-- One state per batch, oldest first, so the (status, updated_at) index serves it.
+
+-- name: prune_count_jobs
+WITH doomed AS (
+    SELECT j.job_id FROM reliable_jobs j
+    WHERE j.status = ANY(%(states)s::text[]) AND j.updated_at < %(cut)s::float8
+      AND NOT EXISTS (SELECT 1 FROM reliable_workflows w WHERE w.workflow_id = j.workflow_id
+                      AND NOT (w.status = ANY(%(workflow_final)s::text[]) AND w.finished_at < %(cut)s::float8))
+)
+SELECT (SELECT count(*) FROM doomed),
+       (SELECT count(*) FROM reliable_job_events e JOIN doomed d ON e.job_id = d.job_id),
+       (SELECT count(*) FROM reliable_attempts a JOIN doomed d ON a.job_id = d.job_id),
+       (SELECT count(*) FROM reliable_effects f JOIN doomed d ON f.job_id = d.job_id);
+
+-- name: prune_jobs
+WITH doomed AS (
+    SELECT j.job_id FROM reliable_jobs j
+    WHERE j.status = %(state)s AND j.updated_at < %(cut)s::float8
+      AND NOT EXISTS (SELECT 1 FROM reliable_workflows w WHERE w.workflow_id = j.workflow_id
+                      AND NOT (w.status = ANY(%(workflow_final)s::text[]) AND w.finished_at < %(cut)s::float8))
+    ORDER BY j.updated_at LIMIT %(batch)s::int4
+    FOR UPDATE OF j SKIP LOCKED
+), events AS (
+    DELETE FROM reliable_job_events e USING doomed d WHERE e.job_id = d.job_id RETURNING 1
+), attempts AS (
+    DELETE FROM reliable_attempts a USING doomed d WHERE a.job_id = d.job_id RETURNING 1
+), effects AS (
+    DELETE FROM reliable_effects f USING doomed d WHERE f.job_id = d.job_id RETURNING 1
+), gone AS (
+    DELETE FROM reliable_jobs j USING doomed d WHERE j.job_id = d.job_id RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), (SELECT count(*) FROM attempts),
+       (SELECT count(*) FROM effects);
+
+-- name: prune_count_workflows
+-- Ended workflows (:workflow_final) that ended before :cut; their node jobs are pruned with the jobs.
+SELECT count(*) FROM reliable_workflows
+WHERE status = ANY(%(workflow_final)s::text[]) AND finished_at < %(cut)s::float8;
+
+-- name: prune_workflows
+-- Ended workflows none of whose jobs is left (a node job not at rest keeps its workflow).
+WITH doomed AS (
+    SELECT w.workflow_id FROM reliable_workflows w
+    WHERE w.status = ANY(%(workflow_final)s::text[]) AND w.finished_at < %(cut)s::float8
+      AND NOT EXISTS (SELECT 1 FROM reliable_jobs j WHERE j.workflow_id = w.workflow_id)
+    LIMIT %(batch)s::int4
+    FOR UPDATE OF w SKIP LOCKED
+), nodes AS (
+    DELETE FROM reliable_workflow_nodes n USING doomed d WHERE n.workflow_id = d.workflow_id RETURNING 1
+), edges AS (
+    DELETE FROM reliable_workflow_edges g USING doomed d WHERE g.workflow_id = d.workflow_id RETURNING 1
+), events AS (
+    DELETE FROM reliable_workflow_events e USING doomed d WHERE e.workflow_id = d.workflow_id RETURNING 1
+), gone AS (
+    DELETE FROM reliable_workflows w USING doomed d WHERE w.workflow_id = d.workflow_id RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM nodes) + (SELECT count(*) FROM edges)
+       + (SELECT count(*) FROM events);
+
+-- name: prune_count_operations
+SELECT count(*) FROM reliable_operations
+WHERE status = ANY(%(ended)s::text[]) AND coalesce(finished_at, created_at) < %(cut)s::float8;
+
+-- name: prune_operations
+WITH doomed AS (
+    SELECT operation_id FROM reliable_operations
+    WHERE status = ANY(%(ended)s::text[]) AND coalesce(finished_at, created_at) < %(cut)s::float8
+    LIMIT %(batch)s::int4
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM reliable_operations o USING doomed d WHERE o.operation_id = d.operation_id RETURNING 1
+)
+SELECT count(*) FROM gone;

@@ -401,3 +401,69 @@ WHERE s.name = :name AND s.holder_job IS NOT NULL AND (
         SELECT 1 FROM reliable_jobs j WHERE j.job_id = s.holder_job AND j.lease_id = s.holder_lease
           AND j.status IN (SELECT value FROM json_each(:active)) AND j.lease_expires_at >= :now))
 ORDER BY s.key, s.slot;
+
+-- Retention (see postgresql.sql): each batch is one BEGIN IMMEDIATE transaction that picks its jobs,
+-- then deletes their rows; other writers wait for one batch at most.
+
+-- name: prune_count_jobs
+WITH doomed AS (
+    SELECT j.job_id FROM reliable_jobs j
+    WHERE j.status IN (SELECT value FROM json_each(:states)) AND j.updated_at < :cut
+      AND NOT EXISTS (SELECT 1 FROM reliable_workflows w WHERE w.workflow_id = j.workflow_id
+                      AND NOT (w.status IN (SELECT value FROM json_each(:workflow_final)) AND w.finished_at < :cut))
+)
+SELECT (SELECT count(*) FROM doomed),
+       (SELECT count(*) FROM reliable_job_events e JOIN doomed d ON e.job_id = d.job_id),
+       (SELECT count(*) FROM reliable_attempts a JOIN doomed d ON a.job_id = d.job_id),
+       (SELECT count(*) FROM reliable_effects f JOIN doomed d ON f.job_id = d.job_id);
+
+-- name: prune_pick_jobs
+SELECT j.job_id FROM reliable_jobs j
+WHERE j.status = :state AND j.updated_at < :cut
+  AND NOT EXISTS (SELECT 1 FROM reliable_workflows w WHERE w.workflow_id = j.workflow_id
+                  AND NOT (w.status IN (SELECT value FROM json_each(:workflow_final)) AND w.finished_at < :cut))
+ORDER BY j.updated_at LIMIT :batch;
+
+-- name: prune_job_events
+DELETE FROM reliable_job_events WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
+
+-- name: prune_job_attempts
+DELETE FROM reliable_attempts WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
+
+-- name: prune_job_effects
+DELETE FROM reliable_effects WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
+
+-- name: prune_job_rows
+DELETE FROM reliable_jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
+
+-- name: prune_count_workflows
+SELECT count(*) FROM reliable_workflows
+WHERE status IN (SELECT value FROM json_each(:workflow_final)) AND finished_at < :cut;
+
+-- name: prune_pick_workflows
+SELECT w.workflow_id FROM reliable_workflows w
+WHERE w.status IN (SELECT value FROM json_each(:workflow_final)) AND w.finished_at < :cut
+  AND NOT EXISTS (SELECT 1 FROM reliable_jobs j WHERE j.workflow_id = w.workflow_id)
+LIMIT :batch;
+
+-- name: prune_workflow_nodes
+DELETE FROM reliable_workflow_nodes WHERE workflow_id IN (SELECT value FROM json_each(:workflow_ids)) RETURNING 1;
+
+-- name: prune_workflow_edges
+DELETE FROM reliable_workflow_edges WHERE workflow_id IN (SELECT value FROM json_each(:workflow_ids)) RETURNING 1;
+
+-- name: prune_workflow_events
+DELETE FROM reliable_workflow_events WHERE workflow_id IN (SELECT value FROM json_each(:workflow_ids)) RETURNING 1;
+
+-- name: prune_workflow_rows
+DELETE FROM reliable_workflows WHERE workflow_id IN (SELECT value FROM json_each(:workflow_ids)) RETURNING 1;
+
+-- name: prune_count_operations
+SELECT count(*) FROM reliable_operations
+WHERE status IN (SELECT value FROM json_each(:ended)) AND coalesce(finished_at, created_at) < :cut;
+
+-- name: prune_operations
+DELETE FROM reliable_operations WHERE operation_id IN (
+    SELECT operation_id FROM reliable_operations
+    WHERE status IN (SELECT value FROM json_each(:ended)) AND coalesce(finished_at, created_at) < :cut
+    LIMIT :batch) RETURNING 1;
