@@ -22,7 +22,7 @@ from support import require_service, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = {"policies/default.yaml", "policies/examples/http_api.yaml", "policies/operators/operators.yaml",
+SHIPPED = {"policies/builtin/default.yaml", "policies/examples/http_api.yaml", "policies/operators/operators.yaml",
            "alert_rules/store.yaml", "alert_rules/prometheus.yaml", "runbooks/_layout.md.j2",
            "runbooks/job_stuck.md.j2", "grafana/reliable-dashboard.json", "alertmanager/alertmanager.yml",
            "alertmanager/reliable-alerts.yaml"}
@@ -53,13 +53,14 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel of this checkout (pip builds it in an isolated environment, as a user's pip would).
 
-    Built from a copy of the sources: setuptools writes build/ and *.egg-info beside them, and two
-    xdist workers building in the checkout at once would trip over each other's files."""
+    Built from a copy of the sources, so that the build sees only what the sdist would hold (and two
+    xdist workers building at once do not trip over each other's files)."""
     out = tmp_path_factory.mktemp("wheel")
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "reliable", source / "reliable", ignore=shutil.ignore_patterns("__pycache__"))
+    for tree in ("reliable", "policies", "alert_rules", "runbooks", "docs"):  # the last four: built into the package
+        shutil.copytree(REPO / tree, source / tree, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
                    check=True, timeout=600, capture_output=True)
     (found,) = out.glob("reliable-*.whl")
@@ -109,7 +110,7 @@ def test_a_fresh_install_adopts_an_app_runs_a_worker_and_exports_checked_rules(
     assert "OK:" in _run([reliable_cli, "policy", "check", "policies/"], project, env)
     from reliable.alerts import load_rules  # the checkout's count of the rules the wheel ships
 
-    shipped = len(load_rules(Path(__file__).resolve().parents[2] / "reliable" / "defaults" / "alert_rules"))
+    shipped = len(load_rules(REPO / "alert_rules"))
     assert f"OK: {shipped} rules" in _run([reliable_cli, "alerts", "check", "alert_rules/", "--runbooks", "runbooks/"],
                                           project, env)
     rules = project / "reliable-rules.yaml"
