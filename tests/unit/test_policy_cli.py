@@ -89,8 +89,8 @@ def test_explain_queue_and_subclass() -> None:
 
 
 def test_explain_text_and_unknown_exception() -> None:
-    done = run("explain", f"{POLICIES}/builtin/default.yaml", "--exception", "acme.errors.Unauthorized", "--status", "401",
-               "--message", "token expired")
+    done = run("explain", f"{POLICIES}/builtin/default.yaml", "--exception", "acme.errors.Unauthorized",
+               "--status", "401", "--message", "token expired")
     assert done.returncode == 0, done.stderr
     assert "HALT" in done.stdout
     assert "http-auth" in done.stdout

@@ -112,7 +112,8 @@ def test_check_finds_rules_shadowed_by_a_superclass() -> None:
 
 
 def test_shipped_policies_pass_check() -> None:
-    for path in (SHIPPED / "policies", SHIPPED / "policies/builtin/default.yaml", SHIPPED / "policies/examples/http_api.yaml"):
+    for path in (SHIPPED / "policies", SHIPPED / "policies/builtin/default.yaml",
+                 SHIPPED / "policies/examples/http_api.yaml"):
         result = check_path(path)
         assert result.ok, result.problems
 
