@@ -75,7 +75,7 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
     TERMs as one: systemd's KillMode=control-group is safe; KillMode=mixed is advised); a second
     one to the supervisor stops them at once (SIGUSR1 to each; their jobs are recovered by lease);
     HUP restarts the children one at a time, with the app's code imported anew. Events are JSON
-    lines on stderr (logger reliable.worker). See docs/worker.md.
+    lines on stderr (logger reliable.worker). See `reliable docs worker`.
     """
     from prometheus_client import CollectorRegistry
 
