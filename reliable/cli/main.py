@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "Cancel jobs; runs the compensation actor if side effects were applied."),
     "db": ("reliable.cli.db:db", "Create or migrate the state store's schema; raise its fencing floor (PostgreSQL)."),
     "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
-    "docs": ("reliable.cli.docs:docs", "The documentation, by topic: list the topics, or print one."),
+    "docs": ("reliable.cli.docs:docs", "List the documentation's topics, or print one (Markdown)."),
     "exporter": ("reliable.cli.exporter:exporter",
                  "Serve /metrics (store gauges + workers' metrics), /healthz and the alerts' runbooks."),
     "init": ("reliable.cli.init:init",
