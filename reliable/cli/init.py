@@ -20,7 +20,10 @@ Next:
   reliable policy check {policies}
   reliable alerts check {alert_rules} --runbooks {runbooks}
   reliable alerts export-prometheus --rules {alert_rules} --out reliable-rules.yaml   # for Prometheus
-Grafana: import {grafana}; Alertmanager: see {alertmanager}."""
+Metrics: `reliable worker APP` and `reliable exporter` on the same host share a directory by default:
+  one scrape target per host has every series the rules use (reliable docs observability).
+Grafana: import {grafana}/reliable-dashboard.json; Alertmanager: see {alertmanager}/alertmanager.yml.
+Docs: reliable docs (the topics), reliable docs TOPIC (one page)."""
 
 
 @click.command()
