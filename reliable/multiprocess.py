@@ -21,8 +21,10 @@ liveness is `kill(pid, 0)`.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import stat
+import struct
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -36,6 +38,8 @@ from prometheus_client.registry import Collector
 from .errors import ConfigError
 
 __all__ = ["ENV", "HostCollector", "compact", "default_dir", "join", "prepare"]
+
+logger = logging.getLogger(__name__)
 
 #: The variable prometheus_client reads (and every process of the host inherits).
 ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -114,9 +118,16 @@ def _dead_files(directory: Path) -> list[tuple[Path, str]]:
 
 
 def _merge(file: Path, into: Path) -> None:
+    try:  # read it all first: a file that cannot be read adds nothing, rather than half of itself
+        found = list(MmapedDict.read_all_values_from_file(str(file)))  # type: ignore[no-untyped-call]
+    except (OSError, ValueError, RuntimeError, struct.error) as exc:  # RuntimeError: "file is corrupted"
+        logger.warning("metrics file %s is unreadable (%s: %s): set aside, its values are not counted",
+                       file, type(exc).__name__, exc)
+        file.rename(file.with_suffix(".unreadable"))
+        return
     target = MmapedDict(str(into))  # type: ignore[no-untyped-call]
     try:
-        for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(str(file)):  # type: ignore[no-untyped-call]
+        for key, value, timestamp, _ in found:
             total, latest = target.read_value(key)  # type: ignore[no-untyped-call]
             target.write_value(key, total + value, max(latest, timestamp))  # type: ignore[no-untyped-call]
     finally:

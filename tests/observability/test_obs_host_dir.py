@@ -4,6 +4,7 @@ meet by default, who may be trusted there, and dead processes' files folded in w
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +98,15 @@ def test_a_default_directory_someone_else_could_write_to_is_refused(monkeypatch:
     named.mkdir(mode=0o777)
     named.chmod(0o777)
     assert prepare(named) == named  # a directory named on purpose may be shared
+
+
+def test_an_unreadable_file_of_a_dead_process_is_set_aside_not_fatal(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    directory = prepare(tmp_path / "metrics")
+    run_worker(directory, 2)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    # A dead process's file whose one entry claims to run past the used size: "file is corrupted".
+    (directory / f"counter_{dead}.db").write_bytes(struct.pack("<ii", 32, 0) + struct.pack("<i", 1000) + bytes(60))
+    assert totals(directory)[("reliable_dead_letters_total", (("actor", "a"),))] == 2
+    assert (directory / f"counter_{dead}.unreadable").exists() and "unreadable" in caplog.text
