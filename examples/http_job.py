@@ -10,7 +10,7 @@ Run from the repository root (RabbitMQ up; see examples/shared.py for the enviro
     .venv/bin/reliable jobs events JOB_ID                           # retry_scheduled (rate_limited) ... succeed
 
 The job lets `response.raise_for_status()` raise `httpx.HTTPStatusError`; the policy classifies it
-(reliable/defaults/policies/examples/http_api.yaml, linked from examples/policies/), nothing here catches errors:
+(policies/examples/http_api.yaml, linked from examples/policies/), nothing here catches errors:
 
 - 429 or 503 -> `rate_limited`: the job waits the Retry-After (capped at `rate_limit.max_wait`,
   15m there) in RETRY_WAIT and tries again. Rate-limited retries do not count toward max_attempts;

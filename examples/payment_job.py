@@ -10,7 +10,7 @@ Run from the repository root (RabbitMQ up; see examples/shared.py for the enviro
     .venv/bin/reliable jobs events JOB_ID
     .venv/bin/reliable review list                                  # payments that need a person
 
-The contract (actor options here, and the `payments` queue in reliable/defaults/policies/examples/http_api.yaml,
+The contract (actor options here, and the `payments` queue in policies/examples/http_api.yaml,
 linked from examples/policies/):
 
 - `idempotent=False`: a crash or lost lease while charging goes to REVIEW (`lease_expired_review`),

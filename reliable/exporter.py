@@ -1,8 +1,8 @@
 """The metrics exporter: one HTTP process serving /metrics, /healthz and the runbooks.
 
-``/metrics`` serves the store-derived gauges (`reliable.collector.StoreCollector`) and, when a
-multiprocess directory is given (PROMETHEUS_MULTIPROC_DIR), the worker processes' counters and
-histograms added up across processes. ``/healthz`` answers 200 when the store answers a query
+``/metrics`` serves the store-derived gauges (`reliable.collector.StoreCollector`) and, from the
+host's multiprocess directory (`reliable.multiprocess`), the worker processes' and supervisors'
+counters and histograms added up across processes. ``/healthz`` answers 200 when the store answers a query
 and 503 with the reason otherwise. ``/runbooks/<lower-case alert name>`` renders an alert's
 runbook with the jobs it is about now (`reliable.alerts.pages`): the default `runbook_base_url`
 of the alerts points here. Run it with ``reliable exporter --port 9464 --store URL``.
@@ -19,9 +19,9 @@ from urllib.parse import parse_qsl
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.multiprocess import MultiProcessCollector
 
 from .collector import StoreCollector
+from .multiprocess import HostCollector
 from .states import JobStatus
 from .store import StateStore
 
@@ -43,7 +43,7 @@ def build_registry(store: StateStore, *, broker_url: str | None = None, sla: Map
     registry = CollectorRegistry()
     registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states, queues=queues))
     if multiprocess_dir:
-        MultiProcessCollector(registry, path=multiprocess_dir)  # type: ignore[no-untyped-call]
+        registry.register(HostCollector(multiprocess_dir))
     return registry
 
 

@@ -6,10 +6,11 @@ updates counters and histograms. The heartbeat thread calls `Metrics.heartbeat` 
 counters, no ids as labels. Store-wide gauges (jobs by state, queue age, stuck jobs) are not
 here: they come from `reliable.collector.StoreCollector` in the one exporter process.
 
-Multiprocess mode (Dramatiq forks worker processes): before the workers start, and once, in
-the parent, run ``setup_multiprocess(path)``, or export ``PROMETHEUS_MULTIPROC_DIR`` and empty the
-directory yourself; prometheus_client then writes every value to per-process files there, and
-``reliable exporter`` (with the same variable set) adds them up. See docs/observability.md.
+Multiprocess mode (Dramatiq forks worker processes): prometheus_client writes every value to
+per-process files of PROMETHEUS_MULTIPROC_DIR and ``reliable exporter`` adds them up.
+``reliable worker`` sets it up by itself (`reliable.multiprocess`: a per-user directory the exporter
+finds by default); under plain ``dramatiq``, export the variable for the workers and the exporter.
+See docs/observability.md.
 
 Collectors are created in `Metrics.__init__` on the injected registry, never at import. Two
 Metrics on one registry share one set of collectors (a cache keyed by the registry object, weakly
@@ -18,17 +19,17 @@ held) instead of failing with "Duplicated timeseries".
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from .multiprocess import join
 from .states import WORKER_OUTCOMES, target
 
 __all__ = ["ATTEMPT_OUTCOMES", "DURATION_BUCKETS", "LATENCY_BUCKETS", "Metrics", "setup_multiprocess"]
@@ -248,13 +249,13 @@ class Metrics:
 
     # -- direct hooks ------------------------------------------------------------------------------
 
-    def track(self, actor: str, queue: str) -> None:
+    def track(self, actor: str, queue: str, retried: Iterable[str] = ()) -> None:
         """Create the series of a tracked actor at 0 before its first event.
 
         A labelled counter otherwise appears at its first increment, at 1, and `increase(x[5m]) > 0`
         or a rate cannot see that first event. Created: every counter labelled by actor and queue,
-        and the transitions of each worker outcome. Not created: series with open-ended labels
-        (retries by error class, attempts by outcome), which stay absent until their first event.
+        the transitions and attempts of each worker outcome, the dispatch latency histogram, and the
+        retries of each error class in `retried` (the policy's classes that retry) and of lease expiry.
         """
         c = self._c
         for counter in (c.lease_expiries, c.stale_commits, c.budget_exhausted, c.duplicate_effects,
@@ -263,6 +264,10 @@ class Metrics:
             counter.labels(actor, queue)
         for event in sorted(WORKER_OUTCOMES):
             c.transitions.labels(event.value, target(event).value, actor, queue)
+            c.attempts.labels(actor, queue, event.value)
+        c.dispatch_latency.labels(actor, queue)
+        for error_class in {*retried, "lease_expired"}:
+            c.retries.labels(actor, queue, error_class)
 
     def heartbeat(self, latency: float, renewed: int, lost: int) -> None:
         """Record one heartbeat: its latency (s), how many leases it renewed and found lost."""
@@ -373,18 +378,16 @@ class Metrics:
 
 
 def setup_multiprocess(path: str) -> None:
-    """Prepare prometheus_client's multiprocess mode: create `path`, empty it, export the variable.
+    """Prepare prometheus_client's multiprocess mode in an EMPTIED `path`: for a process manager of
+    your own. `reliable worker` needs none of it (see `reliable.multiprocess`).
 
     Call it ONCE, in the parent process, before the worker processes start (never from a worker:
     it would delete the live files of its siblings). It removes only ``*.db`` files (the ones
-    prometheus_client writes) and sets PROMETHEUS_MULTIPROC_DIR for this process and its children.
-    If prometheus_client was imported before the variable was set, its value class is switched to
-    the multiprocess one; collectors created before this call stay process-local.
+    prometheus_client writes), then `reliable.multiprocess.join`s the directory: the variable is set
+    for this process and its children, and collectors created from then on write there.
     """
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("*.db"):
         stale.unlink(missing_ok=True)
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
-    if not getattr(values.ValueClass, "_multiprocess", False):
-        values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+    join(directory)

@@ -11,10 +11,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, create_engine, event, text
 
@@ -91,12 +93,17 @@ def wait_for(condition: Callable[[], T], what: str = "the condition", *, timeout
 
 @contextlib.contextmanager
 def exporter(store_url: str, *args: str, env: Mapping[str, str] | None = None,
-             startup: float = 30.0) -> Iterator[str]:
-    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL; stop it."""
+             startup: float = 30.0, cli: Sequence[str] = (sys.executable, "-c", CLI),
+             base_env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL; stop it.
+
+    `cli` is the command (another virtual environment's `reliable`), `base_env` the environment
+    `env` goes on top of (default: this one), PROMETHEUS_MULTIPROC_DIR removed from it."""
     port = free_port()
-    command: Sequence[str] = [sys.executable, "-c", CLI, "exporter", "--host", "127.0.0.1", "--port", str(port),
+    command: Sequence[str] = [*cli, "exporter", "--host", "127.0.0.1", "--port", str(port),
                               "--store", store_url, *args]
-    child_env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    child_env = {k: v for k, v in (os.environ if base_env is None else base_env).items()
+                 if k != "PROMETHEUS_MULTIPROC_DIR"}
     child_env.update(env or {})
     process = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
@@ -140,6 +147,31 @@ def scrape(base: str) -> Samples:
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+def sample_value(samples: Samples, name: str, **labels: str) -> float | None:
+    """The sum of the samples called `name` that carry `labels` (None: there is none)."""
+    found = [v for (sample, tags), v in samples.items() if sample == name and labels.items() <= dict(tags).items()]
+    return sum(found) if found else None
+
+
+def promtool_fires(promtool: str, rules: str, workdir: Path, series: str, before: float, after: float,
+                   alert: str, labels: Mapping[str, str]) -> None:
+    """`promtool test rules` over `rules` (an exported rule file's text), fed `series` at `before` then
+    `after` for 20 minutes: `alert` fires at 5m with `labels` (its own labels and the series')."""
+    (workdir / "rules.yml").write_text(rules)
+    expected = "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in {"alertname": alert, "alertstate": "firing",
+                                                               **labels}.items()) + "}"
+    test = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": series, "values": f"{before:g} {after:g}x20"}],
+        "promql_expr_test": [{"expr": f'ALERTS{{alertname="{alert}",alertstate="firing"}}', "eval_time": "5m",
+                              "exp_samples": [{"labels": expected, "value": 1}]}],
+    }]}
+    (workdir / "fires_test.yml").write_text(yaml.safe_dump(test))
+    done = subprocess.run([promtool, "test", "rules", "fires_test.yml"], cwd=workdir, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @dataclass

@@ -69,7 +69,7 @@ def raise_lease_floor(store_url: str, above_timeline: int, as_json: bool) -> Non
     """Raise the PostgreSQL store's fencing floor above every token issued so far; restart workers after.
 
     Needed after pg_upgrade or a move to a new cluster (the WAL timeline starts again at 1), or after
-    promoting a standby that did not follow every earlier timeline (docs/postgresql-failover.md).
+    promoting a standby that did not follow every earlier timeline (`reliable docs postgresql-failover`).
     """
     store = open_store(store_url)
     floor = fencing.raise_lease_floor(store.engine, above_timeline)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -10,6 +9,7 @@ import click
 from ..alerts.pages import RunbookPages
 from ..durations import parse_duration
 from ..exporter import serve
+from ..multiprocess import default_dir, prepare
 from .alerts import (
     alert_config,
     checked_rules,
@@ -52,7 +52,9 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
               help="A queue to report (0 when empty) even before the store has an unfinished job in it "
                    "(repeatable). The queues the store knows of are reported anyway.")
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
-              type=click.Path(file_okay=False), help="The workers' prometheus_client multiprocess directory.")
+              type=click.Path(file_okay=False),
+              help="The workers' prometheus_client multiprocess directory. Default: the one `reliable worker` "
+                   "uses, /tmp/reliable-metrics-<uid> (created if missing).")
 @rules_option
 @config_option
 @runbooks_option
@@ -68,20 +70,18 @@ def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_i
     uses (the shipped ones unless --rules, --runbooks or --config name yours).
     """
     sla = _parse_sla(sla_items)
-    if multiprocess_dir and not os.path.isdir(multiprocess_dir):
-        raise click.BadParameter(f"{multiprocess_dir!r} is not a directory", param_hint="--multiprocess-dir")
+    directory = str(prepare(multiprocess_dir or default_dir()))
     renderer = runbook_renderer(alert_config(config_path, runbook_base_url), runbooks_dir)
     rules = checked_rules(rules_path, renderer)
     store = open_store(store_url)
 
     def ready(bound_host: str, bound_port: int) -> None:
-        extra = f", workers' metrics from {multiprocess_dir}" if multiprocess_dir else ""
         click.echo(f"reliable exporter listening on http://{bound_host}:{bound_port}/metrics "
-                   f"(store {store.url}{extra}); runbooks at /runbooks/", err=True)
+                   f"(store {store.url}, workers' metrics from {directory}); runbooks at /runbooks/", err=True)
 
     try:
         serve(store, host=host, port=port, broker_url=broker_url, sla=sla, states=states or None,
-              multiprocess_dir=multiprocess_dir, ready=ready, runbooks=RunbookPages(store, rules, renderer),
+              multiprocess_dir=directory, ready=ready, runbooks=RunbookPages(store, rules, renderer),
               queues=queues)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

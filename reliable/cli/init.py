@@ -12,12 +12,18 @@ from .common import emit_json, handle_errors
 __all__ = ["init"]
 
 _NEXT_STEPS = """\
+Your policy goes in {policies}/app.yaml (or any *.yaml there): those files are loaded in name order
+on top of the built-in policy, their rules tried first. {policies}/builtin/ and {policies}/examples/
+are for reading: sub-folders are never loaded (reliable docs policies).
 Next:
   reliable.install(broker, store=..., policies="{policies}")   # in your app, beside the broker
   reliable policy check {policies}
   reliable alerts check {alert_rules} --runbooks {runbooks}
   reliable alerts export-prometheus --rules {alert_rules} --out reliable-rules.yaml   # for Prometheus
-Grafana: import {grafana}; Alertmanager: see {alertmanager}."""
+Metrics: `reliable worker APP` and `reliable exporter` on the same host share a directory by default:
+  one scrape target per host has every series the rules use (reliable docs observability).
+Grafana: import {grafana}/reliable-dashboard.json; Alertmanager: see {alertmanager}/alertmanager.yml.
+Docs: reliable docs (the topics), reliable docs TOPIC (one page)."""
 
 
 @click.command()
@@ -32,6 +38,8 @@ def init(directory: Path, names: tuple[str, ...], force: bool, as_json: bool) ->
 
     DIRECTORY (default: the current one) receives policies/, alert_rules/, runbooks/, grafana/ and
     alertmanager/: the same files reliable uses when no path is given. Existing files are kept.
+    policies/app.yaml is your (empty) policy; policies/builtin/default.yaml, the built-in policy
+    written out, is for reading and is not loaded (sub-folders never are).
     """
     copied = defaults.copy_into(directory, names=names or defaults.SHIPPED, overwrite=force)
     if as_json:

@@ -68,7 +68,7 @@ def _row_dict(row: storage.ScheduleRow) -> dict[str, Any]:
 
 @click.group(short_help="Recurring jobs: list, show, pause, resume, trigger, delete, run.")
 def schedules() -> None:
-    """Recurring jobs (docs/schedules.md): one job per slot of a cron expression or an interval.
+    """Recurring jobs (`reliable docs schedules`): one job per slot of a cron expression or an interval.
 
     Schedules are declared in the app (`reliable.install(..., schedules=...)`) and stored at worker
     boot; every worker runs the scheduler, and `run` runs one on its own. `pause`, `resume`,

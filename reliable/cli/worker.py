@@ -57,12 +57,16 @@ def _crash_loop(ctx: click.Context, param: click.Parameter, value: str) -> objec
 @click.option("--metrics-host", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
 @click.option("--metrics-file", type=click.Path(dir_okay=False), default=None,
               help="Write the supervisor's metrics to this file at every change (node_exporter textfile).")
+@click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
+              type=click.Path(file_okay=False),
+              help="Where the children and the supervisor keep their metrics for `reliable exporter` (which "
+                   "finds the same default). Default: /tmp/reliable-metrics-<uid>, created private.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logs in the children.")
 @handle_errors
 def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, queues: tuple[str, ...],
            paths: tuple[str, ...], max_jobs: int | None, max_memory: float | None, crash_loop: object,
            restart_backoff: float, boot_timeout: float, shutdown_timeout: float, metrics_port: int | None,
-           metrics_host: str, metrics_file: str | None, verbose: bool) -> None:
+           metrics_host: str, metrics_file: str | None, multiprocess_dir: str | None, verbose: bool) -> None:
     """Run Dramatiq worker processes; restart a crashed one, recycle, report in metrics.
 
     APP is what `dramatiq` takes: `module` (its broker is the one set with dramatiq.set_broker),
@@ -75,11 +79,12 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
     TERMs as one: systemd's KillMode=control-group is safe; KillMode=mixed is advised); a second
     one to the supervisor stops them at once (SIGUSR1 to each; their jobs are recovered by lease);
     HUP restarts the children one at a time, with the app's code imported anew. Events are JSON
-    lines on stderr (logger reliable.worker). See docs/worker.md.
+    lines on stderr (logger reliable.worker). See `reliable docs worker`.
     """
     from prometheus_client import CollectorRegistry
 
     from ..events import log_events_to_stderr
+    from ..multiprocess import compact, default_dir, join
     from ..supervisor import Backoff, CrashWindow, Supervisor, SupervisorConfig, SupervisorMetrics
     from ..supervisor.supervisor import LOGGER_NAME
 
@@ -93,6 +98,9 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
         shutdown_timeout=shutdown_timeout, log_level="DEBUG" if verbose else "INFO",
     )
     log_events_to_stderr(LOGGER_NAME)
+    # Before any collector exists: the supervisor's counters and its children's (they inherit the
+    # variable) go to the host's directory, where `reliable exporter` adds them up.
+    compact(join(multiprocess_dir or default_dir()))
     metrics = SupervisorMetrics(CollectorRegistry(), processes)
     if metrics_port is not None:
         try:

@@ -1,9 +1,14 @@
-"""The operational files shipped in the wheel: policies, alert rules, runbooks, a Grafana dashboard
-and an Alertmanager example.
+"""The operational files shipped in the wheel: policies, alert rules, runbooks, the docs, a Grafana
+dashboard and an Alertmanager example.
 
 They are the defaults of the policy loader's documentation, `reliable alerts` and the runbook
-renderer when no path is given, and `reliable init` copies them into a project for editing. Read
-them through `path()`, never relative to the current directory.
+renderer when no path is given, `reliable docs` reads the docs, and `reliable init` copies them into
+a project for editing. Read them through `path()`, never relative to the current directory.
+
+Where they are: policies/, alert_rules/, runbooks/ and docs/ live at the top of the repository (one
+copy) and the wheel build puts them in this package (pyproject.toml, force-include); alertmanager/
+and grafana/ live in this package. `path()` looks in the package first, then, in a source checkout or
+an editable install, at the top of the repository.
 """
 
 from __future__ import annotations
@@ -17,8 +22,14 @@ from ..errors import ConfigError
 
 __all__ = ["SHIPPED", "Copied", "copy_into", "path"]
 
-#: What `reliable init` copies, each a folder of this package, in the order it reports them.
+#: What `reliable init` copies, each a shipped folder, in the order it reports them.
 SHIPPED = ("policies", "alert_rules", "runbooks", "alertmanager", "grafana")
+
+
+def _checkout(package: Path) -> Path | None:
+    """The repository holding this package when it runs from a source checkout (or an editable install)."""
+    top = package.parent.parent
+    return top if (top / "pyproject.toml").is_file() and (top / "reliable").is_dir() else None
 
 
 def path(name: str = "") -> Path:
@@ -31,9 +42,13 @@ def path(name: str = "") -> Path:
     if not isinstance(root, Path):
         raise ConfigError(f"reliable's shipped files are not on disk ({root!r}); install the wheel unzipped")
     found = root / name
-    if not found.exists():
-        raise ConfigError(f"reliable ships no {name!r} (looked in {root})")
-    return found
+    if found.exists():
+        return found
+    top = _checkout(root)
+    if name and top is not None and (top / name).exists():
+        return top / name
+    looked = f"{root}" + (f" and {top}" if top is not None else "")
+    raise ConfigError(f"reliable ships no {name!r} (looked in {looked})")
 
 
 @dataclass(frozen=True)

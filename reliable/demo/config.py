@@ -78,7 +78,7 @@ def demo_policy(settings: DemoSettings) -> str:
     s = settings.seconds
     ttl = settings.lease_ttl
     return f"""\
-# The policy of `reliable demo`: the built-in policy (policies/default.yaml) made fast, so the story
+# The policy of `reliable demo`: the built-in policy (policies/builtin/default.yaml) made fast, so the story
 # fits in a minute. It extends the built-in policy: its rules (429, 5xx, timeouts, bad values...) apply.
 version: 1
 lease:

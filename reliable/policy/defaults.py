@@ -1,4 +1,6 @@
-"""The built-in policy, as data: what `Policy.load(None)` uses. `policies/default.yaml` says the same, with comments.
+"""The built-in policy, as data: what `Policy.load(None)` uses.
+
+`policies/builtin/default.yaml` says the same, with comments.
 
 A policy file extends it (`layered`): its keys override the built-in ones and its rules are tried
 first; `inherit: false` in a file drops the built-in policy. Only importable modules are named here

@@ -153,7 +153,7 @@ class Rule:
 
     @property
     def label(self) -> str:
-        """Where the rule is and its name, e.g. "policies/default.yaml:41 (http-429)"."""
+        """Where the rule is and its name, e.g. "policies/builtin/default.yaml:41 (http-429)"."""
         return f"{self.source} ({self.name})"
 
     def applies_to(self, idempotent: bool) -> bool:

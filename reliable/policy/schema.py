@@ -117,7 +117,8 @@ class _Builder:
             first_path, first_line = self.origins[key]
             self.add(path, line, fld, f"defined twice: first at {first_path}:{first_line}, again here (your "
                                       "files extend the built-in policy: set each key once, in one file; "
-                                      "default.yaml from `reliable init` is a copy of the built-in to edit)")
+                                      "a copy of policies/builtin/default.yaml moved into your policy "
+                                      "folder loads as one of your files)")
             return False
         self.origins[key] = (path, line)
         if self.in_builtin:

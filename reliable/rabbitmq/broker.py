@@ -106,7 +106,7 @@ class ReliableRabbitmqBroker(RabbitmqBroker):
                 "A queue's type and arguments cannot change: drain it (stop producers, let workers finish), "
                 "delete it (rabbitmqctl delete_queue), and start the workers again, or give the actors a new "
                 "queue_name; every process must use the same queue_type and delivery_limit "
-                "(docs/rabbitmq.md#migrating-a-classic-queue)") from None
+                "(`reliable docs rabbitmq`)") from None
 
     def consume(self, queue_name: str, prefetch: int = 1, timeout: int = 5000) -> Any:
         """A consumer that re-holds messages delayed beyond the hold limit (`reliable.rabbitmq.holding`)."""

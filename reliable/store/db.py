@@ -39,7 +39,7 @@ SUPPORTED = ("sqlite", "postgresql")
 
 #: Connections one process opens to one store at most. Dramatiq's default 8 worker threads plus
 #: reliable's heartbeat and recovery threads each get one without waiting; more threads take turns
-#: (a statement holds its connection for a millisecond or so). See docs/operations.md for sizing.
+#: (a statement holds its connection for a millisecond or so). See `reliable docs operations` for sizing.
 DEFAULT_MAX_CONNECTIONS = 10
 #: Seconds a thread waits for a free connection before it gets StoreUnavailable. Statements are
 #: short: a wait this long means the database is stuck, not that the pool is too small.
@@ -110,7 +110,7 @@ def _check_hosts(url: URL, shown: str) -> None:
     Every form libpq knows counts: ``?host=h1:p1&host=h2:p2`` (SQLAlchemy's),
     ``?host=h1,h2&port=p1,p2`` and ``user@h1,h2/db``. libpq tries the hosts in order; without
     ``target_session_attrs=read-write`` (or ``primary``) it would settle on the first server that
-    answers, a standby included, where every write is refused (docs/postgresql-failover.md).
+    answers, a standby included, where every write is refused (`reliable docs postgresql-failover`).
     """
     hosts = url.query.get("host")
     listed = [hosts] if isinstance(hosts, str) else list(hosts or ())
@@ -177,7 +177,7 @@ def pool_exhausted(engine: Engine) -> StoreUnavailable:
     waited = f" for {pool.timeout():g}s" if isinstance(pool, QueuePool) else ""
     url = redact_url(engine.url)
     return StoreUnavailable(f"cannot use the store at {url}: {limits} of this process stayed busy{waited} "
-                            "(see max_connections in docs/operations.md)")
+                            "(see max_connections in `reliable docs operations`)")
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ effects are forgotten, so a unit may be applied twice). Only synchronous replica
 `synchronous_commit` (as the store's own sessions get it: per role/database settings count),
 `synchronous_standby_names` and `pg_stat_replication`'s `sync_state` of each connected standby.
 `check_replication` turns the report into a warning or, in `require_sync` mode, a ConfigError.
-docs/postgresql-failover.md explains the settings.
+`reliable docs postgresql-failover` explains the settings.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class ReplicationReport:
             elif state:
                 found.append(f"standby {shown} is not synchronous: promoting it can lose committed claims "
                              "(promote only a standby every commit waits for: sync_state sync under FIRST, "
-                             "see docs/postgresql-failover.md)")
+                             "see `reliable docs postgresql-failover`)")
         return found
 
 
@@ -192,8 +192,8 @@ def check_replication(engine: Engine, mode: ReplicationMode = "warn") -> Replica
     where = redact_url(engine.url)
     message = f"the store at {where} can lose commits in a failover: " + "; ".join(report.problems)
     if mode == "require_sync":
-        raise ConfigError(message + " (replication='require_sync'; see docs/postgresql-failover.md)")
-    logger.warning("%s (see docs/postgresql-failover.md)", message)
+        raise ConfigError(message + " (replication='require_sync'; see `reliable docs postgresql-failover`)")
+    logger.warning("%s (see `reliable docs postgresql-failover`)", message)
     return report
 
 
@@ -206,7 +206,7 @@ def refuse_older_timelines(engine: Engine) -> None:
     and its tokens sit below the new primary's floor. A process that has used the newer timeline
     refuses it instead: StoreUnavailable naming both timelines and what to do, so its writes wait
     until an operator takes that server out of the URL or rewinds it into a standby. A process that
-    never used the newer timeline cannot tell (docs/postgresql-failover.md): the guard is per process.
+    never used the newer timeline cannot tell (`reliable docs postgresql-failover`): the guard is per process.
 
     Timelines are compared within one cluster (system identifier): a standby shares its primary's,
     while pg_upgrade or a restore into a new cluster makes a new one starting at timeline 1, which is
@@ -238,11 +238,11 @@ def refuse_older_timelines(engine: Engine) -> None:
                     "old primary is back after a failover. Stop it and take it out of the URL, or rewind it into a "
                     "standby (pg_rewind); if it is the only server left, restart this process after running "
                     "`reliable db raise-lease-floor --above-timeline "
-                    f"{highest[system]}` on it (docs/postgresql-failover.md)")
+                    f"{highest[system]}` on it (`reliable docs postgresql-failover`)")
             if highest and system not in highest:
                 logger.warning(
                     "the store at %s is now a different PostgreSQL cluster (system identifier %s, timeline %s): "
                     "after pg_upgrade or a move to a new cluster, run `reliable db raise-lease-floor "
                     "--above-timeline %s` and restart the workers, or a lossy failover can reissue a fencing "
-                    "token (docs/postgresql-failover.md)", where, system, timeline, max(highest.values()))
+                    "token (`reliable docs postgresql-failover`)", where, system, timeline, max(highest.values()))
             highest[system] = max(timeline, highest.get(system, 0))

@@ -11,6 +11,8 @@ import os
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
+from ..multiprocess import ENV, compact
+
 __all__ = ["RESTART_REASONS", "SupervisorMetrics", "forget_process"]
 
 #: The `reason` label of reliable_worker_restarts_total (every one exported from the start, at 0).
@@ -22,15 +24,18 @@ class SupervisorMetrics:
 
     def __init__(self, registry: CollectorRegistry, processes: int) -> None:
         self.registry = registry
+        # Modes for the host's multiprocess directory (`reliable.multiprocess`): summed over the
+        # supervisors alive; without one they are plain gauges.
         self.children = Gauge("reliable_worker_children", "Child worker processes the supervisor keeps running",
-                              registry=registry)
+                              registry=registry, multiprocess_mode="livesum")
         self.children_up = Gauge("reliable_worker_children_up",
-                                 "Child worker processes alive and ready (consuming)", registry=registry)
+                                 "Child worker processes alive and ready (consuming)", registry=registry,
+                                 multiprocess_mode="livesum")
         self.restarts = Counter("reliable_worker_restarts", "Child worker processes replaced, by reason",
                                 ["reason"], registry=registry)
         self.last_exit_code = Gauge("reliable_worker_child_last_exit_code",
                                     "Exit code of the last child of each slot (-N: killed by signal N)",
-                                    ["child"], registry=registry)
+                                    ["child"], registry=registry, multiprocess_mode="liveall")
         self.children.set(processes)
         for reason in RESTART_REASONS:
             self.restarts.labels(reason)
@@ -57,8 +62,8 @@ class SupervisorMetrics:
 
 
 def forget_process(pid: int) -> None:
-    """With PROMETHEUS_MULTIPROC_DIR set, stop counting a dead child's live gauges (docs/observability.md)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+    """With a multiprocess directory, fold the files of the dead child `pid` (and any other process
+    gone) into the merged ones: its counters keep counting, its gauges stop (`reliable.multiprocess`)."""
+    directory = os.environ.get(ENV)
+    if directory:
+        compact(directory)

@@ -38,9 +38,10 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
     check_broker(broker, mw, worker)
     metrics = mw.metrics
     if metrics is not None:
+        retried = [name for name, spec in settings.policy.classes.items() if spec.action == "retry"]
         for name in broker.get_declared_actors():
             if mw.tracked(broker, name):
-                metrics.track(name, broker.get_actor(name).queue_name)
+                metrics.track(name, broker.get_actor(name).queue_name, retried)
     assert process.heartbeat is not None
     if settings.schedules:
         for schedule in settings.schedules:

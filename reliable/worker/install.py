@@ -53,10 +53,10 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
     Parameters:
       broker: the application's Dramatiq broker (RabbitmqBroker, StubBroker, ...).
       store: the state store URL (``sqlite:///reliable.db``, ``postgresql+psycopg://...``) or a StateStore.
-      policies: a policy file or directory (see docs/policies.md), a loaded Policy, or None for defaults.
+      policies: a policy file or directory (see `reliable docs policies`), a loaded Policy, or None for defaults.
       options: passed to ReliableMiddleware (lease_ttl, heartbeat_interval, recovery, listeners,
         max_connections, ...), among them ``schedules``: recurring jobs, a list of
-        ``reliable.Schedule`` or the path of a YAML file of them (docs/schedules.md).
+        ``reliable.Schedule`` or the path of a YAML file of them (`reliable docs schedules`).
 
     Dramatiq's Retries, Pipelines and Callbacks middleware are kept for actors declared with
     ``reliable=False``; for every tracked actor reliable does their work (see ForUntrackedActors).

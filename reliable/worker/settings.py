@@ -37,7 +37,7 @@ class Settings:
     The options:
       store: a StateStore, or its URL (the store is opened lazily in each worker process).
       max_connections: the most store connections each process opens (default 10, see
-        docs/operations.md); with a StateStore, pass it to the StateStore instead.
+        `reliable docs operations`); with a StateStore, pass it to the StateStore instead.
       policy: a loaded Policy (default: `Policy.load(None)`, the built-in defaults).
       lease_ttl, heartbeat_interval: override the policy's lease settings (seconds).
       recovery: run the recovery loop (expired leases, due retries, lost messages) in a thread of
@@ -54,12 +54,12 @@ class Settings:
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
         threads in batches, one statement each (same guards, same durability; see
         reliable/store/batching.py). Taken from the StateStore when one is passed.
-      schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: docs/schedules.md),
+      schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: `reliable docs schedules`),
         stored with their job templates at each worker's boot. Every worker's recovery thread runs
         the scheduler of all stored schedules, declared here or not.
       replication: what a worker does at boot when a failover of the store's PostgreSQL could lose
         commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
-        "require_sync" refuses to boot, "off" does not check. See docs/postgresql-failover.md.
+        "require_sync" refuses to boot, "off" does not check. See `reliable docs postgresql-failover`.
       recovery_interval, sweep_after: the policy's lease settings unless given (seconds).
     """
 

@@ -113,7 +113,7 @@ def _stuck_job(store: StateStore, job_id: str) -> tuple[int, str]:
 def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         store: StateStore, alertmanager: Alertmanager) -> None:
     rules = parse_rules(RULES, "test.yaml")
-    renderer = RunbookRenderer(SHIPPED / "runbooks", base_url="https://runbooks.example/",
+    renderer = RunbookRenderer(ROOT / "runbooks", base_url="https://runbooks.example/",
                                links={"logs": "https://logs.example/?q={job_id}"})
     policy = DeliveryPolicy(evaluation_interval=1, resend_interval=60, backoff_initial=0.2, backoff_max=0.3)
     clock = Clock(store.now())
@@ -199,10 +199,10 @@ def test_dead_letter_alert_resolves_once_the_job_is_requeued_and_succeeds(
         store: StateStore, alertmanager: Alertmanager) -> None:
     """The shipped ReliableDeadLetterGrowth counts jobs that went DEAD in its 30-min window AND are
     still DEAD: a requeued job that succeeded resolves it at the next evaluation, inside the window."""
-    rules = [r for r in load_rules(SHIPPED / "alert_rules") if r.name == "ReliableDeadLetterGrowth"]
+    rules = [r for r in load_rules(ROOT / "alert_rules") if r.name == "ReliableDeadLetterGrowth"]
     clock = Clock(store.now())
     with httpx.Client(timeout=3) as http:
-        engine = AlertEngine(store, rules, RunbookRenderer(SHIPPED / "runbooks"), clock=clock,
+        engine = AlertEngine(store, rules, RunbookRenderer(ROOT / "runbooks"), clock=clock,
                              client=AlertmanagerClient([alertmanager.url], http),
                              policy=DeliveryPolicy(evaluation_interval=1))
         _dead(store, "dead-1", "send")

@@ -16,7 +16,7 @@ from reliable.cli.main import cli
 from support import require_service
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
 BASE = "https://runbooks.example/reliable/"
 
 

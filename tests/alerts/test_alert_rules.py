@@ -12,7 +12,7 @@ from reliable.alerts.conditions import StoreCondition
 from reliable.errors import PolicyError
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
 
 GOOD = """\
 rules:

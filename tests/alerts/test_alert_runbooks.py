@@ -15,7 +15,7 @@ from reliable.store.alert_facts import JobFact
 from reliable.store.alert_queries import AttemptFact, JobContext
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
 EVIL = "boom {{ 7*7 }} {% for x in range(3) %}loop{% endfor %} <script>alert(1)</script> {{ ''.__class__ }}" + "x" * 900
 
 

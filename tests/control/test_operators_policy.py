@@ -9,7 +9,7 @@ import pytest
 from reliable.errors import ControlRefused, PolicyError
 from reliable.operators import Operator, OperatorsPolicy
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "reliable/defaults/policies/operators/operators.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "policies/operators/operators.yaml"
 
 
 def test_shipped_example_loads_and_means_what_it_says() -> None:

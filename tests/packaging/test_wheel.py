@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from support import require_service, wait_for
+from support import Samples, exporter, promtool_fires, require_service, sample_value, scrape, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = {"policies/default.yaml", "policies/examples/http_api.yaml", "policies/operators/operators.yaml",
+SHIPPED = {"policies/builtin/default.yaml", "policies/examples/http_api.yaml", "policies/operators/operators.yaml",
            "alert_rules/store.yaml", "alert_rules/prometheus.yaml", "runbooks/_layout.md.j2",
            "runbooks/job_stuck.md.j2", "grafana/reliable-dashboard.json", "alertmanager/alertmanager.yml",
            "alertmanager/reliable-alerts.yaml"}
@@ -40,6 +40,11 @@ dramatiq.set_broker(broker)
 @dramatiq.actor(queue_name={queue!r})
 def add(a: int, b: int) -> int:
     return a + b
+
+
+@dramatiq.actor(queue_name={queue!r}, max_attempts=1)
+def doomed() -> None:
+    raise ConnectionError("the partner is down")
 '''
 
 
@@ -53,13 +58,14 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel of this checkout (pip builds it in an isolated environment, as a user's pip would).
 
-    Built from a copy of the sources: setuptools writes build/ and *.egg-info beside them, and two
-    xdist workers building in the checkout at once would trip over each other's files."""
+    Built from a copy of the sources, so that the build sees only what the sdist would hold (and two
+    xdist workers building at once do not trip over each other's files)."""
     out = tmp_path_factory.mktemp("wheel")
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, source / name)
-    shutil.copytree(REPO / "reliable", source / "reliable", ignore=shutil.ignore_patterns("__pycache__"))
+    for tree in ("reliable", "policies", "alert_rules", "runbooks", "docs"):  # the last four: built into the package
+        shutil.copytree(REPO / tree, source / tree, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
                    check=True, timeout=600, capture_output=True)
     (found,) = out.glob("reliable-*.whl")
@@ -70,6 +76,10 @@ def test_the_wheel_ships_the_operational_files_and_the_license(wheel: Path) -> N
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = {name for name in SHIPPED if f"reliable/defaults/{name}" not in names}
     assert not missing, f"the wheel lacks {sorted(missing)}"
+    # The docs, built in from the top-level docs/ (one copy in the tree).
+    docs = {f"reliable/defaults/docs/{p.name}" for p in (REPO / "docs").glob("*.md")}
+    assert docs and not docs - names, f"the wheel lacks {sorted(docs - names)}"
+    assert "reliable/defaults/policies/app.yaml" in names
     # The console's pages and static files, and the migration that creates its tables.
     web_files = {str(p.relative_to(REPO)) for p in (REPO / "reliable" / "web").rglob("*") if p.is_file()
                  and p.parent.name != "web"
@@ -86,21 +96,33 @@ def test_the_wheel_ships_the_operational_files_and_the_license(wheel: Path) -> N
     assert f"Version: {reliable.__version__}\n" in metadata  # one version source: reliable.__version__
 
 
+#: The environment of the installed package's commands: nothing of this checkout's.
+ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RELIABLE_STORE",
+                                                        "PROMETHEUS_MULTIPROC_DIR")}
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment outside the checkout with the wheel installed."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], venv.parent, ENV)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+         venv.parent, ENV, timeout=900)
+    where = _run([str(venv / "bin" / "python"), "-c", "import reliable; print(reliable.__file__)"], venv.parent,
+                 ENV).strip()
+    assert where.startswith(str(venv)), f"imported {where}, not the installed wheel"
+    return venv
+
+
 def test_a_fresh_install_adopts_an_app_runs_a_worker_and_exports_checked_rules(
-        wheel: Path, tmp_path: Path, rabbitmq_url: str, queue_name: str) -> None:
+        venv: Path, tmp_path: Path, rabbitmq_url: str, queue_name: str) -> None:
     promtool = shutil.which("promtool")
     require_service("promtool (Debian package `prometheus`)", promtool is not None)
     assert promtool is not None
-    venv, project = tmp_path / "venv", tmp_path / "project"
+    project = tmp_path / "project"
     project.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RELIABLE_STORE",
-                                                            "PROMETHEUS_MULTIPROC_DIR")}
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, env)
+    env = ENV
     python, reliable_cli, dramatiq_cli = (str(venv / "bin" / name) for name in ("python", "reliable", "dramatiq"))
-    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)], tmp_path, env,
-         timeout=900)
-    where = _run([python, "-c", "import reliable; print(reliable.__file__)"], project, env).strip()
-    assert where.startswith(str(venv)), f"imported {where}, not the installed wheel"
 
     # The operational files come from the installed package: no checkout in sight.
     _run([reliable_cli, "init"], project, env)
@@ -109,7 +131,7 @@ def test_a_fresh_install_adopts_an_app_runs_a_worker_and_exports_checked_rules(
     assert "OK:" in _run([reliable_cli, "policy", "check", "policies/"], project, env)
     from reliable.alerts import load_rules  # the checkout's count of the rules the wheel ships
 
-    shipped = len(load_rules(Path(__file__).resolve().parents[2] / "reliable" / "defaults" / "alert_rules"))
+    shipped = len(load_rules(REPO / "alert_rules"))
     assert f"OK: {shipped} rules" in _run([reliable_cli, "alerts", "check", "alert_rules/", "--runbooks", "runbooks/"],
                                           project, env)
     rules = project / "reliable-rules.yaml"
@@ -140,3 +162,52 @@ def test_a_fresh_install_adopts_an_app_runs_a_worker_and_exports_checked_rules(
         worker.terminate()
         worker.wait(timeout=60)
         log.close()
+
+
+def test_from_the_wheel_the_docs_and_the_dead_letter_alert_on_one_scrape(
+        venv: Path, tmp_path: Path, rabbitmq_url: str, queue_name: str) -> None:
+    """Issue 29: `reliable docs` from the installed package; `reliable worker` and `reliable exporter`
+    on their defaults, a DEAD job, and promtool fires the shipped dead-letter alert on the scrape."""
+    promtool = shutil.which("promtool")
+    require_service("promtool (Debian package `prometheus`)", promtool is not None)
+    assert promtool is not None
+    reliable_cli, python = str(venv / "bin" / "reliable"), str(venv / "bin" / "python")
+    project = tmp_path / "project"
+    project.mkdir()
+
+    topics = _run([reliable_cli, "docs"], project, ENV)
+    assert "worker" in topics and "postgresql-failover" in topics
+    page = _run([reliable_cli, "docs", "docs/observability.md"], project, ENV)
+    assert page.startswith("# Observability") and "reliable-metrics-<uid>" in page
+    assert str(venv) in _run([reliable_cli, "docs", "policies", "--path"], project, ENV)
+
+    _run([reliable_cli, "init"], project, ENV)
+    store = f"sqlite:///{project / 'app.db'}"
+    (project / "app.py").write_text(APP.format(rabbitmq=rabbitmq_url, store=store, queue=queue_name))
+    _run([reliable_cli, "db", "upgrade", "--store", store], project, ENV)
+    rules = _run([reliable_cli, "alerts", "export-prometheus"], project, ENV)
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen([reliable_cli, "worker", "app", "-p", "1", "-t", "1", "-Q", queue_name], cwd=project,
+                              env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    labels = {"actor": "doomed", "queue": queue_name}
+    try:
+        with exporter(store, cli=[reliable_cli], base_env=ENV) as base:
+            def dead_letters(count: int) -> Samples | None:
+                samples = scrape(base)
+                return samples if sample_value(samples, "reliable_dead_letters_total", **labels) == count else None
+
+            worker_log = lambda: (tmp_path / "worker.log").read_text(errors="replace")  # noqa: E731
+            before = wait_for(lambda: dead_letters(0), "the worker's counters at 0 on the exporter", timeout=120,
+                              interval=0.5, context=worker_log)
+            _run([python, "-c", "import app; app.doomed.send()"], project, ENV)
+            after = wait_for(lambda: dead_letters(1), "the dead letter on the exporter", timeout=120, interval=0.5,
+                             context=worker_log)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        log.close()
+    series = "reliable_dead_letters_total{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+    was, now = (sample_value(samples, "reliable_dead_letters_total", **labels) for samples in (before, after))
+    assert (was, now) == (0, 1)
+    promtool_fires(promtool, rules, tmp_path, series, was, now, "ReliableDeadLetters",
+                   {**labels, "owner": "platform", "route": "notify", "severity": "warning"})

@@ -19,7 +19,7 @@ from reliable.store.alert_queries import collect_facts
 
 from support import Clock
 
-SHIPPED = Path(__file__).resolve().parents[2] / "reliable" / "defaults" / "alert_rules" / "store.yaml"
+SHIPPED = Path(__file__).resolve().parents[2] / "alert_rules" / "store.yaml"
 MINUTE = 60
 
 

@@ -17,7 +17,7 @@ from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore, migrate
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
 TIME_OPTIONS = {"--older-than", "--interval", "--sweep-after"}
 #: Commands with no --json, and why.
 NO_JSON = {

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
-POLICIES = "reliable/defaults/policies"  # relative to ROOT, the commands' cwd
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
+POLICIES = "policies"  # relative to ROOT, the commands' cwd
 RELIABLE = str(Path(sys.executable).parent / "reliable")
 BAD = ROOT / "tests" / "policy" / "bad"
 
@@ -23,7 +23,8 @@ def test_check_ok() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "OK: 9 user rules + 12 built-in rules, 2 actors"
     assert done.stderr == ""  # no warning: its retrying rules say `idempotent: true`
-    assert run("check", f"{POLICIES}").stdout.strip() == "OK: 12 user rules + 12 built-in rules, 0 actors"
+    # The shipped folder: app.yaml (empty) only; builtin/default.yaml is not loaded a second time.
+    assert run("check", f"{POLICIES}").stdout.strip() == "OK: 0 user rules + 12 built-in rules, 0 actors"
 
 
 def test_check_bad_file_one_line_per_problem(tmp_path: Path) -> None:
@@ -88,13 +89,13 @@ def test_explain_queue_and_subclass() -> None:
 
 
 def test_explain_text_and_unknown_exception() -> None:
-    done = run("explain", f"{POLICIES}/default.yaml", "--exception", "acme.errors.Unauthorized", "--status", "401",
-               "--message", "token expired")
+    done = run("explain", f"{POLICIES}/builtin/default.yaml", "--exception", "acme.errors.Unauthorized",
+               "--status", "401", "--message", "token expired")
     assert done.returncode == 0, done.stderr
     assert "HALT" in done.stdout
     assert "http-auth" in done.stdout
     assert "matching by name only" in done.stdout
-    retry = run("explain", f"{POLICIES}/default.yaml", "--exception", "TimeoutError", "--attempt", "2")
+    retry = run("explain", f"{POLICIES}/builtin/default.yaml", "--exception", "TimeoutError", "--attempt", "2")
     assert "RETRY in" in retry.stdout and "jitter: between 0ms and 2s" in retry.stdout
 
 
@@ -192,9 +193,9 @@ def test_explain_with_app_shows_each_actors_contract_and_decision(tmp_path: Path
     one = json.loads(run("explain", "--app", "shopapp", "--actor", "charge", "--exception", "httpx.ConnectError",
                          "--json", cwd=tmp_path).stdout)
     assert (one["queue"], one["decision"]["action"], one["contract"]["max_attempts"]) == ("payments", "retry", 3)
-    given = json.loads(run("explain", str(SHIPPED / "policies/default.yaml"), "--app", "shopapp", "--actor",
+    given = json.loads(run("explain", str(SHIPPED / "policies/builtin/default.yaml"), "--app", "shopapp", "--actor",
                            "charge", "--exception", "httpx.ReadTimeout", "--json", cwd=tmp_path).stdout)
-    assert given["policy"] == ["<built-in>", str(SHIPPED / "policies/default.yaml")]  # PATH wins over the app's
+    assert given["policy"] == ["<built-in>", str(SHIPPED / "policies/builtin/default.yaml")]  # PATH wins over the app's
     assert given["decision"]["action"] == "review" and given["contract"]["owner"] is None
 
 

@@ -14,7 +14,7 @@ from reliable.errors import PolicyError
 from reliable.policy import Decision, Failure, JobContract, Policy, RetryBudget
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
 NOW = 1_800_000_000.0
 
 
@@ -230,7 +230,7 @@ TABLE: list[BaseException] = [
 @pytest.mark.parametrize("attempt", [1, 3, 5])
 @pytest.mark.parametrize("options", [{}, {"idempotent": False}])
 def test_shipped_default_yaml_equals_builtin(attempt: int, options: dict[str, object]) -> None:
-    builtin, shipped = Policy.load(None), Policy.load(SHIPPED / "policies/default.yaml")
+    builtin, shipped = Policy.load(None), Policy.load(SHIPPED / "policies/builtin/default.yaml")
     assert builtin.lease == shipped.lease
     assert builtin.classes == shipped.classes
     contract = builtin.contract("a", "q", options)

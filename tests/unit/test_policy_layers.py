@@ -17,8 +17,8 @@ from reliable.policy.defaults import AMBIGUOUS_RULE, BUILTIN_PATH
 from reliable.policy.source import Document, parse_text
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
-DEFAULT_YAML = SHIPPED / "policies/default.yaml"
+SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
+DEFAULT_YAML = SHIPPED / "policies/builtin/default.yaml"
 NOW = 1_800_000_000.0
 
 

@@ -270,3 +270,14 @@ def test_signed_out_pages_lead_to_sign_in_and_back(store: StateStore, tokens: To
     back = client.post("/login?next=/dlq", data={"token": token, "csrf_token": login.group(1)},
                        follow_redirects=False)
     assert back.headers["location"] == "/dlq"
+
+
+def test_the_console_serves_the_docs(store: StateStore, tokens: Tokens) -> None:
+    client, _ = session(store, tokens.viewer)
+    listed = client.get("/docs")
+    assert listed.status_code == 200 and 'href="http://testserver/docs/worker"' in listed.text
+    page = client.get("/docs/worker")
+    assert page.status_code == 200 and "<pre class=\"doc\"># `reliable worker`" in page.text
+    assert client.get("/docs/nope").status_code == 404
+    signed_out = TestClient(create_app(store, config=WebConfig(secret_key="s")))
+    assert signed_out.get("/docs", follow_redirects=False).status_code != 200  # behind the sign-in, like every page

@@ -1,0 +1,177 @@
+"""The host's metrics directory: how the workers' counters reach `reliable exporter` with no set-up.
+
+Dramatiq runs several worker processes; each keeps its counters in its own files of one
+prometheus_client multiprocess directory, and the exporter adds them up. `reliable worker` and
+`reliable exporter` agree on that directory by default: ``$PROMETHEUS_MULTIPROC_DIR`` when set,
+else `default_dir()`, ``/tmp/reliable-metrics-<uid>`` (one per user and host, created private).
+The supervisor `join`s it before starting its children (they inherit the variable), and its own
+counters (restarts) are written there too, so one scrape of the exporter has every series the
+shipped rules use.
+
+Dead processes' files are compacted, never dropped (`compact`): their counters and histograms are
+added into one ``<type>_merged.db`` file and their gauges removed, so a sum never goes down (a
+decrease would read as a counter reset, and `increase()` would fire the alerts) and the number of
+files stays bounded however often children are recycled. The exporter compacts before each scrape
+and the supervisor after each child exit, both under an exclusive lock on ``.lock`` in the
+directory; the exporter reads under the same lock, so it never sees a file counted twice or not at
+all. One directory serves processes of one PID namespace (same host, not separate containers):
+liveness is `kill(pid, 0)`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import stat
+import struct
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+from prometheus_client import values
+from prometheus_client.metrics_core import Metric
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from .errors import ConfigError
+
+__all__ = ["ENV", "HostCollector", "compact", "default_dir", "join", "prepare"]
+
+logger = logging.getLogger(__name__)
+
+#: The variable prometheus_client reads (and every process of the host inherits).
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+_SUMMED = ("counter", "histogram", "summary")  # types whose values add up across processes
+_MERGED = "merged"  # the pid part of the compacted files' names
+
+
+def default_dir() -> Path:
+    """``$PROMETHEUS_MULTIPROC_DIR`` when set, else ``/tmp/reliable-metrics-<uid>``."""
+    given = os.environ.get(ENV)
+    return Path(given) if given else Path("/tmp") / f"reliable-metrics-{os.getuid()}"
+
+
+def prepare(path: Path | str) -> Path:
+    """Create the directory `path` (private, mode 0700) if missing, and check that it can be trusted.
+
+    A directory in /tmp that someone else made (or a symlink) could feed the exporter made-up
+    values or read the workers' ones: the default one must be ours and not writable by others.
+    A directory named on purpose (the variable, --multiprocess-dir) may be shared between users.
+    """
+    directory = Path(path)
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(directory)
+    except OSError as exc:
+        raise ConfigError(f"metrics directory {directory}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"metrics directory {directory} is not a directory (a symlink or a file)")
+    if not os.environ.get(ENV) and directory == default_dir() and (info.st_uid != os.getuid()
+                                                                   or info.st_mode & 0o022):
+        raise ConfigError(f"metrics directory {directory} belongs to uid {info.st_uid} or is writable by "
+                              f"others: remove it, or set {ENV} to a directory of yours")
+    return directory
+
+
+def join(path: Path | str) -> Path:
+    """Make this process (and the processes it starts) keep its metrics in `path` (`prepare`d).
+
+    Sets the variable and switches prometheus_client to its multiprocess values if it was
+    imported before: collectors created from now on write their values to `path`.
+    """
+    directory = prepare(path)
+    os.environ[ENV] = str(directory)
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+    return directory
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    with open(directory / ".lock", "a+b") as lock:  # closing it releases the lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _dead_files(directory: Path) -> list[tuple[Path, str]]:
+    """(file, type) of every value file of a process that is gone."""
+    found = []
+    for file in sorted(directory.glob("*.db")):
+        parts = file.stem.split("_")
+        pid = parts[-1]
+        if len(parts) < 2 or not pid.isdigit() or int(pid) <= 0 or _alive(int(pid)):
+            continue
+        found.append((file, parts[0]))
+    return found
+
+
+def _merge(file: Path, into: Path) -> None:
+    try:  # read it all first: a file that cannot be read adds nothing, rather than half of itself
+        found = list(MmapedDict.read_all_values_from_file(str(file)))  # type: ignore[no-untyped-call]
+    except (OSError, ValueError, RuntimeError, struct.error) as exc:  # RuntimeError: "file is corrupted"
+        logger.warning("metrics file %s is unreadable (%s: %s): set aside, its values are not counted",
+                       file, type(exc).__name__, exc)
+        file.rename(file.with_suffix(".unreadable"))
+        return
+    target = MmapedDict(str(into))  # type: ignore[no-untyped-call]
+    try:
+        for key, value, timestamp, _ in found:
+            total, latest = target.read_value(key)  # type: ignore[no-untyped-call]
+            target.write_value(key, total + value, max(latest, timestamp))  # type: ignore[no-untyped-call]
+    finally:
+        target.close()  # type: ignore[no-untyped-call]
+
+
+def _compact(directory: Path) -> int:
+    dead = _dead_files(directory)
+    for file, kind in dead:
+        if kind in _SUMMED:
+            _merge(file, directory / f"{kind}_{_MERGED}.db")
+        file.unlink(missing_ok=True)  # a gauge of a dead process no longer counts (and `live*` ones never did)
+    return len(dead)
+
+
+def compact(path: Path | str) -> int:
+    """Fold the files of processes that are gone into the merged files; return how many were folded.
+
+    Counters, histograms and summaries are added into ``<type>_merged.db``; gauges are removed.
+    A directory we may not write to (another user's workers) is left as it is.
+    """
+    directory = Path(path)
+    try:
+        with _locked(directory):
+            return _compact(directory)
+    except PermissionError:
+        return 0
+
+
+class HostCollector(Collector):
+    """The processes' values in `path`, added up, compacted first, read under the directory's lock."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._reader = MultiProcessCollector(None, path=str(self.path))  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Iterable[Metric]:
+        """Every family of the directory's files (`compact`ed first when we may)."""
+        try:
+            lock = open(self.path / ".lock", "a+b")  # noqa: SIM115 (closed below: that releases the lock)
+        except PermissionError:  # a directory we may only read: nothing to compact, no lock to take
+            return list(self._reader.collect())  # type: ignore[no-untyped-call]
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with suppress(PermissionError):
+                _compact(self.path)
+            return list(self._reader.collect())  # type: ignore[no-untyped-call]
