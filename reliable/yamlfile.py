@@ -43,7 +43,7 @@ MAX_BYTES = 256 * 1024
 #: The deepest nesting of mappings and lists.
 MAX_DEPTH = 64
 #: The most values (scalars, mappings, lists) in one file, aliases counted at their expanded size.
-MAX_NODES = 50_000
+MAX_NODES = 20_000
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
