@@ -15,6 +15,7 @@ from typing import Any
 
 from ..durations import parse_duration
 from ..errors import PolicyError
+from ..patterns import UserPattern, compile_pattern
 from ..yamlfile import LocatedMap, LocatedSeq
 from .defaults import BUILTIN_PATH
 from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_int, as_str, choice, class_name, identifier_path
@@ -384,13 +385,10 @@ class _Builder:
                     break
 
 
-def _regex(value: Any) -> re.Pattern[str]:
+def _regex(value: Any) -> UserPattern:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a regular expression string, got {value!r}")
-    try:
-        return re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"bad regular expression {value!r}: {exc}") from None
+    return compile_pattern(value)
 
 
 def collect_rules(documents: list[Document]) -> list[Rule]:
