@@ -33,11 +33,11 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import NotAuthorized, PolicyError
+from .yamlfile import compose, read_text
 
 __all__ = ["COMMANDS", "COMMAND_ORDER", "ENV_OPERATOR", "SYNONYMS", "Operator", "OperatorsPolicy", "Rule"]
 
@@ -151,22 +151,12 @@ class OperatorsPolicy:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> OperatorsPolicy:
         """Read and validate an operators file; PolicyError names file, line and field on any mistake."""
-        name = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise PolicyError(f"cannot read operators policy: {exc.strerror}", path=name) from None
-        return cls.parse(text, path=name)
+        return cls.parse(read_text(path, "operators policy"), path=str(path))
 
     @classmethod
     def parse(cls, text: str, *, path: str = "<operators>") -> OperatorsPolicy:
         """Validate operators-policy YAML given as text (see the module docstring for the format)."""
-        try:
-            root = yaml.compose(text, Loader=yaml.SafeLoader)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise PolicyError(f"invalid YAML: {getattr(exc, 'problem', exc)}", path=path,
-                              line=mark.line + 1 if mark else None) from None
+        root = compose(text, path)
         if root is None:
             raise PolicyError("the operators policy is empty", path=path, line=1)
         top = _mapping(root, path, "<top level>")
@@ -180,7 +170,7 @@ class OperatorsPolicy:
         roles_node = top["roles"][1]
         for role, (_key_node, value) in _mapping(roles_node, path, "roles").items():
             where = f"roles.{role}"
-            if isinstance(value, yaml.ScalarNode) and value.value in ("", "~", "null"):
+            if isinstance(value, ScalarNode) and value.value in ("", "~", "null"):
                 roles[role] = ()
                 continue
             rules = []
@@ -190,7 +180,7 @@ class OperatorsPolicy:
         operators: list[tuple[str, tuple[str, ...]]] = []
         for ident, (_key, value) in _mapping(top["operators"][1], path, "operators").items():
             where = f"operators.{ident}"
-            role_nodes = [value] if isinstance(value, yaml.ScalarNode) else _sequence(value, path, where)
+            role_nodes = [value] if isinstance(value, ScalarNode) else _sequence(value, path, where)
             names = []
             for node in role_nodes:
                 role = _scalar(node, path, where)
@@ -202,14 +192,14 @@ class OperatorsPolicy:
         return cls(operators=tuple(operators), roles=roles, path=path)
 
 
-def _line(node: yaml.Node) -> int:
+def _line(node: Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _mapping(node: yaml.Node, path: str, where: str) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-    if not isinstance(node, yaml.MappingNode):
+def _mapping(node: Node, path: str, where: str) -> dict[str, tuple[Node, Node]]:
+    if not isinstance(node, MappingNode):
         raise PolicyError("expected a mapping", path=path, line=_line(node), field=where)
-    result: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    result: dict[str, tuple[Node, Node]] = {}
     for key, value in node.value:
         name = _scalar(key, path, where)
         if name in result:
@@ -218,24 +208,24 @@ def _mapping(node: yaml.Node, path: str, where: str) -> dict[str, tuple[yaml.Nod
     return result
 
 
-def _sequence(node: yaml.Node, path: str, where: str) -> Sequence[yaml.Node]:
-    if not isinstance(node, yaml.SequenceNode):
+def _sequence(node: Node, path: str, where: str) -> Sequence[Node]:
+    if not isinstance(node, SequenceNode):
         raise PolicyError("expected a list", path=path, line=_line(node), field=where)
     return list(node.value)
 
 
-def _scalar(node: yaml.Node, path: str, where: str) -> str:
-    if not isinstance(node, yaml.ScalarNode) or not str(node.value).strip():
+def _scalar(node: Node, path: str, where: str) -> str:
+    if not isinstance(node, ScalarNode) or not str(node.value).strip():
         raise PolicyError("expected a non-empty string", path=path, line=_line(node), field=where)
     return str(node.value)
 
 
-def _strings(node: yaml.Node, path: str, where: str) -> tuple[str, ...]:
-    nodes = [node] if isinstance(node, yaml.ScalarNode) else _sequence(node, path, where)
+def _strings(node: Node, path: str, where: str) -> tuple[str, ...]:
+    nodes = [node] if isinstance(node, ScalarNode) else _sequence(node, path, where)
     return tuple(_scalar(n, path, where) for n in nodes)
 
 
-def _rule(node: yaml.Node, path: str, where: str) -> Rule:
+def _rule(node: Node, path: str, where: str) -> Rule:
     fields = _mapping(node, path, where)
     for key in sorted(set(fields) - {"commands", "queues", "owners"})[:1]:
         raise PolicyError(f"unknown key {key!r} (expected commands, queues, owners)", path=path,
@@ -244,7 +234,7 @@ def _rule(node: yaml.Node, path: str, where: str) -> Rule:
         raise PolicyError("missing 'commands'", path=path, line=_line(node), field=f"{where}.commands")
     commands = []
     value = fields["commands"][1]
-    for item in [value] if isinstance(value, yaml.ScalarNode) else _sequence(value, path, f"{where}.commands"):
+    for item in [value] if isinstance(value, ScalarNode) else _sequence(value, path, f"{where}.commands"):
         command = _scalar(item, path, f"{where}.commands")
         command = SYNONYMS.get(command, command)
         if command not in COMMANDS and not any(ch in command for ch in "*?["):

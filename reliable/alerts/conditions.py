@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..durations import parse_duration
-from .yamlsrc import Located, LocatedMap, LocatedSeq
+from ..yamlfile import Located, LocatedMap, LocatedSeq
 
 __all__ = [
     "DEFAULT_BURN_WINDOWS",

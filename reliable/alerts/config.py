@@ -9,9 +9,9 @@ from typing import Any
 
 from ..durations import parse_duration
 from ..errors import ConfigError, PolicyError
+from ..yamlfile import LocatedMap, LocatedSeq, load
 from .lifecycle import DeliveryPolicy
 from .runbooks import DEFAULT_RUNBOOK_BASE_URL, check_link_template, check_runbook_base_url
-from .yamlsrc import LocatedMap, LocatedSeq, parse_located
 
 __all__ = ["AlertConfig", "load_config"]
 
@@ -40,11 +40,7 @@ class AlertConfig:
 def load_config(path: Path | str) -> AlertConfig:
     """Read an alerting settings file; PolicyError names file, line and field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"cannot read: {exc.strerror}", path=str(path)) from None
-    doc = parse_located(text, str(path))
+    doc = load(path, "alerting settings")
     if doc is None:
         return AlertConfig()
     if not isinstance(doc, LocatedMap):

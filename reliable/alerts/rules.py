@@ -25,8 +25,8 @@ from typing import Any
 
 from ..durations import parse_duration
 from ..errors import PolicyError
+from ..yamlfile import Located, LocatedMap, LocatedSeq, parse, read_text
 from .conditions import PromQLCondition, StoreCondition, parse_condition
-from .yamlsrc import Located, LocatedMap, LocatedSeq, parse_located
 
 __all__ = [
     "FROM_JOB",
@@ -149,7 +149,7 @@ def _parse_rule(raw: Any, where: Located) -> AlertRule:
 
 def parse_rules(text: str, path: str = "<memory>") -> list[AlertRule]:
     """Parse and validate the rules in one YAML document; PolicyError on the first problem."""
-    doc = parse_located(text, path)
+    doc = parse(text, path)
     if doc is None:
         return []
     if not isinstance(doc, LocatedMap):
@@ -185,11 +185,7 @@ def load_rules(path: Path | str, *, collect: list[PolicyError] | None = None) ->
     seen: dict[str, AlertRule] = {}
     for file in rule_files(Path(path)):
         try:
-            try:
-                text = file.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise PolicyError(f"cannot read: {exc.strerror}", path=str(file)) from None
-            parsed = parse_rules(text, str(file))
+            parsed = parse_rules(read_text(file, "rule file"), str(file))
         except PolicyError as exc:
             if collect is None:
                 raise

@@ -26,6 +26,7 @@ from ..errors import ConfigError, PolicyError
 from ..store.alert_queries import JobContext
 from .model import Candidate
 from .rules import AlertRule
+from .samples import sample_alerts, sample_job
 
 __all__ = [
     "DEFAULT_RUNBOOK_BASE_URL",
@@ -43,12 +44,16 @@ logger = logging.getLogger(__name__)
 LINK_FIELDS = frozenset({"job_id", "trace_id", "attempt_id", "queue", "actor"})
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 TEXT_LIMIT = 300
-DEFAULT_SUMMARY = "{{ labels.alertname }}{% if labels.queue %} on queue {{ labels.queue }}{% endif %}" \
-                  "{% if labels.actor %} (actor {{ labels.actor }}){% endif %}" \
-                  "{% if labels.job_id %}: job {{ labels.job_id }} in {{ labels.state }}{% endif %}"
+# The defaults of a rule without its own summary or description: every label they name is read with
+# .get (StrictUndefined refuses even `if labels.job_id` when the alert has no such label), so they
+# render for every grouping: per job, per (queue, actor), per queue, per actor, per schedule.
+DEFAULT_SUMMARY = "{{ labels.alertname }}{% if labels.get('queue') %} on queue {{ labels.queue }}{% endif %}" \
+                  "{% if labels.get('actor') %} (actor {{ labels.actor }}){% endif %}" \
+                  "{% if labels.get('schedule') %} (schedule {{ labels.schedule }}){% endif %}" \
+                  "{% if labels.get('job_id') %}: job {{ labels.job_id }} in {{ labels.get('state') }}{% endif %}"
 DEFAULT_DESCRIPTION = "{{ alert.name }} holds with value {{ value | round(3) }}" \
-                      "{% if labels.queue %} on queue {{ labels.queue }}{% endif %}" \
-                      "{% if labels.actor %} for actor {{ labels.actor }}{% endif %} (owner {{ alert.owner }})."
+                      "{% if labels.get('queue') %} on queue {{ labels.queue }}{% endif %}" \
+                      "{% if labels.get('actor') %} for actor {{ labels.actor }}{% endif %} (owner {{ alert.owner }})."
 #: Where `reliable exporter` serves the rendered runbooks (its default port): a real URL out of the box.
 DEFAULT_RUNBOOK_BASE_URL = "http://127.0.0.1:9464/runbooks/"
 
@@ -178,6 +183,30 @@ class RunbookRenderer:
                 except jinja2.TemplateSyntaxError as exc:
                     raise PolicyError(f"annotation template error: {exc.message}", path=rule.path, line=rule.line,
                                       field=f"annotations.{key}") from None
+            self._check_renders(rule)
+
+    def _check_renders(self, rule: AlertRule) -> None:
+        """Render the rule's summary, description and runbook for every grouping it raises (sample
+        alerts, with one affected job and with none); PolicyError naming the rule on the first failure."""
+        for candidate in sample_alerts(rule):
+            for jobs in ([sample_job(candidate)], []):
+                context = self.context(candidate, jobs)
+                shape = f"labels {', '.join(sorted(candidate.labels))}" + ("" if jobs else ", no affected job")
+                templates = [(f"annotations.{key}", functools.partial(self._template, source))
+                             for key, source in self._sources(rule).items()]
+                if rule.runbook is not None:
+                    templates.append(("runbook", functools.partial(self.env.get_template, rule.runbook)))
+                for field, template in templates:
+                    if field == "runbook":
+                        context["summary"] = "sample summary"
+                    try:
+                        template().render(context)
+                    except jinja2.TemplateError as exc:
+                        own = field == "runbook" or field.removeprefix("annotations.") in rule.annotations
+                        which = field if own else f"{field} (the default)"
+                        raise PolicyError(f"rule {rule.name!r}: {which} fails to render for an alert with {shape}: "
+                                          f"{type(exc).__name__}: {exc}", path=rule.path, line=rule.line,
+                                          field=field) from None
 
     def _template(self, source: str) -> jinja2.Template:
         template = self._inline.get(source)

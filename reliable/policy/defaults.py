@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .source import Document, YList, YMap
+from ..yamlfile import Located, LocatedMap, LocatedSeq
+from .source import Document
 
 __all__ = ["AMBIGUOUS_RULE", "BUILTIN_PATH", "DEFAULT_POLICY", "builtin_document", "inherits", "layered"]
 
 BUILTIN_PATH = "<built-in>"
+# Line 0: the built-in policy has no file.
+_NOWHERE = Located(BUILTIN_PATH, 0)
 
 #: The built-in rule for errors after which a request may have reached the other side (read
 #: timeouts, resets and disconnects after sending, an actor interrupted by its time limit): for a
@@ -50,22 +53,16 @@ DEFAULT_POLICY: dict[str, Any] = {
 
 def _to_yaml(value: Any) -> Any:
     if isinstance(value, dict):
-        out = YMap()
-        out.line, out.key_lines = 0, {}
-        for key, item in value.items():
-            out[key] = _to_yaml(item)
-        return out
+        return LocatedMap(_NOWHERE, {key: _to_yaml(item) for key, item in value.items()})
     if isinstance(value, list):
-        seq = YList(_to_yaml(item) for item in value)
-        seq.line, seq.item_lines = 0, [0] * len(seq)
-        return seq
+        return LocatedSeq(_NOWHERE, [_to_yaml(item) for item in value], [0] * len(value))
     return value
 
 
 def builtin_document() -> Document:
     """The built-in policy as a document (line numbers 0: no file)."""
     root = _to_yaml(DEFAULT_POLICY)
-    assert isinstance(root, YMap)
+    assert isinstance(root, LocatedMap)
     return Document(BUILTIN_PATH, root, builtin=True)
 
 

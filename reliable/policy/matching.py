@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..patterns import UserPattern
+
 __all__ = [
     "Rule",
     "class_path",
@@ -139,7 +141,7 @@ class Rule:
     error_class: str
     exceptions: tuple[str, ...] = ()
     statuses: frozenset[int] | None = None
-    message: re.Pattern[str] | None = None
+    message: UserPattern | None = None
     attributes: tuple[tuple[str, Any], ...] = ()
     source: str = "<policy>"
     path: str | None = None

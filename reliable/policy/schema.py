@@ -15,12 +15,14 @@ from typing import Any
 
 from ..durations import parse_duration
 from ..errors import PolicyError
+from ..patterns import UserPattern, compile_pattern
+from ..yamlfile import LocatedMap, LocatedSeq
 from .defaults import BUILTIN_PATH
 from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_int, as_str, choice, class_name, identifier_path
 from .matching import Rule, normalize_exception_path, parse_statuses
 from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings
 from .routes import queue_name
-from .source import Document, YList, YMap
+from .source import Document
 
 __all__ = ["PolicySpec", "Problem", "Section", "build_spec", "collect_rules"]
 
@@ -127,20 +129,20 @@ class _Builder:
             self.builtin_keys.discard(key)
         return True
 
-    def mapping(self, value: Any, path: str, line: int, fld: str) -> YMap | None:
-        if isinstance(value, YMap):
+    def mapping(self, value: Any, path: str, line: int, fld: str) -> LocatedMap | None:
+        if isinstance(value, LocatedMap):
             return value
         kind = "a list" if isinstance(value, list) else f"{type(value).__name__} {value!r}"
         self.add(path, line, fld, f"expected a mapping, got {kind}")
         return None
 
-    def known_keys(self, m: YMap, allowed: tuple[str, ...], path: str, prefix: str) -> None:
+    def known_keys(self, m: LocatedMap, allowed: tuple[str, ...], path: str, prefix: str) -> None:
         for key in m:
             if key not in allowed:
                 self.add(path, m.key_line(key), f"{prefix}{key}",
                          f"unknown key {key!r}; expected one of: {', '.join(allowed)}")
 
-    def value(self, m: YMap, key: str, check: Any, path: str, fld: str) -> tuple[bool, Any]:
+    def value(self, m: LocatedMap, key: str, check: Any, path: str, fld: str) -> tuple[bool, Any]:
         try:
             return True, check(m[key])
         except ValueError as exc:
@@ -181,7 +183,7 @@ class _Builder:
                     overrides, rules = self.contract(sub, path, f"{kind}.{name}", allow_rules=True)
                     target[name] = Section(name, overrides, tuple(rules), f"{path}:{line}")
 
-    def lease_section(self, m: YMap, path: str) -> None:
+    def lease_section(self, m: LocatedMap, path: str) -> None:
         self.known_keys(m, LEASE_KEYS, path, "lease.")
         for key in LEASE_KEYS:
             if key not in m:
@@ -194,7 +196,8 @@ class _Builder:
                 continue
             self.lease[key] = seconds
 
-    def contract(self, m: YMap, path: str, prefix: str, *, allow_rules: bool) -> tuple[dict[str, Any], list[Rule]]:
+    def contract(self, m: LocatedMap, path: str, prefix: str, *,
+                 allow_rules: bool) -> tuple[dict[str, Any], list[Rule]]:
         allowed = (*CONTRACT_KEYS, *NESTED_CONTRACT_KEYS, *(("rules",) if allow_rules else ()))
         self.known_keys(m, allowed, path, f"{prefix}.")
         out: dict[str, Any] = {}
@@ -257,7 +260,7 @@ class _Builder:
         self.classes[name] = ClassSpec(name=name, **spec)
 
     def rule_list(self, value: Any, path: str, line: int, fld: str) -> list[Rule]:
-        if not isinstance(value, YList):
+        if not isinstance(value, LocatedSeq):
             self.add(path, line, fld, f"expected a list of rules, got {type(value).__name__}")
             return []
         rules = []
@@ -268,7 +271,7 @@ class _Builder:
         return rules
 
     def rule(self, m: Any, path: str, line: int, fld: str, index: int) -> Rule | None:
-        if not isinstance(m, YMap):
+        if not isinstance(m, LocatedMap):
             self.add(path, line, fld, f"expected a rule (a mapping with 'class' and conditions), got {m!r}")
             return None
         before = len(self.problems)
@@ -328,7 +331,7 @@ class _Builder:
                     exception_line=m.key_line("exception") if exceptions else None, idempotent=idempotent,
                     queue=queue, queue_after=queue_after)
 
-    def route_keys(self, m: YMap, path: str, fld: str, *, retries: bool) -> None:
+    def route_keys(self, m: LocatedMap, path: str, fld: str, *, retries: bool) -> None:
         """`queue_after` needs `queue`; `queue` needs a class that retries (a rule's class: see finish)."""
         if "queue_after" in m and "queue" not in m:
             self.add(path, m.key_line("queue_after"), f"{fld}.queue_after",
@@ -383,13 +386,10 @@ class _Builder:
                     break
 
 
-def _regex(value: Any) -> re.Pattern[str]:
+def _regex(value: Any) -> UserPattern:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a regular expression string, got {value!r}")
-    try:
-        return re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"bad regular expression {value!r}: {exc}") from None
+    return compile_pattern(value)
 
 
 def collect_rules(documents: list[Document]) -> list[Rule]:

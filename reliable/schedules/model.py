@@ -203,10 +203,10 @@ def load_schedules(source: Iterable[Schedule] | str | os.PathLike[str] | None) -
 
 
 def _from_yaml(path: Path) -> tuple[Schedule, ...]:
-    # The project's one YAML loader with line numbers; imported here: reliable.alerts is heavy.
-    from ..alerts.yamlsrc import LocatedMap, LocatedSeq, load_located
+    # Imported here: PyYAML is not needed by schedules declared in code.
+    from ..yamlfile import LocatedMap, LocatedSeq, load
 
-    doc = load_located(path)
+    doc = load(path, "schedules file")
     if not isinstance(doc, LocatedMap) or set(doc) != {"schedules"}:
         raise PolicyError("a schedules file holds one key, schedules: a list of schedules", path=str(path),
                           line=doc.where.line if isinstance(doc, LocatedMap) else None, field="schedules")

@@ -9,7 +9,6 @@ reference; `reliable.web.openapi` describes the same routes as an OpenAPI docume
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +28,7 @@ from ..store.alert_rows import alert_rows
 from ..store.overview import Overview
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
+from .bodies import json_object
 from .queries import event_view, job_detail, job_view
 from .redaction import check_search
 
@@ -48,8 +48,6 @@ ALERT_STATES: tuple[str, ...] = ("pending", "firing", "resolved")
 FILTER_PARAMS: tuple[str, ...] = (*(p for p in selection.FILTER_PARAMS if p != "ids"), "limit", "cursor")
 _BODY_FIELDS = frozenset({"reason", "dry_run", "allow_duplicate_side_effects", "resolution"})
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
-_FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
-_NOT_JSON = 'the body must be a JSON object, e.g. {"reason": "..."}'
 
 
 def _bad(message: str) -> HTTPException:
@@ -123,22 +121,6 @@ def job_filter(request: Request, *, fixed_states: tuple[JobStatus, ...] | None =
     if fixed_states is not None:
         flt = dataclasses.replace(flt, statuses=fixed_states)
     return dataclasses.replace(flt, exclude_discarded=exclude_discarded)
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    if request.headers.get("content-type", "").startswith(_FORMS):
-        # A form was read already (a cookie session's CSRF field), and the API takes JSON only.
-        raise _bad(_NOT_JSON)
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise _bad(_NOT_JSON) from None
-    if not isinstance(body, dict):
-        raise _bad(_NOT_JSON)
-    return body
 
 
 def _field(body: dict[str, Any], name: str, kind: type, default: Any = None) -> Any:
@@ -264,7 +246,7 @@ async def command(request: Request) -> Response:
     if name not in COMMANDS:
         raise HTTPException(404, f"unknown command {name!r} (known: {', '.join(COMMANDS)})")
     _check_known(request, ())
-    kwargs = _command_kwargs(name, await _body(request))
+    kwargs = _command_kwargs(name, await json_object(request))
     require_reason(COMMANDS[name], kwargs["reason"])  # before the job is even looked up, as the CLI does
     state = state_of(request)
     control = state.control_for(principal)

@@ -17,29 +17,40 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import Scope
 
 from ..access import ApiTokens
 from ..control import ContractSource
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError
 from ..store import StateStore
+from .bodies import BodyLimit
 from .config import WebConfig
 from .state import WebState
 
 __all__ = ["create_app", "wsgi_app"]
 
 
-def _is_api(request: Request) -> bool:
-    return request.url.path.startswith(f"{request.scope.get('root_path', '')}/api/")
+def _is_api(scope: Scope) -> bool:
+    return str(scope.get("path", "")).startswith(f"{scope.get('root_path', '')}/api/")
+
+
+def _api_error(exc: HTTPException) -> JSONResponse:
+    kind = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
+    return JSONResponse({"error": {"status": exc.status_code, "message": exc.detail, "type": kind}},
+                        exc.status_code, headers=exc.headers)
+
+
+def _refusal(scope: Scope, exc: HTTPException) -> Response:
+    """The answer to a request refused before routing (BodyLimit): no page, the console has no route yet."""
+    return _api_error(exc) if _is_api(scope) else PlainTextResponse(exc.detail, exc.status_code)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if _is_api(request) or exc.status_code != 401:
-        if _is_api(request):
-            kind = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
-            return JSONResponse({"error": {"status": exc.status_code, "message": exc.detail, "type": kind}},
-                                exc.status_code, headers=exc.headers)
+    if _is_api(request.scope) or exc.status_code != 401:
+        if _is_api(request.scope):
+            return _api_error(exc)
         from .console import error_page
 
         return error_page(request, exc.status_code, str(exc.detail))
@@ -52,7 +63,7 @@ async def _reliable_error(request: Request, exc: Exception) -> Response:
     status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
               else 400 if isinstance(exc, ConfigError | ReasonRequired) else 503 if isinstance(exc, StoreError)
               else 409)
-    if _is_api(request):
+    if _is_api(request.scope):
         return JSONResponse({"error": {"status": status, "message": str(exc), "type": type(exc).__name__}}, status)
     from .console import error_page
 
@@ -73,7 +84,8 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     cfg = config or WebConfig()
     app = Starlette(
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
-        middleware=[Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
+        middleware=[Middleware(BodyLimit, refusal=_refusal),
+                    Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,
                                max_age=cfg.session_max_age)],
         exception_handlers={HTTPException: _http_error, ReliableError: _reliable_error},

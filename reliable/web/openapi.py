@@ -19,6 +19,7 @@ from ..operations import STATUSES
 from ..states import JobStatus
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 from .auth import authenticate
+from .bodies import MAX_BODY_BYTES
 
 __all__ = ["COMMAND_PATHS", "document", "openapi_document", "routes"]
 
@@ -73,6 +74,8 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 _ERROR = _json(_ref("Error"), "the error")
 _ERRORS = {"400": {**_ERROR, "description": "a bad parameter or body (the message names it)"},
            "401": {**_ERROR, "description": "not authenticated"}}
+#: Every route that takes a body (docs/api.md, reliable/web/bodies.py).
+_TOO_LARGE = {"413": {**_ERROR, "description": f"the body is larger than {MAX_BODY_BYTES} bytes"}}
 _JOB_ERRORS = {**_ERRORS, "404": {**_ERROR, "description": "no job with that id or prefix"},
                "409": {**_ERROR, "description": "the prefix starts several jobs' ids (candidates lists them)"}}
 _COMMAND_ERRORS = {**_JOB_ERRORS,
@@ -93,7 +96,7 @@ def _command(command: str) -> dict[str, Any]:
     summary = {"retry": "requeue (the same command)"}.get(command, command)
     return {"post": {"summary": f"{summary} one job", "operationId": f"job_{command}", "parameters": [_JOB_ID],
                      "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
-                     "responses": {"200": _json(_ref("CommandResult")), **_COMMAND_ERRORS}}}
+                     "responses": {"200": _json(_ref("CommandResult")), **_COMMAND_ERRORS, **_TOO_LARGE}}}
 
 
 _PATHS: dict[str, Any] = {
@@ -136,7 +139,7 @@ _PATHS: dict[str, Any] = {
                                  "content": {"application/json": {"schema": _ref("OperationRequest")}}},
                  "responses": {"201": _json(_ref("OperationCreated"), "counted; awaiting confirmation"),
                                "200": _json(_ref("OperationCreated"), "dry_run: counted only, nothing stored"),
-                               **_ERRORS, "403": {**_ERROR, "description": "not authorized"}}},
+                               **_ERRORS, **_TOO_LARGE, "403": {**_ERROR, "description": "not authorized"}}},
         **_get("bulk operations, newest first", _ref("OperationList"), operationId="list_operations"),
     },
     "/api/v1/operations/{operation_id}": _get(
@@ -146,14 +149,14 @@ _PATHS: dict[str, Any] = {
         "summary": "confirm a counted operation: it starts running", "operationId": "confirm_operation",
         "parameters": [_OPERATION_ID],
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ConfirmRequest")}}},
-        "responses": {"202": _json(_ref("Operation"), "running"), **_ERRORS,
+        "responses": {"202": _json(_ref("Operation"), "running"), **_ERRORS, **_TOO_LARGE,
                       "403": {**_ERROR, "description": "not authorized"},
                       "404": {**_ERROR, "description": "no such operation"},
                       "409": {**_ERROR, "description": "wrong token, expired or not awaiting confirmation"}}}},
     "/api/v1/operations/{operation_id}/cancel": {"post": {
         "summary": "cancel a bulk operation (jobs already acted on stay so)", "operationId": "cancel_operation",
         "parameters": [_OPERATION_ID],
-        "responses": {"200": _json(_ref("Operation")), **_ERRORS,
+        "responses": {"200": _json(_ref("Operation")), **_ERRORS, **_TOO_LARGE,
                       "403": {**_ERROR, "description": "not authorized"},
                       "404": {**_ERROR, "description": "no such operation"},
                       "409": {**_ERROR, "description": "finished already"}}}},

@@ -27,6 +27,7 @@ from ..operations import Operation, Operations
 from ..redact import MASK
 from ..store.selection import JobFilter, filter_from_params, select_jobs
 from .auth import authenticate, state_of
+from .bodies import json_object
 from .queries import job_view
 
 __all__ = ["operations_of", "routes"]
@@ -58,16 +59,6 @@ def _shown(op: Operation, principal: Principal, *, full: bool) -> dict[str, Any]
     return data
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise ConfigError("the request body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise ConfigError("the request body must be a JSON object")
-    return body
-
-
 def _not_found(exc: OperationNotFound) -> JSONResponse:
     return JSONResponse({"error": {"status": 404, "message": str(exc), "type": type(exc).__name__}}, 404)
 
@@ -75,7 +66,7 @@ def _not_found(exc: OperationNotFound) -> JSONResponse:
 async def create(request: Request) -> JSONResponse:
     """POST /api/v1/operations: count the jobs a filter matches for a command; 201 with a confirmation token."""
     principal = await authenticate(request)
-    body = await _body(request)
+    body = await json_object(request)
     for key in sorted(set(body) - _BODY_KEYS):
         raise ConfigError(f"unknown field {key!r} (known: {', '.join(sorted(_BODY_KEYS))})")
     command, flt, options = body.get("command"), body.get("filter"), body.get("options") or {}
@@ -129,7 +120,7 @@ async def detail(request: Request) -> JSONResponse:
 async def confirm(request: Request) -> JSONResponse:
     """POST /api/v1/operations/{id}/confirm {"confirm_token"}: start the run; 202 with the operation."""
     principal = await authenticate(request)
-    body = await _body(request)
+    body = await json_object(request)
     token = body.get("confirm_token")
     if not isinstance(token, str) or not token:
         raise ConfigError("confirm_token is required: the token the preview returned")
@@ -145,6 +136,8 @@ async def confirm(request: Request) -> JSONResponse:
 async def cancel(request: Request) -> JSONResponse:
     """POST /api/v1/operations/{id}/cancel: stop the run before its next job, or drop a preview."""
     principal = await authenticate(request)
+    for key in sorted(await json_object(request)):
+        raise ConfigError(f"unknown field {key!r}: cancel takes no fields")
     if not principal.may_act:
         raise HTTPException(403, f"{principal.name!r} may run no command (a read-only role)")
     try:

@@ -202,6 +202,7 @@ def test_no_private_attribute_of_another_object() -> None:
 ONLY = {
     "reliable.states": ("reliable.errors",),
     "reliable.durations": ("reliable.errors",),
+    "reliable.yamlfile": ("reliable.errors",),
 }
 
 
