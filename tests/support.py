@@ -90,16 +90,17 @@ def wait_for(condition: Callable[[], T], what: str = "the condition", *, timeout
 
 
 @contextlib.contextmanager
-def exporter(store_url: str, *args: str, env: Mapping[str, str] | None = None,
-             startup: float = 30.0) -> Iterator[str]:
-    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL; stop it."""
+def exporter(store_url: str, *args: str, env: Mapping[str, str] | None = None, startup: float = 30.0,
+             host: str | None = "127.0.0.1", connect: str = "127.0.0.1") -> Iterator[str]:
+    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL (on `connect`); stop
+    it. `host`: its --host (None: none given, the default or RELIABLE_EXPORTER_HOST applies)."""
     port = free_port()
-    command: Sequence[str] = [sys.executable, "-c", CLI, "exporter", "--host", "127.0.0.1", "--port", str(port),
-                              "--store", store_url, *args]
+    command: Sequence[str] = [sys.executable, "-c", CLI, "exporter", *(("--host", host) if host else ()),
+                              "--port", str(port), "--store", store_url, *args]
     child_env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     child_env.update(env or {})
     process = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{connect}:{port}"
 
     def listening() -> bool:
         if process.poll() is not None:
