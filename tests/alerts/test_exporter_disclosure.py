@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from reliable.cli.main import cli
+from reliable.exporter import PATHS
 from reliable.redact import MASK
 from reliable.states import Event
 from reliable.store import ErrorInfo, NewJob, StateStore
@@ -34,11 +35,19 @@ def _dead_with_secrets(store_url: str) -> None:
         store.close()
 
 
+#: Every path the exporter serves (`reliable.exporter.PATHS`) and the page of it that is requested.
+EXPORTER_SURFACES = {"/": "/", "/healthz": "/healthz", "/metrics": "/metrics",
+                     "/runbooks/": "/runbooks/reliabledeadlettergrowth"}
+
+
 def test_runbook_pages_and_annotations_show_dead_jobs_masked(store_url: str) -> None:
+    assert set(EXPORTER_SURFACES) == set(PATHS), "an exporter path without a disclosure rule (docs/redaction.md)"
     _dead_with_secrets(store_url)
     with exporter(store_url) as base:
-        page = httpx.get(f"{base}/runbooks/reliabledeadlettergrowth", timeout=30)
-        metrics = httpx.get(f"{base}/metrics", timeout=30)
+        answers = {path: httpx.get(f"{base}{page}", timeout=30) for path, page in EXPORTER_SURFACES.items()}
+    for path, answer in answers.items():
+        assert answer.status_code == 200 and SECRET not in answer.text, (path, answer.text)
+    page, metrics = answers["/runbooks/"], answers["/metrics"]
     assert page.status_code == 200 and "Job `dead-1`: DEAD" in page.text, page.text
     assert SECRET not in page.text and MASK in page.text, page.text
     assert metrics.status_code == 200 and 'reliable_jobs{' in metrics.text  # /metrics as before

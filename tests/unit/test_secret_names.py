@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reliable.redact import MASK, SECRET_NAMES, is_secret_name, redact_secrets
 from reliable.disclosure import Audience, Kind, disclose
+from reliable.redact import MASK, SECRET_NAMES, is_secret_name, redact_secrets
 
 
 @pytest.mark.parametrize("key", ["password", "db_password", "X-Api-Key", "apikey", "api_key", "access_token",
