@@ -5,7 +5,8 @@ host's multiprocess directory (`reliable.multiprocess`), the worker processes' a
 counters and histograms added up across processes. ``/healthz`` answers 200 when the store answers a query
 and 503 with the reason otherwise. ``/runbooks/<lower-case alert name>`` renders an alert's
 runbook with the jobs it is about now (`reliable.alerts.pages`): the default `runbook_base_url`
-of the alerts points here. Run it with ``reliable exporter --port 9464 --store URL``.
+of the alerts points here; the jobs on those pages are shown masked (nobody authenticates here).
+It listens on 127.0.0.1 unless told otherwise. Run it with ``reliable exporter --port 9464 --store URL``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,16 @@ from .store import StateStore
 if TYPE_CHECKING:
     from .alerts.pages import RunbookPages
 
-__all__ = ["WSGIApp", "build_registry", "make_app", "serve", "start_server"]
+__all__ = ["DEFAULT_HOST", "PATHS", "WSGIApp", "build_registry", "make_app", "serve", "start_server"]
 
 logger = logging.getLogger(__name__)
+
+#: Where the exporter listens unless told otherwise (`--host`, RELIABLE_EXPORTER_HOST): this host only.
+DEFAULT_HOST = "127.0.0.1"
+#: What the exporter serves, and what of a job each path shows (docs/redaction.md): /metrics counts
+#: jobs and names queues and actors, no job's values; /runbooks/ shows the affected jobs' error
+#: messages and checkpoints disclosed to an anonymous reader (`reliable.disclosure`: secrets masked).
+PATHS = ("/", "/healthz", "/metrics", "/runbooks/")
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -86,7 +94,7 @@ def make_app(store: StateStore, registry: CollectorRegistry, runbooks: RunbookPa
             status, body = _runbook(runbooks, path.removeprefix("/runbooks/").strip("/"),
                                     environ.get("QUERY_STRING", ""))
         elif path == "/":
-            status, body = "200 OK", b"reliable exporter: /metrics, /healthz, /runbooks/\n"
+            status, body = "200 OK", f"reliable exporter: {', '.join(PATHS[1:])}\n".encode()
         else:
             status, body = "404 Not Found", b"not found\n"
         # Runbooks show job data (error messages): plain text, never sniffed as HTML.
@@ -106,7 +114,7 @@ class _QuietHandler(WSGIRequestHandler):
         """Prometheus scrapes every few seconds: no access log."""
 
 
-def start_server(app: WSGIApp, *, host: str = "0.0.0.0", port: int = 9464) -> tuple[WSGIServer, threading.Thread]:
+def start_server(app: WSGIApp, *, host: str = DEFAULT_HOST, port: int = 9464) -> tuple[WSGIServer, threading.Thread]:
     """Serve `app` on host:port from a daemon thread; return the server (``.shutdown()``) and thread."""
     server = make_server(host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="reliable-exporter", daemon=True)
@@ -114,7 +122,7 @@ def start_server(app: WSGIApp, *, host: str = "0.0.0.0", port: int = 9464) -> tu
     return server, thread
 
 
-def serve(store: StateStore, *, host: str = "0.0.0.0", port: int = 9464, broker_url: str | None = None,
+def serve(store: StateStore, *, host: str = DEFAULT_HOST, port: int = 9464, broker_url: str | None = None,
           sla: Mapping[str, float] | None = None, states: Iterable[JobStatus | str] | None = None,
           multiprocess_dir: str | None = None, ready: Callable[[str, int], None] | None = None,
           runbooks: RunbookPages | None = None, queues: Iterable[str] = ()) -> None:

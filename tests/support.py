@@ -94,19 +94,21 @@ def wait_for(condition: Callable[[], T], what: str = "the condition", *, timeout
 @contextlib.contextmanager
 def exporter(store_url: str, *args: str, env: Mapping[str, str] | None = None,
              startup: float = 30.0, cli: Sequence[str] = (sys.executable, "-c", CLI),
-             base_env: Mapping[str, str] | None = None) -> Iterator[str]:
-    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL; stop it.
+             base_env: Mapping[str, str] | None = None, host: str | None = "127.0.0.1",
+             connect: str = "127.0.0.1") -> Iterator[str]:
+    """Run `reliable exporter` as a real subprocess on a free port; yield its base URL (on `connect`); stop it.
 
     `cli` is the command (another virtual environment's `reliable`), `base_env` the environment
-    `env` goes on top of (default: this one), PROMETHEUS_MULTIPROC_DIR removed from it."""
+    `env` goes on top of (default: this one), PROMETHEUS_MULTIPROC_DIR removed from it. `host`: its
+    --host (None: none given, the default or RELIABLE_EXPORTER_HOST applies)."""
     port = free_port()
-    command: Sequence[str] = [*cli, "exporter", "--host", "127.0.0.1", "--port", str(port),
+    command: Sequence[str] = [*cli, "exporter", *(("--host", host) if host else ()), "--port", str(port),
                               "--store", store_url, *args]
     child_env = {k: v for k, v in (os.environ if base_env is None else base_env).items()
                  if k != "PROMETHEUS_MULTIPROC_DIR"}
     child_env.update(env or {})
     process = subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{connect}:{port}"
 
     def listening() -> bool:
         if process.poll() is not None:

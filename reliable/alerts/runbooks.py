@@ -1,8 +1,9 @@
 """Runbooks and annotations: Jinja2 Markdown rendered in a sandbox, with job values as data only.
 
 Templates come from the runbook directory and the rule files (trusted configuration). Everything
-read from jobs (error messages, checkpoints, ids) enters only as context values: autoescaped for
-HTML, truncated, and never compiled as a template. Link URLs are built by plain placeholder
+read from jobs (error messages, checkpoints, ids) enters only as context values: disclosed to the
+renderer's audience (anonymous by default: secrets masked), autoescaped for HTML, truncated, and
+never compiled as a template. Link URLs are built by plain placeholder
 substitution with percent-encoding (no str.format: it would allow attribute access).
 """
 
@@ -22,6 +23,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 from markupsafe import Markup
 
+from ..disclosure import Audience, Kind, disclose, disclose_json_text
 from ..errors import ConfigError, PolicyError
 from ..store.alert_queries import JobContext
 from .model import Candidate
@@ -121,8 +123,9 @@ def _iso(epoch: float | None) -> str | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def job_view(ctx: JobContext, alertname: str, links: Mapping[str, str]) -> dict[str, Any]:
-    """What a template sees of one affected job (plain data; strings truncated)."""
+def job_view(ctx: JobContext, alertname: str, links: Mapping[str, str], audience: Audience) -> dict[str, Any]:
+    """What a template sees of one affected job (plain data; strings truncated; the error message and
+    checkpoint disclosed to `audience`, `reliable.disclosure`)."""
     job = ctx.job
     attempt_id = ctx.attempts[0].attempt_id if ctx.attempts else job.attempt_id
     values = {"job_id": job.job_id, "trace_id": job.trace_id, "attempt_id": attempt_id, "queue": job.queue,
@@ -134,8 +137,10 @@ def job_view(ctx: JobContext, alertname: str, links: Mapping[str, str]) -> dict[
         "attempts": [{"attempt_id": a.attempt_id, "attempt": a.attempt, "outcome": a.outcome,
                       "error_class": a.error_class, "worker_id": cut(a.worker_id, 80), "started_at": _iso(a.started_at)}
                      for a in ctx.attempts],
-        "last_error_class": cut(job.last_error_class, 80), "last_error_message": cut(job.last_error_message),
-        "checkpoint": cut(job.checkpoint, 200), "checkpoint_at": _iso(job.checkpoint_at),
+        "last_error_class": cut(job.last_error_class, 80),
+        "last_error_message": cut(disclose(job.last_error_message, Kind.ERROR_TEXT, audience)),
+        "checkpoint": cut(disclose_json_text(job.checkpoint, Kind.CHECKPOINT, audience), 200),
+        "checkpoint_at": _iso(job.checkpoint_at),
         "trace_id": cut(job.trace_id, 80),
         # Built from trusted templates with percent-encoded values: no character needs escaping.
         "links": {name: Markup(safe_url(tpl, values)) for name, tpl in sorted(links.items())},
@@ -144,11 +149,17 @@ def job_view(ctx: JobContext, alertname: str, links: Mapping[str, str]) -> dict[
 
 
 class RunbookRenderer:
-    """Renders runbooks (files in `directory`) and rule annotations for alerts, in a Jinja2 sandbox."""
+    """Renders runbooks (files in `directory`) and rule annotations for alerts, in a Jinja2 sandbox.
+
+    `audience`: who reads what it renders; by default anonymous (an exporter's page, an alert's
+    notification): the jobs' error messages and checkpoints are masked (`reliable.disclosure`).
+    """
 
     def __init__(self, directory: Path | str, *, links: Mapping[str, str] | None = None,
-                 base_url: str = DEFAULT_RUNBOOK_BASE_URL, max_chars: int = 8000) -> None:
+                 base_url: str = DEFAULT_RUNBOOK_BASE_URL, max_chars: int = 8000,
+                 audience: Audience | None = None) -> None:
         self.directory = Path(directory)
+        self.audience = audience if audience is not None else Audience.anonymous()
         self.links = dict(links or {})
         for name, template in self.links.items():
             check_link_template(name, template)
@@ -223,7 +234,7 @@ class RunbookRenderer:
             "labels": dict(candidate.labels),
             "value": candidate.value,
             "facts": dict(candidate.context),
-            "jobs": [job_view(j, rule.name, self.links) for j in jobs],
+            "jobs": [job_view(j, rule.name, self.links, self.audience) for j in jobs],
             "runbook_url": self.runbook_url(rule.name),
         }
 

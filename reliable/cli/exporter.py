@@ -8,7 +8,7 @@ import click
 
 from ..alerts.pages import RunbookPages
 from ..durations import parse_duration
-from ..exporter import serve
+from ..exporter import DEFAULT_HOST, serve
 from ..multiprocess import default_dir, prepare
 from .alerts import (
     alert_config,
@@ -37,7 +37,9 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
 
 @click.command()
 @click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535), help="TCP port to listen on.")
-@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--host", default=DEFAULT_HOST, show_default=True, envvar="RELIABLE_EXPORTER_HOST", show_envvar=True,
+              help="Address to listen on: this host only by default; 0.0.0.0 (every interface) when Prometheus "
+                   "scrapes it from another host.")
 @store_option
 @click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
               help="RabbitMQ URL (amqp://...; several ';'-separated for a cluster, tried in turn) to report "

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..disclosure import ATTEMPT_FIELDS, EVENT_FIELDS, JOB_FIELDS, disclosed
 from ..durations import parse_duration
 from ..states import FAILURE_OUTCOMES
 from ..store import Attempt, Job, JobEvent, StateStore
@@ -30,6 +31,7 @@ from .common import (
     state_option,
     stdout_console,
 )
+from .views import CLI_AUDIENCE
 
 
 def job_dict(job: Job) -> dict[str, object]:
@@ -72,6 +74,7 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, st
             found, _ = list_jobs(source, "jobs", {"state": [s.upper() for s in states], "queue": list(queue),
                                                   "actor": list(actor), "error_class": list(error_class),
                                                   "workflow": list(workflow_id)}, limit=limit)
+    found = [disclosed(job, JOB_FIELDS, CLI_AUDIENCE) for job in found]
     if as_json:
         emit_json([job_dict(job) for job in found])
         return
@@ -106,6 +109,10 @@ def show(job_id: str, store_url: str | None, api_url: str | None, token_file: st
             failed = [event_from_api(e) for e in source.events(job.job_id, event=sorted(FAILURE_OUTCOMES), limit=20)]
         last = history[-1] if history else None
         failure = next((e for e in reversed(failed) if e.traceback), None)
+    job = disclosed(job, JOB_FIELDS, CLI_AUDIENCE)
+    attempts = [disclosed(a, ATTEMPT_FIELDS, CLI_AUDIENCE) for a in attempts]
+    last = None if last is None else disclosed(last, EVENT_FIELDS, CLI_AUDIENCE)
+    failure = None if failure is None else disclosed(failure, EVENT_FIELDS, CLI_AUDIENCE)
     if as_json:
         emit_json({"job": job_dict(job), "attempts": [a.__dict__ for a in attempts],
                    "last_event": last.as_dict() if last else None,
@@ -250,7 +257,8 @@ def events(job_id: str, store_url: str | None, api_url: str | None, token_file: 
     start = None
     if since is not None:
         start = now() - since.total_seconds() if isinstance(since, timedelta) else since.timestamp()
-    selected = history(job_id, events=names or None, since=start, limit=limit)
+    selected = [disclosed(e, EVENT_FIELDS, CLI_AUDIENCE)
+                for e in history(job_id, events=names or None, since=start, limit=limit)]
     if as_json:
         emit_json([event.as_dict() for event in selected])
         return

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.table import Table
 
+from ..disclosure import ATTEMPT_FIELDS, EFFECT_FIELDS, EVENT_FIELDS, JOB_FIELDS, Audience, disclosed
 from ..store import Attempt, Effect, Job, JobEvent, StateStore
 from ..store.selection import JobFilter, count_jobs, select_jobs
 from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id, stdout_console
@@ -14,7 +15,12 @@ from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id,
 if TYPE_CHECKING:
     from .api_client import ApiClient
 
-__all__ = ["api_list_view", "job_dict", "list_view", "render_list", "render_show", "show_any", "show_view"]
+#: Who reads what a command prints: with the store's URL it could read every row itself, so values are
+#: shown as stored; through `--api` they arrive already disclosed by the server for the token.
+CLI_AUDIENCE = Audience.store_credentials()
+
+__all__ = ["CLI_AUDIENCE", "api_list_view", "job_dict", "list_view", "render_list", "render_show", "show_any",
+           "show_view"]
 
 
 def job_dict(job: Job) -> dict[str, Any]:
@@ -38,8 +44,11 @@ def api_list_view(client: ApiClient, path: str, flt: JobFilter, *, limit: int, a
     render_list(found, total, as_json=as_json, title=title)
 
 
-def render_list(found: list[Job], total: int | None, *, as_json: bool, title: str) -> None:
-    """Print a listing of `found` out of `total` matching jobs (None: more than shown, how many unknown)."""
+def render_list(found: list[Job], total: int | None, *, as_json: bool, title: str,
+                audience: Audience = CLI_AUDIENCE) -> None:
+    """Print a listing of `found` out of `total` matching jobs (None: more than shown, how many unknown),
+    disclosed to `audience` (`reliable.disclosure`)."""
+    found = [disclosed(job, JOB_FIELDS, audience) for job in found]
     if as_json:
         emit_json({"total": total, "jobs": [job_dict(job) for job in found]})
         return
@@ -77,8 +86,12 @@ def show_any(source: StateStore | ApiClient, given: str, *, as_json: bool) -> No
 
 
 def render_show(job: Job, attempts: list[Attempt], events: list[JobEvent], effects: list[Effect], *,
-                as_json: bool) -> None:
-    """Print one job in full (see `show_view`)."""
+                as_json: bool, audience: Audience = CLI_AUDIENCE) -> None:
+    """Print one job in full (see `show_view`), disclosed to `audience` (`reliable.disclosure`)."""
+    job = disclosed(job, JOB_FIELDS, audience)
+    attempts = [disclosed(a, ATTEMPT_FIELDS, audience) for a in attempts]
+    events = [disclosed(e, EVENT_FIELDS, audience) for e in events]
+    effects = [disclosed(e, EFFECT_FIELDS, audience) for e in effects]
     if as_json:
         emit_json({
             "job": job_dict(job), "attempts": [a.__dict__ for a in attempts],

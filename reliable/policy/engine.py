@@ -10,6 +10,7 @@ from typing import Any
 from ..durations import format_duration, parse_duration
 from ..errors import PolicyError
 from ..options import CONTRACT_OPTIONS, RETRY_OPTIONS
+from ..redact import redact_secrets
 from .defaults import BUILTIN_PATH, layered
 from .fields import CONTRACT_KEYS, build_contract, contract_defaults
 from .matching import Rule, class_path, exception_message, is_instance_of_path, truncate
@@ -156,7 +157,7 @@ class Policy:
         spec = self.spec.classes.get(error_class) or BUILTIN_CLASSES["transient"]
         common: dict[str, Any] = {
             "error_class": error_class, "rule": label, "exception_type": class_path(type(exc)),
-            "message": truncate(exception_message(exc)), "attempt": failure.attempt,
+            "message": redact_secrets(truncate(exception_message(exc))), "attempt": failure.attempt,
             "retry_count": failure.retry_count,
         }
         if failure.throws and isinstance(exc, failure.throws):

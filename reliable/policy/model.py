@@ -215,7 +215,7 @@ class Decision:
     #: DEAD because no retry is left (max_attempts or retry_when): Dramatiq's on_retry_exhausted applies.
     retries_exhausted: bool = False
     exception_type: str | None = None
-    message: str | None = None
+    message: str | None = None  # the exception's message, secrets masked (reliable.redact.redact_secrets)
     attempt: int | None = None
     retry_count: int | None = None
     #: A retry's queue when the policy routes it (None: the job's own queue, the one it was enqueued on).

@@ -30,7 +30,7 @@ from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, pag
 from .auth import authenticate, state_of
 from .bodies import json_object
 from .queries import event_view, job_detail, job_view
-from .redaction import check_search
+from .redaction import audience_for, check_search
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
            "RESOLUTIONS", "job_filter", "routes"]
@@ -231,8 +231,8 @@ async def job_events(request: Request) -> Response:
     def history() -> dict[str, Any]:
         job_id = resolve_job_id(state.store, request.path_params["job_id"])
         job = state.store.get(job_id)
-        masked = not principal.sees_secrets_of(job.home_queue, job.owner)
-        rows = [event_view(event, masked, state.config.redact)
+        audience = audience_for(principal, job, state.config.redact)
+        rows = [event_view(event, audience)
                 for event in state.store.events(job_id, events=names, since=since, limit=limit)]
         return {"job_id": job_id, "events": rows}
 

@@ -164,20 +164,22 @@ _PATHS: dict[str, Any] = {
 
 _N_STR, _N_NUM, _N_INT = _nullable("string"), _nullable("number"), _nullable("integer")
 _OPEN = {"type": "object", "additionalProperties": True}
+_MASKED = "(masked for callers who may not act on the job: docs/redaction.md)"
 
 _JOB_FIELDS: dict[str, Any] = {
     "job_id": {"type": "string"}, "queue": {"type": "string"}, "actor": {"type": "string"},
-    "message": {**_OPEN, "description": "args, kwargs, options (masked for read-only callers)"},
+    "message": {**_OPEN, "description": f"args, kwargs, options {_MASKED}"},
     "status": {"type": "string", "enum": _STATES}, "previous_status": {"type": ["string", "null"]},
     "version": {"type": "integer"}, "lease_id": {"type": "integer"}, "worker_id": _N_STR,
     "lease_expires_at": _N_NUM, "attempt": {"type": "integer"}, "attempt_id": _N_STR, "started_at": _N_NUM,
     "finished_at": _N_NUM, "retry_count": {"type": "integer"}, "retry_at": _N_NUM, "scheduled_at": _N_NUM,
     "dispatched_at": _N_NUM, "pause_requested": {"type": "boolean"}, "stop_requested": {"type": "boolean"},
     "cancel_requested": {"type": "boolean"}, "stop_requested_at": _N_NUM,
-    "checkpoint": {"description": "any JSON value (masked for read-only callers)"},
+    "checkpoint": {"description": f"any JSON value {_MASKED}"},
     "checkpoint_version": {"type": "integer"}, "checkpoint_schema": _N_INT, "checkpoint_at": _N_NUM,
     "owner": _N_STR, "workflow_id": _N_STR, "trace_id": _N_STR, "parent_job_id": _N_STR,
-    "last_error_class": _N_STR, "last_error_type": _N_STR, "last_error_message": _N_STR,
+    "last_error_class": _N_STR, "last_error_type": _N_STR,
+    "last_error_message": {**_N_STR, "description": f"secrets' values {_MASKED}"},
     "created_at": {"type": "number"}, "updated_at": {"type": "number"},
     "delivery_digest": {**_N_STR, "description": "what a delivery must carry to claim the job (docs/concepts.md)"},
 }
@@ -186,9 +188,11 @@ _EVENT_FIELDS: dict[str, Any] = {
     "id": {"type": "integer"}, "job_id": {"type": "string"}, "at": {"type": "number"}, "event": {"type": "string"},
     "from_status": _N_STR, "to_status": _N_STR, "version": _N_INT, "attempt": _N_INT, "attempt_id": _N_STR,
     "lease_id": _N_INT, "worker_id": _N_STR, "queue": _N_STR, "actor": _N_STR, "workflow_id": _N_STR,
-    "trace_id": _N_STR, "error_class": _N_STR, "error_type": _N_STR, "error_message": _N_STR,
-    "retry_count": _N_INT, "checkpoint": {}, "operator": _N_STR, "reason": _N_STR, "host": _N_STR,
-    "detail": _OPEN, "traceback": _N_STR,
+    "trace_id": _N_STR, "error_class": _N_STR, "error_type": _N_STR,
+    "error_message": {**_N_STR, "description": f"secrets' values {_MASKED}"},
+    "retry_count": _N_INT, "checkpoint": {"description": f"any JSON value {_MASKED}"}, "operator": _N_STR,
+    "reason": _N_STR, "host": _N_STR, "detail": {**_OPEN, "description": f"e.g. a policy decision {_MASKED}"},
+    "traceback": {**_N_STR, "description": f"secrets' values {_MASKED}"},
 }
 
 _FILTER = {"type": "object", "additionalProperties": False, "description": "the jobs list's filters",

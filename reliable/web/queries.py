@@ -1,5 +1,6 @@
-"""What the API and console show of a job: its whole story, masked for the caller (the reads are
-`StateStore`'s and `reliable.store.job_history`'s; the overview is `reliable.store.overview`)."""
+"""What the API and console show of a job: its whole story, disclosed for the caller (the reads are
+`StateStore`'s and `reliable.store.job_history`'s; the overview is `reliable.store.overview`).
+Every value goes through `reliable.disclosure.disclose_record` with its record's declared fields."""
 
 from __future__ import annotations
 
@@ -8,28 +9,23 @@ from typing import Any
 
 from ..access import Principal
 from ..control import Control
-from ..store import JobEvent
+from ..disclosure import ATTEMPT_FIELDS, EFFECT_FIELDS, EVENT_FIELDS, JOB_FIELDS, Audience, disclose_record
+from ..store import Job, JobEvent
 from ..store.job_history import attempt_tracebacks
-from .redaction import masked_job, redact_text, redact_value
+from .redaction import audience_for
 
 __all__ = ["event_view", "job_detail", "job_view"]
 
 
-def job_view(job: Any, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
-    """A job as the caller may see it: secrets in its arguments, checkpoint and last error masked
-    unless the caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact)."""
-    data: dict[str, Any] = masked_job(job, principal, patterns).as_dict()
-    return data
+def job_view(job: Job, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
+    """A job as the caller may see it: its arguments, checkpoint and last error masked unless the
+    caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact)."""
+    return disclose_record(job.as_dict(), JOB_FIELDS, audience_for(principal, job, patterns))
 
 
-def event_view(event: JobEvent, masked: bool, patterns: Sequence[str]) -> dict[str, Any]:
-    """An event as the caller may see it (`masked`: the caller may not act on its job)."""
-    row = event.as_dict()
-    if masked:
-        row["checkpoint"] = redact_value(row["checkpoint"], patterns)
-        row["error_message"] = redact_text(row["error_message"], patterns)
-        row["traceback"] = redact_text(row["traceback"], patterns)
-    return row
+def event_view(event: JobEvent, audience: Audience) -> dict[str, Any]:
+    """An event as `audience` may see it (its checkpoint, error, traceback and detail)."""
+    return disclose_record(event.as_dict(), EVENT_FIELDS, audience)
 
 
 def job_detail(control: Control, job_id: str, principal: Principal, patterns: Sequence[str], *,
@@ -39,24 +35,20 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
     one), effects, the event history (filtered) and the actions its state and contract offer."""
     store = control.store
     job = store.get(job_id)
+    audience = audience_for(principal, job, patterns)
     history = store.events(job_id, events=events, since=since, limit=event_limit)
     tracebacks = attempt_tracebacks(store, job_id)
-    masked = not principal.sees_secrets_of(job.home_queue, job.owner)
-    attempts = [{**a.__dict__, "traceback": tracebacks.get((a.attempt_id, a.outcome or ""))}
+    attempts = [disclose_record({**a.__dict__, "traceback": tracebacks.get((a.attempt_id, a.outcome or ""))},
+                                ATTEMPT_FIELDS, audience)
                 for a in store.attempts(job_id)]
-    if masked:
-        for attempt in attempts:
-            attempt["error_message"] = redact_text(attempt["error_message"], patterns)
-            attempt["traceback"] = redact_text(attempt["traceback"], patterns)
     contract = control.contract_for(job)
-    event_rows = [event_view(e, masked, patterns) for e in history]
     return {
-        "masked": masked,
-        "job": job_view(job, principal, patterns),
+        "masked": not audience.sees_secrets,
+        "job": disclose_record(job.as_dict(), JOB_FIELDS, audience),
         "contract": contract.__dict__,
         "attempts": attempts,
-        "effects": [e.__dict__ for e in store.effects(job_id)],
-        "events": event_rows,
+        "effects": [disclose_record(e.__dict__, EFFECT_FIELDS, audience) for e in store.effects(job_id)],
+        "events": [event_view(e, audience) for e in history],
         "actions": [a.as_dict() | {"permitted": principal.allows(a.command, job.home_queue, job.owner)}
                     for a in control.available(job_id)],
     }

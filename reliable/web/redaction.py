@@ -1,64 +1,34 @@
-"""What a caller who may not act on a job sees of it: secrets masked in its arguments, checkpoint and
-error texts, and no search over arguments unless it may see every job's.
+"""Who reads a job through the API or the console, for `reliable.disclosure.disclose`, and no search
+over arguments unless the caller sees every job's.
 
-One rule for the keys: `reliable.redact.is_secret_name` (password, token, api_key, card_number...,
-whole or as the last part of the key) plus the deployment's own glob patterns (`WebConfig.redact`,
-`reliable web --redact GLOB`), matched case-insensitively. Free text (an error message, a traceback)
-goes through `reliable.redact.redact_secrets` with the same names.
+The reader's rights: `Principal.sees_secrets_of` the job (an admin; an operator inside its scope)
+sees its values as stored; a viewer, or an operator outside its scope, sees them masked by the rules
+of `reliable.disclosure`, with the deployment's own glob patterns (`WebConfig.redact`,
+`reliable web --redact GLOB`) added to the secrets' names.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 from collections.abc import Sequence
-from typing import Any
 
 from starlette.exceptions import HTTPException
 
 from ..access import Principal
-from ..redact import MASK, is_secret_name, redact_secrets
+from ..disclosure import JOB_FIELDS, Audience, disclosed
 from ..store import Job
 from ..store.selection import JobFilter
 
-__all__ = ["check_search", "masked_job", "redact_text", "redact_value"]
+__all__ = ["audience_for", "check_search", "masked_job"]
 
 
-def _matches(key: str, patterns: Sequence[str]) -> bool:
-    lowered = key.lower()
-    return is_secret_name(key) or any(fnmatch.fnmatchcase(lowered, p.lower()) for p in patterns)
-
-
-def redact_value(value: Any, patterns: Sequence[str] = ()) -> Any:
-    """A copy of `value` (JSON-like) with the value of every mapping key naming a secret masked.
-
-    Positional arguments have no names, so they are kept; keyword arguments and nested objects
-    are masked by key.
-    """
-    if isinstance(value, dict):
-        return {k: MASK if isinstance(k, str) and _matches(k, patterns) else redact_value(v, patterns)
-                for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact_value(v, patterns) for v in value]
-    return value
-
-
-def redact_text(text: str | None, patterns: Sequence[str] = ()) -> str | None:
-    """Free text with secrets' values masked (the patterns' words count as secrets' names too)."""
-    if text is None:
-        return None
-    extra = tuple(word for p in patterns if (word := p.strip("*?[]")) and not any(c in word for c in "*?[]"))
-    return redact_secrets(text, extra_names=extra)
+def audience_for(principal: Principal, job: Job, patterns: Sequence[str] = ()) -> Audience:
+    """The audience `principal` is for `job`: it sees secrets when it may act on the job."""
+    return Audience(principal.role, principal.sees_secrets_of(job.home_queue, job.owner), tuple(patterns))
 
 
 def masked_job(job: Job, principal: Principal, patterns: Sequence[str] = ()) -> Job:
-    """The job as `principal` may see it: its arguments, checkpoint and last error's secrets masked
-    unless the caller may act on it (`Principal.sees_secrets_of`)."""
-    if principal.sees_secrets_of(job.home_queue, job.owner):
-        return job
-    return dataclasses.replace(job, message=redact_value(job.message, patterns),
-                               checkpoint=redact_value(job.checkpoint, patterns),
-                               last_error_message=redact_text(job.last_error_message, patterns))
+    """The job as `principal` may see it (`reliable.disclosure.JOB_FIELDS`), still a `Job` for the templates."""
+    return disclosed(job, JOB_FIELDS, audience_for(principal, job, patterns))
 
 
 def check_search(principal: Principal, flt: JobFilter) -> None:

@@ -20,7 +20,7 @@ Rules (`attempt_ended`):
 - a delivery another middleware skipped after the claim (`skipped`) -> skipped, or skipped_failed
   when it failed the message (AgeLimit), detail {"middleware", "reason"}.
 - anything else (an exception, or an interrupt reliable does not own, e.g. Dramatiq's TimeLimit):
-  the policy decides (`failed`): the action's event, the error (message redacted), the decision's
+  the policy decides (`failed`): the action's event, the error (message masked by the policy engine), the decision's
   detail; a retry waits `decision.delay` on the decision's queue (None: where it waits already);
   when the retries ran out, what the on_retry_exhausted continuation is told.
 The store then honours any stop, cancel or pause requested meanwhile (states.honour_requests).
@@ -33,7 +33,6 @@ from typing import Any
 
 from ..errors import JobCancelled, JobForceStopped, JobInterrupted, JobPaused, JobStopped, LeaseLostInterrupt
 from ..policy import Decision
-from ..redact import redact_secrets
 from ..states import Event, JobStatus
 from ..store import ErrorInfo
 from .skips import Skip, aborted_by
@@ -120,8 +119,9 @@ def failed(decision: Decision, *, traceback: str | None, retries: int, max_attem
     if event is None:
         raise ValueError(f"policy decision {decision.action!r} is not valid for a failed attempt")
     exhausted = {"retries": retries - 1, "max_retries": max_attempts - 1} if decision.retries_exhausted else None
-    error = ErrorInfo(decision.error_class, decision.exception_type,
-                      None if decision.message is None else redact_secrets(decision.message), traceback=traceback)
+    # The decision's message is masked where it is made (PolicyEngine.decide): the error and the
+    # event's detail carry the same text.
+    error = ErrorInfo(decision.error_class, decision.exception_type, decision.message, traceback=traceback)
     return Outcome(event, error=error, retry_delay=decision.delay if decision.action == "retry" else None,
                    detail=decision.as_detail(), queue=retry_queue(decision, home_queue=home_queue, queue=queue),
                    exhausted=exhausted)

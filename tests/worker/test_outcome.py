@@ -102,13 +102,16 @@ def test_an_observed_interrupt_names_itself_and_carries_no_error(kind: str) -> N
 
 
 @pytest.mark.parametrize("action", ACTIONS)
-def test_a_failure_records_the_redacted_error_and_waits_only_on_a_retry(action: str) -> None:
-    ended = outcome.failed(decision(action, message="login failed password=hunter2"), traceback="tb", retries=2,
+def test_a_failure_records_the_decisions_error_and_waits_only_on_a_retry(action: str) -> None:
+    # The policy engine masks the message once, where it decides (tests/unit/test_disclosure.py): the
+    # error and the event's detail carry that one text.
+    masked = "login failed password=***"
+    ended = outcome.failed(decision(action, message=masked), traceback="tb", retries=2,
                            max_attempts=3, home_queue="q", queue="q")
     assert ended.error is not None and ended.error.error_class == "invalid_input" and ended.error.traceback == "tb"
-    assert ended.error.message is not None and "hunter2" not in ended.error.message
+    assert ended.error.message == masked and ended.detail is not None and ended.detail["message"] == masked
     assert ended.retry_delay == (30.0 if action == "retry" else None)
-    assert ended.detail == decision(action, message="login failed password=hunter2").as_detail()
+    assert ended.detail == decision(action, message=masked).as_detail()
     assert ended.exhausted is None
 
 
