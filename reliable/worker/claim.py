@@ -135,14 +135,15 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
 def home_queue(mw: Worker, message: Any) -> str:
     """The queue whose contract applies to this delivery: its actor's declared queue, or for a
     delivery on another queue (a routed retry's lane, a queue a producer registered it on), its
-    job's own as the store records it. A body naming any other queue is refused (`delivery.queue_problem`):
-    it would choose the contract, the policy rules and the operators' rights of the job."""
-    delivered = delivery.delivered_queue(message)
+    job's own as the store records it. A body naming any other queue, or not the queue it was
+    consumed from, is refused (`delivery.queue_problem`): it would choose the contract, the policy
+    rules and the operators' rights of the job."""
+    delivered, consumed = delivery.delivered_queue(message)
     declared = mw.plans.plan(message.actor_name).queue
-    if declared is None or delivered == declared:
+    if consumed in (None, delivered) and declared in (None, delivered):
         return delivered
     job: Job | None = mw.runtime.with_store_retry("find", lambda: mw.store.find(message.message_id))
-    problem = delivery.queue_problem(delivered, declared, job, mw.plans.policy.lanes)
+    problem = delivery.queue_problem(delivered, consumed, declared or delivered, job, mw.plans.policy.lanes)
     if problem is not None or job is None:
         delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=problem, differs="queue")
     return job.home_queue
@@ -192,7 +193,7 @@ def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:
         return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
     if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
         return False  # a group's barrier or a workflow node's result commits with the success
-    if queue != delivery.delivered_queue(message):
+    if queue != delivery.delivered_queue(message)[0]:
         # On a routed retry's lane: the claim reads the job's own queue from the store, which
         # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
         return False

@@ -21,9 +21,9 @@ a message id that is not a string) is refused the same way, whatever the store h
   retries, operators' rights), so it is read from the declaration or the store, never from the
   body. Dramatiq's delay queue counts as its queue (`delivered_queue`); a routed retry arrives on
   the lane the store says the job waits on (or on one of the policy's lanes, its job sent home
-  meanwhile): the claim then takes the contract of the job's own queue from the store. (Dramatiq's
-  consumer does not hand the queue a message was consumed from to the hooks: the body's
-  `queue_name` is what is checked.)
+  meanwhile): the claim then takes the contract of the job's own queue from the store. A body
+  naming another queue than the one it was consumed from (reliable.worker.consumed) is refused
+  too, and dead-lettered on the queue it came from.
 - a delivery of a job the store does not know that claims membership of a group whose barrier the
   store holds (reliable.worker.groups.forged_member): it would count as a member and release the
   group's callbacks early.
@@ -45,6 +45,7 @@ from dramatiq.middleware import SkipMessage
 from ..delivery_digest import delivery_digest, differences
 from ..errors import ClaimRefused
 from ..store import Job, StateStore
+from .consumed import consumed_from, restore
 
 __all__ = ["MISMATCH", "delivered_digest", "delivered_queue", "digest_of", "malformed", "queue_problem", "refuse"]
 
@@ -67,16 +68,22 @@ def malformed(message: Any) -> str | None:
     return None
 
 
-def delivered_queue(message: Any) -> str:
-    """The queue a delivery's body names, Dramatiq's delay queue `<queue>.DQ` counted as `<queue>`."""
-    return str(message.queue_name).removesuffix(".DQ")
+def delivered_queue(message: Any) -> tuple[str, str | None]:
+    """The queue a delivery's body names and the one it was consumed from (None: unknown, see
+    `consumed`), Dramatiq's delay queue `<queue>.DQ` counted as `<queue>`."""
+    came = consumed_from(message)
+    return str(message.queue_name).removesuffix(".DQ"), None if came is None else came.removesuffix(".DQ")
 
 
-def queue_problem(delivered: str, declared: str, job: Job | None, lanes: Collection[str]) -> str | None:
-    """What makes a delivery naming queue `delivered` no message of its job, for an actor declared on
-    `declared` (None: it names the actor's queue; or, for a job the store holds, one the store records
-    for it (the queue it waits on, its own) or one of the policy's retry `lanes`: a routed retry's
-    message still on its lane after an operator sent the job home, whose contract the store decides)."""
+def queue_problem(delivered: str, consumed: str | None, declared: str, job: Job | None,
+                  lanes: Collection[str]) -> str | None:
+    """What makes a delivery naming queue `delivered`, consumed from `consumed`, no message of its
+    job, for an actor declared on `declared`. None: it names the queue it came from, and that is the
+    actor's queue; or, for a job the store holds, one the store records for it (the queue it waits
+    on, its own) or one of the policy's retry `lanes` (a routed retry's message still on its lane
+    after an operator sent the job home: the store decides its contract)."""
+    if consumed is not None and consumed != delivered:
+        return f"it names queue {delivered[:_MAX_NAME]!r} but came from queue {consumed!r}"
     if delivered == declared:
         return None
     if job is not None and (delivered in (job.queue, job.home_queue) or delivered in lanes):
@@ -140,6 +147,7 @@ def refuse(store: StateStore, message: Any, refusal: ClaimRefused | None, *, wor
                            worker_id=worker_id, detail=arrived, reason=reason)
     except Exception:
         logger.warning("job %s: could not record the refused delivery", job_id, exc_info=True)
+    restore(message)  # a body naming another queue: Dramatiq nacks it on the consumer it came from
     message.fail()  # nacked: the queue's dead letters keep it for whoever investigates
     if isinstance(message.options, dict):
         message.options["store_results"] = False  # never ran: Results must not store None for it
