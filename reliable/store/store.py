@@ -14,6 +14,7 @@ import logging
 import math
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -52,7 +53,7 @@ from .db import (
 )
 from .engine import connect_engine
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
-from .schema import attempts, effects, job_events, jobs
+from .schema import attempts, barriers, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
 from .unit_of_work import Row, UnitOfWork, begin, single
 from .writes import FRESH_BUDGET, JobWrite, event_write, transition_write
@@ -766,6 +767,12 @@ class StateStore:
             self._emit_registered(rows, events)
         return fan_in
 
+    def barrier_known(self, barrier_id: str) -> bool:
+        """Whether the store holds the completion barrier `barrier_id` (cleared or not)."""
+        with self._read() as conn:
+            row = conn.execute(select(barriers.c.barrier_id).where(barriers.c.barrier_id == barrier_id)).first()
+        return row is not None
+
     def create_barrier(self, barrier_id: str, parties: int) -> bool:
         """Create a group's completion barrier awaiting `parties` members (False: it exists already)."""
         if parties < 1:
@@ -899,6 +906,18 @@ class StateStore:
         if result is None:
             raise JobNotFound(job_id)
         self._emit_one(result)
+
+    def announce(self, job_id: str, event: str, *, actor: str | None = None, queue: str | None = None,
+                 worker_id: str | None = None, reason: str | None = None,
+                 detail: Mapping[str, Any] | None = None) -> None:
+        """Give the listeners (JSON event log, metrics) an event about a message the store holds no
+        job for (a refused delivery of an unknown id): the same record as a stored event's, no row
+        written (an event row belongs to a job)."""
+        at = self._clock() if self._clock is not None else None  # no round trip for a log line's time
+        row: dict[str, Any] = {column.name: None for column in job_events.columns}
+        row.update(job_id=job_id, event=event, at=time.time() if at is None else at, actor=actor, queue=queue,
+                   worker_id=worker_id, reason=reason, detail=_detail(detail))
+        self._emit([self._record(row, None)])
 
     # -- reads -----------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """A worker process boots: what is checked, stored and started before its first message.
 
-In order: with json_logs, the events go to stderr; the broker's GroupCallbacks is adopted; the
-process's store is opened and its replication checked; the broker is checked (`reliable.rabbitmq`:
-delivery limit, queues, consumer_timeout); every tracked actor's metrics start at 0; the app's
+In order: with json_logs, the events go to stderr; the broker's GroupCallbacks is adopted; its
+consumers are watched (`consumed`: each delivery names the queue it came from); the process's
+store is opened and its replication checked; the broker is checked (`reliable.rabbitmq`: delivery
+limit, queues, consumer_timeout); every tracked actor's metrics start at 0; the app's
 schedules are stored (their actors are imported by now: the job templates can be built); the
 policy's retry lanes are declared; the heartbeat starts and, if enabled, the recovery thread.
 A mistake stops the boot (ActorContractError, a MiddlewareError: the worker does not start).
@@ -19,6 +20,7 @@ from ..errors import ActorContractError, ConfigError
 from ..events import log_events_to_stderr
 from ..rabbitmq.boot import check_broker
 from ..schedules.boot import declare_schedules
+from .consumed import watch_consumers
 
 if TYPE_CHECKING:
     from .state import Worker
@@ -33,6 +35,7 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
     if settings.json_logs:
         log_events_to_stderr()
     mw.adopt_group_callbacks(broker)
+    watch_consumers(broker)  # before the worker starts its consumers: deliveries name their queue
     process.ensure_process()
     process.check_replication()
     check_broker(broker, mw, worker)

@@ -24,10 +24,10 @@ from dramatiq.middleware import SkipMessage
 from ..dispatch import message_for
 from ..errors import ClaimRefused, JobIdConflict
 from ..limits.gate import fast_path_allowed
-from ..options import own_queue
 from ..states import JobStatus
+from ..store import Job
 from ..tracecontext import span_id_for
-from . import after_commit, completion, delivery, outcome, spans
+from . import after_commit, completion, delivery, groups, outcome, spans
 from .context import JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
@@ -36,8 +36,8 @@ from .skips import Skip, end_unclaimed
 if TYPE_CHECKING:
     from .state import Worker
 
-__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "refuse", "release_lease",
-           "skipped", "take", "take_fast"]
+__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "home_queue", "refuse",
+           "release_lease", "skipped", "take", "take_fast"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -85,11 +85,12 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     """Claim the delivered job, or raise SkipMessage (see the module doc)."""
     job_id = message.message_id
     digest = delivery.digest_of(mw.store, message, worker_id=mw.worker_id)  # a delivery must match its job
-    contract = mw.plans.contract(message.actor_name, own_queue(message.queue_name, message.options), message.options)
+    queue = home_queue(mw, message)  # the actor's or the store's, never the body's
+    contract = mw.plans.contract(message.actor_name, queue, message.options)
     refusal = mw.admission.admit(broker, message, digest)
     if refusal is not None:
         refuse(mw, broker, message, refusal)
-    if contract.fast_path and _fast_eligible(mw, message):
+    if contract.fast_path and _fast_eligible(mw, message, queue):
         try:
             status = mw.runtime.with_store_retry("job_status", lambda: mw.store.job_status(
                 job_id, delivery_digest=digest))
@@ -113,6 +114,8 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     except ClaimRefused as refused:
         if refused.reason != "not_found":
             refuse(mw, broker, message, refused)
+        if (forged := groups.forged_member(mw, message)) is not None:
+            delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=forged, differs="options.group")
         unknown = message.copy(queue_name=message.queue_name)  # published by a producer without the middleware
         unknown.options.pop(REGISTERED, None)  # whatever it claims, the store has no such job
         try:
@@ -127,6 +130,23 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     context = hold(mw, message, won, span_id=span_id)
     mw.delivery.context = context
     context.enter()
+
+
+def home_queue(mw: Worker, message: Any) -> str:
+    """The queue whose contract applies to this delivery: its actor's declared queue, or for a
+    delivery on another queue (a routed retry's lane, a queue a producer registered it on), its
+    job's own as the store records it. A body naming any other queue, or not the queue it was
+    consumed from, is refused (`delivery.queue_problem`): it would choose the contract, the policy
+    rules and the operators' rights of the job."""
+    delivered, consumed = delivery.delivered_queue(message)
+    declared = mw.plans.plan(message.actor_name).queue
+    if consumed in (None, delivered) and declared in (None, delivered):
+        return delivered
+    job: Job | None = mw.runtime.with_store_retry("find", lambda: mw.store.find(message.message_id))
+    problem = delivery.queue_problem(delivered, consumed, declared or delivered, job, mw.plans.policy.lanes)
+    if problem is not None or job is None:
+        delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=problem, differs="queue")
+    return job.home_queue
 
 
 def hold(mw: Worker, message: Any, won: Any, *, span_id: str | None = None) -> JobContext:
@@ -164,7 +184,7 @@ def refuse(mw: Worker, broker: dramatiq.Broker, message: Any, refusal: ClaimRefu
     raise SkipMessage(refusal.reason) from None
 
 
-def _fast_eligible(mw: Worker, message: Any) -> bool:
+def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:
     """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
     step, on_success, a group's completion) that would have to be registered with it."""
     broker = mw.plans.broker
@@ -173,7 +193,7 @@ def _fast_eligible(mw: Worker, message: Any) -> bool:
         return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
     if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
         return False  # a group's barrier or a workflow node's result commits with the success
-    if own_queue(message.queue_name, message.options) != message.queue_name.removesuffix(".DQ"):
+    if queue != delivery.delivered_queue(message)[0]:
         # On a routed retry's lane: the claim reads the job's own queue from the store, which
         # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
         return False

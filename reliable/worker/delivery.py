@@ -14,14 +14,29 @@ another one. Such a delivery is not the job's message and never runs:
 - the job is left as it was: its own message still runs when it comes.
 
 A delivery whose fields are not a message's (options or keyword arguments that are not a mapping,
-a message id that is not a string) is refused the same way, whatever the store holds.
+a message id that is not a string) is refused the same way, whatever the store holds, and so is:
+
+- a delivery whose body names another queue than its actor's declaration and than the queues the
+  store records for its job (`queue_problem`): the queue chooses the contract (idempotent or not,
+  retries, operators' rights), so it is read from the declaration or the store, never from the
+  body. Dramatiq's delay queue counts as its queue (`delivered_queue`); a routed retry arrives on
+  the lane the store says the job waits on (or on one of the policy's lanes, its job sent home
+  meanwhile): the claim then takes the contract of the job's own queue from the store. A body
+  naming another queue than the one it was consumed from (reliable.worker.consumed) is refused
+  too, and dead-lettered on the queue it came from.
+- a delivery of a job the store does not know that claims membership of a group whose barrier the
+  store holds (reliable.worker.groups.forged_member): it would count as a member and release the
+  group's callbacks early.
+
+When the store holds no job for the refused id, the event goes to the store's listeners only (the
+JSON event log, the metric): an event row belongs to a job (`StateStore.announce`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
 import dramatiq
@@ -29,9 +44,10 @@ from dramatiq.middleware import SkipMessage
 
 from ..delivery_digest import delivery_digest, differences
 from ..errors import ClaimRefused
-from ..store import StateStore
+from ..store import Job, StateStore
+from .consumed import consumed_from, restore
 
-__all__ = ["MISMATCH", "delivered_digest", "digest_of", "malformed", "refuse"]
+__all__ = ["MISMATCH", "delivered_digest", "delivered_queue", "digest_of", "malformed", "queue_problem", "refuse"]
 
 logger = logging.getLogger("reliable.worker.delivery")
 
@@ -50,6 +66,30 @@ def malformed(message: Any) -> str | None:
         if not isinstance(getattr(message, field), kind):
             return f"its {field} are a {type(getattr(message, field)).__name__}"
     return None
+
+
+def delivered_queue(message: Any) -> tuple[str, str | None]:
+    """The queue a delivery's body names and the one it was consumed from (None: unknown, see
+    `consumed`), Dramatiq's delay queue `<queue>.DQ` counted as `<queue>`."""
+    came = consumed_from(message)
+    return str(message.queue_name).removesuffix(".DQ"), None if came is None else came.removesuffix(".DQ")
+
+
+def queue_problem(delivered: str, consumed: str | None, declared: str, job: Job | None,
+                  lanes: Collection[str]) -> str | None:
+    """What makes a delivery naming queue `delivered`, consumed from `consumed`, no message of its
+    job, for an actor declared on `declared`. None: it names the queue it came from, and that is the
+    actor's queue; or, for a job the store holds, one the store records for it (the queue it waits
+    on, its own) or one of the policy's retry `lanes` (a routed retry's message still on its lane
+    after an operator sent the job home: the store decides its contract)."""
+    if consumed is not None and consumed != delivered:
+        return f"it names queue {delivered[:_MAX_NAME]!r} but came from queue {consumed!r}"
+    if delivered == declared:
+        return None
+    if job is not None and (delivered in (job.queue, job.home_queue) or delivered in lanes):
+        return None
+    recorded = f" nor its job's ({job.queue!r})" if job is not None else ", and the store has no such job"
+    return (f"its queue {delivered[:_MAX_NAME]!r} is not its actor's ({declared!r}){recorded}")
 
 
 def delivered_digest(message: Any) -> str:
@@ -72,9 +112,10 @@ def digest_of(store: StateStore, message: Any, *, worker_id: str) -> str:
 
 
 def refuse(store: StateStore, message: Any, refusal: ClaimRefused | None, *, worker_id: str,
-           problem: str | None = None) -> NoReturn:
+           problem: str | None = None, differs: str | None = None) -> NoReturn:
     """Record, log, dead-letter and skip a delivery that is not its job's message: `refusal` from
-    the store (a digest that differs), or a malformed delivery (`problem`, see `malformed`)."""
+    the store (a digest that differs), or `problem`, what else makes it no message of its job (see
+    `malformed`, `queue_problem`), `differs` naming the part at fault."""
     job_id = message.message_id
     digest = None
     if problem is None:
@@ -92,15 +133,21 @@ def refuse(store: StateStore, message: Any, refusal: ClaimRefused | None, *, wor
                            exc_info=True)
     if job is not None and problem is None:
         arrived["differs"] = differences(job.message, _as_dict(message))
+    elif differs is not None:
+        arrived["differs"] = [differs]
     why = problem or ("differs in " + ", ".join(arrived.get("differs") or ["its digest"]))
     logger.warning("message %r refused, not run and dead-lettered: it is not the message of job %r (actor %r, %s)",
                    job_id, job_id, arrived["actor"], why)
-    if job is not None:
-        try:
-            store.record_event(job.job_id, MISMATCH, worker_id=worker_id, detail=arrived,
-                               reason=f"a delivery that is not this job's message was refused: {why}")
-        except Exception:
-            logger.warning("job %s: could not record the refused delivery", job_id, exc_info=True)
+    reason = f"a delivery that is not this job's message was refused: {why}"
+    try:
+        if job is not None:
+            store.record_event(job.job_id, MISMATCH, worker_id=worker_id, detail=arrived, reason=reason)
+        else:  # no job to hold an event row: the event log and the metric have it
+            store.announce(str(job_id)[:_MAX_NAME], MISMATCH, actor=arrived["actor"], queue=arrived["queue"],
+                           worker_id=worker_id, detail=arrived, reason=reason)
+    except Exception:
+        logger.warning("job %s: could not record the refused delivery", job_id, exc_info=True)
+    restore(message)  # a body naming another queue: Dramatiq nacks it on the consumer it came from
     message.fail()  # nacked: the queue's dead letters keep it for whoever investigates
     if isinstance(message.options, dict):
         message.options["store_results"] = False  # never ran: Results must not store None for it

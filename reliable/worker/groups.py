@@ -13,6 +13,15 @@ was replaced (the middleware added after `install` in a producer that ran the gr
 other reliable hook) has no barrier in the store: its tracked members fall back to Dramatiq's
 barrier after the commit, as without reliable.
 
+Membership: every member of a group whose barrier the store holds was registered by the producer
+that ran the group, before its publication (`group.run()` creates the barrier, then enqueues the
+members through reliable's registration). A delivery of a job the store does not know that names
+such a group (its own `group_completion_uuid`, or a pipeline's last step's) is therefore no member:
+`forged_member` says so and the claim refuses it as a delivery mismatch (recorded, dead-lettered,
+never run, never counted at the barrier). A message claiming an existing job's id with group options
+its job was not registered with differs in its delivery digest and is refused by the claim itself.
+Untracked members are never in the store: their arrivals are counted as Dramatiq counts them.
+
 `group_completion` builds a member's arrival (`FanIn`) with the jobs of the group's callbacks,
 `group_arrived` publishes them once the commit cleared the barrier, and
 `untracked_member_succeeded` brings an untracked member's success to the store's barrier.
@@ -30,6 +39,7 @@ from ..store import FanIn, NewJob
 from ..tracecontext import TRACE_OPTIONS
 from . import after_commit
 from .context import JobContext
+from .registration import group_of
 
 if TYPE_CHECKING:
     from .state import Worker
@@ -38,6 +48,7 @@ __all__ = [
     "StoreBarrierBackend",
     "TrackedGroupCallbacks",
     "adopt_group_callbacks",
+    "forged_member",
     "group_arrived",
     "group_completion",
     "untracked_member_succeeded",
@@ -134,6 +145,18 @@ def group_completion(mw: Worker, broker: dramatiq.Broker, message: Any, *, trace
         if prepared is not None:
             new_jobs.append(prepared[0])
     return FanIn(barrier_id, new_jobs), messages
+
+
+def forged_member(mw: Worker, message: Any) -> str | None:
+    """Why a delivery of a job the store does not know may not join the group it names (see the
+    module doc), or None: it names no group, or one whose barrier the store does not hold (a
+    producer without reliable ran it: Dramatiq's barrier decides, as without reliable)."""
+    group = group_of(message.options)
+    if group is None:
+        return None
+    if not mw.runtime.with_store_retry("barrier_known", lambda: mw.store.barrier_known(group)):
+        return None
+    return f"it names group {group[:100]!r}, whose members were all registered when the group ran"
 
 
 def untracked_member_succeeded(mw: Worker, broker: dramatiq.Broker, message: Any) -> bool:

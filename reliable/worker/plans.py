@@ -35,12 +35,14 @@ class ActorPlan:
     codec: Any
     #: The contract options declared in code, stored with every job of the actor (options.STORED_CONTRACT).
     declared: Mapping[str, Any]
+    #: The queue the actor is declared on (None: the broker does not declare the actor).
+    queue: str | None = None
 
     @classmethod
-    def of(cls, name: str, options: Mapping[str, Any]) -> ActorPlan:
-        """The plan of actor `name` declared with `options`."""
+    def of(cls, name: str, options: Mapping[str, Any], queue: str | None = None) -> ActorPlan:
+        """The plan of actor `name` declared on `queue` with `options`."""
         return cls(name, options, bool(options.get("reliable", True)), options.get("checkpoint_codec"),
-                   declared_contract(options))
+                   declared_contract(options), queue)
 
 
 class Plans:
@@ -63,7 +65,7 @@ class Plans:
             actor = self.broker.get_actor(actor_name)
         except dramatiq.errors.ActorNotFound:
             return ActorPlan.of(actor_name, {})  # not kept: it may be declared later
-        plan = self._plans[actor_name] = ActorPlan.of(actor_name, actor.options)
+        plan = self._plans[actor_name] = ActorPlan.of(actor_name, actor.options, actor.queue_name)
         return plan
 
     def options(self, actor_name: str) -> Mapping[str, Any]:

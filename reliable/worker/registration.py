@@ -30,7 +30,8 @@ from ..tracing import Tracing
 from .context import _current, _fast_run
 from .plans import Plans
 
-__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "enqueue_hooks_after", "find_installed"]
+__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "enqueue_hooks_after", "find_installed",
+           "group_of"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -225,6 +226,15 @@ def find_installed(broker: dramatiq.Broker) -> Registrar | None:
     return None
 
 
+def group_of(options: Any) -> str | None:
+    """The group a message's job belongs to: its own `group_completion_uuid`, or for a pipeline in
+    a group, the one on its last step."""
+    if not isinstance(options, dict):
+        return None
+    own = options.get("group_completion_uuid")
+    return str(own) if own else _group_at_end(options)
+
+
 def _group_at_end(options: dict[str, Any]) -> str | None:
     """The group a pipeline belongs to: a group of pipelines marks only each pipeline's last step."""
     step = options.get("pipe_target")
@@ -242,7 +252,7 @@ def link_workflow(message: dramatiq.Message[Any], actor_options: Any) -> None:
     step of a pipeline, its own id; every later step (the nested `pipe_target`s) carries the same id."""
     options = message.options
     workflow_id = (options.get("workflow_id") or actor_options.get("workflow_id")
-                   or options.get("group_completion_uuid") or _group_at_end(options)
+                   or group_of(options)
                    or (message.message_id if options.get("pipe_target") is not None else None))
     if not workflow_id:
         return

@@ -23,6 +23,8 @@ PRIVATE_ATTRIBUTES_ALLOWED = {
     "os._exit": "a forked child ends without running the parent's atexit handlers",
     "column._cells": "rich's Column keeps its cells private; the table width is measured from them",
     "self.engine.pool._invalidate": "SQLAlchemy's pool: drop a connection known dead (store/sqlrunner.py)",
+    "message._message": "Dramatiq's MessageProxy holds the decoded message privately; a refused delivery whose body "
+                        "names another queue is pointed back at the queue it came from (worker/consumed.py)",
 }
 
 #: Who may not import whom: a package (or module) and the parts of reliable it must never import.

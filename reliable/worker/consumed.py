@@ -1,0 +1,72 @@
+"""Which queue a delivery was consumed from: Dramatiq's hooks only see the queue its body names.
+
+Dramatiq's consumers decode a message's body and drop the queue it came from; its worker then
+acknowledges the message on the consumer its body names (`Worker.consumers[message.queue_name]`).
+A body naming another queue than the one it came from would choose its job's contract (refused:
+reliable.worker.delivery.queue_problem) and have Dramatiq acknowledge it on another consumer's
+channel, or stop the worker thread with a KeyError when no consumer has that name.
+
+At worker boot `watch_consumers` wraps the broker's `consume`, so each delivery carries the queue
+it was consumed from (`consumed_from`); `restore` points a refused delivery back at that queue, so
+Dramatiq dead-letters it on the channel it came from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["QueueNamingConsumer", "consumed_from", "restore", "watch_consumers"]
+
+#: The attribute a delivery (Dramatiq's MessageProxy) carries its consumed queue in.
+_CONSUMED = "reliable_consumed_from"
+#: The broker attribute marking its `consume` wrapped.
+_WATCHED = "reliable_consumers_watched"
+
+
+class QueueNamingConsumer:
+    """A Dramatiq consumer whose deliveries carry the queue they were consumed from; everything but
+    the iteration is delegated to the wrapped consumer."""
+
+    def __init__(self, inner: Any, queue_name: str) -> None:
+        self.inner = inner
+        self.queue_name = queue_name
+
+    def __iter__(self) -> QueueNamingConsumer:
+        return self
+
+    def __next__(self) -> Any:
+        message = next(self.inner)
+        if message is not None:
+            setattr(message, _CONSUMED, self.queue_name)
+        return message
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def watch_consumers(broker: Any) -> None:
+    """Wrap `broker.consume` (once) so that its consumers name the queue of each delivery."""
+    if getattr(broker, _WATCHED, False):
+        return
+    consume = broker.consume
+
+    def watched(queue_name: str, *args: Any, **kwargs: Any) -> QueueNamingConsumer:
+        return QueueNamingConsumer(consume(queue_name, *args, **kwargs), queue_name)
+
+    setattr(broker, "consume", watched)  # noqa: B010 (an instance attribute over the method, on purpose)
+    setattr(broker, _WATCHED, True)
+
+
+def consumed_from(message: Any) -> str | None:
+    """The queue `message` was consumed from (None: not consumed through a watched broker)."""
+    queue = getattr(message, _CONSUMED, None)
+    return queue if isinstance(queue, str) else None
+
+
+def restore(message: Any) -> None:
+    """Point a delivery whose body names another queue back at the queue it was consumed from, so
+    Dramatiq acknowledges or dead-letters it on that queue's consumer."""
+    queue = consumed_from(message)
+    inner = getattr(message, "_message", None)  # Dramatiq's MessageProxy holds the decoded message
+    if queue is not None and inner is not None and inner.queue_name != queue:
+        message._message = inner.copy(queue_name=queue)
