@@ -98,6 +98,8 @@ SURFACES: dict[str, Surface] = {
     "/operations": Surface("/operations", False),
     "/operations/{operation_id}": Surface(None, False, why="as /api/v1/operations/{operation_id}"),
     "/login": Surface("/login", False),
+    "/docs": Surface("/docs", False),
+    "/docs/{topic}": Surface("/docs/operations", False),
     "/static": Surface(None, False, why="files shipped with the package: no data"),
 }
 
