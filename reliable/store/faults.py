@@ -75,7 +75,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("42P01",), r"no such table|relation \S+ does not exist", _SCHEMA),
     Rule(("3D000",), r'database "[^"]*" does not exist', Diagnosis(Fault.CONFIGURATION, DATABASE)),
     Rule(("28",), r"password authentication failed|authentication failed|role \"[^\"]*\" does not exist"
-                  r"|no pg_hba\.conf entry|password is required|requires a password",
+                  r"|no pg_hba\.conf entry|no password supplied|password is required|requires a password",
          Diagnosis(Fault.CONFIGURATION, CREDENTIALS)),
     Rule(("42501",), r"permission denied|readonly database|read-only file system",
          Diagnosis(Fault.CONFIGURATION, RIGHTS)),

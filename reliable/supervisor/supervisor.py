@@ -248,8 +248,8 @@ class Supervisor:
             self._changed()
             return
         if result.kind is ExitKind.APP_BROKEN and returncode == CHILD_CONFIG:
-            self._fail(EXIT_APP, f"child {slot.index} (PID {pid}) stopped at boot on a configuration error "
-                                 f"({result.cause}): see its error line above; not restarting")
+            self._fail(EXIT_APP, f"child {slot.index} (PID {pid}) stopped at boot, {result.cause}: its error line "
+                                 "above says what to fix or run; not restarting")
         elif result.kind is ExitKind.APP_BROKEN:
             self._fail(EXIT_APP, f"child {slot.index} (PID {pid}) could not import the app {self.config.app!r} "
                                  f"({result.cause}): see its traceback above; not restarting")
