@@ -23,7 +23,7 @@ import dramatiq
 import psycopg
 import pytest
 from dramatiq.brokers.stub import StubBroker
-from private_postgres import PrivatePostgres, private_postgres
+from private_postgres import private_postgres
 from sqlalchemy import create_engine
 
 import reliable
