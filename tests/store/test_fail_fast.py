@@ -5,7 +5,9 @@ The surfaces (SURFACES): `reliable.install()`, a producer's `.send()`, a `dramat
 exit 2). The configuration errors (CASES), each for real: on a private PostgreSQL cluster a
 database that does not exist, a wrong password (the cluster asks role `app` for one), a database
 without reliable's schema and one whose schema is older than the code; on SQLite the last two.
-"At once" is measured: well below the default send_timeout (30 s) that an outage would wait.
+"At once" is measured in-process (install, send): well below the default send_timeout (30 s) that an
+outage would wait; a process must exit on its own (one that took the error for an outage would boot
+and wait for ever).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dramatiq
-import psycopg
 import pytest
 from dramatiq.brokers.stub import StubBroker
 from private_postgres import private_postgres
@@ -35,8 +36,10 @@ pytestmark = [pytest.mark.integration]
 
 PASSWORD = "right-pw-7"
 OLDER = "0012"  # a revision before the head: the schema is older than the code
-AT_ONCE = 10.0  # seconds: a configuration error must not wait like an outage (send_timeout 30 s)
-PROCESS_TIMEOUT = 60.0
+AT_ONCE = 10.0  # seconds: in-process, a configuration error must not wait like an outage (send_timeout 30 s)
+#: A process must exit on its own within this (its start costs seconds on a loaded machine): one that
+#: treated the error as an outage would boot and wait for ever.
+PROCESS_TIMEOUT = 90.0
 BIN = Path(sys.executable).parent
 
 APP = """
@@ -83,12 +86,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Case]]
     sqlite3.connect(empty_file).close()
     upgrade = "run `reliable db upgrade --store"
     with private_postgres() as pg:
-        with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f"CREATE ROLE app LOGIN PASSWORD '{PASSWORD}'")
-        hba = pg.data / "pg_hba.conf"
-        hba.write_text(f"host all app 127.0.0.1/32 scram-sha-256\n{hba.read_text()}")  # first match wins
-        with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=5) as conn:
-            conn.execute("SELECT pg_reload_conf()")
+        pg.add_password_role("app", PASSWORD)
         yield {
             "postgresql: database missing": Case(pg.url_for("no_such_db"), (
                 'database "no_such_db" does not exist', "fix its name, or create it")),
@@ -177,6 +175,8 @@ SURFACES: dict[str, Callable[[Case, Path], None]] = {
     "cli": via_cli,
 }
 
+IN_PROCESS = ("install", "send")
+
 CASE_NAMES = ("postgresql: database missing", "postgresql: wrong password", "postgresql: schema missing",
               "postgresql: schema older", "sqlite: schema missing", "sqlite: schema older")
 
@@ -189,7 +189,8 @@ def test_a_configuration_error_fails_at_once(surface: str, case_name: str, cases
     started = time.monotonic()
     SURFACES[surface](case, tmp_path)
     elapsed = time.monotonic() - started
-    assert elapsed < AT_ONCE, f"{surface}, {case_name}: {elapsed:.1f}s"
+    if surface in IN_PROCESS:
+        assert elapsed < AT_ONCE, f"{surface}, {case_name}: {elapsed:.1f}s"
 
 
 def test_every_case_is_enumerated(cases: dict[str, Case]) -> None:

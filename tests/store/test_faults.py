@@ -87,14 +87,10 @@ def cluster() -> Iterator[PrivatePostgres]:
     """A private cluster with a role `app` that must give a password, a role without rights and an empty database."""
     with private_postgres() as pg:
         with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f"CREATE ROLE app LOGIN PASSWORD '{PASSWORD}'")
             conn.execute("CREATE ROLE nobody LOGIN")
             conn.execute("CREATE DATABASE empty")
             conn.execute("CREATE TABLE private_table (x int)")
-        hba = pg.data / "pg_hba.conf"
-        hba.write_text(f"host all app 127.0.0.1/32 scram-sha-256\n{hba.read_text()}")  # first match wins
-        with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=5) as conn:
-            conn.execute("SELECT pg_reload_conf()")
+        pg.add_password_role("app", PASSWORD)
         yield pg
 
 
