@@ -2,8 +2,9 @@
 
 Owns the fork check (a store, a worker id and a heartbeat per process id), the replication check
 at boot, the recovery thread (the recovery loop, then the scheduler, every `recovery_interval`),
-the shutdown order (recovery first, the heartbeat once every worker thread finished), and the
-store-retry loop every worker-side store call goes through.
+the shutdown order (recovery first, the heartbeat once every worker thread finished), the
+store-retry loop every worker-side store call goes through, the bounded wait of a send
+(send_timeout), and the store check of install and worker boot (a configuration error fails fast).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..store.db import POOL_TIMEOUT, missing_sqlite_file
 from ..store.engine import connect_engine
 from ..store.replication import check_replication
 from ..store.retrying import retry_while_unavailable
-from .context import JobContext, _current
+from .context import JobContext, _current, _fast_run
 from .heartbeat import Heartbeat
 from .settings import Settings
 
@@ -175,7 +176,7 @@ class Runtime:
         Inside a job's run (an actor sending a child) the job's message is held: it waits like the
         job's other writes (`with_store_retry`), bounded by the lease.
         """
-        if _current.get() is not None:
+        if _current.get() is not None or _fast_run.get() is not None:
             return self.with_store_retry(what, call)
         timeout = self.settings.send_timeout if timeout is None else timeout
         return retry_while_unavailable(call, what=what, max_delay=min(self.settings.heartbeat_interval, timeout),

@@ -239,3 +239,21 @@ def test_without_a_timeout_the_loop_never_gives_up() -> None:
     assert retry_while_unavailable(call, what="finish", max_delay=2.0, hold=True, sleep=fake.sleep,
                                    clock=fake.clock) == "done"
     assert len(fake.sleeps) == 50 and fake.now > 90
+
+
+def test_a_send_from_inside_a_run_waits_like_the_runs_other_writes(tmp_path: Any) -> None:
+    """An actor sending a child holds its own message: the send waits (even on a configuration
+    error, logged), as the run's checkpoints and finish do; outside a run it raises at once."""
+    from reliable.worker.context import _fast_run
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    StateStore(url).upgrade()
+    middleware = ReliableMiddleware(url, recovery=False, metrics=False, json_logs=False)
+    with pytest.raises(StoreNotMigrated):
+        middleware.runtime.send("send", failing([StoreNotMigrated("no schema")]))
+    token = _fast_run.set(("parent-job", None))  # type: ignore[arg-type]  # only its presence matters
+    try:
+        assert middleware.runtime.send("send", failing([StoreNotMigrated("no schema")])) == "done"
+    finally:
+        _fast_run.reset(token)
+    middleware.store.close()
