@@ -6,8 +6,10 @@
     │   ├── BrokerConfigError       RabbitMQ queues or timeouts do not fit (stops a worker's boot)
     │   └── ReasonRequired          an operator command without a reason (nothing was written)
     ├── StoreError                  the state store cannot serve the request
-    │   ├── StoreUnavailable        the database cannot be reached
-    │   └── StoreNotMigrated        the schema is missing or out of date
+    │   ├── StoreUnavailable        an outage: the database cannot be reached (waiting can help)
+    │   │   └── SendTimedOut        `.send()` waited its send_timeout for the store; nothing was sent
+    │   └── StoreMisconfigured      a configuration error (also a ConfigError): fix it, then retry
+    │       └── StoreNotMigrated    the schema is missing or older than the code
     ├── JobNotFound                 no job with that id
     ├── JobIdConflict               a new message reuses a job's id with another actor or arguments
     ├── OperationNotFound           no bulk operation with that id
@@ -49,7 +51,9 @@ __all__ = [
     "ReasonRequired",
     "ReliableError",
     "ScheduleNotFound",
+    "SendTimedOut",
     "StoreError",
+    "StoreMisconfigured",
     "StoreNotMigrated",
     "StoreUnavailable",
     "TransitionRefused",
@@ -105,11 +109,31 @@ class StoreError(ReliableError):
 
 
 class StoreUnavailable(StoreError):
-    """The database cannot be reached (connection refused, timed out, locked for too long)."""
+    """An outage: the database cannot be reached (connection refused, timed out, locked for too
+    long, starting up, a failover): waiting can help (`reliable.store.faults`)."""
 
 
-class StoreNotMigrated(StoreError):
+class SendTimedOut(StoreUnavailable, MiddlewareError):
+    """A send (`actor.send()`, `enqueue_many`, a group) waited its `send_timeout` for an unreachable
+    store: the job was not registered and the message not published. A MiddlewareError, so that
+    Dramatiq lets it through `send()` to the caller instead of logging it and publishing anyway."""
+
+
+class StoreMisconfigured(StoreError, ConfigError, MiddlewareError):
+    """A configuration error: the store URL's database, credentials or rights, or the schema, are
+    wrong, so waiting cannot help; the message says what to fix or run (`reliable.store.faults`).
+
+    A MiddlewareError, so that Dramatiq lets it through `send()` and stops a worker's boot with it.
+    """
+
+    #: The schema is missing or older than the code (the fix is `reliable db upgrade`).
+    schema = False
+
+
+class StoreNotMigrated(StoreMisconfigured):
     """The database schema is missing or older than this version of reliable."""
+
+    schema = True
 
 
 class WorkflowResultUnavailable(ReliableError):

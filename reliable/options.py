@@ -24,6 +24,7 @@ __all__ = [
     "LIMITS",
     "OWN_QUEUE",
     "RETRY_OPTIONS",
+    "SEND_TIMEOUT",
     "STORED_CONTRACT",
     "UNTRUSTED_IN_MESSAGE",
     "contract_options",
@@ -49,6 +50,10 @@ STORED_CONTRACT = "reliable_contract"
 #: The message option naming the job's own queue on a message published on another queue (a routed
 #: retry's lane): set by `reliable.dispatch.message_for` only (a producer's is removed, see below).
 OWN_QUEUE = "reliable_own_queue"
+
+#: A producer's message option for one send: how long it waits for a store it cannot reach (seconds;
+#: install's send_timeout otherwise). Removed at registration: never stored, published or delivered.
+SEND_TIMEOUT = "send_timeout"
 
 #: Options that hold code, used where the actor runs (never stored with a job).
 CODE_OPTIONS: tuple[str, ...] = ("checkpoint_codec",)

@@ -99,6 +99,16 @@ class PrivatePostgres:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url_for(name)
 
+    def add_password_role(self, role: str, password: str) -> None:
+        """CREATE ROLE `role` that logs in with `password` only (scram-sha-256 over TCP; every other
+        role keeps trust): for tests of a wrong or missing password."""
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}'")
+        hba = self.data / "pg_hba.conf"
+        hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n{hba.read_text()}")  # the first match wins
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+
     def _run(self, *argv: str) -> str:
         command = [str(self.bindir / argv[0]), *argv[1:]]
         if self._as_postgres:

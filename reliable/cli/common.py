@@ -23,7 +23,7 @@ from ..errors import ConfigError, ReliableError
 from ..redact import redact_url
 from ..states import JobStatus
 from ..store import StateStore, selection
-from ..store.db import check_store_url
+from ..store.db import check_store_url, missing_sqlite_file
 from ..store.selection import CANDIDATES_SHOWN, MIN_PREFIX
 from .env import ENV_API, ENV_BROKER_DELIVERY_LIMIT, ENV_BROKER_QUEUES, ENV_TOKEN, ENV_TOKEN_FILE
 
@@ -212,11 +212,9 @@ def open_store(url: str | None, *, create: bool = False) -> StateStore:
     if not url:
         raise ConfigError(NO_STORE)
     parsed = check_store_url(url)
-    if not create and parsed.get_backend_name() == "sqlite" and parsed.database and "uri" not in parsed.query:
-        path = os.path.abspath(parsed.database)
-        if not os.path.exists(path):
-            raise ConfigError(f"store {redact_url(parsed)}: the SQLite file {path} does not exist (check --store / "
-                              f"RELIABLE_STORE; a new store is created by `reliable db upgrade --store URL`)")
+    if not create and (path := missing_sqlite_file(parsed)) is not None:
+        raise ConfigError(f"store {redact_url(parsed)}: the SQLite file {path} does not exist (check --store / "
+                          f"RELIABLE_STORE; a new store is created by `reliable db upgrade --store URL`)")
     return StateStore(url)
 
 

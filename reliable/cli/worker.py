@@ -14,7 +14,9 @@ __all__ = ["worker"]
 
 EXIT_CODES_HELP = ("Exit status: 0 stopped by TERM/INT after every child finished its running jobs; 1 stopped, but "
                    "some child may have left jobs unfinished (a second TERM/INT, a child killed or past "
-                   "--shutdown-timeout during the stop); 2 bad usage, or the app failed to import; 3 crash loop "
+                   "--shutdown-timeout during the stop); 2 bad usage, the app failed to import, or a configuration "
+                   "error at a child's boot (e.g. the store's database, credentials or schema: the child's error "
+                   "line says what to fix or run); 3 crash loop "
                    "(K crashes within the window: every child stopped).")
 
 

@@ -10,13 +10,14 @@ from typing import Any
 
 from sqlalchemy import Engine, literal_column
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..errors import ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
+from ..errors import ConfigError, StoreError, StoreMisconfigured, StoreNotMigrated, StoreUnavailable
 from ..redact import redact_url
+from .faults import Fault, classify
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
@@ -25,6 +26,7 @@ __all__ = [
     "WRITABLE_SESSION_ATTRS",
     "check_max_connections",
     "check_store_url",
+    "missing_sqlite_file",
     "normalise_scheme",
     "now_expression",
     "pool_exhausted",
@@ -98,6 +100,15 @@ def normalise_scheme(url: URL) -> URL:
     if backend not in ("postgres", "postgresql"):
         return url
     return url.set(drivername=f"postgresql+{driver}" if driver else PG_DRIVER)
+
+
+def missing_sqlite_file(url: URL) -> str | None:
+    """The absolute path of `url`'s SQLite file if it does not exist (connecting would create it
+    empty); None for a file that exists, a `uri=true` URL, or another database."""
+    if url.get_backend_name() != "sqlite" or not url.database or "uri" in url.query:
+        return None
+    path = os.path.abspath(url.database)
+    return None if os.path.exists(path) else path
 
 
 #: target_session_attrs values that keep a session on a server that accepts writes.
@@ -196,23 +207,22 @@ def translate_errors(engine: Engine) -> Iterator[None]:
 def translate(exc: BaseException, url: URL) -> Exception:
     """The reliable error for a driver or pool error `exc` on the store at `url` (password hidden).
 
-    The one place that decides what a database error means: the schema is missing
-    (StoreNotMigrated), the database cannot be reached or the pool is exhausted
-    (StoreUnavailable), or anything else (StoreError).
+    What it means is decided by `faults.classify`, the one classification: a configuration error
+    (StoreMisconfigured, or StoreNotMigrated for a missing schema, each saying what to fix or run),
+    an outage (StoreUnavailable), or anything else (StoreError).
     """
     if isinstance(exc, StoreError):  # raised by one of our connect hooks: already ours
         return exc
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     text = str(original).strip()
-    lowered = text.lower()
     where = redact_url(url)
     first = text.splitlines()[0] if text else type(original).__name__
-    if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
-        return StoreNotMigrated(f"the store at {where} has no reliable tables: "
-                                f"run `reliable db upgrade --store {where}`")
-    disconnect = isinstance(exc, OperationalError | PoolTimeout) or (
-        isinstance(exc, DBAPIError) and exc.connection_invalidated) or type(original).__name__ in (
-        "OperationalError", "InterfaceError") or "connection" in lowered
-    if disconnect:
+    diagnosis = classify(exc)
+    if diagnosis.fault is Fault.CONFIGURATION:
+        fix = diagnosis.fix.format(url=where)
+        if diagnosis.schema:
+            return StoreNotMigrated(f"the store at {where} has no reliable tables: {fix}")
+        return StoreMisconfigured(f"the store at {where} refused: {first}: {fix}")
+    if diagnosis.fault is Fault.OUTAGE:
         return StoreUnavailable(f"cannot use the store at {where}: {first}")
     return StoreError(f"store error at {where}: {first}")

@@ -8,6 +8,7 @@ See docs/worker.md.
 from __future__ import annotations
 
 from .exits import (
+    CHILD_CONFIG,
     CHILD_CONNECT,
     CHILD_IMPORT,
     CHILD_KILLED,
@@ -24,6 +25,7 @@ from .restarts import Backoff, CrashWindow, parse_crash_loop
 from .supervisor import Supervisor, SupervisorConfig
 
 __all__ = [
+    "CHILD_CONFIG",
     "CHILD_CONNECT",
     "CHILD_IMPORT",
     "CHILD_KILLED",

@@ -30,7 +30,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .exits import CHILD_CONNECT, CHILD_IMPORT, CHILD_KILLED, CHILD_OK, CHILD_RECYCLE_JOBS, CHILD_RECYCLE_MEMORY
+from .exits import (
+    CHILD_CONFIG,
+    CHILD_CONNECT,
+    CHILD_IMPORT,
+    CHILD_KILLED,
+    CHILD_OK,
+    CHILD_RECYCLE_JOBS,
+    CHILD_RECYCLE_MEMORY,
+)
 
 __all__ = ["HARD_STOP_SIGNAL", "STOP_GRACE", "ChildConfig", "main", "resident_bytes"]
 
@@ -177,6 +185,8 @@ def run(config: ChildConfig) -> int:
     from dramatiq import BrokerConnectionError, Worker
     from dramatiq.cli import import_broker
 
+    from ..errors import ConfigError
+
     try:
         _, broker = import_broker(config.app)  # type: ignore[no-untyped-call]
         broker.emit_after("process_boot")
@@ -192,6 +202,9 @@ def run(config: ChildConfig) -> int:
     except BrokerConnectionError:
         logger.exception("Broker connection failed.")
         return CHILD_CONNECT
+    except ConfigError as exc:  # the store's URL, credentials or schema, the broker's queues...: one line
+        logger.critical("Configuration error, not starting: %s", exc)
+        return CHILD_CONFIG
     os.write(config.ready_fd, b"ready\n")
     os.close(config.ready_fd)
     logger.info("Worker process is ready for action.")

@@ -12,6 +12,7 @@ import signal
 from dataclasses import dataclass
 
 __all__ = [
+    "CHILD_CONFIG",
     "CHILD_CONNECT",
     "CHILD_IMPORT",
     "CHILD_KILLED",
@@ -38,6 +39,9 @@ CHILD_KILLED = 1
 CHILD_IMPORT = 2
 #: The broker could not be reached while the child booted.
 CHILD_CONNECT = 3
+#: A configuration error stopped the child's boot (a ConfigError: the store's URL, credentials or
+#: schema, the broker's queues, an actor's declaration): restarting cannot help (sysexits' EX_CONFIG).
+CHILD_CONFIG = 78
 #: The child processed --max-jobs jobs, finished its running ones and left to be replaced.
 CHILD_RECYCLE_JOBS = 75
 #: The child's resident memory passed --max-memory; it finished its running jobs and left.
@@ -48,7 +52,8 @@ EXIT_OK = 0
 #: Stopped, but not every child finished its running jobs (they are recovered by lease): a second TERM/INT,
 #: a child killed or failing during the stop, or one that outlived --shutdown-timeout.
 EXIT_KILLED = 1
-#: Bad usage, or the app does not import (a child exited with CHILD_IMPORT while booting).
+#: Bad usage, the app does not import, or a configuration error (a child exited with CHILD_IMPORT or
+#: CHILD_CONFIG while booting).
 EXIT_APP = 2
 #: Crash loop: K crashes within the window; every child was stopped.
 EXIT_CRASH_LOOP = 3
@@ -58,6 +63,7 @@ _MEANING = {
     CHILD_KILLED: "stopped without its running jobs",
     CHILD_IMPORT: "the app failed to import",
     CHILD_CONNECT: "the broker connection failed at boot",
+    CHILD_CONFIG: "a configuration error at boot",
     CHILD_RECYCLE_JOBS: "recycled after --max-jobs",
     CHILD_RECYCLE_MEMORY: "recycled over --max-memory",
 }
@@ -69,7 +75,7 @@ class ExitKind(enum.Enum):
     STOPPED = "stopped"  # the supervisor asked (shutdown or reload): no restart counted here
     RECYCLE_JOBS = "recycle_jobs"
     RECYCLE_MEMORY = "recycle_memory"
-    APP_BROKEN = "app_broken"  # import failed at boot: fatal for the supervisor
+    APP_BROKEN = "app_broken"  # import failed or a configuration error at boot: fatal for the supervisor
     CRASH = "crash"
 
 
@@ -108,7 +114,8 @@ def classify(returncode: int, *, requested: bool, booted: bool) -> ChildExit:
 
     `requested`: the supervisor had told it to stop (shutdown, reload); `booted`: it had reported
     ready. A recycle code wins over everything (the child chose to leave); an asked-for stop is
-    never a crash, whatever the code; the app failing to import at boot is fatal; anything else
+    never a crash, whatever the code; the app failing to import or a configuration error at boot is
+    fatal; anything else
     (a signal, another code, a death before ready) is a crash.
     """
     cause = describe_code(returncode)
@@ -118,7 +125,7 @@ def classify(returncode: int, *, requested: bool, booted: bool) -> ChildExit:
         return ChildExit(ExitKind.RECYCLE_MEMORY, returncode, cause)
     if requested:
         return ChildExit(ExitKind.STOPPED, returncode, cause)
-    if returncode == CHILD_IMPORT and not booted:
+    if returncode in (CHILD_IMPORT, CHILD_CONFIG) and not booted:
         return ChildExit(ExitKind.APP_BROKEN, returncode, cause)
     if not booted:
         cause = f"died while booting, {cause}"

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..events import iso_timestamp
 from .child import HARD_STOP_SIGNAL, ChildConfig
-from .exits import EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, classify, finished_its_jobs
+from .exits import CHILD_CONFIG, EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, classify, finished_its_jobs
 from .metrics import SupervisorMetrics, forget_process
 from .restarts import Backoff, CrashLoop, CrashWindow
 
@@ -250,7 +250,10 @@ class Supervisor:
                                     "running were not finished (their lease recovers them)")
             self._changed()
             return
-        if result.kind is ExitKind.APP_BROKEN:
+        if result.kind is ExitKind.APP_BROKEN and returncode == CHILD_CONFIG:
+            self._fail(EXIT_APP, f"child {slot.index} (PID {pid}) stopped at boot, {result.cause}: its error line "
+                                 "above says what to fix or run; not restarting")
+        elif result.kind is ExitKind.APP_BROKEN:
             self._fail(EXIT_APP, f"child {slot.index} (PID {pid}) could not import the app {self.config.app!r} "
                                  f"({result.cause}): see its traceback above; not restarting")
         elif result.kind is ExitKind.CRASH:

@@ -2,11 +2,14 @@
 
 In order: with json_logs, the events go to stderr; the broker's GroupCallbacks is adopted; its
 consumers are watched (`consumed`: each delivery names the queue it came from); the process's
-store is opened and its replication checked; the broker is checked (`reliable.rabbitmq`: delivery
-limit, queues, consumer_timeout); every tracked actor's metrics start at 0; the app's
-schedules are stored (their actors are imported by now: the job templates can be built); the
-policy's retry lanes are declared; the heartbeat starts and, if enabled, the recovery thread.
-A mistake stops the boot (ActorContractError, a MiddlewareError: the worker does not start).
+store is opened and checked (a configuration error, StoreMisconfigured or StoreNotMigrated, stops
+the boot saying what to fix or run; a store that cannot be reached is only logged), then its
+replication; the broker is checked (`reliable.rabbitmq`: delivery limit, queues,
+consumer_timeout); every tracked actor's metrics start at 0; the app's schedules are stored (their
+actors are imported by now: the job templates can be built; an unreachable store is waited for up
+to the send_timeout); the policy's retry lanes are declared; the heartbeat starts and, if enabled,
+the recovery thread. A mistake stops the boot (ActorContractError, a MiddlewareError: the worker
+does not start).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
     mw.adopt_group_callbacks(broker)
     watch_consumers(broker)  # before the worker starts its consumers: deliveries name their queue
     process.ensure_process()
+    process.check_store(at="worker boot")  # a configuration error stops the boot, saying what to fix or run
     process.check_replication()
     check_broker(broker, mw, worker)
     metrics = mw.metrics
@@ -55,8 +59,8 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
                     f"schedule {schedule.name!r}: misfire_grace {schedule.grace:g}s is shorter than the "
                     f"recovery interval {settings.recovery_interval:g}s the scheduler ticks at")
         try:
-            process.with_store_retry("declare schedules", lambda: declare_schedules(process.store, mw, broker,
-                                                                                    settings.schedules))
+            process.send("declare schedules", lambda: declare_schedules(process.store, mw, broker,
+                                                                        settings.schedules))
         except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
             raise ActorContractError(str(exc)) from None
     for lane in settings.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it

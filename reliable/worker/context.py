@@ -204,7 +204,7 @@ class JobContext:
     def _store_call(self, what: str, call: Callable[[], T]) -> T:
         """A write from inside the actor: waits out a store outage like claim and completion do."""
         return retry_while_unavailable(call, what=f"job {self.job_id}: {what}", max_delay=self.store_retry_cap,
-                                       note=" (message kept unacked)")
+                                       note=" (message kept unacked)", hold=True)
 
     # -- progress --------------------------------------------------------------------------------
 

@@ -68,8 +68,8 @@ class StoreBarrierBackend(RateLimiterBackend):
     def add(self, key: str, value: int, ttl: int) -> bool:
         """Create the barrier `key` for `value` parties in the backend and in the store."""
         added = bool(self.backend.add(key, value, ttl))
-        runtime = self.reliable.runtime  # waits while the store is unreachable
-        runtime.with_store_retry("create_barrier", lambda: runtime.store.create_barrier(key, value))
+        runtime = self.reliable.runtime  # waits while the store is unreachable, up to the send_timeout
+        runtime.send("create_barrier", lambda: runtime.store.create_barrier(key, value))
         return added
 
     def incr(self, key: str, amount: int, maximum: int, ttl: int) -> bool:

@@ -56,7 +56,15 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
       policies: a policy file or directory (see `reliable docs policies`), a loaded Policy, or None for defaults.
       options: passed to ReliableMiddleware (lease_ttl, heartbeat_interval, recovery, listeners,
         max_connections, ...), among them ``schedules``: recurring jobs, a list of
-        ``reliable.Schedule`` or the path of a YAML file of them (`reliable docs schedules`).
+        ``reliable.Schedule`` or the path of a YAML file of them (`reliable docs schedules`), and
+        ``send_timeout``: how long a send waits for a store it cannot reach before it raises
+        SendTimedOut, a StoreUnavailable (seconds, default 30; per send: the message option
+        ``send_timeout``, e.g. ``actor.send_with_options(args=(1,), send_timeout=5)``).
+
+    The store is checked once here when it can be reached: a configuration error (the database,
+    user, password or rights in the URL are wrong, the schema is missing or older than this code)
+    raises StoreMisconfigured / StoreNotMigrated at once, saying what to fix or run. A store that
+    cannot be reached now is only logged: each send waits for it up to its send_timeout.
 
     Dramatiq's Retries, Pipelines and Callbacks middleware are kept for actors declared with
     ``reliable=False``; for every tracked actor reliable does their work (see ForUntrackedActors).
@@ -64,6 +72,7 @@ def install(broker: dramatiq.Broker, *, store: StateStore | str,
     """
     policy = policies if isinstance(policies, Policy) else Policy.load(policies)
     middleware = ReliableMiddleware(store, policy=policy, **options)
+    middleware.runtime.check_store(at="reliable.install")  # before the broker is changed
     kinds: set[str] = set()
     for index, existing in enumerate(broker.middleware):
         kind = kind_of(existing)

@@ -33,7 +33,7 @@ from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .heartbeat import Heartbeat
 from .plans import Plans
 from .registration import Registration
-from .settings import Settings
+from .settings import DEFAULT_SEND_TIMEOUT, Settings
 from .skips import skip_of
 
 __all__ = ["ReliableMiddleware"]
@@ -44,7 +44,7 @@ class ReliableMiddleware(Middleware):
 
     The constructor's options (store, policy, lease_ttl, heartbeat_interval, recovery,
     recovery_interval, sweep_after, listeners, metrics, json_logs, max_connections, group_commit,
-    tracing, schedules, replication) are documented in `reliable.worker.settings.Settings`.
+    tracing, schedules, replication, send_timeout) are documented in `reliable.worker.settings.Settings`.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -55,12 +55,12 @@ class ReliableMiddleware(Middleware):
                  metrics: Metrics | bool = True, json_logs: bool = True,
                  max_connections: int | None = None, group_commit: bool = True, tracing: object = False,
                  schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None,
-                 replication: str = "warn") -> None:
+                 replication: str = "warn", send_timeout: float = DEFAULT_SEND_TIMEOUT) -> None:
         self.settings = s = Settings.resolve(
             store, policy=policy, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval, recovery=recovery,
             recovery_interval=recovery_interval, sweep_after=sweep_after, listeners=listeners, metrics=metrics,
             json_logs=json_logs, max_connections=max_connections, group_commit=group_commit, tracing=tracing,
-            schedules=schedules, replication=replication)
+            schedules=schedules, replication=replication, send_timeout=send_timeout)
         self.policy, self.lease_ttl, self.heartbeat_interval = s.policy, s.lease_ttl, s.heartbeat_interval
         self.recovery_enabled, self.recovery_interval, self.sweep_after = s.recovery, s.recovery_interval, s.sweep_after
         self.replication, self.group_commit, self.max_connections = s.replication, s.group_commit, s.max_connections

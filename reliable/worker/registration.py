@@ -21,17 +21,18 @@ from typing import Any, Protocol, cast
 
 import dramatiq
 
-from ..errors import ConfigError, StoreError
-from ..options import STORED_CONTRACT, own_queue, strip_untrusted
+from ..errors import ActorContractError, ConfigError, StoreError
+from ..options import SEND_TIMEOUT, STORED_CONTRACT, own_queue, strip_untrusted
 from ..policy import Policy
 from ..store import NewJob, StateStore
 from ..tracecontext import TraceParent
 from ..tracing import Tracing
 from .context import _current, _fast_run
 from .plans import Plans
+from .settings import check_send_timeout
 
 __all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "enqueue_hooks_after", "find_installed",
-           "group_of"]
+           "group_of", "send_timeout_of"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -63,6 +64,10 @@ class StoreAccess(Protocol):
 
     def with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
         """Run a store call, waiting while the store is unreachable."""
+
+    def send(self, what: str, call: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run a send's store call: a configuration error at once, an outage waited out for `timeout`
+        (default: install's send_timeout), then SendTimedOut."""
 
 
 class Registration:
@@ -166,10 +171,11 @@ class Registration:
     def register(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register `message`'s job (PENDING) unless it has one."""
         self.check_order(broker)
+        timeout = send_timeout_of(message)
         prepared = self.new_job(broker, message, delay)
         if prepared is not None:
             job, ignored = prepared
-            self.runtime.with_store_retry("register", lambda: self.runtime.store.register(job))
+            self.runtime.send(f"send {job.job_id}", lambda: self.runtime.store.register(job), timeout)
             self.untrusted_ignored(job, ignored)
 
     def check_order(self, broker: dramatiq.Broker) -> None:
@@ -192,9 +198,11 @@ class Registration:
     def register_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
         """Register many messages in one transaction, then publish them; how many were new jobs."""
         self.check_order(broker)
+        timeouts = [t for message in messages if (t := send_timeout_of(message)) is not None]
         prepared = [new for message in messages if (new := self.new_job(broker, message, None)) is not None]
         jobs = [job for job, _ in prepared]
-        created = int(self.runtime.with_store_retry("register", lambda: self.runtime.store.register_many(jobs)))
+        created = int(self.runtime.send(f"send {len(jobs)} jobs", lambda: self.runtime.store.register_many(jobs),
+                                        max(timeouts, default=None)))
         for job, ignored in prepared:
             self.untrusted_ignored(job, ignored)
         self._bulk.registered = {job.job_id for job in jobs}
@@ -204,6 +212,18 @@ class Registration:
         finally:
             self._bulk.registered = set()
         return created
+
+
+def send_timeout_of(message: dramatiq.Message[Any]) -> float | None:
+    """The `send_timeout` option of `message` (seconds; None: install's), removed from its options:
+    it is for this send only, never stored or published. A value that is not one raises
+    ActorContractError (a MiddlewareError: Dramatiq lets it through `send()`, nothing is published)."""
+    if SEND_TIMEOUT not in message.options:
+        return None
+    try:
+        return check_send_timeout(message.options.pop(SEND_TIMEOUT), f"message option {SEND_TIMEOUT!r}")
+    except ConfigError as exc:
+        raise ActorContractError(f"actor {message.actor_name}: {exc}") from None
 
 
 class Registrar(Protocol):

@@ -2,8 +2,9 @@
 
 Owns the fork check (a store, a worker id and a heartbeat per process id), the replication check
 at boot, the recovery thread (the recovery loop, then the scheduler, every `recovery_interval`),
-the shutdown order (recovery first, the heartbeat once every worker thread finished), and the
-store-retry loop every worker-side store call goes through.
+the shutdown order (recovery first, the heartbeat once every worker thread finished), the
+store-retry loop every worker-side store call goes through, the bounded wait of a send
+(send_timeout), and the store check of install and worker boot (a configuration error fails fast).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from ..errors import ActorContractError, ConfigError, StoreError, StoreUnavailab
 from ..recovery import Recovery
 from ..schedules import Scheduler
 from ..store import StateStore
-from ..store.db import POOL_TIMEOUT
+from ..store.db import POOL_TIMEOUT, missing_sqlite_file
 from ..store.engine import connect_engine
 from ..store.replication import check_replication
 from ..store.retrying import retry_while_unavailable
-from .context import JobContext
+from .context import JobContext, _current, _fast_run
 from .heartbeat import Heartbeat
 from .settings import Settings
 
@@ -158,11 +159,38 @@ class Runtime:
             logger.info("group commit: %d writes in %d batches (%.1f per batch)", writes, batches, writes / batches)
 
     def with_store_retry(self, what: str, call: Callable[[], Any]) -> Any:
-        """Run a store call; while the database is unreachable or unmigrated, wait and retry (unacked).
+        """Run a store call of a worker holding a message; while the database is unreachable (or
+        misconfigured: logged as an error with its fix), wait and retry, the message kept unacked.
 
         The wait between tries is capped by the heartbeat interval, so a write lands within about
         one interval of the store's return: before recovery may expire any lease (a full TTL).
         """
         return retry_while_unavailable(call, what=what, max_delay=self.settings.heartbeat_interval,
-                                       note=" (message kept unacked)")
+                                       note=" (message kept unacked)", hold=True)
+
+    def send(self, what: str, call: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run a send's store call (registering a job, a group's barrier).
+
+        Outside a job's run no message is held: a configuration error raises at once, an outage is
+        waited out for `timeout` seconds (default: the installed send_timeout), then SendTimedOut.
+        Inside a job's run (an actor sending a child) the job's message is held: it waits like the
+        job's other writes (`with_store_retry`), bounded by the lease.
+        """
+        if _current.get() is not None or _fast_run.get() is not None:
+            return self.with_store_retry(what, call)
+        timeout = self.settings.send_timeout if timeout is None else timeout
+        return retry_while_unavailable(call, what=what, max_delay=min(self.settings.heartbeat_interval, timeout),
+                                       timeout=timeout, note=f" (the send waits up to {timeout:g}s)")
+
+    def check_store(self, *, at: str) -> None:
+        """Check the store once (`at`: "worker boot", "install"): a configuration error raises
+        (StoreMisconfigured, StoreNotMigrated: one line saying what to fix or run); a store that
+        cannot be reached now is only logged (what uses it later waits for it). A SQLite file that
+        does not exist is not created here (the first write creates it, or says to migrate it)."""
+        if missing_sqlite_file(self.store.engine.url) is not None:
+            return
+        try:
+            self.store.check_schema()
+        except StoreUnavailable as exc:
+            logger.warning("%s: the store cannot be reached now, its schema is checked later: %s", at, exc)
 

@@ -23,7 +23,12 @@ from ..store.replication import ReplicationMode
 from ..store.replication import check_mode as check_replication_mode
 from ..tracing import Tracing
 
-__all__ = ["HeartbeatTooSlow", "Settings"]
+__all__ = ["DEFAULT_SEND_TIMEOUT", "HeartbeatTooSlow", "Settings", "check_send_timeout"]
+
+
+#: Seconds a send waits for a store it cannot reach (install's send_timeout, docs/operations.md):
+#: long enough for a PostgreSQL restart or failover, short enough for a web request.
+DEFAULT_SEND_TIMEOUT = 30.0
 
 
 class HeartbeatTooSlow(ConfigError, ValueError):
@@ -61,6 +66,11 @@ class Settings:
         commits (asynchronous standbys; reliable/store/replication.py): "warn" (default) logs why,
         "require_sync" refuses to boot, "off" does not check. See `reliable docs postgresql-failover`.
       recovery_interval, sweep_after: the policy's lease settings unless given (seconds).
+      send_timeout: how long a send (`actor.send()`, `send_with_options`, a group, `enqueue_many`)
+        waits for a store it cannot reach before it raises SendTimedOut, a StoreUnavailable
+        (seconds, default DEFAULT_SEND_TIMEOUT); one send may set its own with the message option
+        ``send_timeout`` (`actor.send_with_options(args=..., send_timeout=5)`). A configuration
+        error (wrong database, credentials, rights, schema missing) raises at once.
     """
 
     store: StateStore | str
@@ -79,6 +89,7 @@ class Settings:
     #: The store's event listeners: the JSON log sink and the metrics (if on), then the app's.
     listeners: tuple[Callable[[dict[str, Any]], None], ...]
     schedules: tuple[Schedule, ...]
+    send_timeout: float = DEFAULT_SEND_TIMEOUT
 
     @classmethod
     def resolve(cls, store: StateStore | str, *, policy: Policy | None, lease_ttl: float | None,
@@ -86,7 +97,7 @@ class Settings:
                 sweep_after: float | None, listeners: tuple[Callable[[dict[str, Any]], None], ...],
                 metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
                 tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
-                replication: str) -> Settings:
+                replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT) -> Settings:
         """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
         naming the fix for a contradiction."""
         if max_connections is not None and isinstance(store, StateStore):
@@ -118,4 +129,13 @@ class Settings:
             metrics=resolved_metrics, json_logs=json_logs,
             tracing=Tracing(None if tracing is True else tracing) if tracing else None,
             listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
+            send_timeout=check_send_timeout(send_timeout, "send_timeout"),
         )
+
+
+
+def check_send_timeout(value: object, name: str) -> float:
+    """`value` as a send timeout (a number of seconds >= 0); ConfigError naming `name` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"{name} must be a number of seconds (0 or more), not {value!r}")
+    return float(value)
