@@ -10,6 +10,7 @@
     │   └── StoreNotMigrated        the schema is missing or out of date
     ├── JobNotFound                 no job with that id
     ├── JobIdConflict               a new message reuses a job's id with another actor or arguments
+    ├── MessageRefused              a message cannot become a job: its id or its size (reliable.inputs)
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
     ├── NamedQueryError             a store query name that does not exist, or a parameter missing
@@ -42,6 +43,7 @@ __all__ = [
     "JobStopped",
     "LeaseLost",
     "LeaseLostInterrupt",
+    "MessageRefused",
     "NamedQueryError",
     "NotAuthorized",
     "OperationNotFound",
@@ -145,6 +147,22 @@ class JobIdConflict(ReliableError, MiddlewareError):
             what = f"other arguments or options for actor {actor!r} than the job was registered with"
         super().__init__(f"job {job_id} exists: this message has {what}; a new job needs a new message id "
                          "(an identical re-send is de-duplicated)")
+
+
+class MessageRefused(ReliableError, MiddlewareError, ValueError):
+    """A message that cannot become a job: its id breaks the job id rule, or it is larger than the
+    largest message a job may carry (reliable.inputs). Nothing was registered or published.
+
+    `field` names what is wrong ("message_id", "workflow_id", "parent_job_id" or "size"). A
+    MiddlewareError, so that Dramatiq lets it through `send()` to the caller.
+    """
+
+    def __init__(self, field: str, problem: str, *, actor: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        self.actor = actor
+        what = f"a message of actor {actor!r}" if actor else "a message"
+        super().__init__(f"{what} cannot become a job: {field}: {problem}")
 
 
 class OperationNotFound(ReliableError):

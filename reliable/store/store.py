@@ -14,6 +14,7 @@ import logging
 import math
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -29,9 +30,11 @@ from ..errors import (
     JobIdConflict,
     JobNotFound,
     LeaseLost,
+    MessageRefused,
     StoreNotMigrated,
     TransitionRefused,
 )
+from ..inputs import job_id_problem, message_size_problem
 from ..redact import redact_url
 from ..states import (
     ACTIVE_STATES,
@@ -230,6 +233,14 @@ class StateStore:
                 except Exception:
                     logger.exception("event listener %r failed on %s", listener, event.get("event"))
 
+    def announce(self, event: str, **fields: Any) -> None:
+        """Give the listeners (JSON log line, metrics) an event that has no job row to be written
+        on: a delivery refused before it could become a job (reliable.worker.delivery). `fields`
+        are event columns (job_id, worker_id, actor, queue, reason, detail); nothing is written."""
+        record: dict[str, Any] = {"event": event, "at": (self._clock() if self._clock else None) or time.time(), "detail": {}, "checkpoint": None,
+                                  "started_at": None, "scheduled_at": None, "dispatched_at": None, **fields}
+        self._emit([record])
+
     @staticmethod
     def _record(event: Mapping[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
         """What listeners get: the event row as written (decoded), plus the job's timing columns."""
@@ -384,7 +395,16 @@ class StateStore:
 
     @staticmethod
     def _new_job_row(job: NewJob) -> dict[str, Any]:
+        """The row of a new job; MessageRefused when its ids or its size break reliable.inputs' rules
+        (every registration passes here: producers, follow-ups, workflows, schedules, the worker)."""
+        for field, value in (("message_id", job.job_id), ("workflow_id", job.workflow_id),
+                             ("parent_job_id", job.parent_job_id)):
+            problem = job_id_problem(value) if value is not None or field == "message_id" else None
+            if problem is not None:
+                raise MessageRefused(field, problem, actor=job.actor)
         message = json.dumps(dict(job.message), default=str, separators=(",", ":"))
+        if (problem := message_size_problem(len(message))) is not None:  # ASCII JSON: characters are bytes
+            raise MessageRefused("size", problem, actor=job.actor)
         return {
             "job_id": job.job_id, "queue": job.queue, "actor": job.actor, "message": message,
             "status": JobStatus.PENDING.value, "delay": job.delay or 0.0, "owner": job.owner,
