@@ -237,7 +237,8 @@ class StateStore:
         """Give the listeners (JSON log line, metrics) an event that has no job row to be written
         on: a delivery refused before it could become a job (reliable.worker.delivery). `fields`
         are event columns (job_id, worker_id, actor, queue, reason, detail); nothing is written."""
-        record: dict[str, Any] = {"event": event, "at": (self._clock() if self._clock else None) or time.time(), "detail": {}, "checkpoint": None,
+        at = (self._clock() if self._clock else None) or time.time()
+        record: dict[str, Any] = {"event": event, "at": at, "detail": {}, "checkpoint": None,
                                   "started_at": None, "scheduled_at": None, "dispatched_at": None, **fields}
         self._emit([record])
 

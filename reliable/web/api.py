@@ -29,6 +29,7 @@ from ..store.alert_rows import alert_rows
 from ..store.overview import Overview
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
+from .paths import JobRoute
 from .queries import event_view, job_detail, job_view
 from .redaction import check_search
 
@@ -328,9 +329,9 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/api/v1/whoami", whoami, methods=["GET"], name="api_whoami"),
         Route("/api/v1/jobs", list_jobs, methods=["GET"], name="api_list_jobs"),
-        Route("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
-        Route("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),
-        Route("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
+        JobRoute("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
+        JobRoute("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),
+        JobRoute("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
         Route("/api/v1/dlq", dead_letters, methods=["GET"], name="api_dead_letters"),
         Route("/api/v1/review", review, methods=["GET"], name="api_review"),
         Route("/api/v1/queues", queues, methods=["GET"], name="api_queues"),

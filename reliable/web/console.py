@@ -38,6 +38,7 @@ from ..store.job_history import event_names
 from ..store.overview import Overview
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
+from .paths import JobRoute
 from .queries import job_detail
 from .redaction import check_search, masked_job
 
@@ -103,7 +104,9 @@ def error_page(request: Request, status: int, message: str) -> Response:
 
 def sign_in_redirect(request: Request) -> Response:
     """To the sign-in page, coming back to where the user was."""
-    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    raw = request.scope.get("raw_path")  # as encoded: a job id's %2F must come back as it was
+    here = (raw.decode("latin-1") if raw else quote(request.url.path, safe="/")) + (
+        f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(f"{request.url_for('sign_in')}?next={quote(here, safe='/')}", 303)
 
 
@@ -375,9 +378,9 @@ def routes() -> list[BaseRoute]:
         Route("/jobs", jobs_page, name="jobs"),
         Route("/dlq", dlq_page, name="dlq"),
         Route("/review", review_page, name="review"),
-        Route("/jobs/{job_id}", job_page, name="job"),
-        Route("/jobs/{job_id}/status", job_status, name="job_status"),
-        Route("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
+        JobRoute("/jobs/{job_id}", job_page, name="job"),
+        JobRoute("/jobs/{job_id}/status", job_status, name="job_status"),
+        JobRoute("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
         Route("/login", sign_in_page, methods=["GET", "POST"], name="sign_in"),
         Route("/logout", sign_out_page, methods=["POST"], name="sign_out"),
         Mount("/static", app=StaticFiles(directory=str(_HERE / "static")), name="static"),

@@ -5,7 +5,8 @@ Before the actor runs (`claim`): the delivery is admitted by the actor's limits,
 claimed, a compare-and-set. A refused claim skips the delivery (`refuse`: the one place a refusal
 is handled; the store already holds the truth). A message unknown to the store (published by a
 producer without reliable) is registered first; one that cannot become a job (reliable.inputs) is
-dead-lettered as a delivery that is not a job's message (`delivery.refuse`). A won claim is held by the heartbeat from then on.
+dead-lettered as a delivery that is not a job's message (`delivery.refuse`). A won claim is held
+by the heartbeat from then on.
 
 The fast path (an actor with `fast_path=True` whose success nothing has to follow) writes nothing
 before the run: it only looks that the job is PENDING. After the run `fast_done` commits a success

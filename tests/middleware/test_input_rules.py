@@ -134,7 +134,7 @@ FOREIGN: dict[str, tuple[Any, str, str]] = {
 def test_a_foreign_message_that_breaks_a_rule_is_dead_lettered_not_lost(
         setup: Harness, name: str, caplog: pytest.LogCaptureFixture) -> None:
     ran: list[Any] = []
-    bill = declare(ran)
+    declare(ran)
     job_id, payload, why = FOREIGN[name]
     raw = {"queue_name": "default", "actor_name": "bill", "args": [payload], "kwargs": {}, "options": {},
            "message_id": job_id, "message_timestamp": 1}
