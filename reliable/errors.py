@@ -4,7 +4,8 @@
     ├── ConfigError                 bad argument, URL or setting
     │   ├── PolicyError             a policy / rule file is wrong (names file, line, field)
     │   ├── BrokerConfigError       RabbitMQ queues or timeouts do not fit (stops a worker's boot)
-    │   └── ReasonRequired          an operator command without a reason (nothing was written)
+    │   ├── ReasonRequired          an operator command without a reason (nothing was written)
+    │   └── InvalidReason           a reason with control characters (the refusal is audited)
     ├── StoreError                  the state store cannot serve the request
     │   ├── StoreUnavailable        the database cannot be reached
     │   └── StoreNotMigrated        the schema is missing or out of date
@@ -34,6 +35,7 @@ __all__ = [
     "ClaimRefused",
     "ConfigError",
     "ControlRefused",
+    "InvalidReason",
     "JobCancelled",
     "JobForceStopped",
     "JobIdConflict",
@@ -89,6 +91,15 @@ class ReasonRequired(ConfigError):
     def __init__(self, command: str) -> None:
         self.command = command
         super().__init__(f"{command} needs a reason: say why (it is recorded on every job the command changes)")
+
+
+class InvalidReason(ConfigError):
+    """An operator command's reason holds control characters (reliable.inputs.text_problem): refused,
+    and audited as `command_refused` with the reason escaped when the job exists."""
+
+    def __init__(self, command: str, problem: str) -> None:
+        self.command = command
+        super().__init__(f"{command}: field 'reason': {problem}")
 
 
 class BrokerConfigError(ConfigError, MiddlewareError):

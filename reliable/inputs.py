@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "clip", "job_id_problem", "message_size_problem", "text_problem"]
+__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "clip", "escape_controls", "job_id_problem", "message_size_problem",
+           "text_problem"]
 
 #: The longest job id, in characters (the id columns are VARCHAR(255): migration 0015).
 MAX_JOB_ID = 255
@@ -59,6 +60,13 @@ def text_problem(value: str) -> str | None:
     if found is None:
         return None
     return f"control characters are not allowed ({_char(found)})"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every character `text_problem` refuses written as an escape (``\\x00``): what
+    an audit record stores of a refused input, whatever it held."""
+    return _TEXT_REFUSED.sub(lambda found: f"\\x{ord(found.group()):02x}" if ord(found.group()) < 0x100
+                             else f"\\u{ord(found.group()):04x}", text)
 
 
 def message_size_problem(size: int) -> str | None:

@@ -29,6 +29,7 @@ from ..store.alert_rows import alert_rows
 from ..store.overview import Overview
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
+from .inputs import check_body
 from .paths import JobRoute
 from .queries import event_view, job_detail, job_view
 from .redaction import check_search
@@ -139,6 +140,7 @@ async def _body(request: Request) -> dict[str, Any]:
         raise _bad(_NOT_JSON) from None
     if not isinstance(body, dict):
         raise _bad(_NOT_JSON)
+    check_body(body)
     return body
 
 
@@ -160,7 +162,7 @@ def _command_kwargs(command: str, body: dict[str, Any]) -> dict[str, Any]:
     elif allow:
         raise _bad(f"field 'allow_duplicate_side_effects' applies to restart, requeue and retry, not {command}")
     resolution = _field(body, "resolution", str)
-    if command == "reconcile":
+    if COMMANDS[command] == "reconcile":  # its synonym "resolve" too
         if resolution not in RESOLUTIONS:
             raise _bad(f"field 'resolution' must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
         kwargs["resolution"] = resolution

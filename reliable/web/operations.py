@@ -27,6 +27,7 @@ from ..operations import Operation, Operations
 from ..redact import MASK
 from ..store.selection import JobFilter, filter_from_params, select_jobs
 from .auth import authenticate, state_of
+from .inputs import check_body
 from .queries import job_view
 
 __all__ = ["operations_of", "routes"]
@@ -65,6 +66,7 @@ async def _body(request: Request) -> dict[str, Any]:
         raise ConfigError("the request body must be a JSON object") from None
     if not isinstance(body, dict):
         raise ConfigError("the request body must be a JSON object")
+    check_body(body)
     return body
 
 
