@@ -115,7 +115,8 @@ def show(job_id: str, store_url: str | None, api_url: str | None, token_file: st
         console.print(f"[bold]{name:>20}[/bold]  {escape(str(getattr(job, name)))}", highlight=False)
         if name == "actor":
             for part in ("args", "kwargs"):
-                shown = json.dumps(job.message.get(part, [] if part == "args" else {}), default=str)
+                shown = (json.dumps(job.message.get(part, [] if part == "args" else {}), default=str)
+                         if job.message is not None else "(too large to show here: GET /api/v1/jobs/<id>/message)")
                 console.print(f"[bold]{part:>20}[/bold]  {escape(shown)}", highlight=False)
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")

@@ -32,6 +32,7 @@ from .auth import authenticate, state_of
 from .inputs import check_body
 from .paths import JobRoute
 from .queries import event_view, job_detail, job_view
+from .queries import job_message as message_of
 from .redaction import check_search
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
@@ -260,6 +261,20 @@ async def job_events(request: Request) -> Response:
     return await _json_from_pool(history)
 
 
+async def job_message(request: Request) -> Response:
+    """GET /api/v1/jobs/{job_id}/message: the job's whole message, masked for the caller (its detail
+    leaves a message out above `queries.MAX_SHOWN_MESSAGE_BYTES`)."""
+    principal = await authenticate(request)
+    _check_known(request, ())
+    state = state_of(request)
+
+    def whole() -> dict[str, Any]:
+        job_id = resolve_job_id(state.store, request.path_params["job_id"])
+        return {"job_id": job_id, "message": message_of(state.store, job_id, principal, state.config.redact)}
+
+    return await _json_from_pool(whole)
+
+
 async def command(request: Request) -> Response:
     """POST /api/v1/jobs/{job_id}/{command}: one operator command, as the authenticated principal."""
     principal = await authenticate(request)
@@ -333,6 +348,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/v1/jobs", list_jobs, methods=["GET"], name="api_list_jobs"),
         JobRoute("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
         JobRoute("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),
+        JobRoute("/api/v1/jobs/{job_id}/message", job_message, methods=["GET"], name="api_job_message"),
         JobRoute("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
         Route("/api/v1/dlq", dead_letters, methods=["GET"], name="api_dead_letters"),
         Route("/api/v1/review", review, methods=["GET"], name="api_review"),

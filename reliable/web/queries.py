@@ -3,23 +3,43 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..access import Principal
 from ..control import Control
-from ..store import JobEvent
+from ..store import JobEvent, StateStore
 from ..store.job_history import attempt_tracebacks
 from .redaction import masked_job, redact_text, redact_value
 
-__all__ = ["event_view", "job_detail", "job_view"]
+__all__ = ["MAX_SHOWN_MESSAGE_BYTES", "event_view", "job_detail", "job_message", "job_view"]
+
+#: The largest message (its JSON, in bytes) a job's detail carries whole; above it the detail says
+#: how large it is and the whole message is at GET /api/v1/jobs/{job_id}/message (the console's
+#: /jobs/{job_id}/message). Listings never carry messages.
+MAX_SHOWN_MESSAGE_BYTES = 64 * 1024
 
 
-def job_view(job: Any, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
+def job_view(job: Any, principal: Principal, patterns: Sequence[str], *, message: bool = False) -> dict[str, Any]:
     """A job as the caller may see it: secrets in its arguments, checkpoint and last error masked
-    unless the caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact)."""
+    unless the caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact).
+    Without its message (a listing's row) unless `message`: then cut above MAX_SHOWN_MESSAGE_BYTES
+    (`message` None, `message_cut` saying how large it is)."""
     data: dict[str, Any] = masked_job(job, principal, patterns).as_dict()
+    shown = data.pop("message")
+    if message:
+        size = len(json.dumps(shown, default=str, separators=(",", ":")))
+        cut = size > MAX_SHOWN_MESSAGE_BYTES
+        data["message"] = None if cut else shown
+        data["message_cut"] = {"bytes": size, "limit": MAX_SHOWN_MESSAGE_BYTES} if cut else None
     return data
+
+
+def job_message(store: StateStore, job_id: str, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
+    """A job's whole message as the caller may see it (what a cut detail leaves out)."""
+    shown: dict[str, Any] = masked_job(store.get(job_id), principal, patterns).message
+    return shown
 
 
 def event_view(event: JobEvent, masked: bool, patterns: Sequence[str]) -> dict[str, Any]:
@@ -52,7 +72,7 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
     event_rows = [event_view(e, masked, patterns) for e in history]
     return {
         "masked": masked,
-        "job": job_view(job, principal, patterns),
+        "job": job_view(job, principal, patterns, message=True),
         "contract": contract.__dict__,
         "attempts": attempts,
         "effects": [e.__dict__ for e in store.effects(job_id)],

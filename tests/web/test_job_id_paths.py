@@ -26,8 +26,9 @@ from web_support import Tokens, bearer, csrf_of
 WEIRD_IDS = ("invoice/2026/42", "a?b#c%2Fd e&f=g+h", "x/events", "z" * MAX_JOB_ID, "..", "é/№ 1")
 
 #: Every route of the app that takes a job id, with a request to it (method, path after the id).
-JOB_ROUTES = {"api_job": ("GET", ""), "api_job_events": ("GET", "/events"), "api_command": ("POST", "/pause"),
-              "job": ("GET", ""), "job_status": ("GET", "/status"), "job_action": ("POST", "/actions/pause")}
+JOB_ROUTES = {"api_job": ("GET", ""), "api_job_events": ("GET", "/events"), "api_job_message": ("GET", "/message"),
+              "api_command": ("POST", "/pause"), "job": ("GET", ""), "job_status": ("GET", "/status"),
+              "job_message": ("GET", "/message"), "job_action": ("POST", "/actions/pause")}
 
 
 def test_every_job_route_is_a_job_route(store: StateStore) -> None:
@@ -67,6 +68,7 @@ def test_any_allowed_id_works_in_every_route_and_link(store: StateStore, tokens:
         detail = client.get(api, headers=bearer(tokens.admin))
         assert detail.status_code == 200 and detail.json()["job"]["job_id"] == job_id, (job_id, detail.text)
         assert client.get(f"{api}/events", headers=bearer(tokens.admin)).json()["job_id"] == job_id
+        assert client.get(f"{api}/message", headers=bearer(tokens.admin)).json()["job_id"] == job_id
         paused = client.post(f"{api}/pause", json={"reason": "test"}, headers=bearer(tokens.admin))
         assert paused.status_code == 200, (job_id, paused.text)
         assert store.get(job_id).status is JobStatus.PAUSED
@@ -80,6 +82,7 @@ def test_any_allowed_id_works_in_every_route_and_link(store: StateStore, tokens:
         page = client.get(link)
         assert page.status_code == 200 and ("Paused" in page.text or "PAUSED" in page.text), job_id
         assert client.get(f"{link}/status").status_code == 200
+        assert client.get(f"{link}/message").json()["args"] == [1]
         resumed = client.post(f"{link}/actions/resume", data={"reason": "test", "csrf_token": csrf},
                               follow_redirects=False)
         assert resumed.status_code == 303 and resumed.headers["location"].endswith(link), job_id
