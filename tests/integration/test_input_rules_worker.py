@@ -24,23 +24,9 @@ from reliable.states import JobStatus
 from reliable.store import StateStore
 
 from support import wait_for
+from workers import dead_letters
 
 pytestmark = pytest.mark.integration
-
-
-def xq(rabbitmq_url: str, queue: str) -> list[dict[str, Any]]:
-    """The messages in `queue`'s dead-letter queue (left there: the test only looks)."""
-    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    try:
-        channel = connection.channel()
-        found = []
-        while True:
-            method, _properties, body = channel.basic_get(f"{queue}.XQ")
-            if method is None:
-                return found
-            found.append(json.loads(body))
-    finally:
-        connection.close()
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
@@ -71,8 +57,9 @@ def test_foreign_messages_that_break_a_rule_are_dead_lettered(
     try:
         wait_for(lambda: (job := store.find(business)) is not None and job.status is JobStatus.SUCCEEDED,
                  "the business id's job to succeed", timeout=60, context=worker.output)
-        dead = wait_for(lambda: found if len(found := xq(rabbitmq_url, queue_name)) == 3 else None,
+        dead = wait_for(lambda: found if len(found := dead_letters(rabbitmq_url, queue_name)) == 3 else None,
                         "three dead letters in the XQ", timeout=60, context=worker.output)
+        dead = [json.loads(body) for body in dead]
         assert sorted(str(m["message_id"]) for m in dead) == sorted(["4242", too_long, "too-large"])
         assert store.find(too_long) is None and store.find("too-large") is None
         log = worker.output()
