@@ -70,7 +70,9 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, st
                                                   "actor": actor, "error_class": error_class,
                                                   "workflow": workflow_id}, limit=limit)
     if as_json:
-        emit_json([job_dict(job) for job in found])
+        from .views import listed_dict
+
+        emit_json([listed_dict(job) for job in found])
         return
     table = Table(id_column(), "status", "queue", "actor", "attempt", "retries", "checkpoint", "updated")
     for job in found:

@@ -14,12 +14,20 @@ from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id,
 if TYPE_CHECKING:
     from .api_client import ApiClient
 
-__all__ = ["api_list_view", "job_dict", "list_view", "render_list", "render_show", "show_any", "show_view"]
+__all__ = ["api_list_view", "job_dict", "list_view", "listed_dict", "render_list", "render_show", "show_any",
+           "show_view"]
 
 
 def job_dict(job: Job) -> dict[str, Any]:
     """A job as a JSON-ready dict."""
     return {name: getattr(job, name) for name in job.__dataclass_fields__}
+
+
+def listed_dict(job: Job) -> dict[str, Any]:
+    """A job as a listing's JSON row: without its message (as the API's listings; `show` has it)."""
+    row = job_dict(job)
+    row.pop("message")
+    return row
 
 
 def list_view(store: StateStore, flt: JobFilter, *, limit: int, as_json: bool, title: str) -> None:
@@ -41,7 +49,7 @@ def api_list_view(client: ApiClient, path: str, flt: JobFilter, *, limit: int, a
 def render_list(found: list[Job], total: int | None, *, as_json: bool, title: str) -> None:
     """Print a listing of `found` out of `total` matching jobs (None: more than shown, how many unknown)."""
     if as_json:
-        emit_json({"total": total, "jobs": [job_dict(job) for job in found]})
+        emit_json({"total": total, "jobs": [listed_dict(job) for job in found]})
         return
     counted = f"more than {len(found)}" if total is None else str(total)
     shown = f", showing {len(found)}" if total is None or total > len(found) else ""
