@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import ReasonRequired
+from .errors import InvalidReason, ReasonRequired
+from .inputs import text_problem
 from .operators import COMMANDS, Operator, OperatorsPolicy
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job
@@ -24,6 +25,7 @@ __all__ = [
     "SCHEDULE_COMMANDS",
     "CommandResult",
     "JobCommands",
+    "check_reason_text",
     "command_states",
     "require_reason",
 ]
@@ -70,6 +72,13 @@ def require_reason(command: str, reason: str | None) -> None:
     """
     if command in NEEDS_REASON and not (reason and reason.strip()):
         raise ReasonRequired(command)
+
+
+def check_reason_text(command: str, reason: str | None) -> None:
+    """Raise InvalidReason when `reason` holds control characters (PostgreSQL's text cannot hold
+    NUL): the one check, made by `Control` (which audits the refusal) and bulk operations."""
+    if reason is not None and (problem := text_problem(reason)) is not None:
+        raise InvalidReason(command, problem)
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,14 @@ from .commands import (
     RESOLUTIONS,
     SCHEDULE_COMMANDS,
     CommandResult,
+    check_reason_text,
     command_states,
     require_reason,
 )
 from .compensation import compensate
 from .dispatch import declare_queue, dispatch
-from .errors import ControlRefused, JobNotFound, ReliableError, TransitionRefused
+from .errors import ControlRefused, InvalidReason, JobNotFound, ReliableError, TransitionRefused
+from .inputs import escape_controls
 from .operators import COMMAND_ORDER, Operator, OperatorsPolicy
 from .options import stored_contract
 from .states import TRANSITIONS, Event, JobStatus
@@ -52,6 +54,7 @@ __all__ = [
     "CommandResult",
     "ContractSource",
     "Control",
+    "check_reason_text",
     "command_states",
     "require_reason",
 ]
@@ -243,6 +246,7 @@ class Control:
     def discard(self, job_id: str, *, reason: str | None = None, dry_run: bool = False) -> CommandResult:
         """Take a DEAD job out of the dead-letter listing (an audited `discarded` event; it stays DEAD)."""
         require_reason("discard", reason)
+        self._check_reason("discard", job_id, reason, dry_run)
         identity = self.identity
         job = self.store.get(job_id)
         try:
@@ -446,9 +450,21 @@ class Control:
     def _precheck(self, command: str, job: Job, reason: str | None) -> None:
         self.operators.check(self.identity.name, command, job.home_queue, job.owner)
 
+    def _check_reason(self, command: str, job_id: str, reason: str | None, dry_run: bool) -> None:
+        """InvalidReason for a reason with control characters; audited as `command_refused` (the
+        reason escaped) when the job exists, as any refusal is."""
+        try:
+            check_reason_text(command, reason)
+        except InvalidReason as exc:
+            job = None if dry_run else self.store.find(job_id)
+            if job is not None:
+                self._refused(command, job, reason, exc, dry_run=False)  # records it, then raises
+            raise
+
     def _run(self, command: str, job_id: str, reason: str | None, dry_run: bool,
              planner: Callable[[Job, str | None], _Plan]) -> CommandResult:
         require_reason(command, reason)
+        self._check_reason(command, job_id, reason, dry_run)
         for _ in range(_CONFLICT_RETRIES):
             job = self.store.get(job_id)
             try:
@@ -522,7 +538,8 @@ class Control:
                  dry_run: bool) -> CommandResult:
         if not dry_run:
             identity = self.identity
-            self.store.record_event(job.job_id, "command_refused", operator=identity.name, reason=reason,
+            self.store.record_event(job.job_id, "command_refused", operator=identity.name,
+                                    reason=None if reason is None else escape_controls(reason),
                                     host=identity.host,
                                     detail={**self.event_detail, "command": command, "why": str(exc),
                                             "source": identity.source})

@@ -4,7 +4,8 @@
     ├── ConfigError                 bad argument, URL or setting
     │   ├── PolicyError             a policy / rule file is wrong (names file, line, field)
     │   ├── BrokerConfigError       RabbitMQ queues or timeouts do not fit (stops a worker's boot)
-    │   └── ReasonRequired          an operator command without a reason (nothing was written)
+    │   ├── ReasonRequired          an operator command without a reason (nothing was written)
+    │   └── InvalidReason           a reason with control characters (the refusal is audited)
     ├── StoreError                  the state store cannot serve the request
     │   ├── StoreUnavailable        an outage: the database cannot be reached (waiting can help)
     │   │   └── SendTimedOut        `.send()` waited its send_timeout for the store; nothing was sent
@@ -12,6 +13,7 @@
     │       └── StoreNotMigrated    the schema is missing or older than the code
     ├── JobNotFound                 no job with that id
     ├── JobIdConflict               a new message reuses a job's id with another actor or arguments
+    ├── MessageRefused              a message cannot become a job: its id or its size (reliable.inputs)
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
     ├── NamedQueryError             a store query name that does not exist, or a parameter missing
@@ -35,6 +37,7 @@ __all__ = [
     "ClaimRefused",
     "ConfigError",
     "ControlRefused",
+    "InvalidReason",
     "JobCancelled",
     "JobForceStopped",
     "JobIdConflict",
@@ -44,6 +47,7 @@ __all__ = [
     "JobStopped",
     "LeaseLost",
     "LeaseLostInterrupt",
+    "MessageRefused",
     "NamedQueryError",
     "NotAuthorized",
     "OperationNotFound",
@@ -91,6 +95,15 @@ class ReasonRequired(ConfigError):
     def __init__(self, command: str) -> None:
         self.command = command
         super().__init__(f"{command} needs a reason: say why (it is recorded on every job the command changes)")
+
+
+class InvalidReason(ConfigError):
+    """An operator command's reason holds control characters (reliable.inputs.text_problem): refused,
+    and audited as `command_refused` with the reason escaped when the job exists."""
+
+    def __init__(self, command: str, problem: str) -> None:
+        self.command = command
+        super().__init__(f"{command}: field 'reason': {problem}")
 
 
 class BrokerConfigError(ConfigError, MiddlewareError):
@@ -169,6 +182,22 @@ class JobIdConflict(ReliableError, MiddlewareError):
             what = f"other arguments or options for actor {actor!r} than the job was registered with"
         super().__init__(f"job {job_id} exists: this message has {what}; a new job needs a new message id "
                          "(an identical re-send is de-duplicated)")
+
+
+class MessageRefused(ReliableError, MiddlewareError, ValueError):
+    """A message that cannot become a job: its id breaks the job id rule, or it is larger than the
+    largest message a job may carry (reliable.inputs). Nothing was registered or published.
+
+    `field` names what is wrong ("message_id", "workflow_id", "parent_job_id" or "size"). A
+    MiddlewareError, so that Dramatiq lets it through `send()` to the caller.
+    """
+
+    def __init__(self, field: str, problem: str, *, actor: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        self.actor = actor
+        what = f"a message of actor {actor!r}" if actor else "a message"
+        super().__init__(f"{what} cannot become a job: {field}: {problem}")
 
 
 class OperationNotFound(ReliableError):

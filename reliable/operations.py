@@ -31,7 +31,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .bulk import RateLimiter
-from .control import RESOLUTIONS, CommandResult, Control, require_reason
+from .control import RESOLUTIONS, CommandResult, Control, check_reason_text, require_reason
 from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReliableError, StoreError
 from .operators import COMMANDS, SYNONYMS
 from .store import StateStore
@@ -220,6 +220,7 @@ class Operations:
         if name not in COMMANDS:
             raise ConfigError(f"unknown command {command!r} (known: {', '.join(sorted(COMMANDS))}, retry)")
         require_reason(name, reason)
+        check_reason_text(name, reason)
         assert reason is not None
         opts = self._options(name, options or {})
         rate = self._rate(rate)

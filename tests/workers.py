@@ -25,6 +25,21 @@ def purge(rabbitmq_url: str, queue: str) -> int:
         connection.close()
 
 
+def dead_letters(rabbitmq_url: str, queue: str) -> list[bytes]:
+    """The bodies in `queue`'s dead-letter queue (left there, unacked: the caller only looks)."""
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    try:
+        channel = connection.channel()
+        bodies = []
+        while True:
+            method, _properties, body = channel.basic_get(f"{queue}.XQ")
+            if method is None:
+                return bodies
+            bodies.append(body)
+    finally:
+        connection.close()  # unacked: back in the XQ
+
+
 class WorkerProcess:
     """A real `dramatiq` CLI worker (its own process group) running an app module of `app_dir`.
 

@@ -5,10 +5,15 @@ Follows Prometheus' notifier model: a firing alert is re-sent every `resend_inte
 are alive and expires it if we die); a resolved alert is sent with `endsAt` = the resolution time
 and re-sent for `resolved_resend_for`. A failed delivery is retried with exponential backoff; the
 alert stays in the store until delivered, so nothing is lost while Alertmanager is down.
+
+What is sent is bounded (`payload`): a label value longer than MAX_LABEL_VALUE characters is cut
+and ends with a digest of the whole value (two label sets that differ after the cut stay two
+alerts), an annotation longer than MAX_ANNOTATION is cut with a marker. The store keeps them whole.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -16,7 +21,12 @@ from typing import Any
 
 from .model import Candidate
 
-__all__ = ["AlertState", "DeliveryPolicy", "advance", "after_send", "due", "payload"]
+__all__ = ["MAX_ANNOTATION", "MAX_LABEL_VALUE", "AlertState", "DeliveryPolicy", "advance", "after_send", "due",
+           "payload"]
+
+#: The longest label value and annotation sent to Alertmanager, in characters (see the module doc).
+MAX_LABEL_VALUE = 256
+MAX_ANNOTATION = 4096
 
 PENDING, FIRING, RESOLVED = "pending", "firing", "resolved"
 
@@ -126,12 +136,27 @@ def _rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _label_value(value: str) -> str:
+    if len(value) <= MAX_LABEL_VALUE:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{value[:MAX_LABEL_VALUE - 16]}...~{digest}"
+
+
+def _annotation(value: str) -> str:
+    if len(value) <= MAX_ANNOTATION:
+        return value
+    marker = f"... [cut: {len(value)} chars]"
+    return value[:MAX_ANNOTATION - len(marker)] + marker
+
+
 def payload(state: AlertState, now: float, policy: DeliveryPolicy, generator_url: str | None = None) -> dict[str, Any]:
-    """The Alertmanager API v2 object for `state` (an element of the POST /api/v2/alerts array)."""
+    """The Alertmanager API v2 object for `state` (an element of the POST /api/v2/alerts array), its
+    label values and annotations cut to MAX_LABEL_VALUE and MAX_ANNOTATION characters."""
     ends = state.ends_at if state.state == RESOLVED and state.ends_at is not None else now + policy.firing_ttl
     item: dict[str, Any] = {
-        "labels": dict(state.labels),
-        "annotations": dict(state.annotations),
+        "labels": {name: _label_value(str(value)) for name, value in state.labels.items()},
+        "annotations": {name: _annotation(str(value)) for name, value in state.annotations.items()},
         "startsAt": _rfc3339(state.starts_at if state.starts_at is not None else now),
         "endsAt": _rfc3339(ends),
     }

@@ -76,7 +76,9 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, st
                                                   "workflow": list(workflow_id)}, limit=limit)
     found = [disclosed(job, JOB_FIELDS, CLI_AUDIENCE) for job in found]
     if as_json:
-        emit_json([job_dict(job) for job in found])
+        from .views import listed_dict
+
+        emit_json([listed_dict(job) for job in found])
         return
     table = Table(id_column(), "status", "queue", "actor", "attempt", "retries", "checkpoint", "updated")
     for job in found:
@@ -125,7 +127,8 @@ def show(job_id: str, store_url: str | None, api_url: str | None, token_file: st
         console.print(f"[bold]{name:>20}[/bold]  {escape(str(getattr(job, name)))}", highlight=False)
         if name == "actor":
             for part in ("args", "kwargs"):
-                shown = json.dumps(job.message.get(part, [] if part == "args" else {}), default=str)
+                shown = (json.dumps(job.message.get(part, [] if part == "args" else {}), default=str)
+                         if job.message is not None else "(too large to show here: GET /api/v1/jobs/<id>/message)")
                 console.print(f"[bold]{part:>20}[/bold]  {escape(shown)}", highlight=False)
     for name in ("created_at", "started_at", "finished_at", "retry_at", "lease_expires_at", "updated_at"):
         console.print(f"[bold]{name:>20}[/bold]  {fmt_time(getattr(job, name))}")

@@ -19,13 +19,20 @@ if TYPE_CHECKING:
 #: shown as stored; through `--api` they arrive already disclosed by the server for the token.
 CLI_AUDIENCE = Audience.store_credentials()
 
-__all__ = ["CLI_AUDIENCE", "api_list_view", "job_dict", "list_view", "render_list", "render_show", "show_any",
+__all__ = ["CLI_AUDIENCE", "api_list_view", "job_dict", "list_view", "listed_dict", "render_list", "render_show", "show_any",
            "show_view"]
 
 
 def job_dict(job: Job) -> dict[str, Any]:
     """A job as a JSON-ready dict."""
     return {name: getattr(job, name) for name in job.__dataclass_fields__}
+
+
+def listed_dict(job: Job) -> dict[str, Any]:
+    """A job as a listing's JSON row: without its message (as the API's listings; `show` has it)."""
+    row = job_dict(job)
+    row.pop("message")
+    return row
 
 
 def list_view(store: StateStore, flt: JobFilter, *, limit: int, as_json: bool, title: str) -> None:
@@ -50,7 +57,7 @@ def render_list(found: list[Job], total: int | None, *, as_json: bool, title: st
     disclosed to `audience` (`reliable.disclosure`)."""
     found = [disclosed(job, JOB_FIELDS, audience) for job in found]
     if as_json:
-        emit_json({"total": total, "jobs": [job_dict(job) for job in found]})
+        emit_json({"total": total, "jobs": [listed_dict(job) for job in found]})
         return
     counted = f"more than {len(found)}" if total is None else str(total)
     shown = f", showing {len(found)}" if total is None or total > len(found) else ""

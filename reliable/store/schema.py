@@ -23,6 +23,7 @@ from sqlalchemy import (
     text,
 )
 
+from ..inputs import MAX_JOB_ID
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
 __all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "api_tokens", "attempts",
@@ -42,7 +43,7 @@ _BigId = BigInteger().with_variant(Integer(), "sqlite")
 jobs = Table(
     "reliable_jobs",
     metadata,
-    Column("job_id", String(64), primary_key=True),
+    Column("job_id", String(MAX_JOB_ID), primary_key=True),
     Column("queue", String(255), nullable=False),
     Column("actor", String(255), nullable=False),
     Column("message", Text, nullable=False),  # the Dramatiq message as JSON, for re-dispatch
@@ -69,9 +70,9 @@ jobs = Table(
     Column("checkpoint_schema", Integer),
     Column("checkpoint_at", Double),
     Column("owner", String(255)),
-    Column("workflow_id", String(64)),
+    Column("workflow_id", String(MAX_JOB_ID)),
     Column("trace_id", String(64)),
-    Column("parent_job_id", String(64)),
+    Column("parent_job_id", String(MAX_JOB_ID)),
     Column("last_error_class", String(64)),
     Column("last_error_type", String(255)),
     Column("last_error_message", Text),
@@ -127,7 +128,7 @@ job_events = Table(
     "reliable_job_events",
     metadata,
     Column("id", _BigId, primary_key=True, autoincrement=True),
-    Column("job_id", String(64), nullable=False),
+    Column("job_id", String(MAX_JOB_ID), nullable=False),
     Column("at", Double, nullable=False),
     Column("event", String(64), nullable=False),
     Column("from_status", String(16)),
@@ -139,7 +140,7 @@ job_events = Table(
     Column("worker_id", String(255)),
     Column("queue", String(255)),
     Column("actor", String(255)),
-    Column("workflow_id", String(64)),
+    Column("workflow_id", String(MAX_JOB_ID)),
     Column("trace_id", String(64)),
     Column("error_class", String(64)),
     Column("error_type", String(255)),
@@ -161,7 +162,7 @@ attempts = Table(
     "reliable_attempts",
     metadata,
     Column("attempt_id", String(64), primary_key=True),
-    Column("job_id", String(64), nullable=False),
+    Column("job_id", String(MAX_JOB_ID), nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("lease_id", BigInteger, nullable=False),
     Column("worker_id", String(255)),
@@ -179,7 +180,7 @@ Index("ix_reliable_attempts_job", attempts.c.job_id, attempts.c.attempt)
 effects = Table(
     "reliable_effects",
     metadata,
-    Column("job_id", String(64), primary_key=True),
+    Column("job_id", String(MAX_JOB_ID), primary_key=True),
     Column("op_key", String(512), primary_key=True),
     Column("attempt_id", String(64)),
     Column("lease_id", BigInteger),

@@ -30,9 +30,11 @@ from ..errors import (
     JobIdConflict,
     JobNotFound,
     LeaseLost,
+    MessageRefused,
     StoreNotMigrated,
     TransitionRefused,
 )
+from ..inputs import job_id_problem, message_size_problem
 from ..redact import redact_url
 from ..states import (
     ACTIVE_STATES,
@@ -385,7 +387,16 @@ class StateStore:
 
     @staticmethod
     def _new_job_row(job: NewJob) -> dict[str, Any]:
+        """The row of a new job; MessageRefused when its ids or its size break reliable.inputs' rules
+        (every registration passes here: producers, follow-ups, workflows, schedules, the worker)."""
+        for field, value in (("message_id", job.job_id), ("workflow_id", job.workflow_id),
+                             ("parent_job_id", job.parent_job_id)):
+            problem = job_id_problem(value) if value is not None or field == "message_id" else None
+            if problem is not None:
+                raise MessageRefused(field, problem, actor=job.actor)
         message = json.dumps(dict(job.message), default=str, separators=(",", ":"))
+        if (problem := message_size_problem(len(message))) is not None:  # ASCII JSON: characters are bytes
+            raise MessageRefused("size", problem, actor=job.actor)
         return {
             "job_id": job.job_id, "queue": job.queue, "actor": job.actor, "message": message,
             "status": JobStatus.PENDING.value, "delay": job.delay or 0.0, "owner": job.owner,

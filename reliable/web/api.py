@@ -29,7 +29,9 @@ from ..store.overview import Overview
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
 from .bodies import json_object
+from .paths import JobRoute
 from .queries import event_view, job_detail, job_view
+from .queries import job_message as message_of
 from .redaction import audience_for, check_search
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
@@ -141,7 +143,7 @@ def _command_kwargs(command: str, body: dict[str, Any]) -> dict[str, Any]:
     elif allow:
         raise _bad(f"field 'allow_duplicate_side_effects' applies to restart, requeue and retry, not {command}")
     resolution = _field(body, "resolution", str)
-    if command == "reconcile":
+    if COMMANDS[command] == "reconcile":  # its synonym "resolve" too
         if resolution not in RESOLUTIONS:
             raise _bad(f"field 'resolution' must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
         kwargs["resolution"] = resolution
@@ -239,6 +241,20 @@ async def job_events(request: Request) -> Response:
     return await _json_from_pool(history)
 
 
+async def job_message(request: Request) -> Response:
+    """GET /api/v1/jobs/{job_id}/message: the job's whole message, masked for the caller (its detail
+    leaves a message out above `queries.MAX_SHOWN_MESSAGE_BYTES`)."""
+    principal = await authenticate(request)
+    _check_known(request, ())
+    state = state_of(request)
+
+    def whole() -> dict[str, Any]:
+        job_id = resolve_job_id(state.store, request.path_params["job_id"])
+        return {"job_id": job_id, "message": message_of(state.store, job_id, principal, state.config.redact)}
+
+    return await _json_from_pool(whole)
+
+
 async def command(request: Request) -> Response:
     """POST /api/v1/jobs/{job_id}/{command}: one operator command, as the authenticated principal."""
     principal = await authenticate(request)
@@ -310,9 +326,10 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/api/v1/whoami", whoami, methods=["GET"], name="api_whoami"),
         Route("/api/v1/jobs", list_jobs, methods=["GET"], name="api_list_jobs"),
-        Route("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
-        Route("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),
-        Route("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
+        JobRoute("/api/v1/jobs/{job_id}", job, methods=["GET"], name="api_job"),
+        JobRoute("/api/v1/jobs/{job_id}/events", job_events, methods=["GET"], name="api_job_events"),
+        JobRoute("/api/v1/jobs/{job_id}/message", job_message, methods=["GET"], name="api_job_message"),
+        JobRoute("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
         Route("/api/v1/dlq", dead_letters, methods=["GET"], name="api_dead_letters"),
         Route("/api/v1/review", review, methods=["GET"], name="api_review"),
         Route("/api/v1/queues", queues, methods=["GET"], name="api_queues"),

@@ -7,6 +7,7 @@ project (`Mount("/reliable", app=create_app(...))` in Starlette or FastAPI), or 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
@@ -29,6 +30,8 @@ from .config import WebConfig
 from .state import WebState
 
 __all__ = ["create_app", "wsgi_app"]
+
+logger = logging.getLogger("reliable.web")
 
 
 def _is_api(scope: Scope) -> bool:
@@ -59,15 +62,26 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return sign_in_redirect(request)
 
 
+def _public_message(exc: Exception) -> str:
+    """What a client is told of `exc`: a store error's own text names the database (its URL, user,
+    host) and is for the server's log only."""
+    if isinstance(exc, StoreError):
+        logger.error("store error answering a request: %s", exc)
+        return (f"the state store could not serve this request ({type(exc).__name__}); try again, or see the "
+                "server's log")
+    return str(exc)
+
+
 async def _reliable_error(request: Request, exc: Exception) -> Response:
     status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
               else 400 if isinstance(exc, ConfigError | ReasonRequired) else 503 if isinstance(exc, StoreError)
               else 409)
+    message = _public_message(exc)
     if _is_api(request.scope):
-        return JSONResponse({"error": {"status": status, "message": str(exc), "type": type(exc).__name__}}, status)
+        return JSONResponse({"error": {"status": status, "message": message, "type": type(exc).__name__}}, status)
     from .console import error_page
 
-    return error_page(request, status, str(exc))
+    return error_page(request, status, message)
 
 
 def create_app(store: StateStore | str, *, policy: ContractSource | None = None,

@@ -26,6 +26,8 @@ from starlette.requests import Request
 
 from ..access import ApiToken, ApiTokens, Principal
 from ..errors import ConfigError
+from ..inputs import text_problem
+from .inputs import check_request
 
 if TYPE_CHECKING:
     from .state import WebState
@@ -68,7 +70,10 @@ async def check_csrf(request: Request) -> None:
 
 
 async def authenticate(request: Request) -> Principal:
-    """The request's principal; HTTPException 401 when it is not authenticated, 403 on a CSRF failure."""
+    """The request's principal; HTTPException 401 when it is not authenticated, 403 on a CSRF failure,
+    400 first when a query or path parameter or a form field holds a control character
+    (`reliable.web.inputs.check_request`: nothing of the request reaches the store before)."""
+    await check_request(request)
     state = state_of(request)
     header = request.headers.get("authorization", "")
     if header:
@@ -115,6 +120,8 @@ def _session_token(tokens: ApiTokens, request: Request) -> ApiToken | None:
 
 async def sign_in(request: Request, presented: str) -> Principal | None:
     """Start a browser session with an API token; None when the token is not valid."""
+    if text_problem(presented) is not None:
+        return None  # no token holds one: never looked up
     token = await run_in_threadpool(state_of(request).tokens.authenticate, presented)
     if token is None:
         return None

@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .inputs import check_body
+
 __all__ = ["MAX_BODY_BYTES", "MAX_JSON_DEPTH", "BodyLimit", "json_object"]
 
 #: The largest request body accepted, in bytes (a command's body is a few hundred).
@@ -109,4 +111,5 @@ async def json_object(request: Request) -> dict[str, Any]:
         raise HTTPException(400, _NOT_AN_OBJECT)
     if _depth(body) > MAX_JSON_DEPTH:
         raise HTTPException(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels")
+    check_body(body)  # its text fields, before any reaches the store (reliable.web.inputs)
     return body

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, QueryParams
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -39,7 +39,8 @@ from ..store.job_history import event_names
 from ..store.overview import Overview
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
-from .queries import job_detail
+from .paths import JobRoute
+from .queries import job_detail, job_message
 from .redaction import check_search, masked_job
 
 __all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
@@ -104,7 +105,9 @@ def error_page(request: Request, status: int, message: str) -> Response:
 
 def sign_in_redirect(request: Request) -> Response:
     """To the sign-in page, coming back to where the user was."""
-    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    raw = request.scope.get("raw_path")  # as encoded: a job id's %2F must come back as it was
+    here = (raw.decode("latin-1") if raw else quote(request.url.path, safe="/")) + (
+        f"?{request.url.query}" if request.url.query else "")
     return RedirectResponse(f"{request.url_for('sign_in')}?next={quote(here, safe='/')}", 303)
 
 
@@ -331,6 +334,16 @@ async def job_page(request: Request) -> Response:
                   event_names=names, actions=_actions(detail, principal), signature=signature(detail["job"]))
 
 
+async def job_message_download(request: Request) -> Response:
+    """GET /jobs/{job_id}/message: the job's whole message as a JSON file, masked for the user (the
+    job's page leaves it out above `queries.MAX_SHOWN_MESSAGE_BYTES`)."""
+    principal = await authenticate(request)
+    state = state_of(request)
+    job_id = request.path_params["job_id"]
+    message = await run_in_threadpool(job_message, state.store, job_id, principal, state.config.redact)
+    return JSONResponse(message, headers={"Content-Disposition": 'attachment; filename="message.json"'})
+
+
 async def job_status(request: Request) -> Response:
     """GET /jobs/{job_id}/status: the job's status line alone (its page polls it)."""
     principal = await authenticate(request)
@@ -394,9 +407,10 @@ def routes() -> list[BaseRoute]:
         Route("/jobs", jobs_page, name="jobs"),
         Route("/dlq", dlq_page, name="dlq"),
         Route("/review", review_page, name="review"),
-        Route("/jobs/{job_id}", job_page, name="job"),
-        Route("/jobs/{job_id}/status", job_status, name="job_status"),
-        Route("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
+        JobRoute("/jobs/{job_id}", job_page, name="job"),
+        JobRoute("/jobs/{job_id}/status", job_status, name="job_status"),
+        JobRoute("/jobs/{job_id}/message", job_message_download, name="job_message"),
+        JobRoute("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
         Route("/docs", docs_page, name="docs"),
         Route("/docs/{topic}", doc_page, name="doc"),
         Route("/login", sign_in_page, methods=["GET", "POST"], name="sign_in"),

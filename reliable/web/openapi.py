@@ -118,6 +118,9 @@ _PATHS: dict[str, Any] = {
          _q("limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                                                  "default": DEFAULT_EVENT_LIMIT})],
         _JOB_ERRORS, operationId="job_events"),
+    "/api/v1/jobs/{job_id}/message": _get(
+        "a job's whole message (masked for read-only callers), which its detail leaves out above 64 KiB",
+        _ref("JobMessage"), [_JOB_ID], _JOB_ERRORS, operationId="job_message"),
     **{path: _command(c) for path, c in zip(COMMAND_PATHS, _COMMANDS, strict=True)},
     "/api/v1/dlq": _get("dead letters: DEAD jobs not discarded since they died", _ref("JobPage"),
                         [*_FILTER_PARAMS, _q("include_discarded", "list discarded DEAD jobs too",
@@ -168,7 +171,10 @@ _MASKED = "(masked for callers who may not act on the job: docs/redaction.md)"
 
 _JOB_FIELDS: dict[str, Any] = {
     "job_id": {"type": "string"}, "queue": {"type": "string"}, "actor": {"type": "string"},
-    "message": {**_OPEN, "description": f"args, kwargs, options {_MASKED}"},
+    "message": {**_OPEN, "description": f"args, kwargs, options {_MASKED}: in a job's detail only, "
+                                        "null there above 64 KiB (message_cut; GET /api/v1/jobs/{job_id}/message has it)"},
+    "message_cut": {"type": ["object", "null"], "additionalProperties": True,
+                    "description": "in a job's detail: {bytes, limit} when the message was left out"},
     "status": {"type": "string", "enum": _STATES}, "previous_status": {"type": ["string", "null"]},
     "version": {"type": "integer"}, "lease_id": {"type": "integer"}, "worker_id": _N_STR,
     "lease_expires_at": _N_NUM, "attempt": {"type": "integer"}, "attempt_id": _N_STR, "started_at": _N_NUM,
@@ -233,6 +239,7 @@ _SCHEMAS: dict[str, Any] = {
     "Job": _object(_JOB_FIELDS, ["job_id", "queue", "actor", "status", "version", "updated_at"]),
     "JobPage": _object({"jobs": {"type": "array", "items": _ref("Job")}, "next_cursor": _N_STR}),
     "Event": _object(_EVENT_FIELDS, ["id", "job_id", "at", "event"]),
+    "JobMessage": _object({"job_id": {"type": "string"}, "message": _OPEN}),
     "EventList": _object({"job_id": {"type": "string"}, "events": {"type": "array", "items": _ref("Event")}}),
     "Action": _object({"command": {"type": "string"}, "allowed": {"type": "boolean"}, "message": {"type": "string"},
                        "needs_duplicate_confirmation": {"type": "boolean"},

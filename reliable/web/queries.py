@@ -4,23 +4,45 @@ Every value goes through `reliable.disclosure.disclose_record` with its record's
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..access import Principal
 from ..control import Control
 from ..disclosure import ATTEMPT_FIELDS, EFFECT_FIELDS, EVENT_FIELDS, JOB_FIELDS, Audience, disclose_record
-from ..store import Job, JobEvent
+from ..store import Job, JobEvent, StateStore
 from ..store.job_history import attempt_tracebacks
 from .redaction import audience_for
 
-__all__ = ["event_view", "job_detail", "job_view"]
+__all__ = ["MAX_SHOWN_MESSAGE_BYTES", "event_view", "job_detail", "job_message", "job_view"]
+
+#: The largest message (its JSON, in bytes) a job's detail carries whole; above it the detail says
+#: how large it is and the whole message is at GET /api/v1/jobs/{job_id}/message (the console's
+#: /jobs/{job_id}/message). Listings never carry messages.
+MAX_SHOWN_MESSAGE_BYTES = 64 * 1024
 
 
-def job_view(job: Job, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
+def job_view(job: Job, principal: Principal, patterns: Sequence[str], *, message: bool = False) -> dict[str, Any]:
     """A job as the caller may see it: its arguments, checkpoint and last error masked unless the
-    caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact)."""
-    return disclose_record(job.as_dict(), JOB_FIELDS, audience_for(principal, job, patterns))
+    caller may act on it (`Principal.sees_secrets_of`; `patterns`: WebConfig.redact). Without its
+    message (a listing's row) unless `message`: then cut above MAX_SHOWN_MESSAGE_BYTES (`message`
+    None, `message_cut` saying how large it is)."""
+    data = disclose_record(job.as_dict(), JOB_FIELDS, audience_for(principal, job, patterns))
+    shown = data.pop("message")
+    if message:
+        size = len(json.dumps(shown, default=str, separators=(",", ":")))
+        cut = size > MAX_SHOWN_MESSAGE_BYTES
+        data["message"] = None if cut else shown
+        data["message_cut"] = {"bytes": size, "limit": MAX_SHOWN_MESSAGE_BYTES} if cut else None
+    return data
+
+
+def job_message(store: StateStore, job_id: str, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
+    """A job's whole message as the caller may see it (what a cut detail leaves out)."""
+    job = store.get(job_id)
+    shown: dict[str, Any] = disclose_record(job.as_dict(), JOB_FIELDS, audience_for(principal, job, patterns))["message"]
+    return shown
 
 
 def event_view(event: JobEvent, audience: Audience) -> dict[str, Any]:
@@ -44,7 +66,7 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
     contract = control.contract_for(job)
     return {
         "masked": not audience.sees_secrets,
-        "job": disclose_record(job.as_dict(), JOB_FIELDS, audience),
+        "job": job_view(job, principal, patterns, message=True),
         "contract": contract.__dict__,
         "attempts": attempts,
         "effects": [disclose_record(e.__dict__, EFFECT_FIELDS, audience) for e in store.effects(job_id)],

@@ -4,7 +4,9 @@
 Before the actor runs (`claim`): the delivery is admitted by the actor's limits, then the job is
 claimed, a compare-and-set. A refused claim skips the delivery (`refuse`: the one place a refusal
 is handled; the store already holds the truth). A message unknown to the store (published by a
-producer without reliable) is registered first. A won claim is held by the heartbeat from then on.
+producer without reliable) is registered first; one that cannot become a job (reliable.inputs) is
+dead-lettered as a delivery that is not a job's message (`delivery.refuse`). A won claim is held
+by the heartbeat from then on.
 
 The fast path (an actor with `fast_path=True` whose success nothing has to follow) writes nothing
 before the run: it only looks that the job is PENDING. After the run `fast_done` commits a success
@@ -22,7 +24,8 @@ import dramatiq
 from dramatiq.middleware import SkipMessage
 
 from ..dispatch import message_for
-from ..errors import ClaimRefused, JobIdConflict
+from ..errors import ClaimRefused, JobIdConflict, MessageRefused
+from ..inputs import clip
 from ..limits.gate import fast_path_allowed
 from ..states import JobStatus
 from ..store import Job
@@ -56,7 +59,7 @@ def before_run(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
         # Dramatiq swallows any other exception of a before-hook and would run the actor
         # without a claim: never let that happen. The job row is the truth; a PENDING job is
         # re-dispatched by the sweeper.
-        logger.exception("claim of message %s failed; skipping it", message.message_id)
+        logger.exception("claim of message %s failed; skipping it", clip(message.message_id))
         message.options["store_results"] = False  # never ran: Results must not store None for it
         raise SkipMessage("claim failed") from None
 
@@ -123,6 +126,8 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
             won = mw.store.claim(job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, delivery_digest=digest)
         except JobIdConflict:  # registered meanwhile, from another message
             refuse(mw, broker, message, ClaimRefused(job_id, delivery.MISMATCH))
+        except MessageRefused as bad:  # cannot become a job (its size, its workflow's id): dead-lettered
+            delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=str(bad))
         except ClaimRefused as again:
             refuse(mw, broker, message, again)
     mw.admission.bind(broker, message, won)

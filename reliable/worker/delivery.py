@@ -14,7 +14,8 @@ another one. Such a delivery is not the job's message and never runs:
 - the job is left as it was: its own message still runs when it comes.
 
 A delivery whose fields are not a message's (options or keyword arguments that are not a mapping,
-a message id that is not a string) is refused the same way, whatever the store holds, and so is:
+a message id that is no job id: reliable.inputs), or one that cannot become a job (too large:
+`MessageRefused` at its registration), is refused the same way, whatever the store holds, and so is:
 
 - a delivery whose body names another queue than its actor's declaration and than the queues the
   store records for its job (`queue_problem`): the queue chooses the contract (idempotent or not,
@@ -29,7 +30,8 @@ a message id that is not a string) is refused the same way, whatever the store h
   group's callbacks early.
 
 When the store holds no job for the refused id, the event goes to the store's listeners only (the
-JSON event log, the metric): an event row belongs to a job (`StateStore.announce`).
+JSON event log, the metric): an event row belongs to a job (`StateStore.announce`); its job id is
+cut to 200 characters, as in every log line here.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from dramatiq.middleware import SkipMessage
 
 from ..delivery_digest import delivery_digest, differences
 from ..errors import ClaimRefused
+from ..inputs import clip, job_id_problem
 from ..store import Job, StateStore
 from .consumed import consumed_from, restore
 
@@ -59,9 +62,10 @@ _MAX_NAME = 100
 
 
 def malformed(message: Any) -> str | None:
-    """What makes `message` no message of any job (None: its fields have a message's types)."""
-    if not isinstance(message.message_id, str):
-        return f"its message id is a {type(message.message_id).__name__}"
+    """What makes `message` no message of any job (None: its fields have a message's types and its
+    id is a job id: reliable.inputs)."""
+    if (problem := job_id_problem(message.message_id)) is not None:
+        return f"its message id is refused: {problem}"
     for field, kind in (("args", (list, tuple)), ("kwargs", Mapping), ("options", Mapping)):
         if not isinstance(getattr(message, field), kind):
             return f"its {field} are a {type(getattr(message, field)).__name__}"
@@ -125,28 +129,29 @@ def refuse(store: StateStore, message: Any, refusal: ClaimRefused | None, *, wor
             digest = None
     arrived = _arrival(message, digest)
     job = None
-    if isinstance(job_id, str):
+    if job_id_problem(job_id) is None:
         try:
             job = store.find(job_id)
         except Exception:  # the record loses a detail; the delivery is refused all the same
-            logger.warning("job %s: could not read it to say how the refused delivery differs", job_id,
+            logger.warning("job %s: could not read it to say how the refused delivery differs", clip(job_id),
                            exc_info=True)
     if job is not None and problem is None:
         arrived["differs"] = differences(job.message, _as_dict(message))
     elif differs is not None:
         arrived["differs"] = [differs]
     why = problem or ("differs in " + ", ".join(arrived.get("differs") or ["its digest"]))
-    logger.warning("message %r refused, not run and dead-lettered: it is not the message of job %r (actor %r, %s)",
-                   job_id, job_id, arrived["actor"], why)
+    shown = clip(job_id)
+    logger.warning("message %s refused, not run and dead-lettered: it is not the message of job %s (actor %r, %s)",
+                   shown, shown, arrived["actor"], why)
     reason = f"a delivery that is not this job's message was refused: {why}"
     try:
         if job is not None:
             store.record_event(job.job_id, MISMATCH, worker_id=worker_id, detail=arrived, reason=reason)
         else:  # no job to hold an event row: the event log and the metric have it
-            store.announce(str(job_id)[:_MAX_NAME], MISMATCH, actor=arrived["actor"], queue=arrived["queue"],
+            store.announce(shown, MISMATCH, actor=arrived["actor"], queue=arrived["queue"],
                            worker_id=worker_id, detail=arrived, reason=reason)
     except Exception:
-        logger.warning("job %s: could not record the refused delivery", job_id, exc_info=True)
+        logger.warning("job %s: could not record the refused delivery", shown, exc_info=True)
     restore(message)  # a body naming another queue: Dramatiq nacks it on the consumer it came from
     message.fail()  # nacked: the queue's dead letters keep it for whoever investigates
     if isinstance(message.options, dict):

@@ -20,24 +20,9 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from reliable.states import JobStatus
 
 from support import wait_for
-from workers import purge, send
+from workers import dead_letters, purge, send
 
 pytestmark = pytest.mark.integration
-
-
-def dead_letters(rabbitmq_url: str, queue: str) -> list[bytes]:
-    """The bodies in `queue`'s dead-letter queue (requeued: the test only looks)."""
-    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    try:
-        channel = connection.channel()
-        bodies = []
-        while True:
-            method, _properties, body = channel.basic_get(f"{queue}.XQ")
-            if method is None:
-                return bodies
-            bodies.append(body)
-    finally:
-        connection.close()  # unacked: back in the XQ
 
 
 def test_a_forged_message_is_dead_lettered_and_the_job_runs_its_own(producer: Any, start_worker: Any,

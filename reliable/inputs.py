@@ -1,0 +1,85 @@
+"""What an input may be: a job id, a text field, a message's size. One rule each, pure.
+
+Every way a value enters reliable passes one of these checks before it reaches the database:
+- a job id (`job_id_problem`): a string of 1 to `MAX_JOB_ID` characters without control
+  characters (Unicode category Cc: NUL, the C0 and C1 controls, DEL) and without lone surrogates
+  (no UTF-8 for them). Everything else is allowed, `/ ? # %` and spaces included: every API route and
+  console link takes such ids, percent-encoded. Dramatiq's own ids are UUIDs (36 characters); a
+  business id such as ``"invoice-" + sha256`` (72) fits. Checked at registration
+  (`StateStore.register*`: ``send()`` raises `MessageRefused`) and for every delivery (a foreign
+  message that breaks it is dead-lettered: reliable.worker.delivery);
+- a text field of the API or the console (`text_problem`): no control characters but tab, newline
+  and carriage return (PostgreSQL's text cannot hold NUL), no lone surrogates; a 400 names the field;
+- a message (`message_size_problem`): at most `MAX_MESSAGE_BYTES` bytes of JSON as stored with
+  its job (arguments, keyword arguments and options together).
+
+`clip` cuts a value for a log line or a label, marking what it left out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "clip", "escape_controls", "job_id_problem", "message_size_problem",
+           "text_problem"]
+
+#: The longest job id, in characters (the id columns are VARCHAR(255): migration 0015).
+MAX_JOB_ID = 255
+#: The largest message a job may be registered with: its JSON as stored, in bytes (1 MiB). Keep
+#: big payloads elsewhere (an object store) and send their key: every copy of the message, every
+#: re-dispatch and the job's row carry it whole.
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+_ID_REFUSED = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_TEXT_REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _char(found: re.Match[str]) -> str:
+    return f"U+{ord(found.group()):04X} at position {found.start()}"
+
+
+def job_id_problem(value: Any) -> str | None:
+    """What makes `value` no job id (None: it is one), in words for an error message."""
+    if not isinstance(value, str):
+        return f"a job id must be a string, not {type(value).__name__}"
+    if not value:
+        return "a job id must not be empty"
+    if len(value) > MAX_JOB_ID:
+        return f"a job id has at most {MAX_JOB_ID} characters, this one has {len(value)}"
+    found = _ID_REFUSED.search(value)
+    if found is not None:
+        return f"a job id may not hold control characters or lone surrogates ({_char(found)})"
+    return None
+
+
+def text_problem(value: str) -> str | None:
+    """What makes `value` unfit for a text field (None: it is fine): a control character other than
+    tab, newline and carriage return, or a lone surrogate."""
+    found = _TEXT_REFUSED.search(value)
+    if found is None:
+        return None
+    return f"control characters are not allowed ({_char(found)})"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every character `text_problem` refuses written as an escape (``\\x00``): what
+    an audit record stores of a refused input, whatever it held."""
+    return _TEXT_REFUSED.sub(lambda found: f"\\x{ord(found.group()):02x}" if ord(found.group()) < 0x100
+                             else f"\\u{ord(found.group()):04x}", text)
+
+
+def message_size_problem(size: int) -> str | None:
+    """What makes a message of `size` bytes (its JSON as stored) too large (None: it fits)."""
+    if size <= MAX_MESSAGE_BYTES:
+        return None
+    return (f"the message is {size} bytes, more than the {MAX_MESSAGE_BYTES} a job may carry: keep large "
+            "payloads elsewhere and send their key")
+
+
+def clip(value: Any, limit: int = 200) -> str:
+    """`value` as text (repr for a non-string) cut to `limit` characters, marked when cut."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more chars]"
