@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 #: shown as stored; through `--api` they arrive already disclosed by the server for the token.
 CLI_AUDIENCE = Audience.store_credentials()
 
-__all__ = ["CLI_AUDIENCE", "api_list_view", "job_dict", "list_view", "listed_dict", "render_list", "render_show", "show_any",
-           "show_view"]
+__all__ = ["CLI_AUDIENCE", "api_list_view", "job_dict", "list_view", "listed_dict", "render_list", "render_show",
+           "show_any", "show_view"]
 
 
 def job_dict(job: Job) -> dict[str, Any]:

@@ -171,8 +171,8 @@ _MASKED = "(masked for callers who may not act on the job: docs/redaction.md)"
 
 _JOB_FIELDS: dict[str, Any] = {
     "job_id": {"type": "string"}, "queue": {"type": "string"}, "actor": {"type": "string"},
-    "message": {**_OPEN, "description": f"args, kwargs, options {_MASKED}: in a job's detail only, "
-                                        "null there above 64 KiB (message_cut; GET /api/v1/jobs/{job_id}/message has it)"},
+    "message": {**_OPEN, "description": f"args, kwargs, options {_MASKED}: in a job's detail only, null "
+                                        "there above 64 KiB (message_cut; GET /api/v1/jobs/{job_id}/message has it)"},
     "message_cut": {"type": ["object", "null"], "additionalProperties": True,
                     "description": "in a job's detail: {bytes, limit} when the message was left out"},
     "status": {"type": "string", "enum": _STATES}, "previous_status": {"type": ["string", "null"]},

@@ -41,7 +41,8 @@ def job_view(job: Job, principal: Principal, patterns: Sequence[str], *, message
 def job_message(store: StateStore, job_id: str, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
     """A job's whole message as the caller may see it (what a cut detail leaves out)."""
     job = store.get(job_id)
-    shown: dict[str, Any] = disclose_record(job.as_dict(), JOB_FIELDS, audience_for(principal, job, patterns))["message"]
+    audience = audience_for(principal, job, patterns)
+    shown: dict[str, Any] = disclose_record(job.as_dict(), JOB_FIELDS, audience)["message"]
     return shown
 
 
