@@ -73,8 +73,10 @@ def _public_message(exc: Exception) -> str:
 
 
 async def _reliable_error(request: Request, exc: Exception) -> Response:
+    # A store error first: a misconfigured store (StoreMisconfigured is also a ConfigError) is the
+    # server's fault, not the request's.
     status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
-              else 400 if isinstance(exc, ConfigError | ReasonRequired) else 503 if isinstance(exc, StoreError)
+              else 503 if isinstance(exc, StoreError) else 400 if isinstance(exc, ConfigError | ReasonRequired)
               else 409)
     message = _public_message(exc)
     if _is_api(request.scope):

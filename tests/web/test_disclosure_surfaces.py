@@ -56,8 +56,12 @@ def _each(key: str, fields: Mapping[str, Kind]) -> Records:
     return lambda body: ((row, fields) for row in body[key])
 
 
+#: A job's detail adds `message_cut` ({bytes, limit}: the message's size when it is left out), no value of the job.
+DETAIL_JOB_FIELDS: Mapping[str, Kind] = {**JOB_FIELDS, "message_cut": Kind.PUBLIC}
+
+
 def _detail(body: Any) -> Iterator[tuple[Any, Mapping[str, Kind]]]:
-    yield body["job"], JOB_FIELDS
+    yield body["job"], DETAIL_JOB_FIELDS
     yield from ((row, EVENT_FIELDS) for row in body["events"])
     yield from ((row, ATTEMPT_FIELDS) for row in body["attempts"])
     yield from ((row, EFFECT_FIELDS) for row in body["effects"])
@@ -78,6 +82,7 @@ SURFACES: dict[str, Surface] = {
     "/api/v1/jobs": Surface("/api/v1/jobs", True, _each("jobs", JOB_FIELDS)),
     "/api/v1/jobs/{job_id}": Surface(f"/api/v1/jobs/{RAW}", True, _detail),
     "/api/v1/jobs/{job_id}/events": Surface(f"/api/v1/jobs/{RAW}/events", True, _each("events", EVENT_FIELDS)),
+    "/api/v1/jobs/{job_id}/message": Surface(f"/api/v1/jobs/{RAW}/message", True),
     "/api/v1/dlq": Surface("/api/v1/dlq", True, _each("jobs", JOB_FIELDS)),
     "/api/v1/review": Surface("/api/v1/review", True, _each("jobs", JOB_FIELDS)),
     "/api/v1/queues": Surface("/api/v1/queues", False),
@@ -95,6 +100,7 @@ SURFACES: dict[str, Surface] = {
     "/review": Surface("/review", True),
     "/jobs/{job_id}": Surface(f"/jobs/{RAW}", True),
     "/jobs/{job_id}/status": Surface(f"/jobs/{RAW}/status", False),
+    "/jobs/{job_id}/message": Surface(f"/jobs/{RAW}/message", True),
     "/operations": Surface("/operations", False),
     "/operations/{operation_id}": Surface(None, False, why="as /api/v1/operations/{operation_id}"),
     "/login": Surface("/login", False),
