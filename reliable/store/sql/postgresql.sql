@@ -176,7 +176,7 @@ beat AS (
                                THEN excluded.last_beat_at ELSE l.outage_ended_at END,
         last_beat_at = excluded.last_beat_at
 ),
-proc AS (  -- the process's own record (migration 0014): its last heartbeat
+proc AS (
     UPDATE reliable_worker_processes SET last_beat_at = (SELECT now FROM t) WHERE worker_id = %(worker_id)s::text
 )
 UPDATE reliable_jobs
