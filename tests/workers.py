@@ -72,3 +72,39 @@ class WorkerProcess:
 def send(broker: RabbitmqBroker, queue: str, actor: str, *args: Any) -> dramatiq.Message[Any]:
     """Enqueue a message for an actor this process does not declare."""
     return broker.enqueue(dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={}))
+
+
+def checkpointed(store: Any, job_ids: list[str], at_least: int) -> bool:
+    """Every one of `job_ids` RUNNING with a checkpoint of at least `at_least`."""
+    from reliable.states import JobStatus
+
+    jobs = [store.get(job_id) for job_id in job_ids]
+    return all(j.status is JobStatus.RUNNING and (j.checkpoint or 0) >= at_least for j in jobs)
+
+
+def resumed_after(store: Any, job_ids: list[str], killed_at: float) -> dict[str, float] | None:
+    """Seconds from `killed_at` (the store's clock) to the start of each job's next attempt, once
+    every job has one (None before); the crash-recovery tests' kill-to-resume figure."""
+    resumed = {}
+    for job_id in job_ids:
+        later = [a for a in store.attempts(job_id) if a.started_at > killed_at]
+        if not later:
+            return None
+        resumed[job_id] = later[0].started_at - killed_at
+    return resumed
+
+
+def resumed_from(store: Any, job_id: str, killed_at: float) -> int:
+    """The checkpoint the job's first attempt after `killed_at` started from (the units app records
+    `start-<attempt>` with it as its result)."""
+    import json
+
+    from sqlalchemy import select
+
+    from reliable.store.schema import effects
+
+    later = [a for a in store.attempts(job_id) if a.started_at > killed_at][0]
+    with store.engine.connect() as conn:
+        result = conn.execute(select(effects.c.result).where(effects.c.job_id == job_id,
+                                                             effects.c.op_key == f"{job_id}:start-{later.attempt}")).scalar()
+    return int(json.loads(result)) if result is not None else -1
