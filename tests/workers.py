@@ -103,8 +103,9 @@ def resumed_from(store: Any, job_id: str, killed_at: float) -> int:
 
     from reliable.store.schema import effects
 
-    later = [a for a in store.attempts(job_id) if a.started_at > killed_at][0]
+    later = next(a for a in store.attempts(job_id) if a.started_at > killed_at)
+    key = f"{job_id}:start-{later.attempt}"
     with store.engine.connect() as conn:
         result = conn.execute(select(effects.c.result).where(effects.c.job_id == job_id,
-                                                             effects.c.op_key == f"{job_id}:start-{later.attempt}")).scalar()
+                                                             effects.c.op_key == key)).scalar()
     return int(json.loads(result)) if result is not None else -1

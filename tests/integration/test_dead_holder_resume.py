@@ -63,7 +63,7 @@ def test_kill_9_then_restart_resumes_each_job_from_its_checkpoint_at_once(produc
     resumed = wait_for(lambda: resumed_after(store, job_ids, killed_at), "every job resumed", timeout=25,
                        context=second.output)
     for job_id in job_ids:
-        start = wait_for(lambda: resumed_from(store, job_id, killed_at) + 1, "the attempt's start recorded") - 1
+        start = wait_for(lambda j=job_id: resumed_from(store, j, killed_at) + 1, "the attempt's start recorded") - 1
         assert start >= 3, "resumed from its checkpoint, not from zero"
         [released] = store.events(job_id, events=["lease_expired"])
         assert released.detail is not None and released.detail["holder_dead"] == "pid_gone"

@@ -48,7 +48,7 @@ def test_kill_9_of_a_child_resumes_its_jobs_from_their_checkpoints_at_once(
     resumed = wait_for(lambda: resumed_after(store, job_ids, killed_at), "every job resumed", timeout=25,
                        context=supervisor.output)
     for job_id in job_ids:
-        start = wait_for(lambda: resumed_from(store, job_id, killed_at) + 1, "the attempt's start recorded") - 1
+        start = wait_for(lambda j=job_id: resumed_from(store, j, killed_at) + 1, "the attempt's start recorded") - 1
         assert start >= 3, "resumed from its checkpoint, not from zero"
         [released] = store.events(job_id, events=["lease_expired"])
         assert released.detail is not None and released.detail["holder_dead"] == "pid_gone"

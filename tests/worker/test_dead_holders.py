@@ -18,11 +18,12 @@ from reliable.store.processes import WorkerProcess, list_processes, register_pro
 from reliable.worker.processes import boot_id, death_of, release_dead_neighbours, start_ticks, this_process
 
 IDEMPOTENT = {"idempotent": True, "resumable": True}
+UNSAFE = {"idempotent": False}
 
 
 def recovery(store: StateStore) -> Recovery:
     """Recovery without a broker; actor "safe" is idempotent, "unsafe" is not."""
-    return Recovery(store, None, Policy.load(None), actor_options=lambda actor: IDEMPOTENT if actor == "safe" else {"idempotent": False})
+    return Recovery(store, None, Policy.load(None), actor_options=lambda actor: IDEMPOTENT if actor == "safe" else UNSAFE)
 
 
 def held_by(store: StateStore, worker_id: str, job_id: str, actor: str = "safe") -> None:
