@@ -23,7 +23,8 @@ UNSAFE = {"idempotent": False}
 
 def recovery(store: StateStore) -> Recovery:
     """Recovery without a broker; actor "safe" is idempotent, "unsafe" is not."""
-    return Recovery(store, None, Policy.load(None), actor_options=lambda actor: IDEMPOTENT if actor == "safe" else UNSAFE)
+    return Recovery(store, None, Policy.load(None),
+                    actor_options=lambda actor: IDEMPOTENT if actor == "safe" else UNSAFE)
 
 
 def held_by(store: StateStore, worker_id: str, job_id: str, actor: str = "safe") -> None:
