@@ -20,7 +20,12 @@ from .records import Job
 from .schema import jobs, worker_processes
 from .store import StateStore
 
-__all__ = ["WorkerProcess", "leases_held_by", "list_processes", "mark_exited", "register_process"]
+__all__ = ["LIVE_WITHIN", "WorkerProcess", "leases_held_by", "list_processes", "live_by_host_and_queue", "mark_exited",
+           "register_process"]
+
+#: A process not marked exited counts as live while its last heartbeat is this recent (seconds):
+#: a heartbeat interval is shorter than the lease TTL (30 s by default).
+LIVE_WITHIN = 120.0
 
 
 @dataclass(frozen=True)
@@ -112,3 +117,16 @@ def _process(r: Mapping[str, Any]) -> WorkerProcess:
         exited_at=None if r["exited_at"] is None else float(r["exited_at"]),
         exit_reason=opt_str("exit_reason"), exit_observed_by=opt_str("exit_observed_by"),
     )
+
+
+def live_by_host_and_queue(store: StateStore, *, within: float = LIVE_WITHIN) -> dict[tuple[str, str], int]:
+    """Live processes (not exited, a heartbeat within `within` seconds) per (host, queue); a
+    process consuming every queue counts under queue "*"."""
+    stmt = select(worker_processes.c.host, worker_processes.c.queues).where(
+        worker_processes.c.exited_at.is_(None), worker_processes.c.last_beat_at > store.now_sql - within)
+    counts: dict[tuple[str, str], int] = {}
+    with store.read() as conn:
+        for host, queues in conn.execute(stmt):
+            for queue in (json.loads(queues) if queues is not None else ["*"]):
+                counts[(host, queue)] = counts.get((host, queue), 0) + 1
+    return counts
