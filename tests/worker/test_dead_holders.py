@@ -117,3 +117,28 @@ def test_heartbeat_stamps_the_record_in_the_renewal(store: StateStore) -> None:
     store.process_beat("me")
     [idle] = list_processes(store)
     assert idle.last_beat_at >= after.last_beat_at
+
+
+def test_workers_list_and_the_live_processes_gauge(store: StateStore, store_url: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from reliable.cli.main import cli
+    from reliable.collector import StoreCollector
+    from reliable.store.processes import mark_exited
+
+    register_process(store, record("w-a", os.getpid(), start_ticks(os.getpid())))
+    register_process(store, replace(record("w-b", os.getpid(), 1), queues=("q", "r")))
+    register_process(store, record("w-gone", os.getpid(), 2))
+    assert mark_exited(store, "w-gone", reason="pid_gone", observed_by="w-a")
+    shown = CliRunner().invoke(cli, ["workers", "list", "--store", store_url, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert sorted(p["worker_id"] for p in json.loads(shown.output)) == ["w-a", "w-b"]
+    every = CliRunner().invoke(cli, ["workers", "list", "--store", store_url, "--all"])
+    assert every.exit_code == 0 and "w-gone" in every.output and "pid_gone" in every.output
+    host = socket.gethostname()
+    samples = {(s.labels["host"], s.labels["queue"]): s.value
+               for family in StoreCollector(store).collect() if family.name == "reliable_worker_processes"
+               for s in family.samples}
+    assert samples == {(host, "q"): 2, (host, "r"): 1}
