@@ -43,7 +43,7 @@ def boot_id() -> str | None:
 
 def start_ticks(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22); None: no
-    such process (or no /proc)."""
+    such process, or one that is dead and not yet reaped (a zombie), or no /proc."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
@@ -52,7 +52,7 @@ def start_ticks(pid: int) -> int | None:
     # The command name (field 2) is in parentheses and may hold spaces or ')': split after the last.
     fields = stat[stat.rfind(")") + 2:].split()
     try:
-        return int(fields[19])  # field 22; fields[0] is field 3
+        return None if fields[0] in ("Z", "X") else int(fields[19])  # fields[0] is field 3, the state
     except (IndexError, ValueError):
         return None
 

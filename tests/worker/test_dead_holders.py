@@ -17,6 +17,8 @@ from reliable.store import NewJob, StateStore
 from reliable.store.processes import WorkerProcess, list_processes, register_process
 from reliable.worker.processes import boot_id, death_of, release_dead_neighbours, start_ticks, this_process
 
+from support import wait_for
+
 IDEMPOTENT = {"idempotent": True, "resumable": True}
 UNSAFE = {"idempotent": False}
 
@@ -47,6 +49,11 @@ def gone_pid() -> int:
 def test_start_ticks_and_boot_id_read_proc() -> None:
     assert start_ticks(os.getpid()) is not None and start_ticks(os.getpid()) == start_ticks(os.getpid())
     assert start_ticks(gone_pid()) is None
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:  # exited, not yet reaped: dead for certain
+        wait_for(lambda: start_ticks(zombie.pid) is None, "the child to exit (a zombie until reaped)")
+    finally:
+        zombie.wait()
     assert boot_id() is not None and len(boot_id() or "") == 36
 
 
