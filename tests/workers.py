@@ -109,3 +109,20 @@ def resumed_from(store: Any, job_id: str, killed_at: float) -> int:
         result = conn.execute(select(effects.c.result).where(effects.c.job_id == job_id,
                                                              effects.c.op_key == key)).scalar()
     return int(json.loads(result)) if result is not None else -1
+
+
+def resumed_from_checkpoints(store: Any, job_ids: list[str], killed_at: float, *, checkpoint: int,
+                             context: Any) -> dict[str, float]:
+    """Wait until every job resumed after a kill at `killed_at` (bounded: well below a 30 s lease
+    TTL); check each resumed from at least `checkpoint`, released because its holder was seen dead
+    (`holder_dead: pid_gone`). The seconds from the kill to each resume."""
+    from support import wait_for
+
+    resumed = wait_for(lambda: resumed_after(store, job_ids, killed_at), "every job resumed", timeout=25,
+                       context=context)
+    for job_id in job_ids:
+        start = wait_for(lambda j=job_id: resumed_from(store, j, killed_at) + 1, "the attempt's start recorded") - 1
+        assert start >= checkpoint, f"{job_id} resumed from {start}, not from its checkpoint"
+        [released] = store.events(job_id, events=["lease_expired"])
+        assert released.detail is not None and released.detail["holder_dead"] == "pid_gone", released
+    return resumed
