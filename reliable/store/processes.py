@@ -21,7 +21,7 @@ from .schema import jobs, worker_processes
 from .store import StateStore
 
 __all__ = ["LIVE_WITHIN", "WorkerProcess", "leases_held_by", "list_processes", "live_by_host_and_queue", "mark_exited",
-           "register_process"]
+           "prune_exited", "register_process"]
 
 #: A process not marked exited counts as live while its last heartbeat is this recent (seconds):
 #: a heartbeat interval is shorter than the lease TTL (30 s by default).
@@ -65,6 +65,13 @@ def register_process(store: StateStore, process: WorkerProcess) -> None:
         if conn.execute(update(worker_processes).where(worker_processes.c.worker_id == process.worker_id)
                         .values(**values)).rowcount == 0:
             conn.execute(worker_processes.insert().values(worker_id=process.worker_id, **values))
+
+
+def prune_exited(store: StateStore, *, older_than: float) -> int:
+    """Delete the records of processes that exited more than `older_than` seconds ago; how many."""
+    stmt = worker_processes.delete().where(worker_processes.c.exited_at < store.now_sql - older_than)
+    with store.write() as conn:
+        return int(conn.execute(stmt).rowcount or 0)
 
 
 def mark_exited(store: StateStore, worker_id: str, *, reason: str, observed_by: str) -> bool:

@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterable
 from ..errors import StoreError
 from ..recovery import Recovery
 from ..store import StateStore
-from ..store.processes import WorkerProcess, list_processes, mark_exited, register_process
+from ..store.processes import WorkerProcess, list_processes, mark_exited, prune_exited, register_process
 from ..supervisor.child import SUPERVISOR_PID_ENV
 
-__all__ = ["boot_id", "death_of", "exited", "register", "release_dead_neighbours", "start_ticks", "this_process"]
+__all__ = ["KEEP_EXITED", "boot_id", "death_of", "exited", "register", "release_dead_neighbours", "start_ticks",
+           "this_process"]
 
 logger = logging.getLogger("reliable.leases")
 
@@ -100,10 +101,16 @@ def release_dead_neighbours(store: StateStore, recovery: Recovery, me: WorkerPro
     return released
 
 
+#: Records of processes that exited are kept this long (seconds) for `reliable workers list --all`.
+KEEP_EXITED = 7 * 86400.0
+
+
 def register(store: StateStore, me: WorkerProcess) -> None:
-    """Write this process's record (a failure is logged: the process runs without one)."""
+    """Write this process's record, and delete those that exited over `KEEP_EXITED` ago (a failure
+    is logged: the process runs without one)."""
     try:
         register_process(store, me)
+        prune_exited(store, older_than=KEEP_EXITED)
     except StoreError as exc:
         logger.warning("could not record this worker process (%s): %s", me.worker_id, exc)
 

@@ -149,3 +149,15 @@ def test_workers_list_and_the_live_processes_gauge(store: StateStore, store_url:
                for family in StoreCollector(store).collect() if family.name == "reliable_worker_processes"
                for s in family.samples}
     assert samples == {(host, "q"): 2, (host, "r"): 1}
+
+
+def test_records_exited_long_ago_are_pruned(store: StateStore) -> None:
+    from reliable.store.processes import mark_exited, prune_exited
+
+    register_process(store, record("old", os.getpid(), 1))
+    register_process(store, record("recent", os.getpid(), 2))
+    assert mark_exited(store, "old", reason="stopped", observed_by="old")
+    assert mark_exited(store, "recent", reason="stopped", observed_by="recent")
+    assert prune_exited(store, older_than=3600) == 0
+    assert prune_exited(store, older_than=-1) == 2  # "exited before an hour from now": both
+    assert list_processes(store) == []
