@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
 from .store.gauges import STUCK_STATES, GaugeReadings, read_gauges
+from .store.processes import live_by_host_and_queue
 
 __all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
 
@@ -111,7 +112,7 @@ class StoreCollector(Collector):
             logger.warning("collector: store query failed: %s", exc)
         if self.broker_url:
             try:
-                families.append(self._broker_family())
+                families.extend(self._broker_family())
             except Exception as exc:
                 self._errors["rabbitmq"] += 1
                 logger.warning("collector: RabbitMQ query failed: %s", exc)
@@ -167,11 +168,19 @@ class StoreCollector(Collector):
         families.append(_workflow_family(read))
         families.extend(_schedule_families(read))
         families.extend(_limit_families(read))
+        processes = GaugeMetricFamily("reliable_worker_processes",
+                                      "Worker processes on record and live (a heartbeat in the last 2 min), by host "
+                                      "and queue.", labels=["host", "queue"])
+        for (host, queue), count in sorted(live_by_host_and_queue(self.store).items()):
+            processes.add_metric([host, queue], count)
+            if queue != "*":  # the broker's consumers of it are read too
+                self._queues.add(queue)
+        families.append(processes)
         return families
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 
-    def _broker_family(self) -> GaugeMetricFamily:
+    def _broker_family(self) -> list[GaugeMetricFamily]:
         import pika  # only the exporter needs it, and only with --broker
         from pika.exceptions import ChannelClosedByBroker
 
@@ -184,6 +193,8 @@ class StoreCollector(Collector):
         family = GaugeMetricFamily("reliable_rabbitmq_queue_messages",
                                    "Messages ready in each RabbitMQ queue (passive queue_declare).",
                                    labels=["queue"])
+        consumers = GaugeMetricFamily("reliable_rabbitmq_queue_consumers",
+                                      "Consumers of each RabbitMQ queue (passive queue_declare).", labels=["queue"])
         connection = pika.BlockingConnection(nodes)
         try:
             channel = connection.channel()
@@ -195,10 +206,12 @@ class StoreCollector(Collector):
                         channel = connection.channel()
                         continue
                     family.add_metric([name], ok.method.message_count)
+                    if name == queue:
+                        consumers.add_metric([name], ok.method.consumer_count)
         finally:
             if connection.is_open:
                 connection.close()
-        return family
+        return [family, consumers]
 
 
 def _workflow_family(read: GaugeReadings) -> GaugeMetricFamily:

@@ -29,6 +29,7 @@ from .options import contract_options, stored_contract
 from .policy import JobContract, Policy
 from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
+from .store.processes import leases_held_by
 from .worker.outcome import REPUBLISHED, crash_event
 from .workflows.engine import WorkflowEngine
 
@@ -135,7 +136,24 @@ class Recovery:
                         len(report.expired), len(report.retried), len(report.redispatched), report.workflows)
         return report
 
-    def _expired(self, job: Job, report: RecoveryReport) -> None:
+    def release_holder(self, worker_id: str, *, observed_by: str, how: str) -> RecoveryReport:
+        """Expire at once every lease held by `worker_id`, a process known for certain to be dead
+        (`how`: pid_gone, pid_reused), as its lease expiring would, without waiting for its TTL.
+
+        The same fenced compare-and-set as an expiry (version and lease unchanged) and the same
+        crash rules (a non-idempotent job goes to review); the event names who saw the death, and how.
+        Never call it for a process that may be alive: a frozen or unreachable holder keeps its TTL.
+        """
+        report = RecoveryReport()
+        death = {"holder_dead": how, "observed_by": observed_by}
+        for job in leases_held_by(self.store, [worker_id]):
+            self._expired(job, report, death=death)
+        if report.expired:
+            logger.warning("recovery: %d leases of %s released at once (%s, seen by %s)", len(report.expired),
+                           worker_id, how, observed_by)
+        return report
+
+    def _expired(self, job: Job, report: RecoveryReport, *, death: Mapping[str, str] | None = None) -> None:
         if job.status is JobStatus.STOPPING:
             event, reason, delay = Event.FORCE_STOP, "lease expired while stopping", None
         else:
@@ -143,18 +161,22 @@ class Recovery:
                                                 actor=job.actor, queue=job.home_queue)
             event = crash_event(decision.action)
             reason, delay = decision.reason, decision.delay
+        if death is not None:
+            reason = f"{reason} (its holder {job.worker_id} is dead: {death['holder_dead']}, " \
+                     f"seen by {death['observed_by']})"
         honoured = honour_requests(event, job.status, pause_requested=job.pause_requested,
                                    cancel_requested=job.cancel_requested)
         if honoured is not event:
             event, reason = honoured, f"{reason} ({'pause' if job.status is JobStatus.RUNNING else 'stop'} requested)"
         try:
             moved = self.store.transition(
-                job.job_id, event, expected_version=job.version, lease_id=job.lease_id, lease_expired=True,
+                job.job_id, event, expected_version=job.version, lease_id=job.lease_id, lease_expired=death is None,
                 retry_delay=(delay or 0.0) if event is Event.LEASE_EXPIRED_BACKOFF else None, reason=reason,
                 dispatch=(self.broker is not None) if event is Event.LEASE_EXPIRED else None,
                 queue=self._stranded(job) if event in REPUBLISHED else None,
                 detail={"expired_worker": job.worker_id, "expired_lease": job.lease_id,
-                        "lease_expires_at": job.lease_expires_at, "checkpoint_version": job.checkpoint_version},
+                        "lease_expires_at": job.lease_expires_at, "checkpoint_version": job.checkpoint_version,
+                        **(death or {})},
             )
         except (TransitionRefused, JobNotFound):
             report.lost_races += 1  # renewed, finished, or another recovery loop won

@@ -87,3 +87,57 @@ class WorkerProcess:
 def send(broker: RabbitmqBroker, queue: str, actor: str, *args: Any) -> dramatiq.Message[Any]:
     """Enqueue a message for an actor this process does not declare."""
     return broker.enqueue(dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={}))
+
+
+def checkpointed(store: Any, job_ids: list[str], at_least: int) -> bool:
+    """Every one of `job_ids` RUNNING with a checkpoint of at least `at_least`."""
+    from reliable.states import JobStatus
+
+    jobs = [store.get(job_id) for job_id in job_ids]
+    return all(j.status is JobStatus.RUNNING and (j.checkpoint or 0) >= at_least for j in jobs)
+
+
+def resumed_after(store: Any, job_ids: list[str], killed_at: float) -> dict[str, float] | None:
+    """Seconds from `killed_at` (the store's clock) to the start of each job's next attempt, once
+    every job has one (None before); the crash-recovery tests' kill-to-resume figure."""
+    resumed = {}
+    for job_id in job_ids:
+        later = [a for a in store.attempts(job_id) if a.started_at > killed_at]
+        if not later:
+            return None
+        resumed[job_id] = later[0].started_at - killed_at
+    return resumed
+
+
+def resumed_from(store: Any, job_id: str, killed_at: float) -> int:
+    """The checkpoint the job's first attempt after `killed_at` started from (the units app records
+    `start-<attempt>` with it as its result)."""
+    import json
+
+    from sqlalchemy import select
+
+    from reliable.store.schema import effects
+
+    later = next(a for a in store.attempts(job_id) if a.started_at > killed_at)
+    key = f"{job_id}:start-{later.attempt}"
+    with store.engine.connect() as conn:
+        result = conn.execute(select(effects.c.result).where(effects.c.job_id == job_id,
+                                                             effects.c.op_key == key)).scalar()
+    return int(json.loads(result)) if result is not None else -1
+
+
+def resumed_from_checkpoints(store: Any, job_ids: list[str], killed_at: float, *, checkpoint: int,
+                             context: Any) -> dict[str, float]:
+    """Wait until every job resumed after a kill at `killed_at` (bounded: well below a 30 s lease
+    TTL); check each resumed from at least `checkpoint`, released because its holder was seen dead
+    (`holder_dead: pid_gone`). The seconds from the kill to each resume."""
+    from support import wait_for
+
+    resumed = wait_for(lambda: resumed_after(store, job_ids, killed_at), "every job resumed", timeout=25,
+                       context=context)
+    for job_id in job_ids:
+        start = wait_for(lambda j=job_id: resumed_from(store, j, killed_at) + 1, "the attempt's start recorded") - 1
+        assert start >= checkpoint, f"{job_id} resumed from {start}, not from its checkpoint"
+        [released] = store.events(job_id, events=["lease_expired"])
+        assert released.detail is not None and released.detail["holder_dead"] == "pid_gone", released
+    return resumed

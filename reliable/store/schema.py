@@ -26,11 +26,32 @@ from sqlalchemy import (
 from ..inputs import MAX_JOB_ID
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 
-__all__ = ["PARTIAL_JOB_INDEXES", "TABLE_PREFIX", "alembic_include_name", "alerts", "api_tokens", "attempts",
-           "barriers", "effects", "job_events", "jobs", "limit_buckets", "limit_slots", "limits", "liveness",
-           "metadata", "operations",
-           "schedule_events", "schedule_slots", "schedules", "workflow_edges",
-           "workflow_events", "workflow_nodes", "workflows"]
+__all__ = [
+    "PARTIAL_JOB_INDEXES",
+    "TABLE_PREFIX",
+    "alembic_include_name",
+    "alerts",
+    "api_tokens",
+    "attempts",
+    "barriers",
+    "effects",
+    "job_events",
+    "jobs",
+    "limit_buckets",
+    "limit_slots",
+    "limits",
+    "liveness",
+    "metadata",
+    "operations",
+    "schedule_events",
+    "schedule_slots",
+    "schedules",
+    "worker_processes",
+    "workflow_edges",
+    "workflow_events",
+    "workflow_nodes",
+    "workflows",
+]
 
 #: Every table reliable owns (its Alembic version table too) starts with it.
 TABLE_PREFIX = "reliable_"
@@ -220,6 +241,28 @@ liveness = Table(
     Column("last_beat_at", Double),
     Column("outage_ended_at", Double),
 )
+
+# One row per worker process (migration 0014): who holds leases, written at boot, stamped by every
+# heartbeat, marked exited at a clean stop or when its death is certain (reliable.worker.processes).
+worker_processes = Table(
+    "reliable_worker_processes",
+    metadata,
+    Column("worker_id", String(255), primary_key=True),  # host:pid:random, as on the job rows
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("start_ticks", BigInteger),  # /proc/<pid>/stat field 22: tells a reused pid apart
+    Column("boot_id", String(64)),  # /proc/sys/kernel/random/boot_id: pids of another boot mean nothing
+    Column("queues", Text),  # JSON list; NULL: every queue
+    Column("threads", Integer),
+    Column("supervisor_pid", Integer),  # `reliable worker`'s pid, when a child of it
+    Column("started_at", Double, nullable=False),
+    Column("last_beat_at", Double, nullable=False),
+    Column("exited_at", Double),
+    Column("exit_reason", String(64)),  # stopped | pid_gone | pid_reused
+    Column("exit_observed_by", String(255)),  # the process that saw it (its worker id)
+)
+
+Index("ix_reliable_worker_processes_host", worker_processes.c.host, worker_processes.c.boot_id)
 
 # The completion barrier of a Dramatiq group with completion callbacks (migration 0006).
 barriers = Table(

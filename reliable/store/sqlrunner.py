@@ -366,10 +366,16 @@ class SqlRunner:
         else:
             params["leases"] = json.dumps([[j, lease] for j, lease in leases])
         with self.single() as tx:
-            if not self._postgres:
+            if not self._postgres:  # PostgreSQL: both in renew's own statement
                 self.execute(tx, "beat", params)
+                self.execute(tx, "process_beat", params)
             rows = self.execute(tx, "renew", params).fetchall()
         return [dict(zip(LEASE_COLUMNS, row, strict=True)) for row in rows]
+
+    def process_beat(self, worker_id: str) -> None:
+        """Stamp the process's own record (a heartbeat holding no lease)."""
+        with self.single() as tx:
+            self.execute(tx, "process_beat", {"worker_id": worker_id})
 
     def job_status(self, job_id: str) -> tuple[str, str | None] | None:
         """The job's state and delivery digest (None: no such job), read alone by primary key."""

@@ -550,7 +550,8 @@ class StateStore:
         """Extend every lease in `leases` in one statement; return the ones still held.
 
         A lease missing from the answer was lost (expired and reassigned, or the job left the
-        RUNNING/STOPPING states). The answer carries the control flags, so a pause or stop reaches
+        RUNNING/STOPPING states). The same statement stamps the process's record (`worker_id`).
+        The answer carries the control flags, so a pause or stop reaches
         a running job within one heartbeat.
         """
         pairs = list(leases)
@@ -558,6 +559,11 @@ class StateStore:
             return {}
         self.check_schema()
         return {row["job_id"]: self._lease_status(row) for row in self._sql.renew(worker_id, pairs, lease_ttl)}
+
+    def process_beat(self, worker_id: str) -> None:
+        """A heartbeat holding no lease: stamp the process's record (reliable.store.processes) only."""
+        self.check_schema()
+        self._sql.process_beat(worker_id)
 
     @staticmethod
     def _lease_status(row: Mapping[str, Any]) -> LeaseStatus:

@@ -45,6 +45,9 @@ __all__ = ["HARD_STOP_SIGNAL", "STOP_GRACE", "ChildConfig", "main", "resident_by
 LOGFORMAT = "[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s"
 #: The supervisor's "stop at once" to a child; never sent by systemd, a terminal or Kubernetes.
 HARD_STOP_SIGNAL = signal.SIGUSR1
+#: The supervisor's pid, in each child's environment: its worker process record names it
+#: (reliable.worker.processes).
+SUPERVISOR_PID_ENV = "RELIABLE_SUPERVISOR_PID"
 #: Seconds a stopping child gets past --shutdown-timeout to stop its consumers and requeue prefetched messages.
 STOP_GRACE = 5.0
 _PR_SET_PDEATHSIG = 1
@@ -176,6 +179,7 @@ def run(config: ChildConfig) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _die_with_parent(config.supervisor_pid)
+    os.environ[SUPERVISOR_PID_ENV] = str(config.supervisor_pid)
     random.seed()
     logging.basicConfig(level=config.log_level, format=LOGFORMAT, stream=sys.stderr)
     logging.getLogger("pika").setLevel(logging.CRITICAL)

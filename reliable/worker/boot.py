@@ -7,9 +7,10 @@ the boot saying what to fix or run; a store that cannot be reached is only logge
 replication; the broker is checked (`reliable.rabbitmq`: delivery limit, queues,
 consumer_timeout); every tracked actor's metrics start at 0; the app's schedules are stored (their
 actors are imported by now: the job templates can be built; an unreachable store is waited for up
-to the send_timeout); the policy's retry lanes are declared; the heartbeat starts and, if enabled,
-the recovery thread. A mistake stops the boot (ActorContractError, a MiddlewareError: the worker
-does not start).
+to the send_timeout); the policy's retry lanes are declared; the heartbeat starts; the process
+goes on record and releases the leases of this host's dead processes (reliable.worker.processes);
+if enabled, the recovery thread starts. A mistake stops the boot (ActorContractError, a
+MiddlewareError: the worker does not start).
 """
 
 from __future__ import annotations
@@ -66,5 +67,8 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
     for lane in settings.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
         declare_queue(broker, lane)
     process.heartbeat.start()
+    whitelist = getattr(worker, "consumer_whitelist", None)
+    process.go_on_record(broker, mw.plans.options, threads=getattr(worker, "worker_threads", None),
+                         queues=whitelist if whitelist else broker.get_declared_queues())
     if settings.recovery:
-        process.start_recovery(broker, mw.plans.options)
+        process.start_recovery(broker)

@@ -99,6 +99,7 @@ class Heartbeat:
         """Renew every held lease once and act on the answer."""
         jobs = self.held()
         if not jobs:
+            self.store.process_beat(self.worker_id)  # the process's record: alive, holding nothing
             if self._on_beat:
                 self._on_beat(0.0, 0, 0)  # nothing renewed: lets "leases held" fall back to 0
             return

@@ -14,7 +14,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import dramatiq
@@ -25,10 +25,12 @@ from ..schedules import Scheduler
 from ..store import StateStore
 from ..store.db import POOL_TIMEOUT, missing_sqlite_file
 from ..store.engine import connect_engine
+from ..store.processes import WorkerProcess
 from ..store.replication import check_replication
 from ..store.retrying import retry_while_unavailable
 from .context import JobContext, _current, _fast_run
 from .heartbeat import Heartbeat
+from .processes import exited, register, release_dead_neighbours, this_process
 from .settings import Settings
 
 __all__ = ["Runtime"]
@@ -50,6 +52,7 @@ class Runtime:
         self.recovery_thread: threading.Thread | None = None
         self.recovery_stop = threading.Event()
         self.scheduler: Scheduler | None = None
+        self.record: WorkerProcess | None = None
         self._lock = threading.Lock()
 
     @property
@@ -110,14 +113,22 @@ class Runtime:
                                          f"{exc}") from None
             logger.warning("could not check the store's replication at boot: %s", exc)
 
-    def start_recovery(self, broker: dramatiq.Broker,
-                       actor_options: Callable[[str], Mapping[str, Any]]) -> None:
-        """Start this process's recovery thread (the recovery loop and the scheduler)."""
+    def go_on_record(self, broker: dramatiq.Broker, actor_options: Callable[[str], Mapping[str, Any]], *,
+                     queues: Iterable[str] | None, threads: int | None) -> None:
+        """Write this process's record, then release at once the leases of this host's dead
+        processes (reliable.worker.processes); the recovery loop looks again at every pass."""
         settings = self.settings
-        self.scheduler = Scheduler(self.store, broker)
         self.recovery = Recovery(self.store, broker, settings.policy, actor_options=actor_options,
                                  sweep_after=settings.sweep_after, lease_ttl=settings.lease_ttl,
                                  worker_id=self.worker_id)
+        self.record = this_process(self.worker_id, queues=queues, threads=threads)
+        register(self.store, self.record)
+        release_dead_neighbours(self.store, self.recovery, self.record)
+
+    def start_recovery(self, broker: dramatiq.Broker) -> None:
+        """Start this process's recovery thread (the recovery loop and the scheduler)."""
+        assert self.recovery is not None, "go_on_record first"
+        self.scheduler = Scheduler(self.store, broker)
         self.recovery_stop.clear()
         self.recovery_thread = threading.Thread(target=self._recover_forever, name="reliable-recovery", daemon=True)
         self.recovery_thread.start()
@@ -126,6 +137,8 @@ class Runtime:
         assert self.recovery is not None
         while not self.recovery_stop.wait(self.settings.recovery_interval):
             try:
+                if self.record is not None:
+                    release_dead_neighbours(self.store, self.recovery, self.record)
                 self.recovery.run_once()
                 if self.scheduler is not None:
                     self.scheduler.tick()
@@ -153,6 +166,9 @@ class Runtime:
         if self.recovery_thread is not None:
             self.recovery_thread.join(5)
             self.recovery_thread = None
+        if self.record is not None and self.store_or_none is not None:
+            exited(self.store_or_none, self.record.worker_id)
+            self.record = None
         group = self.store_or_none.group_commit_stats() if self.store_or_none is not None else None
         if group is not None and group[0]:
             batches, writes = group

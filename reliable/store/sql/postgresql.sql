@@ -164,7 +164,8 @@ SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8);
 -- name: renew
 -- The heartbeat: extend every lease the process holds in one statement; the leases still held.
 -- It also stamps the liveness row: a beat that finds the last one (of any process) older than a
--- lease TTL marks the end of an outage (recovery then holds lease expiry for a TTL).
+-- lease TTL marks the end of an outage (recovery then holds lease expiry for a TTL), and the
+-- process's own row in reliable_worker_processes: no extra round trip per beat.
 WITH t AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 ),
@@ -174,6 +175,9 @@ beat AS (
         outage_ended_at = CASE WHEN excluded.last_beat_at - l.last_beat_at > %(lease_ttl)s::float8
                                THEN excluded.last_beat_at ELSE l.outage_ended_at END,
         last_beat_at = excluded.last_beat_at
+),
+proc AS (
+    UPDATE reliable_worker_processes SET last_beat_at = (SELECT now FROM t) WHERE worker_id = %(worker_id)s::text
 )
 UPDATE reliable_jobs
 SET lease_expires_at = (SELECT now FROM t) + %(lease_ttl)s::float8, worker_id = %(worker_id)s::text
@@ -181,6 +185,12 @@ WHERE (job_id, lease_id) IN (SELECT * FROM unnest(%(job_ids)s::text[], %(lease_i
   AND status = ANY(%(active)s::text[])
 RETURNING job_id, lease_id, status, pause_requested, stop_requested, cancel_requested, lease_expires_at,
     stop_requested_at;
+
+-- name: process_beat
+-- A heartbeat holding no lease: it stamps the process's own record only.
+UPDATE reliable_worker_processes
+SET last_beat_at = coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+WHERE worker_id = %(worker_id)s::text;
 
 -- name: job_status
 -- The fast path's look before a run: the state and the delivery digest, by primary key.

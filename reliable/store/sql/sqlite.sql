@@ -128,6 +128,11 @@ ON CONFLICT (id) DO UPDATE SET
                            THEN excluded.last_beat_at ELSE outage_ended_at END,
     last_beat_at = excluded.last_beat_at;
 
+-- name: process_beat
+-- The process's own record (migration 0014): run in the heartbeat's transaction, or alone by a
+-- heartbeat holding no lease.
+UPDATE reliable_worker_processes SET last_beat_at = :now WHERE worker_id = :worker_id;
+
 -- name: job_status
 -- The fast path's look before a run: the state and the delivery digest, by primary key.
 SELECT status, delivery_digest FROM reliable_jobs WHERE job_id = :job_id;
