@@ -127,14 +127,16 @@ def disclose(value: Any, kind: Kind, audience: Audience) -> Any:
 
 def disclose_json_text(text: str | None, kind: Kind, audience: Audience) -> str | None:
     """A structured value stored as JSON text (an alert fact's checkpoint) as `audience` may see it:
-    parsed, disclosed and written back; text that does not parse (cut short) is masked whole."""
+    parsed, disclosed and written back (unchanged when nothing in it is masked); text that does not
+    parse (cut short) is masked whole."""
     if text is None or audience.sees_secrets or kind is Kind.PUBLIC:
         return text
     try:
         value = json.loads(text)
     except ValueError:
         return MASK
-    return json.dumps(disclose(value, kind, audience), ensure_ascii=False)
+    shown = disclose(value, kind, audience)
+    return text if shown == value else json.dumps(shown, ensure_ascii=False)  # nothing masked: the text as kept
 
 
 def disclose_record(record: Mapping[str, Any], fields: Mapping[str, Kind], audience: Audience) -> dict[str, Any]:
