@@ -1,19 +1,22 @@
 """Schema migrations (Alembic), run on an engine reliable owns: upgrade, current and head revisions.
 
-Alembic is imported only here and only when a function runs. Its INFO lines about its own set-up
+Alembic is imported only here and only when an upgrade runs: the revision checks every producer
+and worker makes read the version table and the scripts' files themselves. Its INFO lines about its own set-up
 (plugins loaded, "Context impl ...", "Will assume ... DDL") are dropped: every worker checks the
 revision when it starts, and those lines told an operator nothing. "Running upgrade a -> b" stays.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, inspect, text
 
 from .db import translate_errors, write_transaction
 
@@ -60,14 +63,26 @@ def _config() -> Config:
     return config
 
 
-def head_revision() -> str:
-    """The newest schema revision this version of reliable knows."""
-    with _quiet_setup():
-        from alembic.script import ScriptDirectory
+_REVISION_LINE = re.compile(r"""^(down_revision|revision)\s*=\s*["']?(\w+|None)["']?""", re.M)
 
-        head = ScriptDirectory.from_config(_config()).get_current_head()
-    assert head is not None
-    return head
+
+@functools.cache
+def head_revision() -> str:
+    """The newest schema revision this version of reliable knows: the one revision of the scripts no
+    other names as its `down_revision` (read from the files: no Alembic import, which costs every
+    producer's `install()` and worker boot about 0.4 s; tests/store/test_migrate_heads.py checks
+    Alembic agrees)."""
+    revisions: set[str] = set()
+    downs: set[str] = set()
+    for script in (_SCRIPTS / "versions").glob("*.py"):
+        fields = dict((name, value) for name, value in _REVISION_LINE.findall(script.read_text(encoding="utf-8")))
+        if "revision" in fields:
+            revisions.add(fields["revision"])
+            downs.add(fields.get("down_revision", "None"))
+    heads = revisions - downs
+    if len(heads) != 1:
+        raise RuntimeError(f"reliable's migrations have {len(heads)} heads ({sorted(heads)}): the chain is broken")
+    return heads.pop()
 
 
 def applied_between(before: str | None, after: str) -> list[tuple[str, str]]:
@@ -82,13 +97,15 @@ def applied_between(before: str | None, after: str) -> list[tuple[str, str]]:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at, or None when it was never migrated."""
-    with _quiet_setup():
-        from alembic.runtime.migration import MigrationContext
-
-    with _quiet_setup(), translate_errors(engine), engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
+    """The revision the database is at, or None when it was never migrated (one query on the
+    version table Alembic keeps; Alembic itself is not imported)."""
+    with translate_errors(engine), engine.connect() as conn:
+        if not inspect(conn).has_table(VERSION_TABLE):
+            return None
+        found = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(found) > 1:
+        raise RuntimeError(f"{VERSION_TABLE} holds {len(found)} revisions ({sorted(found)}): reliable's schema has one")
+    return str(found[0]) if found else None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
