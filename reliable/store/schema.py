@@ -475,7 +475,7 @@ limit_slots = Table(
     Column("slot", Integer, primary_key=True),
     # Held while holder_job's attempt with lease holder_lease is live, or until expires_at (the
     # window between taking the slot and the claim): a killed worker's slot frees itself.
-    Column("holder_job", String(64)),
+    Column("holder_job", String(255)),  # a job id (reliable.inputs.MAX_JOB_ID, migration 0016)
     Column("holder_lease", BigInteger),
     Column("expires_at", Double),
 )
