@@ -62,6 +62,7 @@ __all__ = [
     "StoreUnavailable",
     "TransitionRefused",
     "WorkflowResultUnavailable",
+    "client_message",
 ]
 
 
@@ -301,3 +302,13 @@ class ScheduleNotFound(ReliableError):
 class NamedQueryError(ReliableError, LookupError):
     """A named query (reliable/store/sql/<dialect>.sql) that does not exist, or run without a
     parameter it needs: a bug in the caller, raised before anything is sent to the database."""
+
+
+def client_message(exc: BaseException) -> str:
+    """What a client (an API caller, a console user, a bulk operation's record) is told of `exc`: a
+    store error's own text names the database (its URL, user, host, database name) and is for the
+    server's log only; any other error's text as it is."""
+    if isinstance(exc, StoreError):
+        return (f"the state store could not serve this request ({type(exc).__name__}); try again, or see the "
+                "server's log")
+    return str(exc)

@@ -24,7 +24,7 @@ from typing import Any
 __all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "clip", "escape_controls", "job_id_problem", "message_size_problem",
            "text_problem"]
 
-#: The longest job id, in characters (the id columns are VARCHAR(255): migration 0015).
+#: The longest job id, in characters (the id columns are VARCHAR(255): migrations 0015 and 0016).
 MAX_JOB_ID = 255
 #: The largest message a job may be registered with: its JSON as stored, in bytes (1 MiB). Keep
 #: big payloads elsewhere (an object store) and send their key: every copy of the message, every

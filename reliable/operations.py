@@ -32,7 +32,15 @@ from typing import Any
 
 from .bulk import RateLimiter
 from .control import RESOLUTIONS, CommandResult, Control, check_reason_text, require_reason
-from .errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReliableError, StoreError
+from .errors import (
+    ConfigError,
+    ControlRefused,
+    NotAuthorized,
+    OperationNotFound,
+    ReliableError,
+    StoreError,
+    client_message,
+)
 from .operators import COMMANDS, SYNONYMS
 from .store import StateStore
 from .store.bulk_operations import (
@@ -410,7 +418,8 @@ class Operations:
         except Exception as exc:
             logger.exception("bulk operation %s broke after %d jobs", op.operation_id, progress.done)
             try:
-                self._write(op.operation_id, progress, status="failed", error=f"the run broke: {exc}")
+                self._write(op.operation_id, progress, status="failed",
+                            error=f"the run broke: {client_message(exc)}")
             except Exception:
                 logger.exception("bulk operation %s: recording its failure failed too", op.operation_id)
         finally:
@@ -456,7 +465,9 @@ class Operations:
             result = method(job_id, reason=reason, **kwargs)
         except ReliableError as exc:  # refused and audited by Control: recorded, the run goes on
             outcome = "error" if isinstance(exc, StoreError) else "refused"
-            return {"job_id": job_id, "outcome": outcome, "message": str(exc), "error": type(exc).__name__}
+            if outcome == "error":  # its text names the database: the log has it, the record (read by clients) not
+                logger.warning("bulk operation: job %s: %s", job_id, exc)
+            return {"job_id": job_id, "outcome": outcome, "message": client_message(exc), "error": type(exc).__name__}
         entry: dict[str, Any] = {"job_id": job_id, "outcome": result.outcome, "message": result.message,
                  "status_before": result.before.status.value if result.before else None,
                  "status": result.job.status.value if result.job else None}

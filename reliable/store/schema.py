@@ -251,7 +251,9 @@ worker_processes = Table(
     Column("host", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
     Column("start_ticks", BigInteger),  # /proc/<pid>/stat field 22: tells a reused pid apart
-    Column("boot_id", String(64)),  # /proc/sys/kernel/random/boot_id: pids of another boot mean nothing
+    # <boot_id>/<pid namespace inode> (reliable.worker.processes.pid_space): pids of another boot or
+    # pid namespace (another container on the host) mean nothing here
+    Column("boot_id", String(64)),
     Column("queues", Text),  # JSON list; NULL: every queue
     Column("threads", Integer),
     Column("supervisor_pid", Integer),  # `reliable worker`'s pid, when a child of it
@@ -473,7 +475,7 @@ limit_slots = Table(
     Column("slot", Integer, primary_key=True),
     # Held while holder_job's attempt with lease holder_lease is live, or until expires_at (the
     # window between taking the slot and the claim): a killed worker's slot frees itself.
-    Column("holder_job", String(64)),
+    Column("holder_job", String(255)),  # a job id (reliable.inputs.MAX_JOB_ID, migration 0016)
     Column("holder_lease", BigInteger),
     Column("expires_at", Double),
 )

@@ -23,7 +23,7 @@ from starlette.types import Scope
 
 from ..access import ApiTokens
 from ..control import ContractSource
-from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError
+from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError, client_message
 from ..store import StateStore
 from .bodies import BodyLimit
 from .config import WebConfig
@@ -63,13 +63,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _public_message(exc: Exception) -> str:
-    """What a client is told of `exc`: a store error's own text names the database (its URL, user,
-    host) and is for the server's log only."""
+    """What a client is told of `exc` (`reliable.errors.client_message`); a store error's own text,
+    which names the database, goes to the server's log."""
     if isinstance(exc, StoreError):
         logger.error("store error answering a request: %s", exc)
-        return (f"the state store could not serve this request ({type(exc).__name__}); try again, or see the "
-                "server's log")
-    return str(exc)
+    return client_message(exc)
 
 
 async def _reliable_error(request: Request, exc: Exception) -> Response:

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from ..access import ApiToken, ApiTokens, Principal
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ..inputs import text_problem
 from .inputs import check_request
 
@@ -110,6 +110,8 @@ async def authenticate(request: Request) -> Principal:
 def _session_token(tokens: ApiTokens, request: Request) -> ApiToken | None:
     try:
         token = tokens.get(str(request.session["token_id"]))
+    except StoreError:  # also a ConfigError when misconfigured: not a reason to end the session
+        raise
     except ConfigError:
         token = None
     if token is None or not token.active(tokens.store.now()):

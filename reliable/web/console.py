@@ -32,7 +32,7 @@ from starlette.templating import Jinja2Templates
 
 from ..access import Principal
 from ..defaults import topics
-from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
+from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
 from ..operators import COMMAND_ORDER
 from ..states import JobStatus
 from ..store.job_history import event_names
@@ -271,6 +271,8 @@ async def _job_list(request: Request, view: ListView) -> Response:
         check_search(principal, flt)
         page = await run_in_threadpool(functools.partial(page_jobs, state_of(request).store, flt,
                                                          limit=form["limit"], cursor=cursor))
+    except StoreError:  # also a ConfigError when misconfigured: the app's handler, which hides its text
+        raise
     except ConfigError as exc:
         return render(request, "jobs.html", 400, **{**context, "error": str(exc)})
     next_url = f"{here}?{_query(form, cursor=page.next_cursor)}" if page.next_cursor else None
@@ -371,7 +373,7 @@ async def job_action(request: Request) -> Response:
     method = getattr(state.control_for(principal), command)
     try:
         result = await run_in_threadpool(functools.partial(method, job_id, **kwargs))
-    except (NotAuthorized, JobNotFound):
+    except (NotAuthorized, JobNotFound, StoreError):  # a store error's text names the database: the app's handler
         raise
     except ReliableError as exc:
         flash(request, "error", f"{command} refused: {str(exc).removeprefix(f'job {job_id}: ')}")

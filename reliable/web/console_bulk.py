@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ConfigError, NotAuthorized, OperationNotFound, ReliableError
+from ..errors import ConfigError, NotAuthorized, OperationNotFound, ReliableError, StoreError
 from ..operations import ACTIVE_STATUSES
 from ..store.selection import JobFilter, select_jobs
 from .auth import authenticate, state_of
@@ -75,7 +75,7 @@ async def bulk_preview(request: Request) -> Response:
         preview = await run_in_threadpool(functools.partial(
             operations_of(request).preview, state.control_for(principal), command, flt,
             reason=str(form.get("reason") or "").strip() or None, options=options, rate=rate))
-    except NotAuthorized:
+    except (NotAuthorized, StoreError):  # a store error's text names the database: the app's handler
         raise
     except (ReliableError, ValueError) as exc:
         flash(request, "error", f"bulk {command or 'action'} refused: {exc}")
@@ -151,7 +151,7 @@ async def _act_and_tell(request: Request, call: Callable[[], Any], *, done: str,
         await run_in_threadpool(call)
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
-    except NotAuthorized:
+    except (NotAuthorized, StoreError):  # a store error's text names the database: the app's handler
         raise
     except ReliableError as exc:
         flash(request, "error", f"{refused}: {exc}")

@@ -41,7 +41,7 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
     mw.adopt_group_callbacks(broker)
     watch_consumers(broker)  # before the worker starts its consumers: deliveries name their queue
     process.ensure_process()
-    process.check_store(at="worker boot")  # a configuration error stops the boot, saying what to fix or run
+    process.check_store(at="worker boot", worker=True)  # a configuration error stops the boot, saying what to fix
     process.check_replication()
     check_broker(broker, mw, worker)
     metrics = mw.metrics

@@ -74,9 +74,14 @@ def malformed(message: Any) -> str | None:
 
 def delivered_queue(message: Any) -> tuple[str, str | None]:
     """The queue a delivery's body names and the one it was consumed from (None: unknown, see
-    `consumed`), Dramatiq's delay queue `<queue>.DQ` counted as `<queue>`."""
-    came = consumed_from(message)
-    return str(message.queue_name).removesuffix(".DQ"), None if came is None else came.removesuffix(".DQ")
+    `consumed`), Dramatiq's delay queue `<queue>.DQ` counted as `<queue>` when both name it alike.
+    A body naming `<queue>.DQ` consumed from `<queue>` (or the reverse) keeps both names as they
+    are, so that `queue_problem` refuses it: Dramatiq would acknowledge it on the consumer its body
+    names (`Worker.consumers[message.queue_name]`), with a delivery tag of another channel."""
+    named, came = str(message.queue_name), consumed_from(message)
+    if came is not None and came != named:
+        return named, came
+    return named.removesuffix(".DQ"), None if came is None else came.removesuffix(".DQ")
 
 
 def queue_problem(delivered: str, consumed: str | None, declared: str, job: Job | None,

@@ -2,14 +2,16 @@
 
 A worker process writes its record at boot (reliable.store.processes) and marks it exited at a
 clean stop. At boot, and at every recovery pass, it looks at the records of the other processes of
-its own host and kernel boot: one whose pid is gone, or now belongs to another process (its start
-time differs), is certainly dead, and its leases are released at once (`Recovery.release_holder`)
-instead of after their TTL. This is how a `reliable worker` child killed by SIGKILL (the
-supervisor's replacement, or a sibling, sees it) or a plain `dramatiq` restarted after a kill -9
-gets its jobs back in seconds.
+its own host and pid space (the kernel's boot and the pid namespace: `pid_space`): one whose pid
+is gone, or now belongs to another process (its start time differs), is certainly dead, and its
+leases are released at once (`Recovery.release_holder`) instead of after their TTL. This is how a
+`reliable worker` child killed by SIGKILL (the supervisor's replacement, or a sibling, sees it) or
+a plain `dramatiq` restarted after a kill -9 gets its jobs back in seconds.
 
-Nothing else is presumed dead: a process of another host, or of this host that is alive but
-frozen (SIGSTOP) or cut off from the store, keeps its leases until their TTL, as before.
+Nothing else is presumed dead: a process of another host, of another pid namespace on this host
+(two containers share the kernel's boot id, and may share a host name, but a pid of one is not
+visible, or is another process, in the other), or of this host that is alive but frozen (SIGSTOP)
+or cut off from the store, keeps its leases until their TTL, as before.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from ..store import StateStore
 from ..store.processes import WorkerProcess, list_processes, mark_exited, prune_exited, register_process
 from ..supervisor.child import SUPERVISOR_PID_ENV
 
-__all__ = ["KEEP_EXITED", "boot_id", "death_of", "exited", "register", "release_dead_neighbours", "start_ticks",
-           "this_process"]
+__all__ = ["KEEP_EXITED", "boot_id", "death_of", "exited", "pid_space", "register", "release_dead_neighbours",
+           "start_ticks", "this_process"]
 
 logger = logging.getLogger("reliable.leases")
 
@@ -40,6 +42,23 @@ def boot_id() -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+def pid_space() -> str | None:
+    """Where this process's pids mean something: the kernel's boot id and the pid namespace
+    (`<boot id>/<namespace inode>`), None when unknown or when /proc is not of this process's pid
+    namespace (its pids could not be probed there). Stored as the record's `boot_id`: two
+    containers on one host share the boot id, and may share a host name, but not their pids."""
+    boot = boot_id()
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # e.g. "pid:[4026531836]"
+        mounted_here = os.readlink("/proc/self") == str(os.getpid())  # /proc of another namespace: no
+    except OSError:
+        return None
+    inode = namespace.removeprefix("pid:[").removesuffix("]")
+    if boot is None or not mounted_here or not inode.isdigit():
+        return None
+    return f"{boot}/{inode}"
 
 
 def start_ticks(pid: int) -> int | None:
@@ -63,14 +82,15 @@ def this_process(worker_id: str, *, queues: Iterable[str] | None, threads: int |
     pid = os.getpid()
     supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
     return WorkerProcess(worker_id=worker_id, host=socket.gethostname(), pid=pid, start_ticks=start_ticks(pid),
-                         boot_id=boot_id(), queues=None if queues is None else tuple(sorted(queues)),
+                         boot_id=pid_space(), queues=None if queues is None else tuple(sorted(queues)),
                          threads=threads, supervisor_pid=int(supervisor) if supervisor.isdigit() else None)
 
 
 def death_of(record: WorkerProcess, *, host: str, boot: str | None,
              probe: Callable[[int], int | None]) -> str | None:
-    """How `record`'s process is known dead from `host` in kernel boot `boot` ("pid_gone",
-    "pid_reused"), or None: alive, or not knowable from here (another host or boot, no start time)."""
+    """How `record`'s process is known dead from `host` in pid space `boot` (`pid_space`: "pid_gone",
+    "pid_reused"), or None: alive, or not knowable from here (another host, boot or pid namespace,
+    no start time)."""
     if record.exited_at is not None or record.host != host or boot is None or record.boot_id != boot \
             or record.start_ticks is None:
         return None
@@ -82,7 +102,7 @@ def death_of(record: WorkerProcess, *, host: str, boot: str | None,
 
 def release_dead_neighbours(store: StateStore, recovery: Recovery, me: WorkerProcess,
                             probe: Callable[[int], int | None] = start_ticks) -> dict[str, list[str]]:
-    """Mark every certainly dead process of this host and boot exited and release its leases
+    """Mark every certainly dead process of this host and pid space exited and release its leases
     (job ids by worker id). Store errors are logged: the leases then expire by their TTL."""
     released: dict[str, list[str]] = {}
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import dramatiq
 
-from ..errors import ActorContractError, ConfigError, StoreError, StoreUnavailable
+from ..errors import ActorContractError, ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
 from ..recovery import Recovery
 from ..schedules import Scheduler
 from ..store import StateStore
@@ -198,12 +198,17 @@ class Runtime:
         return retry_while_unavailable(call, what=what, max_delay=min(self.settings.heartbeat_interval, timeout),
                                        timeout=timeout, note=f" (the send waits up to {timeout:g}s)")
 
-    def check_store(self, *, at: str) -> None:
+    def check_store(self, *, at: str, worker: bool = False) -> None:
         """Check the store once (`at`: "worker boot", "install"): a configuration error raises
         (StoreMisconfigured, StoreNotMigrated: one line saying what to fix or run); a store that
         cannot be reached now is only logged (what uses it later waits for it). A SQLite file that
-        does not exist is not created here (the first write creates it, or says to migrate it)."""
-        if missing_sqlite_file(self.store.engine.url) is not None:
+        does not exist is not created here: a producer goes on (the first send says to migrate it),
+        a `worker` stops its boot with StoreNotMigrated (it could only hold its messages, waiting)."""
+        if (missing := missing_sqlite_file(self.store.engine.url)) is not None:
+            if worker:
+                url = self.store.url
+                raise StoreNotMigrated(f"{at}: the store at {url} has no reliable schema (its SQLite file {missing} "
+                                       f"does not exist): run `reliable db upgrade --store {url}`")
             return
         try:
             self.store.check_schema()

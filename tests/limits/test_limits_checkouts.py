@@ -36,3 +36,19 @@ def test_each_step_of_the_hot_path_is_one_checkout(clocked: tuple[StateStore, Cl
     limits.release(spec, "", 0, "a")
     assert len(checkouts) == 3
     assert limits.take_token(spec, "").taken and len(checkouts) == 4
+
+
+def test_a_job_id_of_the_longest_allowed_length_takes_a_slot(store: StateStore) -> None:
+    """Every id `reliable.inputs` allows (up to MAX_JOB_ID characters) can hold a concurrency slot: on
+    PostgreSQL holder_job was VARCHAR(64), and a longer id's claim failed at every delivery."""
+    from reliable.inputs import MAX_JOB_ID
+
+    spec = limit_spec("call_api", Limits(concurrency=1))
+    assert spec is not None
+    job_id = "invoice-" + "f" * (MAX_JOB_ID - len("invoice-"))
+    store.register(NewJob(job_id, queue="q", actor="call_api", message={"args": []}))
+    limits = LimitStore(store, rand=lambda: 0.0)
+    taken = limits.acquire(spec, "", job_id, ttl=30.0)
+    assert taken.slot == 0
+    limits.release(spec, "", 0, job_id)
+    assert limits.acquire(spec, "", "other", ttl=30.0).slot == 0  # released: free again

@@ -220,3 +220,13 @@ def test_a_migrated_store_passes(tmp_path: Path) -> None:
     StateStore(url).upgrade()
     middleware = reliable.install(StubBroker(), store=url, recovery=False, metrics=False, json_logs=False)
     middleware.store.close()
+
+
+def test_a_worker_on_a_sqlite_file_that_does_not_exist_stops_at_boot(tmp_path: Path) -> None:
+    """A worker cannot work without the schema: a SQLite path that names no file (a typo, a store not
+    migrated yet) stops its boot with the command to run, and the file is not created. (A producer's
+    install goes on: test_install_leaves_a_missing_sqlite_file_uncreated.)"""
+    path = tmp_path / "typo.db"
+    case = Case(f"sqlite:///{path}", ("has no reliable", "does not exist", "run `reliable db upgrade --store"))
+    via_dramatiq_worker(case, tmp_path)
+    assert not path.exists()

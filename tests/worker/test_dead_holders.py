@@ -3,19 +3,25 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from reliable.policy import Policy
 from reliable.recovery import Recovery
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore
 from reliable.store.processes import WorkerProcess, list_processes, register_process
-from reliable.worker.processes import boot_id, death_of, release_dead_neighbours, start_ticks, this_process
+from reliable.worker.processes import boot_id, death_of, pid_space, release_dead_neighbours, start_ticks, this_process
 
 from support import wait_for
 
@@ -55,6 +61,64 @@ def test_start_ticks_and_boot_id_read_proc() -> None:
     finally:
         zombie.wait()
     assert boot_id() is not None and len(boot_id() or "") == 36
+
+
+RECORD_AND_WAIT = """
+import dataclasses, json, sys
+from reliable.worker.processes import this_process
+print(json.dumps(dataclasses.asdict(this_process("contained", queues=["q"], threads=1))), flush=True)
+sys.stdin.read()  # alive until the test closes stdin
+"""
+
+
+@contextmanager
+def in_another_pid_namespace(*, mount_proc: bool = True) -> Iterator[WorkerProcess]:
+    """The record of a live process in a new pid namespace on this host (same host name and boot
+    id: two containers on one host), alive until the block ends."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to start a process in another pid namespace")
+    command = ["unshare", "--pid", "--fork", *(["--mount-proc"] if mount_proc else []), sys.executable, "-c",
+               RECORD_AND_WAIT]
+    if os.geteuid() != 0:
+        command[1:1] = ["--user", "--map-root-user"]
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        line = child.stdout.readline()
+        if not line:
+            child.wait(timeout=10)
+            assert child.stderr is not None
+            pytest.skip(f"cannot start a process in another pid namespace: {child.stderr.read().strip()}")
+        fields = json.loads(line)
+        fields["queues"] = tuple(fields["queues"])
+        yield WorkerProcess(**fields)
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
+
+
+def test_a_live_process_of_another_pid_namespace_is_never_presumed_dead(store: StateStore) -> None:
+    me = this_process("me", queues=["q"], threads=4)
+    assert me.boot_id is not None and me.boot_id.startswith(f"{boot_id()}/")
+    with in_another_pid_namespace() as contained:
+        # Same host name and kernel boot, but its pid (1 or 2 there) is another process here, or none.
+        assert contained.host == me.host and contained.pid != os.getpid()
+        assert contained.boot_id is not None and contained.boot_id != me.boot_id
+        assert death_of(contained, host=me.host, boot=me.boot_id, probe=start_ticks) is None
+        register_process(store, contained)
+        held_by(store, "contained", "j-contained")
+        assert release_dead_neighbours(store, recovery(store), me) == {}
+        assert store.get("j-contained").status is JobStatus.RUNNING
+        [still] = [p for p in list_processes(store) if p.worker_id == "contained"]
+        assert still.live
+
+
+def test_no_pid_space_when_proc_is_another_namespace() -> None:
+    # unshare --pid without --mount-proc: /proc shows the parent namespace's pids, not this one's.
+    with in_another_pid_namespace(mount_proc=False) as confused:
+        assert confused.boot_id is None
+    assert pid_space() is not None
 
 
 def test_death_is_only_certain_on_this_host_and_boot() -> None:

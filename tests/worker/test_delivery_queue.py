@@ -51,3 +51,28 @@ def test_a_delay_queue_counts_as_its_queue_and_deliveries_name_their_consumer() 
     delayed = dramatiq.Message(queue_name="payments.DQ", actor_name="charge", args=(), kwargs={}, options={})
     assert delivery.delivered_queue(delayed) == ("payments", None)
     consumer.close()
+
+
+def test_a_body_naming_the_delay_queue_of_the_queue_it_came_from_is_refused() -> None:
+    # Dramatiq acknowledges a delivery on the consumer its body names: a body saying <queue>.DQ
+    # consumed from <queue> would be acked with <queue>'s delivery tag on the delay queue's channel.
+    broker = StubBroker()
+    broker.declare_queue("payments")
+    consumed.watch_consumers(broker)
+    for named, came in (("payments.DQ", "payments"), ("payments", "payments.DQ")):
+        message: dramatiq.Message[Any] = dramatiq.Message(queue_name=named, actor_name="charge", args=(),
+                                                          kwargs={}, options={})
+        broker.queues[came].put(message.encode())
+        consumer = broker.consume(came, timeout=1000)
+        delivered = next(consumer)
+        assert delivery.delivered_queue(delivered) == (named, came)
+        problem = delivery.queue_problem(*delivery.delivered_queue(delivered), "payments", None, ())
+        assert problem == f"it names queue {named!r} but came from queue {came!r}"
+        consumed.restore(delivered)
+        assert delivered.queue_name == came
+        consumer.close()
+    genuine = dramatiq.Message(queue_name="payments.DQ", actor_name="charge", args=(), kwargs={}, options={})
+    broker.queues["payments.DQ"].put(genuine.encode())
+    consumer = broker.consume("payments.DQ", timeout=1000)
+    assert delivery.delivered_queue(next(consumer)) == ("payments", "payments")
+    consumer.close()
