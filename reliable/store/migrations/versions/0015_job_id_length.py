@@ -11,7 +11,7 @@ https://sqlite.org/lang_altertable.html#otheralter for changes that leave the st
 is), so the reflected schema matches the code's metadata without copying a table.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 """
 
 from __future__ import annotations
