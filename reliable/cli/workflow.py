@@ -35,7 +35,6 @@ from .control import ALLOW_DUPLICATES, EXIT_ERROR, EXIT_REFUSED, allow_duplicate
 
 __all__ = ["workflow"]
 
-_MIN_PREFIX = 6
 _LINKED_LIMIT = 1000
 
 
@@ -49,17 +48,7 @@ def workflow() -> None:
 
 
 def _resolve(rows: WorkflowStore, given: str) -> str:
-    given = given.strip().removesuffix("...")
-    if rows.find(given) is not None or rows.store.list_jobs(workflow_id=given, limit=1):
-        return given
-    if len(given) < _MIN_PREFIX:
-        raise ConfigError(f"no workflow with id {given!r} (a prefix needs at least {_MIN_PREFIX} characters)")
-    found = rows.ids_with_prefix(given, limit=3)
-    if not found:
-        raise ConfigError(f"no workflow with id {given!r}")
-    if len(found) > 1:
-        raise ConfigError(f"workflow id prefix {given!r} is ambiguous: {', '.join(found)}...")
-    return found[0]
+    return rows.resolve(given)
 
 
 @workflow.command("list")
