@@ -88,8 +88,12 @@ async def _answer(func: Any) -> JSONResponse:
         return _not_found(exc)
 
 
-def _refusal_status(result: dict[str, Any], authorized: bool) -> int:
-    return 200 if result.get("outcome") != "refused" else 409 if authorized else 403
+def _answer_of(result: dict[str, Any], status: int) -> JSONResponse:
+    """A command's answer: what it did; a refusal also carries the API's error object."""
+    if status != 200:
+        result = {**result, "error": {"status": status, "message": result["message"],
+                                      "type": "NotAuthorized" if status == 403 else "Refused"}}
+    return JSONResponse(result, status)
 
 
 async def workflows(request: Request) -> JSONResponse:
@@ -133,7 +137,7 @@ async def workflow_action(request: Request) -> JSONResponse:
         result, authorized = await run_in_threadpool(run)
     except WorkflowNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(result, _refusal_status(result, authorized))
+    return _answer_of(result, 200 if result["outcome"] != "refused" else 409 if authorized else 403)
 
 
 async def schedules(request: Request) -> JSONResponse:
@@ -168,7 +172,7 @@ async def schedule_action(request: Request) -> JSONResponse:
                                                            command, principal, reason=body.get("reason")))
     except ScheduleNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(result.as_dict(), 200 if result.ok else 403)
+    return _answer_of(result.as_dict(), 200 if result.ok else 403)
 
 
 def routes() -> list[BaseRoute]:
