@@ -14,7 +14,7 @@ from rich.table import Table
 from ..control import SCHEDULE_COMMANDS, require_reason
 from ..errors import NotAuthorized
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from ..schedules import storage
+from ..schedules import Schedule, storage
 from ..store import StateStore
 from .common import (
     BROKER_QUEUES_HELP,
@@ -128,12 +128,12 @@ def show(name: str, store_url: str | None, api_url: str | None, token_file: str 
         emit_json({"schedule": row, "slots": slots, "events": events})
         return
     console = stdout_console()
-    s = row["definition"]
-    console.print(f"schedule {row['name']}: {row['timing']} -> {row['actor']}(args={list(s.get('args') or [])}, "
-                  f"kwargs={s.get('kwargs') or {}}) on queue {row['queue']}", markup=False, highlight=False)
-    catch_up = f" (at most {s.get('catch_up_max')})" if row["misfire"] == "catch_up" else ""
-    console.print(f"  state {'paused' if row['paused'] else 'active'}; misfire {row['misfire']}{catch_up}, "
-                  f"grace {float(s.get('grace') or 0):g}s; next slot "
+    s = Schedule.from_definition(row["definition"])
+    console.print(f"schedule {row['name']}: {s.describe()} -> {row['actor']}(args={list(s.args)}, kwargs={s.kwargs}) "
+                  f"on queue {row['queue']}", markup=False, highlight=False)
+    catch_up = f" (at most {s.catch_up_max})" if s.misfire == "catch_up" else ""
+    console.print(f"  state {'paused' if row['paused'] else 'active'}; misfire {s.misfire}{catch_up}, "
+                  f"grace {s.grace:g}s; next slot "
                   f"{'-' if row['paused'] else fmt_time(row['next_slot'])}; last slot {fmt_time(row['last_slot'])}",
                   markup=False, highlight=False)
     table = Table("slot", "kind", id_column(), "state", "fired", title="recent slots")
