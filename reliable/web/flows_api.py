@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
+from ..access import Principal
 from ..errors import ScheduleNotFound
 from ..store.workflows import WorkflowNotFound
 from .auth import authenticate, state_of
@@ -116,14 +117,20 @@ async def workflow(request: Request) -> JSONResponse:
     return await _answer(functools.partial(workflow_detail, state, request.path_params["workflow_id"], principal))
 
 
-async def workflow_action(request: Request) -> JSONResponse:
-    """POST /api/v1/workflows/{workflow_id}/{command}: {reason, dry_run, allow_duplicate_side_effects}."""
+async def _command_request(request: Request, kind: str, commands: tuple[str, ...], fields: frozenset[str]
+                           ) -> tuple[Principal, str, dict[str, Any]]:
+    """The caller, the command (404 unless one of `commands`) and the checked body of a POST."""
     principal = await authenticate(request)
     command = request.path_params["command"]
-    if command not in WORKFLOW_ACTIONS:
-        raise HTTPException(404, f"unknown workflow command {command!r} (known: {', '.join(WORKFLOW_ACTIONS)})")
+    if command not in commands:
+        raise HTTPException(404, f"unknown {kind} command {command!r} (known: {', '.join(commands)})")
     _known(request)
-    body = _body(await json_object(request), _WORKFLOW_FIELDS)
+    return principal, command, _body(await json_object(request), fields)
+
+
+async def workflow_action(request: Request) -> JSONResponse:
+    """POST /api/v1/workflows/{workflow_id}/{command}: {reason, dry_run, allow_duplicate_side_effects}."""
+    principal, command, body = await _command_request(request, "workflow", WORKFLOW_ACTIONS, _WORKFLOW_FIELDS)
     state = state_of(request)
 
     def run() -> tuple[dict[str, Any], bool]:
@@ -160,12 +167,7 @@ async def schedule(request: Request) -> JSONResponse:
 
 async def schedule_action(request: Request) -> JSONResponse:
     """POST /api/v1/schedules/{name}/{command}: pause, resume or trigger, {reason}."""
-    principal = await authenticate(request)
-    command = request.path_params["command"]
-    if command not in SCHEDULE_ACTIONS:
-        raise HTTPException(404, f"unknown schedule command {command!r} (known: {', '.join(SCHEDULE_ACTIONS)})")
-    _known(request)
-    body = _body(await json_object(request), _SCHEDULE_FIELDS)
+    principal, command, body = await _command_request(request, "schedule", SCHEDULE_ACTIONS, _SCHEDULE_FIELDS)
     state = state_of(request)
     try:
         result = await run_in_threadpool(functools.partial(schedule_command, state, request.path_params["name"],
