@@ -44,6 +44,7 @@ from reliable.store.workflows import WorkflowStore
 from reliable.web import WebConfig, create_app
 
 from middleware_harness import Harness, make_harness
+from support import wait_for
 from web_support import bearer, csrf_of, session
 
 SECRET = "hunter2-zz"
@@ -122,6 +123,13 @@ def _last_event(harness: Harness, workflow_id: str) -> dict[str, Any]:
     return WorkflowStore(harness.store).events(workflow_id)[-1]
 
 
+def _succeeded(harness: Harness, workflow_id: str) -> None:
+    """Wait (bounded) for the workflow to succeed: its resumed nodes run on the harness's worker."""
+    harness.join()
+    wait_for(lambda: WorkflowStore(harness.store).get(workflow_id)["status"] == "SUCCEEDED",
+             f"workflow {workflow_id} SUCCEEDED", timeout=30)
+
+
 def _dead_letters(store: StateStore, workflow_id: str) -> list[str]:
     return [j.job_id for j in select_jobs(store, JobFilter(statuses=(JobStatus.DEAD,), workflow_id=(workflow_id,),
                                                            exclude_discarded=True), limit=None)]
@@ -189,8 +197,7 @@ def test_workflow_reads_commands_and_roles(harness: Harness, people: People) -> 
         assert done.status_code == 200 and done.json()["outcome"] == "done", done.text
         harness.join()
         Recovery(harness.store, harness.broker, harness.middleware.policy, sweep_after=0.0).run_once()
-        harness.join()
-        assert WorkflowStore(harness.store).get(workflow_id)["status"] == "SUCCEEDED"
+        _succeeded(harness, workflow_id)
         assert ran["clean"] == 3 and ran["extract"] == 1
         assert _dead_letters(harness.store, workflow_id) == []
         dlq = client.get("/api/v1/dlq", headers=bearer(people.ada)).json()["jobs"]
@@ -217,7 +224,14 @@ def test_a_workflow_that_fails_again_after_a_resume_keeps_its_dead_letters(harne
     assert len(_dead_letters(harness.store, workflow_id)) == 2  # nothing superseded them
 
 
-def _declare(store: StateStore, name: str = "nightly", queue: str = "default") -> None:
+def _declare(harness: Harness, name: str = "nightly", queue: str = "default") -> None:
+    """A schedule of actor `work` (declared, so a triggered job runs), its kwargs quoting SECRET."""
+
+    @dramatiq.actor(broker=harness.broker, queue_name=queue)
+    def work(password: str = "") -> None:
+        """What the schedule runs."""
+
+    store = harness.store
     template = {"queue": queue, "actor": "work", "owner": None, "checkpoint_schema": None,
                 "message": {"queue_name": queue, "actor_name": "work", "args": [], "kwargs": {"password": SECRET},
                             "options": {"reliable_registered": True}, "message_timestamp": 0}}
@@ -226,7 +240,7 @@ def _declare(store: StateStore, name: str = "nightly", queue: str = "default") -
 
 def test_schedule_reads_commands_and_roles(harness: Harness, people: People) -> None:
     store = harness.store
-    _declare(store)
+    _declare(harness)
     with TestClient(_app(harness)) as client:
         listed = client.get("/api/v1/schedules", headers=bearer(people.vera))
         assert listed.status_code == 200, listed.text
@@ -276,7 +290,7 @@ def test_the_pages_draw_the_graph_and_run_the_commands(harness: Harness, people:
     ran: Counter[str] = Counter()
     broken = {"clean"}
     workflow_id = failed_workflow(harness, broken, ran)
-    _declare(harness.store)
+    _declare(harness)
     viewer, _ = session(harness.store, people.vera, broker=harness.broker)
     with viewer:
         page = viewer.get(f"/workflows/{workflow_id}")
@@ -298,8 +312,7 @@ def test_the_pages_draw_the_graph_and_run_the_commands(harness: Harness, people:
         done = operator.post(f"/workflows/{workflow_id}/actions/resume",
                              data={"reason": "row 12 fixed", "csrf_token": csrf_of(plan.text)})
         assert done.status_code == 200 and "resume: resumed" in done.text, done.text
-        harness.join()
-        assert WorkflowStore(harness.store).get(workflow_id)["status"] == "SUCCEEDED"
+        _succeeded(harness, workflow_id)
         fired = operator.post("/schedules/nightly/actions/trigger",
                               data={"reason": "rerun", "csrf_token": csrf_of(done.text)})
         assert fired.status_code == 200 and "triggered schedule nightly" in fired.text
@@ -315,7 +328,7 @@ def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People
     ran: Counter[str] = Counter()
     broken = {"clean"}
     workflow_id = failed_workflow(harness, broken, ran)
-    _declare(harness.store)
+    _declare(harness)
     with serve(_app(harness)) as api:
         listed = _cli("workflow", "list", "--json", token=people.vera, api=api)
         assert listed.exit_code == 0, listed.output
@@ -337,8 +350,7 @@ def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People
         broken.clear()
         done = _cli("workflow", "resume", workflow_id, "--reason", "fixed", "--json", token=people.dora, api=api)
         assert done.exit_code == 0 and json.loads(done.output)["outcome"] == "done", done.output
-        harness.join()
-        assert WorkflowStore(harness.store).get(workflow_id)["status"] == "SUCCEEDED"
+        _succeeded(harness, workflow_id)
 
         schedules = _cli("schedules", "list", "--json", token=people.vera, api=api)
         assert schedules.exit_code == 0 and json.loads(schedules.output)[0]["name"] == "nightly", schedules.output
