@@ -220,7 +220,7 @@ def test_a_workflow_that_fails_again_after_a_resume_keeps_its_dead_letters(harne
         harness.join()
         Recovery(harness.store, harness.broker, harness.middleware.policy, sweep_after=0.0).run_once()
         harness.join()
-    assert WorkflowStore(harness.store).get(workflow_id)["status"] == "FAILED"
+    wait_for(lambda: WorkflowStore(harness.store).get(workflow_id)["status"] == "FAILED", "FAILED again", timeout=30)
     assert len(_dead_letters(harness.store, workflow_id)) == 2  # nothing superseded them
 
 
