@@ -324,6 +324,14 @@ def _cli(*args: str, token: str, api: str) -> Result:
                                                     "COLUMNS": "200"})
 
 
+def _json_of(output: str) -> Any:
+    """The --json document a command printed: from its first line that opens it (the harness's worker
+    runs in this process and logs its events to the same stdout)."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line in ("{", "["))
+    return json.loads("\n".join(lines[start:]))
+
+
 def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People) -> None:
     ran: Counter[str] = Counter()
     broken = {"clean"}
@@ -332,11 +340,11 @@ def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People
     with serve(_app(harness)) as api:
         listed = _cli("workflow", "list", "--json", token=people.vera, api=api)
         assert listed.exit_code == 0, listed.output
-        assert [w["workflow_id"] for w in json.loads(listed.output)] == [workflow_id]
+        assert [w["workflow_id"] for w in _json_of(listed.output)] == [workflow_id]
         shown = _cli("workflow", "show", workflow_id[:8], token=people.vera, api=api)
         assert shown.exit_code == 0, shown.output
         assert "├── clean  DEAD  TimeoutError: clean: row 12 timed out" in shown.output
-        as_json = json.loads(_cli("workflow", "show", workflow_id, "--json", token=people.vera, api=api).output)
+        as_json = _json_of(_cli("workflow", "show", workflow_id, "--json", token=people.vera, api=api).output)
         assert {n["node"]: n["state"] for n in as_json["nodes"]}["report"] == "UPSTREAM_FAILED"
         assert SECRET not in json.dumps(as_json)
 
@@ -349,11 +357,11 @@ def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People
         assert dry.exit_code == 0 and "run again (2): clean, report" in dry.output, dry.output
         broken.clear()
         done = _cli("workflow", "resume", workflow_id, "--reason", "fixed", "--json", token=people.dora, api=api)
-        assert done.exit_code == 0 and json.loads(done.output)["outcome"] == "done", done.output
+        assert done.exit_code == 0 and _json_of(done.output)["outcome"] == "done", done.output
         _succeeded(harness, workflow_id)
 
         schedules = _cli("schedules", "list", "--json", token=people.vera, api=api)
-        assert schedules.exit_code == 0 and json.loads(schedules.output)[0]["name"] == "nightly", schedules.output
+        assert schedules.exit_code == 0 and _json_of(schedules.output)[0]["name"] == "nightly", schedules.output
         refused = _cli("schedules", "pause", "nightly", "--reason", "window", token=people.vera, api=api)
         assert refused.exit_code == 1 and "may not pause" in refused.output, refused.output
         paused = _cli("schedules", "pause", "nightly", "--reason", "window", token=people.dora, api=api)
@@ -363,7 +371,7 @@ def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People
         assert _cli("schedules", "resume", "nightly", "--reason", "over", token=people.dora, api=api).exit_code == 0
         fired = _cli("schedules", "trigger", "nightly", "--reason", "now", "--json", token=people.dora, api=api)
         assert fired.exit_code == 0, fired.output
-        harness.store.get(json.loads(fired.output)["job_id"])
+        harness.store.get(_json_of(fired.output)["job_id"])
         show = _cli("schedules", "show", "nightly", token=people.vera, api=api)
         assert show.exit_code == 0 and "trigger" in show.output and "dora" in show.output, show.output
         assert SECRET not in show.output

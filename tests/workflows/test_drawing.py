@@ -42,7 +42,7 @@ def test_the_svg_lays_nodes_out_by_longest_path_and_colours_them_by_state() -> N
                   errors={"clean": "TimeoutError: row <12> & more\nsecond line", "stats": "not failed: not shown"},
                   links={"clean": "/jobs/abc"})
     assert svg.startswith("<svg") and svg.endswith("</svg>")
-    assert svg.count('class="edge"') == 3 and svg.count('class="node"') == 4
+    assert svg.count('class="edge"') == 4 and svg.count('class="node"') == 4
     assert f'fill="{STATE_COLOURS["DEAD"]}" stroke="#b00020"' in svg
     assert "TimeoutError: row &lt;12&gt; &amp; more</text>" in svg  # escaped, first line on the box
     assert "second line</title>" in svg and "not failed" not in svg
