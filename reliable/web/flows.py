@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..access import Principal
-from ..control import SCHEDULE_COMMANDS, require_reason
+from ..control import SCHEDULE_COMMANDS, check_reason_text, require_reason
 from ..disclosure import (
     SCHEDULE_EVENT_FIELDS,
     SCHEDULE_FIELDS,
@@ -116,6 +116,7 @@ def workflow_command(state: WebState, given: str, command: str, principal: Princ
     if allow_duplicates and command not in ("resume", "restart"):
         raise ConfigError(f"field 'allow_duplicate_side_effects' applies to resume and restart, not {command}")
     require_reason(command, reason)
+    check_reason_text(command, reason)  # a NUL cannot be stored (PostgreSQL): a 400 naming it, nothing written
     workflow_id = WorkflowStore(state.store).resolve(given, linked=False)
     control = state.control_for(principal)
     engine = WorkflowEngine(state.store, state.broker)
@@ -200,6 +201,7 @@ def schedule_command(state: WebState, name: str, command: str, principal: Princi
     if command not in SCHEDULE_ACTIONS:
         raise ConfigError(f"unknown schedule command {command!r} (known: {', '.join(SCHEDULE_ACTIONS)})")
     require_reason(f"schedules {command}", reason)
+    check_reason_text(f"schedules {command}", reason)
     operator = principal.operator(state.config.host).name
     row = storage.get_schedule(state.store, name)
     needed = SCHEDULE_COMMANDS[f"schedules {command}"]
