@@ -38,6 +38,12 @@ __all__ = [
     "EFFECT_FIELDS",
     "EVENT_FIELDS",
     "JOB_FIELDS",
+    "SCHEDULE_EVENT_FIELDS",
+    "SCHEDULE_FIELDS",
+    "SLOT_FIELDS",
+    "WORKFLOW_EVENT_FIELDS",
+    "WORKFLOW_FIELDS",
+    "WORKFLOW_NODE_FIELDS",
     "Audience",
     "Kind",
     "disclose",
@@ -200,4 +206,46 @@ ATTEMPT_FIELDS: Mapping[str, Kind] = {
 #: Every field of `reliable.store.Effect` and its kind (an effect records its key, not its result).
 EFFECT_FIELDS: Mapping[str, Kind] = {
     **_public("job_id", "op_key", "applied", "duplicates", "attempt_id", "possible_duplicate"),
+}
+
+# -- workflows and schedules (issue 28): their nodes' and slots' jobs carry job values -----------
+
+#: Every field of a workflow's row (`WorkflowStore.listing`, `.get`) and its kind.
+WORKFLOW_FIELDS: Mapping[str, Kind] = {
+    **_public("workflow_id", "name", "status", "hold", "run", "owner", "created_by", "created_at", "updated_at",
+              "finished_at", "checked_at", "nodes"),
+}
+
+#: Every field of a workflow node as the API shows it: its job's arguments (`message`), result and
+#: last error are the job's values.
+WORKFLOW_NODE_FIELDS: Mapping[str, Kind] = {
+    **_public("workflow_id", "node", "position", "actor", "queue", "owner", "checkpoint_schema", "code_version",
+              "digest", "trigger", "on_upstream_failure", "pass_results", "job_id", "run", "result_note",
+              "job_status", "attempt", "last_error_class", "last_error_type", "finished_at", "state", "parents"),
+    "message": Kind.ARGUMENTS,
+    "result": Kind.EFFECT_RESULT,
+    "last_error_message": Kind.ERROR_TEXT,
+}
+
+#: Every field of a workflow's event (`WorkflowStore.events`); its detail may quote a plan's changes.
+WORKFLOW_EVENT_FIELDS: Mapping[str, Kind] = {
+    **_public("id", "workflow_id", "at", "event", "from_status", "to_status", "run", "operator", "source",
+              "reason", "host"),
+    "detail": Kind.EVENT_DETAIL,
+}
+
+#: Every field of a schedule as the API shows it: its declaration carries its job's arguments.
+SCHEDULE_FIELDS: Mapping[str, Kind] = {
+    **_public("name", "timing", "actor", "queue", "owner", "paused", "misfire", "next_slot", "last_slot",
+              "decided_until", "created_at", "updated_at", "slots_fired"),
+    "definition": Kind.ARGUMENTS,
+}
+
+#: Every field of a schedule's fired slot (`reliable.schedules.storage.SlotRow`).
+SLOT_FIELDS: Mapping[str, Kind] = {**_public("schedule", "slot_at", "job_id", "kind", "fired_at", "status")}
+
+#: Every field of a schedule's audit entry; its detail may hold the declaration (`definition`, `before`).
+SCHEDULE_EVENT_FIELDS: Mapping[str, Kind] = {
+    **_public("id", "schedule", "at", "event", "operator", "reason", "host"),
+    "detail": Kind.EVENT_DETAIL,
 }

@@ -119,8 +119,9 @@ class ApiClient:
     # -- transport ------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                body: Mapping[str, Any] | None = None) -> Any:
-        """`method` `path` (under /api/v1) and its JSON answer; ApiError for any error status."""
+                body: Mapping[str, Any] | None = None, refusals: bool = False) -> Any:
+        """`method` `path` (under /api/v1) and its JSON answer; ApiError for any error status, but with
+        `refusals` a refused command's own answer (403 or 409 carrying its `outcome`)."""
         query = {k: v for k, v in (params or {}).items() if v is not None and v != [] and v != ()}
         try:
             response = self._http.request(method, f"api/v1/{path}", params=query, json=body)
@@ -130,6 +131,13 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise ApiUnavailable(f"cannot reach the reliable API at {self.url}: {exc or type(exc).__name__}"
                                  ) from None
+        if refusals and response.status_code in (403, 409):
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = None
+            if isinstance(answer, dict) and answer.get("outcome") == "refused":
+                return answer
         if response.is_success:
             try:
                 return response.json()
@@ -213,4 +221,12 @@ class ApiClient:
     def cancel_operation(self, operation_id: str) -> dict[str, Any]:
         """Stop a bulk operation (the jobs already done stay done)."""
         result: dict[str, Any] = self.request("POST", f"operations/{quote(operation_id, safe='')}/cancel")
+        return result
+
+    # -- workflows and schedules (c28-flows) -----------------------------------------------------
+
+    def act(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a workflow or schedule command at `path` (workflows/ID/pause, schedules/NAME/trigger...):
+        what it did, a refusal (`outcome: refused`) included; ApiError for any other error."""
+        result: dict[str, Any] = self.request("POST", path, body=body, refusals=True)
         return result

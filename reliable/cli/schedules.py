@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import click
 from rich.table import Table
@@ -13,7 +14,7 @@ from rich.table import Table
 from ..control import SCHEDULE_COMMANDS, require_reason
 from ..errors import NotAuthorized
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from ..schedules import storage
+from ..schedules import Schedule, storage
 from ..store import StateStore
 from .common import (
     BROKER_QUEUES_HELP,
@@ -22,10 +23,12 @@ from .common import (
     fmt_time,
     handle_errors,
     id_column,
+    open_source,
     open_store,
     print_table,
     rabbitmq_broker,
     repeat,
+    source_options,
     stdout_console,
     store_option,
 )
@@ -78,60 +81,96 @@ def schedules() -> None:
 
 
 @schedules.command("list")
-@store_option
+@source_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: a list of schedules.")
 @handle_errors
-def list_(store_url: str | None, as_json: bool) -> None:
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, as_json: bool) -> None:
     """List the stored schedules: timing, actor, state, next and last slot."""
-    rows = storage.list_schedules(open_store(store_url))
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        rows = [_row_dict(row) for row in storage.list_schedules(source)]
+    else:
+        with source:
+            rows = source.request("GET", "schedules")["schedules"]
     if as_json:
-        emit_json([_row_dict(row) for row in rows])
+        emit_json(rows)
         return
     table = Table(id_column("name"), "timing", "actor", "queue", "state", "misfire", "next slot", "last slot",
                   title="schedules")
     for row in rows:
-        table.add_row(row.name, row.schedule.describe(), row.actor, row.queue, "paused" if row.paused else "active",
-                      row.schedule.misfire, "-" if row.paused else fmt_time(row.next_slot), fmt_time(row.last_slot))
+        table.add_row(row["name"], row["timing"], row["actor"], row["queue"], "paused" if row["paused"] else "active",
+                      row["misfire"], "-" if row["paused"] else fmt_time(row["next_slot"]),
+                      fmt_time(row["last_slot"]))
     print_table(stdout_console(), table)
 
 
 @schedules.command()
 @click.argument("name")
-@store_option
+@source_options
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="At most this many recent slots and audit entries.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: schedule, slots, events.")
 @handle_errors
-def show(name: str, store_url: str | None, limit: int, as_json: bool) -> None:
+def show(name: str, store_url: str | None, api_url: str | None, token_file: str | None, limit: int,
+         as_json: bool) -> None:
     """Show a schedule: its declaration and state, its recent slots with their jobs, its audit trail."""
-    store = open_store(store_url)
-    row = storage.get_schedule(store, name)
-    slots = storage.list_slots(store, name, limit=limit)
-    events = storage.list_events(store, name, limit=limit)
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        row = _row_dict(storage.get_schedule(source, name))
+        slots = [{**asdict(s), "status": s.status.value if s.status else None}
+                 for s in storage.list_slots(source, name, limit=limit)]
+        events = [asdict(e) for e in storage.list_events(source, name, limit=limit)]
+    else:
+        with source:
+            detail = source.request("GET", f"schedules/{quote(name, safe='')}", params={"limit": limit})
+        row, slots, events = detail["schedule"], detail["slots"], detail["events"]
     if as_json:
-        emit_json({"schedule": _row_dict(row),
-                   "slots": [{**asdict(s), "status": s.status.value if s.status else None} for s in slots],
-                   "events": [asdict(e) for e in events]})
+        emit_json({"schedule": row, "slots": slots, "events": events})
         return
     console = stdout_console()
-    s = row.schedule
-    console.print(f"schedule {row.name}: {s.describe()} -> {row.actor}(args={list(s.args)}, kwargs={s.kwargs}) "
-                  f"on queue {row.queue}", markup=False, highlight=False)
-    console.print(f"  state {'paused' if row.paused else 'active'}; misfire {s.misfire}"
-                  f"{f' (at most {s.catch_up_max})' if s.misfire == 'catch_up' else ''}, grace {s.grace:g}s; "
-                  f"next slot {'-' if row.paused else fmt_time(row.next_slot)}; last slot {fmt_time(row.last_slot)}",
+    s = Schedule.from_definition(row["definition"])
+    console.print(f"schedule {row['name']}: {s.describe()} -> {row['actor']}(args={list(s.args)}, kwargs={s.kwargs}) "
+                  f"on queue {row['queue']}", markup=False, highlight=False)
+    catch_up = f" (at most {s.catch_up_max})" if s.misfire == "catch_up" else ""
+    console.print(f"  state {'paused' if row['paused'] else 'active'}; misfire {s.misfire}{catch_up}, "
+                  f"grace {s.grace:g}s; next slot "
+                  f"{'-' if row['paused'] else fmt_time(row['next_slot'])}; last slot {fmt_time(row['last_slot'])}",
                   markup=False, highlight=False)
     table = Table("slot", "kind", id_column(), "state", "fired", title="recent slots")
     for slot in slots:
-        table.add_row(fmt_time(slot.slot_at), slot.kind, slot.job_id, slot.status.value if slot.status else "-",
-                      fmt_time(slot.fired_at))
+        table.add_row(fmt_time(slot["slot_at"]), slot["kind"], slot["job_id"], slot["status"] or "-",
+                      fmt_time(slot["fired_at"]))
     print_table(console, table)
     table = Table("at", "event", "operator", "host", "reason", "detail", title="audit trail")
     for event in events:
-        detail = ", ".join(f"{k}={v}" for k, v in event.detail.items() if k not in ("definition", "before"))
-        table.add_row(fmt_time(event.at), event.event, event.operator or "-", event.host or "-", event.reason or "-",
-                      detail or "-")
+        detail = ", ".join(f"{k}={v}" for k, v in (event["detail"] or {}).items() if k not in ("definition", "before"))
+        table.add_row(fmt_time(event["at"]), event["event"], event["operator"] or "-", event["host"] or "-",
+                      event["reason"] or "-", detail or "-")
     print_table(console, table)
+
+
+def _via_api(command: str, name: str, params: dict[str, Any]) -> bool:
+    """`command` through POST /api/v1/schedules/{name}/{command} when --api (or $RELIABLE_API) is given;
+    False when the store is to be used. Exit 1 when refused or when nothing changed, as on the store side."""
+    source = open_source(params["store_url"], params["api_url"], params["token_file"])
+    if isinstance(source, StateStore):
+        return False
+    from .via_api import refuse_store_side
+
+    refuse_store_side(params)
+    require_reason(f"schedules {command}", params["reason"])
+    with source:
+        result = source.act(f"schedules/{quote(name, safe='')}/{command}", {"reason": params["reason"]})
+    if params["as_json"]:
+        emit_json(result)
+    elif result["outcome"] == "done":
+        after = f"; next slot {fmt_time(result['next_slot'])}" if result.get("next_slot") else ""
+        click.echo(f"{result['message']} as {result['operator']}{after}")
+    else:
+        click.echo(f"{'error: ' if result['outcome'] == 'refused' else ''}{result['message']}", err=True)
+    if result["outcome"] != "done":
+        sys.exit(EXIT_UNCHANGED)
+    return True
 
 
 def _authorized(command: str, name: str, reason: str | None, store_url: str | None, operator_name: str | None,
@@ -173,35 +212,45 @@ def _set_paused(name: str, store_url: str | None, reason: str | None, operator_n
 
 @schedules.command(epilog=EXIT_CODES_HELP)
 @click.argument("name")
-@store_option
+@source_options
 @_operator_options
 @handle_errors
-def pause(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
-          operators_file: str | None, as_json: bool) -> None:
+def pause(name: str, store_url: str | None, api_url: str | None, token_file: str | None, reason: str | None,
+          operator_name: str | None, operators_file: str | None, as_json: bool) -> None:
     """Pause a schedule: its slots stop firing until `resume` (jobs already fired are not touched)."""
+    if _via_api("pause", name, locals()):
+        return
     _set_paused(name, store_url, reason, operator_name, operators_file, True, as_json)
 
 
 @schedules.command(epilog=EXIT_CODES_HELP)
 @click.argument("name")
-@store_option
+@source_options
 @_operator_options
 @handle_errors
-def resume(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
-           operators_file: str | None, as_json: bool) -> None:
+def resume(name: str, store_url: str | None, api_url: str | None, token_file: str | None, reason: str | None,
+           operator_name: str | None, operators_file: str | None, as_json: bool) -> None:
     """Resume a paused schedule. The slots that passed while it was paused do not fire; the next does."""
+    if _via_api("resume", name, locals()):
+        return
     _set_paused(name, store_url, reason, operator_name, operators_file, False, as_json)
 
 
 @schedules.command(epilog=EXIT_CODES_HELP)
 @click.argument("name")
-@store_option
+@source_options
 @_operator_options
-@broker_option
+@click.option("--broker", "broker_url", envvar="RELIABLE_BROKER", show_envvar=True,
+              help="RabbitMQ URL (amqp://...) to publish the job on (required without --api: through the API "
+                   "the server publishes it)." + BROKER_QUEUES_HELP)
 @handle_errors
-def trigger(name: str, store_url: str | None, reason: str | None, operator_name: str | None,
-            operators_file: str | None, broker_url: str, as_json: bool) -> None:
+def trigger(name: str, store_url: str | None, api_url: str | None, token_file: str | None, reason: str | None,
+            operator_name: str | None, operators_file: str | None, broker_url: str | None, as_json: bool) -> None:
     """Run a schedule's job once now, outside its slots (a paused schedule too); its slots go on as planned."""
+    if _via_api("trigger", name, locals()):
+        return
+    if not broker_url:
+        raise click.UsageError("--broker (or $RELIABLE_BROKER) is required: the RabbitMQ URL to publish the job on")
     store, operator = _authorized("trigger", name, reason, store_url, operator_name, operators_file)
     job = storage.trigger(store, name, operator=operator.name, reason=reason or "")
     from ..dispatch import dispatch

@@ -30,7 +30,7 @@ from .job_commands import EXIT_REFUSED, build_filter, confirm_selection, fail, h
 
 __all__ = [
     "POLL_SECONDS", "api_filter", "detail_records", "event_from_api", "from_api", "job_from_api", "list_jobs",
-    "run_by_filter", "run_command", "run_on_ids",
+    "refuse_store_side", "run_by_filter", "run_command", "run_on_ids",
 ]
 
 R = TypeVar("R")
@@ -235,6 +235,20 @@ _STORE_SIDE = {"operator_name": "--operator", "operators_file": "--operators-fil
                "broker_url": "--broker"}
 
 
+def refuse_store_side(params: Mapping[str, Any], extra: Mapping[str, str] | None = None) -> None:
+    """--operator, --operators-file, --policies and --broker (and `extra`: parameter -> flag) given on
+    the command line with --api are a usage error; from the environment, a warning: the server
+    decides who you are, what you may do, the actors' contracts and the broker."""
+    ctx = click.get_current_context(silent=True)
+    for name, flag in {**_STORE_SIDE, **(extra or {})}.items():
+        if not params.get(name):
+            continue
+        if ctx is None or ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"{flag} cannot be used with --api: the server decides who you are (from the "
+                                   "token), what you may do, the actors' contracts and the broker", ctx=ctx)
+        click.echo(f"warning: {flag} (from the environment) is ignored with --api: the server decides it", err=True)
+
+
 def run_command(client: ApiClient, command: str, job_ids: tuple[str, ...], params: dict[str, Any], *,
              force_states: tuple[JobStatus, ...], exclude_discarded: bool, **kwargs: Any) -> None:
     """`reliable COMMAND --api URL ...`: on job ids one request each, by filter one bulk operation.
@@ -242,14 +256,7 @@ def run_command(client: ApiClient, command: str, job_ids: tuple[str, ...], param
     Exit statuses as on the store side (control.EXIT_*); --operator, --operators-file, --policies
     and --broker are refused (the server decides them).
     """
-    ctx = click.get_current_context(silent=True)
-    for name, flag in _STORE_SIDE.items():
-        if not params.get(name):
-            continue
-        if ctx is None or ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
-            raise click.UsageError(f"{flag} cannot be used with --api: the server decides who you are (from the "
-                                   "token), what you may do, the actors' contracts and the broker", ctx=ctx)
-        click.echo(f"warning: {flag} (from the environment) is ignored with --api: the server decides it", err=True)
+    refuse_store_side(params)
     err = Console(stderr=True)
     # GET resolves a prefix (404 none, 409 several: exit 2, as on the store side) and gives the state before.
     found = [job_from_api(client.job(given, event_limit=1)["job"]) for given in dict.fromkeys(job_ids)]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import click
 from rich.table import Table
@@ -26,16 +27,18 @@ from .common import (
     fmt_time,
     handle_errors,
     id_column,
-    open_store,
+    open_source,
     print_table,
+    source_options,
     stdout_console,
-    store_option,
 )
 from .control import ALLOW_DUPLICATES, EXIT_ERROR, EXIT_REFUSED, allow_duplicates_option, build_control
 
+if TYPE_CHECKING:
+    from .api_client import ApiClient
+
 __all__ = ["workflow"]
 
-_MIN_PREFIX = 6
 _LINKED_LIMIT = 1000
 
 
@@ -49,21 +52,11 @@ def workflow() -> None:
 
 
 def _resolve(rows: WorkflowStore, given: str) -> str:
-    given = given.strip().removesuffix("...")
-    if rows.find(given) is not None or rows.store.list_jobs(workflow_id=given, limit=1):
-        return given
-    if len(given) < _MIN_PREFIX:
-        raise ConfigError(f"no workflow with id {given!r} (a prefix needs at least {_MIN_PREFIX} characters)")
-    found = rows.ids_with_prefix(given, limit=3)
-    if not found:
-        raise ConfigError(f"no workflow with id {given!r}")
-    if len(found) > 1:
-        raise ConfigError(f"workflow id prefix {given!r} is ambiguous: {', '.join(found)}...")
-    return found[0]
+    return rows.resolve(given)
 
 
 @workflow.command("list")
-@store_option
+@source_options
 @click.option("--status", "statuses", multiple=True, metavar="STATUS",
               type=click.Choice(WorkflowStatus.ALL, case_sensitive=False),
               help="Only workflows in this status (repeatable).")
@@ -71,10 +64,17 @@ def _resolve(rows: WorkflowStore, given: str) -> str:
 @click.option("--limit", default=50, show_default=True, help="At most this many rows (newest first).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @handle_errors
-def list_(store_url: str | None, statuses: tuple[str, ...], names: tuple[str, ...], limit: int, as_json: bool) -> None:
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, statuses: tuple[str, ...],
+          names: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List workflows, newest first."""
-    rows = WorkflowStore(open_store(store_url)).listing(status=[s.upper() for s in statuses], names=names,
-                                                        limit=limit)
+    source = open_source(store_url, api_url, token_file)
+    wanted = [s.upper() for s in statuses]
+    if isinstance(source, StateStore):
+        rows = WorkflowStore(source).listing(status=wanted, names=names, limit=limit)
+    else:
+        with source:
+            rows = source.request("GET", "workflows", params={"status": wanted, "name": list(names),
+                                                              "limit": limit})["workflows"]
     if as_json:
         emit_json(rows)
         return
@@ -87,49 +87,60 @@ def list_(store_url: str | None, statuses: tuple[str, ...], names: tuple[str, ..
 
 
 @workflow.command("show")
-@store_option
+@source_options
 @click.argument("workflow_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (workflow, nodes with states, edges, events).")
 @handle_errors
-def show(store_url: str | None, workflow_id: str, as_json: bool) -> None:
+def show(store_url: str | None, api_url: str | None, token_file: str | None, workflow_id: str,
+         as_json: bool) -> None:
     """Show a workflow: its DAG drawn with each node's state, its nodes' jobs and its history.
 
     The id of a Dramatiq pipeline (its first step's message id) or group with completion callbacks
     (its completion id) shows the jobs linked to it, drawn from their parent links, with the status
-    derived from them as for a workflow.
+    derived from them as for a workflow (through the store only: the API shows workflows).
     """
-    rows = WorkflowStore(open_store(store_url))
-    workflow_id = _resolve(rows, workflow_id)
-    if rows.find(workflow_id) is None:
-        _show_linked(rows.store, workflow_id, as_json)
-        return
-    head = rows.get(workflow_id)
-    nodes = rows.nodes(workflow_id)
-    snapshot = rows.snapshot(workflow_id)
-    states = node_states(snapshot)
-    events = rows.events(workflow_id)
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        rows = WorkflowStore(source)
+        workflow_id = _resolve(rows, workflow_id)
+        if rows.find(workflow_id) is None:
+            _show_linked(rows.store, workflow_id, as_json)
+            return
+        snapshot = rows.snapshot(workflow_id)
+        states = node_states(snapshot)
+        parents = {v.name: list(v.parents) for v in snapshot.nodes}
+        head, events, edges = rows.get(workflow_id), rows.events(workflow_id), rows.edges(workflow_id)
+        nodes = [{**n, "state": states[n["node"]], "parents": parents[n["node"]]} for n in rows.nodes(workflow_id)]
+    else:
+        with source:
+            detail = source.request("GET", f"workflows/{quote(workflow_id, safe='')}")
+        head, nodes, edges, events = detail["workflow"], detail["nodes"], detail["edges"], detail["events"]
     if as_json:
-        emit_json({"workflow": head, "nodes": [{**{k: v for k, v in n.items() if k != "message"},
-                                                "state": states[n["node"]]} for n in nodes],
-                   "edges": rows.edges(workflow_id), "events": events})
+        emit_json({"workflow": head, "nodes": [{k: v for k, v in n.items() if k not in ("message", "parents")}
+                                               for n in nodes],
+                   "edges": [list(edge) for edge in edges], "events": events})
         return
-    click.echo(f"workflow {workflow_id}  {head['name']}  {head['status']}"
+    _print_workflow(head, nodes, events)
+
+
+def _print_workflow(head: dict[str, Any], nodes: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+    """A workflow as text: its head, its DAG with each node's state (a failed node's error), nodes, history."""
+    click.echo(f"workflow {head['workflow_id']}  {head['name']}  {head['status']}"
                + (f"  (hold: {head['hold']})" if head["hold"] else "") + f"  run {head['run']}")
     click.echo(f"created {fmt_time(head['created_at'])}  updated {fmt_time(head['updated_at'])}"
                + (f"  finished {fmt_time(head['finished_at'])}" if head["finished_at"] else ""))
     click.echo()
-    by_name = {n["node"]: n for n in nodes}
     labels = {}
-    for name, state in states.items():
-        row = by_name[name]
+    for row in nodes:
+        state = row["state"]
         error = row["last_error_message"] if state in ("FAILED", "DEAD", "REVIEW") else None
         kind = (row["last_error_type"] or "").rsplit(".", 1)[-1]
-        labels[name] = state + (f"  {kind + ': ' if kind else ''}{error.splitlines()[0][:80]}" if error else "")
-    for line in draw_dag([n["node"] for n in nodes], {v.name: v.parents for v in snapshot.nodes}, labels):
+        labels[row["node"]] = state + (f"  {kind + ': ' if kind else ''}{error.splitlines()[0][:80]}" if error else "")
+    for line in draw_dag([n["node"] for n in nodes], {n["node"]: n["parents"] for n in nodes}, labels):
         click.echo(line)
     table = Table("node", "state", "actor", id_column("job_id"), "attempt", "run", "finished", title="nodes")
     for n in nodes:
-        table.add_row(n["node"], states[n["node"]], n["actor"], n["job_id"] if n["job_status"] else "-",
+        table.add_row(n["node"], n["state"], n["actor"], n["job_id"] if n["job_status"] else "-",
                       str(n["attempt"] or 0), str(n["run"]), fmt_time(n["finished_at"]))
     print_table(stdout_console(), table)
     history = Table("at", "event", "from", "to", "operator", "reason", title="history")
@@ -161,7 +172,7 @@ def _show_linked(store: StateStore, workflow_id: str, as_json: bool) -> None:
 
 def _command_options(func: Any) -> Any:
     options = [
-        store_option,
+        source_options,
         click.argument("workflow_id"),
         click.option("--reason", help="Why you are doing this (required, also with --dry-run); recorded on the "
                                       "workflow and on every job the command changes."),
@@ -186,27 +197,46 @@ def _run(command: str, params: dict[str, Any], definition: str | None = None) ->
         raise click.UsageError("--reason is required: say why (it is recorded on the workflow and its jobs); "
                                "nothing was done")
     try:
-        store = open_store(params["store_url"])
-        rows = WorkflowStore(store)
-        workflow_id = _resolve(rows, params["workflow_id"])
-        control = build_control(store, {**params, "policies_path": None})
-        engine = _engine(store, control.broker, definition)
-        reason, dry_run = params["reason"], params["dry_run"]
-        if command in ("pause", "stop", "cancel"):
-            result = engine.hold(command, workflow_id, control, reason=reason, dry_run=dry_run)
-        elif command == "resume":
-            loaded = _load_definition(definition) if definition else None
-            result = engine.resume(workflow_id, control, reason=reason, dry_run=dry_run, definition=loaded,
-                                   allow_duplicates=params[ALLOW_DUPLICATES])
+        source = open_source(params["store_url"], params["api_url"], params["token_file"])
+        if not isinstance(source, StateStore):
+            result = _run_via_api(source, command, params, definition)
         else:
-            result = engine.restart(workflow_id, control, reason=reason, dry_run=dry_run,
-                                    allow_duplicates=params[ALLOW_DUPLICATES])
+            result = _run_on_store(source, command, params, definition).as_dict()
     except ReliableError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     _render(result, params["as_json"])
-    if not result.ok:
+    if result["outcome"] == "refused":
         sys.exit(EXIT_REFUSED)
+
+
+def _run_on_store(store: StateStore, command: str, params: dict[str, Any], definition: str | None
+                  ) -> WorkflowCommand:
+    workflow_id = _resolve(WorkflowStore(store), params["workflow_id"])
+    control = build_control(store, {**params, "policies_path": None})
+    engine = _engine(store, control.broker, definition)
+    reason, dry_run = params["reason"], params["dry_run"]
+    if command in ("pause", "stop", "cancel"):
+        return engine.hold(command, workflow_id, control, reason=reason, dry_run=dry_run)
+    if command == "resume":
+        loaded = _load_definition(definition) if definition else None
+        return engine.resume(workflow_id, control, reason=reason, dry_run=dry_run, definition=loaded,
+                             allow_duplicates=params[ALLOW_DUPLICATES])
+    return engine.restart(workflow_id, control, reason=reason, dry_run=dry_run,
+                          allow_duplicates=params[ALLOW_DUPLICATES])
+
+
+def _run_via_api(client: ApiClient, command: str, params: dict[str, Any], definition: str | None
+                 ) -> dict[str, Any]:
+    """The command through POST /api/v1/workflows/{id}/{command}: the server decides who you are."""
+    from .via_api import refuse_store_side
+
+    refuse_store_side({**params, "definition": definition}, {"definition": "--definition"})
+    body: dict[str, Any] = {"reason": params["reason"], "dry_run": bool(params["dry_run"])}
+    if command in ("resume", "restart"):
+        body["allow_duplicate_side_effects"] = bool(params.get(ALLOW_DUPLICATES))
+    with client:
+        return client.act(f"workflows/{quote(params['workflow_id'], safe='')}/{command}", body)
 
 
 def _engine(store: StateStore, broker: Any, definition: str | None) -> WorkflowEngine:
@@ -246,24 +276,25 @@ def _load_definition(spec: str) -> Workflow:
     return value
 
 
-def _render(result: WorkflowCommand, as_json: bool) -> None:
+def _render(result: dict[str, Any], as_json: bool) -> None:
+    """A command's result (`WorkflowCommand.as_dict()`, from the store or the API) as text or JSON."""
     if as_json:
-        emit_json(result.as_dict())
+        emit_json(result)
         return
-    stream = sys.stderr if not result.ok else sys.stdout
-    prefix = "error: " if not result.ok else ""
-    click.echo(f"{prefix}{result.command} {result.workflow_id}: {result.message}", file=stream)
-    plan = result.plan
-    if plan is not None and plan.refusal is None:
-        for label, names in (("keep", plan.keep), ("resume", plan.resume), ("run again", plan.rerun),
-                             ("changed", plan.changed)):
-            if names:
-                click.echo(f"  {label} ({len(names)}): {', '.join(names)}")
-    for job in result.jobs:
-        if not job.ok:
-            click.echo(f"  refused: job {job.job_id}: {job.message}", err=True)
-    if result.status and result.outcome == "done":
-        click.echo(f"  status: {result.status}")
+    ok = result["outcome"] != "refused"
+    stream = sys.stdout if ok else sys.stderr
+    click.echo(f"{'' if ok else 'error: '}{result['command']} {result['workflow_id']}: {result['message']}",
+               file=stream)
+    plan = result.get("plan")
+    if plan is not None and plan.get("refusal") is None:
+        for label, key in (("keep", "keep"), ("resume", "resume"), ("run again", "rerun"), ("changed", "changed")):
+            if plan.get(key):
+                click.echo(f"  {label} ({len(plan[key])}): {', '.join(plan[key])}")
+    for job in result.get("jobs") or ():
+        if job.get("outcome") == "refused":
+            click.echo(f"  refused: job {job['job_id']}: {job['message']}", err=True)
+    if result.get("status") and result["outcome"] == "done":
+        click.echo(f"  status: {result['status']}")
 
 
 def _command(name: str, help_text: str) -> None:

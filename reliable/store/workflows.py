@@ -18,22 +18,25 @@ from typing import Any
 
 from sqlalchemy import and_, func, select
 
-from ..errors import ReliableError
+from ..errors import ConfigError, ReliableError
 from .records import NewJob
 from .schema import jobs, workflow_edges, workflow_events, workflow_nodes, workflows
 from .store import StateStore
 from .unit_of_work import UnitOfWork
 from .workflow_views import NodeView, Snapshot, WorkflowStatus
 
-__all__ = ["LockedWorkflow", "NodeRow", "WorkflowNotFound", "WorkflowStore"]
+__all__ = ["MIN_PREFIX", "LockedWorkflow", "NodeRow", "WorkflowNotFound", "WorkflowStore"]
+
+#: The fewest characters of a workflow id that name it when no other id starts with them.
+MIN_PREFIX = 6
 
 
 class WorkflowNotFound(ReliableError):
     """No workflow has the given id."""
 
-    def __init__(self, workflow_id: str) -> None:
+    def __init__(self, workflow_id: str, *, hint: str | None = None) -> None:
         self.workflow_id = workflow_id
-        super().__init__(f"no workflow with id {workflow_id!r}")
+        super().__init__(f"no workflow with id {workflow_id!r}" + (f" ({hint})" if hint else ""))
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,23 @@ class WorkflowStore:
         if found is None:
             raise WorkflowNotFound(workflow_id)
         return found
+
+    def resolve(self, given: str, *, linked: bool = True) -> str:
+        """The whole id of the workflow `given` names: its id, or a unique prefix of at least
+        MIN_PREFIX characters (a trailing "..." as tables print it is ignored). With `linked`, the id
+        of jobs linked by workflow_id only (a Dramatiq pipeline or group) counts too.
+        WorkflowNotFound when none matches; ConfigError when the prefix is short or ambiguous."""
+        given = given.strip().removesuffix("...")
+        if self.find(given) is not None or (linked and self.store.list_jobs(workflow_id=given, limit=1)):
+            return given
+        if len(given) < MIN_PREFIX:
+            raise WorkflowNotFound(given, hint=f"a prefix needs at least {MIN_PREFIX} characters")
+        found = self.ids_with_prefix(given, limit=3)
+        if not found:
+            raise WorkflowNotFound(given)
+        if len(found) > 1:
+            raise ConfigError(f"workflow id prefix {given!r} is ambiguous: {', '.join(found)}...")
+        return found[0]
 
     def ids_with_prefix(self, prefix: str, *, limit: int = 2) -> list[str]:
         """Workflow ids starting with `prefix`."""

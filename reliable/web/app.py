@@ -93,11 +93,14 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
     """
     from . import api, console, console_bulk, openapi, operations
+    from .flows_api import routes as flow_api_routes  # c28-flows: workflows and schedules
+    from .flows_console import routes as flow_page_routes  # c28-flows
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
     app = Starlette(
-        routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
+        routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
+                *flow_api_routes(), *flow_page_routes()],  # c28-flows
         middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,

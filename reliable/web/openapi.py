@@ -20,6 +20,7 @@ from ..states import JobStatus
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 from .auth import authenticate
 from .bodies import MAX_BODY_BYTES
+from .openapi_flows import FLOW_PATHS, FLOW_SCHEMAS  # c28-flows: workflows and schedules
 
 __all__ = ["COMMAND_PATHS", "document", "openapi_document", "routes"]
 
@@ -314,11 +315,11 @@ _DOCUMENT: dict[str, Any] = {
                             "authorized and audited by Control as the token's name. Times are epoch seconds."},
     "servers": [{"url": "/"}],
     "security": [{"bearer": []}],
-    "paths": _PATHS,
+    "paths": {**_PATHS, **FLOW_PATHS},  # c28-flows
     "components": {
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "rel_<id>_<secret>",
                                        "description": "an API token: `reliable tokens create NAME --role ...`"}},
-        "schemas": _SCHEMAS,
+        "schemas": {**_SCHEMAS, **FLOW_SCHEMAS},  # c28-flows
     },
 }
 

@@ -12,9 +12,10 @@ is a reference, so a fan-in appears once with its subtree and the drawing stays 
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 
-__all__ = ["draw_dag"]
+__all__ = ["STATE_COLOURS", "dag_layers", "dag_svg", "draw_dag"]
 
 
 def draw_dag(order: Sequence[str], parents: Mapping[str, Sequence[str]], labels: Mapping[str, str]) -> list[str]:
@@ -43,3 +44,92 @@ def draw_dag(order: Sequence[str], parents: Mapping[str, Sequence[str]], labels:
         if not parents.get(name):
             draw(name, "", "", None)
     return lines
+
+
+#: The fill of a node's box in the SVG drawing, by state (any other state: the last entry's grey).
+STATE_COLOURS: Mapping[str, str] = {
+    "SUCCEEDED": "#d6f5d6", "RUNNING": "#d6e6ff", "PENDING": "#eef3ff", "RETRY_WAIT": "#fff1c2",
+    "STOPPING": "#fff1c2", "PAUSED": "#fff1c2", "STOPPED": "#fff1c2", "REVIEW": "#ffd9a8", "FAILED": "#ffc9c9",
+    "DEAD": "#ffb3b3", "UPSTREAM_FAILED": "#fbe3e3", "BLOCKED": "#fbe3e3", "SKIPPED": "#eeeeee",
+    "CANCELLED": "#e4e4e4", "READY": "#eef3ff", "WAITING": "#f6f6f6",
+}
+_FAILED = frozenset({"FAILED", "DEAD", "REVIEW"})
+_BOX_W, _BOX_H, _GAP_X, _GAP_Y, _PAD = 190, 48, 60, 22, 8
+
+
+def dag_layers(order: Sequence[str], parents: Mapping[str, Sequence[str]]) -> dict[str, tuple[int, int]]:
+    """Each node's (layer, row): its layer is the longest path from a root, its row its place among the
+    layer's nodes in declaration order. Pure."""
+    layer: dict[str, int] = {}
+
+    def depth(name: str, seen: frozenset[str] = frozenset()) -> int:
+        if name not in layer:
+            above = [p for p in parents.get(name, ()) if p not in seen]
+            layer[name] = 1 + max((depth(p, seen | {name}) for p in above), default=-1)
+        return layer[name]
+
+    rows: dict[int, int] = {}
+    placed: dict[str, tuple[int, int]] = {}
+    for name in order:
+        column = depth(name)
+        placed[name] = (column, rows.get(column, 0))
+        rows[column] = rows.get(column, 0) + 1
+    return placed
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
+def dag_svg(order: Sequence[str], parents: Mapping[str, Sequence[str]], states: Mapping[str, str],
+            errors: Mapping[str, str] | None = None, links: Mapping[str, str] | None = None) -> str:
+    """The DAG as an SVG image: a box per node coloured by its state (`STATE_COLOURS`), left to right
+    by layer, an arrow per edge; a failed node's box carries its error's first line (`errors`), and
+    its tooltip the whole. `links[node]`: where its box leads (the node job's page). Every text is
+    escaped. Pure."""
+    errors = errors or {}
+    links = links or {}
+    placed = dag_layers(order, parents)
+    columns = 1 + max((c for c, _ in placed.values()), default=0)
+    rows = 1 + max((r for _, r in placed.values()), default=0)
+    width = _PAD * 2 + columns * _BOX_W + (columns - 1) * _GAP_X
+    height = _PAD * 2 + rows * _BOX_H + (rows - 1) * _GAP_Y
+
+    def at(name: str) -> tuple[int, int]:
+        column, row = placed[name]
+        return _PAD + column * (_BOX_W + _GAP_X), _PAD + row * (_BOX_H + _GAP_Y)
+
+    esc = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="dag" role="img" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" aria-label="workflow graph: {len(order)} nodes">',
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
+           'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>']
+    for child in order:
+        cx, cy = at(child)
+        for parent in parents.get(child, ()):
+            if parent not in placed:
+                continue
+            px, py = at(parent)
+            x1, y1, x2, y2 = px + _BOX_W, py + _BOX_H // 2, cx, cy + _BOX_H // 2
+            middle = (x1 + x2) // 2
+            out.append(f'<path class="edge" d="M{x1},{y1} C{middle},{y1} {middle},{y2} {x2},{y2}" fill="none" '
+                       'stroke="#666" stroke-width="1.4" marker-end="url(#arrow)"/>')
+    for name in order:
+        x, y = at(name)
+        state = states.get(name, "")
+        error = errors.get(name) if state in _FAILED else None
+        fill = STATE_COLOURS.get(state, "#f6f6f6")
+        stroke = "#b00020" if state in _FAILED else "#555"
+        tip = f"{name}: {state}" + (f"\n{error}" if error else "")
+        box = [f'<g class="node" data-node="{esc(name)}" data-state="{esc(state)}">',
+               f"<title>{esc(tip)}</title>",
+               f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" fill="{fill}" stroke="{stroke}" '
+               f'stroke-width="{2 if state in _FAILED else 1}"/>',
+               f'<text x="{x + 8}" y="{y + 18}" font-size="13" font-weight="600">{esc(_short(name, 24))}</text>',
+               f'<text x="{x + 8}" y="{y + 36}" font-size="11" fill="{"#b00020" if error else "#333"}">'
+               f'{esc(_short(error.splitlines()[0] if error else state, 30))}</text>', "</g>"]
+        if name in links:
+            box = [f'<a href="{esc(links[name])}">', *box, "</a>"]
+        out.extend(box)
+    out.append("</svg>")
+    return "\n".join(out)

@@ -208,12 +208,42 @@ class WorkflowEngine:
         """The workflow locked for one transaction; its status changes told after the commit."""
         with self.rows.locked(workflow_id) as locked:
             yield locked
+        if any(after == WorkflowStatus.SUCCEEDED for _, after in locked.transitions) and locked.run > 1:
+            self._resolve_superseded(workflow_id)
         for before, after in locked.transitions:
             if self.on_transition is not None:
                 try:
                     self.on_transition(workflow_id, before, after)
                 except Exception:  # an observer never breaks a workflow
                     logger.exception("workflow %s: transition listener failed", workflow_id)
+
+    def _resolve_superseded(self, workflow_id: str) -> int:
+        """After a workflow succeeded in a later run (a resume or restart), take its earlier node
+        jobs that died out of the dead letters: a `discarded` event on each says which workflow run
+        superseded it. They stay DEAD (their history is the workflow's). How many were resolved."""
+        from ..store.selection import DISCARDED, JobFilter, select_jobs
+
+        current = {row["job_id"] for row in self.rows.nodes(workflow_id) if row["job_id"]}
+        head = self.rows.get(workflow_id)
+        dead = select_jobs(self.store, JobFilter(statuses=(JobStatus.DEAD,), workflow_id=(workflow_id,),
+                                                 exclude_discarded=True), limit=None)
+        resolved = 0
+        for job in dead:
+            if job.job_id in current:
+                continue
+            try:
+                self.store.record_event(
+                    job.job_id, DISCARDED, operator="reliable",
+                    reason=f"superseded: workflow {workflow_id} succeeded in run {head['run']} after a "
+                           "resume or restart; a later job of this node replaced this one",
+                    detail={"command": "superseded", "source": "workflow", "workflow_id": workflow_id,
+                            "run": head["run"]})
+                resolved += 1
+            except ReliableError:  # one job must not stop the others; the sweep is idempotent
+                logger.exception("workflow %s: resolving superseded dead job %s failed", workflow_id, job.job_id)
+        if resolved:
+            logger.info("workflow %s: %d superseded dead node job(s) left the dead letters", workflow_id, resolved)
+        return resolved
 
     # -- advancing -------------------------------------------------------------------------------
 

@@ -107,6 +107,19 @@ SURFACES: dict[str, Surface] = {
     "/docs": Surface("/docs", False),
     "/docs/{topic}": Surface("/docs/operations", False),
     "/static": Surface(None, False, why="files shipped with the package: no data"),
+    # c28-flows: workflows and schedules (their nodes' and slots' values: tests/web/test_api_flows.py)
+    "/api/v1/workflows": Surface("/api/v1/workflows", False),
+    "/api/v1/workflows/{workflow_id}": Surface(None, True, why="a node's arguments and error by role: "
+                                               "test_api_flows.py::test_workflow_reads_commands_and_roles"),
+    "/api/v1/schedules": Surface(None, True, why="a schedule's declared arguments by role: "
+                                 "test_api_flows.py::test_schedule_reads_commands_and_roles"),
+    "/api/v1/schedules/{name}": Surface(None, True, why="as /api/v1/schedules"),
+    "/workflows": Surface("/workflows", False),
+    "/workflows/{workflow_id}": Surface(None, True, why="test_api_flows.py::test_the_pages_draw_the_graph_and_run_"
+                                        "the_commands"),
+    "/schedules": Surface("/schedules", False),
+    "/schedules/{name}": Surface(None, True, why="as /workflows/{workflow_id}"),
+    # /c28-flows
 }
 
 

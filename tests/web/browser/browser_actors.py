@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -28,4 +29,13 @@ def declare(broker: dramatiq.Broker, queue: str) -> dict[str, Any]:
         if reliable.current_job().attempt == 1:
             raise ValueError(f"card of {account} declined ({amount_cents} cents)")
 
-    return {"pages": pages, "charge": charge}
+    # c28-flows: a workflow node that dies (a timeout, no retry: DEAD) while its flag file exists.
+    @dramatiq.actor(broker=broker, queue_name=queue, max_retries=0, time_limit=60_000)
+    def flow_node(name: str, fail_flag: str) -> str:
+        """One node of the browser tests' workflow: a TimeoutError while `fail_flag` names a file."""
+        if fail_flag and os.path.exists(fail_flag):
+            raise TimeoutError(f"{name}: the warehouse did not answer")
+        return name
+    # /c28-flows
+
+    return {"pages": pages, "charge": charge, "flow_node": flow_node}
