@@ -94,12 +94,21 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     policy: the actors' policy (`reliable.policy.Policy`), so commands know each job's contract;
     broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
     """
-    from . import api, console, console_bulk, openapi, operations
+    from . import (
+        api,
+        console,
+        console_alerts,  # c28-workers
+        console_bulk,
+        fleet,  # c28-workers
+        openapi,
+        operations,
+    )
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
     app = Starlette(
-        routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes()],
+        routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
+                *fleet.routes(), *console_alerts.routes()],  # c28-workers
         middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,

@@ -214,7 +214,7 @@ def test_dead_letter_alert_resolves_once_the_job_is_requeued_and_succeeds(
                           alertmanager.alerts("ReliableDeadLetterGrowth"), "Alertmanager to list both")
         send = next(a for a in alerts if a["labels"]["actor"] == "send")
         assert send["status"]["state"] == "active"
-        assert send["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth"
+        assert send["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth?queue=mail&actor=send"
         assert send["annotations"]["description"].startswith("1 job(s) of send on queue mail went to DEAD")
 
         # requeued, claimed and SUCCEEDED: well inside the 30-min window

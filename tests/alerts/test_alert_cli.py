@@ -122,7 +122,7 @@ def test_settings_runbook_annotation_sends_the_runbook_too(sqlite_url: str, tmp_
         (candidate,) = engine.evaluate(persist=False).candidates
         annotations = engine.annotations(candidate)
         assert ("runbook" in annotations) is flag
-        assert annotations["runbook_url"] == "https://wiki.example/rb/reliabledeadlettergrowth"
+        assert annotations["runbook_url"] == "https://wiki.example/rb/reliabledeadlettergrowth?queue=exports&actor=export"
     assert "reliable dlq requeue j-dead" in annotations["runbook"]
 
 

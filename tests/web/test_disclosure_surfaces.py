@@ -107,6 +107,12 @@ SURFACES: dict[str, Surface] = {
     "/docs": Surface("/docs", False),
     "/docs/{topic}": Surface("/docs/operations", False),
     "/static": Surface(None, False, why="files shipped with the package: no data"),
+    # -- c28-workers: the fleet and the alerts: no job values (ids, queues, actors, states) --
+    "/api/v1/workers": Surface("/api/v1/workers", False),
+    "/workers": Surface("/workers", False),
+    "/alerts": Surface("/alerts", False),
+    "/alerts/{alertname}": Surface("/alerts/reliabledeadlettergrowth", False),
+    # -- end c28-workers --
 }
 
 
