@@ -54,11 +54,11 @@ def runbook_html(markdown: str) -> Markup:
         nonlocal depth
         while depth > to:
             if item_open.pop():
-                out.append("</li>")
+                out[-1] += "</li>"
             out.append("</ul>")
             depth -= 1
         if depth and item_open[-1]:
-            out.append("</li>")
+            out[-1] += "</li>"
             item_open[-1] = False
 
     for line in lines:

@@ -137,7 +137,7 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         assert notes["summary"] == "Job job-one stuck in RUNNING"
         assert re.fullmatch(r"JobStuckTest holds with value 1\.2\d* on queue exports for actor export "
                             r"\(owner team-data\)\.", notes["description"]), notes["description"]
-        assert notes["runbook_url"] == "https://runbooks.example/jobstucktest"
+        assert notes["runbook_url"] == "https://runbooks.example/jobstucktest?queue=exports&actor=export&job_id=job-one"
         runbook = engine.runbook(evaluation.candidates[0]) or ""
         assert f"`{attempt_id}`" in runbook
         assert "Last checkpoint: `{&#34;page&#34;:7}`" in runbook

@@ -16,7 +16,7 @@ def test_the_runbooks_markdown_becomes_tags_and_everything_else_text() -> None:
     assert "<h3>Part</h3>\n<ul>\n<li>Job <code>j1</code>: DEAD\n<ul>\n<li>Last error: can&#39;t " \
            "&lt;script&gt;alert(1)&lt;/script&gt;</li>" in html
     assert '<li>Link: <a href="https://trace.example/t?id=1&amp;x=2" rel="noreferrer">' in html
-    assert "</ul>\n</li>\n<li>second</li>\n</ul>" in html
+    assert "</ul></li>\n<li>second</li>\n</ul>" in html
     assert '<p>Runbook: <a href="http://h/rb/x?a=1&amp;b=2" rel="noreferrer">http://h/rb/x?a=1&amp;b=2</a></p>' in html
     assert "<script" not in html and "&amp;#39;" not in html and "&amp;amp;" not in html
 
