@@ -11,6 +11,7 @@ It listens on 127.0.0.1 unless told otherwise. Run it with ``reliable exporter -
 
 from __future__ import annotations
 
+import html
 import logging
 import socketserver
 import threading
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.util import application_uri
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
@@ -64,11 +66,11 @@ def _health(store: StateStore) -> tuple[str, bytes]:
     return "200 OK", b"ok\n"
 
 
-def _runbook(pages: RunbookPages, slug: str, query: str) -> tuple[str, bytes]:
+def _runbook(pages: RunbookPages, slug: str, query: str, served: str) -> tuple[str, bytes]:
     if not slug:
-        return "200 OK", pages.index().encode()
+        return "200 OK", pages.index(base_url=pages.base_for(served)).encode()
     try:
-        text = pages.render(slug, dict(parse_qsl(query)))
+        text = pages.render(slug, dict(parse_qsl(query)), base_url=pages.base_for(served))
     except Exception as exc:  # the store may be down: say so rather than drop the connection
         # The details (SQL, parameters) go to the log, not to whoever can reach the port.
         logger.warning("runbook %r unavailable: %s: %s", slug, type(exc).__name__, exc)
@@ -76,7 +78,8 @@ def _runbook(pages: RunbookPages, slug: str, query: str) -> tuple[str, bytes]:
         return "503 Service Unavailable", body.encode()
     if text is None:
         return "404 Not Found", f"no runbook for {slug!r}; the list is at /runbooks/\n".encode()
-    return "200 OK", text.encode()
+    # The runbook is rendered with HTML escaping (the console shows it as HTML); plain text needs none.
+    return "200 OK", html.unescape(text).encode()
 
 
 def make_app(store: StateStore, registry: CollectorRegistry, runbooks: RunbookPages | None = None) -> WSGIApp:
@@ -92,7 +95,7 @@ def make_app(store: StateStore, registry: CollectorRegistry, runbooks: RunbookPa
             status, body = _health(store)
         elif path.startswith("/runbooks/") and runbooks is not None:
             status, body = _runbook(runbooks, path.removeprefix("/runbooks/").strip("/"),
-                                    environ.get("QUERY_STRING", ""))
+                                    environ.get("QUERY_STRING", ""), f"{application_uri(environ)}runbooks/")
         elif path == "/":
             status, body = "200 OK", f"reliable exporter: {', '.join(PATHS[1:])}\n".encode()
         else:

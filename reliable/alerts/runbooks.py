@@ -9,6 +9,7 @@ substitution with percent-encoding (no str.format: it would allow attribute acce
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import re
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
@@ -33,6 +34,7 @@ from .samples import sample_alerts, sample_job
 __all__ = [
     "DEFAULT_RUNBOOK_BASE_URL",
     "LINK_FIELDS",
+    "RUNBOOK_LABELS",
     "RunbookRenderer",
     "check_link_template",
     "check_runbook_base_url",
@@ -92,9 +94,19 @@ def check_runbook_base_url(base: str) -> str:
     return base
 
 
-def runbook_url(base: str, alertname: str) -> str:
-    """The runbook link of an alert: the base URL plus the lower-cased alert name."""
-    return f"{base}{alertname.lower()}"
+#: The labels an alert's `runbook_url` carries as its query string, so that the page it opens shows that
+#: alert's jobs (`reliable.alerts.pages` picks the firing alert whose labels match), in this order.
+RUNBOOK_LABELS: tuple[str, ...] = ("queue", "actor", "schedule", "job_id")
+
+
+def runbook_url(base: str, alertname: str, labels: Mapping[str, str] | None = None) -> str:
+    """The runbook link of an alert: the base URL plus the lower-cased alert name, and the alert's
+    `RUNBOOK_LABELS` as a query string (none after a base ending in "#": a fragment has no query)."""
+    url = f"{base}{alertname.lower()}"
+    query = [(key, labels[key]) for key in RUNBOOK_LABELS if labels and labels.get(key)]
+    if not query or base.endswith("#"):
+        return url
+    return f"{url}{'&' if '?' in base else '?'}{urlencode(query)}"
 
 
 def safe_url(template: str, values: Mapping[str, str | None]) -> str:
@@ -172,9 +184,15 @@ class RunbookRenderer:
         self.env.filters["shquote"] = shlex.quote
         self._inline: dict[str, jinja2.Template] = {}
 
-    def runbook_url(self, alertname: str) -> str:
-        """The runbook link: the base URL plus the lower-cased alert name."""
-        return runbook_url(self.base_url, alertname)
+    def runbook_url(self, alertname: str, labels: Mapping[str, str] | None = None) -> str:
+        """The runbook link: the base URL plus the lower-cased alert name (and its labels, `runbook_url`)."""
+        return runbook_url(self.base_url, alertname, labels)
+
+    def with_base_url(self, base_url: str) -> RunbookRenderer:
+        """This renderer with its links pointing under `base_url` (e.g. the address a page is served at)."""
+        other = copy.copy(self)
+        other.base_url = check_runbook_base_url(base_url)
+        return other
 
     def check(self, rule: AlertRule) -> None:
         """Raise PolicyError when the rule's runbook or annotation templates do not compile."""
@@ -235,7 +253,7 @@ class RunbookRenderer:
             "value": candidate.value,
             "facts": dict(candidate.context),
             "jobs": [job_view(j, rule.name, self.links, self.audience) for j in jobs],
-            "runbook_url": self.runbook_url(rule.name),
+            "runbook_url": self.runbook_url(rule.name, candidate.labels),
         }
 
     def annotations(self, candidate: Candidate, jobs: Sequence[JobContext]) -> dict[str, str]:

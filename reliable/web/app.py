@@ -92,7 +92,15 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     policy: the actors' policy (`reliable.policy.Policy`), so commands know each job's contract;
     broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
     """
-    from . import api, console, console_bulk, openapi, operations
+    from . import (
+        api,
+        console,
+        console_alerts,  # c28-workers
+        console_bulk,
+        fleet,  # c28-workers
+        openapi,
+        operations,
+    )
     from .flows_api import routes as flow_api_routes  # c28-flows: workflows and schedules
     from .flows_console import routes as flow_page_routes  # c28-flows
 
@@ -100,7 +108,8 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     cfg = config or WebConfig()
     app = Starlette(
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
-                *flow_api_routes(), *flow_page_routes()],  # c28-flows
+                *flow_api_routes(), *flow_page_routes(),  # c28-flows
+                *fleet.routes(), *console_alerts.routes()],  # c28-workers
         middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,

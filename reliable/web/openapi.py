@@ -166,6 +166,14 @@ _PATHS: dict[str, Any] = {
                       "409": {**_ERROR, "description": "finished already"}}}},
 }
 
+# -- c28-workers: the fleet (reliable.web.workers) --
+_PATHS["/api/v1/workers"] = _get(
+    "the live worker processes (with the jobs each holds now) and the most recent exits", _ref("WorkerList"),
+    [_q("host", "only this host's processes", {"type": "string"}),
+     _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50})],
+    operationId="workers")
+# -- end c28-workers --
+
 _N_STR, _N_NUM, _N_INT = _nullable("string"), _nullable("number"), _nullable("integer")
 _OPEN = {"type": "object", "additionalProperties": True}
 _MASKED = "(masked for callers who may not act on the job: docs/redaction.md)"
@@ -307,6 +315,26 @@ _SCHEMAS: dict[str, Any] = {
     "OperationList": _object({"operations": {"type": "array", "items": _ref("Operation")}}),
     "ConfirmRequest": _object({"confirm_token": {"type": "string"}}),
 }
+
+# -- c28-workers: the fleet (reliable.store.worker_views) --
+_SCHEMAS["HeldJob"] = _object({"job_id": {"type": "string"}, "queue": {"type": "string"},
+                               "actor": {"type": "string"}, "status": {"type": "string", "enum": _STATES}})
+_SCHEMAS["WorkerProcess"] = _object({
+    "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
+    "start_ticks": _N_INT, "boot_id": _N_STR,
+    "queues": {"type": ["array", "null"], "items": {"type": "string"}, "description": "null: every queue"},
+    "threads": _N_INT, "supervisor_pid": _N_INT, "started_at": {"type": "number"},
+    "last_beat_at": {"type": "number"}, "exited_at": _N_NUM,
+    "exit_reason": {**_N_STR, "description": "stopped, pid_gone or pid_reused"}, "exit_observed_by": _N_STR,
+    "jobs_held": {"type": "integer", "description": "RUNNING/STOPPING jobs whose lease it holds now"},
+    "held_jobs": {"type": "array", "items": _ref("HeldJob")},
+    "restarts": {"type": "integer", "description": "children its supervisor saw exit before it"},
+    "silent_seconds": {"type": "number", "description": "since its last heartbeat (to its exit, once exited)"},
+    "silent": {"type": "boolean", "description": "not marked exited, no heartbeat within live_within_seconds"}})
+_SCHEMAS["WorkerList"] = _object({"now": {"type": "number"}, "live_within_seconds": {"type": "number"},
+                                  "workers": {"type": "array", "items": _ref("WorkerProcess")},
+                                  "exited": {"type": "array", "items": _ref("WorkerProcess")}})
+# -- end c28-workers --
 
 _DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",

@@ -137,7 +137,7 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
         assert notes["summary"] == "Job job-one stuck in RUNNING"
         assert re.fullmatch(r"JobStuckTest holds with value 1\.2\d* on queue exports for actor export "
                             r"\(owner team-data\)\.", notes["description"]), notes["description"]
-        assert notes["runbook_url"] == "https://runbooks.example/jobstucktest"
+        assert notes["runbook_url"] == "https://runbooks.example/jobstucktest?queue=exports&actor=export&job_id=job-one"
         runbook = engine.runbook(evaluation.candidates[0]) or ""
         assert f"`{attempt_id}`" in runbook
         assert "Last checkpoint: `{&#34;page&#34;:7}`" in runbook
@@ -214,7 +214,7 @@ def test_dead_letter_alert_resolves_once_the_job_is_requeued_and_succeeds(
                           alertmanager.alerts("ReliableDeadLetterGrowth"), "Alertmanager to list both")
         send = next(a for a in alerts if a["labels"]["actor"] == "send")
         assert send["status"]["state"] == "active"
-        assert send["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth"
+        assert send["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth?queue=mail&actor=send"
         assert send["annotations"]["description"].startswith("1 job(s) of send on queue mail went to DEAD")
 
         # requeued, claimed and SUCCEEDED: well inside the 30-min window

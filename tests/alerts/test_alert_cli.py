@@ -59,7 +59,8 @@ def test_test_prints_what_would_fire_and_sends_nothing(sqlite_url: str) -> None:
     assert alert["labels"]["job_id"] == "j-cli" and alert["labels"]["owner"] == "team-data"
     assert "reliable stop j-cli --reason alert:Stuck" in alert["runbook"]  # rendered for the operator, not sent
     assert set(alert["annotations"]) == {"summary", "description", "runbook_url"}
-    assert alert["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/stuck"  # the exporter's page
+    # the exporter's page, for this alert's job
+    assert alert["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/stuck?queue=exports&actor=export&job_id=j-cli"
     based = CliRunner().invoke(cli, [*args, "--json"], env={"RELIABLE_RUNBOOK_BASE_URL": "https://wiki.example/rb#"})
     assert json.loads(based.output)["alerts"][0]["annotations"]["runbook_url"] == "https://wiki.example/rb#stuck"
     text = CliRunner().invoke(cli, args)
@@ -122,7 +123,7 @@ def test_settings_runbook_annotation_sends_the_runbook_too(sqlite_url: str, tmp_
         (candidate,) = engine.evaluate(persist=False).candidates
         annotations = engine.annotations(candidate)
         assert ("runbook" in annotations) is flag
-        assert annotations["runbook_url"] == "https://wiki.example/rb/reliabledeadlettergrowth"
+        assert annotations["runbook_url"] == "https://wiki.example/rb/reliabledeadlettergrowth?queue=exports&actor=export"
     assert "reliable dlq requeue j-dead" in annotations["runbook"]
 
 

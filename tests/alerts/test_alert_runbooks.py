@@ -64,7 +64,7 @@ def test_error_message_renders_inert() -> None:
         assert "class &#39;str&#39;" not in text and "__class__" in text
         assert "x" * 400 not in text  # truncated
     assert out["summary"] == "Job job-1 stuck"
-    assert out["runbook_url"] == "https://runbooks.example/jobstuck"
+    assert out["runbook_url"] == "https://runbooks.example/jobstuck?queue=exports&actor=export&job_id=job-1"
     assert set(out) == {"summary", "description", "runbook_url"}  # the runbook rides in no annotation
 
 

@@ -139,7 +139,9 @@ def test_demo_delivers_its_alerts_to_alertmanager(tmp_path: Path, alertmanager: 
     alerts = httpx.get(f"{alertmanager}/api/v2/alerts", timeout=5).json()
     dead = [a for a in alerts if a["labels"]["alertname"] == "ReliableDeadLetterGrowth"]
     assert dead and dead[0]["labels"]["actor"] == "send_webhook"
-    assert dead[0]["annotations"]["runbook_url"] == "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth"
+    assert dead[0]["annotations"]["runbook_url"].startswith(
+        "http://127.0.0.1:9464/runbooks/reliabledeadlettergrowth?queue=")
+    assert dead[0]["annotations"]["runbook_url"].endswith("&actor=send_webhook")
     assert "runbook" not in dead[0]["annotations"]  # the rendered runbook is shown by the demo, not sent
 
 

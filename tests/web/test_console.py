@@ -104,13 +104,16 @@ def test_a_viewer_sees_redacted_arguments_and_only_disabled_actions(store: State
     page = viewer.get(f"/jobs/{jobs['pending']}").text
     assert "hunter2" not in page and MASK in page and "acme" in page
     assert enabled_actions(page) == set()
-    assert page.count("disabled aria-describedby") == 8
+    # No form at all: the eight commands and why each is closed, behind one "why not" disclosure.
+    assert page.count('<li id="why-') == 8 and page.count('<details class="why-not">') == 1
+    assert "No action is open to your role on this job now." in page
     assert "not permitted: vera (viewer) may not pause jobs of queue &#39;exports&#39;" in page
     admin, _ = session(store, tokens.admin)
     page = admin.get(f"/jobs/{jobs['pending']}").text
     assert "hunter2" in page and enabled_actions(page) == {"pause", "stop", "cancel"}
-    # Disabled ones say why, in Control's words.
+    # Disabled ones say why, in Control's words, under "why not"; only the allowed ones are forms.
     assert "cannot resume a PENDING job (allowed from PAUSED, STOPPED)" in page
+    assert page.count('<form class="action"') == 3 and page.count('<li id="why-') == 5
 
 
 def test_actions_need_the_session_csrf_token(store: StateStore, tokens: Tokens, jobs: dict[str, str]) -> None:
@@ -281,3 +284,16 @@ def test_the_console_serves_the_docs(store: StateStore, tokens: Tokens) -> None:
     assert client.get("/docs/nope").status_code == 404
     signed_out = TestClient(create_app(store, config=WebConfig(secret_key="s")))
     assert signed_out.get("/docs", follow_redirects=False).status_code != 200  # behind the sign-in, like every page
+
+
+def test_list_rows_show_the_last_errors_message_and_filters_fold_when_unset(store: StateStore, tokens: Tokens,
+                                                                             jobs: dict[str, str]) -> None:
+    """Issue 28, item 6: a row says what went wrong (not only the error's class), and an unfiltered list starts
+    with its rows: the filter and bulk forms are folded until a filter is set."""
+    client, _ = session(store, tokens.admin)
+    plain = client.get("/jobs").text
+    row = re.search(rf'<tr>.*?{jobs["failed"]}.*?</tr>', plain, re.S)
+    assert row is not None and "ValueError</span> boom" in row.group(0)
+    assert '<details class="filter-box">' in plain and '<details class="bulk-box">' in plain
+    filtered = client.get("/jobs?actor=charge&state=FAILED").text
+    assert '<details class="filter-box" open>' in filtered and "(2 set)" in filtered

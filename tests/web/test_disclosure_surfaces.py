@@ -120,6 +120,12 @@ SURFACES: dict[str, Surface] = {
     "/schedules": Surface("/schedules", False),
     "/schedules/{name}": Surface(None, True, why="as /workflows/{workflow_id}"),
     # /c28-flows
+    # -- c28-workers: the fleet and the alerts: no job values (ids, queues, actors, states) --
+    "/api/v1/workers": Surface("/api/v1/workers", False),
+    "/workers": Surface("/workers", False),
+    "/alerts": Surface("/alerts", False),
+    "/alerts/{alertname}": Surface("/alerts/reliabledeadlettergrowth", False),
+    # -- end c28-workers --
 }
 
 
