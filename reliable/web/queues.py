@@ -1,0 +1,103 @@
+"""Queues in the API: their figures, and pausing / resuming a whole queue.
+
+    GET  /api/v1/queues                  per queue: jobs per state, oldest due PENDING job, finished
+                                         and failed over the window, and its pause (if any)
+    POST /api/v1/queues/{queue}/pause    {"reason": ...}: pause the queue (an operator's command)
+    POST /api/v1/queues/{queue}/resume   {"reason": ...}: resume it
+
+Every rule lives in `reliable.queue_pauses` (operators policy, audit, reason); this module only
+authenticates, parses and shapes JSON. A paused queue's deliveries wait at the workers
+(`reliable.worker.paused`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from .. import queue_pauses
+from ..states import JobStatus
+from ..store.overview import Overview
+from .auth import authenticate, state_of
+from .bodies import json_object
+
+__all__ = ["COMMANDS", "queue_rows", "routes"]
+
+#: The queue commands of POST /api/v1/queues/{queue}/{command}.
+COMMANDS: tuple[str, ...] = ("pause", "resume")
+#: Final states counted as a queue's finished jobs, and among them its failures.
+_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.DEAD)
+_FAILED = (JobStatus.FAILED, JobStatus.DEAD)
+
+
+def queue_rows(figures: Overview, state: queue_pauses.QueueState) -> dict[str, Any]:
+    """The queues' figures as GET /api/v1/queues answers them (the console's queues page too):
+    every queue with jobs, and every paused one. Pure."""
+    rows = []
+    for queue in sorted({*figures.queues, *state.names}):
+        by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
+        oldest = figures.oldest_pending.get(queue)
+        finished = sum(by_state.get(s.value, 0) for s in _FINISHED)
+        failed = sum(by_state.get(s.value, 0) for s in _FAILED)
+        pause = state.get(queue)
+        rows.append({"queue": queue, "by_state": by_state,
+                     "oldest_pending_at": oldest,
+                     "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest),
+                     "finished": finished,
+                     "throughput_per_hour": round(finished * 3600.0 / figures.window, 3) if figures.window else None,
+                     "failure_rate": round(failed / finished, 4) if finished else None,
+                     "paused": None if pause is None else {
+                         **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)}})
+    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
+
+
+async def queues(request: Request) -> JSONResponse:
+    """GET /api/v1/queues: per queue, its figures and its pause (see `queue_rows`)."""
+    await authenticate(request)
+    if request.query_params:
+        name = next(iter(request.query_params))
+        raise HTTPException(400, f"unknown parameter {name!r} (known: none)")
+    state = state_of(request)
+
+    def read() -> dict[str, Any]:
+        return queue_rows(state.overview(), queue_pauses.paused(state.store))
+
+    return JSONResponse(await run_in_threadpool(read))
+
+
+async def command(request: Request) -> JSONResponse:
+    """POST /api/v1/queues/{queue}/{command}: pause or resume a queue, as the authenticated principal."""
+    principal = await authenticate(request)
+    name, queue = request.path_params["command"], request.path_params["queue"]
+    if name not in COMMANDS:
+        raise HTTPException(404, f"unknown queue command {name!r} (known: {', '.join(COMMANDS)})")
+    body = await json_object(request)
+    unknown = sorted(set(body) - {"reason"})
+    if unknown:
+        raise HTTPException(400, f"unknown field {unknown[0]!r} (known: reason)")
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise HTTPException(400, "field 'reason' must be a string")
+    state = state_of(request)
+    act = queue_pauses.pause if name == "pause" else queue_pauses.resume
+
+    def run() -> dict[str, Any]:
+        changed = act(state.store, queue, reason=reason, identity=principal.operator(state.config.host),
+                      operators=principal.operators)
+        return {"queue": queue, "command": name, "changed": changed,
+                "paused": queue_pauses.paused(state.store).get(queue) is not None, "operator": principal.name}
+
+    return JSONResponse(await run_in_threadpool(run))
+
+
+def routes() -> list[BaseRoute]:
+    """The queues' routes (GET /api/v1/queues replaces the overview-only one of `api`)."""
+    return [
+        Route("/api/v1/queues", queues, methods=["GET"], name="api_queues"),
+        Route("/api/v1/queues/{queue}/{command}", command, methods=["POST"], name="api_queue_command"),
+    ]
