@@ -23,10 +23,12 @@ from .commands import QUEUE_COMMANDS, check_reason_text, require_reason
 from .errors import ConfigError, NotAuthorized
 from .inputs import escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
+from .states import JobStatus
 from .store import StateStore
+from .store.overview import Overview
 
 __all__ = ["MAX_QUEUE_NAME", "QueueEvent", "QueuePause", "QueueState", "check_queue_name", "events", "pause",
-           "paused", "resume"]
+           "paused", "queue_figures", "resume"]
 
 #: The longest queue name the store keeps (its column's size).
 MAX_QUEUE_NAME = 255
@@ -82,6 +84,33 @@ class QueueEvent:
     def as_dict(self) -> dict[str, Any]:
         """The entry as JSON-ready values."""
         return asdict(self)
+
+
+#: Final states counted as a queue's finished jobs, and among them its failures.
+_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.DEAD)
+_FAILED = (JobStatus.FAILED, JobStatus.DEAD)
+
+
+def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
+    """The queues' figures as GET /api/v1/queues, `reliable queues list` and the console show them:
+    every queue with jobs, and every paused one; throughput and failure rate over the overview's
+    window (jobs that reached a final state in it). Pure."""
+    rows = []
+    for queue in sorted({*figures.queues, *state.names}):
+        by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
+        oldest = figures.oldest_pending.get(queue)
+        finished = sum(by_state.get(s.value, 0) for s in _FINISHED)
+        failed = sum(by_state.get(s.value, 0) for s in _FAILED)
+        pause = state.get(queue)
+        rows.append({"queue": queue, "by_state": by_state,
+                     "oldest_pending_at": oldest,
+                     "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest),
+                     "finished": finished,
+                     "throughput_per_hour": round(finished * 3600.0 / figures.window, 3) if figures.window else None,
+                     "failure_rate": round(failed / finished, 4) if finished else None,
+                     "paused": None if pause is None else {
+                         **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)}})
+    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
 
 
 def check_queue_name(queue: str) -> str:

@@ -21,43 +21,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from .. import queue_pauses
-from ..states import JobStatus
-from ..store.overview import Overview
 from .auth import authenticate, state_of
 from .bodies import json_object
 
-__all__ = ["COMMANDS", "queue_rows", "routes"]
+__all__ = ["COMMANDS", "routes"]
 
 #: The queue commands of POST /api/v1/queues/{queue}/{command}.
 COMMANDS: tuple[str, ...] = ("pause", "resume")
-#: Final states counted as a queue's finished jobs, and among them its failures.
-_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.DEAD)
-_FAILED = (JobStatus.FAILED, JobStatus.DEAD)
-
-
-def queue_rows(figures: Overview, state: queue_pauses.QueueState) -> dict[str, Any]:
-    """The queues' figures as GET /api/v1/queues answers them (the console's queues page too):
-    every queue with jobs, and every paused one. Pure."""
-    rows = []
-    for queue in sorted({*figures.queues, *state.names}):
-        by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
-        oldest = figures.oldest_pending.get(queue)
-        finished = sum(by_state.get(s.value, 0) for s in _FINISHED)
-        failed = sum(by_state.get(s.value, 0) for s in _FAILED)
-        pause = state.get(queue)
-        rows.append({"queue": queue, "by_state": by_state,
-                     "oldest_pending_at": oldest,
-                     "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest),
-                     "finished": finished,
-                     "throughput_per_hour": round(finished * 3600.0 / figures.window, 3) if figures.window else None,
-                     "failure_rate": round(failed / finished, 4) if finished else None,
-                     "paused": None if pause is None else {
-                         **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)}})
-    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
-
-
 async def queues(request: Request) -> JSONResponse:
-    """GET /api/v1/queues: per queue, its figures and its pause (see `queue_rows`)."""
+    """GET /api/v1/queues: per queue, its figures and its pause (`queue_pauses.queue_figures`)."""
     await authenticate(request)
     if request.query_params:
         name = next(iter(request.query_params))
@@ -65,7 +37,7 @@ async def queues(request: Request) -> JSONResponse:
     state = state_of(request)
 
     def read() -> dict[str, Any]:
-        return queue_rows(state.overview(), queue_pauses.paused(state.store))
+        return queue_pauses.queue_figures(state.overview(), queue_pauses.paused(state.store))
 
     return JSONResponse(await run_in_threadpool(read))
 
