@@ -95,13 +95,14 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     broker: publishes resumed/restarted jobs at once (otherwise the workers' sweeper does).
     """
     from . import api, console, console_bulk, openapi, operations
+    from .console_queues import routes as queue_pages  # issue 28: queues (c28-queues)
     from .queues import routes as queue_routes  # issue 28: queues (c28-queues)
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
     app = Starlette(
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
-                *queue_routes()],
+                *queue_routes(), *queue_pages()],
         middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,
