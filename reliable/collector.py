@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .queue_pauses import paused
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
 from .store.gauges import STUCK_STATES, GaugeReadings, read_gauges
@@ -176,7 +177,23 @@ class StoreCollector(Collector):
             if queue != "*":  # the broker's consumers of it are read too
                 self._queues.add(queue)
         families.append(processes)
+        families.extend(self._pause_families())  # issue 28 (c28-queues)
         return families
+
+    def _pause_families(self) -> list[Any]:
+        """Per queue: 1 while an operator keeps it paused (0 for every other known queue), and since when."""
+        state = paused(self.store)
+        self._queues.update(state.names)
+        flag = GaugeMetricFamily("reliable_queue_paused", "1 while an operator keeps the queue paused "
+                                 "(`reliable queues pause`): its deliveries wait, no attempt runs.", labels=["queue"])
+        since = GaugeMetricFamily("reliable_queue_paused_since_timestamp_seconds",
+                                  "When (epoch s) each paused queue was paused.", labels=["queue"])
+        for queue in sorted(self._queues):
+            pause = state.get(queue)
+            flag.add_metric([queue], 0 if pause is None else 1)
+            if pause is not None:
+                since.add_metric([queue], pause.paused_at)
+        return [flag, since]
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 
