@@ -3,6 +3,9 @@ what is audited (refusals too), the figures of GET /api/v1/queues, OpenAPI, and 
 
 from __future__ import annotations
 
+from typing import Any
+
+import jsonschema
 import pytest
 from starlette.testclient import TestClient
 
@@ -12,9 +15,15 @@ from reliable.store import NewJob, StateStore
 from web_support import Tokens, bearer, session
 
 
-def _post(client: TestClient, token: str, queue: str, command: str, reason: str | None = "api test") -> object:
+def _post(client: TestClient, token: str, queue: str, command: str, reason: str | None = "api test") -> Any:
     body = {} if reason is None else {"reason": reason}
     return client.post(f"/api/v1/queues/{queue}/{command}", json=body, headers=bearer(token))
+
+
+def conforms(doc: dict[str, Any], schema: str, value: Any) -> None:
+    """Validate `value` against components/schemas/`schema` of `doc` (as test_api_openapi.py does)."""
+    root = {"$ref": f"#/components/schemas/{schema}", "components": doc["components"]}
+    jsonschema.Draft202012Validator(root).validate(value)
 
 
 def _events(store: StateStore, queue: str) -> list[tuple[str, str | None, str | None]]:
@@ -84,8 +93,13 @@ def test_unknown_command_and_missing_token(client: TestClient, tokens: Tokens) -
     assert client.get("/api/v1/queues").status_code == 401
 
 
-def test_openapi_covers_the_queue_routes(client: TestClient, tokens: Tokens) -> None:
+def test_openapi_covers_the_queue_routes_and_the_answers_match(client: TestClient, store: StateStore,
+                                                                tokens: Tokens) -> None:
     doc = client.get("/api/v1/openapi.json", headers=bearer(tokens.viewer)).json()
+    store.register(NewJob("job-1", "billing", "charge", {"args": [], "kwargs": {}, "options": {}}))
+    conforms(doc, "QueueCommandResult", _post(client, tokens.admin, "billing", "pause").json())
+    conforms(doc, "QueueList", client.get("/api/v1/queues", headers=bearer(tokens.viewer)).json())
+    conforms(doc, "Error", _post(client, tokens.viewer, "billing", "resume").json())
     for command in ("pause", "resume"):
         post = doc["paths"][f"/api/v1/queues/{{queue}}/{command}"]["post"]
         assert post["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("QueueCommandRequest")
