@@ -23,6 +23,7 @@ from .. import queue_pauses
 from ..errors import NotAuthorized, ReliableError
 from .auth import authenticate, state_of
 from .console import flash, render
+from .queues import queue_answer
 
 __all__ = ["routes"]
 
@@ -36,7 +37,7 @@ async def queues_page(request: Request) -> Response:
 
     def read() -> tuple[dict[str, Any], queue_pauses.QueueState]:
         pauses = queue_pauses.paused(state.store)
-        return queue_pauses.queue_figures(state.overview(), pauses), pauses
+        return queue_answer(state, pauses), pauses
 
     figures, pauses = await run_in_threadpool(read)
     for row in figures["queues"]:

@@ -286,7 +286,11 @@ _SCHEMAS: dict[str, Any] = {
                       "finished": {"type": "integer", "description": "jobs that reached a final state in the window"},
                       "throughput_per_hour": _N_NUM,
                       "failure_rate": {**_N_NUM, "description": "FAILED and DEAD among the finished"},
-                      "paused": {"oneOf": [{"type": "null"}, _ref("QueuePause")]}}),
+                      "paused": {"oneOf": [{"type": "null"}, _ref("QueuePause")]},
+                      "broker": {"description": "RabbitMQ's depths (`reliable web --broker`; null without)",
+                                 "oneOf": [{"type": "null"}, _object({
+                                     "ready": _N_INT, "delayed": _N_INT, "dead": _N_INT,
+                                     "consumers": {"type": "integer"}})]}}),
     "QueuePause": _object({"queue": {"type": "string"}, "paused_at": {"type": "number"},
                            "operator": {"type": "string"}, "host": _N_STR, "source": _N_STR,
                            "reason": {"type": "string"}, "paused_seconds": {"type": "number"}}),

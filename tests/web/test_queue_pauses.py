@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 
 from reliable import queue_pauses
 from reliable.store import NewJob, StateStore
+from reliable.web import WebConfig, create_app
 
 from web_support import Tokens, bearer, session
 
@@ -131,3 +132,22 @@ def test_the_console_refuses_a_queue_outside_the_scope_and_offers_no_form(store:
     refused = client.post("/queues/exports/actions/pause", data={"reason": "x", "csrf_token": csrf})
     assert refused.status_code == 403
     assert _events(store, "exports") == [("command_refused", "otto", "x")]
+
+
+def test_with_a_broker_each_queue_shows_its_rabbitmq_depths(store: StateStore, tokens: Tokens, rabbitmq_url: str,
+                                                            queue_name: str) -> None:
+    import dramatiq
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    broker = RabbitmqBroker(url=rabbitmq_url)
+    try:
+        broker.enqueue(dramatiq.Message(queue_name=queue_name, actor_name="charge", args=(), kwargs={}, options={}))
+        for queue in (queue_name, "not-in-rabbitmq"):
+            store.register(NewJob(f"job-{queue}", queue, "charge", {"args": [], "kwargs": {}, "options": {}}))
+        with TestClient(create_app(store, broker=broker, config=WebConfig(secret_key="s"))) as client:
+            answer = client.get("/api/v1/queues", headers=bearer(tokens.viewer)).json()
+        rows = {r["queue"]: r for r in answer["queues"]}
+        assert rows[queue_name]["broker"] == {"ready": 1, "delayed": 0, "dead": 0, "consumers": 0}
+        assert rows["not-in-rabbitmq"]["broker"] is None
+    finally:
+        broker.close()
