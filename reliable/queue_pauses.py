@@ -52,7 +52,8 @@ class QueuePause:
 
 @dataclass(frozen=True)
 class QueueState:
-    """The paused queues and the store's time when they were read (for their age)."""
+    """The paused queues and the store's time when they were read (for their age; 0.0 when none is
+    paused)."""
 
     pauses: tuple[QueuePause, ...]
     now: float
@@ -109,7 +110,8 @@ def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
                      "throughput_per_hour": round(finished * 3600.0 / figures.window, 3) if figures.window else None,
                      "failure_rate": round(failed / finished, 4) if finished else None,
                      "paused": None if pause is None else {
-                         **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)}})
+                         **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)},
+                     "broker": None})  # RabbitMQ's depths: filled in where a broker is known (reliable.web.queues)
     return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
 
 
@@ -125,7 +127,7 @@ def check_queue_name(queue: str) -> str:
 def paused(store: StateStore) -> QueueState:
     """Every paused queue, as one statement reads them (workers' caches and the console run it)."""
     rows = store.rows("list_queue_pauses")
-    now = float(rows[0][6]) if rows else store.now()
+    now = float(rows[0][6]) if rows else 0.0  # nothing paused: no age to compute, no second round trip
     return QueueState(tuple(QueuePause(str(r[0]), float(r[1]), str(r[2]), r[3], r[4], str(r[5])) for r in rows), now)
 
 

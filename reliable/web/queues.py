@@ -34,6 +34,8 @@ logger = logging.getLogger("reliable.web")
 
 #: The queue commands of POST /api/v1/queues/{queue}/{command}.
 COMMANDS: tuple[str, ...] = ("pause", "resume")
+
+
 def broker_depths_of(broker: Any, queues: list[str]) -> dict[str, Any] | None:
     """Each queue's depths in RabbitMQ when the app was given a RabbitMQ broker (`reliable web
     --broker`), by passive declarations; None without one, or when RabbitMQ does not answer (logged)."""
@@ -67,7 +69,6 @@ async def queues(request: Request) -> JSONResponse:
         name = next(iter(request.query_params))
         raise HTTPException(400, f"unknown parameter {name!r} (known: none)")
     state = state_of(request)
-
     return JSONResponse(await run_in_threadpool(lambda: queue_answer(state, queue_pauses.paused(state.store))))
 
 
