@@ -29,7 +29,7 @@ def queues() -> None:
 
     A paused queue's deliveries are put off by every worker before their claim (no attempt spent,
     no thread held) until it is resumed; jobs already RUNNING go on. Workers see a pause or a resume
-    within a few seconds (docs/control.md).
+    within a few seconds (`reliable docs control`).
     """
 
 
