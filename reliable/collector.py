@@ -13,21 +13,24 @@ their index range on every scrape; their rates come from ``reliable_transitions_
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from .queue_pauses import paused
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
 from .store.gauges import STUCK_STATES, GaugeReadings, read_gauges
 from .store.processes import live_by_host_and_queue
 
-__all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "StoreCollector"]
+__all__ = ["DEFAULT_COUNTED_STATES", "DEFAULT_SLA", "BrokerDepth", "StoreCollector", "broker_depths"]
 
 logger = logging.getLogger("reliable.collector")
 
@@ -176,42 +179,90 @@ class StoreCollector(Collector):
             if queue != "*":  # the broker's consumers of it are read too
                 self._queues.add(queue)
         families.append(processes)
+        families.extend(self._pause_families())  # issue 28 (c28-queues)
         return families
+
+    def _pause_families(self) -> list[Any]:
+        """Per queue: 1 while an operator keeps it paused (0 for every other known queue), and since when."""
+        state = paused(self.store)
+        self._queues.update(state.names)
+        flag = GaugeMetricFamily("reliable_queue_paused", "1 while an operator keeps the queue paused "
+                                 "(`reliable queues pause`): its deliveries wait, no attempt runs.", labels=["queue"])
+        since = GaugeMetricFamily("reliable_queue_paused_since_timestamp_seconds",
+                                  "When (epoch s) each paused queue was paused.", labels=["queue"])
+        for queue in sorted(self._queues):
+            pause = state.get(queue)
+            flag.add_metric([queue], 0 if pause is None else 1)
+            if pause is not None:
+                since.add_metric([queue], pause.paused_at)
+        return [flag, since]
 
     # -- RabbitMQ --------------------------------------------------------------------------------
 
     def _broker_family(self) -> list[GaugeMetricFamily]:
         import pika  # only the exporter needs it, and only with --broker
-        from pika.exceptions import ChannelClosedByBroker
 
         nodes = [pika.URLParameters(url.strip()) for url in (self.broker_url or "").split(";") if url.strip()]
-        for params in nodes:  # a cluster's nodes are tried in turn, each once, bounded
-            params.socket_timeout = _BROKER_TIMEOUT
-            params.blocked_connection_timeout = _BROKER_TIMEOUT
-            params.stack_timeout = _BROKER_TIMEOUT
-            params.connection_attempts = 1
         family = GaugeMetricFamily("reliable_rabbitmq_queue_messages",
                                    "Messages ready in each RabbitMQ queue (passive queue_declare).",
                                    labels=["queue"])
         consumers = GaugeMetricFamily("reliable_rabbitmq_queue_consumers",
                                       "Consumers of each RabbitMQ queue (passive queue_declare).", labels=["queue"])
-        connection = pika.BlockingConnection(nodes)
-        try:
-            channel = connection.channel()
-            for queue in sorted(self._queues):
-                for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
-                    try:
-                        ok = channel.queue_declare(queue=name, passive=True)
-                    except ChannelClosedByBroker:  # no such queue: the broker closed the channel
-                        channel = connection.channel()
-                        continue
-                    family.add_metric([name], ok.method.message_count)
-                    if name == queue:
-                        consumers.add_metric([name], ok.method.consumer_count)
-        finally:
-            if connection.is_open:
-                connection.close()
+        for queue, depth in broker_depths(nodes, sorted(self._queues)).items():
+            for name, messages in ((queue, depth.ready), (f"{queue}.DQ", depth.delayed), (f"{queue}.XQ", depth.dead)):
+                if messages is not None:
+                    family.add_metric([name], messages)
+            if depth.ready is not None:
+                consumers.add_metric([queue], depth.consumers)
         return [family, consumers]
+
+
+@dataclass(frozen=True)
+class BrokerDepth:
+    """One queue in RabbitMQ: messages ready in it, in its delay queue (.DQ) and its dead-letter
+    queue (.XQ), None for one that does not exist; consumers of the queue itself."""
+
+    ready: int | None
+    delayed: int | None
+    dead: int | None
+    consumers: int
+
+
+def broker_depths(nodes: list[Any], queues: Iterable[str]) -> dict[str, BrokerDepth]:
+    """Per queue of `queues` that exists in RabbitMQ (or whose .DQ / .XQ does), its depths, by passive
+    declarations (nothing is created). `nodes`: pika connection parameters, tried in turn, each
+    once, with a bounded timeout. Raises pika's errors when no node answers."""
+    import pika
+    from pika.exceptions import ChannelClosedByBroker
+
+    nodes = [copy.copy(params) for params in nodes]  # a broker's own parameters keep their timeouts
+    for params in nodes:  # a cluster's nodes are tried in turn, each once, bounded
+        params.socket_timeout = _BROKER_TIMEOUT
+        params.blocked_connection_timeout = _BROKER_TIMEOUT
+        params.stack_timeout = _BROKER_TIMEOUT
+        params.connection_attempts = 1
+    depths: dict[str, BrokerDepth] = {}
+    connection = pika.BlockingConnection(nodes)
+    try:
+        channel = connection.channel()
+        for queue in queues:
+            found: list[tuple[int, int] | None] = []
+            for name in (queue, f"{queue}.DQ", f"{queue}.XQ"):
+                try:
+                    ok = channel.queue_declare(queue=name, passive=True)
+                except ChannelClosedByBroker:  # no such queue: the broker closed the channel
+                    channel = connection.channel()
+                    found.append(None)
+                    continue
+                found.append((ok.method.message_count, ok.method.consumer_count))
+            if any(found):
+                main, delayed, dead = found
+                depths[queue] = BrokerDepth(main and main[0], delayed and delayed[0], dead and dead[0],
+                                            main[1] if main else 0)
+    finally:
+        if connection.is_open:
+            connection.close()
+    return depths
 
 
 def _workflow_family(read: GaugeReadings) -> GaugeMetricFamily:

@@ -21,6 +21,7 @@ from .store import Job
 __all__ = [
     "COMMAND_EVENTS",
     "NEEDS_REASON",
+    "QUEUE_COMMANDS",
     "RESOLUTIONS",
     "SCHEDULE_COMMANDS",
     "CommandResult",
@@ -41,7 +42,11 @@ RESOLUTIONS: tuple[str, ...] = ("succeeded", "cancelled")
 SCHEDULE_COMMANDS: Mapping[str, str] = {"schedules pause": "pause", "schedules resume": "resume",
                                         "schedules trigger": "restart", "schedules delete": "discard"}
 
-NEEDS_REASON: frozenset[str] = COMMANDS | frozenset(SCHEDULE_COMMANDS)
+#: The queue commands (reliable.queue_pauses) and the operators-policy command each is checked as
+#: on the queue: pausing a queue pauses its jobs to come, resuming it resumes them.
+QUEUE_COMMANDS: Mapping[str, str] = {"queues pause": "pause", "queues resume": "resume"}
+
+NEEDS_REASON: frozenset[str] = COMMANDS | frozenset(SCHEDULE_COMMANDS) | frozenset(QUEUE_COMMANDS)
 
 #: The events each command may use: their source states are what a filter selects by default.
 COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {

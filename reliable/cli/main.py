@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "policy": ("reliable.cli.policy:policy", "Validate policy files and explain what a failure would become."),
     "reconcile": ("reliable.cli.control:reconcile",
                   "Resolve REVIEW jobs as succeeded or cancelled. Needs --as."),
+    # issue 28 (c28-queues)
+    "queues": ("reliable.cli.queues:queues", "Queues: list their figures, pause and resume a whole queue."),
     "recover": ("reliable.cli.recover:recover",
                 "Run the recovery loop: expired leases, due retries, lost messages."),
     "restart": ("reliable.cli.control:restart",

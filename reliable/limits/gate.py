@@ -28,7 +28,7 @@ from .adaptive import Adaptation, LimitState, after_quiet, after_rate_limited, r
 from .model import LimitSpec, limit_error, limit_spec
 from .storage import LimitStore, settings_for
 
-__all__ = ["DEFERRALS_OPTION", "Admission", "Denial", "LimitGate", "deferral_delay",
+__all__ = ["DEFERRALS_OPTION", "Admission", "Denial", "LimitGate", "deferral_delay", "deferrals",
            "fast_path_allowed", "records_deferral"]
 
 logger = logging.getLogger("reliable.limits")
@@ -74,6 +74,11 @@ def fast_path_allowed(spec: LimitSpec | None) -> bool:
     """Whether an actor with these limits may run on the fast path, whatever its options or the
     policy say: not with a concurrency limit (a slot is tied to the claim's lease). Pure."""
     return spec is None or spec.concurrency is None
+
+
+def deferrals(message: Any) -> int:
+    """How many times this delivery's job was deferred before (limits or a paused queue)."""
+    return int(message.options.get(DEFERRALS_OPTION) or 0)
 
 
 def records_deferral(count: int) -> bool:
@@ -185,17 +190,7 @@ class LimitGate:
               worker_id: str) -> float:
         """Publish the message again after a jittered delay (this delivery is then skipped); the delay."""
         delay = deferral_delay(denial.spec.delay, denial.wait, self._rand())
-        count = int(message.options.get(DEFERRALS_OPTION) or 0) + 1
-        # Back on the queue that delivered it (a routed retry's lane stays its lane); counted
-        # under the job's own queue.
-        again = message.copy(queue_name=str(message.queue_name).removesuffix(".DQ"),
-                             options={DEFERRALS_OPTION: count})
-        again.options.pop("eta", None)
-        broker.enqueue(again, delay=int(delay * 1000))
-        try:
-            self.limits(store).mark_deferred(str(message.message_id), delay)
-        except ReliableError:  # the sweeper may publish one more copy; the claim keeps it from running twice
-            logger.warning("job %s: could not note its deferral", message.message_id, exc_info=True)
+        count = self.publish_again(broker, store, message, delay)
         if self._on_deferral is not None:
             self._on_deferral(denial.spec.actor, own_queue(str(message.queue_name), message.options),
                               denial.limit)
@@ -209,6 +204,23 @@ class LimitGate:
             except ReliableError:
                 logger.warning("job %s: could not record its deferral", message.message_id, exc_info=True)
         return delay
+
+    def publish_again(self, broker: dramatiq.Broker, store: StateStore, message: Any, delay: float) -> int:
+        """Publish `message` again in `delay` seconds and note it on its PENDING job (the sweeper
+        then waits for it); how many times it was deferred, this one included. The one way a
+        delivery is put off without a claim: limits, and a paused queue (reliable.worker.paused)."""
+        count = deferrals(message) + 1
+        # Back on the queue that delivered it (a routed retry's lane stays its lane); counted
+        # under the job's own queue.
+        again = message.copy(queue_name=str(message.queue_name).removesuffix(".DQ"),
+                             options={DEFERRALS_OPTION: count})
+        again.options.pop("eta", None)
+        broker.enqueue(again, delay=int(delay * 1000))
+        try:
+            self.limits(store).mark_deferred(str(message.message_id), delay)
+        except ReliableError:  # the sweeper may publish one more copy; the claim keeps it from running twice
+            logger.warning("job %s: could not note its deferral", message.message_id, exc_info=True)
+        return count
 
     # -- adaptation ------------------------------------------------------------------------------
 

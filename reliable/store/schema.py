@@ -43,6 +43,8 @@ __all__ = [
     "liveness",
     "metadata",
     "operations",
+    "queue_events",
+    "queue_pauses",
     "schedule_events",
     "schedule_slots",
     "schedules",
@@ -489,6 +491,36 @@ limit_buckets = Table(
     Column("tokens", Double, nullable=False),  # as of updated_at; refilled on read
     Column("updated_at", Double, nullable=False),
 )
+
+# Queue pauses (migration 0016, reliable.queue_pauses): a row while an operator keeps the queue
+# paused (workers defer its deliveries), and the queue commands' audit trail.
+queue_pauses = Table(
+    "reliable_queue_pauses",
+    metadata,
+    Column("queue", String(255), primary_key=True),
+    Column("paused_at", Double, nullable=False),
+    Column("operator", String(255), nullable=False),
+    Column("host", String(255)),
+    Column("source", String(64)),
+    Column("reason", Text, nullable=False),
+)
+
+queue_events = Table(
+    "reliable_queue_events",
+    metadata,
+    Column("id", _BigId, primary_key=True, autoincrement=True),
+    Column("queue", String(255), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("event", String(32), nullable=False),  # pause | resume | command_refused
+    Column("operator", String(255)),
+    Column("host", String(255)),
+    Column("source", String(64)),
+    Column("reason", Text),
+    Column("detail", Text),  # JSON
+)
+
+Index("ix_reliable_queue_events_queue", queue_events.c.queue, queue_events.c.id)
+
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
     """For an application's own Alembic ``env.py``: ``context.configure(..., include_name=alembic_include_name)``

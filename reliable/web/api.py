@@ -25,7 +25,6 @@ from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
 from ..store import StateStore, selection
 from ..store.alert_rows import alert_rows
-from ..store.overview import Overview
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
 from .bodies import json_object
@@ -275,24 +274,6 @@ async def command(request: Request) -> Response:
     return await _json_from_pool(run)
 
 
-def _queues(figures: Overview) -> dict[str, Any]:
-    rows = []
-    for queue in figures.queues:
-        oldest = figures.oldest_pending.get(queue)
-        rows.append({"queue": queue,
-                     "by_state": {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue},
-                     "oldest_pending_at": oldest,
-                     "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest)})
-    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
-
-
-async def queues(request: Request) -> JSONResponse:
-    """GET /api/v1/queues: per queue, jobs per state and the age of the oldest due PENDING job."""
-    await authenticate(request)
-    _check_known(request, ())
-    return JSONResponse(_queues(await run_in_threadpool(state_of(request).overview)))
-
-
 async def overview_figures(request: Request) -> JSONResponse:
     """GET /api/v1/overview: counts per state and queue, dead letters, review, per-minute series."""
     await authenticate(request)
@@ -332,7 +313,6 @@ def routes() -> list[BaseRoute]:
         JobRoute("/api/v1/jobs/{job_id}/{command}", command, methods=["POST"], name="api_command"),
         Route("/api/v1/dlq", dead_letters, methods=["GET"], name="api_dead_letters"),
         Route("/api/v1/review", review, methods=["GET"], name="api_review"),
-        Route("/api/v1/queues", queues, methods=["GET"], name="api_queues"),
         Route("/api/v1/overview", overview_figures, methods=["GET"], name="api_overview_figures"),
         Route("/api/v1/alerts", alert_list, methods=["GET"], name="api_alert_list"),
     ]

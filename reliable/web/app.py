@@ -103,13 +103,16 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     )
     from .flows_api import routes as flow_api_routes  # c28-flows: workflows and schedules
     from .flows_console import routes as flow_page_routes  # c28-flows
+    from .console_queues import routes as queue_pages  # issue 28: queues (c28-queues)
+    from .queues import routes as queue_routes  # issue 28: queues (c28-queues)
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
     app = Starlette(
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
                 *flow_api_routes(), *flow_page_routes(),  # c28-flows
-                *fleet.routes(), *console_alerts.routes()],  # c28-workers
+                *fleet.routes(), *console_alerts.routes(),  # c28-workers
+                *queue_routes(), *queue_pages()],  # c28-queues
         middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,

@@ -88,9 +88,19 @@ templates.env.globals.update(STATES=[s.value for s in JobStatus], COMMANDS=COMMA
 def render(request: Request, template: str, http_status: int = 200, **context: Any) -> HTMLResponse:
     """A page: `template` with the session's CSRF token, the flash messages and `context`."""
     context.setdefault("principal", None)
+    if context["principal"] is not None and "paused_queues" not in context:  # the banner of every page
+        context["paused_queues"] = _paused_queues(request)
     flashes = request.session.pop("flash", []) if not template.startswith("_") else []
     return templates.TemplateResponse(request, template, {"csrf": csrf_token(request), "csrf_field": CSRF_FIELD,
                                                           "flashes": flashes, **context}, status_code=http_status)
+
+
+def _paused_queues(request: Request) -> list[Any]:
+    """The paused queues for the banner ([] when they cannot be read: the page still renders)."""
+    try:
+        return list(state_of(request).queue_pauses().pauses)
+    except ReliableError:
+        return []
 
 
 def flash(request: Request, kind: str, text: str) -> None:

@@ -128,8 +128,8 @@ _PATHS: dict[str, Any] = {
                                            {"type": "boolean", "default": False})], operationId="dlq"),
     "/api/v1/review": _get("REVIEW jobs: an ambiguous side effect waits for a person", _ref("JobPage"),
                            _FILTER_PARAMS, operationId="review"),
-    "/api/v1/queues": _get("per queue: jobs per state and the oldest due PENDING job", _ref("QueueList"),
-                           operationId="queues"),
+    "/api/v1/queues": _get("per queue: jobs per state, oldest due PENDING job, throughput, failure rate, pause",
+                           _ref("QueueList"), operationId="queues"),
     "/api/v1/overview": _get("counts per state and queue, dead letters, review, per-minute series",
                              _ref("Overview"), operationId="overview"),
     "/api/v1/alerts": _get("the alerts the evaluator keeps", _ref("AlertList"),
@@ -173,6 +173,24 @@ _PATHS["/api/v1/workers"] = _get(
      _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50})],
     operationId="workers")
 # -- end c28-workers --
+
+
+# -- queue pause / resume (issue 28, c28-queues) ---------------------------------------------------
+_QUEUE = {"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _queue_command(command: str, summary: str) -> dict[str, Any]:
+    return {"post": {"summary": summary, "operationId": f"queue_{command}", "parameters": [_QUEUE],
+                     "requestBody": {"required": True,
+                                     "content": {"application/json": {"schema": _ref("QueueCommandRequest")}}},
+                     "responses": {"200": _json(_ref("QueueCommandResult")), **_ERRORS, **_TOO_LARGE,
+                                   "403": {**_ERROR, "description": "not authorized (audited on the queue)"}}}}
+
+
+_PATHS["/api/v1/queues/{queue}/pause"] = _queue_command(
+    "pause", "pause a queue: workers put its deliveries off (no attempt spent); RUNNING jobs go on")
+_PATHS["/api/v1/queues/{queue}/resume"] = _queue_command("resume", "resume a paused queue")
+# -- end queue pause / resume -----------------------------------------------------------------------
 
 _N_STR, _N_NUM, _N_INT = _nullable("string"), _nullable("number"), _nullable("integer")
 _OPEN = {"type": "object", "additionalProperties": True}
@@ -274,7 +292,24 @@ _SCHEMAS: dict[str, Any] = {
         "warnings": {"type": "array", "items": {"type": "string"}}}),
     "Queue": _object({"queue": {"type": "string"},
                       "by_state": {"type": "object", "additionalProperties": {"type": "integer"}},
-                      "oldest_pending_at": _N_NUM, "oldest_pending_age_seconds": _N_NUM}),
+                      "oldest_pending_at": _N_NUM, "oldest_pending_age_seconds": _N_NUM,
+                      "finished": {"type": "integer", "description": "jobs that reached a final state in the window"},
+                      "throughput_per_hour": _N_NUM,
+                      "failure_rate": {**_N_NUM, "description": "FAILED and DEAD among the finished"},
+                      "paused": {"oneOf": [{"type": "null"}, _ref("QueuePause")]},
+                      "broker": {"description": "RabbitMQ's depths (`reliable web --broker`; null without)",
+                                 "oneOf": [{"type": "null"}, _object({
+                                     "ready": _N_INT, "delayed": _N_INT, "dead": _N_INT,
+                                     "consumers": {"type": "integer"}})]}}),
+    "QueuePause": _object({"queue": {"type": "string"}, "paused_at": {"type": "number"},
+                           "operator": {"type": "string"}, "host": _N_STR, "source": _N_STR,
+                           "reason": {"type": "string"}, "paused_seconds": {"type": "number"}}),
+    "QueueCommandRequest": _object({"reason": {"type": "string", "description": "why (required, audited)"}},
+                                   ["reason"], additionalProperties=False),
+    "QueueCommandResult": _object({"queue": {"type": "string"},
+                                   "command": {"type": "string", "enum": ["pause", "resume"]},
+                                   "changed": {"type": "boolean", "description": "false: it already was so"},
+                                   "paused": {"type": "boolean"}, "operator": {"type": "string"}}),
     "QueueList": _object({"now": {"type": "number"}, "window_seconds": {"type": "number"},
                           "queues": {"type": "array", "items": _ref("Queue")}}),
     "Overview": _object({

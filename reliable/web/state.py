@@ -16,6 +16,7 @@ from ..store import StateStore
 from .config import WebConfig
 
 if TYPE_CHECKING:
+    from ..queue_pauses import QueueState
     from ..store.overview import Overview
 
 __all__ = ["WebState"]
@@ -33,6 +34,7 @@ class WebState:
     actor_options: Mapping[str, Mapping[str, Any]] | None = None
     _overview: tuple[float, Overview] | None = field(default=None, repr=False)
     _overview_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _pauses: tuple[float, QueueState] | None = field(default=None, repr=False)
 
     def overview(self) -> Overview:
         """The overview's figures, computed at most once per `config.overview_ttl` seconds by this
@@ -46,6 +48,22 @@ class WebState:
             figures = overview(self.store)
             self._overview = (time.monotonic(), figures)
             return figures
+
+    def queue_pauses(self) -> QueueState:
+        """The paused queues (every console page's banner), read at most once per `config.overview_ttl`
+        seconds by this process: one primary-key read of a handful of rows."""
+        from ..queue_pauses import paused
+
+        cached = self._pauses
+        if cached is not None and time.monotonic() - cached[0] < self.config.overview_ttl:
+            return cached[1]
+        state = paused(self.store)
+        self._pauses = (time.monotonic(), state)
+        return state
+
+    def forget_queue_pauses(self) -> None:
+        """Read the paused queues again at the next page (this process paused or resumed one)."""
+        self._pauses = None
 
     def control_for(self, principal: Principal) -> Control:
         """A Control acting as `principal`, under the operators policy its role or the proxy's file gives."""

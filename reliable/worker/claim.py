@@ -1,7 +1,8 @@
 """The claim before a run, and the fast path's claim after it: the two halves of a delivery.
 
 `before_run` and `after_run` are what Dramatiq's before/after_process_message hooks hand over.
-Before the actor runs (`claim`): the delivery is admitted by the actor's limits, then the job is
+Before the actor runs (`claim`): a delivery of a paused queue is put off (`paused`), the
+delivery is admitted by the actor's limits, then the job is
 claimed, a compare-and-set. A refused claim skips the delivery (`refuse`: the one place a refusal
 is handled; the store already holds the truth). A message unknown to the store (published by a
 producer without reliable) is registered first; one that cannot become a job (reliable.inputs) is
@@ -30,7 +31,7 @@ from ..limits.gate import fast_path_allowed
 from ..states import JobStatus
 from ..store import Job
 from ..tracecontext import span_id_for
-from . import after_commit, completion, delivery, groups, outcome, spans
+from . import after_commit, completion, delivery, groups, outcome, paused, spans
 from .context import JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
@@ -90,6 +91,7 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     digest = delivery.digest_of(mw.store, message, worker_id=mw.worker_id)  # a delivery must match its job
     queue = home_queue(mw, message)  # the actor's or the store's, never the body's
     contract = mw.plans.contract(message.actor_name, queue, message.options)
+    paused.defer_if_paused(mw, broker, message, queue)  # before the limits: a paused queue takes no slot
     refusal = mw.admission.admit(broker, message, digest)
     if refusal is not None:
         refuse(mw, broker, message, refusal)

@@ -1,7 +1,8 @@
 """The Dramatiq middleware: Dramatiq's hooks, each handing over to the module that owns the step.
 
 before_enqueue, enqueue_many: the job is registered PENDING before its message is published
-(`registration`). before_process_message: limits (`admission`), then the claim (`claim`).
+(`registration`). before_process_message: a paused queue's delivery put off (`paused`), limits
+(`admission`), then the claim (`claim`).
 after_process_message: the outcome (`outcome`, pure) written fenced by the lease with what follows
 it (`completion`), then acted on (`after_commit`). after_skip_message: another
 middleware's skip ends the job (`skips`). Worker boot and shutdown: the per-process threads (`runtime`).
@@ -31,6 +32,7 @@ from .boot import boot
 from .context import Delivery
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
 from .heartbeat import Heartbeat
+from .paused import PausedQueues
 from .plans import Plans
 from .registration import Registration
 from .settings import DEFAULT_SEND_TIMEOUT, Settings
@@ -79,6 +81,8 @@ class ReliableMiddleware(Middleware):
         self.group_callbacks: TrackedGroupCallbacks | None = None
         #: Concurrency and rate limits declared with `limits=` (reliable.limits).
         self.admission = Limits(self.runtime, self.plans, self.delivery, s.metrics)
+        #: The queues an operator paused, read at most every few seconds (reliable.worker.paused).
+        self.paused_queues = PausedQueues(lambda: self.runtime.store)
 
     @property
     def actor_options(self) -> set[str]:

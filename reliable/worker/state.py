@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..tracing import Tracing
     from .admission import Limits
     from .context import Delivery
+    from .paused import PausedQueues
     from .plans import Plans
     from .registration import Registration
     from .runtime import Runtime
@@ -52,6 +53,10 @@ class Worker(Protocol):
     @property
     def delivery(self) -> Delivery:
         """What this worker thread's delivery holds between the hooks."""
+
+    @property
+    def paused_queues(self) -> PausedQueues:
+        """The paused queues as this process last read them."""
 
     @property
     def policy(self) -> Policy:

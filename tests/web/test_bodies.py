@@ -22,7 +22,8 @@ from web_support import Tokens, bearer, session
 
 #: A value for each path parameter of a POST/PUT route (a route with a new parameter fails until added).
 PATH_VALUES = {"job_id": "job-1", "command": "pause", "operation_id": "no-such-operation",
-               "workflow_id": "no-such-workflow", "name": "no-such-schedule"}  # c28-flows: the last two
+               "workflow_id": "no-such-workflow", "name": "no-such-schedule",  # c28-flows: the last two
+               "queue": "billing"}  # c28-queues: the queue routes
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
 _DEEP_VALID = b'{"reason": ' + b'{"a": ' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1) + b"}"

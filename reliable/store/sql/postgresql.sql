@@ -633,3 +633,34 @@ WITH doomed AS (
     DELETE FROM reliable_operations o USING doomed d WHERE o.operation_id = d.operation_id RETURNING 1
 )
 SELECT count(*) FROM gone;
+
+-- Queue pauses (reliable/queue_pauses.py). A row while the queue is paused; its audit trail beside.
+
+-- name: pause_queue
+-- No row when the queue is paused already (the first pause and its reason stay).
+INSERT INTO reliable_queue_pauses (queue, paused_at, operator, host, source, reason)
+VALUES (%(queue)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), %(operator)s,
+    %(host)s, %(source)s, %(reason)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING paused_at;
+
+-- name: resume_queue
+-- No row when the queue was not paused.
+DELETE FROM reliable_queue_pauses WHERE queue = %(queue)s RETURNING paused_at;
+
+-- name: queue_event
+INSERT INTO reliable_queue_events (queue, at, event, operator, host, source, reason, detail)
+VALUES (%(queue)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8), %(event)s,
+    %(operator)s, %(host)s, %(source)s, %(reason)s, %(detail)s);
+
+-- name: list_queue_pauses
+-- Every paused queue with the database's time now (a worker's cache and the console's banner run it:
+-- a handful of rows, no index needed beyond the primary key).
+SELECT queue, paused_at, operator, host, source, reason,
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+FROM reliable_queue_pauses ORDER BY queue;
+
+-- name: list_queue_events
+-- A queue's latest audit entries, newest first.
+SELECT id, queue, at, event, operator, host, source, reason, detail FROM reliable_queue_events
+WHERE queue = %(queue)s ORDER BY id DESC LIMIT %(limit)s::int8;

@@ -472,3 +472,26 @@ DELETE FROM reliable_operations WHERE operation_id IN (
     SELECT operation_id FROM reliable_operations
     WHERE status IN (SELECT value FROM json_each(:ended)) AND coalesce(finished_at, created_at) < :cut
     LIMIT :batch) RETURNING 1;
+
+-- Queue pauses (see postgresql.sql).
+
+-- name: pause_queue
+INSERT INTO reliable_queue_pauses (queue, paused_at, operator, host, source, reason)
+VALUES (:queue, :now, :operator, :host, :source, :reason)
+ON CONFLICT (queue) DO NOTHING
+RETURNING paused_at;
+
+-- name: resume_queue
+DELETE FROM reliable_queue_pauses WHERE queue = :queue RETURNING paused_at;
+
+-- name: queue_event
+INSERT INTO reliable_queue_events (queue, at, event, operator, host, source, reason, detail)
+VALUES (:queue, :now, :event, :operator, :host, :source, :reason, :detail);
+
+-- name: list_queue_pauses
+SELECT queue, paused_at, operator, host, source, reason, :now
+FROM reliable_queue_pauses ORDER BY queue;
+
+-- name: list_queue_events
+SELECT id, queue, at, event, operator, host, source, reason, detail FROM reliable_queue_events
+WHERE queue = :queue ORDER BY id DESC LIMIT :limit;

@@ -1,0 +1,145 @@
+"""`reliable queues list|pause|resume`: the queues' figures, and pausing a whole queue
+(reliable.queue_pauses), through the store or the HTTP API (`--api`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+from urllib.parse import quote
+
+import click
+from rich.table import Table
+
+from ..durations import format_duration
+from ..errors import NotAuthorized
+from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
+from .common import emit_json, fmt_time, handle_errors, open_source, print_table, source_options, stdout_console
+
+__all__ = ["EXIT_REFUSED", "EXIT_UNCHANGED", "queues"]
+
+EXIT_UNCHANGED = 1  # pause of a paused queue, resume of one not paused: nothing written
+EXIT_REFUSED = 1  # the operators policy refused it (audited on the queue)
+_EXIT_HELP = ("Exit status: 0 done; 1 nothing to do (already so) or refused by the operators policy (audited); "
+              "2 bad input (a missing --reason) or the store/API unreachable.")
+
+
+@click.group(short_help="Queues: list their figures, pause and resume a whole queue.")
+def queues() -> None:
+    """Queues: jobs per state, oldest pending job, throughput and failure rate; pause and resume.
+
+    A paused queue's deliveries are put off by every worker before their claim (no attempt spent,
+    no thread held) until it is resumed; jobs already RUNNING go on. Workers see a pause or a resume
+    within a few seconds (`reliable docs control`).
+    """
+
+
+@queues.command("list")
+@source_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (as GET /api/v1/queues answers).")
+@handle_errors
+def list_(store_url: str | None, api_url: str | None, token_file: str | None, as_json: bool) -> None:
+    """List the queues: jobs per state, the oldest due PENDING job's age, finished jobs per hour and the
+    failure rate over the last 24 hours, and who paused a paused queue, when and why."""
+    from ..store import StateStore
+
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        from ..queue_pauses import paused, queue_figures
+        from ..store.overview import overview
+
+        answer: dict[str, Any] = queue_figures(overview(source), paused(source))
+    else:
+        with source:
+            answer = source.request("GET", "queues")
+    if as_json:
+        emit_json(answer)
+        return
+    table = Table("queue", "by state", "oldest pending", "per hour", "failure rate", "paused",
+                  title="queues (figures over the last 24 h)")
+    for row in answer["queues"]:
+        age = row["oldest_pending_age_seconds"]
+        rate = row["failure_rate"]
+        pause = row["paused"]
+        table.add_row(row["queue"], " ".join(f"{s}={n}" for s, n in row["by_state"].items()) or "-",
+                      "-" if age is None else format_duration(age), str(row["throughput_per_hour"] or 0),
+                      "-" if rate is None else f"{rate:.1%}",
+                      "-" if pause is None else f"since {fmt_time(pause['paused_at'])} by {pause['operator']}: "
+                                                f"{pause['reason']}")
+    print_table(stdout_console(), table)
+
+
+def _options(func: Any) -> Any:
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+    func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
+                        show_envvar=True,
+                        help="Operators policy (YAML): needs the command pause/resume on the queue (for jobs "
+                             "of any owner). With --api the server's policy applies.")(func)
+    func = click.option("--operator", "operator_name",
+                        help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]; "
+                             "with --api the token's name.")(func)
+    return click.option("--reason", help="Why (required); recorded in the queue's audit trail.")(func)
+
+
+def _set(command: str, queue: str, store_url: str | None, api_url: str | None, token_file: str | None,
+         reason: str | None, operator_name: str | None, operators_file: str | None, as_json: bool) -> None:
+    from ..commands import require_reason
+    from ..store import StateStore
+
+    require_reason(f"queues {command}", reason)
+    source = open_source(store_url, api_url, token_file)
+    if isinstance(source, StateStore):
+        from .. import queue_pauses
+
+        operator = Operator.resolve(operator_name)
+        act = queue_pauses.pause if command == "pause" else queue_pauses.resume
+        try:
+            changed = act(source, queue, reason=reason, identity=operator,
+                          operators=OperatorsPolicy.load(operators_file) if operators_file else None)
+        except NotAuthorized as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_REFUSED)
+        result: dict[str, Any] = {"queue": queue, "command": command, "changed": changed,
+                                  "paused": command == "pause", "operator": operator.name}
+    else:
+        from .api_client import ApiError
+
+        with source:
+            try:
+                result = source.request("POST", f"queues/{quote(queue, safe='')}/{command}", body={"reason": reason})
+            except ApiError as exc:
+                if exc.status != 403:
+                    raise
+                click.echo(f"error: {exc}", err=True)
+                sys.exit(EXIT_REFUSED)
+    if as_json:
+        emit_json(result)
+    elif not result["changed"]:
+        click.echo(f"queue {queue} is already {'paused' if command == 'pause' else 'not paused'}: nothing changed",
+                   err=True)
+    else:
+        click.echo(f"{command}d queue {queue} as {result['operator']}")
+    if not result["changed"]:
+        sys.exit(EXIT_UNCHANGED)
+
+
+@queues.command(epilog=_EXIT_HELP)
+@click.argument("queue")
+@source_options
+@_options
+@handle_errors
+def pause(queue: str, store_url: str | None, api_url: str | None, token_file: str | None, reason: str | None,
+          operator_name: str | None, operators_file: str | None, as_json: bool) -> None:
+    """Pause QUEUE: workers put its deliveries off (no attempt spent, no thread held) until `resume`.
+    Jobs already RUNNING go on (pause them with `reliable pause --queue QUEUE`)."""
+    _set("pause", queue, store_url, api_url, token_file, reason, operator_name, operators_file, as_json)
+
+
+@queues.command(epilog=_EXIT_HELP)
+@click.argument("queue")
+@source_options
+@_options
+@handle_errors
+def resume(queue: str, store_url: str | None, api_url: str | None, token_file: str | None, reason: str | None,
+           operator_name: str | None, operators_file: str | None, as_json: bool) -> None:
+    """Resume a paused QUEUE: its deferred deliveries run at their next try (within 30 s)."""
+    _set("resume", queue, store_url, api_url, token_file, reason, operator_name, operators_file, as_json)

@@ -1,0 +1,188 @@
+"""Pausing a whole queue: an operator's flag kept in the store, honoured by every worker's claim.
+
+`pause` writes a row of `reliable_queue_pauses` (who, when, from where, why); `resume` removes it.
+Both are audited in `reliable_queue_events`, and so is a command the operators policy refuses
+(`command_refused`, as for jobs): a queue command is checked as the policy's `pause` / `resume` on
+that queue (`commands.QUEUE_COMMANDS`), for jobs of any owner, so a rule limited to owners never
+covers it. Every queue command needs a reason (`commands.require_reason`).
+
+What a pause does (the worker side is `reliable.worker.paused`): a delivery of a paused queue is
+published again later and skipped before its claim, the way a limit defers one: the job stays
+PENDING with its attempt count unchanged and no worker thread waits for the resume. Jobs already
+RUNNING are not touched (pause them one by one, or in bulk by `--queue`). Workers see a pause or a
+resume within their cache's staleness (`reliable.worker.paused.REFRESH_SECONDS`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .commands import QUEUE_COMMANDS, check_reason_text, require_reason
+from .errors import ConfigError, NotAuthorized
+from .inputs import escape_controls, text_problem
+from .operators import Operator, OperatorsPolicy
+from .states import JobStatus
+from .store import StateStore
+from .store.overview import Overview
+
+__all__ = ["MAX_QUEUE_NAME", "QueueEvent", "QueuePause", "QueueState", "check_queue_name", "events", "pause",
+           "paused", "queue_figures", "resume"]
+
+#: The longest queue name the store keeps (its column's size).
+MAX_QUEUE_NAME = 255
+
+
+@dataclass(frozen=True)
+class QueuePause:
+    """A paused queue: since when, by whom, from where and why."""
+
+    queue: str
+    paused_at: float
+    operator: str
+    host: str | None
+    source: str | None
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The pause as JSON-ready values."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """The paused queues and the store's time when they were read (for their age; 0.0 when none is
+    paused)."""
+
+    pauses: tuple[QueuePause, ...]
+    now: float
+
+    def get(self, queue: str) -> QueuePause | None:
+        """The pause of `queue`, or None when it is not paused."""
+        return next((p for p in self.pauses if p.queue == queue), None)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The paused queues' names."""
+        return frozenset(p.queue for p in self.pauses)
+
+
+@dataclass(frozen=True)
+class QueueEvent:
+    """One entry of a queue's audit trail (pause, resume, command_refused)."""
+
+    id: int
+    queue: str
+    at: float
+    event: str
+    operator: str | None
+    host: str | None
+    source: str | None
+    reason: str | None
+    detail: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry as JSON-ready values."""
+        return asdict(self)
+
+
+#: Final states counted as a queue's finished jobs, and among them its failures.
+_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.DEAD)
+_FAILED = (JobStatus.FAILED, JobStatus.DEAD)
+
+
+def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
+    """The queues' figures as GET /api/v1/queues, `reliable queues list` and the console show them:
+    every queue with jobs, and every paused one; throughput and failure rate over the overview's
+    window (jobs that reached a final state in it). Pure."""
+    rows = []
+    for queue in sorted({*figures.queues, *state.names}):
+        by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
+        oldest = figures.oldest_pending.get(queue)
+        finished = sum(by_state.get(s.value, 0) for s in _FINISHED)
+        failed = sum(by_state.get(s.value, 0) for s in _FAILED)
+        pause = state.get(queue)
+        rows.append({"queue": queue, "by_state": by_state,
+                     "oldest_pending_at": oldest,
+                     "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest),
+                     "finished": finished,
+                     "throughput_per_hour": round(finished * 3600.0 / figures.window, 3) if figures.window else None,
+                     "failure_rate": round(failed / finished, 4) if finished else None,
+                     "paused": None if pause is None else {
+                         **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)},
+                     "broker": None})  # RabbitMQ's depths: filled in where a broker is known (reliable.web.queues)
+    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
+
+
+def check_queue_name(queue: str) -> str:
+    """`queue`, or ConfigError naming the field 'queue' when it cannot be a queue's name."""
+    problem = ("it is empty" if not queue.strip() else f"it is longer than {MAX_QUEUE_NAME} characters"
+               if len(queue) > MAX_QUEUE_NAME else text_problem(queue))
+    if problem is not None:
+        raise ConfigError(f"field 'queue': {problem}")
+    return queue
+
+
+def paused(store: StateStore) -> QueueState:
+    """Every paused queue, as one statement reads them (workers' caches and the console run it)."""
+    rows = store.rows("list_queue_pauses")
+    now = float(rows[0][6]) if rows else 0.0  # nothing paused: no age to compute, no second round trip
+    return QueueState(tuple(QueuePause(str(r[0]), float(r[1]), str(r[2]), r[3], r[4], str(r[5])) for r in rows), now)
+
+
+def pause(store: StateStore, queue: str, *, reason: str | None, identity: Operator,
+          operators: OperatorsPolicy | None = None) -> bool:
+    """Pause `queue` as `identity` (audited); False when it was paused already (nothing written).
+    NotAuthorized (audited as `command_refused`) unless the operators policy allows it."""
+    return _set(store, queue, True, reason=reason, identity=identity, operators=operators)
+
+
+def resume(store: StateStore, queue: str, *, reason: str | None, identity: Operator,
+           operators: OperatorsPolicy | None = None) -> bool:
+    """Resume `queue` as `identity` (audited); False when it was not paused (nothing written).
+    Its deferred deliveries come back at their next try (within a deferral's delay)."""
+    return _set(store, queue, False, reason=reason, identity=identity, operators=operators)
+
+
+def events(store: StateStore, queue: str, *, limit: int = 20) -> list[QueueEvent]:
+    """`queue`'s latest audit entries, oldest first."""
+    rows = store.rows("list_queue_events", {"queue": queue, "limit": limit})
+    return [QueueEvent(int(r[0]), str(r[1]), float(r[2]), str(r[3]), r[4], r[5], r[6], r[7],
+                       json.loads(r[8]) if r[8] else {}) for r in reversed(rows)]
+
+
+def _set(store: StateStore, queue: str, pausing: bool, *, reason: str | None, identity: Operator,
+         operators: OperatorsPolicy | None) -> bool:
+    command = "queues pause" if pausing else "queues resume"
+    check_queue_name(queue)
+    require_reason(command, reason)
+    assert reason is not None
+    policy = operators or OperatorsPolicy.allow_all()
+    try:
+        check_reason_text(command, reason)
+        policy.check(identity.name, QUEUE_COMMANDS[command], queue, None)
+    except (NotAuthorized, ConfigError) as exc:
+        _event(store, queue, "command_refused", identity, escape_controls(reason),
+               {"command": command, "why": str(exc)})
+        raise
+    with store.transaction() as unit:
+        if pausing:
+            changed = unit.one("pause_queue", {"queue": queue, "operator": identity.name, "host": identity.host,
+                                               "source": identity.source, "reason": reason}) is not None
+        else:
+            changed = unit.one("resume_queue", {"queue": queue}) is not None
+        if changed:
+            unit.run("queue_event", _event_params(queue, "pause" if pausing else "resume", identity, reason, None))
+    return changed
+
+
+def _event_params(queue: str, event: str, identity: Operator, reason: str | None,
+                  detail: dict[str, Any] | None) -> dict[str, Any]:
+    return {"queue": queue, "event": event, "operator": identity.name, "host": identity.host,
+            "source": identity.source, "reason": reason, "detail": json.dumps(detail) if detail else None}
+
+
+def _event(store: StateStore, queue: str, event: str, identity: Operator, reason: str | None,
+           detail: dict[str, Any]) -> None:
+    store.run("queue_event", _event_params(queue, event, identity, reason, detail))

@@ -1,0 +1,79 @@
+"""The console's queues page (issue 28): every queue's figures, and pausing / resuming a queue.
+
+    GET  /queues                              the queues (as GET /api/v1/queues), a form per queue
+                                              for a principal the operators policy lets pause it
+    POST /queues/{queue}/actions/{command}    pause or resume (reason required); back to /queues
+
+Every rule lives in `reliable.queue_pauses` (policy, audit, reason): a refusal is shown as it was
+worded, a policy refusal is a 403 page (audited on the queue). While a queue is paused every page
+shows a banner (`console.render`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from .. import queue_pauses
+from ..errors import NotAuthorized, ReliableError
+from .auth import authenticate, state_of
+from .console import flash, render
+from .queues import queue_answer
+
+__all__ = ["routes"]
+
+_COMMANDS = ("pause", "resume")
+
+
+async def queues_page(request: Request) -> Response:
+    """GET /queues: the queues' figures and pauses, with pause / resume forms where allowed."""
+    principal = await authenticate(request)
+    state = state_of(request)
+
+    def read() -> tuple[dict[str, Any], queue_pauses.QueueState]:
+        pauses = queue_pauses.paused(state.store)
+        return queue_answer(state, pauses), pauses
+
+    figures, pauses = await run_in_threadpool(read)
+    for row in figures["queues"]:
+        command = "resume" if row["paused"] else "pause"
+        row["command"] = command if principal.allows(command, row["queue"], None) else None
+    return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses))
+
+
+async def queue_action(request: Request) -> Response:
+    """POST /queues/{queue}/actions/{command}: pause or resume the queue as the signed-in principal."""
+    principal = await authenticate(request)  # checks the CSRF token of a session
+    command, queue = request.path_params["command"], request.path_params["queue"]
+    if command not in _COMMANDS:
+        raise HTTPException(404, f"no queue command {command!r} (known: {', '.join(_COMMANDS)})")
+    form = await request.form()
+    reason = str(form.get("reason") or "").strip() or None
+    state = state_of(request)
+    act = queue_pauses.pause if command == "pause" else queue_pauses.resume
+    try:
+        changed = await run_in_threadpool(lambda: act(state.store, queue, reason=reason,
+                                                      identity=principal.operator(state.config.host),
+                                                      operators=principal.operators))
+    except NotAuthorized:
+        raise
+    except ReliableError as exc:
+        flash(request, "error", f"{command} of queue {queue} refused: {exc}")
+    else:
+        state.forget_queue_pauses()
+        flash(request, "ok", f"queue {queue} {command}d." if changed
+              else f"queue {queue} was already {'paused' if command == 'pause' else 'running'}: nothing changed.")
+    return RedirectResponse(str(request.url_for("queues")), 303)
+
+
+def routes() -> list[BaseRoute]:
+    """The queues page's routes."""
+    return [
+        Route("/queues", queues_page, name="queues"),
+        Route("/queues/{queue}/actions/{command}", queue_action, methods=["POST"], name="queue_action"),
+    ]
