@@ -492,7 +492,7 @@ limit_buckets = Table(
     Column("updated_at", Double, nullable=False),
 )
 
-# Queue pauses (migration 0016, reliable.queue_pauses): a row while an operator keeps the queue
+# Queue pauses (migration 0017, reliable.queue_pauses): a row while an operator keeps the queue
 # paused (workers defer its deliveries), and the queue commands' audit trail.
 queue_pauses = Table(
     "reliable_queue_pauses",

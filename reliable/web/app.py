@@ -101,9 +101,9 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
         openapi,
         operations,
     )
+    from .console_queues import routes as queue_pages  # issue 28: queues (c28-queues)
     from .flows_api import routes as flow_api_routes  # c28-flows: workflows and schedules
     from .flows_console import routes as flow_page_routes  # c28-flows
-    from .console_queues import routes as queue_pages  # issue 28: queues (c28-queues)
     from .queues import routes as queue_routes  # issue 28: queues (c28-queues)
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
