@@ -33,6 +33,8 @@ ABSENT_WHEN_NOTHING = {
     "reliable_concurrency_limit": "only actors with a concurrency limit (reliable.limits) have one",
     "reliable_concurrency_limit_declared": "ditto",
     "reliable_oldest_pending_timestamp_seconds": "a queue with no due PENDING job has no oldest one",
+    "reliable_queue_paused_since_timestamp_seconds": "only a paused queue has one (reliable_queue_paused is 0 "
+                                                     "for the others)",
     "reliable_rabbitmq_queue_consumers": "the broker's view: only `reliable exporter --broker` has it (the "
                                          "rule reading it stays silent without: tests/promtool/workers_rules_test.yml)",
 }
