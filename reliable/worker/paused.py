@@ -64,7 +64,7 @@ class PausedQueues:
         """The paused queues, as read at most `refresh` seconds ago."""
         if self._clock() < self._due:
             return self._names
-        with self._lock:  # one thread reads; the others keep the last set meanwhile
+        with self._lock:  # one thread reads; the others due a refresh wait for its one small SELECT
             if self._clock() >= self._due:
                 try:
                     self._names = paused(self._store()).names
