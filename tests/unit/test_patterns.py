@@ -17,9 +17,9 @@ from reliable.policy.check import check_path
 @pytest.mark.parametrize(("text", "found"), [("a" * 40 + "!", False), ("a" * 10_000_000 + "!", True)])
 def test_a_backtracking_pattern_runs_in_bounded_time(text: str, found: bool) -> None:
     pattern = compile_pattern("(a+)+$")
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: the bound is on work, not on a loaded machine's clock
     assert pattern.search(text) is found
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 def test_only_the_first_characters_are_searched() -> None:
@@ -58,7 +58,7 @@ def test_classification_uses_the_same_engine(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("version: 1\nrules:\n  - {name: bt, message: '(a+)+$', class: authorization}\n")
     policy = Policy.load(path)
-    started = time.perf_counter()
+    started = time.process_time()
     assert policy.classify(ValueError("a" * 40 + "!"), "a", "q")[0] == "invalid_input"
     assert policy.classify(ValueError("a" * 40), "a", "q")[0] == "authorization"
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5

@@ -173,9 +173,9 @@ def test_an_alias_bomb_is_refused_at_once_with_file_and_line(tmp_path: Path, mod
     path = tmp_path / "bomb.yaml"
     path.write_text(_bomb_under(key))
     assert len(path.read_bytes()) < 600
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: the bound is on work, not on a loaded machine's clock
     message = run(path)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert elapsed < 1.0, f"{surface} took {elapsed:.2f} s"
     assert f"{path}:6: " in message and "aliases counted at their expanded size" in message, message
 
@@ -199,10 +199,10 @@ def test_anchors_within_the_budget_still_work() -> None:
     ("a:\n" + "  - x\n" * (yamlfile.MAX_NODES + 1), yamlfile.MAX_NODES - 1, "more than 20000 values"),
 ])
 def test_errors_name_file_and_line(text: str, line: int, message: str) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(PolicyError) as info:
         yamlfile.parse(text, "f.yaml")
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert str(info.value).startswith(f"f.yaml:{line}: ") and message in str(info.value), str(info.value)
 
 
