@@ -1,8 +1,8 @@
 """Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-nogc,reliable-pg-nometrics,reliable-pg-fullidx,
-                 reliable-pg-limited,reliable-sqlite,reliable-sqlite-fast]
+        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-fast-alone,reliable-pg-nogc,reliable-pg-nometrics,
+                 reliable-pg-fullidx,reliable-pg-limited,reliable-sqlite,reliable-sqlite-fast]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
@@ -146,7 +146,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
     env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
            "BENCH_MODE": "plain" if mode == "plain" else "reliable",
            "BENCH_METRICS": "0" if "nometrics" in mode else "1",
-           "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1"}
+           "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1",
+           "BENCH_LOOKS": "alone" if mode.endswith("alone") else "batched"}
     if mode.startswith("reliable-pg"):
         store_url = fresh_pg()
         if "fullidx" in mode:
