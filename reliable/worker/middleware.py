@@ -10,6 +10,7 @@ middleware's skip ends the job (`skips`). Worker boot and shutdown: the per-proc
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -40,6 +41,8 @@ from .skips import skip_of
 from .waiting import Looks, readable, waiting_ids
 
 __all__ = ["ReliableMiddleware"]
+
+logger = logging.getLogger("reliable.middleware")
 
 
 class ReliableMiddleware(Middleware):
@@ -155,6 +158,8 @@ class ReliableMiddleware(Middleware):
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the heartbeat once every worker thread has finished its message."""
         self.runtime.shutdown()
+        if self.looks.reads:
+            logger.info("fast-path looks: %d looks in %d reads", self.looks.looks, self.looks.reads)
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register the job (PENDING) before its message is published; no-op for a known job_id."""

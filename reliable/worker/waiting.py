@@ -85,6 +85,8 @@ class Looks:
         self._read, self._waiting, self._clock = read, waiting, clock
         #: Whether `watch` named the waiting jobs (else the caller looks one job at a time, as before).
         self.batched = False
+        #: How many looks were answered, and by how many reads (logged at the worker's shutdown).
+        self.looks = self.reads = 0
         self._stale_after, self._batch = stale_after, batch
         self._answers: dict[str, _Answer] = {}
         self._in_flight: set[str] = set()
@@ -98,6 +100,7 @@ class Looks:
         """The row of `job_id` as read at most `stale_after` seconds ago (by this call or by the
         look of another delivery that saw it waiting); the answer is used up."""
         with self._done:
+            self.looks += 1
             while True:
                 answer = self._answers.pop(job_id, None)
                 if answer is not None and self._clock() - answer.read_at <= self._stale_after:
@@ -107,6 +110,7 @@ class Looks:
                 self._done.wait()
             ids = self._batch_of(job_id)
             self._in_flight.update(ids)
+            self.reads += 1
         started = self._clock()
         rows: dict[str, tuple[str, str | None]] | None = None
         try:
