@@ -19,6 +19,10 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
                      metrics=os.environ.get("BENCH_METRICS", "1") == "1",
                      json_logs=os.environ.get("BENCH_JSON_LOGS", "0") == "1",
                      group_commit=os.environ.get("BENCH_GROUP_COMMIT", "1") == "1")
+    if os.environ.get("BENCH_LOOKS") == "alone":  # mode reliable-pg-fast-alone: one read per fast-path look
+        from reliable.worker import waiting
+
+        waiting.VERIFIED_DRAMATIQ = frozenset()
 dramatiq.set_broker(broker)
 
 

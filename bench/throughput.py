@@ -1,8 +1,8 @@
 """Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-nogc,reliable-pg-nometrics,reliable-pg-fullidx,
-                 reliable-pg-limited,reliable-sqlite,reliable-sqlite-fast]
+        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-fast-alone,reliable-pg-nogc,reliable-pg-nometrics,
+                 reliable-pg-fullidx,reliable-pg-limited,reliable-sqlite,reliable-sqlite-fast]
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
@@ -134,6 +134,14 @@ def batch_size(log: Path) -> float | None:
     return writes / batches if batches else None
 
 
+def looks_per_read(log: Path) -> float | None:
+    """The fast path's looks per store read of a run (reliable.worker.waiting), from the shutdown lines."""
+    looks = reads = 0
+    for match in re.finditer(r"fast-path looks: (\d+) looks in (\d+) reads", log.read_text(errors="replace")):
+        looks, reads = looks + int(match.group(1)), reads + int(match.group(2))
+    return looks / reads if reads else None
+
+
 def _actor_for(mode: str) -> str:
     """The no-op actor a mode runs: on the fast path, with limits (reliable.limits), or plain."""
     return "fast_noop" if "fast" in mode else "limited_noop" if "limited" in mode else "noop"
@@ -146,7 +154,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
     env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
            "BENCH_MODE": "plain" if mode == "plain" else "reliable",
            "BENCH_METRICS": "0" if "nometrics" in mode else "1",
-           "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1"}
+           "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1",
+           "BENCH_LOOKS": "alone" if mode.endswith("alone") else "batched"}
     if mode.startswith("reliable-pg"):
         store_url = fresh_pg()
         if "fullidx" in mode:
@@ -222,6 +231,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
         if store_url and store_url.startswith("postgresql"):
             drop_pg(store_url)
     done = start_depth if started else jobs
+    if (looks := looks_per_read(tmp / f"{queue}.log")) is not None:
+        print(f"    fast-path looks per store read: {looks:.1f}", flush=True)
     return done / elapsed, 1000 * worker_cpu / jobs, 1000 * pg_cpu / jobs, batch_size(tmp / f"{queue}.log")
 
 

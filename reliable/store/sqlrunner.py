@@ -383,6 +383,12 @@ class SqlRunner:
             row = self.execute(tx, "job_status", {"job_id": job_id}).fetchone()
         return None if row is None else (str(row[0]), row[1])
 
+    def job_statuses(self, job_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """The state and delivery digest of each of these jobs that exists, by job id, in one read."""
+        with self.single() as tx:
+            rows = self.execute(tx, "job_statuses", {"job_ids": self.array(list(job_ids))}).fetchall()
+        return {str(row[0]): (str(row[1]), row[2]) for row in rows}
+
     def registered_digests(self, tx: Tx, job_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """The actor and delivery digest of each of these jobs that exists, by job id."""
         rows = self.execute(tx, "registered_digests", {"job_ids": self.array(list(job_ids))}).fetchall()

@@ -10,7 +10,8 @@ dead-lettered as a delivery that is not a job's message (`delivery.refuse`). A w
 by the heartbeat from then on.
 
 The fast path (an actor with `fast_path=True` whose success nothing has to follow) writes nothing
-before the run: it only looks that the job is PENDING. After the run `fast_done` commits a success
+before the run: it only looks that the job is PENDING (one read for the fast-path messages waiting
+in the process, each answer at most a second old: reliable.worker.waiting). After the run `fast_done` commits a success
 in one compare-and-set, or claims the job (`claim_after_run`) so that the durable path decides a
 failure as for any attempt. `skipped` gives back a job another middleware skipped after our claim.
 """
@@ -36,6 +37,7 @@ from .context import JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
 from .skips import Skip, end_unclaimed
+from .waiting import Row
 
 if TYPE_CHECKING:
     from .state import Worker
@@ -97,8 +99,7 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
         refuse(mw, broker, message, refusal)
     if contract.fast_path and _fast_eligible(mw, message, queue):
         try:
-            status = mw.runtime.with_store_retry("job_status", lambda: mw.store.job_status(
-                job_id, delivery_digest=digest))
+            status = _look(mw, job_id, digest)
         except ClaimRefused as mismatch:
             refuse(mw, broker, message, mismatch)
         if status is JobStatus.PENDING:
@@ -189,6 +190,17 @@ def refuse(mw: Worker, broker: dramatiq.Broker, message: Any, refusal: ClaimRefu
     # after_skip_message would, over a real result or while the job runs elsewhere).
     message.options["store_results"] = False
     raise SkipMessage(refusal.reason) from None
+
+
+def _look(mw: Worker, job_id: str, digest: str | None) -> JobStatus | None:
+    """The fast path's look: the job's state, batched with the fast-path jobs waiting in the
+    process when their queue can be read (reliable.worker.waiting), else read alone."""
+    if not mw.looks.batched:
+        alone: JobStatus | None = mw.runtime.with_store_retry("job_status", lambda: mw.store.job_status(
+            job_id, delivery_digest=digest))
+        return alone
+    found: Row = mw.runtime.with_store_retry("job_status", lambda: mw.looks.look(job_id))
+    return mw.store.looked_status(job_id, found, delivery_digest=digest)
 
 
 def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:

@@ -10,6 +10,7 @@ middleware's skip ends the job (`skips`). Worker boot and shutdown: the per-proc
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -37,8 +38,11 @@ from .plans import Plans
 from .registration import Registration
 from .settings import DEFAULT_SEND_TIMEOUT, Settings
 from .skips import skip_of
+from .waiting import Looks, readable, waiting_ids
 
 __all__ = ["ReliableMiddleware"]
+
+logger = logging.getLogger("reliable.middleware")
 
 
 class ReliableMiddleware(Middleware):
@@ -83,6 +87,8 @@ class ReliableMiddleware(Middleware):
         self.admission = Limits(self.runtime, self.plans, self.delivery, s.metrics)
         #: The queues an operator paused, read at most every few seconds (reliable.worker.paused).
         self.paused_queues = PausedQueues(lambda: self.runtime.store)
+        #: The fast path's looks, batched over the messages waiting in the process (reliable.worker.waiting).
+        self.looks = Looks(lambda ids: self.runtime.store.job_statuses(ids))
 
     @property
     def actor_options(self) -> set[str]:
@@ -140,6 +146,9 @@ class ReliableMiddleware(Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Start this process's heartbeat and recovery loop (see `reliable.worker.boot`)."""
         boot(self, broker, worker)
+        if readable():  # Dramatiq's private work queue, on the versions verified only
+            self.looks.watch(lambda: waiting_ids(worker, lambda m: self.plans.contract(
+                m.actor_name, m.queue_name, m.options).fast_path))
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
@@ -149,6 +158,8 @@ class ReliableMiddleware(Middleware):
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the heartbeat once every worker thread has finished its message."""
         self.runtime.shutdown()
+        if self.looks.reads:
+            logger.info("fast-path looks: %d looks in %d reads", self.looks.looks, self.looks.reads)
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register the job (PENDING) before its message is published; no-op for a known job_id."""

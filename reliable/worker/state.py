@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .registration import Registration
     from .runtime import Runtime
     from .settings import Settings
+    from .waiting import Looks
 
 __all__ = ["Worker"]
 
@@ -57,6 +58,10 @@ class Worker(Protocol):
     @property
     def paused_queues(self) -> PausedQueues:
         """The paused queues as this process last read them."""
+
+    @property
+    def looks(self) -> Looks:
+        """The fast path's batched looks."""
 
     @property
     def policy(self) -> Policy:

@@ -664,3 +664,8 @@ FROM reliable_queue_pauses ORDER BY queue;
 -- A queue's latest audit entries, newest first.
 SELECT id, queue, at, event, operator, host, source, reason, detail FROM reliable_queue_events
 WHERE queue = %(queue)s ORDER BY id DESC LIMIT %(limit)s::int8;
+
+-- name: job_statuses
+-- The fast path's batched look (reliable.worker.waiting): the state and delivery digest of the
+-- delivered job and of the fast-path messages waiting in the process, by primary key, in one read.
+SELECT job_id, status, delivery_digest FROM reliable_jobs WHERE job_id = ANY(%(job_ids)s::text[]);

@@ -495,3 +495,8 @@ FROM reliable_queue_pauses ORDER BY queue;
 -- name: list_queue_events
 SELECT id, queue, at, event, operator, host, source, reason, detail FROM reliable_queue_events
 WHERE queue = :queue ORDER BY id DESC LIMIT :limit;
+
+-- name: job_statuses
+-- The fast path's batched look (reliable.worker.waiting): the state and delivery digest of the
+-- delivered job and of the fast-path messages waiting in the process, by primary key, in one read.
+SELECT job_id, status, delivery_digest FROM reliable_jobs WHERE job_id IN (SELECT value FROM json_each(:job_ids));
