@@ -45,8 +45,8 @@ def batch_write_sql(single: str) -> str:
     Every `%(name)s::type` parameter becomes the column `p.name` of `jsonb_to_recordset`; the job
     rows are found by primary key from `%(ids)s` (an array: the planner knows how many, so it never
     trades the index for a scan of the table, as it did when joining the function's rows), locked
-    in job_id order (no deadlock between two flushers) and matched to `p` by job_id; the attempt
-    and event rows join `p` on job_id (a batch holds a job once).
+    in job_id order (no deadlock between two flushers) and matched to `p` by job_id; the event rows
+    join `p` on job_id (a batch holds a job once).
     """
     columns: dict[str, str] = {"job_id": "text"}
     for name, cast in _CAST_PARAM.findall(single):
@@ -64,9 +64,6 @@ def batch_write_sql(single: str) -> str:
     sql = _once(sql, "FROM t WHERE r.job_id = %(job_id)s",
                 "FROM t, p WHERE r.job_id = ANY(%(ids)s::text[]) AND r.job_id = p.job_id "
                 "AND r.job_id IN (SELECT job_id FROM locked)")
-    sql = _once(sql, "FROM j WHERE p.start_attempt", "FROM j JOIN p ON p.job_id = j.job_id WHERE p.start_attempt")
-    sql = _once(sql, "WHERE p.end_attempt AND a.attempt_id = (SELECT attempt_id FROM j)",
-                "FROM j JOIN p ON p.job_id = j.job_id WHERE p.end_attempt AND a.attempt_id = j.attempt_id")
     sql = _once(sql, "FROM j RETURNING *", "FROM j JOIN p ON p.job_id = j.job_id RETURNING *")
     sql = _once(sql, "FROM j, e", "FROM j JOIN e ON e.job_id = j.job_id")
     if "%(" in sql.replace("%(now)s", "").replace("%(rows)s", "").replace("%(ids)s", ""):

@@ -32,7 +32,6 @@ __all__ = [
     "alembic_include_name",
     "alerts",
     "api_tokens",
-    "attempts",
     "barriers",
     "effects",
     "job_events",
@@ -181,24 +180,8 @@ Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
 Index("ix_reliable_job_events_at", job_events.c.at)
 Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at)
 
-attempts = Table(
-    "reliable_attempts",
-    metadata,
-    Column("attempt_id", String(64), primary_key=True),
-    Column("job_id", String(MAX_JOB_ID), nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("lease_id", BigInteger, nullable=False),
-    Column("worker_id", String(255)),
-    Column("started_at", Double, nullable=False),
-    Column("ended_at", Double),
-    Column("outcome", String(64)),  # the event that ended it (succeed, retry_scheduled, lease_expired...)
-    Column("error_class", String(64)),
-    Column("error_type", String(255)),
-    Column("error_message", Text),
-    Column("checkpoint_version_start", Integer),
-)
-
-Index("ix_reliable_attempts_job", attempts.c.job_id, attempts.c.attempt)
+# A job's attempts have no table since migration 0018: they are read from its events
+# (reliable/store/job_history.py).
 
 effects = Table(
     "reliable_effects",

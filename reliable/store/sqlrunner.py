@@ -244,10 +244,6 @@ class SqlRunner:
         if row is None:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
-        if write.start_attempt:
-            self.execute(tx, "attempt_started", params)
-        if write.end_attempt:
-            self.execute(tx, "attempt_ended", params)
         event = self.execute(tx, "event", params).fetchone()
         return job, dict(zip(EVENT_COLUMNS, event, strict=True))
 
