@@ -1,4 +1,4 @@
-"""A job's attempts are read from its events: reliable_attempts goes (issue 27).
+"""Attempts read from the job's events (reliable_attempts goes); two job indexes a claim skips.
 
 Every attempt was written twice: a row of reliable_attempts (inserted by the claim, updated by the
 outcome) and the claim's and outcome's event rows, which carry the same attempt id, number, lease,
@@ -6,6 +6,14 @@ worker, times, outcome and error. The store now derives attempts from the events
 (reliable/store/job_history.py), so a durable job writes two rows and two index entries fewer per
 attempt. Nothing is lost: the events of every attempt the table held are still there. The downgrade
 rebuilds the table from those events (the same derivation, in SQL).
+
+A claim (PENDING -> RUNNING) wrote six job index entries, two of them in indexes only some reads
+need: (status, queue, scheduled_at) held the active states for the collector's counts, which
+(status, updated_at) INCLUDE (queue) answers as well, and (status, started_at, queue) held the
+RUNNING jobs for the stuck-job counts, which the expired-lease index answers once it carries
+started_at and queue (it holds the active jobs only: a few per worker thread). On PostgreSQL the
+first loses the active states and the second goes into the third; SQLite (full indexes) drops
+the second. The indexes are rebuilt under the table's lock, as in 0007 (docs/operations.md).
 
 Revision ID: 0018
 Revises: 0017
@@ -22,14 +30,38 @@ branch_labels = None
 depends_on = None
 
 _ACTIVE = "('RUNNING', 'STOPPING')"
+_SCHEDULED = ["status", "queue", "scheduled_at"]
+_LEASE = ["status", "lease_expires_at"]
+_STARTED = ["status", "started_at", "queue"]
 
 
 def upgrade() -> None:
     op.drop_index("ix_reliable_attempts_job", table_name="reliable_attempts")
     op.drop_table("reliable_attempts")
+    op.drop_index("ix_reliable_jobs_status_started_queue", table_name="reliable_jobs")
+    if op.get_bind().dialect.name != "postgresql":
+        return
+    op.drop_index("ix_reliable_jobs_status_queue_scheduled", table_name="reliable_jobs")
+    op.create_index("ix_reliable_jobs_status_queue_scheduled", "reliable_jobs", _SCHEDULED, postgresql_where=sa.text(
+        "status IN ('DEAD', 'PAUSED', 'PENDING', 'RETRY_WAIT', 'REVIEW', 'STOPPED')"))
+    op.drop_index("ix_reliable_jobs_status_lease", table_name="reliable_jobs")
+    op.create_index("ix_reliable_jobs_status_lease", "reliable_jobs", _LEASE,
+                    postgresql_include=["started_at", "queue"], postgresql_where=sa.text(f"status IN {_ACTIVE}"))
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_index("ix_reliable_jobs_status_lease", table_name="reliable_jobs")
+        op.create_index("ix_reliable_jobs_status_lease", "reliable_jobs", _LEASE,
+                        postgresql_where=sa.text(f"status IN {_ACTIVE}"))
+        op.drop_index("ix_reliable_jobs_status_queue_scheduled", table_name="reliable_jobs")
+        op.create_index("ix_reliable_jobs_status_queue_scheduled", "reliable_jobs", _SCHEDULED,
+                        postgresql_where=sa.text("status IN ('DEAD', 'PAUSED', 'PENDING', 'RETRY_WAIT', 'REVIEW', "
+                                                 "'RUNNING', 'STOPPED', 'STOPPING')"))
+        op.create_index("ix_reliable_jobs_status_started_queue", "reliable_jobs", _STARTED,
+                        postgresql_where=sa.text("status IN ('RUNNING')"))
+    else:
+        op.create_index("ix_reliable_jobs_status_started_queue", "reliable_jobs", _STARTED)
     op.create_table(
         "reliable_attempts",
         sa.Column("attempt_id", sa.String(64), primary_key=True),
