@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..states import ACTIVE_STATES
-from .batching import GroupCommit, batch_write_sql
+from .batching import GroupCommit, batch_rows, batch_write_sql
 from .db import pool_exhausted, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
@@ -294,13 +294,10 @@ class SqlRunner:
             raise NotImplementedError("write_many is PostgreSQL's group commit; SQLite writes one at a time")
         if len({w.job_id for w in writes}) != len(writes):
             raise ValueError("a batch holds each job once")
-        rows = []
-        for write in writes:
-            params = write.params(None)
-            del params["now"]
-            rows.append(params)
+        rows, rules = batch_rows(writes)
         query = self._positional["write_jobs"]
-        values = query.values({"rows": json.dumps(rows), "now": self._clock(), "ids": sorted(w.job_id for w in writes)})
+        values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": self._clock(),
+                               "ids": sorted(w.job_id for w in writes)})
         with self._kept_connection() as raw:
             import psycopg
 

@@ -46,7 +46,7 @@ from ..states import (
     target,
 )
 
-__all__ = ["FRESH_BUDGET", "JobWrite", "event_write", "transition_write"]
+__all__ = ["FRESH_BUDGET", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
 
 S = JobStatus
 E = Event
@@ -180,6 +180,11 @@ def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool
         "request_stop": request == "stop", "request_cancel": request == "cancel",
         "checkpoint_op": "clear" if event in _FROM_SCRATCH else "keep",
     }
+
+
+#: The fields of a JobWrite its rule sets (`_rule`, and `event_write` for a write that changes no
+#: state): the same for every write of one event with one guard, so a batch sends each rule once.
+RULE_FIELDS: tuple[str, ...] = tuple(_rule(E.CLAIM, None, None))
 
 
 def event_write(
