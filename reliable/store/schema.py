@@ -179,9 +179,7 @@ job_events = Table(
 )
 
 Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
-# On PostgreSQL a BRIN index (migration 0018): rows come in time order, so page ranges answer a
-# time window, and an insert writes no btree entry; SQLite has no BRIN (a btree there).
-Index("ix_reliable_job_events_at", job_events.c.at, postgresql_using="brin")
+Index("ix_reliable_job_events_at", job_events.c.at)
 Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at)
 
 # A job's attempts have no table since migration 0018: they are read from its events

@@ -15,10 +15,6 @@ started_at and queue (it holds the active jobs only: a few per worker thread). O
 first loses the active states and the second goes into the third; SQLite (full indexes) drops
 the second. The indexes are rebuilt under the table's lock, as in 0007 (docs/operations.md).
 
-On PostgreSQL the events' (at) index becomes a BRIN index: events are appended in time order, so
-the ranges of pages (128 each) and their times answer "the events since T" (the alert facts that
-count every kind of event) from the newest pages, and an insert writes no btree entry.
-
 Revision ID: 0018
 Revises: 0017
 """
@@ -45,8 +41,6 @@ def upgrade() -> None:
     op.drop_index("ix_reliable_jobs_status_started_queue", table_name="reliable_jobs")
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.drop_index("ix_reliable_job_events_at", table_name="reliable_job_events")
-    op.create_index("ix_reliable_job_events_at", "reliable_job_events", ["at"], postgresql_using="brin")
     op.drop_index("ix_reliable_jobs_status_queue_scheduled", table_name="reliable_jobs")
     op.create_index("ix_reliable_jobs_status_queue_scheduled", "reliable_jobs", _SCHEDULED, postgresql_where=sa.text(
         "status IN ('DEAD', 'PAUSED', 'PENDING', 'RETRY_WAIT', 'REVIEW', 'STOPPED')"))
@@ -57,8 +51,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        op.drop_index("ix_reliable_job_events_at", table_name="reliable_job_events")
-        op.create_index("ix_reliable_job_events_at", "reliable_job_events", ["at"])
         op.drop_index("ix_reliable_jobs_status_lease", table_name="reliable_jobs")
         op.create_index("ix_reliable_jobs_status_lease", "reliable_jobs", _LEASE,
                         postgresql_where=sa.text(f"status IN {_ACTIVE}"))
