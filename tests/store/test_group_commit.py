@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from reliable.errors import LeaseLost, StoreUnavailable
@@ -215,3 +217,22 @@ def test_a_batch_of_mixed_writes_leaves_the_rows_single_writes_leave(pg_store: S
     for i in (1, 2, 3):
         assert shape(f"s{i}") == shape(f"b{i}")
     assert pg_store.get("b1").last_error_class == "transient" and pg_store.get("b2").checkpoint == {"n": 1}
+
+
+def test_the_kept_connection_never_plans_a_scan_of_the_job_table(pg: StateStore) -> None:
+    """Its generic plan of write_jobs is made once: made on a small table it would otherwise lock
+    the batch's rows through a scan of every job, for as long as the connection lives."""
+    _register(pg, "a", "b")
+    writes = [transition_write(j, Event.CLAIM, worker_id="w", attempt_id=f"{j}-1", lease_ttl=60.0) for j in "ab"]
+    rows, rules = batch_rows(writes)
+    query = pg._sql._positional["write_jobs"]
+    types = {"now": "float8", "rows": "jsonb", "rules": "jsonb", "ids": "text[]"}
+    values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": None, "ids": ["a", "b"]})
+    with pg._sql._kept_connection() as raw:
+        cursor = psycopg.ClientCursor(raw.driver_connection)  # the values inlined: EXECUTE takes no $n
+        cursor.execute(f"PREPARE kept_write_jobs ({', '.join(types[n] for n in query.names)}) AS {query.sql}")
+        placeholders = ", ".join(["%s"] * len(values))
+        plan = "\n".join(row[0] for row in cursor.execute(f"EXPLAIN EXECUTE kept_write_jobs({placeholders})",
+                                                          values).fetchall())
+        cursor.execute("DEALLOCATE kept_write_jobs")
+    assert "Seq Scan" not in plan and "reliable_jobs_pkey" in plan, plan
