@@ -1,6 +1,8 @@
 """The benchmark's worker app: a no-op actor, with or without reliable (BENCH_MODE=plain|reliable).
 
 BENCH_RECOVERY=1 runs reliable's recovery loop in every worker process (the production default).
+BENCH_STAMPS=DIR adds `stamps.Stamps` (first start, last ack, acks per process) ahead of every other
+middleware, so the window starts before reliable's claim of the first message.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
                      metrics=os.environ.get("BENCH_METRICS", "1") == "1",
                      json_logs=os.environ.get("BENCH_JSON_LOGS", "0") == "1",
                      group_commit=os.environ.get("BENCH_GROUP_COMMIT", "1") == "1")
+if os.environ.get("BENCH_STAMPS"):
+    from stamps import Stamps
+
+    broker.add_middleware(Stamps(os.environ["BENCH_STAMPS"]), before=type(broker.middleware[0]))
 dramatiq.set_broker(broker)
 
 
