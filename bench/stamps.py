@@ -33,7 +33,8 @@ class Stamps(dramatiq.Middleware):
         self.acks = 0
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Map this process's stamp file (in the worker process, after the fork)."""
+        """Map this process's stamp file (in the worker process, after the fork and, as the first middleware,
+        after every other middleware's `after_worker_boot`: the file's appearance marks the end of the boot)."""
         with open(os.path.join(self.directory, str(os.getpid())), "w+b") as file:
             file.truncate(STAMP.size)
             self.view = mmap.mmap(file.fileno(), STAMP.size)
@@ -51,11 +52,11 @@ class Stamps(dramatiq.Middleware):
             STAMP.pack_into(self.view, 0, self.first, time.monotonic(), self.acks)
 
 
-def read_stamps(directory: Path) -> list[tuple[float, float, int]]:
-    """(first start, last ack, acks) of every worker process that has booted so far."""
-    stamps = []
+def read_stamps(directory: Path) -> dict[int, tuple[float, float, int]]:
+    """pid -> (first start, last ack, acks) of every worker process that has booted so far."""
+    stamps = {}
     for path in directory.iterdir():
         data = path.read_bytes()
         if len(data) == STAMP.size:
-            stamps.append(STAMP.unpack(data))
+            stamps[int(path.name)] = STAMP.unpack(data)
     return stamps

@@ -18,7 +18,9 @@ configuration, with the ratio to plain Dramatiq.
 
 CPU per job is counted per process over the window only: the driver reads /proc when it sees the
 first stamp (within a couple of milliseconds), every 0.1 s, and when the run is over, so start-up
-and shutdown CPU are left out. Worker = every `dramatiq` process of the run (parent and children);
+and shutdown CPU are left out (a worker process still booting when the window opens counts from the
+end of its boot, when its stamp file appears). Worker = every `dramatiq` process of the run (parent
+and children);
 postgres = the backends connected to the run's own database (a backend that opens inside the window
 counts from zero; the driver's own check of the store is left out); rabbitmq = the whole beam.smp
 server, which serves only this run if nothing else uses RabbitMQ on this machine meanwhile (on a
@@ -130,6 +132,14 @@ class WindowCpu:
         self.first = self._read()
         self.last = dict(self.first)
 
+    def rebase(self, pid: int) -> None:
+        """Count `pid` from its CPU now: a worker process that finished booting inside the window."""
+        try:
+            self.first[pid] = self.last[pid] = proc_cpu(Path(f"/proc/{pid}/stat"))
+        except (OSError, IndexError, ValueError):
+            return
+        self.role[pid] = "worker"
+
     def sample(self) -> None:
         """Read the CPU of the run's processes now (also picks up processes born since the last read)."""
         self.last.update(self._read())
@@ -145,6 +155,15 @@ class WindowCpu:
 def queue_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
     """Messages ready in `queue` (not counting the unacked ones)."""
     return int(channel.queue_declare(queue, passive=True).method.message_count)
+
+
+def delete_queues(queue: str) -> None:
+    """Delete a run's queue, its delay and dead-letter queues (own connection: a run outlasts heartbeats)."""
+    connection = pika.BlockingConnection(pika.URLParameters(BROKER))
+    channel = connection.channel()
+    for name in (queue, queue + ".DQ", queue + ".XQ"):
+        channel.queue_delete(name)
+    connection.close()
 
 
 def create_pg() -> str:
@@ -283,13 +302,12 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
     stamps.mkdir()
     multiproc.mkdir()
     env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": f"{tree}:{HERE}",
-           "BENCH_TREE": str(tree), "BENCH_MODE": "plain" if kind == "plain" else "reliable", "BENCH_STAMPS": str(stamps),
+           "BENCH_TREE": str(tree), "BENCH_STAMPS": str(stamps),
+           "BENCH_MODE": "plain" if kind == "plain" else "reliable",
            "BENCH_METRICS": "0" if "nometrics" in kind else "1",
            "BENCH_GROUP_COMMIT": "0" if kind.endswith("nogc") else "1", "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}
     if store_url:
         env["BENCH_STORE"] = store_url
-    connection = pika.BlockingConnection(pika.URLParameters(BROKER))
-    channel = connection.channel()
     verify = create_engine(store_url, poolclass=NullPool).connect() if store_url else None
     log = tmp / f"{queue}.log"
     try:
@@ -308,9 +326,19 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
         with log.open("wb") as out:
             worker = subprocess.Popen(command, cwd=HERE, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            _wait(lambda: any(first for first, _, _ in read_stamps(stamps)), "first message", 120, worker, log)
+            _wait(lambda: any(first for first, _, _ in read_stamps(stamps).values()), "first message", 120, worker,
+                  log)
             cpu.start()
-            _wait(lambda: sum(acks for _, _, acks in read_stamps(stamps)) >= jobs, "last ack", 600, worker, log, cpu)
+            booted = set(read_stamps(stamps))
+
+            def all_acked() -> bool:
+                now = read_stamps(stamps)
+                for pid in now.keys() - booted:  # its boot CPU is not the jobs'
+                    cpu.rebase(pid)
+                    booted.add(pid)
+                return sum(acks for _, _, acks in now.values()) >= jobs
+
+            _wait(all_acked, "last ack", 600, worker, log, cpu)
             acked = time.monotonic()
             if verify is not None:  # finished = SUCCEEDED in the store, not only acked
                 count = text("SELECT count(*) FROM reliable_jobs WHERE status = 'SUCCEEDED'")
@@ -320,7 +348,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
             cpu.sample()
         finally:
             stop(worker, bool(raw))
-        done = read_stamps(stamps)
+        done = read_stamps(stamps).values()
         start = min(first for first, _, _ in done if first)
         end = max(last for _, last, _ in done)
         if stored - acked > POLL * 5:  # the store lagged the acks: the window ends when it caught up
@@ -335,10 +363,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
     finally:
         if verify is not None:
             verify.close()
-        channel.queue_delete(queue)
-        for suffix in (".DQ", ".XQ"):
-            channel.queue_delete(queue + suffix)
-        connection.close()
+        delete_queues(queue)
         if database and store_url:
             drop_pg(store_url)
     per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
