@@ -40,7 +40,9 @@ frames from the thread's root to the leaf separated by `;`, then the number of s
 https://www.speedscope.app (its "Left Heavy" view shows where the time goes) or turn it into an SVG
 with Brendan Gregg's `flamegraph.pl`; `DIR/summary.txt` lists each process's top 15 functions by
 samples on top of the stack (self time). Idle threads are not sampled, so the samples approximate
-CPU. Profiling slows the worker: read its figures for where CPU goes, not for rates.
+CPU (threads blocked in Python-level waits such as `Condition.wait` may still show). A profile
+covers the process's whole life, start-up included: give it enough jobs (e.g. 20,000) that start-up
+is a small share. Profiling slows the worker: read its figures for where CPU goes, not for rates.
 
 Needs RabbitMQ and (for -pg modes) PostgreSQL on 127.0.0.1.
 """
