@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from ..states import ACTIVE_STATES
 from .records import Attempt, JobEvent
@@ -39,25 +39,31 @@ def starts_attempt(from_status: str | None, to_status: str | None) -> bool:
 
 
 def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
-    """The job's attempts, oldest first, from its event rows (one read on job_events(job_id, id))."""
+    """The job's attempts, oldest first, from its event rows (one read on job_events(job_id, id)).
+
+    The checkpoint saves are counted by the database (a running count over the job's events), so
+    only the events that start or end an attempt come back, however often the job checkpointed."""
     e = job_events
     entering = e.c.to_status.in_(_ACTIVE) & (e.c.from_status.is_(None) | e.c.from_status.not_in(_ACTIVE))
     leaving = e.c.from_status.in_(_ACTIVE) & e.c.to_status.not_in(_ACTIVE)
+    save = (e.c.event == _CHECKPOINT) & (e.c.from_status == e.c.to_status)
+    # The running count over narrow rows (id, saves so far, whether it bounds an attempt), then the
+    # few bounding rows in full.
+    story = (select(e.c.id, func.count().filter(save).over(order_by=e.c.id).label("saves"),
+                    (entering | leaving).label("bounds"))
+             .where(e.c.job_id == job_id, or_(entering, leaving, save)).subquery())
     stmt = (select(e.c.event, e.c.at, e.c.from_status, e.c.to_status, e.c.attempt, e.c.attempt_id, e.c.lease_id,
-                   e.c.worker_id, e.c.error_class, e.c.error_type, e.c.error_message)
-            .where(e.c.job_id == job_id, or_(entering, leaving, e.c.event == _CHECKPOINT)).order_by(e.c.id))
+                   e.c.worker_id, e.c.error_class, e.c.error_type, e.c.error_message, story.c.saves)
+            .join_from(story, e, e.c.id == story.c.id).where(story.c.bounds).order_by(story.c.id))
     started: dict[str, dict[str, Any]] = {}
-    saves = 0
     for row in conn.execute(stmt):
-        if row.event == _CHECKPOINT and row.from_status == row.to_status:
-            saves += 1
-        elif starts_attempt(row.from_status, row.to_status):
+        if starts_attempt(row.from_status, row.to_status):
             if row.attempt_id is not None and row.attempt_id not in started:
                 started[row.attempt_id] = {
                     "attempt_id": row.attempt_id, "job_id": job_id, "attempt": row.attempt, "lease_id": row.lease_id,
                     "worker_id": row.worker_id, "started_at": row.at, "ended_at": None, "outcome": None,
                     "error_class": None, "error_type": None, "error_message": None,
-                    "checkpoint_version_start": saves}
+                    "checkpoint_version_start": int(row.saves)}
         else:
             attempt = started.get(row.attempt_id)
             if attempt is not None and attempt["ended_at"] is None:

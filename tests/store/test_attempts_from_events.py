@@ -4,16 +4,18 @@ from the same events."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from alembic import command
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 from reliable.states import Event
 from reliable.store import ErrorInfo, NewJob, StateStore, migrate, retention
 from reliable.store.records import Attempt
 
-from support import Clock
+from support import Clock, scratch_database
 
 BOOM = ErrorInfo("transient", "ConnectionError", "reset by peer")
 
@@ -68,22 +70,31 @@ def test_prune_counts_the_attempts_of_the_events_it_deletes(clocked: tuple[State
     assert (counted.jobs, counted.attempts) == (2, 3)
 
 
-def test_the_downgrade_rebuilds_the_attempt_rows_from_the_events(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'store.db'}"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of its own (the downgrade changes its schema)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    with scratch_database("reliable_attempts_") as url:
+        yield url
+
+
+def test_the_downgrade_rebuilds_the_attempt_rows_from_the_events(fresh_url: str) -> None:
     clock = Clock()
-    store = StateStore(url, clock=clock)
+    store = StateStore(fresh_url, clock=clock)
     store.upgrade()
     _story(store, clock)
     derived = store.attempts("job")
     store.close()
-    engine = create_engine(url)
+    engine = create_engine(fresh_url)
     config = migrate._config()
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.downgrade(config, "0017")
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT * FROM reliable_attempts ORDER BY job_id, attempt")).mappings().all()
-        indexes = {row[1] for row in conn.execute(text("PRAGMA index_list('reliable_jobs')"))}
+        indexes = {ix["name"] for ix in inspect(conn).get_indexes("reliable_jobs")}
     engine.dispose()
     assert [Attempt(**row) for row in rows] == derived
     assert "ix_reliable_jobs_status_started_queue" in indexes

@@ -236,3 +236,31 @@ def test_the_kept_connection_never_plans_a_scan_of_the_job_table(pg: StateStore)
                                                           values).fetchall())
         cursor.execute("DEALLOCATE kept_write_jobs")
     assert "Seq Scan" not in plan and "reliable_jobs_pkey" in plan, plan
+
+
+def _pooled_settings(store: StateStore, kept: int) -> list[tuple[str, str]]:
+    """enable_seqscan and plan_cache_mode of every connection the pool can hand out now (`kept`:
+    how many connections group commit holds)."""
+    held = [store.engine.raw_connection() for _ in range(store.max_connections - kept)]
+    try:
+        return [tuple(raw.driver_connection.execute("SELECT current_setting('enable_seqscan'), "
+                                                    "current_setting('plan_cache_mode')").fetchone())
+                for raw in held]
+    finally:
+        for raw in held:
+            raw.close()
+
+
+def test_the_kept_sessions_settings_never_reach_a_pooled_connection(pg: StateStore) -> None:
+    """The kept connection leaves the pool for good: an error in a batch invalidates it (the next
+    batch opens another), so no other statement ever runs without sequential scans."""
+    _register(pg, "a", "b")
+    claims = [transition_write(j, Event.CLAIM, worker_id="w", attempt_id=f"{j}-1", lease_ttl=60.0) for j in "ab"]
+    assert all(pg._sql.write_many(claims))
+    assert set(_pooled_settings(pg, kept=1)) == {("on", "auto")}
+    with pytest.raises(RuntimeError), pg._sql._kept_connection():
+        raise RuntimeError("a batch interrupted")
+    assert set(_pooled_settings(pg, kept=0)) == {("on", "auto")}
+    assert all(pg._sql.write_many([event_write(j, "note", operator="op") for j in "ab"]))
+    pg._sql.release_kept()
+    assert set(_pooled_settings(pg, kept=0)) == {("on", "auto")}

@@ -5,12 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
 from sqlalchemy.dialects import postgresql
 
-from reliable.states import JobStatus
+from reliable.states import UNFINISHED_STATES, JobStatus
 from reliable.store import StateStore
-from reliable.store.gauges import _stuck_stmt
+from reliable.store.alert_facts import GroupAges, StaleJobs
+from reliable.store.alert_queries import collect_facts
+from reliable.store.gauges import _stuck_stmt, read_gauges
+from reliable.store.overview import overview
+from reliable.store.processes import leases_held_by
 from reliable.store.schema import PARTIAL_JOB_INDEXES, jobs
 
 _STATES = {s.value for s in JobStatus}
@@ -93,3 +97,32 @@ def test_a_write_finds_its_row_by_primary_key(filled: StateStore) -> None:
             "EXPLAIN UPDATE reliable_jobs SET version = version WHERE job_id = 'j' "
             "AND (status || '') = ANY('{PENDING,RETRY_WAIT}')")))
     assert "reliable_jobs_pkey" in plan
+
+
+def test_the_readers_of_running_jobs_never_scan_the_job_table(filled: StateStore) -> None:
+    """Since migration 0018 the RUNNING and STOPPING jobs are in neither (status, queue,
+    scheduled_at) nor a (status, started_at) index: every read of the collector, the overview (the
+    console's overview and queues pages), the alert facts about stale jobs and the workers page
+    still finds its rows through an index."""
+    statements: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, _many: bool) -> None:
+        if "reliable_jobs" in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            statements.append((statement, params))
+
+    sla = {JobStatus.RUNNING: 60.0, JobStatus.STOPPING: 60.0, JobStatus.PAUSED: 60.0}
+    event.listen(filled.engine, "before_cursor_execute", record)
+    try:
+        read_gauges(filled, states=set(UNFINISHED_STATES), sla=sla)
+        overview(filled)
+        collect_facts(filled, [StaleJobs(("RUNNING",), 60.0), StaleJobs(("RUNNING", "STOPPING"), 60.0, "checkpoint"),
+                               GroupAges("PENDING", 60.0), GroupAges("RETRY_WAIT", 60.0)], 20_000.0)
+        leases_held_by(filled, ["w1", "w2"])
+    finally:
+        event.remove(filled.engine, "before_cursor_execute", record)
+    assert len(statements) >= 8, statements
+    with filled.engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        for statement, params in statements:
+            plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
+            assert "Seq Scan on reliable_jobs" not in plan, f"{statement}\n{plan}"
