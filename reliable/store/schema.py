@@ -182,6 +182,29 @@ Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
 Index("ix_reliable_job_events_at", job_events.c.at)
 Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at)
 
+# What versions before migration 0018 wrote for each attempt. This version derives attempts from the
+# events (store/job_history.attempts_of) and neither reads nor writes this table; 0018 keeps it so
+# that workers of the previous version, still running through an upgrade, can go on claiming and
+# committing (each of their claims inserts a row, each outcome updates it). A later migration drops it.
+legacy_attempts = Table(
+    "reliable_attempts",
+    metadata,
+    Column("attempt_id", String(64), primary_key=True),
+    Column("job_id", String(MAX_JOB_ID), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("lease_id", BigInteger, nullable=False),
+    Column("worker_id", String(255)),
+    Column("started_at", Double, nullable=False),
+    Column("ended_at", Double),
+    Column("outcome", String(64)),
+    Column("error_class", String(64)),
+    Column("error_type", String(255)),
+    Column("error_message", Text),
+    Column("checkpoint_version_start", Integer),
+)
+
+Index("ix_reliable_attempts_job", legacy_attempts.c.job_id, legacy_attempts.c.attempt)
+
 # A job's attempts have no table since migration 0018: they are read from its events
 # (reliable/store/job_history.py).
 

@@ -1,11 +1,15 @@
-"""Attempts read from the job's events (reliable_attempts goes); two job indexes a claim skips.
+"""Attempts read from the job's events (reliable_attempts no longer written); two job indexes a claim skips.
 
 Every attempt was written twice: a row of reliable_attempts (inserted by the claim, updated by the
 outcome) and the claim's and outcome's event rows, which carry the same attempt id, number, lease,
 worker, times, outcome and error. The store now derives attempts from the events in one read
 (reliable/store/job_history.py), so a durable job writes two rows and two index entries fewer per
 attempt. Nothing is lost: the events of every attempt the table held are still there. The downgrade
-rebuilds the table from those events (the same derivation, in SQL).
+rebuilds the table's rows from those events (the same derivation, in SQL).
+
+The table itself stays (schema.legacy_attempts): a worker of the previous version still running
+through the upgrade writes a row per claim and updates it per outcome, and would fail both without
+it. This version neither reads nor writes it; a later migration drops it.
 
 A claim (PENDING -> RUNNING) wrote six job index entries, two of them in indexes only some reads
 need: (status, queue, scheduled_at) held the active states for the collector's counts, which
@@ -36,8 +40,6 @@ _STARTED = ["status", "started_at", "queue"]
 
 
 def upgrade() -> None:
-    op.drop_index("ix_reliable_attempts_job", table_name="reliable_attempts")
-    op.drop_table("reliable_attempts")
     op.drop_index("ix_reliable_jobs_status_started_queue", table_name="reliable_jobs")
     if op.get_bind().dialect.name != "postgresql":
         return
@@ -62,22 +64,7 @@ def downgrade() -> None:
                         postgresql_where=sa.text("status IN ('RUNNING')"))
     else:
         op.create_index("ix_reliable_jobs_status_started_queue", "reliable_jobs", _STARTED)
-    op.create_table(
-        "reliable_attempts",
-        sa.Column("attempt_id", sa.String(64), primary_key=True),
-        sa.Column("job_id", sa.String(255), nullable=False),
-        sa.Column("attempt", sa.Integer, nullable=False),
-        sa.Column("lease_id", sa.BigInteger, nullable=False),
-        sa.Column("worker_id", sa.String(255)),
-        sa.Column("started_at", sa.Double, nullable=False),
-        sa.Column("ended_at", sa.Double),
-        sa.Column("outcome", sa.String(64)),
-        sa.Column("error_class", sa.String(64)),
-        sa.Column("error_type", sa.String(255)),
-        sa.Column("error_message", sa.Text),
-        sa.Column("checkpoint_version_start", sa.Integer),
-    )
-    op.create_index("ix_reliable_attempts_job", "reliable_attempts", ["job_id", "attempt"])
+    op.execute("DELETE FROM reliable_attempts")  # what older workers wrote meanwhile: the events hold it too
     # An attempt: the first event of its id entering an active state; its end: the first later event
     # of that id leaving one; its checkpoint: the saves (`checkpoint` events) before its claim.
     op.execute(f"""
