@@ -27,7 +27,8 @@ from ..disclosure import (
     Audience,
     disclose_record,
 )
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidReason
+from ..inputs import escape_controls
 from ..schedules import storage
 from ..store.workflow_views import WorkflowStatus
 from ..store.workflows import WorkflowStore
@@ -116,10 +117,15 @@ def workflow_command(state: WebState, given: str, command: str, principal: Princ
     if allow_duplicates and command not in ("resume", "restart"):
         raise ConfigError(f"field 'allow_duplicate_side_effects' applies to resume and restart, not {command}")
     require_reason(command, reason)
-    check_reason_text(command, reason)  # a NUL cannot be stored (PostgreSQL): a 400 naming it, nothing written
     workflow_id = WorkflowStore(state.store).resolve(given, linked=False)
     control = state.control_for(principal)
     engine = WorkflowEngine(state.store, state.broker)
+    try:
+        check_reason_text(command, reason)  # a NUL cannot be stored (PostgreSQL): a 400 naming it
+    except InvalidReason as exc:  # audited as any refusal, the reason escaped (as Control does for jobs)
+        if not dry_run:
+            engine.record_refusal(command, workflow_id, control, reason=escape_controls(reason or ""), why=str(exc))
+        raise
     if command in ("pause", "stop", "cancel"):
         return engine.hold(command, workflow_id, control, reason=reason, dry_run=dry_run)
     if command == "resume":
@@ -201,9 +207,14 @@ def schedule_command(state: WebState, name: str, command: str, principal: Princi
     if command not in SCHEDULE_ACTIONS:
         raise ConfigError(f"unknown schedule command {command!r} (known: {', '.join(SCHEDULE_ACTIONS)})")
     require_reason(f"schedules {command}", reason)
-    check_reason_text(f"schedules {command}", reason)
     operator = principal.operator(state.config.host).name
     row = storage.get_schedule(state.store, name)
+    try:
+        check_reason_text(f"schedules {command}", reason)
+    except InvalidReason as exc:  # audited as any refusal, the reason escaped (as Control does for jobs)
+        storage.refused(state.store, name, command, operator=operator, reason=escape_controls(reason or ""),
+                        why=str(exc))
+        raise
     needed = SCHEDULE_COMMANDS[f"schedules {command}"]
     owner = row.template.get("owner")
     if not principal.allows(needed, row.queue, owner):
