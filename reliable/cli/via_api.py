@@ -19,7 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bulk import RateLimiter
 from ..control import command_states
-from ..errors import ConfigError
 from ..operations import ACTIVE_STATUSES
 from ..states import JobStatus
 from ..store import Attempt, Effect, Job, JobEvent
@@ -98,11 +97,8 @@ def detail_records(detail: Mapping[str, Any]) -> tuple[Job, list[Attempt], list[
 
 def api_filter(flt: JobFilter) -> dict[str, Any]:
     """The bulk operations API's filter for `flt` (the age becomes a change-time bound: this machine's clock)."""
-    if flt.exclude_discarded:
-        raise ConfigError("through --api, `dlq requeue` and `dlq discard` act on job ids only (the API's bulk "
-                          "operations cannot leave out discarded jobs): list them with `reliable dlq list --api "
-                          "URL`, then give their ids")
-    out: dict[str, Any] = {"state": [JobStatus(s).value for s in flt.statuses], "ids": list(flt.job_ids),
+    out: dict[str, Any] = {"exclude_discarded": flt.exclude_discarded or None,
+                           "state": [JobStatus(s).value for s in flt.statuses], "ids": list(flt.job_ids),
                            "queue": list(flt.queue), "actor": list(flt.actor),
                            "error_class": list(flt.error_class), "owner": list(flt.owner),
                            "workflow": list(flt.workflow_id), "q": flt.search,

@@ -233,7 +233,10 @@ _FILTER = {"type": "object", "additionalProperties": False, "description": "the 
                           "actor": {"type": "string"}, "owner": {"type": "string"},
                           "error_class": {"type": "string"}, "workflow": {"type": "string"},
                           "changed_since": {"type": ["number", "string"]},
-                          "changed_until": {"type": ["number", "string"]}, "q": {"type": "string"}}}
+                          "changed_until": {"type": ["number", "string"]}, "q": {"type": "string"},
+                          "exclude_discarded": {"type": "boolean", "default": False,
+                                                "description": "bulk operations only: leave out DEAD jobs "
+                                                "discarded since their last change (the dead-letter view)"}}}
 
 _OPERATION_FIELDS: dict[str, Any] = {
     "operation_id": {"type": "string"}, "command": {"type": "string"}, "filter": _OPEN,

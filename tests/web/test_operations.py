@@ -92,6 +92,8 @@ def test_the_filter_takes_the_jobs_lists_parameters(client: TestClient, tokens: 
     ({"command": "reconcile", "filter": {"state": "review"}, "reason": "r", "options": {"resolution": "maybe"}},
      "resolution"),
     ({"command": "restart", "filter": {"state": "failed"}, "reason": "r", "rate": 1000}, "at most 20"),
+    ({"command": "discard", "filter": {"state": "dead", "exclude_discarded": "yes"}, "reason": "r"},
+     "filter.exclude_discarded must be true or false"),
 ])
 def test_bad_requests_are_400_with_a_clear_error(client: TestClient, tokens: Tokens, payload: dict[str, Any],
                                                  message: str) -> None:
