@@ -162,6 +162,9 @@ def run_by_filter(client: ApiClient, command: str, flt: JobFilter, params: Mappi
             _nothing(command, params, err)
             return None
         sample = [job_from_api(j) for j in op.get("sample_jobs", [])]
+        for group in op.get("refusals") or []:  # the server's dry run of the command on each counted job
+            err.print(f"{group['count']} of {total} would be refused: {group['why']}", markup=False, highlight=False,
+                      soft_wrap=True)
         if total > limit:
             confirm(sample, total, total, ask=False)
             click.echo(f"error: {total} jobs match, more than --limit {limit}: an API operation acts on every job "
