@@ -122,8 +122,10 @@ def workflow_command(state: WebState, given: str, command: str, principal: Princ
     engine = WorkflowEngine(state.store, state.broker)
     try:
         check_reason_text(command, reason)  # a NUL cannot be stored (PostgreSQL): a 400 naming it
-    except InvalidReason as exc:  # audited on the workflow when there is one, the reason escaped (as Control
-        if not dry_run:           # does for jobs), and refused either way
+    except InvalidReason as exc:
+        # Audited on the workflow when there is one, the reason escaped (as Control does for jobs);
+        # refused either way.
+        if not dry_run:
             with contextlib.suppress(WorkflowNotFound, ConfigError):
                 engine.record_refusal(command, WorkflowStore(state.store).resolve(given, linked=False), control,
                                       reason=escape_controls(reason or ""), why=str(exc))
@@ -213,8 +215,10 @@ def schedule_command(state: WebState, name: str, command: str, principal: Princi
     operator = principal.operator(state.config.host).name
     try:
         check_reason_text(f"schedules {command}", reason)
-    except InvalidReason as exc:  # audited on the schedule when there is one, the reason escaped (as Control
-        with contextlib.suppress(ScheduleNotFound):  # does for jobs), and refused either way
+    except InvalidReason as exc:
+        # Audited on the schedule when there is one, the reason escaped (as Control does for jobs);
+        # refused either way.
+        with contextlib.suppress(ScheduleNotFound):
             storage.get_schedule(state.store, name)
             storage.refused(state.store, name, command, operator=operator, reason=escape_controls(reason or ""),
                             why=str(exc))
