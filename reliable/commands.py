@@ -91,7 +91,8 @@ class CommandResult:
     """What one command did to one job.
 
     outcome: `done` (state changed), `requested` (a running job was flagged; its worker finishes
-    the move), `dry_run` (nothing written: `message` says what would happen), `refused`.
+    the move), `dry_run` (nothing written: `message` says what would happen), `refused`. A refusal
+    may carry a `hint` (what to do instead), which `message` ends with.
     """
 
     command: str
@@ -104,6 +105,14 @@ class CommandResult:
     dispatched: bool = False
     compensation: str | None = None
     warnings: tuple[str, ...] = ()
+    hint: str | None = None
+
+    @property
+    def why(self) -> str:
+        """The message without its hint, and without the `job <id>: ` it starts with: what many
+        refusals of one kind share."""
+        why = self.message.removesuffix(f"; {self.hint}") if self.hint else self.message
+        return why.removeprefix(f"job {self.job_id}: ")
 
     @property
     def ok(self) -> bool:

@@ -406,9 +406,10 @@ class Control:
         if not allow:
             raise ControlRefused(
                 f"job {job.job_id}: actor {job.actor!r} is not idempotent, so its side effect (a charge, an "
-                "email...) may already have happened and running it again may repeat it; reconcile instead: "
-                "check the downstream system, and only if the effect did not happen run it again with "
-                "--allow-duplicate-side-effects (or take it out of the dead letters: `reliable dlq discard`)")
+                "email...) may already have happened and running it again may repeat it",
+                hint="reconcile instead: check the downstream system, and only if the effect did not happen run "
+                "it again with --allow-duplicate-side-effects (or take it out of the dead letters: "
+                "`reliable dlq discard`)")
         detail["allow_duplicate_side_effects"] = True
         return (f"actor {job.actor!r} is not idempotent: running it again may repeat its side effect "
                 "(allowed by --allow-duplicate-side-effects)",)
@@ -544,7 +545,8 @@ class Control:
                                     detail={**self.event_detail, "command": command, "why": str(exc),
                                             "source": identity.source})
             raise exc
-        return CommandResult(command, job.job_id, "refused", str(exc), before=job, job=job)
+        return CommandResult(command, job.job_id, "refused", str(exc), before=job, job=job,
+                             hint=getattr(exc, "hint", None))
 
 
 def _describe(plan: _Plan, job: Job, *, dry_run: bool) -> str:

@@ -248,7 +248,16 @@ class LeaseLost(TransitionRefused):
 
 
 class ControlRefused(ReliableError):
-    """An operator command was refused (not authorized, or its preconditions do not hold)."""
+    """An operator command was refused (not authorized, or its preconditions do not hold).
+
+    why: the refusal itself; hint: what to do instead, when there is advice (the message is both,
+    so a list of many refusals can show the why per job and the hint once).
+    """
+
+    def __init__(self, why: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{why}; {hint}" if hint else why)
+        self.why = why
+        self.hint = hint
 
 
 class NotAuthorized(ControlRefused):

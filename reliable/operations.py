@@ -91,7 +91,9 @@ class Operation:
     """A bulk operation as stored (never its confirmation token).
 
     counts: jobs per outcome so far (done, requested, refused); counts_by_state: the counted jobs
-    per state at preview; results: one entry per job acted on (job_id, outcome, message...).
+    per state at preview; results: one entry per job acted on (job_id, outcome, message, hint...);
+    would_refuse: at preview, the counted jobs the command would refuse, grouped by why (each
+    `{"why", "count", "hint"}`), decided by the command's own dry run on each job.
     """
 
     operation_id: str
@@ -118,11 +120,28 @@ class Operation:
     cancelled_by: str | None = None
     updated_at: float | None = None
     error: str | None = None
+    would_refuse: tuple[dict[str, Any], ...] = ()
 
     @property
     def ended(self) -> bool:
         """Whether nothing more will happen to it."""
         return self.status in _ENDED
+
+    @property
+    def refused_at_preview(self) -> int:
+        """How many counted jobs the command would refuse, as the preview found them."""
+        return sum(int(group["count"]) for group in self.would_refuse)
+
+    @property
+    def all_refused(self) -> bool:
+        """Whether it acted on jobs and every one of them was refused (nothing changed)."""
+        return self.done > 0 and self.counts.get("refused", 0) == self.done
+
+    @property
+    def hints(self) -> list[str]:
+        """The distinct advice its refusals carry (shown once, not on every job's row)."""
+        found = [group.get("hint") for group in self.would_refuse] + [r.get("hint") for r in self.results]
+        return list(dict.fromkeys(hint for hint in found if hint))
 
     @classmethod
     def from_row(cls, row: Any) -> Operation:
@@ -133,7 +152,7 @@ class Operation:
                    dict(counts.get("by_outcome", {})), dict(counts.get("by_state", {})),
                    json.loads(row.results) if row.results else [], row.rate, row.created_at, row.expires_at,
                    row.confirmed_at, row.confirmed_by, row.finished_at, bool(row.cancel_requested),
-                   row.cancelled_by, row.updated_at, row.error)
+                   row.cancelled_by, row.updated_at, row.error, tuple(counts.get("would_refuse", ())))
 
     def as_dict(self, *, full: bool = True) -> dict[str, Any]:
         """JSON-ready; `full` adds every counted job id and every result (a listing leaves them out)."""
@@ -145,7 +164,8 @@ class Operation:
             "expires_at": self.expires_at, "confirmed_at": self.confirmed_at, "confirmed_by": self.confirmed_by,
             "finished_at": self.finished_at, "cancel_requested": self.cancel_requested,
             "cancelled_by": self.cancelled_by, "updated_at": self.updated_at, "error": self.error,
-            "sample": list(self.job_ids[:_SAMPLE]),
+            "sample": list(self.job_ids[:_SAMPLE]), "would_refuse": self.refused_at_preview,
+            "refusals": list(self.would_refuse), "all_refused": self.all_refused,
         }
         if full:
             data["job_ids"] = list(self.job_ids)
@@ -167,9 +187,16 @@ class Preview:
                 "not_permitted": self.not_permitted}
 
 
+def _counts(by_state: Mapping[str, int], by_outcome: Mapping[str, int],
+            would_refuse: Sequence[Mapping[str, Any]]) -> str:
+    """The stored `counts` column (one shape, written at preview, confirmation and each flush)."""
+    return json.dumps({"by_state": by_state, "by_outcome": by_outcome, "would_refuse": list(would_refuse)})
+
+
 @dataclass
 class _Progress:
     by_state: dict[str, int]
+    would_refuse: tuple[dict[str, Any], ...] = ()
     done: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     results: list[dict[str, Any]] = field(default_factory=list)
@@ -257,8 +284,9 @@ class Operations:
         not_permitted = sum(1 for job in found
                             if not control.operators.allows(identity.name, name, home_queue_of(job.queue, job.message),
                                                             job.owner))
+        would_refuse = self._would_refuse(control, name, [job.job_id for job in found], reason, opts)
         counted = {**row, "job_ids": json.dumps([job.job_id for job in found]), "total": len(found),
-                   "expires_at": now + self.confirm_ttl, "counts": json.dumps({"by_state": by_state, "by_outcome": {}})}
+                   "expires_at": now + self.confirm_ttl, "counts": _counts(by_state, {}, would_refuse)}
         if dry_run:
             unstored = {**dict.fromkeys(OPERATION_COLUMNS), **counted, "status": "dry_run", "done": 0,
                         "cancel_requested": False}
@@ -266,6 +294,21 @@ class Operations:
         token = secrets.token_urlsafe(24)
         self._insert({**counted, "status": "awaiting_confirmation", "confirm_token_hash": _hash(token)})
         return Preview(self.get(row["operation_id"]), token, not_permitted)
+
+    def _would_refuse(self, control: Control, command: str, job_ids: Sequence[str], reason: str,
+                      options: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The run's own rule, applied now as a dry run of the command on each job (nothing is
+        written or audited): the refusals grouped by why, most frequent first."""
+        method = getattr(control, command)
+        groups: dict[str, dict[str, Any]] = {}
+        for job_id in job_ids:
+            entry = self._one(method, job_id, reason, {**options, "dry_run": True})
+            if entry["outcome"] not in ("refused", "error"):
+                continue
+            why = str(entry["message"]).removeprefix(f"job {job_id}: ")
+            group = groups.setdefault(why, {"why": why, "count": 0, "hint": entry.get("hint")})
+            group["count"] += 1
+        return sorted(groups.values(), key=lambda group: -int(group["count"]))
 
     def _options(self, command: str, options: Mapping[str, Any]) -> dict[str, Any]:
         allowed = OPTIONS.get(command, frozenset())
@@ -358,7 +401,7 @@ class Operations:
             raise ControlRefused(f"wrong confirmation token for operation {operation_id}")
         now = self.store.now()
         if not start_operation(self.store, operation_id, at=now, by=who,
-                               counts=json.dumps({"by_state": op.counts_by_state, "by_outcome": {}})):
+                               counts=_counts(op.counts_by_state, {}, op.would_refuse)):
             current = self.get(operation_id)
             raise ControlRefused(f"operation {operation_id} is {current.status}: it can no longer be confirmed"
                                  + ("; preview it again" if current.status == "expired" else ""))
@@ -412,7 +455,7 @@ class Operations:
         thread.start()
 
     def _run(self, op: Operation, control: Control, wake: threading.Event) -> None:
-        progress = _Progress(dict(op.counts_by_state))
+        progress = _Progress(dict(op.counts_by_state), op.would_refuse)
         try:
             self._work(op, control.with_detail(operation_id=op.operation_id), wake, progress)
         except Exception as exc:
@@ -467,10 +510,17 @@ class Operations:
             outcome = "error" if isinstance(exc, StoreError) else "refused"
             if outcome == "error":  # its text names the database: the log has it, the record (read by clients) not
                 logger.warning("bulk operation: job %s: %s", job_id, exc)
-            return {"job_id": job_id, "outcome": outcome, "message": client_message(exc), "error": type(exc).__name__}
-        entry: dict[str, Any] = {"job_id": job_id, "outcome": result.outcome, "message": result.message,
-                 "status_before": result.before.status.value if result.before else None,
-                 "status": result.job.status.value if result.job else None}
+            hint = exc.hint if isinstance(exc, ControlRefused) else None
+            message = exc.why if isinstance(exc, ControlRefused) else client_message(exc)
+            return {"job_id": job_id, "outcome": outcome, "message": message, "error": type(exc).__name__,
+                    **({"hint": hint} if hint else {})}
+        entry: dict[str, Any] = {
+            "job_id": job_id, "outcome": result.outcome,
+            "message": result.message.removesuffix(f"; {result.hint}") if result.hint else result.message,
+            "status_before": result.before.status.value if result.before else None,
+            "status": result.job.status.value if result.job else None}
+        if result.hint:
+            entry["hint"] = result.hint
         if result.warnings:
             entry["warnings"] = list(result.warnings)
         return entry
@@ -483,7 +533,7 @@ class Operations:
         """Record progress (and the final status); False when the row is no longer `running`."""
         now = self.store.now()
         values: dict[str, Any] = {"done": progress.done, "updated_at": now, "results": json.dumps(progress.results),
-                                  "counts": json.dumps({"by_state": progress.by_state, "by_outcome": progress.counts})}
+                                  "counts": _counts(progress.by_state, progress.counts, progress.would_refuse)}
         if status is not None:
             values.update(status=status, finished_at=now, error=error)
         return write_progress(self.store, operation_id, values)

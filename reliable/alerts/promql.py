@@ -10,7 +10,7 @@ import yaml
 from ..durations import format_prometheus
 from .conditions import PromQLCondition
 from .rules import AlertRule
-from .runbooks import DEFAULT_RUNBOOK_BASE_URL, check_runbook_base_url, runbook_url
+from .runbooks import DEFAULT_RUNBOOK_BASE_URL, check_runbook_base_url, runbook_url_template
 
 __all__ = ["export_rule_groups", "export_yaml"]
 
@@ -24,7 +24,7 @@ def _rule(rule: AlertRule, runbook_base_url: str) -> dict[str, Any]:
     labels = {**rule.labels, "severity": rule.severity, "route": rule.route, "owner": rule.owner}
     annotations = {"summary": f"{rule.name} ({{{{ $labels.queue }}}} {{{{ $labels.actor }}}})",
                    "description": DEFAULT_DESCRIPTION, **rule.annotations}
-    annotations["runbook_url"] = runbook_url(runbook_base_url, rule.name)
+    annotations["runbook_url"] = runbook_url_template(runbook_base_url, rule.name)
     out: dict[str, Any] = {"alert": rule.name, "expr": rule.condition.expr}
     if rule.for_seconds:
         out["for"] = format_prometheus(rule.for_seconds)

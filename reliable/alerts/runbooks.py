@@ -40,6 +40,7 @@ __all__ = [
     "check_runbook_base_url",
     "next_actions",
     "runbook_url",
+    "runbook_url_template",
     "safe_url",
 ]
 
@@ -107,6 +108,18 @@ def runbook_url(base: str, alertname: str, labels: Mapping[str, str] | None = No
     if not query or base.endswith("#"):
         return url
     return f"{url}{'&' if '?' in base else '?'}{urlencode(query)}"
+
+
+def runbook_url_template(base: str, alertname: str) -> str:
+    """`runbook_url` for a rule Prometheus evaluates: the same link, its query string a Go template
+    that Prometheus fills with the firing alert's `RUNBOOK_LABELS` (those it has, percent-encoded)."""
+    url = f"{base}{alertname.lower()}"
+    if base.endswith("#"):
+        return url
+    first = "&" if "?" in base else "?"
+    pairs = "".join(f"{{{{ with $labels.{key} }}}}{{{{ $sep }}}}{key}={{{{ . | urlquery }}}}{{{{ $sep = \"&\" }}}}"
+                    f"{{{{ end }}}}" for key in RUNBOOK_LABELS)
+    return f'{url}{{{{ $sep := "{first}" }}}}{pairs}'
 
 
 def safe_url(template: str, values: Mapping[str, str | None]) -> str:

@@ -19,7 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bulk import RateLimiter
 from ..control import command_states
-from ..errors import ConfigError
 from ..operations import ACTIVE_STATUSES
 from ..states import JobStatus
 from ..store import Attempt, Effect, Job, JobEvent
@@ -98,11 +97,8 @@ def detail_records(detail: Mapping[str, Any]) -> tuple[Job, list[Attempt], list[
 
 def api_filter(flt: JobFilter) -> dict[str, Any]:
     """The bulk operations API's filter for `flt` (the age becomes a change-time bound: this machine's clock)."""
-    if flt.exclude_discarded:
-        raise ConfigError("through --api, `dlq requeue` and `dlq discard` act on job ids only (the API's bulk "
-                          "operations cannot leave out discarded jobs): list them with `reliable dlq list --api "
-                          "URL`, then give their ids")
-    out: dict[str, Any] = {"state": [JobStatus(s).value for s in flt.statuses], "ids": list(flt.job_ids),
+    out: dict[str, Any] = {"exclude_discarded": flt.exclude_discarded or None,
+                           "state": [JobStatus(s).value for s in flt.statuses], "ids": list(flt.job_ids),
                            "queue": list(flt.queue), "actor": list(flt.actor),
                            "error_class": list(flt.error_class), "owner": list(flt.owner),
                            "workflow": list(flt.workflow_id), "q": flt.search,
@@ -166,6 +162,9 @@ def run_by_filter(client: ApiClient, command: str, flt: JobFilter, params: Mappi
             _nothing(command, params, err)
             return None
         sample = [job_from_api(j) for j in op.get("sample_jobs", [])]
+        for group in op.get("refusals") or []:  # the server's dry run of the command on each counted job
+            err.print(f"{group['count']} of {total} would be refused: {group['why']}", markup=False, highlight=False,
+                      soft_wrap=True)
         if total > limit:
             confirm(sample, total, total, ask=False)
             click.echo(f"error: {total} jobs match, more than --limit {limit}: an API operation acts on every job "

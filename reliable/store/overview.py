@@ -7,14 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, literal, select, union_all
+from sqlalchemy import func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
-from .schema import job_events, jobs
+from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 from .store import StateStore
 
-__all__ = ["FAILURE_EVENTS", "SUCCESS_EVENTS", "Overview", "overview"]
+__all__ = ["FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview", "known_names", "overview"]
+
+#: The most queue names and actor names `known_names` returns of each.
+KNOWN_NAMES_MAX = 500
 
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
@@ -102,3 +105,29 @@ def overview(store: StateStore, *, window: float = 86_400.0, series_minutes: int
     return result
 
 
+
+
+@dataclass(frozen=True)
+class KnownNames:
+    """The queues and actors a filter form offers (sorted; at most KNOWN_NAMES_MAX of each)."""
+
+    queues: tuple[str, ...]
+    actors: tuple[str, ...]
+
+
+def known_names(store: StateStore) -> KnownNames:
+    """The queues with unfinished jobs or a pause, and every actor, by index reads only: the queues
+    from the partial (status, queue, scheduled_at) index, the actors by a loose scan of the
+    (actor, status) index (one seek per actor, however many jobs each has)."""
+    unfinished = sorted(s.value for s in UNFINISHED_STATES)
+    queues = union(select(jobs.c.queue).where(jobs.c.status.in_(unfinished)).distinct(),
+                   select(queue_pauses.c.queue)).subquery()
+    first = select(func.min(jobs.c.actor).label("actor")).cte("actors", recursive=True)
+    step = select(select(func.min(jobs.c.actor)).where(jobs.c.actor > first.c.actor).scalar_subquery()) \
+        .where(first.c.actor.is_not(None))
+    actors = first.union_all(step)
+    with store.read() as conn:
+        found_queues = conn.execute(select(queues.c.queue).order_by(queues.c.queue).limit(KNOWN_NAMES_MAX)).scalars()
+        found_actors = conn.execute(select(actors.c.actor).where(actors.c.actor.is_not(None))
+                                    .limit(KNOWN_NAMES_MAX)).scalars()
+        return KnownNames(tuple(found_queues), tuple(sorted(found_actors)))

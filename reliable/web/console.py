@@ -36,7 +36,7 @@ from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, Sto
 from ..operators import COMMAND_ORDER
 from ..states import JobStatus
 from ..store.job_history import event_names
-from ..store.overview import Overview
+from ..store.overview import Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .paths import JobRoute
@@ -288,7 +288,8 @@ async def _job_list(request: Request, view: ListView) -> Response:
     next_url = f"{here}?{_query(form, cursor=page.next_cursor)}" if page.next_cursor else None
     patterns = state_of(request).config.redact
     shown = [masked_job(job, principal, patterns) for job in page.jobs]
-    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url})
+    known = await run_in_threadpool(known_names, state_of(request).store)
+    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url, "known": known})
 
 
 async def jobs_page(request: Request) -> Response:

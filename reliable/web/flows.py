@@ -10,6 +10,7 @@ same operators check the CLI makes (a refusal is audited on the schedule).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -27,10 +28,11 @@ from ..disclosure import (
     Audience,
     disclose_record,
 )
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidReason, ScheduleNotFound
+from ..inputs import escape_controls
 from ..schedules import storage
 from ..store.workflow_views import WorkflowStatus
-from ..store.workflows import WorkflowStore
+from ..store.workflows import WorkflowNotFound, WorkflowStore
 from ..workflows.engine import WorkflowCommand, WorkflowEngine
 from ..workflows.planning import node_states
 from .state import WebState
@@ -116,10 +118,19 @@ def workflow_command(state: WebState, given: str, command: str, principal: Princ
     if allow_duplicates and command not in ("resume", "restart"):
         raise ConfigError(f"field 'allow_duplicate_side_effects' applies to resume and restart, not {command}")
     require_reason(command, reason)
-    check_reason_text(command, reason)  # a NUL cannot be stored (PostgreSQL): a 400 naming it, nothing written
-    workflow_id = WorkflowStore(state.store).resolve(given, linked=False)
     control = state.control_for(principal)
     engine = WorkflowEngine(state.store, state.broker)
+    try:
+        check_reason_text(command, reason)  # a NUL cannot be stored (PostgreSQL): a 400 naming it
+    except InvalidReason as exc:
+        # Audited on the workflow when there is one, the reason escaped (as Control does for jobs);
+        # refused either way.
+        if not dry_run:
+            with contextlib.suppress(WorkflowNotFound, ConfigError):
+                engine.record_refusal(command, WorkflowStore(state.store).resolve(given, linked=False), control,
+                                      reason=escape_controls(reason or ""), why=str(exc))
+        raise
+    workflow_id = WorkflowStore(state.store).resolve(given, linked=False)
     if command in ("pause", "stop", "cancel"):
         return engine.hold(command, workflow_id, control, reason=reason, dry_run=dry_run)
     if command == "resume":
@@ -201,8 +212,17 @@ def schedule_command(state: WebState, name: str, command: str, principal: Princi
     if command not in SCHEDULE_ACTIONS:
         raise ConfigError(f"unknown schedule command {command!r} (known: {', '.join(SCHEDULE_ACTIONS)})")
     require_reason(f"schedules {command}", reason)
-    check_reason_text(f"schedules {command}", reason)
     operator = principal.operator(state.config.host).name
+    try:
+        check_reason_text(f"schedules {command}", reason)
+    except InvalidReason as exc:
+        # Audited on the schedule when there is one, the reason escaped (as Control does for jobs);
+        # refused either way.
+        with contextlib.suppress(ScheduleNotFound):
+            storage.get_schedule(state.store, name)
+            storage.refused(state.store, name, command, operator=operator, reason=escape_controls(reason or ""),
+                            why=str(exc))
+        raise
     row = storage.get_schedule(state.store, name)
     needed = SCHEDULE_COMMANDS[f"schedules {command}"]
     owner = row.template.get("owner")

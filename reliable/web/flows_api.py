@@ -38,6 +38,7 @@ from .flows import (
     workflow_list,
     workflow_permitted,
 )
+from .paths import SegmentRoute
 
 __all__ = ["routes"]
 
@@ -185,6 +186,7 @@ def routes() -> list[BaseRoute]:
         Route("/api/v1/workflows/{workflow_id}/{command}", workflow_action, methods=["POST"],
               name="api_workflow_action"),
         Route("/api/v1/schedules", schedules, methods=["GET"], name="api_schedules"),
-        Route("/api/v1/schedules/{name}", schedule, methods=["GET"], name="api_schedule"),
-        Route("/api/v1/schedules/{name}/{command}", schedule_action, methods=["POST"], name="api_schedule_action"),
+        SegmentRoute("/api/v1/schedules/{name}", schedule, param="name", methods=["GET"], name="api_schedule"),
+        SegmentRoute("/api/v1/schedules/{name}/{command}", schedule_action, param="name", methods=["POST"],
+                     name="api_schedule_action"),
     ]

@@ -37,6 +37,7 @@ from .flows import (
     workflow_detail,
     workflow_list,
 )
+from .paths import SegmentRoute
 
 __all__ = ["routes"]
 
@@ -166,6 +167,7 @@ def routes() -> list[BaseRoute]:
         Route("/workflows/{workflow_id}/actions/{command}", workflow_action, methods=["POST"],
               name="workflow_action"),
         Route("/schedules", schedules_page, name="schedules"),
-        Route("/schedules/{name}", schedule_page, name="schedule"),
-        Route("/schedules/{name}/actions/{command}", schedule_action, methods=["POST"], name="schedule_action"),
+        SegmentRoute("/schedules/{name}", schedule_page, param="name", name="schedule"),
+        SegmentRoute("/schedules/{name}/actions/{command}", schedule_action, param="name", methods=["POST"],
+                     name="schedule_action"),
     ]

@@ -7,7 +7,8 @@ decoder (`bodies.json_object`) checks the body it decoded.
 
 One field is left to the command layer: `reason`. `Control` refuses a reason with control
 characters itself (`check_reason_text`) and audits the refusal as `command_refused`, the reason
-escaped, so that a refused command is recorded whatever its reason holds; bulk operations refuse
+escaped, so that a refused command is recorded whatever its reason holds (the workflow and schedule
+commands, `reliable.web.flows`, do the same on their audit trails); bulk operations refuse
 it before the operation is stored.
 """
 

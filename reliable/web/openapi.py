@@ -233,7 +233,10 @@ _FILTER = {"type": "object", "additionalProperties": False, "description": "the 
                           "actor": {"type": "string"}, "owner": {"type": "string"},
                           "error_class": {"type": "string"}, "workflow": {"type": "string"},
                           "changed_since": {"type": ["number", "string"]},
-                          "changed_until": {"type": ["number", "string"]}, "q": {"type": "string"}}}
+                          "changed_until": {"type": ["number", "string"]}, "q": {"type": "string"},
+                          "exclude_discarded": {"type": "boolean", "default": False,
+                                                "description": "bulk operations only: leave out DEAD jobs "
+                                                "discarded since their last change (the dead-letter view)"}}}
 
 _OPERATION_FIELDS: dict[str, Any] = {
     "operation_id": {"type": "string"}, "command": {"type": "string"}, "filter": _OPEN,
@@ -242,6 +245,12 @@ _OPERATION_FIELDS: dict[str, Any] = {
     "operator": {"type": "string"}, "rate": _N_NUM, "created_at": {"type": "number"},
     "expires_at": {"type": "number"}, "confirmed_at": _N_NUM, "confirmed_by": _N_STR, "finished_at": _N_NUM,
     "results": {"type": "array", "items": _OPEN},
+    "would_refuse": {"type": "integer", "description": "counted jobs the command would refuse, at preview (its "
+                     "own dry run on each: state, idempotency, the caller's role...)"},
+    "refusals": {"type": "array", "description": "those refusals grouped by why, most frequent first",
+                 "items": {"type": "object", "properties": {"why": {"type": "string"}, "count": {"type": "integer"},
+                                                      "hint": _N_STR}}},
+    "all_refused": {"type": "boolean", "description": "it acted on jobs and refused every one (nothing changed)"},
 }
 
 

@@ -12,6 +12,7 @@ authenticates, parses and maps errors to JSON. See docs/bulk-operations.md.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -78,7 +79,12 @@ async def create(request: Request) -> JSONResponse:
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise ConfigError("reason must be a string")
-    job_filter = filter_from_params(flt)
+    job_filter = filter_from_params(flt, ignore=("exclude_discarded",))
+    exclude_discarded = flt.get("exclude_discarded", False)
+    if not isinstance(exclude_discarded, bool):
+        raise ConfigError("filter.exclude_discarded must be true or false")
+    if exclude_discarded:  # the dead-letter view: DEAD jobs discarded since their last change are left out
+        job_filter = dataclasses.replace(job_filter, exclude_discarded=True)
     control = state_of(request).control_for(principal)
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):

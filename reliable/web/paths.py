@@ -7,6 +7,8 @@ decodes the id. Starlette's own routing matches the decoded path, where ``invoic
 three segments: a 404 or 405, and `url_for` would refuse to build the link (a 500 on every page
 listing such a job). With `JobRoute`, `request.url_for("job", job_id=...)` encodes the id itself.
 
+Schedule names get the same treatment (`SegmentRoute` with `param="name"`): a name may hold ``/``.
+
 A server that gives no raw path (a WSGI bridge) is matched on the decoded path: ids with a ``/``
 are then not reachable there (404), every other id is.
 """
@@ -20,14 +22,15 @@ from starlette.convertors import Convertor
 from starlette.routing import Match, Route
 from starlette.types import Scope
 
-__all__ = ["JOB_ID_PARAM", "JobIdConvertor", "JobRoute", "raw_route_path"]
+__all__ = ["JOB_ID_PARAM", "JobIdConvertor", "JobRoute", "SegmentRoute", "raw_route_path"]
 
 #: The path parameter every job route names its job id with.
 JOB_ID_PARAM = "job_id"
 
 
 class JobIdConvertor(Convertor[str]):
-    """One raw path segment <-> a job id: decoded when matched, percent-encoded (``/`` too) in links."""
+    """One raw path segment <-> a job id (or a schedule name): decoded when matched, percent-encoded
+    (``/`` too) in links."""
 
     regex = "[^/]+"
 
@@ -39,7 +42,7 @@ class JobIdConvertor(Convertor[str]):
         """The segment that carries the job id `value`."""
         text = str(value)
         if not text:
-            raise ValueError("a job id must not be empty")
+            raise ValueError("a path segment (job id, schedule name) must not be empty")
         if text in (".", ".."):  # a client would resolve them as dot segments, never send them
             return text.replace(".", "%2E")
         return quote(text, safe="")
@@ -66,17 +69,24 @@ def raw_route_path(scope: Scope) -> str:
     return raw
 
 
-class JobRoute(Route):
-    """A route whose `{job_id}` is one raw path segment holding any job id (see the module doc)."""
+class SegmentRoute(Route):
+    """A route whose `{param}` is one raw path segment holding any text (see the module doc)."""
 
-    def __init__(self, path: str, endpoint: Any, **kwargs: Any) -> None:
-        if "{" + JOB_ID_PARAM + "}" not in path:
-            raise ValueError(f"a JobRoute's path names {{{JOB_ID_PARAM}}}: {path!r}")
+    def __init__(self, path: str, endpoint: Any, *, param: str, **kwargs: Any) -> None:
+        if "{" + param + "}" not in path:
+            raise ValueError(f"the route's path names no {{{param}}}: {path!r}")
         super().__init__(path, endpoint, **kwargs)
-        self.param_convertors[JOB_ID_PARAM] = JobIdConvertor()
+        self.param_convertors[param] = JobIdConvertor()
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         """Match the raw path (an encoded ``/`` inside the job id is no separator)."""
         if scope["type"] != "http":
             return super().matches(scope)
         return super().matches({**scope, "path": raw_route_path(scope), "root_path": ""})
+
+
+class JobRoute(SegmentRoute):
+    """A route whose `{job_id}` is one raw path segment holding any job id (see the module doc)."""
+
+    def __init__(self, path: str, endpoint: Any, **kwargs: Any) -> None:
+        super().__init__(path, endpoint, param=JOB_ID_PARAM, **kwargs)

@@ -487,6 +487,12 @@ class WorkflowEngine:
             return self._refuse(command, workflow_id, control, reason, str(exc), dry_run=dry_run)
         return None
 
+    def record_refusal(self, command: str, workflow_id: str, control: JobCommands, *, reason: str | None,
+                       why: str) -> None:
+        """Audit a refusal decided before the engine (a reason the store cannot hold, escaped by the
+        caller): `command_refused` on the workflow, as the engine's own refusals are."""
+        self._refuse(command, workflow_id, control, reason, why, dry_run=False)
+
     def _refuse(self, command: str, workflow_id: str, control: JobCommands, reason: str | None, message: str, *,
                 dry_run: bool, plan: ResumePlan | None = None) -> WorkflowCommand:
         """A refused command: recorded on the workflow (`command_refused`) unless a dry run."""

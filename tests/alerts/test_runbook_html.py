@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from reliable.alerts.runbook_html import runbook_html
-from reliable.alerts.runbooks import runbook_url
+from reliable.alerts.runbooks import runbook_url, runbook_url_template
 
 
 def test_the_runbooks_markdown_becomes_tags_and_everything_else_text() -> None:
@@ -33,3 +33,10 @@ def test_runbook_url_carries_the_alerts_labels() -> None:
     assert runbook_url("https://wiki/?page=", "Stuck", {"job_id": "j/1"}) == "https://wiki/?page=stuck&job_id=j%2F1"
     assert runbook_url("https://wiki/rb#", "Stuck", {"job_id": "j1"}) == "https://wiki/rb#stuck"  # no query after a #
     assert runbook_url("http://h/runbooks/", "Stuck") == "http://h/runbooks/stuck"
+
+
+def test_a_prometheus_runbook_url_after_a_fragment_base_carries_no_query() -> None:
+    assert runbook_url_template("https://wiki.example/rb#", "ReliableDeadLetters") == \
+        "https://wiki.example/rb#reliabledeadletters"
+    assert runbook_url_template("https://wiki.example/rb?page=", "X").startswith(
+        'https://wiki.example/rb?page=x{{ $sep := "&" }}')

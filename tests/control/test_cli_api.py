@@ -238,6 +238,8 @@ def test_ctrl_c_while_following_cancels_the_operation_on_the_server(
     one = Operations._one
 
     def second_job_waits_for_the_cli(method: Any, job_id: str, reason: str, kwargs: Any) -> dict[str, Any]:
+        if kwargs.get("dry_run"):  # the preview's count of what would be refused
+            return one(method, job_id, reason, kwargs)
         ran.append(job_id)
         if len(ran) > 1:
             cli_done.wait(60)
@@ -256,13 +258,24 @@ def test_ctrl_c_while_following_cancels_the_operation_on_the_server(
     assert len(paused_now) <= 2  # at most the job taken before the cancel and the one waiting for the CLI
 
 
-def test_dlq_requeue_by_filter_needs_ids_through_the_api(api_store: StateStore, api_url: str,
-                                                         tokens: dict[str, str]) -> None:
-    ended(api_store, "job-dead", Event.DEAD_LETTER)
-    result = check(via(api_url, tokens["admin"], "dlq", "requeue", "--queue", "exports", "--reason", "r", "--yes"), 2)
-    assert "job ids only" in result.stderr
-    check(via(api_url, tokens["admin"], "dlq", "requeue", "job-dead", "--reason", "r"))
-    assert api_store.get("job-dead").status is JobStatus.PENDING
+def test_dlq_requeue_and_discard_by_filter_through_the_api_leave_discarded_jobs_alone(
+        api_store: StateStore, api_url: str, tokens: dict[str, str]) -> None:
+    for job_id in ("dead-1", "dead-2", "dead-gone", "dead-other"):
+        ended(api_store, job_id, Event.DEAD_LETTER, queue="billing" if job_id == "dead-other" else "exports")
+    check(via(api_url, tokens["admin"], "dlq", "discard", "dead-gone", "--reason", "handled by hand"))
+    requeued = check(via(api_url, tokens["admin"], "dlq", "requeue", "--queue", "exports", "--reason", "r", "--yes",
+                         "--json"))
+    answer = json.loads(requeued.stdout)
+    assert sorted(r["job_id"] for r in answer["results"]) == ["dead-1", "dead-2"] and answer["operation_id"]
+    assert api_store.get("dead-gone").status is JobStatus.DEAD  # discarded: not a dead letter any more
+    assert {api_store.get(j).status for j in ("dead-1", "dead-2")} == {JobStatus.PENDING}
+    (op, *_) = Operations(api_store).recent()
+    assert op.filter["exclude_discarded"] is True and op.operator == "ada"
+    refused = check(via(api_url, tokens["operator"], "dlq", "discard", "--queue", "billing", "--reason", "r", "--yes"),
+                    1)
+    assert "1 of 1 would be refused: operator 'otto' (roles operator) may not discard jobs on queue 'billing'" in \
+        refused.stderr
+    assert api_store.events("dead-other")[-1].event == "command_refused"  # otto: queue exports only
 
 
 # -- reads: the same output as the store path ----------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import dramatiq
 import pytest
@@ -375,3 +376,58 @@ def test_the_cli_reads_and_acts_through_the_api(harness: Harness, people: People
         show = _cli("schedules", "show", "nightly", token=people.vera, api=api)
         assert show.exit_code == 0 and "trigger" in show.output and "dora" in show.output, show.output
         assert SECRET not in show.output
+
+
+def test_a_schedule_name_with_a_slash_works_in_every_route(harness: Harness, people: People) -> None:
+    name = "reports/eu nightly"
+    _declare(harness, name)
+    segment = quote(name, safe="")
+    with TestClient(_app(harness)) as client:
+        detail = client.get(f"/api/v1/schedules/{segment}", headers=bearer(people.vera))
+        assert detail.status_code == 200 and detail.json()["schedule"]["name"] == name, detail.text
+        paused = client.post(f"/api/v1/schedules/{segment}/pause", json={"reason": "eu freeze"},
+                             headers=bearer(people.dora))
+        assert paused.status_code == 200 and paused.json()["paused"] is True, paused.text
+    assert storage.get_schedule(harness.store, name).paused is True
+    operator, csrf = session(harness.store, people.dora, broker=harness.broker)
+    with operator:
+        listing = operator.get("/schedules").text
+        assert f'href="http://testserver/schedules/{segment}"' in listing
+        page = operator.get(f"/schedules/{segment}")
+        assert page.status_code == 200 and f"/schedules/{segment}/actions/resume" in page.text
+        resumed = operator.post(f"/schedules/{segment}/actions/resume", data={"reason": "thawed", "csrf_token": csrf})
+        assert resumed.status_code == 200 and str(resumed.url).endswith(f"/schedules/{segment}"), resumed.url
+    assert storage.get_schedule(harness.store, name).paused is False
+
+
+def test_a_reason_with_control_characters_is_refused_and_audited(harness: Harness, people: People) -> None:
+    @dramatiq.actor(queue_name="default")
+    def idle_step(name: str) -> None:
+        """Never run here: the workflow is only submitted."""
+
+    workflow_id = reliable.workflow("held", [reliable.node("a", idle_step.message("a"))]).submit(harness.broker)
+    _declare(harness)
+    bad = "fixed\x00 upstream"
+    with TestClient(_app(harness)) as client:
+        refused = client.post(f"/api/v1/workflows/{workflow_id}/pause", json={"reason": bad},
+                              headers=bearer(people.dora))
+        assert refused.status_code == 400 and "reason" in refused.json()["error"]["message"], refused.text
+        event = _last_event(harness, workflow_id)
+        assert (event["event"], event["operator"]) == ("command_refused", "dora")
+        assert event["reason"] == "fixed\\x00 upstream"
+        dry = client.post(f"/api/v1/workflows/{workflow_id}/pause", json={"reason": bad, "dry_run": True},
+                          headers=bearer(people.dora))
+        assert dry.status_code == 400 and _last_event(harness, workflow_id)["id"] == event["id"]
+        refused = client.post("/api/v1/schedules/nightly/pause", json={"reason": bad}, headers=bearer(people.dora))
+        assert refused.status_code == 400 and "reason" in refused.json()["error"]["message"], refused.text
+        trail = storage.list_events(harness.store, "nightly")
+        assert (trail[-1].event, trail[-1].operator, trail[-1].reason) == ("command_refused", "dora",
+                                                                           "fixed\\x00 upstream")
+    assert WorkflowStore(harness.store).get(workflow_id)["status"] == "RUNNING"
+    assert storage.get_schedule(harness.store, "nightly").paused is False
+    operator, csrf = session(harness.store, people.dora, broker=harness.broker)
+    with operator:
+        page = operator.post("/schedules/nightly/actions/pause", data={"reason": "bell\x07", "csrf_token": csrf})
+        assert page.status_code == 200 and 'role="alert"' in page.text  # told on the page, nothing changed
+        assert storage.get_schedule(harness.store, "nightly").paused is False
+        assert storage.list_events(harness.store, "nightly")[-1].reason == "bell\\x07"

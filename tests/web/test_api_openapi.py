@@ -121,4 +121,4 @@ def test_documented_parameters_and_commands_are_those_the_handlers_take() -> Non
     documented = {p.rsplit("/", 1)[1] for p in paths if p.startswith("/api/v1/jobs/{job_id}/")} - {"events", "message"}
     assert documented == set(COMMANDS)
     filter_keys = set(document()["components"]["schemas"]["OperationRequest"]["properties"]["filter"]["properties"])
-    assert filter_keys == set(FILTER_PARAMS) - {"limit", "cursor"}
+    assert filter_keys == set(FILTER_PARAMS) - {"limit", "cursor"} | {"exclude_discarded"}  # the DLQ's, bulk only

@@ -297,3 +297,16 @@ def test_list_rows_show_the_last_errors_message_and_filters_fold_when_unset(stor
     assert '<details class="filter-box">' in plain and '<details class="bulk-box">' in plain
     filtered = client.get("/jobs?actor=charge&state=FAILED").text
     assert '<details class="filter-box" open>' in filtered and "(2 set)" in filtered
+
+
+def test_the_filter_offers_the_known_queues_and_actors(store: StateStore, tokens: Tokens) -> None:
+    make_job(store, "k1", queue="billing", actor="charge")
+    make_job(store, "k2", queue="mail", actor="send")
+    client, _ = session(store, tokens.viewer)
+    for page in ("/jobs", "/dlq"):
+        text = client.get(page).text
+        assert 'name="queue" value="" list="known-queues"' in text and 'list="known-actors"' in text
+        queues = re.search(r'<datalist id="known-queues">(.*?)</datalist>', text)
+        actors = re.search(r'<datalist id="known-actors">(.*?)</datalist>', text)
+        assert queues and queues.group(1) == '<option value="billing"><option value="mail">'
+        assert actors and actors.group(1) == '<option value="charge"><option value="send">'

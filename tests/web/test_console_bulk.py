@@ -8,6 +8,7 @@ import re
 from starlette.testclient import TestClient
 
 from reliable.access import ApiTokens
+from reliable.options import STORED_CONTRACT
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
 
@@ -106,3 +107,25 @@ def test_an_unnarrowed_filter_or_a_missing_reason_is_refused_with_the_reason(sto
                                             "command": "requeue", "scope": "filter", "reason": ""})
     assert "bulk requeue refused" in unreasoned.text and "reason" in unreasoned.text
     assert csrf_of(client.get("/operations").text) and "No bulk operation yet" in client.get("/operations").text
+
+
+def test_the_count_page_says_what_would_be_refused_and_the_list_says_all_were(store: StateStore,
+                                                                              tokens: Tokens) -> None:
+    for n in range(3):
+        store.register(NewJob(f"charge-{n}", "billing", "charge",
+                              {"args": [n], "kwargs": {}, "options": {STORED_CONTRACT: {"idempotent": False}}}))
+        claim = store.claim(f"charge-{n}", worker_id="w1", lease_ttl=60)
+        store.finish(f"charge-{n}", claim.lease_id, Event.FAIL, worker_id="w1",
+                     error=ErrorInfo("permanent", "ValueError", "x"))
+    client, csrf = session(store, tokens.admin)
+    op = count(client, csrf, view="jobs", state="FAILED", command="requeue", scope="filter", reason="card fixed")
+    page = client.get(f"/operations/{op}").text
+    assert "3 match; 3 would be refused (all of them: confirming changes nothing)" in page
+    assert "3: actor &#39;charge&#39; is not idempotent" in page and "Retry/restart non-idempotent jobs too" in page
+    assert "Confirm: retry 3 jobs (3 would be refused)" in page and page.count("--allow-duplicate-side-effects") == 1
+    client.post(f"/operations/{op}/confirm", data={"csrf_token": csrf})
+    wait_for(lambda: "finished" in client.get(f"/operations/{op}").text, "the operation to finish", timeout=30)
+    done = client.get(f"/operations/{op}").text
+    assert done.count("is not idempotent") == 3 and done.count("--allow-duplicate-side-effects") == 1
+    assert "finished: <strong class=\"refused\">all 3 refused</strong>" in client.get("/operations").text
+    assert {store.get(f"charge-{n}").status for n in range(3)} == {JobStatus.FAILED}

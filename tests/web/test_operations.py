@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from reliable.options import STORED_CONTRACT
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
 from reliable.web import WebConfig, create_app
@@ -18,13 +19,14 @@ from web_support import Tokens, bearer
 URL = "/api/v1/operations"
 
 
-def make(store: StateStore, job_id: str, *, queue: str = "billing") -> None:
-    store.register(NewJob(job_id, queue, "charge", {"args": [job_id], "kwargs": {}, "options": {}}))
+def make(store: StateStore, job_id: str, *, queue: str = "billing", idempotent: bool = True) -> None:
+    options = {} if idempotent else {STORED_CONTRACT: {"idempotent": False}}
+    store.register(NewJob(job_id, queue, "charge", {"args": [job_id], "kwargs": {}, "options": options}))
 
 
-def failed(store: StateStore, *ids: str, queue: str = "billing") -> None:
+def failed(store: StateStore, *ids: str, queue: str = "billing", idempotent: bool = True) -> None:
     for job_id in ids:
-        make(store, job_id, queue=queue)
+        make(store, job_id, queue=queue, idempotent=idempotent)
         claim = store.claim(job_id, worker_id="w1", lease_ttl=60)
         store.finish(job_id, claim.lease_id, Event.FAIL, worker_id="w1",
                      error=ErrorInfo("permanent", "ValueError", "bad card"))
@@ -90,6 +92,8 @@ def test_the_filter_takes_the_jobs_lists_parameters(client: TestClient, tokens: 
     ({"command": "reconcile", "filter": {"state": "review"}, "reason": "r", "options": {"resolution": "maybe"}},
      "resolution"),
     ({"command": "restart", "filter": {"state": "failed"}, "reason": "r", "rate": 1000}, "at most 20"),
+    ({"command": "discard", "filter": {"state": "dead", "exclude_discarded": "yes"}, "reason": "r"},
+     "filter.exclude_discarded must be true or false"),
 ])
 def test_bad_requests_are_400_with_a_clear_error(client: TestClient, tokens: Tokens, payload: dict[str, Any],
                                                  message: str) -> None:
@@ -197,3 +201,37 @@ def test_cancelling_a_run_stops_it_before_its_next_job(slow_client: TestClient, 
                   == "cancelled" and o, "the run to stop", timeout=30)
     assert op["done"] == 1 and op["cancelled_by"] == "otto" and len(op["results"]) == 1
     assert sum(store.get(j).status is JobStatus.FAILED for j in ("b1", "b2", "b3", "b4")) == 3
+
+
+def test_the_count_says_how_many_would_be_refused_and_why(client: TestClient, tokens: Tokens,
+                                                          store: StateStore) -> None:
+    failed(store, "n1", "n2", "n3", idempotent=False)
+    failed(store, "i1")
+    failed(store, "e1", queue="exports")
+    created = client.post(URL, headers=bearer(tokens.operator), json=body("requeue")).json()
+    assert (created["total"], created["would_refuse"], created["not_permitted"]) == (5, 4, 1)
+    groups = {group["why"]: group for group in created["refusals"]}
+    idempotency = next(group for why, group in groups.items() if "not idempotent" in why)
+    assert idempotency["count"] == 3 and "--allow-duplicate-side-effects" in idempotency["hint"]
+    assert any(group["count"] == 1 and "may not requeue jobs on queue 'exports'" in why
+               for why, group in groups.items())
+    assert not store.events("n1", events=["command_refused"])  # counting writes nothing
+    op = run_to_end(client, tokens.operator, created)
+    assert op["counts"] == {"done": 1, "refused": 4} and op["would_refuse"] == 4 and not op["all_refused"]
+    refused = next(r for r in op["results"] if r["job_id"] == "n1")
+    assert "not idempotent" in refused["message"] and "--allow" not in refused["message"]
+    assert "--allow-duplicate-side-effects" in refused["hint"]
+    allowed = client.post(URL, headers=bearer(tokens.admin), json={
+        **body("requeue", state=["failed"], queue=["billing"]), "options": {"allow_duplicate_side_effects": True}})
+    assert allowed.json()["would_refuse"] == 0 and allowed.json()["refusals"] == []
+
+
+def test_an_operation_whose_jobs_were_all_refused_says_so(client: TestClient, tokens: Tokens,
+                                                          store: StateStore) -> None:
+    failed(store, "n1", "n2", idempotent=False)
+    created = client.post(URL, headers=bearer(tokens.admin), json=body("requeue")).json()
+    assert created["would_refuse"] == 2 == created["total"]
+    op = run_to_end(client, tokens.admin, created)
+    assert (op["status"], op["counts"], op["all_refused"]) == ("finished", {"refused": 2}, True)
+    listed = client.get(URL, headers=bearer(tokens.viewer)).json()["operations"]
+    assert [(o["operation_id"], o["all_refused"]) for o in listed] == [(created["operation_id"], True)]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from sqlalchemy import update
 
+from reliable import queue_pauses
+from reliable.operators import Operator
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
-from reliable.store.overview import overview
+from reliable.store.overview import known_names, overview
 from reliable.store.schema import jobs
 
 from support import Clock
@@ -35,5 +37,21 @@ def test_overview_counts_and_oldest_pending_per_queue(store_url: str) -> None:
         clock.now += 2 * 86_400  # the final states' counts cover the window only
         later = overview(store)
         assert ("SUCCEEDED", "c") not in later.counts and later.counts[("PENDING", "a")] == 3
+    finally:
+        store.close()
+
+
+def test_known_names_offer_live_and_paused_queues_and_every_actor(store_url: str) -> None:
+    store = StateStore(store_url)
+    try:
+        for job_id, queue, actor in (("p1", "billing", "charge"), ("p2", "billing", "refund"),
+                                     ("d1", "archive", "compact"), ("p3", "mail", "send")):
+            store.register(NewJob(job_id, queue=queue, actor=actor, message={}))
+        claim = store.claim("d1", worker_id="w1", lease_ttl=60)
+        store.finish("d1", claim.lease_id, Event.SUCCEED, worker_id="w1")
+        queue_pauses.pause(store, "quiet", reason="maintenance", identity=Operator("ada", "h", "test"))
+        known = known_names(store)
+        assert known.queues == ("billing", "mail", "quiet")  # archive has no unfinished job, quiet is paused
+        assert known.actors == ("charge", "compact", "refund", "send")  # every actor, finished or not
     finally:
         store.close()

@@ -153,15 +153,27 @@ def test_bulk_retry_counts_first_and_runs_after_the_confirmation(page: Any, rig:
     job_ids = [rig.actors["charge"].send(f"acct-bulk-{i}", 100 + i).message_id for i in range(3)]
     for job_id in job_ids:
         wait_status(rig, job_id, JobStatus.FAILED)
-    page.goto("/jobs?state=FAILED&search=acct-bulk-")
-    expect(page.locator("td.id code")).to_have_count(3)
-    page.locator("details.bulk-box > summary").click()
-    bulk = page.get_by_role("form", name="Bulk action")
-    bulk.locator("select[name=command]").select_option("requeue")
-    bulk.locator("select[name=scope]").select_option("filter")
-    bulk.get_by_label("Reason").fill("the card processor is back")
-    bulk.get_by_label(re.compile("I checked, their side effect may run twice")).check()
-    bulk.get_by_role("button", name="Count the jobs").click()
+
+    def count(*, allow_duplicates: bool) -> None:
+        page.goto("/jobs?state=FAILED&search=acct-bulk-")
+        expect(page.locator("td.id code")).to_have_count(3)
+        page.locator("details.bulk-box > summary").click()
+        bulk = page.get_by_role("form", name="Bulk action")
+        bulk.locator("select[name=command]").select_option("requeue")
+        bulk.locator("select[name=scope]").select_option("filter")
+        bulk.get_by_label("Reason").fill("the card processor is back")
+        if allow_duplicates:
+            bulk.get_by_label(re.compile("I checked, their side effect may run twice")).check()
+        bulk.get_by_role("button", name="Count the jobs").click()
+
+    count(allow_duplicates=False)  # charge is not idempotent: the count says every job would be refused
+    expect(page.locator("#would-refuse")).to_contain_text("3 match; 3 would be refused (all of them")
+    expect(page.locator("#would-refuse")).to_contain_text("is not idempotent")
+    expect(page.get_by_role("button", name="Confirm: retry 3 jobs (3 would be refused)")).to_be_visible()
+    rig.screenshot(page, "bulk-refused")
+    page.get_by_role("button", name="Drop").click()
+    count(allow_duplicates=True)
+    expect(page.locator("#would-refuse")).to_have_text("3 match; none would be refused as they stand now.")
     expect(page.get_by_role("heading", name="retry · 3 jobs")).to_be_visible()
     expect(page.locator("#op-status")).to_have_text("awaiting_confirmation")
     rig.screenshot(page, "bulk")
