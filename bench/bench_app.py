@@ -1,6 +1,8 @@
 """The benchmark's worker app: a no-op actor, with or without reliable (BENCH_MODE=plain|reliable).
 
 BENCH_RECOVERY=1 runs reliable's recovery loop in every worker process (the production default).
+BENCH_STAMPS=DIR adds `stamps.Stamps` (first start, last ack, acks per process) ahead of every other
+middleware, so the window starts before reliable's claim of the first message.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
         from reliable.worker import waiting
 
         waiting.VERIFIED_DRAMATIQ = frozenset()
+if os.environ.get("BENCH_STAMPS"):
+    from stamps import Stamps
+
+    broker.add_middleware(Stamps(os.environ["BENCH_STAMPS"]), before=type(broker.middleware[0]))
 dramatiq.set_broker(broker)
 
 

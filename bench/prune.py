@@ -49,7 +49,8 @@ BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 HERE = Path(__file__).resolve().parent
 DAY = 86400.0
 
-#: One chunk of finished jobs [lo, hi], 40 days old, each with 3 events and 1 attempt (`at`: its time).
+#: One chunk of finished jobs [lo, hi], 40 days old, each with 3 events (1 attempt: its claim and succeed;
+#: `at`: its time).
 _SERIES = "FROM (SELECT g, CAST(:base AS float8) + g * 0.001 AS at FROM generate_series(CAST(:lo AS int), " \
           "CAST(:hi AS int)) g) s"
 _FILL = [
@@ -57,13 +58,10 @@ _FILL = [
            worker_id, started_at, finished_at, created_at, updated_at)
         SELECT 'old-' || g, 'bench', 'noop', '{{"args": [1], "kwargs": {{}}}}', 'SUCCEEDED', 3, 1, 1, 'att-' || g,
                'w', at, at, at, at {_SERIES}""",
-    f"""INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, attempt, lease_id)
-        SELECT 'old-' || g, at, e.event, e.f, e.t, 1, 1 {_SERIES}
+    f"""INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, attempt, attempt_id, lease_id)
+        SELECT 'old-' || g, at, e.event, e.f, e.t, 1, 'att-' || g, 1 {_SERIES}
         CROSS JOIN (VALUES ('enqueued', NULL, 'PENDING'), ('claim', 'PENDING', 'RUNNING'),
                            ('succeed', 'RUNNING', 'SUCCEEDED')) AS e(event, f, t)""",
-    f"""INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at, ended_at,
-            outcome)
-        SELECT 'att-' || g, 'old-' || g, 1, 1, 'w', at, at, 'succeed' {_SERIES}""",
 ]
 
 

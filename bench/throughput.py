@@ -1,42 +1,85 @@
-"""Throughput of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
+"""Throughput and CPU per job of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
-    .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-fast,reliable-pg-fast-alone,reliable-pg-nogc,reliable-pg-nometrics,
-                 reliable-pg-fullidx,reliable-pg-limited,reliable-sqlite,reliable-sqlite-fast]
+    .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x32]
+        [--modes plain,reliable-pg,reliable-pg-fast] [--base PATH] [--profile DIR]
+
+Modes: plain, reliable-pg, reliable-pg-fast (the fast path), reliable-pg-fast-alone (the fast path reading its jobs one
+per look, as before the batched look), reliable-pg-nogc (no group commit),
+reliable-pg-nometrics, reliable-pg-fullidx (the full job indexes of migration 0006),
+reliable-pg-limited (a concurrency limit), reliable-sqlite, reliable-sqlite-fast.
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
-`dramatiq` worker and measures how fast the queue drains, from the first message taken to the last
-one finished (reliable: SUCCEEDED in the store). Modes alternate run by run; medians are printed
-with the ratio to plain Dramatiq, for each worker configuration (processes x threads). PostgreSQL
-CPU counts only the backends serving the run's own database. Needs RabbitMQ and (for -pg modes)
-PostgreSQL on 127.0.0.1.
+`dramatiq` worker (processes x threads) and measures the window from the first message started to
+the last one finished. The worker processes stamp it themselves (bench/stamps.py): the window starts
+at the earliest `before_process_message` of any process and ends at the last ack sent; the run is
+over when the processes have acked all N messages (so the queue is empty and nothing is unacked),
+and for reliable modes when all N are also SUCCEEDED in the store (if the store lags the acks, the
+window ends when it catches up). Modes alternate run by run; medians are printed per worker
+configuration, with the ratio to plain Dramatiq.
+
+CPU per job is counted per process over the window only: the driver reads /proc when it sees the
+first stamp (within a couple of milliseconds), every 0.1 s, and when the run is over, so start-up
+and shutdown CPU are left out (a worker process still booting when the window opens counts from the
+end of its boot, when its stamp file appears). Worker = every `dramatiq` process of the run (parent
+and children);
+postgres = the backends connected to the run's own database (a backend that opens inside the window
+counts from zero; the driver's own check of the store is left out); rabbitmq = the whole beam.smp
+server, which serves only this run if nothing else uses RabbitMQ on this machine meanwhile (on a
+shared machine it includes the others' load: compare it between modes of the same run). Total is
+their sum; `cpu ratio` is a mode's total CPU per job over plain Dramatiq's. /proc counts in clock
+ticks (10 ms per process), so runs shorter than about a second are coarse.
+
+`--base PATH` takes a second source tree of reliable (e.g. `git worktree add /tmp/base main`): every
+reliable mode M also runs as M@base, right after M in each round, with `PYTHONPATH=PATH:bench` for
+the worker and for the step that creates, migrates and fills the store, so that tree's code does
+both. That is the before/after of a change in one run, on the same RabbitMQ and PostgreSQL.
+
+`--profile DIR` runs each worker under py-spy (`.venv/bin/pip install py-spy`; sampling at 200 Hz,
+non-blocking, every thread of every process) and writes one file per worker process,
+`DIR/<config>-run<k>-<mode>-<pid>.txt`, in the collapsed-stack format: one line per distinct stack,
+frames from the thread's root to the leaf separated by `;`, then the number of samples. Open one in
+https://www.speedscope.app (its "Left Heavy" view shows where the time goes) or turn it into an SVG
+with Brendan Gregg's `flamegraph.pl`; `DIR/summary.txt` lists each process's top 15 functions by
+samples on top of the stack (self time). Idle threads are not sampled, so the samples approximate
+CPU (threads blocked in Python-level waits such as `Condition.wait` may still show). A profile
+covers the process's whole life, start-up included: give it enough jobs (e.g. 20,000) that start-up
+is a small share. Profiling slows the worker: read its figures for where CPU goes, not for rates.
+
+Needs RabbitMQ and (for -pg modes) PostgreSQL on 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import dramatiq
 import pika
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
-
-import reliable
+from stamps import read_stamps
 
 HERE = Path(__file__).parent
 BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+MODES = ("plain", "reliable-pg", "reliable-pg-fast", "reliable-pg-fast-alone", "reliable-pg-nogc",
+         "reliable-pg-nometrics", "reliable-pg-fullidx", "reliable-pg-limited", "reliable-sqlite",
+         "reliable-sqlite-fast")
+ROLES = ("worker", "postgres", "rabbitmq")
+POLL = 0.002  # seconds between two reads of the stamps
+SAMPLE = 0.1  # seconds between two reads of /proc inside the window
 
 
 def proc_cpu(stat: Path) -> float:
@@ -45,63 +88,103 @@ def proc_cpu(stat: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(match: str) -> float:
-    """CPU time (user + system) of every process whose command line contains `match` (Linux /proc)."""
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if match not in cmdline:
-                continue
-            total += proc_cpu(stat)
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+class WindowCpu:
+    """CPU seconds of the run's processes by role (worker, postgres, rabbitmq) between `start` and the last `sample`.
 
-
-class BackendCpu:
-    """CPU time of the PostgreSQL backends serving one database (not the server's other processes).
-
-    Backends are sampled while the run goes (`sample`), so one that closes before the end still
-    counts up to its last sample; a backend already open at the start counts from its first sample.
+    A process seen at the start counts from its CPU then; one born later counts from zero; one that
+    ends before the last sample counts up to the sample before it ended.
     """
 
-    def __init__(self, store_url: str) -> None:
-        self.database = store_url.rsplit("/", 1)[1]
-        self.engine = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    def __init__(self, queue: str, database: str | None, exclude: set[int]) -> None:
+        self.worker = f"-Q {queue}"
+        self.database = f" {database} " if database else None
+        self.exclude = exclude
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
-        self.sample()
+        self.role: dict[int, str] = {}
+        self.sampled = 0.0
 
-    def sample(self) -> None:
-        """Read the CPU time of every backend now connected to the database."""
-        with self.engine.connect() as conn:
-            pids = conn.execute(text("SELECT pid FROM pg_stat_activity WHERE datname = :db AND pid <> "
-                                     "pg_backend_pid()"), {"db": self.database}).scalars().all()
-        for pid in pids:
+    def _role(self, pid: int, stat: Path) -> str | None:
+        comm = (stat.parent / "comm").read_text().strip()
+        if comm == "beam.smp":
+            return "rabbitmq"
+        cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if comm != "py-spy" and self.worker in cmdline:
+            return "worker"
+        if self.database and cmdline.startswith("postgres:") and self.database in cmdline and pid not in self.exclude:
+            return "postgres"
+        return None
+
+    def _read(self) -> dict[int, float]:
+        seconds = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            pid = int(stat.parent.name)
             try:
-                seconds = proc_cpu(Path(f"/proc/{pid}/stat"))
+                if pid not in self.role:
+                    role = self._role(pid, stat)
+                    if role is None:
+                        continue
+                    self.role[pid] = role
+                seconds[pid] = proc_cpu(stat)
             except (OSError, IndexError, ValueError):
                 continue
-            self.first.setdefault(pid, seconds)
-            self.last[pid] = seconds
+        self.sampled = time.monotonic()
+        return seconds
 
-    def seconds(self) -> float:
-        """CPU seconds the database's backends used since they were first seen."""
-        return sum(self.last[pid] - self.first[pid] for pid in self.last)
+    def start(self) -> None:
+        """Open the window: the CPU every process of the run has used so far is left out."""
+        self.first = self._read()
+        self.last = dict(self.first)
+
+    def rebase(self, pid: int) -> None:
+        """Count `pid` from its CPU now: a worker process that finished booting inside the window."""
+        try:
+            self.first[pid] = self.last[pid] = proc_cpu(Path(f"/proc/{pid}/stat"))
+        except (OSError, IndexError, ValueError):
+            return
+        self.role[pid] = "worker"
+
+    def sample(self) -> None:
+        """Read the CPU of the run's processes now (also picks up processes born since the last read)."""
+        self.last.update(self._read())
+
+    def seconds(self) -> dict[str, float]:
+        """CPU seconds per role inside the window."""
+        totals = dict.fromkeys(ROLES, 0.0)
+        for pid, seconds in self.last.items():
+            totals[self.role[pid]] += seconds - self.first.get(pid, 0.0)
+        return totals
 
 
 def queue_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
+    """Messages ready in `queue` (not counting the unacked ones)."""
     return int(channel.queue_declare(queue, passive=True).method.message_count)
 
 
-def fresh_pg() -> str:
+def delete_queues(queue: str) -> None:
+    """Delete a run's queue, its delay and dead-letter queues (own connection: a run outlasts heartbeats)."""
+    connection = pika.BlockingConnection(pika.URLParameters(BROKER))
+    channel = connection.channel()
+    for name in (queue, queue + ".DQ", queue + ".XQ"):
+        channel.queue_delete(name)
+    connection.close()
+
+
+def create_pg() -> str:
+    """A new empty database; its URL."""
     name = f"reliable_bench_{uuid.uuid4().hex[:8]}"
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
-    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+
+
+def fresh_pg() -> str:
+    """A new database with reliable's schema (this tree's migrations); its URL."""
+    import reliable
+
+    url = create_pg()
     reliable.StateStore(url).upgrade()
     return url
 
@@ -120,6 +203,7 @@ def full_indexes(url: str) -> None:
 
 
 def drop_pg(url: str) -> None:
+    """Drop a benchmark database, closing its connections."""
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
@@ -134,48 +218,30 @@ def batch_size(log: Path) -> float | None:
     return writes / batches if batches else None
 
 
-def looks_per_read(log: Path) -> float | None:
-    """The fast path's looks per store read of a run (reliable.worker.waiting), from the shutdown lines."""
-    looks = reads = 0
-    for match in re.finditer(r"fast-path looks: (\d+) looks in (\d+) reads", log.read_text(errors="replace")):
-        looks, reads = looks + int(match.group(1)), reads + int(match.group(2))
-    return looks / reads if reads else None
-
-
 def _actor_for(mode: str) -> str:
     """The no-op actor a mode runs: on the fast path, with limits (reliable.limits), or plain."""
     return "fast_noop" if "fast" in mode else "limited_noop" if "limited" in mode else "noop"
 
 
-def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> tuple[float, float, float, float | None]:
-    """One run: (jobs/s, worker CPU ms per job, PostgreSQL CPU ms per job, mean group-commit batch)."""
-    queue = f"bench_{uuid.uuid4().hex[:8]}"
-    store_url = None
-    env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": str(HERE),
-           "BENCH_MODE": "plain" if mode == "plain" else "reliable",
-           "BENCH_METRICS": "0" if "nometrics" in mode else "1",
-           "BENCH_GROUP_COMMIT": "0" if mode.endswith("nogc") else "1",
-           "BENCH_LOOKS": "alone" if mode.endswith("alone") else "batched"}
-    if mode.startswith("reliable-pg"):
-        store_url = fresh_pg()
-        if "fullidx" in mode:
-            full_indexes(store_url)
-    elif mode.startswith("reliable-sqlite"):
-        store_url = f"sqlite:///{tmp / (queue + '.db')}"
-        reliable.StateStore(store_url).upgrade()
-    if store_url:
-        env["BENCH_STORE"] = store_url
-    multiproc = tmp / f"prom-{queue}"
-    multiproc.mkdir()
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(multiproc)
+def prepare(mode: str, queue: str, jobs: int, store_url: str | None) -> None:
+    """Migrate the store and enqueue the run's messages with the `reliable` on sys.path (run in a subprocess)."""
+    import dramatiq
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
     broker = RabbitmqBroker(url=BROKER)
     messages: list[dramatiq.Message[Any]] = [
-        dramatiq.Message(queue_name=queue, actor_name=_actor_for(mode), args=(i,),
-                         kwargs={}, options={}) for i in range(jobs)
+        dramatiq.Message(queue_name=queue, actor_name=_actor_for(mode), args=(i,), kwargs={}, options={})
+        for i in range(jobs)
     ]
     broker.declare_queue(queue)
     if store_url:
+        import reliable
+
+        if not Path(reliable.__file__).resolve().is_relative_to(os.environ["BENCH_TREE"]):
+            raise SystemExit(f"{mode}: imported {reliable.__file__}, not the tree {os.environ['BENCH_TREE']}")
+        reliable.StateStore(store_url).upgrade()
+        if "fullidx" in mode:
+            full_indexes(store_url)
         middleware = reliable.install(broker, store=store_url, recovery=False, metrics=False, json_logs=False)
         middleware.enqueue_many(broker, messages)
     else:
@@ -183,57 +249,147 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path) -> t
             broker.enqueue(message)
     broker.close()
 
-    connection = pika.BlockingConnection(pika.URLParameters(BROKER))
-    channel = connection.channel()
-    log = (tmp / f"{queue}.log").open("wb")
-    worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t",
-                               str(threads), "-Q", queue], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
-    backends = BackendCpu(store_url) if store_url and store_url.startswith("postgresql") else None
+
+def descendants(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux /proc), nearest first."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        children += [int(child) for child in task.read_text().split()]
+    return children
+
+
+def split_profile(raw: Path, prefix: str) -> dict[int, collections.Counter[str]]:
+    """py-spy's `--subprocesses` raw output split per process into `<prefix>-<pid>.txt`; self samples per function."""
+    stacks: dict[int, list[str]] = collections.defaultdict(list)
+    own: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        last = max(i for i, frame in enumerate(frames) if frame.startswith("process "))
+        pid = int(frames[last].split(":", 1)[0].removeprefix("process "))
+        if last + 1 < len(frames):
+            stacks[pid].append(";".join(frames[last + 1:]) + " " + count)
+            own[pid][frames[-1]] += int(count)
+    for pid, lines in stacks.items():
+        Path(f"{prefix}-{pid}.txt").write_text("\n".join(lines) + "\n")
+    raw.unlink()
+    return own
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float, worker: subprocess.Popen[bytes],
+          log: Path, cpu: WindowCpu | None = None) -> None:
+    """Poll `condition` every POLL seconds (sampling `cpu` every SAMPLE) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if worker.poll() is not None:
+            raise RuntimeError(f"worker exited early, see {log}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {what} within {timeout:.0f} s, see {log}")
+        if cpu is not None and time.monotonic() - cpu.sampled >= SAMPLE:
+            cpu.sample()
+        time.sleep(POLL)
+
+
+def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base: Path | None,
+             profile: Path | None, tag: str) -> tuple[float, dict[str, float], float | None]:
+    """One run: (jobs/s, CPU ms per job per role, mean group-commit batch)."""
+    queue = f"bench_{uuid.uuid4().hex[:8]}"
+    kind = mode.removesuffix("@base")
+    tree = base if mode.endswith("@base") and base else HERE.parent.resolve()
+    store_url = database = None
+    if kind.startswith("reliable-pg"):
+        store_url = create_pg()
+        database = store_url.rsplit("/", 1)[1]
+    elif kind.startswith("reliable-sqlite"):
+        store_url = f"sqlite:///{tmp / (queue + '.db')}"
+    stamps, multiproc = tmp / f"stamps-{queue}", tmp / f"prom-{queue}"
+    stamps.mkdir()
+    multiproc.mkdir()
+    env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": f"{tree}:{HERE}",
+           "BENCH_TREE": str(tree), "BENCH_STAMPS": str(stamps),
+           "BENCH_MODE": "plain" if kind == "plain" else "reliable",
+           "BENCH_METRICS": "0" if "nometrics" in kind else "1",
+           "BENCH_GROUP_COMMIT": "0" if kind.endswith("nogc") else "1",
+           "BENCH_LOOKS": "alone" if kind.endswith("alone") else "batched", "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}
+    if store_url:
+        env["BENCH_STORE"] = store_url
+    verify = create_engine(store_url, poolclass=NullPool).connect() if store_url else None
+    log = tmp / f"{queue}.log"
     try:
-        started = None
-        start_depth = jobs
-        polls = 0
-        while True:
-            polls += 1
-            if backends is not None and polls % 10 == 0:
-                backends.sample()
-            depth = queue_depth(channel, queue)
-            now = time.perf_counter()
-            if started is None and depth < jobs:
-                started, start_depth = now, depth
-            if depth == 0:
-                break
-            if worker.poll() is not None:
-                raise RuntimeError(f"worker exited early, see {log.name}")
-            time.sleep(0.05)
-        if store_url:  # finished = SUCCEEDED in the store, not just taken off the queue
-            store = reliable.StateStore(store_url)
-            while store.count_by_status().get(reliable.JobStatus.SUCCEEDED, 0) < jobs:
-                if backends is not None:
-                    backends.sample()
-                time.sleep(0.05)
-            store.close()
-        else:  # in-flight prefetched messages: at most processes * threads * 2, well under 1% of the run
-            time.sleep(0)
-        elapsed = time.perf_counter() - (started or time.perf_counter())
-        worker_cpu = cpu_seconds(f"-Q {queue}")
-        if backends is not None:
-            backends.sample()
-        pg_cpu = backends.seconds() if backends is not None else 0.0
+        subprocess.run([sys.executable, __file__, "--prepare", kind, queue, str(jobs), store_url or "-"], env=env,
+                       check=True)
+        command = [sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t", str(threads), "-Q", queue]
+        prefix = profile / f"{tag}-{mode}" if profile else None
+        raw = Path(f"{prefix}.raw") if prefix else None
+        if raw:
+            command = [py_spy(), "record", "--subprocesses", "--nonblocking", "--rate", "200", "--format", "raw",
+                       "--output", str(raw), "--", *command]
+        exclude = set()
+        if verify is not None and database:
+            exclude.add(int(verify.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+        cpu = WindowCpu(queue, database, exclude)
+        with log.open("wb") as out:
+            worker = subprocess.Popen(command, cwd=HERE, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait(lambda: any(first for first, _, _ in read_stamps(stamps).values()), "first message", 120, worker,
+                  log)
+            cpu.start()
+            booted = set(read_stamps(stamps))
+
+            def all_acked() -> bool:
+                now = read_stamps(stamps)
+                for pid in now.keys() - booted:  # its boot CPU is not the jobs'
+                    cpu.rebase(pid)
+                    booted.add(pid)
+                return sum(acks for _, _, acks in now.values()) >= jobs
+
+            _wait(all_acked, "last ack", 600, worker, log, cpu)
+            acked = time.monotonic()
+            if verify is not None:  # finished = SUCCEEDED in the store, not only acked
+                count = text("SELECT count(*) FROM reliable_jobs WHERE status = 'SUCCEEDED'")
+                _wait(lambda: verify.execute(count).scalar_one() >= jobs, "SUCCEEDED for every job", 120, worker, log,
+                      cpu)
+            stored = time.monotonic()
+            cpu.sample()
+        finally:
+            stop(worker, bool(raw))
+        done = read_stamps(stamps).values()
+        start = min(first for first, _, _ in done if first)
+        end = max(last for _, last, _ in done)
+        if stored - acked > POLL * 5:  # the store lagged the acks: the window ends when it caught up
+            print(f"{mode}: SUCCEEDED {1000 * (stored - acked):.0f} ms after the last ack", file=sys.stderr)
+            end = stored
+        seconds = cpu.seconds()
+        if raw and prefix:
+            for pid, own in split_profile(raw, str(prefix)).items():
+                with (prefix.parent / "summary.txt").open("a") as summary:
+                    summary.write(f"{prefix.name}-{pid}: top functions by self samples\n")
+                    summary.writelines(f"{n:8d}  {frame}\n" for frame, n in own.most_common(15))
     finally:
-        worker.terminate()
-        worker.wait(30)
-        log.close()
-        channel.queue_delete(queue)
-        for suffix in (".DQ", ".XQ"):
-            channel.queue_delete(queue + suffix)
-        connection.close()
-        if store_url and store_url.startswith("postgresql"):
+        if verify is not None:
+            verify.close()
+        delete_queues(queue)
+        if database and store_url:
             drop_pg(store_url)
-    done = start_depth if started else jobs
-    if (looks := looks_per_read(tmp / f"{queue}.log")) is not None:
-        print(f"    fast-path looks per store read: {looks:.1f}", flush=True)
-    return done / elapsed, 1000 * worker_cpu / jobs, 1000 * pg_cpu / jobs, batch_size(tmp / f"{queue}.log")
+    per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
+    return jobs / (end - start), per_job, batch_size(log)
+
+
+def py_spy() -> str:
+    """The py-spy executable (next to this Python, or on PATH)."""
+    found = shutil.which("py-spy", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    if not found:
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+    return found
+
+
+def stop(worker: subprocess.Popen[bytes], profiled: bool) -> None:
+    """Stop the worker gracefully; under py-spy, stop the dramatiq parent so py-spy writes its file and exits."""
+    if worker.poll() is None:
+        targets = descendants(worker.pid)[:1] if profiled else [worker.pid]
+        for pid in targets or [worker.pid]:
+            os.kill(pid, signal.SIGTERM)
+    worker.wait(60)
 
 
 def parse_configs(text: str) -> list[tuple[int, int]]:
@@ -247,46 +403,80 @@ def parse_configs(text: str) -> list[tuple[int, int]]:
     return configs
 
 
-def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads: int, tmp: Path) -> None:
+def parse_modes(text: str, base: Path | None) -> list[str]:
+    """The modes of `--modes`, each reliable one followed by its @base twin when `--base` is given."""
+    modes = []
+    for mode in text.split(","):
+        if mode.strip() not in MODES:
+            raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
+        modes.append(mode.strip())
+        if base and mode.strip() != "plain":
+            modes.append(mode.strip() + "@base")
+    return modes
+
+
+def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads: int, tmp: Path, base: Path | None,
+                 profile: Path | None) -> None:
     """Alternate the modes `runs` times at -p processes -t threads; print each run and the medians."""
     results: dict[str, list[float]] = {mode: [] for mode in modes}
-    cpu: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    cpu: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     batches: dict[str, list[float]] = {mode: [] for mode in modes}
     for run in range(runs):
         for mode in modes:
-            rate, worker_ms, pg_ms, batch = run_once(mode, jobs, processes, threads, tmp)
+            tag = f"{processes}x{threads}-run{run + 1}"
+            rate, per_job, batch = run_once(mode, jobs, processes, threads, tmp, base, profile, tag)
             results[mode].append(rate)
-            cpu[mode].append((worker_ms, pg_ms))
+            cpu[mode].append(per_job)
             if batch is not None:
                 batches[mode].append(batch)
             print(f"-p {processes} -t {threads} run {run + 1}/{runs} {mode:>24}: {rate:8.0f} jobs/s  "
-                  f"worker {worker_ms:.2f} ms CPU/job  postgres {pg_ms:.2f} ms CPU/job"
-                  + (f"  batch {batch:.1f}" if batch is not None else ""), flush=True)
+                  + "  ".join(f"{role} {per_job[role]:.2f} ms CPU/job" for role in ROLES)
+                  + f"  total {sum(per_job.values()):.2f}" + (f"  batch {batch:.1f}" if batch is not None else ""),
+                  flush=True)
+    medians = {mode: {role: statistics.median(c[role] for c in cpu[mode]) for role in ROLES} for mode in modes}
     plain = statistics.median(results["plain"]) if "plain" in results else None
-    print(f"\n{jobs} no-op jobs, -p {processes} -t {threads}, median of {runs} alternating runs")
-    print(f"{'mode':>24} {'jobs/s':>9} {'ratio':>7} {'worker ms CPU/job':>18} {'postgres ms CPU/job':>20} "
-          f"{'batch':>6}")
+    plain_cpu = sum(medians["plain"].values()) if "plain" in medians else None
+    print(f"\n{jobs} no-op jobs, -p {processes} -t {threads}, median of {runs} alternating runs, ms CPU per job")
+    print(f"{'mode':>24} {'jobs/s':>8} {'ratio':>6} {'worker':>7} {'postgres':>8} {'rabbitmq':>8} {'total':>6} "
+          f"{'cpu ratio':>9} {'batch':>6}")
     for mode, rates in results.items():
         median = statistics.median(rates)
-        ratio = f"{median / plain:6.2f}x" if plain else "-"
-        worker_ms = statistics.median(c[0] for c in cpu[mode])
-        pg_ms = statistics.median(c[1] for c in cpu[mode])
-        batch = f"{statistics.median(batches[mode]):6.1f}" if batches[mode] else f"{'-':>6}"
-        print(f"{mode:>24} {median:9.0f} {ratio:>7} {worker_ms:18.2f} {pg_ms:20.2f} {batch}")
+        ratio = f"{median / plain:5.2f}x" if plain else "-"
+        total = sum(medians[mode].values())
+        cpu_ratio = f"{total / plain_cpu:8.2f}x" if plain_cpu else "-"
+        mean_batch = f"{statistics.median(batches[mode]):6.1f}" if batches[mode] else f"{'-':>6}"
+        print(f"{mode:>24} {median:8.0f} {ratio:>6} " + " ".join(f"{medians[mode][r]:{w}.2f}" for r, w in
+                                                                 zip(ROLES, (7, 8, 8), strict=True))
+              + f" {total:6.2f} {cpu_ratio:>9} {mean_batch}")
     print(flush=True)
 
 
 def main() -> None:
+    """Parse the arguments and run every configuration."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=8_000)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--configs", default="1x8,2x8,2x32", help="worker processes x threads, comma-separated")
-    parser.add_argument("--modes", default="plain,reliable-pg")
+    parser.add_argument("--configs", default="1x8,2x32", help="worker processes x threads, comma-separated")
+    parser.add_argument("--modes", default="plain,reliable-pg,reliable-pg-fast")
+    parser.add_argument("--base", type=Path, help="a second source tree of reliable: its modes run as MODE@base")
+    parser.add_argument("--profile", type=Path, help="run the workers under py-spy; one stack file per process here")
+    parser.add_argument("--prepare", nargs=4, help=argparse.SUPPRESS)  # MODE QUEUE JOBS STORE_URL|-, in a subprocess
     args = parser.parse_args()
-    modes = args.modes.split(",")
+    if args.prepare:
+        mode, queue, jobs, store_url = args.prepare
+        prepare(mode, queue, int(jobs), None if store_url == "-" else store_url)
+        return
+    base = args.base.resolve() if args.base else None
+    if base and not (base / "reliable" / "__init__.py").is_file():
+        raise SystemExit(f"--base: {base} has no reliable/__init__.py (give the root of a source tree of reliable)")
+    if args.profile:
+        py_spy()
+        args.profile.mkdir(parents=True, exist_ok=True)
+    modes = parse_modes(args.modes, base)
     with tempfile.TemporaryDirectory() as tmp:
         for processes, threads in parse_configs(args.configs):
-            bench_config(modes, args.jobs, args.runs, processes, threads, Path(tmp))
+            bench_config(modes, args.jobs, args.runs, processes, threads, Path(tmp), base, args.profile.resolve()
+                         if args.profile else None)
 
 
 if __name__ == "__main__":

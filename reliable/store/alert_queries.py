@@ -2,7 +2,7 @@
 
 Each query filters on an indexed prefix: jobs(status, ...) via ix_reliable_jobs_status_*,
 job_events(event, at) via ix_reliable_job_events_event_at (or (at) when any event kind counts),
-attempts(job_id, attempt) via ix_reliable_attempts_job.
+a job's attempts from its events (job_history.attempts_of) via ix_reliable_job_events_job.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from .alert_facts import (
     ScheduleSlots,
     StaleJobs,
 )
-from .schema import attempts, job_events, jobs, schedule_slots, schedules
+from .job_history import attempts_of
+from .schema import job_events, jobs, schedule_slots, schedules
 from .selection import not_discarded
 from .store import StateStore
 
@@ -224,11 +225,8 @@ def job_contexts(store: StateStore, job_ids: Sequence[str], attempts_per_job: in
             row = rows.get(job_id)
             if row is None:
                 continue
-            recent = conn.execute(
-                select(attempts).where(attempts.c.job_id == job_id)
-                .order_by(attempts.c.attempt.desc()).limit(attempts_per_job)
-            ).mappings()
-            tries = tuple(AttemptFact(a["attempt_id"], a["attempt"], a["worker_id"], a["started_at"], a["ended_at"],
-                                      a["outcome"], a["error_class"]) for a in recent)
+            recent = attempts_of(conn, job_id)[::-1][:attempts_per_job]
+            tries = tuple(AttemptFact(a.attempt_id, a.attempt, a.worker_id, a.started_at, a.ended_at, a.outcome,
+                                      a.error_class) for a in recent)
             out.append(JobContext(_job_fact(row, row.updated_at), tries))
     return out

@@ -20,12 +20,13 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 from ..errors import StoreUnavailable
-from .writes import JobWrite
+from .writes import RULE_FIELDS, JobWrite
 
-__all__ = ["GroupCommit", "batch_write_sql"]
+__all__ = ["GroupCommit", "batch_rows", "batch_write_sql"]
 
 WriteResult = tuple[dict[str, Any], dict[str, Any]] | None
 _CAST_PARAM = re.compile(r"%\((\w+)\)s::([a-z0-9]+(?:\[\])?)")
@@ -41,36 +42,66 @@ def batch_write_sql(single: str) -> str:
     """`write_jobs` from `write_job` (PostgreSQL, normalised to one line): the same statement over
     the rows of a JSON array (`%(rows)s`), one per write, so the transition is written once.
 
-    Every `%(name)s::type` parameter becomes the column `p.name` of `jsonb_to_recordset`; the job
-    rows are found by primary key from `%(ids)s` (an array: the planner knows how many, so it never
-    trades the index for a scan of the table, as it did when joining the function's rows), locked
-    in job_id order (no deadlock between two flushers) and matched to `p` by job_id; the attempt
-    and event rows join `p` on job_id (a batch holds a job once).
+    Every `%(name)s::type` parameter becomes the column `p.name`: a rule's (writes.RULE_FIELDS) from
+    the batch's distinct rules (`%(rules)s`, each once, numbered `rule_no`), any other from the
+    write's own row, which names its rule (`rule`) and leaves out what is NULL or false (a missing
+    boolean reads false; see `batch_rows`). The job rows are found by primary key from `%(ids)s` (an
+    array: the planner knows how many, so it never trades the index for a scan of the table, as it
+    did when joining the function's rows), locked in job_id order (no deadlock between two
+    flushers) and matched to `p` by job_id; the event rows join `p` on job_id (a batch holds a job
+    once).
     """
-    columns: dict[str, str] = {"job_id": "text"}
+    own: dict[str, str] = {"job_id": "text"}
+    ruled: dict[str, str] = {}
     for name, cast in _CAST_PARAM.findall(single):
         if name != "now":
-            columns.setdefault(name, cast)
+            (ruled if name in RULE_FIELDS else own).setdefault(name, cast)
 
     def column(match: re.Match[str]) -> str:
-        return match.group(0) if match.group(1) == "now" else f"p.{match.group(1)}"
+        name, cast = match.group(1), match.group(2)
+        if name == "now":
+            return match.group(0)
+        return f"coalesce(p.{name}, false)" if cast == "bool" and name in own else f"p.{name}"
 
     sql = _CAST_PARAM.sub(column, single)
-    record = ", ".join(f"{name} {cast}" for name, cast in columns.items())
-    sql = _once(sql, "), j AS (", f"), p AS (SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({record})), "
+    write_record = ", ".join([*(f"{name} {cast}" for name, cast in own.items()), "rule int4"])
+    rule_record = ", ".join(["rule_no int4", *(f"{name} {cast}" for name, cast in ruled.items())])
+    sql = _once(sql, "), j AS (", "), p AS (SELECT x.*, r.* "
+                f"FROM jsonb_to_recordset(%(rows)s::jsonb) AS x({write_record}) "
+                f"JOIN jsonb_to_recordset(%(rules)s::jsonb) AS r({rule_record}) ON r.rule_no = x.rule), "
                 "locked AS (SELECT r.job_id FROM reliable_jobs AS r WHERE r.job_id = ANY(%(ids)s::text[]) "
                 "ORDER BY r.job_id FOR UPDATE), j AS (")
     sql = _once(sql, "FROM t WHERE r.job_id = %(job_id)s",
                 "FROM t, p WHERE r.job_id = ANY(%(ids)s::text[]) AND r.job_id = p.job_id "
                 "AND r.job_id IN (SELECT job_id FROM locked)")
-    sql = _once(sql, "FROM j WHERE p.start_attempt", "FROM j JOIN p ON p.job_id = j.job_id WHERE p.start_attempt")
-    sql = _once(sql, "WHERE p.end_attempt AND a.attempt_id = (SELECT attempt_id FROM j)",
-                "FROM j JOIN p ON p.job_id = j.job_id WHERE p.end_attempt AND a.attempt_id = j.attempt_id")
     sql = _once(sql, "FROM j RETURNING *", "FROM j JOIN p ON p.job_id = j.job_id RETURNING *")
     sql = _once(sql, "FROM j, e", "FROM j JOIN e ON e.job_id = j.job_id")
-    if "%(" in sql.replace("%(now)s", "").replace("%(rows)s", "").replace("%(ids)s", ""):
+    if "%(" in re.sub(r"%\((now|rows|rules|ids)\)s", "", sql):
         raise ValueError("write_jobs kept a parameter of write_job: update batch_write_sql")
     return sql
+
+
+_WRITE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobWrite) if f.name not in RULE_FIELDS)
+
+
+def batch_rows(writes: Sequence[JobWrite]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The JSON rows of `write_jobs`: one per write (its own fields that are neither None nor
+    false, and the number of its rule), and the batch's distinct rules, each once."""
+    numbers: dict[tuple[Any, ...], int] = {}
+    rules: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for write in writes:
+        rule = tuple(getattr(write, name) for name in RULE_FIELDS)
+        key = tuple(tuple(v) if isinstance(v, list) else v for v in rule)
+        number = numbers.get(key)
+        if number is None:
+            number = numbers[key] = len(rules)
+            rules.append({"rule_no": number, **dict(zip(RULE_FIELDS, rule, strict=True))})
+        row: dict[str, Any] = {name: value for name in _WRITE_FIELDS
+                               if (value := getattr(write, name)) is not None and value is not False}
+        row["rule"] = number
+        rows.append(row)
+    return rows, rules
 
 
 class _Pending:

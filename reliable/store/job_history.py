@@ -1,15 +1,69 @@
-"""Reads of one job's history for the CLI and the console, beyond `StateStore.events`: the event
-kinds it has, the tracebacks its failed attempts recorded. Read-only, on job_events(job_id)."""
+"""Reads of one job's history for the CLI and the console, beyond `StateStore.events`: its attempts,
+the event kinds it has, the tracebacks its failed attempts recorded. Read-only, on job_events(job_id).
+
+A job's attempts are derived here, and only here, from its event rows (no write keeps a separate
+attempt row since migration 0018): an attempt starts with the event that moves the job into an
+active state (a claim) and ends with the first event of the same attempt id that moves it out of
+one (an outcome, a recovery's lease_expired, an operator's force_stop...), which gives its outcome
+and error. An attempt with no end yet is running, or its worker died and recovery has not seen the
+expired lease yet. A fast-path commit (a lease taken and released in one write) never enters an
+active state: it is no attempt here, as it never had an attempt row. The checkpoint an attempt
+resumed from is the number of checkpoints saved before its claim (each `checkpoint` event is one
+save; the job's checkpoint_version counts them and nothing else).
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import TYPE_CHECKING, Any
 
-from .records import JobEvent
+from sqlalchemy import or_, select
+
+from ..states import ACTIVE_STATES
+from .records import Attempt, JobEvent
 from .schema import job_events
-from .store import StateStore
 
-__all__ = ["attempt_tracebacks", "event_names", "last_failure"]
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from .store import StateStore
+
+__all__ = ["attempt_tracebacks", "attempts_of", "event_names", "last_failure", "starts_attempt"]
+
+_ACTIVE = sorted(s.value for s in ACTIVE_STATES)
+_CHECKPOINT = "checkpoint"
+
+
+def starts_attempt(from_status: str | None, to_status: str | None) -> bool:
+    """Whether an event row with these states starts an attempt: it enters an active state."""
+    return to_status in ACTIVE_STATES and from_status not in ACTIVE_STATES
+
+
+def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
+    """The job's attempts, oldest first, from its event rows (one read on job_events(job_id, id))."""
+    e = job_events
+    entering = e.c.to_status.in_(_ACTIVE) & (e.c.from_status.is_(None) | e.c.from_status.not_in(_ACTIVE))
+    leaving = e.c.from_status.in_(_ACTIVE) & e.c.to_status.not_in(_ACTIVE)
+    stmt = (select(e.c.event, e.c.at, e.c.from_status, e.c.to_status, e.c.attempt, e.c.attempt_id, e.c.lease_id,
+                   e.c.worker_id, e.c.error_class, e.c.error_type, e.c.error_message)
+            .where(e.c.job_id == job_id, or_(entering, leaving, e.c.event == _CHECKPOINT)).order_by(e.c.id))
+    started: dict[str, dict[str, Any]] = {}
+    saves = 0
+    for row in conn.execute(stmt):
+        if row.event == _CHECKPOINT and row.from_status == row.to_status:
+            saves += 1
+        elif starts_attempt(row.from_status, row.to_status):
+            if row.attempt_id is not None and row.attempt_id not in started:
+                started[row.attempt_id] = {
+                    "attempt_id": row.attempt_id, "job_id": job_id, "attempt": row.attempt, "lease_id": row.lease_id,
+                    "worker_id": row.worker_id, "started_at": row.at, "ended_at": None, "outcome": None,
+                    "error_class": None, "error_type": None, "error_message": None,
+                    "checkpoint_version_start": saves}
+        else:
+            attempt = started.get(row.attempt_id)
+            if attempt is not None and attempt["ended_at"] is None:
+                attempt.update(ended_at=row.at, outcome=row.event, error_class=row.error_class,
+                               error_type=row.error_type, error_message=row.error_message)
+    return sorted((Attempt(**a) for a in started.values()), key=lambda a: a.attempt)
 
 
 def event_names(store: StateStore, job_id: str) -> list[str]:

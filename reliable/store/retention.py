@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from ..errors import ConfigError
-from ..states import TERMINAL_STATES, JobStatus
+from ..states import ACTIVE_STATES, TERMINAL_STATES, JobStatus
 from .bulk_operations import ENDED_OPERATION_STATUSES, insert_operation
+from .job_history import starts_attempt
 from .store import StateStore
 from .workflow_views import WorkflowStatus
 
@@ -40,7 +41,7 @@ class PruneCounts:
 
     jobs: int = 0
     events: int = 0
-    attempts: int = 0
+    attempts: int = 0  # the attempts those events recorded (claims): no rows of their own (job_history.py)
     effects: int = 0
     workflows: int = 0
     workflow_rows: int = 0  # the workflows' nodes, edges and events
@@ -90,7 +91,8 @@ def prune_states(states: Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _params(cut: float, states: tuple[str, ...], batch: int) -> dict[str, object]:
-    return {"cut": cut, "states": list(states), "workflow_final": sorted(WorkflowStatus.FINAL),
+    return {"cut": cut, "states": list(states), "active": sorted(s.value for s in ACTIVE_STATES),
+            "workflow_final": sorted(WorkflowStatus.FINAL),
             "ended": list(ENDED_OPERATION_STATUSES), "batch": batch}
 
 
@@ -113,8 +115,8 @@ def _job_batch(store: StateStore, params: dict[str, object]) -> PruneCounts:
         if not ids:
             return PruneCounts()
         chosen = {"job_ids": ids}
-        return PruneCounts(events=len(unit.rows("prune_job_events", chosen)),
-                           attempts=len(unit.rows("prune_job_attempts", chosen)),
+        events = unit.rows("prune_job_events", chosen)
+        return PruneCounts(events=len(events), attempts=sum(starts_attempt(*row) for row in events),
                            effects=len(unit.rows("prune_job_effects", chosen)),
                            jobs=len(unit.rows("prune_job_rows", chosen)))
 

@@ -32,7 +32,6 @@ __all__ = [
     "alembic_include_name",
     "alerts",
     "api_tokens",
-    "attempts",
     "barriers",
     "effects",
     "job_events",
@@ -117,9 +116,12 @@ def _in(states: frozenset[JobStatus]) -> str:
 #: only when a query repeats the predicate word for word).
 PARTIAL_JOB_INDEXES: dict[str, str] = {
     # the collector's counts by state and queue, the oldest due PENDING job
-    "ix_reliable_jobs_status_queue_scheduled": _in(UNFINISHED_STATES),
-    "ix_reliable_jobs_status_started_queue": _in(frozenset({JobStatus.RUNNING})),  # stuck RUNNING jobs
-    "ix_reliable_jobs_status_lease": _in(ACTIVE_STATES),  # expired leases
+    # (the active states' counts come from (status, updated_at) INCLUDE (queue): a claim writes
+    # one index entry fewer, migration 0018)
+    "ix_reliable_jobs_status_queue_scheduled": _in(UNFINISHED_STATES - ACTIVE_STATES),
+    # expired leases; with started_at and queue, stuck RUNNING jobs too (one index a claim writes,
+    # not two: migration 0018)
+    "ix_reliable_jobs_status_lease": _in(ACTIVE_STATES),
     "ix_reliable_jobs_status_retry": _in(frozenset({JobStatus.RETRY_WAIT})),  # retries past due
     "ix_reliable_jobs_status_dispatched": _in(frozenset({JobStatus.PENDING})),  # the sweeper's lost messages
     "ix_reliable_jobs_workflow": "workflow_id IS NOT NULL",
@@ -135,8 +137,7 @@ def _job_index(name: str, *columns: Column[Any], include: tuple[str, ...] = ()) 
 
 
 _job_index("ix_reliable_jobs_status_queue_scheduled", jobs.c.status, jobs.c.queue, jobs.c.scheduled_at)
-_job_index("ix_reliable_jobs_status_started_queue", jobs.c.status, jobs.c.started_at, jobs.c.queue)
-_job_index("ix_reliable_jobs_status_lease", jobs.c.status, jobs.c.lease_expires_at)
+_job_index("ix_reliable_jobs_status_lease", jobs.c.status, jobs.c.lease_expires_at, include=("started_at", "queue"))
 _job_index("ix_reliable_jobs_status_retry", jobs.c.status, jobs.c.retry_at)
 _job_index("ix_reliable_jobs_status_dispatched", jobs.c.status, jobs.c.dispatched_at)
 # Every state: listings, purges. On PostgreSQL it carries the queue (migration 0009), so the
@@ -181,24 +182,8 @@ Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
 Index("ix_reliable_job_events_at", job_events.c.at)
 Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at)
 
-attempts = Table(
-    "reliable_attempts",
-    metadata,
-    Column("attempt_id", String(64), primary_key=True),
-    Column("job_id", String(MAX_JOB_ID), nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("lease_id", BigInteger, nullable=False),
-    Column("worker_id", String(255)),
-    Column("started_at", Double, nullable=False),
-    Column("ended_at", Double),
-    Column("outcome", String(64)),  # the event that ended it (succeed, retry_scheduled, lease_expired...)
-    Column("error_class", String(64)),
-    Column("error_type", String(255)),
-    Column("error_message", Text),
-    Column("checkpoint_version_start", Integer),
-)
-
-Index("ix_reliable_attempts_job", attempts.c.job_id, attempts.c.attempt)
+# A job's attempts have no table since migration 0018: they are read from its events
+# (reliable/store/job_history.py).
 
 effects = Table(
     "reliable_effects",

@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..states import ACTIVE_STATES
-from .batching import GroupCommit, batch_write_sql
+from .batching import GroupCommit, batch_rows, batch_write_sql
 from .db import pool_exhausted, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
@@ -244,10 +244,6 @@ class SqlRunner:
         if row is None:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
-        if write.start_attempt:
-            self.execute(tx, "attempt_started", params)
-        if write.end_attempt:
-            self.execute(tx, "attempt_ended", params)
         event = self.execute(tx, "event", params).fetchone()
         return job, dict(zip(EVENT_COLUMNS, event, strict=True))
 
@@ -255,7 +251,13 @@ class SqlRunner:
     def _kept_connection(self) -> Iterator[Any]:
         """The batches' own pooled connection, kept between them (one per process): its session
         plans `write_jobs` once, generically, instead of re-planning every batch (about 1 ms of
-        PostgreSQL CPU each). Replaced after any error; never shared, so the setting stays on it."""
+        PostgreSQL CPU each). Replaced after any error; never shared, so the settings stay on it.
+
+        The session also never plans a sequential scan: `write_jobs` reaches its rows by primary
+        key, but a generic plan made while the job table is small (a new store, not analyzed yet)
+        locks the batch's rows through a scan of the whole table, and keeps doing so for the
+        connection's life as the table grows (measured: 0.19, 0.41, 0.65 ms of PostgreSQL CPU per
+        job over three rounds of 2,400 jobs, against 0.11 with the index)."""
         with self._kept_lock:
             if self._kept is None or self._kept[1] != os.getpid():
                 raw = self._checkout()
@@ -263,6 +265,7 @@ class SqlRunner:
                 try:
                     driver.autocommit = True
                     driver.execute("SET plan_cache_mode = force_generic_plan")
+                    driver.execute("SET enable_seqscan = off")
                 except BaseException as exc:
                     raw.invalidate()
                     if isinstance(exc, self._dbapi.Error):
@@ -281,7 +284,7 @@ class SqlRunner:
 
     def release_kept(self) -> None:
         """Close the connection group commit keeps (this process's; never reused: its session has
-        the generic-plan setting)."""
+        the generic-plan and no-scan settings)."""
         with self._kept_lock:
             if self._kept is not None and self._kept[1] == os.getpid():
                 self._kept[0].invalidate()
@@ -298,13 +301,10 @@ class SqlRunner:
             raise NotImplementedError("write_many is PostgreSQL's group commit; SQLite writes one at a time")
         if len({w.job_id for w in writes}) != len(writes):
             raise ValueError("a batch holds each job once")
-        rows = []
-        for write in writes:
-            params = write.params(None)
-            del params["now"]
-            rows.append(params)
+        rows, rules = batch_rows(writes)
         query = self._positional["write_jobs"]
-        values = query.values({"rows": json.dumps(rows), "now": self._clock(), "ids": sorted(w.job_id for w in writes)})
+        values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": self._clock(),
+                               "ids": sorted(w.job_id for w in writes)})
         with self._kept_connection() as raw:
             import psycopg
 

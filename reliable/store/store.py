@@ -54,8 +54,9 @@ from .db import (
     write_transaction,
 )
 from .engine import connect_engine
+from .job_history import attempts_of
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
-from .schema import attempts, barriers, effects, job_events, jobs
+from .schema import barriers, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
 from .unit_of_work import Row, UnitOfWork, begin, single
 from .writes import FRESH_BUDGET, JobWrite, event_write, transition_write
@@ -998,10 +999,9 @@ class StateStore:
         return found[::-1] if limit is not None else found
 
     def attempts(self, job_id: str) -> list[Attempt]:
-        """The job's attempts, oldest first."""
-        stmt = select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.attempt)
+        """The job's attempts, oldest first (derived from its events: reliable.store.job_history)."""
         with self._read() as conn:
-            return [Attempt(**row) for row in conn.execute(stmt).mappings()]
+            return attempts_of(conn, job_id)
 
     def effects(self, job_id: str) -> list[Effect]:
         """Every operation key recorded for the job."""

@@ -20,9 +20,11 @@ writes here, so what a transition sets cannot differ between callers:
   dispatched_at: entering PENDING, "now" when the caller publishes, otherwise cleared so the
   sweeper publishes (the worker's retry publishes its delayed message itself).
 - retry_count: counted entering RETRY_WAIT, reset by restart and requeue (a fresh budget).
-- the attempt row: inserted by a claim, ended by any transition out of an active state. A
-  fast-path commit (FAST_SUCCEED: a lease taken and released in the same write) has none: its
-  event row carries the attempt, its worker and its outcome.
+- attempts: no row of their own. The claim's event row (entering an active state) starts one and
+  the event of the transition out of an active state ends it; reliable/store/job_history.py
+  derives a job's attempts from those rows. A fast-path commit (FAST_SUCCEED: a lease taken and
+  released in the same write) is no attempt there: its event row carries the attempt, its worker
+  and its outcome.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from ..states import (
     target,
 )
 
-__all__ = ["FRESH_BUDGET", "JobWrite", "event_write", "transition_write"]
+__all__ = ["FRESH_BUDGET", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
 
 S = JobStatus
 E = Event
@@ -75,7 +77,6 @@ class JobWrite:
     to_status: str | None
     transition: bool
     claim: bool
-    start_attempt: bool
     release: bool
     lease_ttl: float | None
     at_rest: bool
@@ -91,7 +92,6 @@ class JobWrite:
     checkpoint_schema: int | None
     worker_id: str | None
     attempt_id: str | None
-    end_attempt: bool
     has_error: bool
     error_class: str | None
     error_type: str | None
@@ -174,13 +174,17 @@ def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool
     return {
         "event": event.value, "sources": sorted(s.value for s in allowed), "due_only": claim,
         "unpaused_only": event in RERUN_EVENTS, "uncancelled_only": event in CANCEL_UPGRADES,
-        "to_status": to.value, "transition": True, "claim": claim, "start_attempt": claim and not release,
+        "to_status": to.value, "transition": True, "claim": claim,
         "release": release, "at_rest": to in AT_REST_STATES, "schedule": to in (S.PENDING, S.RETRY_WAIT),
         "dispatch": dispatch_mode, "retries": retries, "request_pause": request == "pause",
         "request_stop": request == "stop", "request_cancel": request == "cancel",
         "checkpoint_op": "clear" if event in _FROM_SCRATCH else "keep",
-        "end_attempt": bool(sources(event) & ACTIVE_STATES) and release,
     }
+
+
+#: The fields of a JobWrite its rule sets (`_rule`, and `event_write` for a write that changes no
+#: state): the same for every write of one event with one guard, so a batch sends each rule once.
+RULE_FIELDS: tuple[str, ...] = tuple(_rule(E.CLAIM, None, None))
 
 
 def event_write(
@@ -200,11 +204,11 @@ def event_write(
         sources=sorted(s.value for s in ACTIVE_STATES) if active_only else None,
         lease_id=lease_id if saving or active_only else None, version=None, expired_only=False,
         due_only=False, unpaused_only=False, uncancelled_only=False, to_status=None, transition=False,
-        claim=False, start_attempt=False, release=False,
+        claim=False, release=False,
         lease_ttl=lease_ttl, at_rest=False, delay=None, schedule=False, dispatch="keep", retries="keep",
         request_pause=False, request_stop=False, request_cancel=False,
         checkpoint_op="save" if saving else "keep", checkpoint=checkpoint, checkpoint_schema=None,
-        worker_id=None, attempt_id=None, end_attempt=False, has_error=False,  # the row keeps its last error
+        worker_id=None, attempt_id=None, has_error=False,  # the row keeps its last error
         error_class=(error or {}).get("error_class"), error_type=(error or {}).get("error_type"),
         error_message=(error or {}).get("message"), event_worker_id=worker_id, event_lease_id=lease_id,
         operator=operator, reason=reason, host=host, detail=detail, traceback=(error or {}).get("traceback"),

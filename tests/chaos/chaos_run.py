@@ -335,8 +335,12 @@ def collect_figures(store_url: str, job_ids: list[str], units: int, logs: list[P
             "(SELECT min(c.at) FROM reliable_job_events c WHERE c.job_id = e.job_id AND c.id > e.id "
             " AND c.detail::json->>'late_completion' = 'true') AS completed_late_at "
             "FROM reliable_job_events e WHERE e.event = 'lease_expired'")).all()
+        # Each attempt (a claim) with the event that ended it, as reliable.store.job_history reads it.
         attempt_outcomes: dict[str, str | None] = dict(conn.execute(text(
-            "SELECT attempt_id, outcome FROM reliable_attempts")).all())
+            "SELECT s.attempt_id, (SELECT x.event FROM reliable_job_events x WHERE x.job_id = s.job_id "
+            " AND x.attempt_id = s.attempt_id AND x.id > s.id AND x.from_status IN ('RUNNING', 'STOPPING') "
+            " AND x.to_status NOT IN ('RUNNING', 'STOPPING') ORDER BY x.id LIMIT 1) "
+            "FROM reliable_job_events s WHERE s.event = 'claim'")).all())
         # The whole history of a job whose expired lease was never re-claimed: what the report needs
         # to explain the failure (the database is dropped after the run).
         unreclaimed = sorted({r.job_id for r in recoveries

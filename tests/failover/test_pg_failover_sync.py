@@ -114,10 +114,9 @@ def test_promoting_a_synchronous_standby_mid_run_loses_no_committed_claim(rabbit
         waits = log.count("store unavailable, retrying")  # a worker write that waited out the failover
         recovery_failures = log.count("recovery pass failed")
         statuses = Counter(str(r[0]) for r in rows(observer, "SELECT status FROM reliable_jobs"))
-        attempts = {(r[0], int(r[1]), r[2]) for r in rows(
-            observer, "SELECT job_id, lease_id, attempt_id FROM reliable_attempts")}
         claims = rows(observer, f"SELECT job_id, lease_id, attempt_id, at FROM reliable_job_events "
                                 f"WHERE event = '{Event.CLAIM.value}' ORDER BY job_id, id")
+        attempts = {(r[0], int(r[1]), r[2]) for r in claims}  # an attempt is its claim's event (job_history)
         finished = {r[0]: float(r[1]) for r in rows(
             observer, f"SELECT job_id, at FROM reliable_job_events WHERE event = '{Event.SUCCEED.value}'")}
         effects = rows(observer, "SELECT job_id, lease_id, attempt_id FROM reliable_effects")

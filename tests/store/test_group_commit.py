@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from reliable.errors import LeaseLost, StoreUnavailable
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
-from reliable.store.batching import GroupCommit, _Pending, batch_write_sql
+from reliable.store.batching import GroupCommit, _Pending, batch_rows, batch_write_sql
 from reliable.store.sqlrunner import load_queries
-from reliable.store.writes import transition_write
+from reliable.store.writes import event_write, transition_write
 
 from support import wait_for
 
@@ -22,7 +24,8 @@ def test_the_batch_statement_is_derived_from_the_single_one() -> None:
     sql = batch_write_sql(load_queries("postgresql")["write_job"])
     assert "jsonb_to_recordset(%(rows)s::jsonb)" in sql
     assert "ORDER BY r.job_id FOR UPDATE" in sql
-    leftover = sql.replace("%(now)s", "").replace("%(rows)s", "").replace("%(ids)s", "")
+    assert "jsonb_to_recordset(%(rules)s::jsonb)" in sql
+    leftover = sql.replace("%(now)s", "").replace("%(rows)s", "").replace("%(rules)s", "").replace("%(ids)s", "")
     assert "%(" not in leftover
 
 
@@ -167,3 +170,69 @@ def test_a_forked_child_starts_its_own_flusher(pg: StateStore, monkeypatch: pyte
     monkeypatch.setattr("reliable.store.batching.os.getpid", lambda: -12345)
     pg.claim("child", worker_id="w", lease_ttl=60)
     assert group._thread is not first and group._pid == -12345
+
+
+def test_batch_rows_send_each_rule_once_and_leave_out_what_is_null_or_false() -> None:
+    writes = [transition_write(j, Event.CLAIM, worker_id="w", attempt_id=f"{j}-1", lease_ttl=60.0) for j in "ab"]
+    writes.append(transition_write("c", Event.SUCCEED, lease_id=0, worker_id="w"))
+    rows, rules = batch_rows(writes)
+    assert [r["rule"] for r in rows] == [0, 0, 1] and [r["rule_no"] for r in rules] == [0, 1]
+    assert rows[0] == {"job_id": "a", "worker_id": "w", "attempt_id": "a-1", "lease_ttl": 60.0,
+                       "event_worker_id": "w", "rule": 0}
+    assert rows[2]["lease_id"] == 0  # a zero is a value, not a missing one
+    assert rules[1]["event"] == Event.SUCCEED.value and rules[1]["release"] is True
+
+
+def test_a_batch_of_mixed_writes_leaves_the_rows_single_writes_leave(pg_store: StateStore) -> None:
+    """Claims, a failure with its error, a checkpoint, a success and an operator's note: one by one
+    (`write`) and as two batches (`write_many`), on twin jobs."""
+    sql = pg_store._sql
+    _register(pg_store, "s1", "s2", "s3", "b1", "b2", "b3")
+    error = {"error_class": "transient", "error_type": "OSError", "message": "reset", "traceback": "tb"}
+
+    def first(p: str) -> list[Any]:
+        return [transition_write(f"{p}{i}", Event.CLAIM, worker_id="w", attempt_id=f"{p}{i}-1", lease_ttl=60.0)
+                for i in (1, 2, 3)]
+
+    def second(p: str, lease: dict[str, int]) -> list[Any]:
+        return [transition_write(f"{p}1", Event.RETRY, lease_id=lease[f"{p}1"], worker_id="w", delay=5.0, error=error),
+                event_write(f"{p}2", "checkpoint", lease_id=lease[f"{p}2"], active_only=True, checkpoint='{"n": 1}',
+                            lease_ttl=60.0, worker_id="w"),
+                transition_write(f"{p}3", Event.SUCCEED, lease_id=lease[f"{p}3"], worker_id="w"),
+                ]
+
+    for p, run in (("s", lambda ws: [sql.write(w) for w in ws]), ("b", sql.write_many)):
+        written = run(first(p))
+        lease = {job["job_id"]: job["lease_id"] for job, _ in written}
+        assert all(r is not None for r in run(second(p, lease)))
+        assert run([event_write(f"{p}3", "note", operator="ops", reason="checked", host="h")])[0] is not None
+    ignore = {"job_id", "attempt_id", "started_at", "finished_at", "lease_expires_at", "retry_at", "scheduled_at",
+              "dispatched_at", "checkpoint_at", "created_at", "updated_at", "id", "at"}
+
+    def shape(job_id: str) -> tuple[Any, ...]:
+        job = {k: v for k, v in vars(pg_store.get(job_id)).items() if k not in ignore}
+        events = [{k: v for k, v in vars(e).items() if k not in ignore} for e in pg_store.events(job_id)]
+        return job, events, [(a.attempt, a.outcome, a.error_class) for a in pg_store.attempts(job_id)]
+
+    for i in (1, 2, 3):
+        assert shape(f"s{i}") == shape(f"b{i}")
+    assert pg_store.get("b1").last_error_class == "transient" and pg_store.get("b2").checkpoint == {"n": 1}
+
+
+def test_the_kept_connection_never_plans_a_scan_of_the_job_table(pg: StateStore) -> None:
+    """Its generic plan of write_jobs is made once: made on a small table it would otherwise lock
+    the batch's rows through a scan of every job, for as long as the connection lives."""
+    _register(pg, "a", "b")
+    writes = [transition_write(j, Event.CLAIM, worker_id="w", attempt_id=f"{j}-1", lease_ttl=60.0) for j in "ab"]
+    rows, rules = batch_rows(writes)
+    query = pg._sql._positional["write_jobs"]
+    types = {"now": "float8", "rows": "jsonb", "rules": "jsonb", "ids": "text[]"}
+    values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": None, "ids": ["a", "b"]})
+    with pg._sql._kept_connection() as raw:
+        cursor = psycopg.ClientCursor(raw.driver_connection)  # the values inlined: EXECUTE takes no $n
+        cursor.execute(f"PREPARE kept_write_jobs ({', '.join(types[n] for n in query.names)}) AS {query.sql}")
+        placeholders = ", ".join(["%s"] * len(values))
+        plan = "\n".join(row[0] for row in cursor.execute(f"EXPLAIN EXECUTE kept_write_jobs({placeholders})",
+                                                          values).fetchall())
+        cursor.execute("DEALLOCATE kept_write_jobs")
+    assert "Seq Scan" not in plan and "reliable_jobs_pkey" in plan, plan

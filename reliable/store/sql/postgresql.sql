@@ -3,8 +3,8 @@
 -- What each parameter means, and how a transition sets it, is reliable/store/writes.py.
 
 -- name: write_job
--- One write to a job row (a transition, a checkpoint, or nothing) plus its event row (and the
--- attempt row a claim starts or a transition out of an active state ends), in ONE statement.
+-- One write to a job row (a transition, a checkpoint, or nothing) plus its event row, in ONE
+-- statement. (A job's attempts are read from its events: reliable/store/job_history.py.)
 -- Returns the job's columns followed by the event's, listed (as schema.py orders them); no row when
 -- the guard did not match.
 -- A claim's lease_id is at least the floor of the server's WAL timeline, (timeline - 1) << 40:
@@ -71,17 +71,6 @@ j AS (
       -- A claim by a delivery that is not the job's own message (reliable.delivery_digest).
       AND (%(delivery_digest)s::text IS NULL OR r.delivery_digest IS NULL OR r.delivery_digest = %(delivery_digest)s::text)
     RETURNING r.*
-),
-attempt_started AS (
-    INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at,
-                                   checkpoint_version_start)
-    SELECT j.attempt_id, j.job_id, j.attempt, j.lease_id, j.worker_id, j.started_at, j.checkpoint_version
-    FROM j WHERE %(start_attempt)s::bool
-),
-attempt_ended AS (
-    UPDATE reliable_attempts AS a SET ended_at = (SELECT now FROM t), outcome = %(event)s::text, error_class = %(error_class)s::text,
-        error_type = %(error_type)s::text, error_message = %(error_message)s::text
-    WHERE %(end_attempt)s::bool AND a.attempt_id = (SELECT attempt_id FROM j) AND a.ended_at IS NULL
 ),
 e AS (
     INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
@@ -571,7 +560,8 @@ WITH doomed AS (
 )
 SELECT (SELECT count(*) FROM doomed),
        (SELECT count(*) FROM reliable_job_events e JOIN doomed d ON e.job_id = d.job_id),
-       (SELECT count(*) FROM reliable_attempts a JOIN doomed d ON a.job_id = d.job_id),
+       (SELECT count(*) FROM reliable_job_events e JOIN doomed d ON e.job_id = d.job_id
+        WHERE e.to_status = ANY(%(active)s::text[]) AND NOT coalesce(e.from_status = ANY(%(active)s::text[]), false)),
        (SELECT count(*) FROM reliable_effects f JOIN doomed d ON f.job_id = d.job_id);
 
 -- name: prune_jobs
@@ -583,15 +573,15 @@ WITH doomed AS (
     ORDER BY j.updated_at LIMIT %(batch)s::int4
     FOR UPDATE OF j SKIP LOCKED
 ), events AS (
-    DELETE FROM reliable_job_events e USING doomed d WHERE e.job_id = d.job_id RETURNING 1
-), attempts AS (
-    DELETE FROM reliable_attempts a USING doomed d WHERE a.job_id = d.job_id RETURNING 1
+    DELETE FROM reliable_job_events e USING doomed d WHERE e.job_id = d.job_id
+    RETURNING e.to_status = ANY(%(active)s::text[]) AND NOT coalesce(e.from_status = ANY(%(active)s::text[]), false)
+        AS claim
 ), effects AS (
     DELETE FROM reliable_effects f USING doomed d WHERE f.job_id = d.job_id RETURNING 1
 ), gone AS (
     DELETE FROM reliable_jobs j USING doomed d WHERE j.job_id = d.job_id RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), (SELECT count(*) FROM attempts),
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM events), (SELECT count(*) FROM events WHERE claim),
        (SELECT count(*) FROM effects);
 
 -- name: prune_count_workflows

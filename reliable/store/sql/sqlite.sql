@@ -8,7 +8,7 @@ SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0);
 
 -- name: write_job
 -- One write to a job row (a transition, a checkpoint, or nothing); the job's columns, or no row when
--- the guard did not match. The attempt and event rows follow (attempt_started, attempt_ended, event).
+-- the guard did not match. The event row follows (event); a job's attempts are read from its events.
 UPDATE reliable_jobs SET
     status = coalesce(:to_status, status),
     queue = coalesce(:route_queue, queue),
@@ -56,17 +56,6 @@ RETURNING job_id, queue, actor, message, status, previous_status, version, lease
     dispatched_at, pause_requested, stop_requested, cancel_requested, stop_requested_at, checkpoint,
     checkpoint_version, checkpoint_schema, checkpoint_at, owner, workflow_id, trace_id, parent_job_id,
     last_error_class, last_error_type, last_error_message, created_at, updated_at, delivery_digest;
-
--- name: attempt_started
-INSERT INTO reliable_attempts (attempt_id, job_id, attempt, lease_id, worker_id, started_at,
-                               checkpoint_version_start)
-SELECT attempt_id, job_id, attempt, lease_id, worker_id, started_at, checkpoint_version
-FROM reliable_jobs WHERE job_id = :job_id;
-
--- name: attempt_ended
-UPDATE reliable_attempts SET ended_at = :now, outcome = :event, error_class = :error_class,
-    error_type = :error_type, error_message = :error_message
-WHERE attempt_id = (SELECT attempt_id FROM reliable_jobs WHERE job_id = :job_id) AND ended_at IS NULL;
 
 -- name: event
 -- The event row of a write_job, from the row it just wrote.
@@ -419,7 +408,9 @@ WITH doomed AS (
 )
 SELECT (SELECT count(*) FROM doomed),
        (SELECT count(*) FROM reliable_job_events e JOIN doomed d ON e.job_id = d.job_id),
-       (SELECT count(*) FROM reliable_attempts a JOIN doomed d ON a.job_id = d.job_id),
+       (SELECT count(*) FROM reliable_job_events e JOIN doomed d ON e.job_id = d.job_id
+        WHERE e.to_status IN (SELECT value FROM json_each(:active))
+          AND coalesce(e.from_status NOT IN (SELECT value FROM json_each(:active)), 1)),
        (SELECT count(*) FROM reliable_effects f JOIN doomed d ON f.job_id = d.job_id);
 
 -- name: prune_pick_jobs
@@ -430,10 +421,9 @@ WHERE j.status = :state AND j.updated_at < :cut
 ORDER BY j.updated_at LIMIT :batch;
 
 -- name: prune_job_events
-DELETE FROM reliable_job_events WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
-
--- name: prune_job_attempts
-DELETE FROM reliable_attempts WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
+-- One row per event deleted, with its states (the caller counts the attempts: starts_attempt).
+DELETE FROM reliable_job_events WHERE job_id IN (SELECT value FROM json_each(:job_ids))
+RETURNING from_status, to_status;
 
 -- name: prune_job_effects
 DELETE FROM reliable_effects WHERE job_id IN (SELECT value FROM json_each(:job_ids)) RETURNING 1;
