@@ -246,6 +246,17 @@ class Metrics:
         self._c = _collectors_for(self.registry)
         self._last_checkpoint = _Recent(_MEMORY)
         self._recovered = _Recent(_MEMORY)
+        # The labelled children already used: `labels()` validates and locks on every call, and a
+        # job's events pass here two to three times (as bounded as the series themselves).
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+    def _of(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, looked up once per series."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     # -- direct hooks ------------------------------------------------------------------------------
 
@@ -282,11 +293,11 @@ class Metrics:
 
     def workflow_transition(self, workflow_id: str, from_status: str, to_status: str) -> None:
         """Count a workflow's status change (reliable.workflows.engine calls it after the commit)."""
-        self._c.workflow_transitions.labels(to_status).inc()
+        self._of(self._c.workflow_transitions, to_status).inc()
 
     def limit_deferred(self, actor: str, queue: str, limit: str) -> None:
         """A delivery of `actor` was deferred by its `limit` ("concurrency" or "rate")."""
-        self._c.limit_deferrals.labels(actor, queue, limit).inc()
+        self._of(self._c.limit_deferrals, actor, queue, limit).inc()
 
     def heartbeat_failed(self) -> None:
         """Record a heartbeat that could not reach the store."""
@@ -302,62 +313,62 @@ class Metrics:
         c = self._c
         detail = event.get("detail") or {}
         if name in _TRANSITIONS:
-            c.transitions.labels(name, _label(event.get("to_status")), actor, queue).inc()
+            self._of(c.transitions, name, _label(event.get("to_status")), actor, queue).inc()
         if name in ATTEMPT_OUTCOMES or (name in _SKIPS and event.get("from_status") == "RUNNING"):
             self._attempt_ended(event, name, actor, queue)
         if name == "claim":
             self._claimed(event, actor, queue)
         elif name == "checkpoint":
-            c.checkpoints.labels(actor, queue).inc()
+            self._of(c.checkpoints, actor, queue).inc()
             key = f"{event.get('job_id')}:{event.get('lease_id')}"
             previous = self._last_checkpoint.get(key)
             age = _seconds(at, previous[1] if previous else event.get("started_at"))
             if age is not None:
-                c.checkpoint_age.labels(actor, queue).observe(age)
+                self._of(c.checkpoint_age, actor, queue).observe(age)
             if at is not None:
                 self._last_checkpoint.put(key, None, float(at))
         elif name == "stale_commit_rejected":
-            c.stale_commits.labels(actor, queue).inc()
+            self._of(c.stale_commits, actor, queue).inc()
         elif name == "duplicate_effect":
-            c.duplicate_effects.labels(actor, queue).inc()
+            self._of(c.duplicate_effects, actor, queue).inc()
         elif name == "possible_duplicate_effect":
-            c.possible_duplicate_effects.labels(actor, queue).inc()
+            self._of(c.possible_duplicate_effects, actor, queue).inc()
         elif name == "untrusted_options_ignored":
-            c.untrusted_options.labels(actor, queue).inc()
+            self._of(c.untrusted_options, actor, queue).inc()
         elif name == "delivery_mismatch":
-            c.delivery_mismatches.labels(actor, queue).inc()
+            self._of(c.delivery_mismatches, actor, queue).inc()
         elif name in _COMMANDS:
-            c.control_commands.labels(_COMMANDS[name]).inc()
+            self._of(c.control_commands, _COMMANDS[name]).inc()
         elif name in ("force_stop", "force_cancel"):
-            c.forced_terminations.labels(actor, queue).inc()
+            self._of(c.forced_terminations, actor, queue).inc()
         if name == "routed" and isinstance(detail, Mapping):
-            c.routed.labels(actor, _label(detail.get("from")), queue).inc()
+            self._of(c.routed, actor, _label(detail.get("from")), queue).inc()
         if name == "retry_scheduled":
-            c.retries.labels(actor, queue, _label(event.get("error_class"), "none")).inc()
+            self._of(c.retries, actor, queue, _label(event.get("error_class"), "none")).inc()
         elif name == "lease_expired_backoff":
-            c.retries.labels(actor, queue, "lease_expired").inc()
+            self._of(c.retries, actor, queue, "lease_expired").inc()
         if name.startswith("lease_expired"):
-            c.lease_expiries.labels(actor, queue).inc()
+            self._of(c.lease_expiries, actor, queue).inc()
         if name in ("dead_letter", "lease_expired_dead"):
-            c.dead_letters.labels(actor, queue).inc()
+            self._of(c.dead_letters, actor, queue).inc()
         elif name in ("need_review", "lease_expired_review"):
-            c.review.labels(actor, queue).inc()
+            self._of(c.review, actor, queue).inc()
         if isinstance(detail, Mapping) and detail.get("budget_exhausted"):
-            c.budget_exhausted.labels(actor, queue).inc()
+            self._of(c.budget_exhausted, actor, queue).inc()
         kind = _RECOVERY_KINDS.get(name)
         if kind is not None:
-            c.recoveries.labels(kind).inc()
+            self._of(c.recoveries, kind).inc()
             if at is not None and event.get("job_id") is not None:
                 self._recovered.put(str(event["job_id"]), kind, float(at))
 
     def _attempt_ended(self, event: Mapping[str, Any], outcome: str, actor: str, queue: str) -> None:
         c = self._c
-        c.attempts.labels(actor, queue, outcome).inc()
+        self._of(c.attempts, actor, queue, outcome).inc()
         if outcome == "fast_succeed":
             return  # no claim recorded when the run started: its length is unknown here
         duration = _seconds(event.get("at"), event.get("started_at"))
         if duration is not None:
-            c.attempt_duration.labels(actor, queue, outcome).observe(duration)
+            self._of(c.attempt_duration, actor, queue, outcome).observe(duration)
         self._last_checkpoint.pop(f"{event.get('job_id')}:{event.get('lease_id')}")
 
     def _claimed(self, event: Mapping[str, Any], actor: str, queue: str) -> None:
@@ -369,12 +380,12 @@ class Metrics:
         wait = _seconds(at, due)
         if wait is not None:
             if event.get("from_status") == "RETRY_WAIT":
-                c.schedule_lateness.labels(actor, queue).observe(wait)
+                self._of(c.schedule_lateness, actor, queue).observe(wait)
             else:
-                c.dispatch_latency.labels(actor, queue).observe(wait)
+                self._of(c.dispatch_latency, actor, queue).observe(wait)
         recovered = self._recovered.pop(str(event.get("job_id")))
         if recovered is not None and at is not None:
-            c.recovery_seconds.labels(recovered[0]).observe(max(0.0, float(at) - recovered[1]))
+            self._of(c.recovery_seconds, recovered[0]).observe(max(0.0, float(at) - recovered[1]))
 
 
 def setup_multiprocess(path: str) -> None:

@@ -33,7 +33,7 @@ from ..states import JobStatus
 from ..store import Job
 from ..tracecontext import span_id_for
 from . import after_commit, completion, delivery, groups, outcome, paused, spans
-from .context import JobContext, _fast_run
+from .context import FastRun, JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
 from .skips import Skip, end_unclaimed
@@ -106,9 +106,12 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
             mw.delivery.fast = job_id
             # The run's attempt id is chosen now, so the messages it sends name its span.
             attempt_id = mw.delivery.fast_attempt = uuid.uuid4().hex
+            if mw.tracing is None:  # no span to start: the trace is worked out only for a message sent
+                _fast_run.set(FastRun(job_id, lambda: spans.message_trace(message).child(span_id_for(attempt_id))))
+                return
             trace = spans.message_trace(message)
             span_id = spans.start(mw.tracing, message, attempt=None, attempt_id=attempt_id, parent=trace)
-            _fast_run.set((job_id, trace.child(span_id or span_id_for(attempt_id))))
+            _fast_run.set(FastRun(job_id, lambda: trace.child(span_id or span_id_for(attempt_id))))
             return
         # Anything else (a retry, a paused or finished job, an unknown message): the durable
         # claim decides, as for any actor.

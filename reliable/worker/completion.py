@@ -47,7 +47,7 @@ def complete(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobCont
     """Commit the attempt's outcome and act on it (see the module doc)."""
     if exception is None:
         planned = plan(mw, broker, message, context, result=result)
-        fan_in = groups.group_completion(mw, broker, message, trace=context.traceparent.as_options(),
+        fan_in = groups.group_completion(mw, broker, message, trace=lambda: context.traceparent.as_options(),
                                   parent_job_id=context.job_id)
         stored_result = node_result(context.job_id, result) if message.options.get("workflow_node") else None
         job = finish(mw, context, outcome.Outcome(Event.SUCCEED), planned=planned,

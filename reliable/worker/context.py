@@ -25,10 +25,29 @@ __all__ = ["CheckpointCodec", "Delivery", "JobContext", "current_job"]
 T = TypeVar("T")
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("reliable_job", default=None)
-#: The (job_id, trace context) a fast-path actor is running (it has no JobContext): the job and
-#: trace the messages it sends are linked to, as a durable job's are through `_current`.
-_fast_run: contextvars.ContextVar[tuple[str, TraceParent] | None] = contextvars.ContextVar(
-    "reliable_fast_run", default=None)
+
+
+class FastRun:
+    """The fast-path run of a job (it has no JobContext): the job and trace the messages it sends
+    are linked to, as a durable job's are through `_current`. The trace context is worked out when
+    a message first asks for it (`trace()`, once): most runs send none."""
+
+    __slots__ = ("_trace", "_traceparent", "job_id")
+
+    def __init__(self, job_id: str, trace: Callable[[], TraceParent]) -> None:
+        self.job_id = job_id
+        self._trace = trace
+        self._traceparent: TraceParent | None = None
+
+    @property
+    def traceparent(self) -> TraceParent:
+        """The W3C trace context of this run: what the messages it sends carry."""
+        if self._traceparent is None:
+            self._traceparent = self._trace()
+        return self._traceparent
+
+
+_fast_run: contextvars.ContextVar[FastRun | None] = contextvars.ContextVar("reliable_fast_run", default=None)
 
 
 def _boundary() -> None:

@@ -29,6 +29,7 @@ Untracked members are never in the store: their arrivals are counted as Dramatiq
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
@@ -127,19 +128,21 @@ def adopt_group_callbacks(broker: dramatiq.Broker, reliable: Worker) -> TrackedG
     return None
 
 
-def group_completion(mw: Worker, broker: dramatiq.Broker, message: Any, *, trace: dict[str, Any],
+def group_completion(mw: Worker, broker: dramatiq.Broker, message: Any, *, trace: Callable[[], Mapping[str, Any]],
                      parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
-    """A group member's arrival at its completion barrier, with the group's callbacks to register."""
+    """A group member's arrival at its completion barrier, with the group's callbacks to register
+    (`trace()`: the trace options they carry, asked only for a group member)."""
     barrier_id = message.options.get("group_completion_uuid")
     callbacks = message.options.get("group_completion_callbacks")
     if not barrier_id or not callbacks or mw.group_callbacks is None:
         return None
     messages: list[dramatiq.Message[Any]] = []
     new_jobs: list[NewJob] = []
+    carried = trace()
     for data in callbacks:
         # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
         callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
-        callback.options.update(trace, parent_job_id=parent_job_id, workflow_id=barrier_id)
+        callback.options.update(carried, parent_job_id=parent_job_id, workflow_id=barrier_id)
         prepared = mw.registration.new_job(broker, callback, None)
         messages.append(callback)
         if prepared is not None:
@@ -164,7 +167,7 @@ def untracked_member_succeeded(mw: Worker, broker: dramatiq.Broker, message: Any
     mixing tracked and untracked members completes); False when the store does not know the
     barrier, and Dramatiq's barrier decides."""
     trace = {key: message.options[key] for key in TRACE_OPTIONS if message.options.get(key)}
-    built = group_completion(mw, broker, message, trace=trace, parent_job_id=message.message_id)
+    built = group_completion(mw, broker, message, trace=lambda: trace, parent_job_id=message.message_id)
     if built is None:
         return False
     fan_in, callbacks = built

@@ -27,7 +27,7 @@ from ..policy import Policy
 from ..store import NewJob, StateStore
 from ..tracecontext import TraceParent
 from ..tracing import Tracing
-from .context import _current, _fast_run
+from .context import FastRun, JobContext, _current, _fast_run
 from .plans import Plans
 from .settings import check_send_timeout
 
@@ -126,12 +126,11 @@ class Registration:
         # Removed from the message that is published and stored (so no later reader can trust
         # them by mistake), and recorded on the job.
         ignored = strip_untrusted(options)
-        parent = _current.get()
-        link = (parent.job_id, parent.traceparent) if parent is not None else _fast_run.get()
+        link: JobContext | FastRun | None = _current.get() or _fast_run.get()
         sender = self.tracing.current() if self.tracing is not None else None
         if link is not None:
-            options.setdefault("parent_job_id", link[0])
-            sender = sender or link[1]
+            options.setdefault("parent_job_id", link.job_id)
+            sender = sender or link.traceparent
         options.update(TraceParent.for_message(options, sender=sender, job_id=message.message_id).as_options())
         options[REGISTERED] = True  # travels with every copy of the message, see above
         plan = self.plans.plan(message.actor_name)

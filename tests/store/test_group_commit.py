@@ -158,7 +158,7 @@ def test_a_lost_connection_fails_every_write_of_the_batch_for_its_caller_to_retr
     group = GroupCommit(unavailable, pg._sql._write_alone)
     batch = [_Pending(transition_write(j, Event.SUCCEED, lease_id=1, worker_id="w")) for j in ("x", "y")]
     group._flush(batch)
-    assert all(isinstance(p.error, StoreUnavailable) and p.done.is_set() for p in batch)
+    assert all(isinstance(p.error, StoreUnavailable) and p.answered for p in batch)
 
 
 def test_a_forked_child_starts_its_own_flusher(pg: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
