@@ -228,7 +228,9 @@ def prepare(mode: str, queue: str, jobs: int, store_url: str | None) -> None:
     import dramatiq
     from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-    broker = RabbitmqBroker(url=BROKER)
+    # Confirmed publishes: without them the last messages can be lost when the connection closes
+    # right after, and a run then waits for acks of messages RabbitMQ never got.
+    broker = RabbitmqBroker(url=BROKER, confirm_delivery=True)
     messages: list[dramatiq.Message[Any]] = [
         dramatiq.Message(queue_name=queue, actor_name=_actor_for(mode), args=(i,), kwargs={}, options={})
         for i in range(jobs)
