@@ -30,26 +30,32 @@ class Stamps(dramatiq.Middleware):
         self.directory = directory
         self.view: mmap.mmap | None = None
         self.first = 0.0
+        self.last = 0.0
         self.acks = 0
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Map this process's stamp file (in the worker process, after the fork and, as the first middleware,
-        after every other middleware's `after_worker_boot`: the file's appearance marks the end of the boot)."""
+        after every other middleware's `after_worker_boot`: the file's appearance marks the end of the boot).
+        Dramatiq's consumers may already run by then: what they stamped so far is written now."""
         with open(os.path.join(self.directory, str(os.getpid())), "w+b") as file:
             file.truncate(STAMP.size)
             self.view = mmap.mmap(file.fileno(), STAMP.size)
+        STAMP.pack_into(self.view, 0, self.first, self.last, self.acks)
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         """Stamp the first message's start (the window's start is the earliest over the processes)."""
-        if not self.first and self.view is not None:
+        if not self.first:
             self.first = time.monotonic()
-            STAMP.pack_into(self.view, 0, self.first, 0.0, self.acks)
+            if self.view is not None:
+                STAMP.pack_into(self.view, 0, self.first, self.last, self.acks)
 
     def after_ack(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
-        """Stamp the ack (acks run on the consumer thread, one writer)."""
+        """Count and stamp the ack (acks run on the consumer thread, one writer), even before the file is
+        mapped: a run counts every ack."""
+        self.acks += 1
+        self.last = time.monotonic()
         if self.view is not None:
-            self.acks += 1
-            STAMP.pack_into(self.view, 0, self.first, time.monotonic(), self.acks)
+            STAMP.pack_into(self.view, 0, self.first, self.last, self.acks)
 
 
 def read_stamps(directory: Path) -> dict[int, tuple[float, float, int]]:
