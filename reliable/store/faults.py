@@ -69,8 +69,13 @@ _OUTAGE = Diagnosis(Fault.OUTAGE)
 
 #: First match wins. SQLSTATE classes: 08 connection exception, 28 invalid authorization, 3D invalid
 #: catalog (database), 42501 insufficient privilege, 42P01 undefined table, 53 insufficient
-#: resources, 57 operator intervention (shutdown, starting up), 25006 read-only transaction (a
-#: standby), 58 system error.
+#: resources, 57 operator intervention (shutdown, starting up, a statement timeout), 25006 read-only
+#: transaction (a standby), 25P03/25P04 a session timeout (the server closes the connection), 58
+#: system error, 40 transaction rollback (a serialization failure or a deadlock: the same statement
+#: succeeds when tried again), 55P03 lock not available (a lock timeout).
+#: A SQLSTATE no rule names is a statement's own failure (OTHER), whatever the driver's exception
+#: class: psycopg raises OperationalError for class 54 too (a program limit, e.g. an index row too
+#: large), which waiting cannot help.
 RULES: tuple[Rule, ...] = (
     Rule(("42P01",), r"no such table|relation \S+ does not exist", _SCHEMA),
     Rule(("3D000",), r'database "[^"]*" does not exist', Diagnosis(Fault.CONFIGURATION, DATABASE)),
@@ -80,7 +85,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("42501",), r"permission denied|readonly database|read-only file system",
          Diagnosis(Fault.CONFIGURATION, RIGHTS)),
     Rule((), r"unable to open database file|file is not a database", Diagnosis(Fault.CONFIGURATION, SQLITE_FILE)),
-    Rule(("08", "53", "57", "58", "25006"),
+    Rule(("08", "53", "57", "58", "25006", "25P03", "25P04", "40", "55P03"),
          r"connection|could not connect|timeout|timed out|starting up|shutting down|in recovery mode"
          r"|not yet accepting|too many clients|remaining connection slots|server closed|terminating"
          r"|database is locked|resolve host|translate host name|read-only transaction|network|broken pipe",
@@ -104,6 +109,7 @@ def classify(exc: BaseException) -> Diagnosis:
         for rule, _pattern in _COMPILED:
             if any(str(sqlstate).startswith(prefix) for prefix in rule.sqlstates):
                 return rule.diagnosis
+        return _OUTAGE if getattr(exc, "connection_invalidated", False) else Diagnosis(Fault.OTHER)
     else:
         text = str(original)
         for rule, pattern in _COMPILED:

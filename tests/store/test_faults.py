@@ -122,6 +122,10 @@ def pg_cases(pg: PrivatePostgres) -> dict[str, tuple[BaseException, Fault, bool]
         "psycopg unique violation quoting 'connection'": (caught(query(
             "postgres", "CREATE TEMP TABLE u (k text PRIMARY KEY); INSERT INTO u VALUES ('connection refused');"
                         "INSERT INTO u VALUES ('connection refused')")), Fault.OTHER, False),
+        "psycopg program limit (54000, an OperationalError)": (caught(query(
+            "postgres", "CREATE TEMP TABLE big (v text); ALTER TABLE big ALTER v SET STORAGE plain; "
+                        "INSERT INTO big SELECT string_agg(md5(i::text), '') FROM generate_series(1, 400) i")),
+            Fault.OTHER, False),
         "sqlalchemy over psycopg, database missing": (caught(sa_engine.connect), Fault.CONFIGURATION, False),
     }
     sa_engine.dispose()
@@ -155,6 +159,15 @@ SERVER_STATES: dict[str, tuple[BaseException, Fault]] = {
         "cannot execute UPDATE in a read-only transaction"), Fault.OUTAGE),
     "cannot connect now (57P03)": (psycopg.errors.CannotConnectNow("the database system is in recovery mode"),
                                    Fault.OUTAGE),
+"deadlock (40P01)": (psycopg.errors.DeadlockDetected("deadlock detected"), Fault.OUTAGE),
+    "serialization failure (40001)": (psycopg.errors.SerializationFailure(
+        "could not serialize access due to concurrent update"), Fault.OUTAGE),
+    "lock timeout (55P03)": (psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"), Fault.OUTAGE),
+    "statement timeout (57014)": (psycopg.errors.QueryCanceled("canceling statement due to statement timeout"),
+                                  Fault.OUTAGE),
+    "program limit (54000)": (psycopg.errors.ProgramLimitExceeded("index row size 3216 exceeds btree version 4 "
+                                                                  "maximum 2704 for index \"big_v_idx\""), Fault.OTHER),
+    "numeric out of range (22003)": (psycopg.errors.NumericValueOutOfRange("integer out of range"), Fault.OTHER),
     "SQLAlchemy pool timeout": (sa.exc.TimeoutError("QueuePool limit of size 1 overflow 0 reached"), Fault.OUTAGE),
     "reliable StoreUnavailable": (StoreUnavailable("cannot use the store"), Fault.OUTAGE),
     "reliable SendTimedOut": (SendTimedOut("the send waited 1s"), Fault.OUTAGE),
@@ -196,7 +209,7 @@ def test_postgresql_errors(cluster: PrivatePostgres) -> None:
     finally:
         if not cluster.running():
             cluster.start()
-    assert len(cases) == 11
+    assert len(cases) == 12
     for name, (exc, fault, schema) in cases.items():
         check_row(name, exc, fault, schema)
         check_translation(name, exc, fault, schema)
