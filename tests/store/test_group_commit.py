@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import text
 
 from reliable.errors import LeaseLost, StoreUnavailable
 from reliable.states import Event, JobStatus
@@ -23,7 +24,7 @@ from support import wait_for
 def test_the_batch_statement_is_derived_from_the_single_one() -> None:
     sql = batch_write_sql(load_queries("postgresql")["write_job"])
     assert "jsonb_to_recordset(%(rows)s::jsonb)" in sql
-    assert "ORDER BY r.job_id FOR UPDATE" in sql
+    assert "FOR UPDATE" not in sql  # the UPDATE locks its rows: no lock record before it
     assert "jsonb_to_recordset(%(rules)s::jsonb)" in sql
     leftover = sql.replace("%(now)s", "").replace("%(rows)s", "").replace("%(rules)s", "").replace("%(ids)s", "")
     assert "%(" not in leftover
@@ -264,3 +265,80 @@ def test_the_kept_sessions_settings_never_reach_a_pooled_connection(pg: StateSto
     assert all(pg._sql.write_many([event_write(j, "note", operator="op") for j in "ab"]))
     pg._sql.release_kept()
     assert set(_pooled_settings(pg, kept=0)) == {("on", "auto")}
+
+
+def _waiting_on_locks(store: StateStore) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'")).scalar_one())
+
+
+def test_two_batches_over_the_same_jobs_in_opposite_order_never_deadlock(pg_store: StateStore) -> None:
+    """The batch takes no lock before its UPDATE: the UPDATE locks the rows in its plan's order of
+    the primary key scan, whatever order the writes came in, so two processes' flushers writing the
+    same jobs at once wait for each other and never form a cycle (a deadlock would fail a batch)."""
+    first, second = (StateStore(engine=pg_store.engine, group_commit=True) for _ in range(2))
+    for round_no in range(20):
+        ids = [f"r{round_no}-{n:02d}" for n in range(16)]
+        _register(pg_store, *ids)
+        start = threading.Barrier(2)
+        results: dict[str, list[Any]] = {}
+        errors: list[BaseException] = []
+
+        def claim_all(store: StateStore, order: list[str], name: str, start: threading.Barrier = start,
+                      results: dict[str, list[Any]] = results, errors: list[BaseException] = errors) -> None:
+            writes = [transition_write(j, Event.CLAIM, worker_id=name, attempt_id=f"{name}-{j}", lease_ttl=60.0)
+                      for j in order]
+            start.wait(timeout=30)
+            try:
+                results[name] = store._sql.write_many(writes)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=claim_all, args=(first, ids, "a")),
+                   threading.Thread(target=claim_all, args=(second, ids[::-1], "b"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        won = {r[0]["job_id"] for name in "ab" for r in results[name] if r is not None}
+        assert won == set(ids)
+        assert sum(r is not None for name in "ab" for r in results[name]) == len(ids), "each job claimed once"
+
+
+def test_a_deadlocked_batch_is_written_row_by_row_with_each_writes_own_result(pg: StateStore) -> None:
+    """A cycle with another writer (here a transaction holding y that then wants x while the batch
+    holds x and waits for y): PostgreSQL fails the batch's statement, the flusher writes its rows
+    one by one, and each write gets the result it would have had alone."""
+    _register(pg, "x", "y")
+    failures: list[BaseException] = []
+
+    def recording(writes: Any) -> Any:
+        try:
+            return pg._sql.write_many(writes)
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    group = GroupCommit(recording, pg._sql._write_alone)
+    batch = [_Pending(transition_write(j, Event.CLAIM, worker_id="w", attempt_id=f"{j}-1", lease_ttl=60.0))
+             for j in ("x", "y")]
+    other = pg.engine.raw_connection()
+    try:
+        cursor = other.driver_connection.cursor()
+        cursor.execute("SET LOCAL deadlock_timeout = '60s'")  # the batch, waiting first, is the victim
+        cursor.execute("SELECT job_id FROM reliable_jobs WHERE job_id = 'y' FOR UPDATE")
+        flusher = threading.Thread(target=group._flush, args=(batch,))
+        flusher.start()
+        wait_for(lambda: _waiting_on_locks(pg) >= 1, "the batch waiting for y")
+        cursor.execute("UPDATE reliable_jobs SET version = version WHERE job_id = 'x'")  # waits for the batch's x
+        other.commit()
+    finally:
+        other.close()
+    flusher.join(timeout=60)
+    assert len(failures) == 1 and isinstance(failures[0].__cause__, psycopg.errors.DeadlockDetected), failures
+    assert all(p.answered and p.error is None and p.result is not None for p in batch)
+    assert [(pg.get(j).status, pg.get(j).attempt_id) for j in ("x", "y")] == [
+        (JobStatus.RUNNING, "x-1"), (JobStatus.RUNNING, "y-1")]
