@@ -16,12 +16,13 @@ the join. Two processes' batches over the same jobs (a duplicate delivery claime
 so lock them in the same order and wait for each other without a cycle.
 
 A batch that fails for anything but a lost connection is retried row by row, so one bad write
-fails alone; that includes a deadlock with another writer (the heartbeat's `renew` locks its rows
+fails alone. That includes a deadlock with another writer (the heartbeat's `renew` locks its rows
 in no set order; a plan that drove the UPDATE from the table would lock them in their physical
-order): PostgreSQL fails one statement of the cycle, and its batch is written row by row, each
-write with the result it would have had alone. A lost connection fails every write of the batch
-with StoreUnavailable: each caller's own retry loop handles it as it would a single write (a lost
-reply is recognised by its attempt id).
+order), which faults.RULES names an outage for a single write's retry loop: PostgreSQL fails one
+statement of the cycle, and its batch is written row by row, each write with the result it would
+have had alone. A lost connection fails every write of the batch with StoreUnavailable: each
+caller's own retry loop handles it as it would a single write (a lost reply is recognised by its
+attempt id).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import StoreUnavailable
+from .faults import rolled_back
 from .writes import RULE_FIELDS, JobWrite
 
 __all__ = ["GroupCommit", "batch_rows", "batch_write_sql"]
@@ -216,6 +218,9 @@ class GroupCommit:
             results = self._write_many([p.write for p in batch]) if len(batch) > 1 \
                 else [self._write_one(batch[0].write)]
         except StoreUnavailable as exc:
+            if rolled_back(exc):  # a deadlock with another writer (see the module doc)
+                self._one_by_one(batch)
+                return
             for pending in batch:
                 pending.answer(error=exc)
             return

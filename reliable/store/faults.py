@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import StoreMisconfigured, StoreUnavailable
 
-__all__ = ["RULES", "Diagnosis", "Fault", "Rule", "classify"]
+__all__ = ["RULES", "Diagnosis", "Fault", "Rule", "classify", "rolled_back"]
 
 
 class Fault(enum.Enum):
@@ -119,3 +119,15 @@ def classify(exc: BaseException) -> Diagnosis:
     if names & set(_CONNECTION_TYPES) or getattr(exc, "connection_invalidated", False):
         return _OUTAGE
     return Diagnosis(Fault.OTHER)
+
+
+def rolled_back(exc: BaseException) -> bool:
+    """Whether the server rolled the statement back for its conflict with another transaction
+    (SQLSTATE class 40: a deadlock, a serialization failure), on `exc` or the error it was raised
+    from: an outage for a single write's retry loop (RULES), but nothing wrong with the server."""
+    for error in (exc, exc.__cause__):
+        original = getattr(error, "orig", None) or error
+        sqlstate = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+        if sqlstate:
+            return str(sqlstate).startswith("40")
+    return False
