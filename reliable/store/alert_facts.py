@@ -16,6 +16,7 @@ __all__ = [
     "FAILURE_EVENTS",
     "LEASE_EXPIRY_EVENTS",
     "SUCCESS_EVENTS",
+    "UNCOUNTED_EVENTS",
     "EventCount",
     "EventCounts",
     "Facts",
@@ -26,7 +27,24 @@ __all__ = [
     "ScheduleFact",
     "ScheduleSlots",
     "StaleJobs",
+    "check_counted",
 ]
+
+#: The event kinds no query counts by kind over a window: every job writes them (a claim per attempt,
+#: a registration, each checkpoint save), and a job's own events are read through (job_id, id).
+#: On PostgreSQL the (event, at) index leaves them out (migration 0020): one entry fewer per claim.
+UNCOUNTED_EVENTS: tuple[str, ...] = ("checkpoint", "claim", "enqueued")
+
+
+def check_counted(events: Sequence[str]) -> None:
+    """Refuse a count or sample of events over a window that no index serves: one that names no
+    kind (there is no index on the time alone) or names an uncounted kind (UNCOUNTED_EVENTS)."""
+    if not events:
+        raise ValueError("name the event kinds to count: no index serves every kind over a window")
+    uncounted = sorted(set(events) & set(UNCOUNTED_EVENTS))
+    if uncounted:
+        raise ValueError(f"{', '.join(uncounted)} events are not indexed by kind (UNCOUNTED_EVENTS)")
+
 
 SUCCESS_EVENTS = ("succeed", "fast_succeed")
 #: A job that ended badly (the error-budget "bad events").
@@ -66,7 +84,8 @@ class GroupAges:
 class EventCounts:
     """Events of the given kinds within the last `window` seconds, per (queue, actor, event).
 
-    An empty `events` means every kind; `detail_contains` keeps events whose detail has that text,
+    `events` names at least one kind, none of UNCOUNTED_EVENTS (check_counted); `detail_contains`
+    keeps events whose detail has that text,
     `detail_lacks` those whose detail does not (or that have none); a non-empty `still_in` keeps
     events of jobs whose status is one of those states now (so an alert on jobs that went DEAD
     resolves once they are requeued, not when the window has passed).
@@ -77,6 +96,9 @@ class EventCounts:
     detail_contains: str | None = None
     still_in: tuple[str, ...] = ()
     detail_lacks: str | None = None
+
+    def __post_init__(self) -> None:
+        check_counted(self.events)
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,10 @@ class JobSample:
     since: float | None = None
     detail_contains: str | None = None
     still_in: tuple[str, ...] = ()  # with events: only jobs in these states now
+
+    def __post_init__(self) -> None:
+        if not self.states:
+            check_counted(self.events)
 
 
 @dataclass(frozen=True)

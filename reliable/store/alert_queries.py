@@ -1,7 +1,8 @@
 """Read-only queries that answer the evaluator's fact requests from the state store (SQLAlchemy Core).
 
 Each query filters on an indexed prefix: jobs(status, ...) via ix_reliable_jobs_status_*,
-job_events(event, at) via ix_reliable_job_events_event_at (or (at) when any event kind counts),
+job_events(event, at) via ix_reliable_job_events_event_at (each request names its kinds:
+alert_facts.check_counted),
 a job's attempts from its events (job_history.attempts_of) via ix_reliable_job_events_job.
 """
 

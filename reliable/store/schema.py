@@ -25,6 +25,7 @@ from sqlalchemy import (
 
 from ..inputs import MAX_JOB_ID
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
+from .alert_facts import UNCOUNTED_EVENTS
 
 __all__ = [
     "PARTIAL_JOB_INDEXES",
@@ -179,8 +180,12 @@ job_events = Table(
 )
 
 Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
-Index("ix_reliable_job_events_at", job_events.c.at)
-Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at)
+# Every count over a window names its event kinds (alert rules, the overview, the rate-limit count;
+# alert_facts.check_counted): no index on `at` alone, which each event row paid an entry for, and on
+# PostgreSQL no (event, at) entry for the kinds no count names (UNCOUNTED_EVENTS; migration 0020).
+# SQLite keeps a full index (its planner uses a partial index only when a query repeats the predicate).
+Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at,
+      postgresql_where=text("event NOT IN (" + ", ".join(f"'{e}'" for e in UNCOUNTED_EVENTS) + ")"))
 
 # What versions before migration 0018 wrote for each attempt. This version derives attempts from the
 # events (store/job_history.attempts_of) and neither reads nor writes this table; 0018 keeps it so

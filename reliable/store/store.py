@@ -45,6 +45,7 @@ from ..states import (
     late_target,
     target,
 )
+from .alert_facts import check_counted
 from .db import (
     DEFAULT_MAX_CONNECTIONS,
     POOL_TIMEOUT,
@@ -1033,7 +1034,9 @@ class StateStore:
             return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
     def count_recent_events(self, event: str, *, actor: str | None = None, window: float) -> int:
-        """How many `event` rows (of `actor`) were written in the last `window` seconds."""
+        """How many `event` rows (of `actor`) were written in the last `window` seconds (`event`:
+        one that (event, at) indexes, see alert_facts.check_counted)."""
+        check_counted((event,))
         stmt = select(func.count()).select_from(job_events).where(
             job_events.c.event == event, job_events.c.at >= self._now - window)
         if actor is not None:

@@ -96,7 +96,7 @@ def test_no_store_path_holds_two_connections_at_once(tight_store: StateStore) ->
                  lambda: store.effects("j0"), lambda: store.list_jobs(), store.count_by_status,
                  lambda: store.expired_leases(), lambda: store.due_retries(grace=0),
                  lambda: store.stale_pending(age=0), lambda: store.stopping_past(0), store.now,
-                 lambda: store.count_recent_events("claim", window=60),
+                 lambda: store.count_recent_events("succeed", window=60),
                  lambda: store.count_job_events("j0", "claim"), lambda: store.effect_recorded("j0", "unit-1")):
         read()
     assert watch.checkouts > 30
