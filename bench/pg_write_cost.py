@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--explain", action="store_true", help="WAL and buffers per statement (EXPLAIN ANALYZE)")
     parser.add_argument("--fillfactor", type=int, help="set reliable_jobs' fillfactor before registering")
+    parser.add_argument("--sql", action="append", default=[], help="run after the upgrade (e.g. try an index)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
     _run.batch = args.batch  # type: ignore[attr-defined]
@@ -102,6 +103,8 @@ def main() -> None:
         store.upgrade()
         with store.engine.begin() as c:
             c.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+            for statement in args.sql:
+                c.execute(text(statement))
             if args.fillfactor:
                 c.execute(text(f"ALTER TABLE reliable_jobs SET (fillfactor = {args.fillfactor})"))
         ids = [f"job-{uuid.uuid4().hex}" for _ in range(args.jobs)]
