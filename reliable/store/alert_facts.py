@@ -85,10 +85,10 @@ class EventCounts:
     """Events of the given kinds within the last `window` seconds, per (queue, actor, event).
 
     `events` names at least one kind, none of UNCOUNTED_EVENTS (check_counted); `detail_contains`
-    keeps events whose detail has that text,
-    `detail_lacks` those whose detail does not (or that have none); a non-empty `still_in` keeps
-    events of jobs whose status is one of those states now (so an alert on jobs that went DEAD
-    resolves once they are requeued, not when the window has passed).
+    keeps events whose detail has that text, `detail_lacks` those whose detail does not (or that
+    have none); a non-empty `still_in` keeps events of jobs whose status is one of those states now
+    (so an alert on jobs that went DEAD resolves once they are requeued, not when the window has
+    passed).
     """
 
     events: tuple[str, ...]
