@@ -232,9 +232,9 @@ def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: Base
         # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
         # trace; the broker's redelivered flag says an earlier run may have happened.
         detail = {"redelivered": True} if getattr(message, "redelivered", False) else None
-        job = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_succeed(
+        committed = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_committed(
             job_id, worker_id=mw.worker_id, attempt_id=attempt_id, detail=detail))
-        if job is None:
+        if not committed:
             logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
             message.options["store_results"] = False
         return
