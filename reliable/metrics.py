@@ -353,7 +353,7 @@ class Metrics:
             self._of(c.dead_letters, actor, queue).inc()
         elif name in ("need_review", "lease_expired_review"):
             self._of(c.review, actor, queue).inc()
-        if isinstance(detail, Mapping) and detail.get("budget_exhausted"):
+        if detail and isinstance(detail, Mapping) and detail.get("budget_exhausted"):  # most events: {}
             self._of(c.budget_exhausted, actor, queue).inc()
         kind = _RECOVERY_KINDS.get(name)
         if kind is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..options import own_queue
 from ..states import JobStatus
+from .frozen import built, field_names
 
 __all__ = ["Attempt", "Claim", "Effect", "ErrorInfo", "FanIn", "Job", "JobEvent", "LeaseStatus", "NewJob", "NodeResult",
            "home_queue_of"]
@@ -146,7 +147,11 @@ class Job:
         values["previous_status"] = JobStatus(prev) if prev else None
         for flag in ("pause_requested", "stop_requested", "cancel_requested"):
             values[flag] = bool(values[flag])
-        return cls(**values)
+        values.setdefault("delivery_digest", None)
+        return built(cls, values, _JOB_FIELDS)
+
+
+_JOB_FIELDS = field_names(Job)
 
 
 @dataclass(frozen=True)

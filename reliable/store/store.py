@@ -520,6 +520,18 @@ class StateStore:
         A retry after a lost reply finds its own commit by `attempt_id`; a refusal is recorded as
         `stale_commit_rejected` (detail.write = "fast_succeed").
         """
+        found = self._fast_succeed(job_id, worker_id=worker_id, attempt_id=attempt_id, detail=detail)
+        return found if found is None or isinstance(found, Job) else Job.from_row(found)
+
+    def fast_committed(self, job_id: str, *, worker_id: str, attempt_id: str,
+                       detail: Mapping[str, Any] | None = None) -> bool:
+        """`fast_succeed` for a caller that only needs to know whether the success was committed
+        (the worker after a fast-path run): the job row written is not decoded into a Job."""
+        return self._fast_succeed(job_id, worker_id=worker_id, attempt_id=attempt_id, detail=detail) is not None
+
+    def _fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str,
+                      detail: Mapping[str, Any] | None) -> Job | Mapping[str, Any] | None:
+        """`fast_succeed`'s write: the job row it wrote, the Job its earlier try committed, or None."""
         self.check_schema()
         result = self._sql.write(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id,
                                                   attempt_id=attempt_id, detail=_detail(detail)))
@@ -534,7 +546,7 @@ class StateStore:
                 "write": Event.FAST_SUCCEED.value, "status": current.status.value, "attempt_id": attempt_id})
             return None
         self._emit_one(result)
-        return Job.from_row(result[0])
+        return result[0]
 
     def _claim_refusal(self, job_id: str, job: Job | None, delivery_digest: str | None = None) -> ClaimRefused:
         if job is None:

@@ -45,6 +45,7 @@ from ..states import (
     sources,
     target,
 )
+from .frozen import built, field_names
 
 __all__ = ["FRESH_BUDGET", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
 
@@ -115,6 +116,9 @@ class JobWrite:
         return values
 
 
+_FIELDS = field_names(JobWrite)
+
+
 def transition_write(
     job_id: str, event: Event, *, lease_id: int | None = None, version: int | None = None,
     expired_only: bool = False, worker_id: str | None = None, attempt_id: str | None = None,
@@ -139,7 +143,7 @@ def transition_write(
     entering_retry_wait = rule["to_status"] == S.RETRY_WAIT.value
     if entering_retry_wait and delay is None:
         raise ValueError(f"{event.value}: entering RETRY_WAIT needs a delay")
-    return JobWrite(
+    return built(JobWrite, dict(
         job_id=job_id, lease_id=lease_id, version=version, expired_only=expired_only,
         lease_ttl=lease_ttl if claim and not release else None, delay=delay if entering_retry_wait else None,
         checkpoint=None, checkpoint_schema=checkpoint_schema, worker_id=worker_id if claim else None,
@@ -147,8 +151,9 @@ def transition_write(
         has_error=error is not None, error_class=(error or {}).get("error_class"),
         error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
         event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
-        detail=detail, traceback=(error or {}).get("traceback"), delivery_digest=delivery_digest, **rule,
-    )
+        detail=detail, traceback=(error or {}).get("traceback"), route_queue=None, delivery_digest=delivery_digest,
+        **rule,
+    ), _FIELDS)
 
 
 @functools.cache

@@ -19,7 +19,7 @@ failure as for any attempt. `skipped` gives back a job another middleware skippe
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import dramatiq
@@ -42,10 +42,15 @@ from .waiting import Row
 if TYPE_CHECKING:
     from .state import Worker
 
-__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "home_queue", "refuse",
-           "release_lease", "skipped", "take", "take_fast"]
+__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "home_queue", "new_attempt_id",
+           "refuse", "release_lease", "skipped", "take", "take_fast"]
 
 logger = logging.getLogger("reliable.middleware")
+
+
+def new_attempt_id() -> str:
+    """A new attempt id: 32 random hex digits (128 bits, as a uuid4's hex, at a fifth of its cost)."""
+    return os.urandom(16).hex()
 
 
 def before_run(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
@@ -105,7 +110,7 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
         if status is JobStatus.PENDING:
             mw.delivery.fast = job_id
             # The run's attempt id is chosen now, so the messages it sends name its span.
-            attempt_id = mw.delivery.fast_attempt = uuid.uuid4().hex
+            attempt_id = mw.delivery.fast_attempt = new_attempt_id()
             if mw.tracing is None:  # no span to start: the trace is worked out only for a message sent
                 _fast_run.set(FastRun(job_id, lambda: spans.message_trace(message).child(span_id_for(attempt_id))))
                 return
@@ -116,7 +121,7 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
         # Anything else (a retry, a paused or finished job, an unknown message): the durable
         # claim decides, as for any actor.
     # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
-    attempt_id = uuid.uuid4().hex
+    attempt_id = new_attempt_id()
     try:
         won = mw.runtime.with_store_retry("claim", lambda: mw.store.claim(
             job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id, delivery_digest=digest))
@@ -227,14 +232,14 @@ def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: Base
     let the durable path decide it (policy, retry, callbacks) as for any attempt."""
     job_id = message.message_id
     # One for every try: a retry after a lost reply finds its commit.
-    attempt_id: str = mw.delivery.fast_attempt or uuid.uuid4().hex
+    attempt_id: str = mw.delivery.fast_attempt or new_attempt_id()
     if exception is None:
         # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
         # trace; the broker's redelivered flag says an earlier run may have happened.
         detail = {"redelivered": True} if getattr(message, "redelivered", False) else None
-        job = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_succeed(
+        committed = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_committed(
             job_id, worker_id=mw.worker_id, attempt_id=attempt_id, detail=detail))
-        if job is None:
+        if not committed:
             logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
             message.options["store_results"] = False
         return

@@ -147,8 +147,7 @@ class ReliableMiddleware(Middleware):
         """Start this process's heartbeat and recovery loop (see `reliable.worker.boot`)."""
         boot(self, broker, worker)
         if readable():  # Dramatiq's private work queue, on the versions verified only
-            self.looks.watch(lambda: waiting_ids(worker, lambda m: self.plans.contract(
-                m.actor_name, m.queue_name, m.options).fast_path))
+            self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until

@@ -53,6 +53,7 @@ class Plans:
         self.broker: dramatiq.Broker | None = None
         self._plans: dict[str, ActorPlan] = {}
         self._contracts: dict[tuple[Any, ...], JobContract] = {}
+        self._fast: dict[tuple[str, str], bool] = {}
 
     def plan(self, actor_name: str) -> ActorPlan:
         """The plan of `actor_name` (kept once the broker declares the actor)."""
@@ -85,6 +86,19 @@ class Plans:
                 self._contracts[key] = contract
         return contract
 
+    def likely_fast(self, message: Any) -> bool:
+        """Whether a message waiting in the process is likely a fast-path delivery: the contract of
+        the first message seen per (actor, queue), not read again for each waiting message. A hint
+        for which jobs a batched look reads ahead (reliable.worker.waiting), never a decision: each
+        delivery's own claim reads its own contract."""
+        key = (message.actor_name, message.queue_name)
+        fast = self._fast.get(key)
+        if fast is None:
+            fast = self.contract(message.actor_name, message.queue_name, message.options).fast_path
+            if len(self._fast) < CONTRACT_CACHE:  # a body may name any queue: the map stays bounded
+                self._fast[key] = fast
+        return fast
+
     def check(self, actor: Any) -> None:
         """Resolve a declared actor's contract strictly: PolicyError naming the actor and option for a
         contradiction (e.g. `fast_path=True` with `resumable=True`)."""
@@ -94,3 +108,4 @@ class Plans:
         """Drop every plan and contract (an actor was (re-)declared: its options may have changed)."""
         self._plans.clear()
         self._contracts.clear()
+        self._fast.clear()

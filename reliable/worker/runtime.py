@@ -37,6 +37,18 @@ __all__ = ["Runtime"]
 
 logger = logging.getLogger("reliable.middleware")
 
+# This process's id, kept current by a fork hook: `ensure_process` runs several times per job, and
+# os.getpid() is a system call each time.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
 
 class Runtime:
     """One process's store, worker id, heartbeat and recovery thread (re-created after a fork)."""
@@ -70,10 +82,10 @@ class Runtime:
 
     def ensure_process(self) -> None:
         """Open this process's store and heartbeat, once per process id."""
-        pid = os.getpid()
-        if self.pid == pid:
+        if self.pid == _pid:
             return
         with self._lock:
+            pid = _pid
             if self.pid == pid:
                 return
             settings = self.settings

@@ -89,8 +89,10 @@ class Looks:
         self.looks = self.reads = 0
         self._stale_after, self._batch = stale_after, batch
         self._answers: dict[str, _Answer] = {}
-        self._in_flight: set[str] = set()
-        self._done = threading.Condition(threading.Lock())
+        # Each job in flight to the event its read sets: a read ending wakes only the threads
+        # waiting for one of its jobs (one condition for all woke every waiting thread, per read).
+        self._in_flight: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
 
     def watch(self, waiting: Callable[[], list[str]]) -> None:
         """Batch the looks over `waiting()` from now on (at the worker's boot)."""
@@ -99,30 +101,36 @@ class Looks:
     def look(self, job_id: str) -> Row:
         """The row of `job_id` as read at most `stale_after` seconds ago (by this call or by the
         look of another delivery that saw it waiting); the answer is used up."""
-        with self._done:
-            self.looks += 1
-            while True:
-                answer = self._answers.pop(job_id, None)
-                if answer is not None and self._clock() - answer.read_at <= self._stale_after:
-                    return answer.row
-                if job_id not in self._in_flight:
+        while True:
+            with self._lock:
+                if job_id in self._answers:
+                    answer = self._answers.pop(job_id)
+                    if self._clock() - answer.read_at <= self._stale_after:
+                        self.looks += 1
+                        return answer.row
+                flight = self._in_flight.get(job_id)
+                if flight is None:
+                    self.looks += 1
+                    ids = self._batch_of(job_id)
+                    done = threading.Event()
+                    for one in ids:
+                        self._in_flight[one] = done
+                    self.reads += 1
                     break
-                self._done.wait()
-            ids = self._batch_of(job_id)
-            self._in_flight.update(ids)
-            self.reads += 1
+            flight.wait()
         started = self._clock()
         rows: dict[str, tuple[str, str | None]] | None = None
         try:
             rows = self._read(ids)
         finally:
-            with self._done:
-                self._in_flight.difference_update(ids)
+            with self._lock:
+                for one in ids:
+                    del self._in_flight[one]
                 if rows is not None:
                     self._forget_stale()
                     for other in ids[1:]:
                         self._answers[other] = _Answer(rows.get(other), started)
-                self._done.notify_all()
+            done.set()
         return rows.get(job_id)
 
     def _batch_of(self, job_id: str) -> list[str]:

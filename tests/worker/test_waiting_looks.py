@@ -98,10 +98,11 @@ def test_threads_due_a_job_in_flight_wait_for_the_one_read(store: StateStore) ->
     answers: dict[str, Any] = {}
     first = threading.Thread(target=lambda: answers.update(a=looks.look("job-a")))
     first.start()
-    wait_for(lambda: looks._in_flight == {"job-a", "job-b"}, "the first read in flight")
+    wait_for(lambda: looks._in_flight.keys() == {"job-a", "job-b"}, "the first read in flight")
     second = threading.Thread(target=lambda: answers.update(b=looks.look("job-b")))
     second.start()
-    wait_for(lambda: len(looks._done._waiters) == 1, "the second thread waiting")  # type: ignore[attr-defined]
+    flight = looks._in_flight["job-b"]
+    wait_for(lambda: len(flight._cond._waiters) == 1, "the second thread waiting")  # type: ignore[attr-defined]
     release.set()
     first.join(30)
     second.join(30)
