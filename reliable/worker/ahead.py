@@ -12,10 +12,11 @@ The rules:
   dropped, and the delivery's own claim later decides and handles the refusal as it always did.
 - While it waits, its lease is renewed by the heartbeat like a running attempt's.
 - A claim not taken within `KEEP_FOR` seconds (its message skipped or requeued, lost) is handed
-  back (`StateStore.return_claim`: RUNNING -> PENDING, `claim_returned`, no attempt spent); at the
-  worker's shutdown every untaken one is (Dramatiq requeues the waiting messages in Worker.stop).
-  A hand-back that loses (the job was asked to stop, a pause stands) leaves the lease to expire:
-  recovery ends it as any other.
+  back (`StateStore.return_claim`: RUNNING -> PENDING, `claim_returned`, no attempt spent), looked
+  for at each claim of the process and at each pass of its recovery loop; at the worker's shutdown
+  every untaken one is (Dramatiq requeues the waiting messages in Worker.stop). A hand-back that
+  loses (the job was asked to stop, a pause stands) leaves the lease to expire: recovery ends it
+  as any other.
 - A thread whose delivery is being claimed ahead by another thread's batch waits for that batch's
   answer (`take`), so it never claims a job its own process holds.
 - A worker killed with claims held ahead leaves them RUNNING with leases nobody renews: recovery
@@ -78,7 +79,7 @@ class ClaimsAhead:
         self.enabled = False
         self.limit = 0
         #: Claims taken ahead, taken by their thread, handed back (logged at the worker's shutdown).
-        self.claimed = self.taken = self.returned = 0
+        self.claimed = self.taken = self.handed_back = 0
         self._waiting: Callable[[], list[Any]] = list
         self._keep_for, self._clock = keep_for, clock
         self._held: dict[str, Ahead] = {}
@@ -131,7 +132,8 @@ class ClaimsAhead:
             return held
 
     def overdue(self) -> list[Ahead]:
-        """The claims held longer than `keep_for` (removed: the caller hands them back)."""
+        """The claims held longer than `keep_for`, to hand back: in flight until `returned` (a
+        thread reaching its claim meanwhile waits, then claims from PENDING)."""
         with self._done:
             if not self._held:
                 return []
@@ -139,13 +141,26 @@ class ClaimsAhead:
             late = [a for a in self._held.values() if now - a.at > self._keep_for]
             for ahead in late:
                 del self._held[ahead.context.job_id]
+                self._in_flight.add(ahead.context.job_id)
             return late
 
     def drain(self) -> list[Ahead]:
-        """Every claim still held (removed: the worker is shutting down, the caller hands them back)."""
+        """Every claim still held, to hand back (the worker is shutting down): in flight until `returned`."""
         with self._done:
             held, self._held = list(self._held.values()), {}
+            self._in_flight.update(self._held_ids(held))
             return held
+
+    def returned(self, job_id: str, *, written: bool) -> None:
+        """The hand-back of `job_id`'s claim ended (`written`: committed); wake a thread waiting for it."""
+        with self._done:
+            self._in_flight.discard(job_id)
+            self.handed_back += written
+            self._done.notify_all()
+
+    @staticmethod
+    def _held_ids(held: list[Ahead]) -> list[str]:
+        return [ahead.context.job_id for ahead in held]
 
     def now(self) -> float:
         """The clock the claims are timed by."""

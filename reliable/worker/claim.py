@@ -229,18 +229,19 @@ def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | Non
 def hand_back(mw: Worker, claims: list[Ahead], why: str) -> None:
     """Give back claims held ahead and not taken (`StateStore.return_claim`), stop renewing them."""
     for held in claims:
+        job_id, written = held.context.job_id, False
         release_lease(mw, held.context)
         try:
-            job = mw.store.return_claim(held.context.job_id, held.context.fencing_token, worker_id=mw.worker_id)
+            written = mw.store.return_claim(job_id, held.context.fencing_token, worker_id=mw.worker_id) is not None
         except Exception:
-            logger.warning("job %s: claim ahead not handed back (%s); its lease will expire",
-                           held.context.job_id, why, exc_info=True)
-            continue
-        if job is None:
-            logger.info("job %s: claim ahead not handed back (%s): the job moved on; its lease will expire",
-                        held.context.job_id, why)
+            logger.warning("job %s: claim ahead not handed back (%s); its lease will expire", job_id, why,
+                           exc_info=True)
         else:
-            mw.ahead.returned += 1
+            if not written:
+                logger.info("job %s: claim ahead not handed back (%s): the job moved on; its lease will expire",
+                            job_id, why)
+        finally:
+            mw.ahead.returned(job_id, written=written)
 
 
 def home_queue(mw: Worker, message: Any) -> str:

@@ -154,6 +154,8 @@ class ReliableMiddleware(Middleware):
                 m.actor_name, m.queue_name, m.options).fast_path))
             if self.store.group_commit_stats() is not None:  # the claims ahead ride the claim's batch
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
+                # An idle process too hands back what no thread took (a busy one also does at each claim).
+                self.runtime.every_pass.append(lambda: claim.hand_back(self, self.ahead.overdue(), "not taken in time"))
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
@@ -166,7 +168,7 @@ class ReliableMiddleware(Middleware):
         claim.hand_back(self, self.ahead.drain(), "worker shutdown")
         if self.ahead.claimed:
             logger.info("claims ahead: %d claimed, %d taken, %d handed back",
-                        self.ahead.claimed, self.ahead.taken, self.ahead.returned)
+                        self.ahead.claimed, self.ahead.taken, self.ahead.handed_back)
         self.runtime.shutdown()
         if self.looks.reads:
             logger.info("fast-path looks: %d looks in %d reads", self.looks.looks, self.looks.reads)

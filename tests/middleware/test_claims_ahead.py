@@ -111,7 +111,15 @@ def test_a_claim_for_another_digest_is_not_taken_and_an_old_one_is_handed_over()
     assert ahead.pick("own", lambda m: "digest") == []  # held already
     assert ahead.overdue() == []
     now[0] = 10.5
-    assert ahead.overdue() == [held] and ahead.take("job-1", "digest") is None
+    assert ahead.overdue() == [held]
+    # While it is handed back, the job's delivery waits (its own claim would find it RUNNING).
+    taken: list[Any] = []
+    waiter = threading.Thread(target=lambda: taken.append(ahead.take("job-1", "digest")))
+    waiter.start()
+    wait_for(lambda: waiter.is_alive(), "the thread to wait")
+    ahead.returned("job-1", written=True)
+    waiter.join(10)
+    assert taken == [None] and ahead.handed_back == 1  # then it claims the PENDING job itself
 
 
 def test_claims_ahead_ride_the_batches_and_every_job_runs_once(harness: Harness) -> None:
@@ -133,4 +141,4 @@ def test_claims_ahead_ride_the_batches_and_every_job_runs_once(harness: Harness)
         assert not ahead.enabled and ahead.claimed == 0
         return
     assert ahead.enabled and ahead.claimed >= (JOBS - 2) // 2  # every other claim at least rode a batch
-    assert ahead.taken == ahead.claimed and ahead.returned == 0
+    assert ahead.taken == ahead.claimed and ahead.handed_back == 0
