@@ -20,7 +20,9 @@ The rules:
 - A thread whose delivery is being claimed ahead by another thread's batch waits for that batch's
   answer (`take`), so it never claims a job its own process holds.
 - A worker killed with claims held ahead leaves them RUNNING with leases nobody renews: recovery
-  expires them as any other.
+  expires them as any other, as crashed attempts (nothing tells a claim held ahead from a run).
+  So only jobs whose crash is retried (`retry_on_crash`, by default the idempotent ones) are
+  claimed ahead: a job that a crash would send to REVIEW is never claimed before its run.
 """
 
 from __future__ import annotations

@@ -206,9 +206,10 @@ def _claim_with_ahead(mw: Worker, broker: dramatiq.Broker, job_id: str, attempt_
 def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | None:
     """The digest to claim this waiting message's job ahead with, or None when its own claim would
     not be straightforward (the rule of reliable.worker.ahead, in `claim`'s terms): a tracked
-    actor off the fast path, its queue the one it was consumed from and its actor's own (no routed
-    retry's lane: `home_queue` reads nothing), that queue not paused, its actor without limits,
-    and a well-formed message whose digest can be computed as `delivery.digest_of` does."""
+    actor off the fast path whose crash is retried (`retry_on_crash`), its queue the one it was
+    consumed from and its actor's own (no routed retry's lane: `home_queue` reads nothing), that
+    queue not paused, its actor without limits, and a well-formed message whose digest can be
+    computed as `delivery.digest_of` does."""
     actor = message.actor_name
     if not mw.tracked(broker, actor):
         return None
@@ -216,7 +217,10 @@ def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | Non
     declared = mw.plans.plan(actor).queue
     if consumed not in (None, delivered) or declared not in (None, delivered):
         return None
-    if mw.plans.contract(actor, delivered, message.options).fast_path or mw.paused_queues.is_paused(delivered):
+    contract = mw.plans.contract(actor, delivered, message.options)
+    # A claim ahead that its worker's death leaves is recovered as a crashed attempt (nothing tells
+    # it from a run): only a job whose crash is retried, never one a crash would send to review.
+    if contract.fast_path or not contract.retry_on_crash or mw.paused_queues.is_paused(delivered):
         return None
     if mw.admission.gate.spec_for(broker, actor) is not None or delivery.malformed(message) is not None:
         return None

@@ -66,6 +66,12 @@ def test_only_straightforward_claims_are_taken_ahead(harness: Harness) -> None:
     @dramatiq.actor(reliable=False)
     def untracked(n: int) -> None: ...
 
+    @dramatiq.actor(idempotent=False)
+    def charge(n: int) -> None: ...
+
+    @dramatiq.actor(idempotent=False, retry_on_crash=True)
+    def resend(n: int) -> None: ...
+
     def of(actor: Any, **changes: Any) -> Any:
         sent = actor.message(1)
         return sent.copy(**changes)
@@ -77,6 +83,8 @@ def test_only_straightforward_claims_are_taken_ahead(harness: Harness) -> None:
     assert claim.ahead_digest(mw, broker, of(durable, queue_name="elsewhere")) is None  # home_queue would read
     assert claim.ahead_digest(mw, broker, of(durable, message_id="not a job id\n")) is None  # refused by its own
     assert claim.ahead_digest(mw, broker, of(untracked)) is None
+    assert claim.ahead_digest(mw, broker, of(charge)) is None  # its worker's death would send it to review
+    assert claim.ahead_digest(mw, broker, of(resend)) is not None  # a crash is retried
     assert claim.ahead_digest(mw, broker, of(billing)) is not None
     queue_pauses.pause(harness.store, "billing", reason="test", identity=Operator("oncall", "h", "test"))
     mw.paused_queues = type(mw.paused_queues)(lambda: harness.store, refresh=0.0)
