@@ -218,6 +218,23 @@ def batch_size(log: Path) -> float | None:
     return writes / batches if batches else None
 
 
+def statements_per_job(log: Path, jobs: int) -> str | None:
+    """Group commit's writes and batches (statements, commits) per job of a run, and its claims ahead,
+    from the worker processes' shutdown lines (None: no group commit)."""
+    text = log.read_text(errors="replace")
+    counts = [(int(w), int(b)) for w, b in re.findall(r"group commit: (\d+) writes in (\d+) batches", text)]
+    if not counts:
+        return None
+    ahead = re.findall(r"claims ahead: (\d+) claimed, (\d+) taken, (\d+) handed back", text)
+    line = (f"group commit {sum(w for w, _ in counts) / jobs:.2f} writes/job in "
+            f"{sum(b for _, b in counts) / jobs:.2f} batches/job")
+    if ahead:
+        totals = [sum(int(found[i]) for found in ahead) for i in range(3)]
+        line += "; claims ahead per job: " + ", ".join(
+            f"{n / jobs:.2f} {what}" for n, what in zip(totals, ("claimed", "taken", "handed back"), strict=True))
+    return line
+
+
 def _actor_for(mode: str) -> str:
     """The no-op actor a mode runs: on the fast path, with limits (reliable.limits), or plain."""
     return "fast_noop" if "fast" in mode else "limited_noop" if "limited" in mode else "noop"
@@ -374,6 +391,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
         if database and store_url:
             drop_pg(store_url)
     per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
+    if (statements := statements_per_job(log, jobs)) is not None:
+        print(f"{mode}: {statements}", file=sys.stderr, flush=True)
     return jobs / (end - start), per_job, batch_size(log)
 
 

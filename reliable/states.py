@@ -6,7 +6,7 @@ Who moves jobs in and out of each state:
               restart, retry). out: worker (claim, another middleware's skip), operator (pause,
               stop, cancel).
 - RUNNING     in: worker (claim). out: worker (success, failure, pause observed, another
-              middleware's skip or abort), operator
+              middleware's skip or abort, a claim ahead handed back unused), operator
               (stop/cancel request), recovery (lease expired).
 - RETRY_WAIT  in: worker (retryable failure), recovery (lease expired, backoff).
               out: worker (claim of the delayed message once due, another middleware's skip
@@ -38,6 +38,7 @@ __all__ = [
     "LATE_COMPLETION_FROM",
     "ONE_WRITE_RUNS",
     "RERUN_EVENTS",
+    "RETURNED_CLAIMS",
     "TERMINAL_STATES",
     "TRANSITIONS",
     "UNFINISHED_STATES",
@@ -92,6 +93,9 @@ class Event(StrEnum):
     SKIPPED_FAILED = "skipped_failed"
     #: Another middleware interrupted the running actor to end it (dramatiq-abort's abort).
     ABORTED = "aborted"
+    #: A claim taken ahead for a message waiting in the worker's own queue, handed back unused
+    #: (its message was not taken in time, or the worker shut down): no attempt was spent.
+    CLAIM_RETURNED = "claim_returned"
     # operator
     PAUSE = "pause"
     PAUSE_REQUEST = "pause_requested"
@@ -149,6 +153,8 @@ TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
     (S.RETRY_WAIT, E.SKIPPED_FAILED): S.FAILED,
     (S.RUNNING, E.SKIPPED_FAILED): S.FAILED,
     (S.RUNNING, E.ABORTED): S.CANCELLED,
+    # A claim ahead handed back (see RETURNED_CLAIMS): fenced by its lease like any worker write.
+    (S.RUNNING, E.CLAIM_RETURNED): S.PENDING,
     # operator
     (S.PENDING, E.PAUSE): S.PAUSED,
     (S.RETRY_WAIT, E.PAUSE): S.PAUSED,
@@ -207,6 +213,11 @@ AT_REST_STATES: frozenset[JobStatus] = TERMINAL_STATES | {S.PAUSED, S.STOPPED, S
 #: Events whose write takes and releases a lease at once: a run committed with no claim before it.
 ONE_WRITE_RUNS: frozenset[Event] = frozenset({E.FAST_SUCCEED})
 
+#: Events that give back a claim whose attempt never started (reliable.worker.ahead): the job's
+#: attempt counter reads as before the claim, its lease_id stays spent (fencing is monotonic), its
+#: message is still on its way (dispatched_at kept), and job_history counts no attempt for it.
+RETURNED_CLAIMS: frozenset[Event] = frozenset({E.CLAIM_RETURNED})
+
 #: What a worker's attempt can end with (the events of `StateStore.finish`).
 WORKER_OUTCOMES: frozenset[Event] = frozenset({
     E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PAUSE_OBSERVED,
@@ -218,7 +229,7 @@ FAILURE_OUTCOMES: frozenset[Event] = frozenset({E.RETRY, E.FAIL, E.NEED_REVIEW, 
 
 #: Outcomes that would run the job again by themselves. They are refused while a pause is
 #: requested (the pause wins: see `honour_requests`).
-RERUN_EVENTS: frozenset[Event] = frozenset({E.RETRY, E.LEASE_EXPIRED, E.LEASE_EXPIRED_BACKOFF})
+RERUN_EVENTS: frozenset[Event] = frozenset({E.RETRY, E.LEASE_EXPIRED, E.LEASE_EXPIRED_BACKOFF, E.CLAIM_RETURNED})
 
 #: Stop outcomes that a standing cancel request upgrades (they are refused while one stands).
 CANCEL_UPGRADES: Mapping[Event, Event] = {E.STOP_OBSERVED: E.CANCEL_OBSERVED, E.FORCE_STOP: E.FORCE_CANCEL}

@@ -38,7 +38,7 @@ from ..errors import StoreUnavailable
 from .faults import rolled_back
 from .writes import RULE_FIELDS, JobWrite
 
-__all__ = ["GroupCommit", "batch_rows", "batch_write_sql"]
+__all__ = ["GroupCommit", "WriteResult", "batch_rows", "batch_write_sql"]
 
 WriteResult = tuple[dict[str, Any], dict[str, Any]] | None
 _CAST_PARAM = re.compile(r"%\((\w+)\)s::([a-z0-9]+(?:\[\])?)")
@@ -181,6 +181,28 @@ class GroupCommit:
                 self._thread.start()
             self._cond.notify()
         return pending.wait()
+
+    def write_all(self, writes: Sequence[JobWrite]) -> list[WriteResult | BaseException]:
+        """Execute `writes` together (the same batch while it has room): each one's result, or the
+        error that failed it, in order. One waiting thread for several writes: a worker's claim
+        with the claims it takes ahead (reliable.worker.ahead)."""
+        if self._pid != os.getpid():
+            self._reset()
+        pendings = [_Pending(write) for write in writes]
+        with self._cond:
+            self._queue.extend(pendings)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._flush_forever, name="reliable-group-commit",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        results: list[WriteResult | BaseException] = []
+        for pending in pendings:
+            try:
+                results.append(pending.wait())
+            except BaseException as exc:
+                results.append(exc)
+        return results
 
     def _take(self) -> list[_Pending]:
         with self._cond:

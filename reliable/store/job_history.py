@@ -6,8 +6,10 @@ attempt row since migration 0018): an attempt starts with the event that moves t
 active state (a claim) and ends with the first event of the same attempt id that moves it out of
 one (an outcome, a recovery's lease_expired, an operator's force_stop...), which gives its outcome
 and error. An attempt with no end yet is running, or its worker died and recovery has not seen the
-expired lease yet. A fast-path commit (a lease taken and released in one write) never enters an
-active state: it is no attempt here, as it never had an attempt row. The checkpoint an attempt
+expired lease yet. A claim handed back unused (states.RETURNED_CLAIMS: a claim taken ahead for a
+waiting message) is no attempt either: its claim and its return are left out. A fast-path commit
+(a lease taken and released in one write) never enters an active state: it is no attempt here, as
+it never had an attempt row. The checkpoint an attempt
 resumed from is the number of checkpoints saved before its claim (each `checkpoint` event is one
 save; the job's checkpoint_version counts them and nothing else).
 """
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, or_, select
 
-from ..states import ACTIVE_STATES
+from ..states import ACTIVE_STATES, RETURNED_CLAIMS
 from .records import Attempt, JobEvent
 from .schema import job_events
 
@@ -31,6 +33,7 @@ __all__ = ["attempt_tracebacks", "attempts_of", "event_names", "last_failure", "
 
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 _CHECKPOINT = "checkpoint"
+_RETURNED = frozenset(e.value for e in RETURNED_CLAIMS)
 
 
 def starts_attempt(from_status: str | None, to_status: str | None) -> bool:
@@ -64,6 +67,8 @@ def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
                     "worker_id": row.worker_id, "started_at": row.at, "ended_at": None, "outcome": None,
                     "error_class": None, "error_type": None, "error_message": None,
                     "checkpoint_version_start": int(row.saves)}
+        elif row.event in _RETURNED:  # a claim ahead handed back unused: it never was an attempt
+            started.pop(row.attempt_id, None)
         else:
             attempt = started.get(row.attempt_id)
             if attempt is not None and attempt["ended_at"] is None:

@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..states import ACTIVE_STATES
-from .batching import GroupCommit, batch_rows, batch_write_sql
+from .batching import GroupCommit, WriteResult, batch_rows, batch_write_sql
 from .db import pool_exhausted, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
@@ -246,6 +246,19 @@ class SqlRunner:
         job = dict(zip(JOB_COLUMNS, row, strict=True))
         event = self.execute(tx, "event", params).fetchone()
         return job, dict(zip(EVENT_COLUMNS, event, strict=True))
+
+    def write_together(self, writes: Sequence[JobWrite]) -> list[WriteResult | BaseException]:
+        """Execute `writes` in one group-commit batch (each its own guard and result, or the error
+        that failed it); without group commit, one after another."""
+        if self.group_commit is not None:
+            return self.group_commit.write_all(writes)
+        results: list[WriteResult | BaseException] = []
+        for write in writes:
+            try:
+                results.append(self._write_alone(write))
+            except Exception as exc:
+                results.append(exc)
+        return results
 
     @contextmanager
     def _kept_connection(self) -> Iterator[Any]:

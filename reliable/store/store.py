@@ -455,12 +455,57 @@ class StateStore:
         write = transition_write(job_id, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
                                  attempt_id=attempt_id or uuid.uuid4().hex, from_states=from_states,
                                  delivery_digest=delivery_digest)
-        result = self._sql.write(write)
+        return self._claimed(write, self._sql.write(write), delivery_digest)
+
+    def claim_with_ahead(self, job_id: str, *, worker_id: str, lease_ttl: float, attempt_id: str,
+                         delivery_digest: str | None, ahead: Sequence[tuple[str, str | None]]
+                         ) -> tuple[Claim | ClaimRefused, dict[str, Claim]]:
+        """`claim`, and in the same group-commit batch the claims of `ahead` ((job id, delivery
+        digest) of messages waiting in the worker's own queue): the claim as `claim` answers it
+        (its refusal returned, not raised, so the claims ahead that won are never lost to it), and
+        the claims ahead that won, by job id. A claim ahead refused (or failed) is simply not in
+        the answer: its delivery's own claim decides later. A store error of the delivery's own
+        claim is raised as from `claim`."""
+        self.check_schema()
+        write = transition_write(job_id, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
+                                 attempt_id=attempt_id, delivery_digest=delivery_digest)
+        others = [transition_write(other, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
+                                   attempt_id=uuid.uuid4().hex, delivery_digest=digest) for other, digest in ahead]
+        results = self._sql.write_together([write, *others])
+        won: dict[str, Claim] = {}
+        for other, result in zip(others, results[1:], strict=True):
+            if isinstance(result, tuple):
+                self._emit_one(result)
+                won[other.job_id] = Claim(Job.from_row(result[0]))
+        own = results[0]
+        if isinstance(own, BaseException):
+            raise own
+        try:
+            return self._claimed(write, own, delivery_digest), won
+        except ClaimRefused as refused:
+            return refused, won
+
+    def return_claim(self, job_id: str, lease_id: int, *, worker_id: str) -> Job | None:
+        """Hand back a claim taken ahead and never used (`claim_returned`: RUNNING -> PENDING, fenced
+        by `lease_id`): the job's attempt counter reads as before the claim, its message is still
+        on its way. None when the lease no longer holds or the job left RUNNING (a stop or cancel
+        request, recovery) or a pause is requested: recovery then ends that lease as any other."""
+        self.check_schema()
+        result = self._sql.write(transition_write(job_id, Event.CLAIM_RETURNED, lease_id=lease_id,
+                                                  worker_id=worker_id))
         if result is None:
-            current = self.find(job_id)
+            return None
+        self._emit_one(result)
+        return Job.from_row(result[0])
+
+    def _claimed(self, write: JobWrite, result: tuple[dict[str, Any], dict[str, Any]] | None,
+                 delivery_digest: str | None) -> Claim:
+        """The answer to a claim's write (`claim`)."""
+        if result is None:
+            current = self.find(write.job_id)
             if current is not None and current.attempt_id == write.attempt_id and current.status in ACTIVE_STATES:
                 return Claim(current)  # our own claim committed, its reply was lost: a retry finds it
-            raise self._claim_refusal(job_id, current, delivery_digest)
+            raise self._claim_refusal(write.job_id, current, delivery_digest)
         self._emit_one(result)
         return Claim(Job.from_row(result[0]))
 

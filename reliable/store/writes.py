@@ -20,6 +20,8 @@ writes here, so what a transition sets cannot differ between callers:
   dispatched_at: entering PENDING, "now" when the caller publishes, otherwise cleared so the
   sweeper publishes (the worker's retry publishes its delayed message itself).
 - retry_count: counted entering RETRY_WAIT, reset by restart and requeue (a fresh budget).
+- a returned claim (RETURNED_CLAIMS): the attempt counter goes back by one (no attempt was
+  spent), the lease is released, dispatched_at is kept (the message is still in the broker).
 - attempts: no row of their own. The claim's event row (entering an active state) starts one and
   the event of the transition out of an active state ends it; reliable/store/job_history.py
   derives a job's attempts from those rows. A fast-path commit (FAST_SUCCEED: a lease taken and
@@ -40,6 +42,7 @@ from ..states import (
     CANCEL_UPGRADES,
     ONE_WRITE_RUNS,
     RERUN_EVENTS,
+    RETURNED_CLAIMS,
     Event,
     JobStatus,
     sources,
@@ -79,6 +82,7 @@ class JobWrite:
     transition: bool
     claim: bool
     release: bool
+    unclaim: bool  # a claim handed back unused: the attempt counter goes back by one
     lease_ttl: float | None
     at_rest: bool
     delay: float | None
@@ -163,7 +167,9 @@ def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool
     allowed = sources(event) if from_states is None else from_states
     claim = (to in ACTIVE_STATES and not (sources(event) & ACTIVE_STATES)) or event in ONE_WRITE_RUNS
     release = to not in ACTIVE_STATES
-    if to is S.PENDING:
+    if event in RETURNED_CLAIMS:
+        dispatch_mode = "keep"  # its message is still in the broker (requeued, or on its way to us)
+    elif to is S.PENDING:
         dispatch_mode = "now" if dispatch else "clear"
     elif to is S.RETRY_WAIT:
         dispatch_mode = "now" if dispatch or (dispatch is None and event is E.RETRY) else "clear"
@@ -180,7 +186,8 @@ def _rule(event: Event, from_states: frozenset[JobStatus] | None, dispatch: bool
         "event": event.value, "sources": sorted(s.value for s in allowed), "due_only": claim,
         "unpaused_only": event in RERUN_EVENTS, "uncancelled_only": event in CANCEL_UPGRADES,
         "to_status": to.value, "transition": True, "claim": claim,
-        "release": release, "at_rest": to in AT_REST_STATES, "schedule": to in (S.PENDING, S.RETRY_WAIT),
+        "release": release, "unclaim": event in RETURNED_CLAIMS, "at_rest": to in AT_REST_STATES,
+        "schedule": to in (S.PENDING, S.RETRY_WAIT),
         "dispatch": dispatch_mode, "retries": retries, "request_pause": request == "pause",
         "request_stop": request == "stop", "request_cancel": request == "cancel",
         "checkpoint_op": "clear" if event in _FROM_SCRATCH else "keep",
@@ -209,7 +216,7 @@ def event_write(
         sources=sorted(s.value for s in ACTIVE_STATES) if active_only else None,
         lease_id=lease_id if saving or active_only else None, version=None, expired_only=False,
         due_only=False, unpaused_only=False, uncancelled_only=False, to_status=None, transition=False,
-        claim=False, release=False,
+        claim=False, release=False, unclaim=False,
         lease_ttl=lease_ttl, at_rest=False, delay=None, schedule=False, dispatch="keep", retries="keep",
         request_pause=False, request_stop=False, request_cancel=False,
         checkpoint_op="save" if saving else "keep", checkpoint=checkpoint, checkpoint_schema=None,

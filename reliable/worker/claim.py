@@ -30,9 +30,10 @@ from ..errors import ClaimRefused, JobIdConflict, MessageRefused
 from ..inputs import clip
 from ..limits.gate import fast_path_allowed
 from ..states import JobStatus
-from ..store import Job
+from ..store import Claim, Job
 from ..tracecontext import span_id_for
 from . import after_commit, completion, delivery, groups, outcome, paused, spans
+from .ahead import Ahead
 from .context import FastRun, JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
@@ -42,8 +43,22 @@ from .waiting import Row
 if TYPE_CHECKING:
     from .state import Worker
 
-__all__ = ["after_run", "before_run", "claim", "claim_after_run", "fast_done", "home_queue", "new_attempt_id",
-           "refuse", "release_lease", "skipped", "take", "take_fast"]
+__all__ = [
+    "after_run",
+    "ahead_digest",
+    "before_run",
+    "claim",
+    "claim_after_run",
+    "fast_done",
+    "hand_back",
+    "home_queue",
+    "new_attempt_id",
+    "refuse",
+    "release_lease",
+    "skipped",
+    "take",
+    "take_fast",
+]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -120,11 +135,18 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
             return
         # Anything else (a retry, a paused or finished job, an unknown message): the durable
         # claim decides, as for any actor.
+    held = mw.ahead.take(job_id, digest)
+    if held is not None:  # claimed ahead by this process's batch: the claim is won already
+        mw.admission.bind(broker, message, held.claim)
+        held.context.adopt(spans.start(mw.tracing, message, attempt=held.claim.job.attempt,
+                                       attempt_id=held.claim.attempt_id))
+        mw.delivery.context = held.context
+        held.context.enter()
+        return
     # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
     attempt_id = new_attempt_id()
     try:
-        won = mw.runtime.with_store_retry("claim", lambda: mw.store.claim(
-            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id, delivery_digest=digest))
+        won = _claim_with_ahead(mw, broker, job_id, attempt_id, digest)
     except ClaimRefused as refused:
         if refused.reason != "not_found":
             refuse(mw, broker, message, refused)
@@ -146,6 +168,90 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     context = hold(mw, message, won, span_id=span_id)
     mw.delivery.context = context
     context.enter()
+
+
+def _claim_with_ahead(mw: Worker, broker: dramatiq.Broker, job_id: str, attempt_id: str, digest: str) -> Claim:
+    """The delivery's claim (raises ClaimRefused as `StateStore.claim`), in the same batch as the
+    claims ahead of the messages waiting in the process (reliable.worker.ahead), which are held
+    from now on. Only the first try claims ahead: a retry after a lost reply claims its own job
+    alone (a claim ahead whose reply was lost is recovered as any unrenewed lease)."""
+    if late := mw.ahead.overdue():
+        hand_back(mw, late, "not taken in time")
+    picked = mw.ahead.pick(job_id, lambda waiting: ahead_digest(mw, broker, waiting))
+    if not picked:
+        alone: Claim = mw.runtime.with_store_retry("claim", lambda: mw.store.claim(
+            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id, delivery_digest=digest))
+        return alone
+    won: dict[str, Ahead] = {}
+    tries = 0
+
+    def write() -> Claim:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            return mw.store.claim(job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl,
+                                  attempt_id=attempt_id, delivery_digest=digest)
+        own, others = mw.store.claim_with_ahead(
+            job_id, worker_id=mw.worker_id, lease_ttl=mw.lease_ttl, attempt_id=attempt_id,
+            delivery_digest=digest, ahead=[(m.message_id, d) for m, d in picked])
+        at = mw.ahead.now()
+        for waiting, waiting_digest in picked:
+            if (claimed := others.get(waiting.message_id)) is not None:
+                won[waiting.message_id] = Ahead(claimed, hold(mw, waiting, claimed), waiting_digest, at)
+        if isinstance(own, ClaimRefused):
+            raise own
+        return own
+
+    try:
+        claimed: Claim = mw.runtime.with_store_retry("claim", write)
+        return claimed
+    finally:
+        mw.ahead.settle(picked, won)
+
+
+def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | None:
+    """The digest to claim this waiting message's job ahead with, or None when its own claim would
+    not be straightforward (the rule of reliable.worker.ahead, in `claim`'s terms): a tracked
+    actor off the fast path whose crash is retried (`retry_on_crash`), its queue the one it was
+    consumed from and its actor's own (no routed retry's lane: `home_queue` reads nothing), that
+    queue not paused, its actor without limits, and a well-formed message whose digest can be
+    computed as `delivery.digest_of` does."""
+    actor = message.actor_name
+    if not mw.tracked(broker, actor):
+        return None
+    delivered, consumed = delivery.delivered_queue(message)
+    declared = mw.plans.plan(actor).queue
+    if consumed not in (None, delivered) or declared not in (None, delivered):
+        return None
+    contract = mw.plans.contract(actor, delivered, message.options)
+    # A claim ahead that its worker's death leaves is recovered as a crashed attempt (nothing tells
+    # it from a run): only a job whose crash is retried, never one a crash would send to review.
+    if contract.fast_path or not contract.retry_on_crash or mw.paused_queues.is_paused(delivered):
+        return None
+    if mw.admission.gate.spec_for(broker, actor) is not None or delivery.malformed(message) is not None:
+        return None
+    try:
+        return delivery.delivered_digest(message)
+    except Exception:  # its own claim refuses it (delivery.digest_of)
+        return None
+
+
+def hand_back(mw: Worker, claims: list[Ahead], why: str) -> None:
+    """Give back claims held ahead and not taken (`StateStore.return_claim`), stop renewing them."""
+    for held in claims:
+        job_id, written = held.context.job_id, False
+        release_lease(mw, held.context)
+        try:
+            written = mw.store.return_claim(job_id, held.context.fencing_token, worker_id=mw.worker_id) is not None
+        except Exception:
+            logger.warning("job %s: claim ahead not handed back (%s); its lease will expire", job_id, why,
+                           exc_info=True)
+        else:
+            if not written:
+                logger.info("job %s: claim ahead not handed back (%s): the job moved on; its lease will expire",
+                            job_id, why)
+        finally:
+            mw.ahead.returned(job_id, written=written)
 
 
 def home_queue(mw: Worker, message: Any) -> str:
@@ -274,6 +380,12 @@ def skipped(mw: Worker, broker: dramatiq.Broker, message: Any, skip: Skip) -> No
     another middleware's ends the job, as Dramatiq acks a skipped message for good: fenced by the
     lease when reliable had claimed it, by the version read when not (`skips.end_unclaimed`)."""
     context = None if take_fast(mw, message) else take(mw, message)
+    if context is None and (held := _held_ahead(mw, message)) is not None:
+        if skip.own:  # put off or refused by reliable before its claim: the claim ahead goes back
+            hand_back(mw, [held], "its delivery was put off")
+        else:  # another middleware skipped it before our hook: end it under the claim ahead's lease
+            held.context.adopt(None)
+            context = held.context
     if context is None:
         if not skip.own and mw.tracked(broker, message.actor_name):
             job = mw.runtime.with_store_retry("skipped", lambda: end_unclaimed(mw.store, message, skip))
@@ -290,6 +402,17 @@ def skipped(mw: Worker, broker: dramatiq.Broker, message: Any, skip: Skip) -> No
         after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, [])
     finally:
         release_lease(mw, context)
+
+
+def _held_ahead(mw: Worker, message: Any) -> Ahead | None:
+    """The claim held ahead for this skipped delivery, if any (used up)."""
+    if not mw.ahead.enabled or delivery.malformed(message) is not None:
+        return None
+    try:
+        digest = delivery.delivered_digest(message)
+    except Exception:
+        return None
+    return mw.ahead.take(message.message_id, digest)
 
 
 def take_fast(mw: Worker, message: Any) -> bool:

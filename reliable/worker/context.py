@@ -318,6 +318,12 @@ class JobContext:
             c = self._control
             return _Control(c.status, c.pause_requested, c.cancel_requested, c.lease_lost, c.stop_requested_at)
 
+    def adopt(self, span_id: str | None) -> None:
+        """The calling thread runs this attempt, with this span: a claim held ahead was made by
+        another thread's batch (reliable.worker.ahead), so interrupts must reach this one."""
+        with self._lock:
+            self.thread_id, self.span_id = threading.get_ident(), span_id
+
     def enter(self) -> None:
         """Make this the current job of the calling thread (the actor is about to run)."""
         _current.set(self)

@@ -29,6 +29,7 @@ from ..store import StateStore
 from . import claim, runtime, spans
 from .admission import Limits
 from .after_commit import escalate
+from .ahead import ClaimsAhead
 from .boot import boot
 from .context import Delivery
 from .groups import TrackedGroupCallbacks, adopt_group_callbacks
@@ -38,7 +39,7 @@ from .plans import Plans
 from .registration import Registration
 from .settings import DEFAULT_SEND_TIMEOUT, Settings
 from .skips import skip_of
-from .waiting import Looks, readable, waiting_ids
+from .waiting import Looks, readable, waiting_ids, waiting_messages
 
 __all__ = ["ReliableMiddleware"]
 
@@ -89,6 +90,8 @@ class ReliableMiddleware(Middleware):
         self.paused_queues = PausedQueues(lambda: self.runtime.store)
         #: The fast path's looks, batched over the messages waiting in the process (reliable.worker.waiting).
         self.looks = Looks(lambda ids: self.runtime.store.job_statuses(ids))
+        #: The claims taken ahead for the durable messages waiting in the process (reliable.worker.ahead).
+        self.ahead = ClaimsAhead()
 
     @property
     def actor_options(self) -> set[str]:
@@ -148,6 +151,10 @@ class ReliableMiddleware(Middleware):
         boot(self, broker, worker)
         if readable():  # Dramatiq's private work queue, on the versions verified only
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
+            if self.store.group_commit_stats() is not None:  # the claims ahead ride the claim's batch
+                self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
+                # An idle process too hands back what no thread took (a busy one also does at each claim).
+                self.runtime.every_pass.append(lambda: claim.hand_back(self, self.ahead.overdue(), "not taken in time"))
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
@@ -155,7 +162,12 @@ class ReliableMiddleware(Middleware):
         self.runtime.stop_recovery()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Stop the heartbeat once every worker thread has finished its message."""
+        """Hand back the claims taken ahead that no thread took (Dramatiq requeued their messages),
+        then stop the heartbeat: every worker thread has finished its message."""
+        claim.hand_back(self, self.ahead.drain(), "worker shutdown")
+        if self.ahead.claimed:
+            logger.info("claims ahead: %d claimed, %d taken, %d handed back",
+                        self.ahead.claimed, self.ahead.taken, self.ahead.handed_back)
         self.runtime.shutdown()
         if self.looks.reads:
             logger.info("fast-path looks: %d looks in %d reads", self.looks.looks, self.looks.reads)

@@ -64,6 +64,8 @@ class Runtime:
         self.recovery_thread: threading.Thread | None = None
         self.recovery_stop = threading.Event()
         self.scheduler: Scheduler | None = None
+        #: Also run at every pass of the recovery loop (the claims ahead not taken in time, handed back).
+        self.every_pass: list[Callable[[], None]] = []
         self.record: WorkerProcess | None = None
         self._lock = threading.Lock()
 
@@ -154,6 +156,8 @@ class Runtime:
                 self.recovery.run_once()
                 if self.scheduler is not None:
                     self.scheduler.tick()
+                for task in self.every_pass:
+                    task()
             except StoreError as exc:
                 logger.warning("recovery pass failed (will retry): %s", exc)
             except Exception:

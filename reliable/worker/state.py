@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..store import StateStore
     from ..tracing import Tracing
     from .admission import Limits
+    from .ahead import ClaimsAhead
     from .context import Delivery
     from .paused import PausedQueues
     from .plans import Plans
@@ -62,6 +63,10 @@ class Worker(Protocol):
     @property
     def looks(self) -> Looks:
         """The fast path's batched looks."""
+
+    @property
+    def ahead(self) -> ClaimsAhead:
+        """The claims held ahead for the messages waiting in the process."""
 
     @property
     def policy(self) -> Policy:

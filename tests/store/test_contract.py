@@ -62,6 +62,8 @@ def write_for(before: Job, event: Event) -> Any:
         kwargs.update(worker_id="w2", attempt_id="att-2", lease_ttl=TTL)
     elif event is E.FAST_SUCCEED:  # a lease taken and released in one write, no TTL
         kwargs.update(worker_id="w2", attempt_id="att-2")
+    elif event is E.CLAIM_RETURNED:  # a claim ahead handed back: fenced by its lease, no error
+        kwargs.update(lease_id=before.lease_id, worker_id="w1")
     elif event in WORKER:
         kwargs.update(lease_id=before.lease_id, worker_id="w1",
                       error={"error_class": "transient", "error_type": "E", "message": "m"})
@@ -91,7 +93,9 @@ def expected_row(before: Job, event: Event, now: float) -> dict[str, Any]:
         "cancel_requested": before.cancel_requested or event is E.CANCEL_REQUEST,
         "last_error_class": "transient" if event in WORKER else before.last_error_class,
     }
-    if to is S.PENDING:
+    if event is E.CLAIM_RETURNED:  # no attempt spent; its message is still on its way
+        row.update(attempt=before.attempt - 1, dispatched_at=before.dispatched_at)
+    elif to is S.PENDING:
         row["dispatched_at"] = now if event not in CRASH else None
     elif to is S.RETRY_WAIT:
         row["dispatched_at"] = now if event is E.RETRY else None
@@ -136,7 +140,8 @@ def test_every_transition_writes_what_the_rules_say(clocked: tuple[StateStore, C
     assert (last.version, last.attempt, last.lease_id, last.at) == (after.version, after.attempt, after.lease_id,
                                                                     clock.now)
     assert last.operator == ("alice" if write.operator else None)
-    assert last.worker_id == ("w2" if event in (E.CLAIM, E.FAST_SUCCEED) else "w1" if event in WORKER else
+    assert last.worker_id == ("w2" if event in (E.CLAIM, E.FAST_SUCCEED) else
+                              "w1" if event in WORKER | {E.CLAIM_RETURNED} else
                               None if write.operator else after.worker_id)
     # The attempt row: a claim starts one; leaving an active state ends it, named by the event.
     attempts = store.attempts("job")
@@ -144,6 +149,8 @@ def test_every_transition_writes_what_the_rules_say(clocked: tuple[StateStore, C
         assert attempts[-1].attempt_id == "att-2" and attempts[-1].ended_at is None
     elif event is E.FAST_SUCCEED:
         assert attempts == [], "a fast-path commit writes no attempt row"
+    elif event is E.CLAIM_RETURNED:
+        assert attempts == [], "a claim handed back unused is no attempt"
     elif state in ACTIVE_STATES and after.status not in ACTIVE_STATES:
         assert (attempts[-1].outcome, attempts[-1].ended_at) == (event.value, clock.now)
     elif attempts:

@@ -29,7 +29,7 @@ j AS (
                                       coalesce(nullif(current_setting('reliable.lease_floor', true), '')::int8, 0)
                                       + ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 - 1) << 40))
                         ELSE r.lease_id END,
-        attempt = r.attempt + CASE WHEN %(claim)s::bool THEN 1 ELSE 0 END,
+        attempt = r.attempt + CASE WHEN %(claim)s::bool THEN 1 WHEN %(unclaim)s::bool THEN -1 ELSE 0 END,
         attempt_id = CASE WHEN %(claim)s::bool THEN %(attempt_id)s::text ELSE r.attempt_id END,
         worker_id = CASE WHEN %(claim)s::bool THEN %(worker_id)s::text ELSE r.worker_id END,
         started_at = CASE WHEN %(claim)s::bool THEN t.now ELSE r.started_at END,

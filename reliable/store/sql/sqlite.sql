@@ -15,7 +15,7 @@ UPDATE reliable_jobs SET
     previous_status = CASE WHEN :transition THEN status ELSE previous_status END,
     version = version + CASE WHEN :transition THEN 1 ELSE 0 END,
     lease_id = lease_id + CASE WHEN :claim THEN 1 ELSE 0 END,
-    attempt = attempt + CASE WHEN :claim THEN 1 ELSE 0 END,
+    attempt = attempt + CASE WHEN :claim THEN 1 WHEN :unclaim THEN -1 ELSE 0 END,
     attempt_id = CASE WHEN :claim THEN :attempt_id ELSE attempt_id END,
     worker_id = CASE WHEN :claim THEN :worker_id ELSE worker_id END,
     started_at = CASE WHEN :claim THEN :now ELSE started_at END,

@@ -1,0 +1,152 @@
+"""Claims ahead (reliable.worker.ahead) with a real Dramatiq Worker (StubBroker), on SQLite and
+PostgreSQL: which waiting messages are claimed ahead (the selection rule), a thread waiting for the
+batch that claims its job, the hand-back of a claim not taken in time, and a run whose claims ride
+the batches of the claims before them (PostgreSQL's group commit)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import dramatiq
+import pytest
+
+from reliable import queue_pauses
+from reliable.operators import Operator
+from reliable.states import JobStatus
+from reliable.store import Claim
+from reliable.worker import claim
+from reliable.worker.ahead import Ahead, ClaimsAhead, select
+from reliable.worker.waiting import waiting_messages
+
+from middleware_harness import Harness, make_harness
+from support import wait_for
+
+JOBS = 12
+
+
+@pytest.fixture
+def harness(store_url: str, policy_file: Path) -> Iterator[Harness]:
+    made = make_harness(store_url, policy_file, threads=1, metrics=False, json_logs=False)
+    made.worker.queue_prefetch = 2 * JOBS
+    yield made
+    made.close()
+
+
+def message(job_id: str) -> Any:
+    return SimpleNamespace(message_id=job_id)
+
+
+def test_select_keeps_the_accepted_waiting_messages_next_first_within_the_limit() -> None:
+    waiting = [message(i) for i in ("own", "a", "held", "refused", "a", "b", "c", "d")]
+    chosen = select(waiting, own_id="own", held={"held"}, limit=3,
+                    digest=lambda m: None if m.message_id == "refused" else f"digest-{m.message_id}")
+    assert [(m.message_id, d) for m, d in chosen] == [("a", "digest-a"), ("b", "digest-b"), ("c", "digest-c")]
+    assert select(waiting, own_id="own", held=set(), limit=0, digest=lambda m: "x") == []
+
+
+def test_only_straightforward_claims_are_taken_ahead(harness: Harness) -> None:
+    broker, mw = harness.broker, harness.middleware
+
+    @dramatiq.actor
+    def durable(n: int) -> None: ...
+
+    @dramatiq.actor(fast_path=True)
+    def quick(n: int) -> None: ...
+
+    @dramatiq.actor(limits={"concurrency": 1})
+    def limited(n: int) -> None: ...
+
+    @dramatiq.actor(queue_name="billing")
+    def billing(n: int) -> None: ...
+
+    @dramatiq.actor(reliable=False)
+    def untracked(n: int) -> None: ...
+
+    @dramatiq.actor(idempotent=False)
+    def charge(n: int) -> None: ...
+
+    @dramatiq.actor(idempotent=False, retry_on_crash=True)
+    def resend(n: int) -> None: ...
+
+    def of(actor: Any, **changes: Any) -> Any:
+        sent = actor.message(1)
+        return sent.copy(**changes)
+
+    plain = of(durable)
+    assert claim.ahead_digest(mw, broker, plain) is not None  # computed as `delivery.digest_of` does
+    assert claim.ahead_digest(mw, broker, of(quick)) is None  # the fast path claims nothing before its run
+    assert claim.ahead_digest(mw, broker, of(limited)) is None  # a slot is taken by its own claim
+    assert claim.ahead_digest(mw, broker, of(durable, queue_name="elsewhere")) is None  # home_queue would read
+    assert claim.ahead_digest(mw, broker, of(durable, message_id="not a job id\n")) is None  # refused by its own
+    assert claim.ahead_digest(mw, broker, of(untracked)) is None
+    assert claim.ahead_digest(mw, broker, of(charge)) is None  # its worker's death would send it to review
+    assert claim.ahead_digest(mw, broker, of(resend)) is not None  # a crash is retried
+    assert claim.ahead_digest(mw, broker, of(billing)) is not None
+    queue_pauses.pause(harness.store, "billing", reason="test", identity=Operator("oncall", "h", "test"))
+    mw.paused_queues = type(mw.paused_queues)(lambda: harness.store, refresh=0.0)
+    assert claim.ahead_digest(mw, broker, of(billing)) is None  # a paused queue's delivery is put off
+
+
+def test_a_thread_waits_for_the_batch_claiming_its_job() -> None:
+    ahead = ClaimsAhead(clock=lambda: 0.0)
+    ahead.watch(lambda: [message("job-1")], limit=4)
+    picked = ahead.pick("own", lambda m: "digest")
+    assert [m.message_id for m, _ in picked] == ["job-1"]
+    taken: list[Any] = []
+    waiter = threading.Thread(target=lambda: taken.append(ahead.take("job-1", "digest")))
+    waiter.start()
+    held = Ahead(claim=Claim(SimpleNamespace()), context=SimpleNamespace(job_id="job-1"),  # type: ignore[arg-type]
+                 digest="digest", at=0.0)
+    wait_for(lambda: waiter.is_alive(), "the thread to wait")
+    ahead.settle(picked, {"job-1": held})
+    waiter.join(10)
+    assert taken == [held] and ahead.taken == 1
+
+
+def test_a_claim_for_another_digest_is_not_taken_and_an_old_one_is_handed_over() -> None:
+    now = [0.0]
+    ahead = ClaimsAhead(keep_for=10.0, clock=lambda: now[0])
+    ahead.watch(lambda: [message("job-1")], limit=4)
+    picked = ahead.pick("own", lambda m: "digest")
+    held = Ahead(claim=Claim(SimpleNamespace()), context=SimpleNamespace(job_id="job-1"),  # type: ignore[arg-type]
+                 digest="digest", at=0.0)
+    ahead.settle(picked, {"job-1": held})
+    assert ahead.take("job-1", "forged") is None  # a forged copy never runs under the genuine's claim
+    assert ahead.pick("own", lambda m: "digest") == []  # held already
+    assert ahead.overdue() == []
+    now[0] = 10.5
+    assert ahead.overdue() == [held]
+    # While it is handed back, the job's delivery waits (its own claim would find it RUNNING).
+    taken: list[Any] = []
+    waiter = threading.Thread(target=lambda: taken.append(ahead.take("job-1", "digest")))
+    waiter.start()
+    wait_for(lambda: waiter.is_alive(), "the thread to wait")
+    ahead.returned("job-1", written=True)
+    waiter.join(10)
+    assert taken == [None] and ahead.handed_back == 1  # then it claims the PENDING job itself
+
+
+def test_claims_ahead_ride_the_batches_and_every_job_runs_once(harness: Harness) -> None:
+    setup, store = harness, harness.store
+
+    @dramatiq.actor
+    def step(n: int) -> None:
+        if n == 0:  # the others wait in the work queue behind the one thread
+            wait_for(lambda: len(waiting_messages(setup.worker)) == JOBS - 1, "every job prefetched")
+
+    messages = [step.send(n) for n in range(JOBS)]
+    setup.run()
+    ahead = setup.middleware.ahead
+    for sent in messages:
+        job = store.get(sent.message_id)
+        assert job.status is JobStatus.SUCCEEDED and job.attempt == 1
+        assert [a.outcome for a in store.attempts(sent.message_id)] == ["succeed"]
+    if store.group_commit_stats() is None:  # SQLite: nothing to ride, nothing claimed ahead
+        assert not ahead.enabled and ahead.claimed == 0
+        return
+    assert ahead.enabled and ahead.claimed >= (JOBS - 2) // 2  # every other claim at least rode a batch
+    assert ahead.taken == ahead.claimed and ahead.handed_back == 0
