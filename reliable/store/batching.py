@@ -12,8 +12,8 @@ batch itself (it leads: takes the pending writes, its own first, executes them, 
 others); a write arriving meanwhile waits in the queue, so batches grow with the load. When its
 own write is answered the leader hands the lead to the oldest waiting write's thread (waking that
 one thread, whose write heads the next batch) or, with nothing waiting, leaves it free. A lone
-thread thus writes without any thread hand-off, and a follower is woken once, by its answer or by
-the lead (a flusher thread cost two switches per write: its wake-up and the caller's).
+thread thus writes without any thread hand-off, a follower is woken once (by its answer or by the
+lead), and no thread exists only to run batches.
 
 A job appears once per statement (a second write of it waits for the next batch); `max_batch`
 bounds a statement. A batch that fails for anything but a lost connection is retried row by row,
@@ -126,31 +126,31 @@ class _Pending:
     cost about 7 us.
     """
 
-    __slots__ = ("_wake", "answered", "error", "result", "write")
+    __slots__ = ("answered", "error", "result", "wake", "write")
 
     def __init__(self, write: JobWrite) -> None:
         self.write = write
         self.result: WriteResult = None
         self.error: BaseException | None = None
         self.answered = False
-        self._wake = threading.Lock()
-        self._wake.acquire()
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
     def answer(self, result: WriteResult = None, error: BaseException | None = None) -> None:
         """Hand the write's result (or error) to its caller and wake it."""
         self.result, self.error, self.answered = result, error, True
-        self._wake.release()
+        self.wake.release()
 
     def woken(self) -> None:
         """Make sure an answered write's thread is woken: `answer` may have been interrupted
         between recording the answer and the wake-up (a second release is harmless: the thread
         that acquired the lock never waits on it again)."""
-        if self.answered and self._wake.locked():
-            self._wake.release()
+        if self.answered and self.wake.locked():
+            self.wake.release()
 
     def wait(self) -> bool:
         """Block until answered (True) or handed the lead (False)."""
-        self._wake.acquire()
+        self.wake.acquire()
         return self.answered
 
     def outcome(self) -> WriteResult:
@@ -232,7 +232,7 @@ class GroupCommit:
             if successor is not None:
                 # Released here, not through a Python call: no interrupt can land between the
                 # lead being given and its thread being woken.
-                successor._wake.release()
+                successor.wake.release()
 
     def _take(self) -> list[_Pending]:
         with self._lock:
