@@ -3,6 +3,8 @@
 BENCH_RECOVERY=1 runs reliable's recovery loop in every worker process (the production default).
 BENCH_STAMPS=DIR adds `stamps.Stamps` (first start, last ack, acks per process) ahead of every other
 middleware, so the window starts before reliable's claim of the first message.
+BENCH_SCHED_BATCH=1 runs each worker process under Linux's SCHED_BATCH policy (an experiment: a thread woken
+by another does not preempt it, so fewer GIL convoys; see the worker's switches/job).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+if os.environ.get("BENCH_SCHED_BATCH") == "1":  # an experiment: no wake-up preemption between the worker's threads
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 broker = RabbitmqBroker(url=os.environ["BENCH_BROKER"])
 if os.environ.get("BENCH_MODE", "plain") != "plain":
     import reliable

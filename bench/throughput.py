@@ -29,6 +29,11 @@ shared machine it includes the others' load: compare it between modes of the sam
 their sum; `cpu ratio` is a mode's total CPU per job over plain Dramatiq's. /proc counts in clock
 ticks (10 ms per process), so runs shorter than about a second are coarse.
 
+`switches/job` (`sw/job`): the context switches (voluntary + nonvoluntary, /proc/<pid>/task/*/status)
+of every thread of the worker processes inside the window, per job: each is a thread that blocked or
+was preempted, and the kernel's switch costs the worker CPU. `--threads` also prints them by Python
+thread name (py-spy names the thread ids; digits become N).
+
 `--base PATH` takes a second source tree of reliable (e.g. `git worktree add /tmp/base main`): every
 reliable mode M also runs as M@base, right after M in each round, with `PYTHONPATH=PATH:bench` for
 the worker and for the step that creates, migrates and fills the store, so that tree's code does
@@ -78,6 +83,7 @@ MODES = ("plain", "reliable-pg", "reliable-pg-fast", "reliable-pg-fast-alone", "
          "reliable-pg-nometrics", "reliable-pg-fullidx", "reliable-pg-limited", "reliable-sqlite",
          "reliable-sqlite-fast")
 ROLES = ("worker", "postgres", "rabbitmq")
+_SWITCHES = re.compile(rb"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", re.MULTILINE)
 POLL = 0.002  # seconds between two reads of the stamps
 SAMPLE = 0.1  # seconds between two reads of /proc inside the window
 
@@ -154,6 +160,68 @@ class WindowCpu:
         for pid, seconds in self.last.items():
             totals[self.role[pid]] += seconds - self.first.get(pid, 0.0)
         return totals
+
+
+def thread_switches(pid: int) -> dict[int, int]:
+    """Context switches (voluntary + nonvoluntary) of each thread of `pid` so far, by thread id."""
+    counts = {}
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            counts[int(status.parent.name)] = sum(int(n) for n in _SWITCHES.findall(status.read_bytes()))
+        except (OSError, ValueError):
+            continue
+    return counts
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Thread id -> Python thread name of `pid`, from `py-spy dump` (empty without py-spy)."""
+    found = shutil.which("py-spy", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    if not found:
+        return {}
+    out = subprocess.run([found, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True,
+                         check=False).stdout
+    return {int(tid): re.sub(r"-\d+", "-N", name) for tid, name in re.findall(r'^Thread (\d+) \(\w+\): "(.*)"', out,
+                                                                            re.MULTILINE)}
+
+
+class WindowSwitches:
+    """Context switches of the worker processes' threads inside the window (a thread born in it counts
+    from zero; one that ends in it is left out), in total and by Python thread name."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[int, int], int] = {}
+        self.last: dict[tuple[int, int], int] = {}
+        self.names: dict[tuple[int, int], str] = {}
+
+    @staticmethod
+    def _read(pids: list[int]) -> dict[tuple[int, int], int]:
+        return {(pid, tid): n for pid in pids for tid, n in thread_switches(pid).items()}
+
+    def start(self, pids: list[int]) -> None:
+        """Open the window for the worker processes `pids`."""
+        self.first = self._read(pids)
+
+    def rebase(self, pid: int) -> None:
+        """Count `pid`'s threads from now (a worker process that finished booting inside the window)."""
+        self.first.update(self._read([pid]))
+
+    def stop(self, pids: list[int], named: bool) -> None:
+        """Close the window (and, `named`, name the threads with py-spy)."""
+        self.last = self._read(pids)
+        if named:
+            for pid in pids:
+                self.names.update({(pid, tid): name for tid, name in thread_names(pid).items()})
+
+    def total(self) -> int:
+        """Context switches of every worker thread inside the window."""
+        return sum(n - self.first.get(key, 0) for key, n in self.last.items())
+
+    def by_name(self) -> dict[str, int]:
+        """Context switches inside the window by thread name (threads py-spy did not name: `?`)."""
+        named: dict[str, int] = collections.Counter()
+        for key, n in self.last.items():
+            named[self.names.get(key, "?")] += n - self.first.get(key, 0)
+        return dict(named)
 
 
 def queue_depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
@@ -310,8 +378,10 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float, worker: subp
 
 
 def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base: Path | None,
-             profile: Path | None, tag: str) -> tuple[float, dict[str, float], float | None]:
-    """One run: (jobs/s, CPU ms per job per role, mean group-commit batch)."""
+             profile: Path | None, tag: str, threads_named: bool = False
+             ) -> tuple[float, dict[str, float], float | None, float, dict[str, int]]:
+    """One run: (jobs/s, CPU ms per job per role, mean group-commit batch, worker context switches
+    per job, switches by thread name when `threads_named`)."""
     queue = f"bench_{uuid.uuid4().hex[:8]}"
     kind = mode.removesuffix("@base")
     tree = base if mode.endswith("@base") and base else HERE.parent.resolve()
@@ -353,12 +423,15 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
             _wait(lambda: any(first for first, _, _ in read_stamps(stamps).values()), "first message", 120, worker,
                   log)
             cpu.start()
+            switches = WindowSwitches()
             booted = set(read_stamps(stamps))
+            switches.start(list(booted))
 
             def all_acked() -> bool:
                 now = read_stamps(stamps)
                 for pid in now.keys() - booted:  # its boot CPU is not the jobs'
                     cpu.rebase(pid)
+                    switches.rebase(pid)
                     booted.add(pid)
                 return sum(acks for _, _, acks in now.values()) >= jobs
 
@@ -370,6 +443,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
                       cpu)
             stored = time.monotonic()
             cpu.sample()
+            switches.stop(list(booted), threads_named)
         finally:
             stop(worker, bool(raw))
         done = read_stamps(stamps).values()
@@ -393,7 +467,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
     per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
     if (statements := statements_per_job(log, jobs)) is not None:
         print(f"{mode}: {statements}", file=sys.stderr, flush=True)
-    return jobs / (end - start), per_job, batch_size(log)
+    return jobs / (end - start), per_job, batch_size(log), switches.total() / jobs, switches.by_name()
 
 
 def py_spy() -> str:
@@ -437,29 +511,36 @@ def parse_modes(text: str, base: Path | None) -> list[str]:
 
 
 def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads: int, tmp: Path, base: Path | None,
-                 profile: Path | None) -> None:
+                 profile: Path | None, threads_named: bool = False) -> None:
     """Alternate the modes `runs` times at -p processes -t threads; print each run and the medians."""
     results: dict[str, list[float]] = {mode: [] for mode in modes}
     cpu: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     batches: dict[str, list[float]] = {mode: [] for mode in modes}
+    switched: dict[str, list[float]] = {mode: [] for mode in modes}
     for run in range(runs):
         for mode in modes:
             tag = f"{processes}x{threads}-run{run + 1}"
-            rate, per_job, batch = run_once(mode, jobs, processes, threads, tmp, base, profile, tag)
+            rate, per_job, batch, per_job_switches, by_name = run_once(mode, jobs, processes, threads, tmp, base,
+                                                                       profile, tag, threads_named)
             results[mode].append(rate)
+            switched[mode].append(per_job_switches)
             cpu[mode].append(per_job)
             if batch is not None:
                 batches[mode].append(batch)
             print(f"-p {processes} -t {threads} run {run + 1}/{runs} {mode:>24}: {rate:8.0f} jobs/s  "
                   + "  ".join(f"{role} {per_job[role]:.2f} ms CPU/job" for role in ROLES)
-                  + f"  total {sum(per_job.values()):.2f}" + (f"  batch {batch:.1f}" if batch is not None else ""),
-                  flush=True)
+                  + f"  total {sum(per_job.values()):.2f}" + (f"  batch {batch:.1f}" if batch is not None else "")
+                  + f"  switches/job {per_job_switches:.1f}", flush=True)
+            if threads_named:
+                print("    switches/job by thread: " + ", ".join(
+                    f"{name} {n / jobs:.2f}" for name, n in sorted(by_name.items(), key=lambda item: -item[1])),
+                    flush=True)
     medians = {mode: {role: statistics.median(c[role] for c in cpu[mode]) for role in ROLES} for mode in modes}
     plain = statistics.median(results["plain"]) if "plain" in results else None
     plain_cpu = sum(medians["plain"].values()) if "plain" in medians else None
     print(f"\n{jobs} no-op jobs, -p {processes} -t {threads}, median of {runs} alternating runs, ms CPU per job")
     print(f"{'mode':>24} {'jobs/s':>8} {'ratio':>6} {'worker':>7} {'postgres':>8} {'rabbitmq':>8} {'total':>6} "
-          f"{'cpu ratio':>9} {'batch':>6}")
+          f"{'cpu ratio':>9} {'batch':>6} {'sw/job':>6}")
     for mode, rates in results.items():
         median = statistics.median(rates)
         ratio = f"{median / plain:5.2f}x" if plain else "-"
@@ -468,7 +549,7 @@ def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads
         mean_batch = f"{statistics.median(batches[mode]):6.1f}" if batches[mode] else f"{'-':>6}"
         print(f"{mode:>24} {median:8.0f} {ratio:>6} " + " ".join(f"{medians[mode][r]:{w}.2f}" for r, w in
                                                                  zip(ROLES, (7, 8, 8), strict=True))
-              + f" {total:6.2f} {cpu_ratio:>9} {mean_batch}")
+              + f" {total:6.2f} {cpu_ratio:>9} {mean_batch} {statistics.median(switched[mode]):6.1f}")
     print(flush=True)
 
 
@@ -481,6 +562,8 @@ def main() -> None:
     parser.add_argument("--modes", default="plain,reliable-pg,reliable-pg-fast")
     parser.add_argument("--base", type=Path, help="a second source tree of reliable: its modes run as MODE@base")
     parser.add_argument("--profile", type=Path, help="run the workers under py-spy; one stack file per process here")
+    parser.add_argument("--threads", action="store_true",
+                        help="also print each run's worker context switches per job by thread name (py-spy names them)")
     parser.add_argument("--prepare", nargs=4, help=argparse.SUPPRESS)  # MODE QUEUE JOBS STORE_URL|-, in a subprocess
     args = parser.parse_args()
     if args.prepare:
@@ -497,7 +580,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for processes, threads in parse_configs(args.configs):
             bench_config(modes, args.jobs, args.runs, processes, threads, Path(tmp), base, args.profile.resolve()
-                         if args.profile else None)
+                         if args.profile else None, args.threads)
 
 
 if __name__ == "__main__":

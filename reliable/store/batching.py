@@ -1,13 +1,19 @@
 """Group commit on PostgreSQL: the single writes of all a process's threads, as one statement.
 
 A worker thread that claims or finishes a job waits for a round trip and a commit (an fsync). With
-`group_commit`, its `JobWrite` goes to one flusher thread per process instead, which sends every
-write pending at that moment as ONE statement (`write_jobs`, derived from `write_job`): one round
-trip and one commit for the batch. Each write keeps its own guard, so a refused row (a stale
-lease, say) returns nothing for that write and never fails the others, and each thread gets its
-own row's outcome, exactly as from a single write: durability and fencing are unchanged. While
-one batch is in flight the next one gathers, so batches grow with the load and a lone thread pays
-only a thread hand-off.
+`group_commit`, the writes pending in the process at that moment go as ONE statement (`write_jobs`,
+derived from `write_job`): one round trip and one commit for the batch. Each write keeps its own
+guard, so a refused row (a stale lease, say) returns nothing for that write and never fails the
+others, and each thread gets its own row's outcome, exactly as from a single write: durability and
+fencing are unchanged.
+
+Leader and followers, no flusher thread: a thread whose write finds no batch under way runs the
+batch itself (it leads: takes the pending writes, its own first, executes them, answers the
+others); a write arriving meanwhile waits in the queue, so batches grow with the load. When its
+own write is answered the leader hands the lead to the oldest waiting write's thread (waking that
+one thread, whose write heads the next batch) or, with nothing waiting, leaves it free. A lone
+thread thus writes without any thread hand-off, a follower is woken once (by its answer or by the
+lead), and no thread exists only to run batches.
 
 The batch takes no lock before its UPDATE (a FOR UPDATE of its rows first wrote a lock record per
 row, one WAL record in ten, and cost about 6% of the server's CPU per write): the UPDATE locks
@@ -15,14 +21,20 @@ each row as it writes it, in the order of `p`, the batch's rows sorted by job_id
 the join. Two processes' batches over the same jobs (a duplicate delivery claimed twice at once)
 so lock them in the same order and wait for each other without a cycle.
 
-A batch that fails for anything but a lost connection is retried row by row, so one bad write
-fails alone. That includes a deadlock with another writer (the heartbeat's `renew` locks its rows
-in no set order; a plan that drove the UPDATE from the table would lock them in their physical
-order), which faults.RULES names an outage for a single write's retry loop: PostgreSQL fails one
-statement of the cycle, and its batch is written row by row, each write with the result it would
-have had alone. A lost connection fails every write of the batch with StoreUnavailable: each
-caller's own retry loop handles it as it would a single write (a lost reply is recognised by its
-attempt id).
+A job appears once per statement (a second write of it waits for the next batch); `max_batch`
+bounds a statement. A batch that fails for anything but a lost connection is retried row by row,
+so one bad write fails alone. That includes a deadlock with another writer (the heartbeat's `renew`
+locks its rows in no set order; a plan that drove the UPDATE from the table would lock them in
+their physical order), which faults.RULES names an outage for a single write's retry loop:
+PostgreSQL fails one statement of the cycle, and its batch is written row by row, each write with
+the result it would have had alone. A lost connection fails every write of the batch with
+StoreUnavailable: each caller's own retry loop handles it as it would a single write (a lost reply
+is recognised by its attempt id). A leader interrupted mid-batch (an asynchronous exception in its
+thread: a time limit, a lost lease, KeyboardInterrupt) raises it in its own thread only: the
+writes of its batch not yet answered go back to the head of the queue for the next leader, which
+runs them again; one that had committed finds its guard refused, as a retry after a lost reply
+does. A thread that stops waiting on an exception leaves the queue and, if it was handed the lead,
+passes it on: no write is left waiting for an answer nobody will give.
 """
 
 from __future__ import annotations
@@ -115,41 +127,59 @@ def batch_rows(writes: Sequence[JobWrite]) -> tuple[list[dict[str, Any]], list[d
 
 
 class _Pending:
-    """One write waiting for its batch's answer (`answer` once, `wait` by its caller).
+    """One write waiting for its batch's answer, or for the lead (see the module doc).
 
-    The wake-up is a bare lock held until the answer: a threading.Event per write (its Condition,
-    its waiter lock, notify_all under a lock the caller contends for) cost about 7 us per write.
+    The wake-up is a bare lock held from the start and released once: by `answer` (the write is
+    done) or by `GroupCommit._step_down` (its thread is to lead the next batch). A threading.Event
+    per write (its Condition, its waiter lock, notify_all under a lock the caller contends for)
+    cost about 7 us.
     """
 
-    __slots__ = ("_done", "answered", "error", "result", "write")
+    __slots__ = ("answered", "error", "result", "rider", "riders", "wake", "write")
 
-    def __init__(self, write: JobWrite) -> None:
+    def __init__(self, write: JobWrite, *, rider: bool = False) -> None:
         self.write = write
         self.result: WriteResult = None
         self.error: BaseException | None = None
         self.answered = False
-        self._done = threading.Lock()
-        self._done.acquire()
+        #: A write no thread waits on (it rides in its owner's batch, `riders`): never handed the lead.
+        self.rider = rider
+        #: The writes that go in the same batch as this one (`GroupCommit.write_all`), taken with it.
+        self.riders: list[_Pending] = []
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
     def answer(self, result: WriteResult = None, error: BaseException | None = None) -> None:
         """Hand the write's result (or error) to its caller and wake it."""
         self.result, self.error, self.answered = result, error, True
-        self._done.release()
+        self.wake.release()
 
-    def wait(self) -> WriteResult:
-        """Block until answered; the result, or the error raised."""
-        self._done.acquire()
+    def woken(self) -> None:
+        """Make sure an answered write's thread is woken: `answer` may have been interrupted
+        between recording the answer and the wake-up (a second release is harmless: the thread
+        that acquired the lock never waits on it again)."""
+        if self.answered and self.wake.locked():
+            self.wake.release()
+
+    def wait(self) -> bool:
+        """Block until answered (True) or handed the lead (False)."""
+        self.wake.acquire()
+        return self.answered
+
+    def outcome(self) -> WriteResult:
+        """The answered result, or the error raised."""
         if self.error is not None:
             raise self.error
         return self.result
 
 
 class GroupCommit:
-    """The process's flusher: `write()` blocks until the batch holding the write has committed.
+    """The process's group commit: `write()` blocks until the batch holding the write has committed.
 
-    `write_many` executes a batch (one statement, one commit); `write_one` a single write (the
-    row-by-row fallback). `max_batch` bounds a statement's size. Fork-safe: a child process starts
-    its own flusher on first use.
+    `write_many` executes a batch (one statement, one commit); `write_one` a single write (a batch
+    of one, and the row-by-row fallback). `max_batch` bounds a statement's size. The batches run in
+    the writing threads themselves (leader and followers, see the module doc). Fork-safe: a child
+    process starts with an empty queue and no leader.
     """
 
     def __init__(self, write_many: Callable[[Sequence[JobWrite]], list[WriteResult]],
@@ -164,50 +194,84 @@ class GroupCommit:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: list[_Pending] = []
-        self._thread: threading.Thread | None = None
+        self._leader: _Pending | None = None  # the write whose thread leads; None: no batch under way
+        self._batch: list[_Pending] = []  # the leader's batch in flight
 
     def write(self, write: JobWrite) -> WriteResult:
         """Execute `write` in the next batch; its result (None: the guard did not match)."""
-        if self._pid != os.getpid():
-            self._reset()
         pending = _Pending(write)
-        with self._cond:
-            self._queue.append(pending)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._flush_forever, name="reliable-group-commit",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify()
-        return pending.wait()
+        self._wait_for(pending)
+        return pending.outcome()
 
     def write_all(self, writes: Sequence[JobWrite]) -> list[WriteResult | BaseException]:
-        """Execute `writes` together (the same batch while it has room): each one's result, or the
-        error that failed it, in order. One waiting thread for several writes: a worker's claim
-        with the claims it takes ahead (reliable.worker.ahead)."""
-        if self._pid != os.getpid():
-            self._reset()
-        pendings = [_Pending(write) for write in writes]
-        with self._cond:
-            self._queue.extend(pendings)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._flush_forever, name="reliable-group-commit",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify()
+        """Execute `writes` in one batch: each one's result, or the error that failed it (or left it
+        out: a job already in the batch, a full batch), in order. One waiting thread for several
+        writes: a worker's claim with the claims it takes ahead (reliable.worker.ahead)."""
+        own = _Pending(writes[0])
+        own.riders = [_Pending(write, rider=True) for write in writes[1:]]
+        riders = list(own.riders)
+        self._wait_for(own)
+        with self._lock:  # a rider an interrupted leader put back is not written later, unheld
+            self._queue = [waiting for waiting in self._queue if waiting not in riders or waiting.answered]
         results: list[WriteResult | BaseException] = []
-        for pending in pendings:
-            try:
-                results.append(pending.wait())
-            except BaseException as exc:
-                results.append(exc)
+        for pending in [own, *riders]:
+            if not pending.answered:  # an interrupted leader's batch went back to the queue meanwhile
+                results.append(StoreUnavailable("the write's batch was interrupted"))
+            else:
+                results.append(pending.error if pending.error is not None else pending.result)
         return results
 
+    def _wait_for(self, pending: _Pending) -> None:
+        """Queue `pending` and lead, or wait for its answer or for the lead, until it is answered."""
+        if self._pid != os.getpid():
+            self._reset()
+        try:
+            with self._lock:
+                self._queue.append(pending)
+                lead = self._leader is None
+                if lead:
+                    self._leader = pending
+            if lead or not pending.wait():
+                self._lead(pending)
+        except BaseException:
+            self._step_down(pending)
+            raise
+
+    def _lead(self, own: _Pending) -> None:
+        """Run batches until `own` is answered, then hand the lead over."""
+        while not own.answered:
+            batch = self._take()
+            if not batch:
+                raise RuntimeError("group commit: the leading write is not queued")
+            self._flush(batch)
+            self._batch = []  # every write of it answered
+        self._step_down(own)
+
+    def _step_down(self, pending: _Pending) -> None:
+        """`pending`'s thread waits no more (answered, or an exception): out of the queue; if it
+        leads, the unanswered writes of its batch (an interrupted leader) go back to the head of the
+        queue and the lead to the oldest waiting write's thread (or to nobody: the next write)."""
+        with self._lock:
+            if self._leader is pending:
+                for taken in self._batch:
+                    taken.woken()
+                self._queue[:0] = [taken for taken in self._batch if not taken.answered]
+                self._batch = []
+            for leaving in (pending, *pending.riders):
+                if leaving in self._queue:
+                    self._queue.remove(leaving)
+            if self._leader is not pending:
+                return
+            successor = self._leader = next((waiting for waiting in self._queue if not waiting.rider), None)
+            if successor is not None:
+                # Released here, not through a Python call: no interrupt can land between the
+                # lead being given and its thread being woken.
+                successor.wake.release()
+
     def _take(self) -> list[_Pending]:
-        with self._cond:
-            while not self._queue:
-                self._cond.wait()
+        with self._lock:
             batch: list[_Pending] = []
             seen: set[str] = set()
             rest: list[_Pending] = []
@@ -216,47 +280,52 @@ class GroupCommit:
                 if len(batch) < self.max_batch and pending.write.job_id not in seen:
                     seen.add(pending.write.job_id)
                     batch.append(pending)
+                    for rider in pending.riders:  # in this batch or in none: nobody waits for a later one
+                        if len(batch) < self.max_batch and rider.write.job_id not in seen:
+                            seen.add(rider.write.job_id)
+                            batch.append(rider)
+                        else:
+                            rider.answer(error=StoreUnavailable("left out of its batch (full, or its job in it)"))
+                    pending.riders = []
                 else:
                     rest.append(pending)
             self._queue = rest
+            self._batch = batch  # kept where an interrupted leader's `_step_down` finds it
             return batch
 
-    def _flush_forever(self) -> None:
-        while True:
-            batch = self._take()
-            try:
-                self._flush(batch)
-            except BaseException as exc:  # never leave a caller waiting on a write nobody will answer
-                for pending in batch:
-                    if not pending.answered:
-                        pending.answer(error=exc)
-                if not isinstance(exc, Exception):
-                    raise
-
     def _flush(self, batch: list[_Pending]) -> None:
+        """Execute `batch` and answer every write of it (an interrupt propagates, see `_step_down`)."""
         self.batches += 1
         self.writes += len(batch)
         try:
-            results = self._write_many([p.write for p in batch]) if len(batch) > 1 \
-                else [self._write_one(batch[0].write)]
-        except StoreUnavailable as exc:
-            if rolled_back(exc):  # a deadlock with another writer (see the module doc)
+            if len(batch) == 1:
                 self._one_by_one(batch)
                 return
+            try:
+                results = self._write_many([p.write for p in batch])
+            except StoreUnavailable as exc:
+                if rolled_back(exc):  # a deadlock with another writer (see the module doc)
+                    self._one_by_one(batch)
+                    return
+                for pending in batch:
+                    pending.answer(error=exc)
+                return
+            except Exception:
+                self._one_by_one(batch)
+                return
+            for pending, result in zip(batch, results, strict=True):
+                pending.answer(result)
+        except Exception as exc:  # e.g. results that do not match the batch: never leave a caller waiting
             for pending in batch:
-                pending.answer(error=exc)
-            return
-        except BaseException:
-            self._one_by_one(batch)
-            return
-        for pending, result in zip(batch, results, strict=True):
-            pending.answer(result)
+                pending.woken()
+                if not pending.answered:
+                    pending.answer(error=exc)
 
     def _one_by_one(self, batch: list[_Pending]) -> None:
         for pending in batch:
             try:
                 result = self._write_one(pending.write)
-            except BaseException as exc:
+            except Exception as exc:
                 pending.answer(error=exc)
             else:
                 pending.answer(result)

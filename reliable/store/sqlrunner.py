@@ -111,7 +111,7 @@ class SqlRunner:
         self._kept: tuple[Any, int] | None = None
         self._prefix_query: str | None = None  # PostgreSQL: which job id prefix query fits the collation
         self._kept_lock = threading.Lock()
-        #: PostgreSQL: single writes outside a transaction go through the process's flusher.
+        #: PostgreSQL: single writes outside a transaction go through the process's group commit.
         self.group_commit = GroupCommit(self.write_many, self._write_alone) if group_commit and self._postgres \
             else None
 

@@ -209,7 +209,7 @@ class StateStore:
         self.max_connections = check_max_connections(max_connections)
         self.pool_timeout = pool_timeout
         self.group_commit = group_commit
-        # The flusher keeps one connection of the pool: with a pool of one, nothing would be left.
+        # Group commit keeps one connection of the pool: with a pool of one, nothing would be left.
         self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit and self.max_connections > 1)
         self._listeners: list[EventListener] = list(listeners)
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from dramatiq.middleware import raise_thread_exception
 from sqlalchemy import text
 
-from reliable.errors import LeaseLost, StoreUnavailable
+from reliable.errors import LeaseLost, LeaseLostInterrupt, StoreUnavailable
 from reliable.states import Event, JobStatus
-from reliable.store import NewJob, StateStore
+from reliable.store import Claim, NewJob, StateStore
 from reliable.store.batching import GroupCommit, _Pending, batch_rows, batch_write_sql
 from reliable.store.sqlrunner import load_queries
 from reliable.store.writes import event_write, transition_write
@@ -162,15 +163,18 @@ def test_a_lost_connection_fails_every_write_of_the_batch_for_its_caller_to_retr
     assert all(isinstance(p.error, StoreUnavailable) and p.answered for p in batch)
 
 
-def test_a_forked_child_starts_its_own_flusher(pg: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forked_child_starts_with_no_leader_and_an_empty_queue(pg: StateStore,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     _register(pg, "parent", "child")
     group = pg._sql.group_commit
     assert group is not None
     pg.claim("parent", worker_id="w", lease_ttl=60)
-    first = group._thread
+    # As if the parent forked while another thread of it led a batch: the child has no such thread.
+    stranded = _Pending(transition_write("parent", Event.SUCCEED, lease_id=1, worker_id="w"))
+    group._leader, group._queue = stranded, [stranded]
     monkeypatch.setattr("reliable.store.batching.os.getpid", lambda: -12345)
-    pg.claim("child", worker_id="w", lease_ttl=60)
-    assert group._thread is not first and group._pid == -12345
+    assert pg.claim("child", worker_id="w", lease_ttl=60).job.status is JobStatus.RUNNING
+    assert group._pid == -12345 and group._leader is None and group._queue == []
 
 
 def test_batch_rows_send_each_rule_once_and_leave_out_what_is_null_or_false() -> None:
@@ -342,3 +346,97 @@ def test_a_deadlocked_batch_is_written_row_by_row_with_each_writes_own_result(pg
     assert all(p.answered and p.error is None and p.result is not None for p in batch)
     assert [(pg.get(j).status, pg.get(j).attempt_id) for j in ("x", "y")] == [
         (JobStatus.RUNNING, "x-1"), (JobStatus.RUNNING, "y-1")]
+
+
+def test_many_threads_claim_note_and_finish_through_one_group_commit(pg: StateStore) -> None:
+    """12 threads, each claiming and finishing its own jobs and noting a job all of them share (so a
+    job is often pending twice: its second write waits for the next batch): every write lands once."""
+    threads_n, jobs_n = 12, 10
+    _register(pg, "shared", *(f"t{t}-{j}" for t in range(threads_n) for j in range(jobs_n)))
+    group = pg._sql.group_commit
+    assert group is not None
+    failures: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for j in range(jobs_n):
+                job_id = f"t{t}-{j}"
+                claim = pg.claim(job_id, worker_id=f"w{t}", lease_ttl=60, attempt_id=f"{job_id}-1")
+                assert pg._sql.write(event_write("shared", "note", operator=f"w{t}", reason=str(j))) is not None
+                pg.finish(job_id, claim.lease_id, Event.SUCCEED, worker_id=f"w{t}")
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures and not any(t.is_alive() for t in threads)
+    assert group.writes == 3 * threads_n * jobs_n and group._leader is None and group._queue == []
+    for t in range(threads_n):
+        for j in range(jobs_n):
+            job_id = f"t{t}-{j}"
+            assert pg.get(job_id).status is JobStatus.SUCCEEDED
+            assert [e.event for e in pg.events(job_id)] == ["enqueued", "claim", "succeed"]
+    assert sum(1 for e in pg.events("shared") if e.event == "note") == threads_n * jobs_n
+
+
+def test_a_leader_interrupted_after_its_batch_committed_leaves_the_others_claims_whole(pg: StateStore) -> None:
+    """A lost-lease interrupt lands in the leading thread after its statement committed (the reply
+    is lost to it): it raises there alone; the next leader runs the other claims again, each is
+    refused as already taken and its caller finds its own attempt, as after any lost reply."""
+    _register(pg, "first", "a", "b", "c")
+    group = pg._sql.group_commit
+    assert group is not None
+    release, entered, opened = threading.Event(), threading.Event(), threading.Event()
+    held_thread: list[int] = []
+    real_one, real_many = group._write_one, group._write_many
+
+    def held_one(write: Any) -> Any:  # the first batch waits, so the next claims gather into one
+        release.wait(10)
+        return real_one(write)
+
+    def interrupted_many(writes: Any) -> Any:
+        results = real_many(writes)
+        if not entered.is_set():
+            held_thread.append(threading.get_ident())
+            entered.set()
+            while not opened.wait(0.01):  # Python between the waits: the interrupt lands here
+                pass
+        return results
+
+    group._write_one, group._write_many = held_one, interrupted_many  # type: ignore[method-assign]
+    outcomes: dict[str, Any] = {}
+    idents: dict[str, int] = {}
+
+    def claim(job_id: str) -> None:
+        idents[job_id] = threading.get_ident()
+        try:
+            outcomes[job_id] = pg.claim(job_id, worker_id="w", lease_ttl=60, attempt_id=f"{job_id}-1")
+        except BaseException as exc:
+            outcomes[job_id] = exc
+
+    threads = [threading.Thread(target=claim, args=("first",))]
+    threads[0].start()
+    wait_for(lambda: group.batches == 1, "the first batch")
+    for job_id in ("a", "b", "c"):
+        threads.append(threading.Thread(target=claim, args=(job_id,)))
+        threads[-1].start()
+    wait_for(lambda: len(group._queue) == 3, "three claims waiting behind the first")
+    release.set()
+    entered.wait(10)
+    raise_thread_exception(held_thread[0], LeaseLostInterrupt)
+    opened.set()
+    for thread in threads:
+        thread.join(30)
+    assert not any(t.is_alive() for t in threads)
+    leader = next(j for j, ident in idents.items() if ident == held_thread[0])
+    assert isinstance(outcomes[leader], LeaseLostInterrupt)
+    for job_id in {"a", "b", "c"} - {leader}:
+        assert isinstance(outcomes[job_id], Claim) and outcomes[job_id].job.attempt_id == f"{job_id}-1"
+    for job_id in ("a", "b", "c"):  # the leader's claim committed too: its thread just never heard
+        job = pg.get(job_id)
+        assert (job.status, job.attempt_id, job.attempt) == (JobStatus.RUNNING, f"{job_id}-1", 1)
+        assert [e.event for e in pg.events(job_id)] == ["enqueued", "claim"]
+    assert group._leader is None and group._queue == []

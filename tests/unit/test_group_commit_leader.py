@@ -1,0 +1,385 @@
+"""Group commit without a database: batching, one job per batch, errors to callers, and the lead
+passing from thread to thread (interrupted leaders and waiters included)."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+from dramatiq.middleware import raise_thread_exception
+
+from reliable.errors import LeaseLostInterrupt, StoreUnavailable
+from reliable.states import Event
+from reliable.store.batching import GroupCommit, _Pending
+from reliable.store.writes import JobWrite, transition_write
+
+from support import wait_for
+
+
+def _write(job_id: str) -> JobWrite:
+    return transition_write(job_id, Event.SUCCEED, lease_id=1, worker_id="w")
+
+
+class FakeStore:
+    """Answers each write with its job id; the first single write waits until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.batches: list[list[str]] = []
+
+        self.threads: list[int] = []  # the thread that ran each batch
+
+    def many(self, writes: Sequence[JobWrite]) -> list[Any]:
+        self.batches.append([w.job_id for w in writes])
+        self.threads.append(threading.get_ident())
+        return [({"job_id": w.job_id}, {}) for w in writes]
+
+    def one(self, write: JobWrite) -> Any:
+        self.release.wait(10)
+        self.batches.append([write.job_id])
+        self.threads.append(threading.get_ident())
+        return ({"job_id": write.job_id}, {})
+
+
+def _call(group: GroupCommit, job_id: str, answers: dict[str, Any],
+          idents: dict[str, int] | None = None) -> threading.Thread:
+    def run() -> None:
+        if idents is not None:
+            idents[job_id] = threading.get_ident()
+        try:
+            answers[job_id] = group.write(_write(job_id))
+        except BaseException as exc:
+            answers[job_id] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(10)
+    assert not any(t.is_alive() for t in threads), "a write was left waiting"
+
+
+def test_a_lone_write_runs_its_batch_in_its_own_thread() -> None:
+    store = FakeStore()
+    store.release.set()
+    group = GroupCommit(store.many, store.one)
+    before = threading.active_count()
+    result = group.write(_write("alone"))
+    assert result is not None and result[0]["job_id"] == "alone"
+    assert store.threads == [threading.get_ident()] and threading.active_count() == before
+    assert group._leader is None and group._queue == []
+
+
+def test_the_lead_passes_to_the_oldest_waiting_write_whose_write_heads_the_next_batch() -> None:
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one)
+    answers: dict[str, Any] = {}
+    idents: dict[str, int] = {}
+    threads = [_call(group, "first", answers, idents)]
+    wait_for(lambda: group.batches == 1, "the first batch")
+    threads.append(_call(group, "a", answers, idents))
+    wait_for(lambda: len(group._queue) == 1, "a waiting")
+    threads.append(_call(group, "b", answers, idents))
+    wait_for(lambda: len(group._queue) == 2, "b waiting")
+    store.release.set()
+    _join(threads)
+    assert store.batches == [["first"], ["a", "b"]]
+    assert store.threads == [idents["first"], idents["a"]], "each batch ran in its leader's own thread"
+    assert group._leader is None and group._queue == []
+
+
+def test_the_leader_keeps_leading_until_its_own_write_is_answered() -> None:
+    """Its write behind a second write of a job and a full batch: two batches, both its own."""
+    store = FakeStore()
+    store.release.set()
+    group = GroupCommit(store.many, store.one, max_batch=2)
+    queued = [_Pending(_write(j)) for j in ("a", "b", "a")]
+    own = queued[2]
+    group._queue, group._leader = list(queued), own
+    group._lead(own)
+    assert store.batches == [["a", "b"], ["a"]]
+    assert all(p.answered and p.error is None for p in queued)
+    assert group._leader is None and group._queue == []
+
+
+def test_writes_gather_while_a_batch_is_in_flight_and_a_job_appears_once_per_batch() -> None:
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one)
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 1, "the first flush")
+    threads += [_call(group, job_id, answers) for job_id in ("a", "b", "a", "c")]
+    wait_for(lambda: len(group._queue) == 4, "four waiting writes")
+    store.release.set()
+    _join(threads)
+    assert store.batches[0] == ["first"]
+    assert store.batches[1] == ["a", "b", "c"], "the second write of 'a' waits for the next batch"
+    assert store.batches[2] == ["a"]
+    assert all(answers[j][0]["job_id"] == j for j in ("first", "a", "b", "c"))
+
+
+def test_max_batch_bounds_a_statement() -> None:
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one, max_batch=2)
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 1, "the first flush")
+    threads += [_call(group, f"j{i}", answers) for i in range(5)]
+    wait_for(lambda: len(group._queue) == 5, "five waiting writes")
+    store.release.set()
+    for thread in threads:
+        thread.join(10)
+    assert [len(b) for b in store.batches[1:]] == [2, 2, 1]
+
+
+def test_an_unexpected_flusher_error_reaches_every_caller_instead_of_a_hang() -> None:
+    def wrong_length(writes: Sequence[JobWrite]) -> list[Any]:
+        return []
+
+    store = FakeStore()
+    group = GroupCommit(wrong_length, store.one)
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 1, "the first flush")
+    threads += [_call(group, job_id, answers) for job_id in ("a", "b")]
+    wait_for(lambda: len(group._queue) == 2, "two waiting writes")
+    store.release.set()
+    for thread in threads:
+        thread.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert isinstance(answers["a"], ValueError) and isinstance(answers["b"], ValueError)
+    later = group.write(_write("later"))  # the flusher keeps serving
+    assert later is not None and later[0]["job_id"] == "later"
+
+
+def test_a_single_write_error_is_the_callers() -> None:
+    def failing(write: JobWrite) -> Any:
+        raise RuntimeError("boom")
+
+    group = GroupCommit(lambda writes: [], failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        group.write(_write("x"))
+
+
+class Gate:
+    """Holds a batch in Python code (so an asynchronous exception reaches its thread) until opened."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        self.thread = 0
+
+    def hold(self) -> None:
+        self.thread = threading.get_ident()
+        self.entered.set()
+        while not self.opened.wait(0.01):  # bytecode between the waits: an interrupt can land
+            pass
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_an_interrupted_leader_raises_in_its_own_thread_and_its_batch_goes_to_the_next_leader(where: str) -> None:
+    """A lost-lease interrupt lands in the leader while its batch executes (before or after the
+    statement ran): only the leader gets it; the others' writes are run again by the next leader."""
+    store = FakeStore()
+    gate = Gate()
+
+    def many(writes: Sequence[JobWrite]) -> list[Any]:
+        if gate.entered.is_set():
+            return store.many(writes)
+        if where == "before":
+            gate.hold()
+        results = store.many(writes)
+        if where == "after":
+            gate.hold()
+        return results
+
+    group = GroupCommit(many, store.one)
+    answers: dict[str, Any] = {}
+    idents: dict[str, int] = {}
+    threads = [_call(group, "first", answers, idents)]
+    wait_for(lambda: group.batches == 1, "the first batch")
+    threads += [_call(group, j, answers, idents) for j in ("a", "b", "c")]
+    wait_for(lambda: len(group._queue) == 3, "three waiting writes")
+    store.release.set()
+    gate.entered.wait(10)
+    interrupted = next(j for j, ident in idents.items() if ident == gate.thread)
+    raise_thread_exception(gate.thread, LeaseLostInterrupt)
+    threads.append(_call(group, "d", answers, idents))  # arrives while the leader is interrupted
+    gate.opened.set()
+    _join(threads)
+    assert isinstance(answers[interrupted], LeaseLostInterrupt)
+    others = {"a", "b", "c", "d"} - {interrupted}
+    assert all(answers[j][0]["job_id"] == j for j in others), answers
+    ran_again = [j for batch in store.batches[1 if where == "before" else 2:] for j in batch]
+    assert interrupted not in ran_again and sorted(ran_again) == sorted(others)
+    assert group._leader is None and group._queue == []
+    assert group.write(_write("later"))[0]["job_id"] == "later"  # type: ignore[index]
+
+
+def test_an_interrupt_in_the_row_by_row_fallback_is_the_leaders_alone() -> None:
+    store = FakeStore()
+    gate = Gate()
+    group = GroupCommit(lambda writes: (_ for _ in ()).throw(RuntimeError("bad row")), store.one)
+
+    def one(write: JobWrite) -> Any:
+        if write.job_id != "first" and not gate.entered.is_set():
+            gate.hold()
+        return store.one(write)
+
+    group._write_one = one  # type: ignore[method-assign]
+    answers: dict[str, Any] = {}
+    idents: dict[str, int] = {}
+    threads = [_call(group, "first", answers, idents)]
+    wait_for(lambda: group.batches == 1, "the first batch")
+    threads += [_call(group, j, answers, idents) for j in ("a", "b")]
+    wait_for(lambda: len(group._queue) == 2, "two waiting writes")
+    store.release.set()
+    gate.entered.wait(10)
+    raise_thread_exception(gate.thread, KeyboardInterrupt)
+    gate.opened.set()
+    _join(threads)
+    interrupted = next(j for j, ident in idents.items() if ident == gate.thread)
+    assert isinstance(answers[interrupted], KeyboardInterrupt)
+    other = ({"a", "b"} - {interrupted}).pop()
+    assert answers[other][0]["job_id"] == other
+
+
+def test_a_waiter_handed_the_lead_as_it_stops_waiting_passes_it_on() -> None:
+    """A thread that leaves on an exception (a KeyboardInterrupt out of its wait, say) just as it
+    is handed the lead: the lead goes to the next waiting write, nobody is left waiting."""
+    store = FakeStore()
+    store.release.set()
+    group = GroupCommit(store.many, store.one)
+    leaving, staying = _Pending(_write("leaving")), _Pending(_write("staying"))
+    group._queue, group._leader = [leaving, staying], leaving  # as just handed to `leaving`
+    group._step_down(leaving)
+    assert group._leader is staying and group._queue == [staying]
+    assert not staying.wait(), "woken to lead, not answered"
+    group._lead(staying)
+    assert staying.outcome()[0]["job_id"] == "staying"  # type: ignore[index]
+    assert group._leader is None and group._queue == []
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Switch threads every 10 us instead of 5 ms: far more interleavings of the hand-over."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(interval)
+
+
+class ChaosStore:
+    """Answers each write with its own token; some batches fail (a bad row, a lost connection), some
+    single writes fail, and some batches are interrupted in their leader's thread (seeded)."""
+
+    def __init__(self, seed: int) -> None:
+        self.random = random.Random(seed)
+        self.lock = threading.Lock()
+        self.running = 0
+        self.sizes: list[int] = []
+        self.interrupts = 0
+
+    def _enter(self, writes: Sequence[JobWrite]) -> float:
+        with self.lock:
+            self.running += 1
+            assert self.running == 1, "two batches ran at once"
+            assert len({w.job_id for w in writes}) == len(writes), "a job twice in one statement"
+            self.sizes.append(len(writes))
+            return self.random.random()
+
+    def _leave(self) -> None:
+        with self.lock:
+            self.running -= 1
+
+    def many(self, writes: Sequence[JobWrite]) -> list[Any]:
+        roll = self._enter(writes)
+        try:
+            if roll < 0.05:
+                raise StoreUnavailable("connection lost")
+            if roll < 0.10:
+                raise RuntimeError("a bad row")
+            if roll < 0.13:
+                self.interrupts += 1
+                raise KeyboardInterrupt  # as if delivered to the leader's thread
+            return [({"token": w.attempt_id}, {}) for w in writes]
+        finally:
+            self._leave()
+
+    def one(self, write: JobWrite) -> Any:
+        roll = self._enter([write])
+        try:
+            if roll < 0.05:
+                raise ValueError(f"bad {write.attempt_id}")
+            return ({"token": write.attempt_id}, {})
+        finally:
+            self._leave()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_many_threads_with_shared_jobs_errors_and_interrupted_leaders(seed: int, fast_switching: None) -> None:
+    """Seeded stress of the hand-over: 16 threads x 40 writes over 12 job ids (so a job is often
+    pending twice), max_batch 5. Every write gets its own answer or an error meant for it, no two
+    batches run at once, no statement holds a job twice, and nobody is left waiting."""
+    store = ChaosStore(seed)
+    group = GroupCommit(store.many, store.one, max_batch=5)
+    outcomes: dict[str, str] = {}
+
+    def worker(n: int) -> None:
+        rng = random.Random(seed * 100 + n)
+        for i in range(40):
+            token = f"{n}-{i}"
+            write = transition_write(f"job{rng.randrange(12)}", Event.CLAIM, worker_id="w", attempt_id=token,
+                                     lease_ttl=60.0)
+            try:
+                result = group.write(write)
+            except (StoreUnavailable, RuntimeError, ValueError):
+                outcomes[token] = "error"
+            except KeyboardInterrupt:
+                outcomes[token] = "interrupted"
+            else:
+                assert result is not None and result[0]["token"] == token, "another write's answer"
+                outcomes[token] = "ok"
+
+    threads = [threading.Thread(target=worker, args=(n,), name=f"writer-{n}") for n in range(16)]
+    for thread in threads:
+        thread.start()
+    _join(threads)
+    assert len(outcomes) == 16 * 40
+    assert max(store.sizes) <= 5
+    assert sum(1 for o in outcomes.values() if o == "interrupted") == store.interrupts, "an interrupt went astray"
+    assert group._leader is None and group._queue == [] and store.running == 0
+
+
+def test_write_all_rides_in_one_batch_and_its_riders_never_take_the_lead() -> None:
+    """A claim with its claims ahead (`write_all`): the riders go in the owner's batch or in none (a
+    job already in the batch, a full batch: answered with an error at once), and the lead never
+    passes to a rider (no thread waits on one)."""
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one, max_batch=3)
+    answers: dict[str, Any] = {}
+    first = _call(group, "first", answers)  # leads, its single write held until released
+    wait_for(lambda: group._leader is not None, "the first write leading")
+    queued = _call(group, "dup", answers)  # waits in the queue
+    wait_for(lambda: len(group._queue) == 1, "the second write queued")
+    results: list[Any] = []
+    owner = threading.Thread(target=lambda: results.extend(group.write_all(
+        [_write("own"), _write("dup"), _write("a"), _write("b")])))
+    owner.start()
+    wait_for(lambda: len(group._queue) == 2, "write_all's own write queued (its riders with it)")
+    assert all(not p.rider for p in group._queue)
+    store.release.set()
+    _join([first, queued, owner])
+    assert store.batches[0] == ["first"]
+    # "dup" (queued first) heads the next batch; the owner's "dup" rider is left out, "a" fits, "b" does not.
+    assert store.batches[1] == ["dup", "own", "a"]
+    assert [r[0]["job_id"] if isinstance(r, tuple) else type(r) for r in results] == [
+        "own", StoreUnavailable, "a", StoreUnavailable]
+    assert group._leader is None and group._queue == []
