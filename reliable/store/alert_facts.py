@@ -32,7 +32,7 @@ __all__ = [
 
 #: The event kinds no query counts by kind over a window: every job writes them (a claim per attempt,
 #: a registration, each checkpoint save), and a job's own events are read through (job_id, id).
-#: On PostgreSQL the (event, at) index leaves them out (migration 0020): one entry fewer per claim.
+#: On PostgreSQL the (event, at) index leaves them out (migration 0019): one entry fewer per claim.
 UNCOUNTED_EVENTS: tuple[str, ...] = ("checkpoint", "claim", "enqueued")
 
 

@@ -182,7 +182,7 @@ job_events = Table(
 Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
 # Every count over a window names its event kinds (alert rules, the overview, the rate-limit count;
 # alert_facts.check_counted): no index on `at` alone, which each event row paid an entry for, and on
-# PostgreSQL no (event, at) entry for the kinds no count names (UNCOUNTED_EVENTS; migration 0020).
+# PostgreSQL no (event, at) entry for the kinds no count names (UNCOUNTED_EVENTS; migration 0019).
 # SQLite keeps a full index (its planner uses a partial index only when a query repeats the predicate).
 Index("ix_reliable_job_events_event_at", job_events.c.event, job_events.c.at,
       postgresql_where=text("event NOT IN (" + ", ".join(f"'{e}'" for e in UNCOUNTED_EVENTS) + ")"))

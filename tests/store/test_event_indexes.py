@@ -1,4 +1,4 @@
-"""Migration 0020's event indexes: no (at) index, (event, at) without the uncounted kinds on
+"""Migration 0019's event indexes: no (at) index, (event, at) without the uncounted kinds on
 PostgreSQL; every reader of events over a window still finds its rows through an index."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_the_upgrade_drops_the_at_index_and_the_downgrade_restores_it(fresh_url:
     engine = create_engine(fresh_url)
     postgres = engine.dialect.name == "postgresql"
     try:
-        _migrate(engine, "0020")
+        _migrate(engine, "0019")
         found = _event_indexes(engine)
         assert set(found) == {"ix_reliable_job_events_job", "ix_reliable_job_events_event_at"}
         if postgres:  # the predicate names exactly the uncounted kinds, as schema.py does

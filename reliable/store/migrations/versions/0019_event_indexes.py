@@ -9,7 +9,7 @@ every job writes: a durable job (claim, outcome) writes five event index entries
 SQLite keeps a full (event, at) index. The index is rebuilt under the table's lock, as in 0007
 (docs/operations.md): on a large event table, run the upgrade when writes can wait for it.
 
-Revision ID: 0020
+Revision ID: 0019
 Revises: 0018
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020"
+revision = "0019"
 down_revision = "0018"
 branch_labels = None
 depends_on = None
