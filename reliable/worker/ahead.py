@@ -85,8 +85,10 @@ class ClaimsAhead:
         self._waiting: Callable[[], list[Any]] = list
         self._keep_for, self._clock = keep_for, clock
         self._held: dict[str, Ahead] = {}
-        self._in_flight: set[str] = set()
-        self._done = threading.Condition(threading.Lock())
+        #: The jobs whose claim or hand-back is being written, each with the event its waiting
+        #: threads wait on (set when the write ends: only those threads wake, not every waiter).
+        self._in_flight: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
 
     def watch(self, waiting: Callable[[], list[Any]], limit: int) -> None:
         """Claim ahead over `waiting()` (the waiting messages, next first), at most `limit` held."""
@@ -98,24 +100,27 @@ class ClaimsAhead:
         if not self.enabled:
             return []
         messages = self._waiting()
-        with self._done:
+        with self._lock:
             room = self.limit - len(self._held) - len(self._in_flight)
             if room <= 0 or not messages:
                 return []
-            busy = self._held.keys() | self._in_flight
+            busy = self._held.keys() | self._in_flight.keys()
         chosen = select(messages, own_id=own_id, held=busy, digest=digest, limit=room)
-        with self._done:
-            chosen = [(m, d) for m, d in chosen if m.message_id not in self._held.keys() | self._in_flight]
-            self._in_flight.update(m.message_id for m, _ in chosen)
+        with self._lock:
+            busy = self._held.keys() | self._in_flight.keys()  # another thread's pick meanwhile
+            chosen = [(m, d) for m, d in chosen if m.message_id not in busy]
+            for message, _ in chosen:
+                self._in_flight[message.message_id] = threading.Event()
         return chosen
 
     def settle(self, picked: Sequence[tuple[Any, str]], won: dict[str, Ahead]) -> None:
         """The batch of `picked` answered: hold the claims that won (`won`), wake their threads."""
-        with self._done:
-            self._in_flight.difference_update(m.message_id for m, _ in picked)
+        with self._lock:
             self._held.update(won)
             self.claimed += len(won)
-            self._done.notify_all()
+            ended = [self._in_flight.pop(m.message_id) for m, _ in picked]
+        for event in ended:
+            event.set()
 
     def take(self, job_id: str, digest: str | None) -> Ahead | None:
         """The claim held ahead for this delivery (used up), waiting while one is in flight; None
@@ -123,46 +128,46 @@ class ClaimsAhead:
         until handed back)."""
         if not self.enabled:
             return None
-        with self._done:
-            while job_id in self._in_flight:
-                self._done.wait()
-            held = self._held.get(job_id)
-            if held is None or held.digest != digest:
-                return None
-            del self._held[job_id]
-            self.taken += 1
-            return held
+        while True:
+            with self._lock:
+                writing = self._in_flight.get(job_id)
+                if writing is None:
+                    held = self._held.get(job_id)
+                    if held is None or held.digest != digest:
+                        return None
+                    del self._held[job_id]
+                    self.taken += 1
+                    return held
+            writing.wait()
 
     def overdue(self) -> list[Ahead]:
         """The claims held longer than `keep_for`, to hand back: in flight until `returned` (a
         thread reaching its claim meanwhile waits, then claims from PENDING)."""
-        with self._done:
+        with self._lock:
             if not self._held:
                 return []
             now = self._clock()
             late = [a for a in self._held.values() if now - a.at > self._keep_for]
             for ahead in late:
                 del self._held[ahead.context.job_id]
-                self._in_flight.add(ahead.context.job_id)
+                self._in_flight[ahead.context.job_id] = threading.Event()
             return late
 
     def drain(self) -> list[Ahead]:
         """Every claim still held, to hand back (the worker is shutting down): in flight until `returned`."""
-        with self._done:
+        with self._lock:
             held, self._held = list(self._held.values()), {}
-            self._in_flight.update(self._held_ids(held))
+            for ahead in held:
+                self._in_flight[ahead.context.job_id] = threading.Event()
             return held
 
     def returned(self, job_id: str, *, written: bool) -> None:
         """The hand-back of `job_id`'s claim ended (`written`: committed); wake a thread waiting for it."""
-        with self._done:
-            self._in_flight.discard(job_id)
+        with self._lock:
+            ended = self._in_flight.pop(job_id, None)
             self.handed_back += written
-            self._done.notify_all()
-
-    @staticmethod
-    def _held_ids(held: list[Ahead]) -> list[str]:
-        return [ahead.context.job_id for ahead in held]
+        if ended is not None:
+            ended.set()
 
     def now(self) -> float:
         """The clock the claims are timed by."""

@@ -107,6 +107,27 @@ def test_a_thread_waits_for_the_batch_claiming_its_job() -> None:
     assert taken == [held] and ahead.taken == 1
 
 
+def test_a_batch_that_ends_wakes_only_the_threads_waiting_for_its_jobs() -> None:
+    ahead = ClaimsAhead(clock=lambda: 0.0)
+    waiting = [message("job-1")]
+    ahead.watch(lambda: waiting, limit=4)
+    first = ahead.pick("own-1", lambda m: "digest")
+    waiting[:] = [message("job-2")]
+    second = ahead.pick("own-2", lambda m: "digest")
+    taken: dict[str, Any] = {}
+    waiters = {job: threading.Thread(target=lambda job=job: taken.setdefault(job, ahead.take(job, "digest")))
+               for job in ("job-1", "job-2")}
+    for waiter in waiters.values():
+        waiter.start()
+    wait_for(lambda: all(ahead._in_flight[j]._cond._waiters for j in waiters), "both threads waiting")
+    ahead.settle(first, {})  # job-1's claim ahead lost: its thread claims for itself
+    waiters["job-1"].join(10)
+    assert taken == {"job-1": None} and waiters["job-2"].is_alive()  # job-2's batch is still in flight
+    ahead.settle(second, {})
+    waiters["job-2"].join(10)
+    assert taken == {"job-1": None, "job-2": None}
+
+
 def test_a_claim_for_another_digest_is_not_taken_and_an_old_one_is_handed_over() -> None:
     now = [0.0]
     ahead = ClaimsAhead(keep_for=10.0, clock=lambda: now[0])
