@@ -135,7 +135,7 @@ class _Pending:
     cost about 7 us.
     """
 
-    __slots__ = ("answered", "error", "result", "rider", "riders", "wake", "write")
+    __slots__ = ("answered", "boarded", "error", "result", "rider", "riders", "wake", "write")
 
     def __init__(self, write: JobWrite, *, rider: bool = False) -> None:
         self.write = write
@@ -146,6 +146,8 @@ class _Pending:
         self.rider = rider
         #: The writes that go in the same batch as this one (`GroupCommit.write_all`), taken with it.
         self.riders: list[_Pending] = []
+        #: Whether `riders` went into a batch (or were left out of it): once only.
+        self.boarded = False
         self.wake = threading.Lock()
         self.wake.acquire()
 
@@ -210,18 +212,23 @@ class GroupCommit:
         out: a job already in the batch, a full batch), in order. One waiting thread for several
         writes: a worker's claim with the claims it takes ahead (reliable.worker.ahead)."""
         own = _Pending(writes[0])
-        own.riders = [_Pending(write, rider=True) for write in writes[1:]]
-        riders = list(own.riders)
+        riders = own.riders = [_Pending(write, rider=True) for write in writes[1:]]
         self._wait_for(own)
-        with self._lock:  # a rider an interrupted leader put back is not written later, unheld
-            self._queue = [waiting for waiting in self._queue if waiting not in riders or waiting.answered]
-        results: list[WriteResult | BaseException] = []
-        for pending in [own, *riders]:
-            if not pending.answered:  # an interrupted leader's batch went back to the queue meanwhile
-                results.append(StoreUnavailable("the write's batch was interrupted"))
-            else:
-                results.append(pending.error if pending.error is not None else pending.result)
-        return results
+        in_flight: list[_Pending] = []
+        with self._lock:
+            for rider in riders:
+                if rider.answered:
+                    continue
+                if rider in self._batch:  # in the batch under way: its answer comes with the batch's
+                    in_flight.append(rider)
+                    continue
+                # Put back by an interrupted leader, or never boarded: not written later, with nobody to hold it.
+                if rider in self._queue:
+                    self._queue.remove(rider)
+                rider.answer(error=StoreUnavailable("not written: its batch was interrupted"))
+        for rider in in_flight:
+            rider.wake.acquire()
+        return [pending.error if pending.error is not None else pending.result for pending in [own, *riders]]
 
     def _wait_for(self, pending: _Pending) -> None:
         """Queue `pending` and lead, or wait for its answer or for the lead, until it is answered."""
@@ -259,13 +266,22 @@ class GroupCommit:
                     taken.woken()
                 self._queue[:0] = [taken for taken in self._batch if not taken.answered]
                 self._batch = []
-            for leaving in (pending, *pending.riders):
-                if leaving in self._queue:
-                    self._queue.remove(leaving)
+            if pending in self._queue:
+                self._queue.remove(pending)
+            pending.boarded = True  # riders not taken yet never will be
+            for rider in pending.riders:
+                # One an interrupted leader put back is not written later, with nobody to hold it.
+                if rider in self._queue and not rider.answered:
+                    self._queue.remove(rider)
+                    rider.answer(error=StoreUnavailable("not written: its batch was interrupted"))
             if self._leader is not pending:
                 return
             successor = self._leader = next((waiting for waiting in self._queue if not waiting.rider), None)
-            if successor is not None:
+            if successor is None:  # riders alone (an interrupted batch's): nobody will lead for them
+                for rider in self._queue:
+                    rider.answer(error=StoreUnavailable("not written: its batch was interrupted"))
+                self._queue = []
+            else:
                 # Released here, not through a Python call: no interrupt can land between the
                 # lead being given and its thread being woken.
                 successor.wake.release()
@@ -280,13 +296,14 @@ class GroupCommit:
                 if len(batch) < self.max_batch and pending.write.job_id not in seen:
                     seen.add(pending.write.job_id)
                     batch.append(pending)
-                    for rider in pending.riders:  # in this batch or in none: nobody waits for a later one
-                        if len(batch) < self.max_batch and rider.write.job_id not in seen:
-                            seen.add(rider.write.job_id)
-                            batch.append(rider)
-                        else:
-                            rider.answer(error=StoreUnavailable("left out of its batch (full, or its job in it)"))
-                    pending.riders = []
+                    if not pending.boarded:  # riders in this batch or in none: nobody waits for a later one
+                        pending.boarded = True
+                        for rider in pending.riders:
+                            if len(batch) < self.max_batch and rider.write.job_id not in seen:
+                                seen.add(rider.write.job_id)
+                                batch.append(rider)
+                            else:
+                                rider.answer(error=StoreUnavailable("left out of its batch (full, or its job in it)"))
                 else:
                     rest.append(pending)
             self._queue = rest

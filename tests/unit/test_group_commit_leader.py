@@ -383,3 +383,43 @@ def test_write_all_rides_in_one_batch_and_its_riders_never_take_the_lead() -> No
     assert [r[0]["job_id"] if isinstance(r, tuple) else type(r) for r in results] == [
         "own", StoreUnavailable, "a", StoreUnavailable]
     assert group._leader is None and group._queue == []
+
+
+class _Interrupt(BaseException):
+    """Stands for an asynchronous exception (a time limit) landing in the leader."""
+
+
+def test_an_interrupted_leaders_riders_are_never_written_later() -> None:
+    """write_all's leader interrupted during its batch: the batch goes back to the queue, but its
+    riders (claims ahead nobody will hold) leave it; the next leader writes only the others."""
+    written: list[str] = []
+    boom = [True]
+
+    def many(writes: Sequence[JobWrite]) -> list[Any]:
+        if boom[0]:
+            boom[0] = False
+            raise _Interrupt()
+        written.extend(w.job_id for w in writes)
+        return [({"job_id": w.job_id}, {}) for w in writes]
+
+    def one(write: JobWrite) -> Any:
+        written.append(write.job_id)
+        return ({"job_id": write.job_id}, {})
+
+    group = GroupCommit(many, one)
+    with pytest.raises(_Interrupt):
+        group.write_all([_write("own"), _write("ahead-1"), _write("ahead-2")])
+    assert group._queue == [] and group._leader is None
+    group.write(_write("other"))
+    assert written == ["other"]
+
+
+def test_a_rider_left_out_is_answered_once_whatever_the_takes() -> None:
+    group = GroupCommit(lambda ws: [({"job_id": w.job_id}, {}) for w in ws], lambda w: ({"job_id": w.job_id}, {}))
+    first, owner = _Pending(_write("a")), _Pending(_write("b"))
+    owner.riders = [_Pending(_write("a"), rider=True), _Pending(_write("c"), rider=True)]
+    group._queue = [first, owner]
+    assert [p.write.job_id for p in group._take()] == ["a", "b", "c"]
+    assert owner.riders[0].answered and isinstance(owner.riders[0].error, StoreUnavailable)
+    group._queue = [owner]  # as if put back by an interrupted leader
+    assert [p.write.job_id for p in group._take()] == ["b"]  # boarded once: no second answer, no error
