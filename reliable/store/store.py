@@ -459,13 +459,13 @@ class StateStore:
 
     def claim_with_ahead(self, job_id: str, *, worker_id: str, lease_ttl: float, attempt_id: str,
                          delivery_digest: str | None, ahead: Sequence[tuple[str, str | None]]
-                         ) -> tuple[Claim | ClaimRefused, dict[str, Claim]]:
+                         ) -> tuple[Claim | BaseException, dict[str, Claim]]:
         """`claim`, and in the same group-commit batch the claims of `ahead` ((job id, delivery
         digest) of messages waiting in the worker's own queue): the claim as `claim` answers it
-        (its refusal returned, not raised, so the claims ahead that won are never lost to it), and
-        the claims ahead that won, by job id. A claim ahead refused (or failed) is simply not in
-        the answer: its delivery's own claim decides later. A store error of the delivery's own
-        claim is raised as from `claim`."""
+        (its refusal or store error returned, not raised, so the claims ahead that won are never
+        lost to it: the caller holds them, then raises it), and the claims ahead that won, by job
+        id. A claim ahead refused (or failed) is simply not in the answer: its delivery's own claim
+        decides later."""
         self.check_schema()
         write = transition_write(job_id, Event.CLAIM, worker_id=worker_id, lease_ttl=lease_ttl,
                                  attempt_id=attempt_id, delivery_digest=delivery_digest)
@@ -478,8 +478,8 @@ class StateStore:
                 self._emit_one(result)
                 won[other.job_id] = Claim(Job.from_row(result[0]))
         own = results[0]
-        if isinstance(own, BaseException):
-            raise own
+        if isinstance(own, BaseException):  # returned, not raised: the claims ahead that won are held
+            return own, won
         try:
             return self._claimed(write, own, delivery_digest), won
         except ClaimRefused as refused:

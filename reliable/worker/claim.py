@@ -198,7 +198,7 @@ def _claim_with_ahead(mw: Worker, broker: dramatiq.Broker, job_id: str, attempt_
         for waiting, waiting_digest in picked:
             if (claimed := others.get(waiting.message_id)) is not None:
                 won[waiting.message_id] = Ahead(claimed, hold(mw, waiting, claimed), waiting_digest, at)
-        if isinstance(own, ClaimRefused):
+        if isinstance(own, BaseException):  # a refusal or a store error, once the claims ahead are held
             raise own
         return own
 
