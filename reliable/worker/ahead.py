@@ -79,6 +79,8 @@ class ClaimsAhead:
 
     def __init__(self, *, keep_for: float = KEEP_FOR, clock: Callable[[], float] = time.monotonic) -> None:
         self.enabled = False
+        #: Set by `drain`: the worker is stopping, no claim is taken ahead any more.
+        self.stopping = False
         self.limit = 0
         #: Claims taken ahead, taken by their thread, handed back (logged at the worker's shutdown).
         self.claimed = self.taken = self.handed_back = 0
@@ -97,7 +99,7 @@ class ClaimsAhead:
     def pick(self, own_id: str, digest: Callable[[Any], str | None]) -> list[tuple[Any, str]]:
         """The claims to take ahead with `own_id`'s claim (`select` over the waiting messages, room
         permitting), marked in flight until `settle`."""
-        if not self.enabled:
+        if not self.enabled or self.stopping:
             return []
         messages = self._waiting()
         with self._lock:
@@ -154,8 +156,10 @@ class ClaimsAhead:
             return late
 
     def drain(self) -> list[Ahead]:
-        """Every claim still held, to hand back (the worker is shutting down): in flight until `returned`."""
+        """Every claim still held, to hand back (the worker is shutting down): in flight until
+        `returned`; none is taken ahead from now on."""
         with self._lock:
+            self.stopping = True
             held, self._held = list(self._held.values()), {}
             for ahead in held:
                 self._in_flight[ahead.context.job_id] = threading.Event()

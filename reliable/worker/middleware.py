@@ -157,13 +157,16 @@ class ReliableMiddleware(Middleware):
                 self.runtime.every_pass.append(lambda: claim.hand_back(self, self.ahead.overdue(), "not taken in time"))
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Stop the recovery loop and wait for its pass to end; the heartbeat keeps running until
-        the worker threads finish."""
+        """Hand back the claims taken ahead (before Dramatiq requeues their messages: another
+        worker must find the jobs PENDING; a thread still taking one of them waits, then claims it
+        itself), stop the recovery loop and wait for its pass to end; the heartbeat keeps running
+        until the worker threads finish."""
+        claim.hand_back(self, self.ahead.drain(), "worker shutdown")
         self.runtime.stop_recovery()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Hand back the claims taken ahead that no thread took (Dramatiq requeued their messages),
-        then stop the heartbeat: every worker thread has finished its message."""
+        """Hand back a claim ahead whose batch ended during the shutdown, then stop the heartbeat:
+        every worker thread has finished its message."""
         claim.hand_back(self, self.ahead.drain(), "worker shutdown")
         if self.ahead.claimed:
             logger.info("claims ahead: %d claimed, %d taken, %d handed back",
