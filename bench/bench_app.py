@@ -24,7 +24,8 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
     reliable.install(broker, store=os.environ["BENCH_STORE"], recovery=os.environ.get("BENCH_RECOVERY") == "1",
                      metrics=os.environ.get("BENCH_METRICS", "1") == "1",
                      json_logs=os.environ.get("BENCH_JSON_LOGS", "0") == "1",
-                     group_commit=os.environ.get("BENCH_GROUP_COMMIT", "1") == "1")
+                     group_commit=os.environ.get("BENCH_GROUP_COMMIT", "1") == "1",
+                     **({"claims_ahead": True} if os.environ.get("BENCH_CLAIMS_AHEAD") == "1" else {}))
     if os.environ.get("BENCH_LOOKS") == "alone":  # mode reliable-pg-fast-alone: one read per fast-path look
         from reliable.worker import waiting
 

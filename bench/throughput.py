@@ -3,8 +3,9 @@
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x32]
         [--modes plain,reliable-pg,reliable-pg-fast] [--base PATH] [--profile DIR]
 
-Modes: plain, reliable-pg, reliable-pg-fast (the fast path), reliable-pg-fast-alone (the fast path reading its jobs one
-per look, as before the batched look), reliable-pg-nogc (no group commit),
+Modes: plain, reliable-pg, reliable-pg-ahead (with claims ahead, `claims_ahead=True`; not on a
+`--base` tree that lacks the option), reliable-pg-fast (the fast path), reliable-pg-fast-alone (the
+fast path reading its jobs one per look, as before the batched look), reliable-pg-nogc (no group commit),
 reliable-pg-nometrics, reliable-pg-fullidx (the full job indexes of migration 0006),
 reliable-pg-limited (a concurrency limit), reliable-sqlite, reliable-sqlite-fast.
 
@@ -79,8 +80,8 @@ from stamps import read_stamps
 HERE = Path(__file__).parent
 BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-MODES = ("plain", "reliable-pg", "reliable-pg-fast", "reliable-pg-fast-alone", "reliable-pg-nogc",
-         "reliable-pg-nometrics", "reliable-pg-fullidx", "reliable-pg-limited", "reliable-sqlite",
+MODES = ("plain", "reliable-pg", "reliable-pg-ahead", "reliable-pg-fast", "reliable-pg-fast-alone",
+         "reliable-pg-nogc", "reliable-pg-nometrics", "reliable-pg-fullidx", "reliable-pg-limited", "reliable-sqlite",
          "reliable-sqlite-fast")
 ROLES = ("worker", "postgres", "rabbitmq")
 _SWITCHES = re.compile(rb"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", re.MULTILINE)
@@ -399,6 +400,7 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
            "BENCH_MODE": "plain" if kind == "plain" else "reliable",
            "BENCH_METRICS": "0" if "nometrics" in kind else "1",
            "BENCH_GROUP_COMMIT": "0" if kind.endswith("nogc") else "1",
+           "BENCH_CLAIMS_AHEAD": "1" if kind.endswith("ahead") else "0",
            "BENCH_LOOKS": "alone" if kind.endswith("alone") else "batched", "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}
     if store_url:
         env["BENCH_STORE"] = store_url

@@ -90,6 +90,8 @@ class ClaimsAhead:
         #: The jobs whose claim or hand-back is being written, each with the event its waiting
         #: threads wait on (set when the write ends: only those threads wake, not every waiter).
         self._in_flight: dict[str, threading.Event] = {}
+        #: The jobs a delivery's thread is claiming itself (`take` found nothing held), until `claimed`.
+        self._own: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def watch(self, waiting: Callable[[], list[Any]], limit: int) -> None:
@@ -106,10 +108,10 @@ class ClaimsAhead:
             room = self.limit - len(self._held) - len(self._in_flight)
             if room <= 0 or not messages:
                 return []
-            busy = self._held.keys() | self._in_flight.keys()
+            busy = self._held.keys() | self._in_flight.keys() | self._own.keys()
         chosen = select(messages, own_id=own_id, held=busy, digest=digest, limit=room)
         with self._lock:
-            busy = self._held.keys() | self._in_flight.keys()  # another thread's pick meanwhile
+            busy = self._held.keys() | self._in_flight.keys() | self._own.keys()  # picked or taken meanwhile
             chosen = [(m, d) for m, d in chosen if m.message_id not in busy]
             for message, _ in chosen:
                 self._in_flight[message.message_id] = threading.Event()
@@ -136,11 +138,23 @@ class ClaimsAhead:
                 if writing is None:
                     held = self._held.get(job_id)
                     if held is None or held.digest != digest:
+                        # Its thread claims it itself: no other thread's batch may claim it ahead
+                        # meanwhile (that claim would win and this delivery's be refused).
+                        self._own[job_id] = self._own.get(job_id, 0) + 1
                         return None
                     del self._held[job_id]
                     self.taken += 1
                     return held
             writing.wait()
+
+    def claimed_itself(self, job_id: str) -> None:
+        """The delivery's own claim of `job_id` (after `take` found nothing held) has ended."""
+        if not self.enabled:
+            return
+        with self._lock:
+            left = self._own.pop(job_id, 0) - 1
+            if left > 0:
+                self._own[job_id] = left
 
     def overdue(self) -> list[Ahead]:
         """The claims held longer than `keep_for`, to hand back: in flight until `returned` (a

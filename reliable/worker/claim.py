@@ -143,6 +143,21 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
         mw.delivery.context = held.context
         held.context.enter()
         return
+    try:
+        won = _claim_own(mw, broker, message, digest)
+    finally:
+        mw.ahead.claimed_itself(job_id)
+    mw.admission.bind(broker, message, won)
+    span_id = spans.start(mw.tracing, message, attempt=won.job.attempt, attempt_id=won.attempt_id)
+    context = hold(mw, message, won, span_id=span_id)
+    mw.delivery.context = context
+    context.enter()
+
+
+def _claim_own(mw: Worker, broker: dramatiq.Broker, message: Any, digest: str) -> Claim:
+    """The delivery's own claim (nothing was held ahead for it), registering a message unknown to
+    the store first; a refusal skips the delivery (`refuse`)."""
+    job_id = message.message_id
     # One attempt id for every try: a retry after a lost reply recognises its own committed claim.
     attempt_id = new_attempt_id()
     try:
@@ -163,11 +178,8 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
             delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=str(bad))
         except ClaimRefused as again:
             refuse(mw, broker, message, again)
-    mw.admission.bind(broker, message, won)
-    span_id = spans.start(mw.tracing, message, attempt=won.job.attempt, attempt_id=won.attempt_id)
-    context = hold(mw, message, won, span_id=span_id)
-    mw.delivery.context = context
-    context.enter()
+    claimed: Claim = won
+    return claimed
 
 
 def _claim_with_ahead(mw: Worker, broker: dramatiq.Broker, job_id: str, attempt_id: str, digest: str) -> Claim:

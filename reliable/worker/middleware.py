@@ -51,7 +51,7 @@ class ReliableMiddleware(Middleware):
 
     The constructor's options (store, policy, lease_ttl, heartbeat_interval, recovery,
     recovery_interval, sweep_after, listeners, metrics, json_logs, max_connections, group_commit,
-    tracing, schedules, replication, send_timeout) are documented in `reliable.worker.settings.Settings`.
+    tracing, schedules, replication, send_timeout, claims_ahead) are documented in `reliable.worker.settings.Settings`.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -62,12 +62,13 @@ class ReliableMiddleware(Middleware):
                  metrics: Metrics | bool = True, json_logs: bool = True,
                  max_connections: int | None = None, group_commit: bool = True, tracing: object = False,
                  schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None,
-                 replication: str = "warn", send_timeout: float = DEFAULT_SEND_TIMEOUT) -> None:
+                 replication: str = "warn", send_timeout: float = DEFAULT_SEND_TIMEOUT,
+                 claims_ahead: bool = False) -> None:
         self.settings = s = Settings.resolve(
             store, policy=policy, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval, recovery=recovery,
             recovery_interval=recovery_interval, sweep_after=sweep_after, listeners=listeners, metrics=metrics,
             json_logs=json_logs, max_connections=max_connections, group_commit=group_commit, tracing=tracing,
-            schedules=schedules, replication=replication, send_timeout=send_timeout)
+            schedules=schedules, replication=replication, send_timeout=send_timeout, claims_ahead=claims_ahead)
         self.policy, self.lease_ttl, self.heartbeat_interval = s.policy, s.lease_ttl, s.heartbeat_interval
         self.recovery_enabled, self.recovery_interval, self.sweep_after = s.recovery, s.recovery_interval, s.sweep_after
         self.replication, self.group_commit, self.max_connections = s.replication, s.group_commit, s.max_connections
@@ -151,7 +152,8 @@ class ReliableMiddleware(Middleware):
         boot(self, broker, worker)
         if readable():  # Dramatiq's private work queue, on the versions verified only
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
-            if self.store.group_commit_stats() is not None:  # the claims ahead ride the claim's batch
+            # Claims ahead ride the claim's group-commit batch: none without one (SQLite, group_commit=False).
+            if self.settings.claims_ahead and self.store.group_commit_stats() is not None:
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
                 # An idle process too hands back what no thread took (a busy one also does at each claim).
                 self.runtime.every_pass.append(lambda: claim.hand_back(self, self.ahead.overdue(), "not taken in time"))

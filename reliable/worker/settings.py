@@ -59,6 +59,11 @@ class Settings:
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
         threads in batches, one statement each (same guards, same durability; see
         reliable/store/batching.py). Taken from the StateStore when one is passed.
+      claims_ahead: on PostgreSQL with group commit, a thread's claim also claims the durable
+        messages already waiting in the process (reliable/worker/ahead.py; `reliable docs concepts`,
+        "Claims ahead"): fewer statements per job when threads are few. Off by default: a job claimed
+        ahead is RUNNING before its run starts (a pause or cancel requested then is as one requested
+        during the run), and a worker killed with claims held ahead spends an attempt of each.
       schedules: recurring jobs (`reliable.Schedule` objects, or a YAML file of them: `reliable docs schedules`),
         stored with their job templates at each worker's boot. Every worker's recovery thread runs
         the scheduler of all stored schedules, declared here or not.
@@ -90,6 +95,7 @@ class Settings:
     listeners: tuple[Callable[[dict[str, Any]], None], ...]
     schedules: tuple[Schedule, ...]
     send_timeout: float = DEFAULT_SEND_TIMEOUT
+    claims_ahead: bool = False
 
     @classmethod
     def resolve(cls, store: StateStore | str, *, policy: Policy | None, lease_ttl: float | None,
@@ -97,7 +103,7 @@ class Settings:
                 sweep_after: float | None, listeners: tuple[Callable[[dict[str, Any]], None], ...],
                 metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
                 tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
-                replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT) -> Settings:
+                replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT, claims_ahead: bool = False) -> Settings:
         """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
         naming the fix for a contradiction."""
         if max_connections is not None and isinstance(store, StateStore):
@@ -129,7 +135,7 @@ class Settings:
             metrics=resolved_metrics, json_logs=json_logs,
             tracing=Tracing(None if tracing is True else tracing) if tracing else None,
             listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
-            send_timeout=check_send_timeout(send_timeout, "send_timeout"),
+            send_timeout=check_send_timeout(send_timeout, "send_timeout"), claims_ahead=claims_ahead,
         )
 
 

@@ -54,7 +54,7 @@ def claimed_ahead(producer: tuple[Any, StateStore], worker_env: dict[str, str], 
     broker, store = producer
     queue = worker_env["RELIABLE_TEST_QUEUE"]
     env = {**worker_env, "RELIABLE_TEST_LEASE_TTL": "2", "RELIABLE_TEST_HEARTBEAT": "0.5",
-           "RELIABLE_TEST_RECOVERY_INTERVAL": "0.5"}
+           "RELIABLE_TEST_RECOVERY_INTERVAL": "0.5", "RELIABLE_TEST_CLAIMS_AHEAD": "1"}
     worker = WorkerProcess(env, tmp_path / f"worker-{len(workers)}.log", threads=THREADS)
     workers.append(worker)
     release = [str(tmp_path / f"release-{n}") for n in range(6)]

@@ -30,7 +30,7 @@ JOBS = 12
 
 @pytest.fixture
 def harness(store_url: str, policy_file: Path) -> Iterator[Harness]:
-    made = make_harness(store_url, policy_file, threads=1, metrics=False, json_logs=False)
+    made = make_harness(store_url, policy_file, threads=1, metrics=False, json_logs=False, claims_ahead=True)
     made.worker.queue_prefetch = 2 * JOBS
     yield made
     made.close()
@@ -105,6 +105,18 @@ def test_a_thread_waits_for_the_batch_claiming_its_job() -> None:
     ahead.settle(picked, {"job-1": held})
     waiter.join(10)
     assert taken == [held] and ahead.taken == 1
+
+
+def test_a_job_whose_thread_claims_it_itself_is_not_claimed_ahead_meanwhile() -> None:
+    """A thread that found nothing held for its delivery claims the job itself: another thread's
+    batch must not claim it ahead meanwhile (that claim would win and refuse the delivery's)."""
+    ahead = ClaimsAhead(clock=lambda: 0.0)
+    ahead.watch(lambda: [message("job-1"), message("job-2")], limit=4)
+    assert ahead.take("job-1", "digest") is None  # job-1's thread claims it itself
+    assert [m.message_id for m, _ in ahead.pick("own", lambda m: "digest")] == ["job-2"]
+    ahead.settle([], {})
+    ahead.claimed_itself("job-1")
+    assert [m.message_id for m, _ in ahead.pick("own-2", lambda m: "digest")] == ["job-1"]
 
 
 def test_a_batch_that_ends_wakes_only_the_threads_waiting_for_its_jobs() -> None:

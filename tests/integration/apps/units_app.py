@@ -24,6 +24,7 @@ reliable.install(
     heartbeat_interval=float(os.environ.get("RELIABLE_TEST_HEARTBEAT", "0.5")),
     recovery_interval=float(os.environ.get("RELIABLE_TEST_RECOVERY_INTERVAL", "0.5")),
     sweep_after=float(os.environ.get("RELIABLE_TEST_SWEEP_AFTER", "300")),
+    claims_ahead=os.environ.get("RELIABLE_TEST_CLAIMS_AHEAD") == "1",
 )
 dramatiq.set_broker(broker)
 
