@@ -123,11 +123,12 @@ def classify(exc: BaseException) -> Diagnosis:
 
 def rolled_back(exc: BaseException) -> bool:
     """Whether the server rolled the statement back for its conflict with another transaction
-    (SQLSTATE class 40: a deadlock, a serialization failure), on `exc` or the error it was raised
-    from: an outage for a single write's retry loop (RULES), but nothing wrong with the server."""
+    (40P01 a deadlock, 40001 a serialization failure), on `exc` or the error it was raised from: an
+    outage for a single write's retry loop (RULES), but nothing wrong with the server. Not 40003
+    (statement completion unknown): the statement may have committed, a lost reply."""
     for error in (exc, exc.__cause__):
         original = getattr(error, "orig", None) or error
         sqlstate = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
         if sqlstate:
-            return str(sqlstate).startswith("40")
+            return str(sqlstate) in ("40001", "40P01")
     return False

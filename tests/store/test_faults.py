@@ -29,7 +29,7 @@ from reliable.errors import (
     StoreUnavailable,
 )
 from reliable.store.db import translate
-from reliable.store.faults import Fault, classify
+from reliable.store.faults import Fault, classify, rolled_back
 
 PASSWORD = "right-pw-7"
 
@@ -233,3 +233,16 @@ def test_every_configuration_error_is_a_config_error_and_passes_dramatiq() -> No
         assert issubclass(error, MiddlewareError), error
     assert issubclass(StoreMisconfigured, ConfigError) and issubclass(StoreNotMigrated, StoreMisconfigured)
     assert issubclass(SendTimedOut, StoreUnavailable)
+
+
+def test_rolled_back_is_a_conflict_the_server_undid_not_a_lost_reply() -> None:
+    """The group commit writes a rolled-back batch row by row: only for a deadlock or a serialization
+    failure, never for 40003 (the statement may have committed: a lost reply, retried as an outage)."""
+    deadlock = psycopg.errors.DeadlockDetected("deadlock detected")
+    wrapped = StoreUnavailable("cannot use the store")
+    wrapped.__cause__ = deadlock
+    assert rolled_back(deadlock) and rolled_back(wrapped)
+    assert rolled_back(psycopg.errors.SerializationFailure("could not serialize access"))
+    unknown = psycopg.errors.StatementCompletionUnknown("statement completion unknown")
+    assert not rolled_back(unknown) and classify(unknown).fault is Fault.OUTAGE
+    assert not rolled_back(psycopg.errors.UniqueViolation("duplicate key")) and not rolled_back(wrapped.__class__("x"))
