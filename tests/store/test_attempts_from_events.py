@@ -4,10 +4,6 @@ from the same events."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
@@ -15,7 +11,7 @@ from reliable.states import Event
 from reliable.store import ErrorInfo, NewJob, StateStore, migrate, retention
 from reliable.store.records import Attempt
 
-from support import Clock, scratch_database
+from support import Clock
 
 BOOM = ErrorInfo("transient", "ConnectionError", "reset by peer")
 
@@ -69,15 +65,6 @@ def test_prune_counts_the_attempts_of_the_events_it_deletes(clocked: tuple[State
     counted = retention.count_prunable(store, clock.now)
     assert (counted.jobs, counted.attempts) == (2, 3)
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database of its own (the downgrade changes its schema)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with scratch_database("reliable_attempts_") as url:
-        yield url
 
 
 def test_the_downgrade_rebuilds_the_attempt_rows_from_the_events(fresh_url: str) -> None:

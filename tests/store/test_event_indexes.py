@@ -3,8 +3,6 @@ PostgreSQL; every reader of events over a window still finds its rows through an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +24,6 @@ from reliable.store.alert_facts import (
 from reliable.store.alert_queries import collect_facts, sample_job_ids
 from reliable.store.overview import overview
 
-from support import scratch_database
-
 _KINDS = ("claim", "succeed", "enqueued", "checkpoint", "retry_scheduled", "fail", "dead_letter", "lease_expired")
 
 # 40,000 events: the kinds every job writes most, a few of the others.
@@ -48,15 +44,6 @@ def _event_indexes(engine: Any) -> dict[str, str | None]:
             "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'reliable_job_events'::regclass "
             "AND NOT i.indisprimary")).all())
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database of its own (the downgrade changes its schema)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with scratch_database("reliable_event_ix_") as url:
-        yield url
 
 
 def _migrate(engine: Any, revision: str, *, down: bool = False) -> None:
