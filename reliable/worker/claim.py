@@ -178,8 +178,7 @@ def _claim_own(mw: Worker, broker: dramatiq.Broker, message: Any, digest: str) -
             delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=str(bad))
         except ClaimRefused as again:
             refuse(mw, broker, message, again)
-    claimed: Claim = won
-    return claimed
+    return won
 
 
 def _claim_with_ahead(mw: Worker, broker: dramatiq.Broker, job_id: str, attempt_id: str, digest: str) -> Claim:
@@ -240,12 +239,9 @@ def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | Non
     # it from a run): only a job whose crash is retried, never one a crash would send to review.
     if contract.fast_path or not contract.retry_on_crash or mw.paused_queues.is_paused(delivered):
         return None
-    if mw.admission.gate.spec_for(broker, actor) is not None or delivery.malformed(message) is not None:
+    if mw.admission.gate.spec_for(broker, actor) is not None:
         return None
-    try:
-        return delivery.delivered_digest(message)
-    except Exception:  # its own claim refuses it (delivery.digest_of)
-        return None
+    return delivery.checked_digest(message)[0]  # a message its own claim refuses (digest_of): None
 
 
 def hand_back(mw: Worker, claims: list[Ahead], why: str) -> None:
@@ -418,13 +414,10 @@ def skipped(mw: Worker, broker: dramatiq.Broker, message: Any, skip: Skip) -> No
 
 def _held_ahead(mw: Worker, message: Any) -> Ahead | None:
     """The claim held ahead for this skipped delivery, if any (used up)."""
-    if not mw.ahead.enabled or delivery.malformed(message) is not None:
+    if not mw.ahead.enabled:
         return None
-    try:
-        digest = delivery.delivered_digest(message)
-    except Exception:
-        return None
-    return mw.ahead.take(message.message_id, digest)
+    digest = delivery.checked_digest(message)[0]
+    return None if digest is None else mw.ahead.take(message.message_id, digest)
 
 
 def take_fast(mw: Worker, message: Any) -> bool:

@@ -50,7 +50,8 @@ from ..inputs import clip, job_id_problem
 from ..store import Job, StateStore
 from .consumed import consumed_from, restore
 
-__all__ = ["MISMATCH", "delivered_digest", "delivered_queue", "digest_of", "malformed", "queue_problem", "refuse"]
+__all__ = ["MISMATCH", "checked_digest", "delivered_digest", "delivered_queue", "digest_of", "malformed",
+           "queue_problem", "refuse"]
 
 logger = logging.getLogger("reliable.worker.delivery")
 
@@ -108,15 +109,24 @@ def delivered_digest(message: Any) -> str:
     return delivery_digest(message.actor_name, message.args, message.kwargs, message.options, decoded=decoded)
 
 
+def checked_digest(message: Any) -> tuple[str, None] | tuple[None, str]:
+    """(the delivery's digest, None), or (None, what makes it no message of its job): malformed,
+    or values that cannot be hashed."""
+    problem = malformed(message)
+    if problem is not None:
+        return None, problem
+    try:
+        return delivered_digest(message), None
+    except Exception as exc:  # values JSON cannot hold (a custom encoder's), nesting too deep
+        return None, f"its arguments cannot be hashed ({type(exc).__name__})"
+
+
 def digest_of(store: StateStore, message: Any, *, worker_id: str) -> str:
     """The delivery's digest, for its claim. A malformed delivery, or one whose values cannot be
     hashed, is refused here (`refuse`: raises SkipMessage)."""
-    problem = malformed(message)
-    if problem is None:
-        try:
-            return delivered_digest(message)
-        except Exception as exc:  # values JSON cannot hold (a custom encoder's), nesting too deep
-            problem = f"its arguments cannot be hashed ({type(exc).__name__})"
+    digest, problem = checked_digest(message)
+    if digest is not None:
+        return digest
     refuse(store, message, None, worker_id=worker_id, problem=problem)
 
 
