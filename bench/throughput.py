@@ -49,7 +49,8 @@ with Brendan Gregg's `flamegraph.pl`; `DIR/summary.txt` lists each process's top
 samples on top of the stack (self time). Idle threads are not sampled, so the samples approximate
 CPU (threads blocked in Python-level waits such as `Condition.wait` may still show). A profile
 covers the process's whole life, start-up included: give it enough jobs (e.g. 20,000) that start-up
-is a small share. Profiling slows the worker: read its figures for where CPU goes, not for rates.
+is a small share. With `BENCH_PROFILE_GIL=1` only the thread holding the GIL is sampled (py-spy
+`--gil`): the samples are then the process's Python CPU, blocked waits left out. Profiling slows the worker: read its figures for where CPU goes, not for rates.
 
 Needs RabbitMQ and (for -pg modes) PostgreSQL on 127.0.0.1.
 """
@@ -413,7 +414,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
         prefix = profile / f"{tag}-{mode}" if profile else None
         raw = Path(f"{prefix}.raw") if prefix else None
         if raw:
-            command = [py_spy(), "record", "--subprocesses", "--nonblocking", "--rate", "200", "--format", "raw",
+            gil = ["--gil"] if os.environ.get("BENCH_PROFILE_GIL") == "1" else []
+            command = [py_spy(), "record", "--subprocesses", "--nonblocking", "--rate", "200", *gil, "--format", "raw",
                        "--output", str(raw), "--", *command]
         exclude = set()
         if verify is not None and database:
