@@ -37,6 +37,15 @@ __all__ = ["EVENT_COLUMNS", "JOB_COLUMNS", "LEASE_COLUMNS", "SqlRunner", "Tx", "
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in job_events.c)
+_WRITTEN_WIDTH = len(JOB_COLUMNS) + len(EVENT_COLUMNS)
+
+
+def _written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A row of `write_job`/`write_jobs` (PostgreSQL: the job's columns, then its event's) as
+    (job row, event row). One length check, then plain zips (a strict zip checks twice per row)."""
+    if len(row) != _WRITTEN_WIDTH:
+        raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
+    return dict(zip(JOB_COLUMNS, row)), dict(zip(EVENT_COLUMNS, row[len(JOB_COLUMNS):]))  # noqa: B905
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
@@ -239,8 +248,7 @@ class SqlRunner:
         if self._postgres:
             if row is None:
                 return None
-            return dict(zip(JOB_COLUMNS, row[:len(JOB_COLUMNS)], strict=True)), \
-                dict(zip(EVENT_COLUMNS, row[len(JOB_COLUMNS):], strict=True))
+            return _written(row)
         if row is None:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
@@ -324,10 +332,7 @@ class SqlRunner:
             with psycopg.RawCursor(raw.driver_connection) as cursor:
                 cursor.execute(query.sql, values, prepare=True)
                 found = {row[0]: row for row in cursor.fetchall()}
-        split = len(JOB_COLUMNS)
-        return [None if (row := found.get(w.job_id)) is None else
-                (dict(zip(JOB_COLUMNS, row[:split], strict=True)), dict(zip(EVENT_COLUMNS, row[split:], strict=True)))
-                for w in writes]
+        return [None if (row := found.get(w.job_id)) is None else _written(row) for w in writes]
 
     def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None
                  ) -> tuple[float, list[dict[str, Any]]]:
