@@ -330,12 +330,13 @@ class SqlRunner:
         write's (job row, event row), or None where its guard did not match (see batching.py)."""
         if not self._postgres:
             raise NotImplementedError("write_many is PostgreSQL's group commit; SQLite writes one at a time")
-        if len({w.job_id for w in writes}) != len(writes):
+        ids = sorted({w.job_id for w in writes})
+        if len(ids) != len(writes):
             raise ValueError("a batch holds each job once")
         rows, rules = batch_rows(writes)
         query = self._positional["write_jobs"]
         values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": self._clock(),
-                               "ids": sorted(w.job_id for w in writes)})
+                               "ids": ids})
         with self._kept_connection() as raw:
             import psycopg
 
