@@ -104,6 +104,8 @@ def batch_write_sql(single: str) -> str:
 
 
 _WRITE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(JobWrite) if f.name not in RULE_FIELDS)
+#: The rule's fields but `sources` (its one list, made a tuple in a rule's key).
+_SCALAR_RULE_FIELDS: tuple[str, ...] = tuple(name for name in RULE_FIELDS if name != "sources")
 
 
 def batch_rows(writes: Sequence[JobWrite]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -113,14 +115,15 @@ def batch_rows(writes: Sequence[JobWrite]) -> tuple[list[dict[str, Any]], list[d
     rules: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     for write in writes:
-        rule = tuple(getattr(write, name) for name in RULE_FIELDS)
-        key = tuple(tuple(v) if isinstance(v, list) else v for v in rule)
+        values = write.__dict__  # every field (a frozen dataclass keeps them there): no getattr per field
+        sources = values["sources"]
+        key = (None if sources is None else tuple(sources), *[values[name] for name in _SCALAR_RULE_FIELDS])
         number = numbers.get(key)
         if number is None:
             number = numbers[key] = len(rules)
-            rules.append({"rule_no": number, **dict(zip(RULE_FIELDS, rule, strict=True))})
+            rules.append({"rule_no": number, **{name: values[name] for name in RULE_FIELDS}})
         row: dict[str, Any] = {name: value for name in _WRITE_FIELDS
-                               if (value := getattr(write, name)) is not None and value is not False}
+                               if (value := values[name]) is not None and value is not False}
         row["rule"] = number
         rows.append(row)
     return rows, rules

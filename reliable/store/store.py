@@ -238,9 +238,11 @@ class StateStore:
     @staticmethod
     def _record(event: Mapping[str, Any], job: Mapping[str, Any] | None) -> dict[str, Any]:
         """What listeners get: the event row as written (decoded), plus the job's timing columns."""
-        record = {k: v for k, v in event.items() if k != "id"}
-        record["detail"] = json.loads(event["detail"]) if event.get("detail") else {}
-        record["checkpoint"] = json.loads(event["checkpoint"]) if event.get("checkpoint") else None
+        record = dict(event)
+        record.pop("id", None)
+        detail, checkpoint = record.get("detail"), record.get("checkpoint")
+        record["detail"] = json.loads(detail) if detail else {}
+        record["checkpoint"] = json.loads(checkpoint) if checkpoint else None
         for name in ("started_at", "scheduled_at", "dispatched_at"):
             record[name] = job.get(name) if job is not None else None
         return record

@@ -121,6 +121,7 @@ class JobWrite:
 
 
 _FIELDS = field_names(JobWrite)
+_NO_ERROR: Mapping[str, str | None] = {}
 
 
 def transition_write(
@@ -147,16 +148,16 @@ def transition_write(
     entering_retry_wait = rule["to_status"] == S.RETRY_WAIT.value
     if entering_retry_wait and delay is None:
         raise ValueError(f"{event.value}: entering RETRY_WAIT needs a delay")
+    err = error or _NO_ERROR
     return built(JobWrite, dict(
-        job_id=job_id, lease_id=lease_id, version=version, expired_only=expired_only,
+        rule, job_id=job_id, lease_id=lease_id, version=version, expired_only=expired_only,
         lease_ttl=lease_ttl if claim and not release else None, delay=delay if entering_retry_wait else None,
         checkpoint=None, checkpoint_schema=checkpoint_schema, worker_id=worker_id if claim else None,
         attempt_id=attempt_id if claim else None,
-        has_error=error is not None, error_class=(error or {}).get("error_class"),
-        error_type=(error or {}).get("error_type"), error_message=(error or {}).get("message"),
+        has_error=error is not None, error_class=err.get("error_class"),
+        error_type=err.get("error_type"), error_message=err.get("message"),
         event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
-        detail=detail, traceback=(error or {}).get("traceback"), route_queue=None, delivery_digest=delivery_digest,
-        **rule,
+        detail=detail, traceback=err.get("traceback"), route_queue=None, delivery_digest=delivery_digest,
     ), _FIELDS)
 
 
