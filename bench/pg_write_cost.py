@@ -100,8 +100,8 @@ def _steady(store: StateStore, ids: list[str], batch: int) -> None:
         import psycopg
 
         conn = psycopg.RawCursor(raw.driver_connection)
-        conn.execute("COMMIT")
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        print(f"kept connection's backend: pid {pid}", file=sys.stderr, flush=True)
         before = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
                               "WHERE relname = 'reliable_jobs'").fetchone()
         start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
@@ -120,8 +120,7 @@ def _steady(store: StateStore, ids: list[str], batch: int) -> None:
                 values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": None,
                                        "ids": sorted(w.job_id for w in writes)})
                 t0 = _cpu_ns(pid)
-                result = conn.execute(query.sql, values, prepare=True).fetchall()
-                conn.execute("COMMIT")
+                result = conn.execute(query.sql, values, prepare=True).fetchall()  # autocommit
                 cpu += _cpu_ns(pid) - t0
                 for row in result:
                     leases[row[0]] = row[7]
@@ -130,7 +129,6 @@ def _steady(store: StateStore, ids: list[str], batch: int) -> None:
                            "count(*) FILTER (WHERE record_type = 'LOCK') "
                            "FROM pg_get_wal_records_info($1, $2) WHERE xid::text::int8 > 0",
                            (start, end)).fetchone()
-        conn.execute("COMMIT")
         import time
         time.sleep(0.7)  # the statistics collector's flush
         after = conn.execute("SELECT pg_stat_force_next_flush()").fetchone() and conn.execute(
