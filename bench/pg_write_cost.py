@@ -44,16 +44,17 @@ def _breakdown(conn: Any, sql: str, values: list[Any]) -> list[tuple[Any, ...]]:
     conn.execute(sql, values).fetchall()
     xid = conn.execute("SELECT pg_current_xact_id()::text::int8").fetchone()[0]
     conn.execute("COMMIT")
-    end = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+    end = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]  # walinspect reads flushed WAL only
     return conn.execute(
         "SELECT resource_manager, record_type, count(*), sum(record_length), sum(fpi_length) "
         "FROM pg_get_wal_records_info($1, $2) WHERE xid::text::int8 = $3 "
         "GROUP BY 1, 2 ORDER BY 3 DESC", (start, end, xid)).fetchall()
 
 
-def _run(store: StateStore, writes: list[JobWrite], *, explain: bool) -> dict[str, float]:
+def _run(store: StateStore, writes: list[JobWrite], *, explain: bool, look: bool = False) -> dict[str, float]:
     runner = store._sql
     query = runner._positional["write_jobs"]
+    statuses = runner._positional["job_statuses"]
     totals = {"records": 0.0, "fpi": 0.0, "bytes": 0.0, "cpu_ms": 0.0, "hit": 0.0, "dirtied": 0.0}
     with runner._kept_connection() as raw:
         import psycopg
@@ -66,6 +67,9 @@ def _run(store: StateStore, writes: list[JobWrite], *, explain: bool) -> dict[st
             rows, rules = batch_rows(chunk)
             values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": None,
                                    "ids": sorted(w.job_id for w in chunk)})
+            if look:  # the fast path's batched look before its runs (the worker's pooled connection prepares it too)
+                conn.execute(statuses.sql, statuses.values({"job_ids": [w.job_id for w in chunk]}),
+                             prepare=True).fetchall()
             if explain and i == len(writes) // 2 // _run.batch * _run.batch:  # type: ignore[attr-defined]
                 print(f"WAL of one batch of {len(chunk)} ({chunk[0].event}):")
                 for kind in _breakdown(conn, query.sql, values):
@@ -84,6 +88,57 @@ def _run(store: StateStore, writes: list[JobWrite], *, explain: bool) -> dict[st
     return totals
 
 
+def _steady(store: StateStore, ids: list[str], batch: int) -> None:
+    """Register batch k, claim batch k-1, succeed batch k-2, in turn; the claims and outcomes on one
+    kept connection, whose backend CPU and pg_stat_user_tables' HOT and same-page counts are reported."""
+    runner = store._sql
+    query = runner._positional["write_jobs"]
+    chunks = [ids[i:i + batch] for i in range(0, len(ids), batch)]
+    leases: dict[str, int] = {}
+    cpu = 0
+    with runner._kept_connection() as raw:
+        import psycopg
+
+        conn = psycopg.RawCursor(raw.driver_connection)
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        print(f"kept connection's backend: pid {pid}", file=sys.stderr, flush=True)
+        before = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                              "WHERE relname = 'reliable_jobs'").fetchone()
+        start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+        for k in range(len(chunks) + 2):
+            if k < len(chunks):
+                store.register_many([NewJob(job_id=j, queue="q", actor="a", message={"args": []}) for j in chunks[k]])
+            steps = []
+            if 0 <= k - 1 < len(chunks):
+                steps.append([transition_write(j, Event.CLAIM, worker_id="w", lease_ttl=60.0,
+                                               attempt_id=uuid.uuid4().hex) for j in chunks[k - 1]])
+            if 0 <= k - 2 < len(chunks):
+                steps.append([transition_write(j, Event.SUCCEED, lease_id=leases[j], worker_id="w")
+                              for j in chunks[k - 2]])
+            for writes in steps:
+                rows, rules = batch_rows(writes)
+                values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": None,
+                                       "ids": sorted(w.job_id for w in writes)})
+                t0 = _cpu_ns(pid)
+                result = conn.execute(query.sql, values, prepare=True).fetchall()  # autocommit
+                cpu += _cpu_ns(pid) - t0
+                for row in result:
+                    leases[row[0]] = row[7]
+        end = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
+        wal = conn.execute("SELECT count(*), sum(record_length) FILTER (WHERE record_type = 'LOCK'), "
+                           "count(*) FILTER (WHERE record_type = 'LOCK') "
+                           "FROM pg_get_wal_records_info($1, $2) WHERE xid::text::int8 > 0",
+                           (start, end)).fetchone()
+        import time
+        time.sleep(0.7)  # the statistics collector's flush
+        after = conn.execute("SELECT pg_stat_force_next_flush()").fetchone() and conn.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'reliable_jobs'").fetchone()
+    n = len(ids)
+    print(f"steady, jobs {n}, batch {batch}: per durable job backend cpu {cpu / n / 1000:.1f} us "
+          f"(claim + outcome statements), WAL records (all, incl. registration) {wal[0] / n:.2f}, "
+          f"heap LOCK {wal[2] / n:.2f}; updates {after[0] - before[0]}, HOT {after[1] - before[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3200)
@@ -91,6 +146,12 @@ def main() -> None:
     parser.add_argument("--explain", action="store_true", help="WAL and buffers per statement (EXPLAIN ANALYZE)")
     parser.add_argument("--fillfactor", type=int, help="set reliable_jobs' fillfactor before registering")
     parser.add_argument("--sql", action="append", default=[], help="run after the upgrade (e.g. try an index)")
+    parser.add_argument("--fast", action="store_true",
+                        help="the fast path instead: a look (job_statuses) and a fast_succeed per job, no claim")
+    parser.add_argument("--steady", action="store_true",
+                        help="interleaved as in a steady stream: register a batch, claim the previous one, "
+                             "succeed the one before (not all registrations first: updates then find no room "
+                             "on their page)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args()
     _run.batch = args.batch  # type: ignore[attr-defined]
@@ -108,12 +169,25 @@ def main() -> None:
             if args.fillfactor:
                 c.execute(text(f"ALTER TABLE reliable_jobs SET (fillfactor = {args.fillfactor})"))
         ids = [f"job-{uuid.uuid4().hex}" for _ in range(args.jobs)]
+        if args.steady:
+            _steady(store, ids, args.batch)
+            return
         for i in range(0, len(ids), 500):
             store.register_many([NewJob(job_id=j, queue="q", actor="a", message={"args": []})
                                  for j in ids[i:i + 500]])
         with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE"))
         attempts = {j: uuid.uuid4().hex for j in ids}
+        if args.fast:
+            fast = [transition_write(j, Event.FAST_SUCCEED, worker_id="w", attempt_id=attempts[j]) for j in ids]
+            done_fast = _run(store, fast, explain=args.explain, look=True)
+            with store.engine.connect() as c:
+                done = c.execute(text("SELECT count(*) FROM reliable_jobs WHERE status = 'SUCCEEDED'")).scalar_one()
+            assert done == args.jobs, done
+            print(f"per fast-path job (look + commit): backend cpu {done_fast['cpu_ms'] / args.jobs * 1000:.1f} us"
+                  + (f", WAL {done_fast['records'] / args.jobs:.2f} records, {done_fast['bytes'] / args.jobs:.0f} B, "
+                     f"buffers hit {done_fast['hit'] / args.jobs:.1f}" if args.explain else ""))
+            return
         claims = [transition_write(j, Event.CLAIM, worker_id="w", lease_ttl=60.0, attempt_id=attempts[j])
                   for j in ids]
         claimed = _run(store, claims, explain=args.explain)

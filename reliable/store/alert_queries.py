@@ -3,7 +3,7 @@
 Each query filters on an indexed prefix: jobs(status, ...) via ix_reliable_jobs_status_*,
 job_events(event, at) via ix_reliable_job_events_event_at (each request names its kinds:
 alert_facts.check_counted),
-a job's attempts from its events (job_history.attempts_of) via ix_reliable_job_events_job.
+a job's attempts from its events (job_history.attempts_of) via (job_id, id) (on PostgreSQL the primary key).
 """
 
 from __future__ import annotations

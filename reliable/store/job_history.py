@@ -51,13 +51,14 @@ def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
     leaving = e.c.from_status.in_(_ACTIVE) & e.c.to_status.not_in(_ACTIVE)
     save = (e.c.event == _CHECKPOINT) & (e.c.from_status == e.c.to_status)
     # The running count over narrow rows (id, saves so far, whether it bounds an attempt), then the
-    # few bounding rows in full.
+    # few bounding rows in full, found again by (job_id, id): PostgreSQL's primary key (migration 0020).
     story = (select(e.c.id, func.count().filter(save).over(order_by=e.c.id).label("saves"),
                     (entering | leaving).label("bounds"))
              .where(e.c.job_id == job_id, or_(entering, leaving, save)).subquery())
     stmt = (select(e.c.event, e.c.at, e.c.from_status, e.c.to_status, e.c.attempt, e.c.attempt_id, e.c.lease_id,
                    e.c.worker_id, e.c.error_class, e.c.error_type, e.c.error_message, story.c.saves)
-            .join_from(story, e, e.c.id == story.c.id).where(story.c.bounds).order_by(story.c.id))
+            .join_from(story, e, (e.c.job_id == job_id) & (e.c.id == story.c.id))
+            .where(story.c.bounds).order_by(story.c.id))
     started: dict[str, dict[str, Any]] = {}
     for row in conn.execute(stmt):
         if starts_attempt(row.from_status, row.to_status):

@@ -42,6 +42,7 @@ __all__ = [
     "limits",
     "liveness",
     "metadata",
+    "on_dialect",
     "operations",
     "queue_events",
     "queue_pauses",
@@ -179,7 +180,11 @@ job_events = Table(
     Column("traceback", Text),  # a failed attempt's traceback, bounded and masked (migration 0009)
 )
 
-Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id)
+# A job's events in id order (its history, its attempts, the retention purge). On PostgreSQL the
+# primary key is (job_id, id), not (id) as declared here, and serves these reads (migration 0020):
+# no query reads events by id alone, and each event row writes one index entry fewer. SQLite keeps
+# this index (its id is the table's own row key: a primary key there costs no separate index).
+Index("ix_reliable_job_events_job", job_events.c.job_id, job_events.c.id, info={"only_on": "sqlite"})
 # Every count over a window names its event kinds (alert rules, the overview, the rate-limit count;
 # alert_facts.check_counted): no index on `at` alone, which each event row paid an entry for, and on
 # PostgreSQL no (event, at) entry for the kinds no count names (UNCOUNTED_EVENTS; migration 0019).
@@ -533,6 +538,13 @@ queue_events = Table(
 )
 
 Index("ix_reliable_queue_events_queue", queue_events.c.queue, queue_events.c.id)
+
+
+def on_dialect(item: object, dialect: str) -> bool:
+    """Whether the migrations create this table or index on `dialect` (an index declared for one
+    dialect only says so in its info: `only_on`). For comparing a migrated database with `metadata`."""
+    only_on = item.info.get("only_on") if isinstance(item, (Table, Index)) else None
+    return only_on is None or only_on == dialect
 
 
 def alembic_include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:

@@ -121,3 +121,53 @@ def test_the_readers_of_events_over_a_window_never_scan_the_event_table(filled: 
             plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
             assert "Seq Scan on reliable_job_events" not in plan, f"{statement}\n{plan}"
             assert "ix_reliable_job_events_event_at" in plan, f"{statement}\n{plan}"
+
+
+def _primary_key(engine: Any) -> list[str]:
+    with engine.connect() as conn:
+        return list(inspect(conn).get_pk_constraint("reliable_job_events")["constrained_columns"])
+
+
+def test_0020_makes_job_id_and_id_the_primary_key_on_postgresql_and_its_downgrade_restores_id(fresh_url: str) -> None:
+    engine = create_engine(fresh_url)
+    postgres = engine.dialect.name == "postgresql"
+    try:
+        _migrate(engine, "0020")
+        if postgres:  # the primary key serves a job's reads: no separate (job_id, id) index
+            assert _primary_key(engine) == ["job_id", "id"]
+            assert set(_event_indexes(engine)) == {"ix_reliable_job_events_event_at"}
+        else:  # SQLite: the id is the row's key; the (job_id, id) index stays
+            assert _primary_key(engine) == ["id"]
+            assert set(_event_indexes(engine)) == {"ix_reliable_job_events_job", "ix_reliable_job_events_event_at"}
+        _migrate(engine, "0019", down=True)
+        assert _primary_key(engine) == ["id"]
+        assert set(_event_indexes(engine)) == {"ix_reliable_job_events_job", "ix_reliable_job_events_event_at"}
+        _migrate(engine, "head")
+        assert _primary_key(engine) == (["job_id", "id"] if postgres else ["id"])
+    finally:
+        engine.dispose()
+
+
+def test_a_jobs_own_events_are_read_by_the_primary_key(filled: StateStore) -> None:
+    """Its history, its attempts, a count of its events: each a range of (job_id, id) on PostgreSQL."""
+    statements: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, _many: bool) -> None:
+        if "reliable_job_events" in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            statements.append((statement, params))
+
+    event.listen(filled.engine, "before_cursor_execute", record)
+    try:
+        filled.events("job-7")
+        filled.events("job-7", limit=2)
+        filled.attempts("job-7")
+        filled.count_job_events("job-7", "fail", since_fresh_budget=True)
+    finally:
+        event.remove(filled.engine, "before_cursor_execute", record)
+    assert len(statements) >= 4, statements
+    with filled.engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        for statement, params in statements:
+            plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
+            assert "Seq Scan on reliable_job_events" not in plan, f"{statement}\n{plan}"
+            assert "reliable_job_events_pkey" in plan, f"{statement}\n{plan}"
