@@ -109,10 +109,11 @@ def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
 
 def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     """Claim the delivered job, or raise SkipMessage (see the module doc)."""
-    job_id = message.message_id
+    fields = delivery.fields(message)  # its fields, read without the proxy; `message` is acted on
+    job_id = fields.message_id
     digest = delivery.digest_of(mw.store, message, worker_id=mw.worker_id)  # a delivery must match its job
     queue = home_queue(mw, message)  # the actor's or the store's, never the body's
-    contract = mw.plans.contract(message.actor_name, queue, message.options)
+    contract = mw.plans.contract(fields.actor_name, queue, fields.options)
     paused.defer_if_paused(mw, broker, message, queue)  # before the limits: a paused queue takes no slot
     refusal = mw.admission.admit(broker, message, digest)
     if refusal is not None:
@@ -269,7 +270,7 @@ def home_queue(mw: Worker, message: Any) -> str:
     consumed from, is refused (`delivery.queue_problem`): it would choose the contract, the policy
     rules and the operators' rights of the job."""
     delivered, consumed = delivery.delivered_queue(message)
-    declared = mw.plans.plan(message.actor_name).queue
+    declared = mw.plans.plan(delivery.fields(message).actor_name).queue
     if consumed in (None, delivered) and declared in (None, delivered):
         return delivered
     job: Job | None = mw.runtime.with_store_retry("find", lambda: mw.store.find(message.message_id))
@@ -328,17 +329,17 @@ def _look(mw: Worker, job_id: str, digest: str | None) -> JobStatus | None:
 def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:
     """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
     step, on_success, a group's completion) that would have to be registered with it."""
-    broker = mw.plans.broker
-    limited = mw.admission.gate.spec_for(broker, message.actor_name) if broker is not None else None
+    broker, fields = mw.plans.broker, delivery.fields(message)
+    limited = mw.admission.gate.spec_for(broker, fields.actor_name) if broker is not None else None
     if not fast_path_allowed(limited):
         return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
-    if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
+    if fields.options.get("group_completion_uuid") or fields.options.get("workflow_node"):
         return False  # a group's barrier or a workflow node's result commits with the success
     if queue != delivery.delivered_queue(message)[0]:
         # On a routed retry's lane: the claim reads the job's own queue from the store, which
         # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
         return False
-    return not follows_success(message, mw.plans.options(message.actor_name))
+    return not follows_success(fields, mw.plans.options(fields.actor_name))
 
 
 def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: BaseException | None) -> None:
