@@ -228,14 +228,15 @@ def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | Non
     consumed from and its actor's own (no routed retry's lane: `home_queue` reads nothing), that
     queue not paused, its actor without limits, and a well-formed message whose digest can be
     computed as `delivery.digest_of` does."""
-    actor = message.actor_name
+    fields = delivery.fields(message)
+    actor = fields.actor_name
     if not mw.tracked(broker, actor):
         return None
     delivered, consumed = delivery.delivered_queue(message)
     declared = mw.plans.plan(actor).queue
     if consumed not in (None, delivered) or declared not in (None, delivered):
         return None
-    contract = mw.plans.contract(actor, delivered, message.options)
+    contract = mw.plans.contract(actor, delivered, fields.options)
     # A claim ahead that its worker's death leaves is recovered as a crashed attempt (nothing tells
     # it from a run): only a job whose crash is retried, never one a crash would send to review.
     if contract.fast_path or not contract.retry_on_crash or mw.paused_queues.is_paused(delivered):

@@ -29,6 +29,8 @@ from typing import Any
 
 import dramatiq
 
+from .delivery import fields
+
 __all__ = ["BATCH", "STALE_AFTER", "VERIFIED_DRAMATIQ", "Looks", "Row", "readable", "waiting_ids", "waiting_messages"]
 
 #: The Dramatiq versions whose `Worker.work_queue` (a PriorityQueue of items with `.message`) was read and tested.
@@ -66,8 +68,10 @@ def waiting_messages(worker: Any, *, version: str | None = None) -> list[Any]:
 
 
 def waiting_ids(worker: Any, wanted: Callable[[Any], bool], *, version: str | None = None) -> list[str]:
-    """The job ids of the messages waiting in `worker`'s work queue that `wanted` keeps, next first."""
-    return [message.message_id for message in waiting_messages(worker, version=version) if wanted(message)]
+    """The job ids of the messages waiting in `worker`'s work queue that `wanted` keeps (given each
+    one's decoded message, `delivery.fields`), next first."""
+    decoded = map(fields, waiting_messages(worker, version=version))
+    return [message.message_id for message in decoded if wanted(message)]
 
 
 class _Answer:
