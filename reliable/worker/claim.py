@@ -284,8 +284,9 @@ def home_queue(mw: Worker, message: Any) -> str:
 def hold(mw: Worker, message: Any, won: Any, *, span_id: str | None = None) -> JobContext:
     """The running attempt of a won claim, its lease renewed by the heartbeat from now on; its
     contract is the one of the job's own queue as the store has it (whatever queue delivered it)."""
-    contract = mw.plans.contract(message.actor_name, won.job.home_queue, message.options)
-    codec = mw.plans.plan(message.actor_name).codec
+    fields = delivery.fields(message)
+    contract = mw.plans.contract(fields.actor_name, won.job.home_queue, fields.options)
+    codec = mw.plans.plan(fields.actor_name).codec
     context = JobContext(mw.store, won, contract, mw.worker_id, mw.lease_ttl,
                          store_retry_cap=mw.heartbeat_interval, codec=codec, span_id=span_id)
     heartbeat = mw.runtime.heartbeat
