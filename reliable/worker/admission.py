@@ -23,6 +23,7 @@ from ..states import Event
 from ..store import ErrorInfo
 from . import after_commit
 from .context import JobContext
+from .delivery import fields
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
@@ -52,7 +53,7 @@ class Limits:
         the claim's own. `digest`: the delivery's (`worker.delivery`), refused when it is not the job's."""
         process = self.runtime
         self.delivery.limits = None
-        spec = self.gate.spec_for(broker, message.actor_name)
+        spec = self.gate.spec_for(broker, fields(message).actor_name)
         if spec is None:
             return None
         refusal: ClaimRefused | None = process.with_store_retry(

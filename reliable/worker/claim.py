@@ -132,10 +132,11 @@ def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
 
 def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     """Claim the delivered job, or raise SkipMessage (see the module doc)."""
-    job_id = message.message_id
+    fields = delivery.fields(message)  # its fields, read without the proxy; `message` is acted on
+    job_id = fields.message_id
     digest = delivery.digest_of(mw.store, message, worker_id=mw.worker_id)  # a delivery must match its job
     queue = home_queue(mw, message)  # the actor's or the store's, never the body's
-    contract = mw.plans.contract(message.actor_name, queue, message.options)
+    contract = mw.plans.contract(fields.actor_name, queue, fields.options)
     paused.defer_if_paused(mw, broker, message, queue)  # before the limits: a paused queue takes no slot
     refusal = mw.admission.admit(broker, message, digest)
     if refusal is not None:
@@ -250,14 +251,15 @@ def ahead_digest(mw: Worker, broker: dramatiq.Broker, message: Any) -> str | Non
     consumed from and its actor's own (no routed retry's lane: `home_queue` reads nothing), that
     queue not paused, its actor without limits, and a well-formed message whose digest can be
     computed as `delivery.digest_of` does."""
-    actor = message.actor_name
+    fields = delivery.fields(message)
+    actor = fields.actor_name
     if not mw.tracked(broker, actor):
         return None
     delivered, consumed = delivery.delivered_queue(message)
     declared = mw.plans.plan(actor).queue
     if consumed not in (None, delivered) or declared not in (None, delivered):
         return None
-    contract = mw.plans.contract(actor, delivered, message.options)
+    contract = mw.plans.contract(actor, delivered, fields.options)
     # A claim ahead that its worker's death leaves is recovered as a crashed attempt (nothing tells
     # it from a run): only a job whose crash is retried, never one a crash would send to review.
     if contract.fast_path or not contract.retry_on_crash or mw.paused_queues.is_paused(delivered):
@@ -292,7 +294,7 @@ def home_queue(mw: Worker, message: Any) -> str:
     consumed from, is refused (`delivery.queue_problem`): it would choose the contract, the policy
     rules and the operators' rights of the job."""
     delivered, consumed = delivery.delivered_queue(message)
-    declared = mw.plans.plan(message.actor_name).queue
+    declared = mw.plans.plan(delivery.fields(message).actor_name).queue
     if consumed in (None, delivered) and declared in (None, delivered):
         return delivered
     job: Job | None = mw.runtime.with_store_retry("find", lambda: mw.store.find(message.message_id))
@@ -305,8 +307,9 @@ def home_queue(mw: Worker, message: Any) -> str:
 def hold(mw: Worker, message: Any, won: Any, *, span_id: str | None = None) -> JobContext:
     """The running attempt of a won claim, its lease renewed by the heartbeat from now on; its
     contract is the one of the job's own queue as the store has it (whatever queue delivered it)."""
-    contract = mw.plans.contract(message.actor_name, won.job.home_queue, message.options)
-    codec = mw.plans.plan(message.actor_name).codec
+    fields = delivery.fields(message)
+    contract = mw.plans.contract(fields.actor_name, won.job.home_queue, fields.options)
+    codec = mw.plans.plan(fields.actor_name).codec
     context = JobContext(mw.store, won, contract, mw.worker_id, mw.lease_ttl,
                          store_retry_cap=mw.heartbeat_interval, codec=codec, span_id=span_id)
     heartbeat = mw.runtime.heartbeat
@@ -351,17 +354,17 @@ def _look(mw: Worker, job_id: str, digest: str | None) -> JobStatus | None:
 def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:
     """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
     step, on_success, a group's completion) that would have to be registered with it."""
-    broker = mw.plans.broker
-    limited = mw.admission.gate.spec_for(broker, message.actor_name) if broker is not None else None
+    broker, fields = mw.plans.broker, delivery.fields(message)
+    limited = mw.admission.gate.spec_for(broker, fields.actor_name) if broker is not None else None
     if not fast_path_allowed(limited):
         return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
-    if message.options.get("group_completion_uuid") or message.options.get("workflow_node"):
+    if fields.options.get("group_completion_uuid") or fields.options.get("workflow_node"):
         return False  # a group's barrier or a workflow node's result commits with the success
     if queue != delivery.delivered_queue(message)[0]:
         # On a routed retry's lane: the claim reads the job's own queue from the store, which
         # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
         return False
-    return not follows_success(message, mw.plans.options(message.actor_name))
+    return not follows_success(fields, mw.plans.options(fields.actor_name))
 
 
 def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: BaseException | None) -> None:

@@ -25,9 +25,9 @@ from ..states import Event, JobStatus
 from ..store import FanIn, NewJob, NodeResult
 from ..tracebacks import failure_texts
 from ..workflows.engine import node_result
-from . import after_commit, groups, outcome
+from . import after_commit, delivery, groups, outcome
 from .context import JobContext
-from .continuations import FollowUp, follow_ups
+from .continuations import FollowUp, follow_ups, follows_success
 
 if TYPE_CHECKING:
     from .state import Worker
@@ -96,6 +96,10 @@ def plan(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext,
     """The messages that follow this attempt, each with the job to register for it (None: untracked)."""
     if not mw.continuation_kinds:
         return []
+    if exception is None:
+        fields = delivery.fields(message)
+        if not follows_success(fields, mw.plans.options(fields.actor_name)):
+            return []  # nothing to build: most successes end here, without reading the actor again
     try:
         found = follow_ups(broker, message, kinds=mw.continuation_kinds, result=result, exception=exception,
                            exhausted=exhausted)

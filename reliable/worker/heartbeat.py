@@ -36,7 +36,8 @@ class Heartbeat:
         self.worker_id = worker_id
         self.interval = interval
         self.lease_ttl = lease_ttl
-        self._jobs: dict[tuple[str, int], JobContext] = {}  # (job_id, lease_id) -> attempt
+        # job_id -> its attempt: one per job, `add` drops an older one (a lookup, not a scan per claim).
+        self._jobs: dict[str, JobContext] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,19 +49,23 @@ class Heartbeat:
     def add(self, job: JobContext) -> None:
         """Start renewing `job`'s lease; an older attempt of the same job in this process is stale."""
         with self._lock:
-            stale = [old for (job_id, _), old in self._jobs.items() if job_id == job.job_id]
-            for old in stale:
-                del self._jobs[(old.job_id, old.fencing_token)]
-            self._jobs[(job.job_id, job.fencing_token)] = job
-        for old in stale:  # its lease was reassigned (to `job`): stop it before it does more work
+            old = self._jobs.get(job.job_id)
+            self._jobs[job.job_id] = job
+        if old is not None:  # its lease was reassigned (to `job`): stop it before it does more work
             old.mark_lease_lost()
             old.interrupt(LeaseLostInterrupt)
 
     def remove(self, job: JobContext) -> None:
         """Stop renewing `job`'s lease (its attempt ended)."""
         with self._lock:
-            self._jobs.pop((job.job_id, job.fencing_token), None)
+            self._forget(job)
             self._escalated.pop((job.job_id, job.fencing_token), None)
+
+    def _forget(self, job: JobContext) -> None:
+        """Drop `job`'s attempt, if it is the one held for its job (under the lock)."""
+        held = self._jobs.get(job.job_id)
+        if held is not None and held.fencing_token == job.fencing_token:
+            del self._jobs[job.job_id]
 
     def held(self) -> list[JobContext]:
         """The jobs whose leases this process currently renews."""
@@ -124,7 +129,7 @@ class Heartbeat:
 
     def _lose(self, job: JobContext) -> None:
         with self._lock:
-            held = self._jobs.get((job.job_id, job.fencing_token)) is job
+            held = self._jobs.get(job.job_id) is job
         # A job whose actor already returned is committing its outcome (or just did): missing from
         # the answer, it simply finished between the snapshot and the renewal.
         if job.lease_lost or not held or not job.interruptible():
@@ -146,7 +151,7 @@ class Heartbeat:
                 # recovery loop force-stops the job; anything the thread writes later is fenced out.
                 logger.error("job %s: thread still running after termination; releasing its lease", job.job_id)
                 with self._lock:
-                    self._jobs.pop(key, None)
+                    self._forget(job)
             return
         self._escalated[key] = overdue
         logger.error("job %s: still running %.1fs past its stop grace; terminating its thread", job.job_id, overdue)

@@ -175,7 +175,8 @@ class ReliableMiddleware(Middleware):
                         self.ahead.claimed, self.ahead.taken, self.ahead.handed_back)
         self.runtime.shutdown()
         if self.looks.reads:
-            logger.info("fast-path looks: %d looks in %d reads", self.looks.looks, self.looks.reads)
+            logger.info("fast-path looks: %d looks in %d reads (%d waited for another's read)",
+                        self.looks.looks, self.looks.reads, self.looks.waits)
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         """Register the job (PENDING) before its message is published; no-op for a known job_id."""

@@ -76,7 +76,7 @@ class Plans:
     def contract(self, actor_name: str, queue: str, message_options: Mapping[str, Any] | None = None) -> JobContract:
         """The job contract: policy defaults, queue and actor sections, actor options, then the
         Dramatiq retry options of the message (max_retries, min_backoff, max_backoff), as Dramatiq."""
-        retry_options = tuple((key, message_options.get(key)) for key in RETRY_OPTIONS) if message_options else ()
+        retry_options = tuple(map(message_options.get, RETRY_OPTIONS)) if message_options else ()
         key = (id(self.policy), actor_name, queue, retry_options)
         contract = self._contracts.get(key)
         if contract is None:  # computed once per actor, queue and message retry options (the hot path)

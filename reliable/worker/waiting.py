@@ -24,9 +24,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import dramatiq
+
+from .delivery import fields
 
 __all__ = ["BATCH", "STALE_AFTER", "VERIFIED_DRAMATIQ", "Looks", "Row", "readable", "waiting_ids", "waiting_messages"]
 
@@ -39,6 +42,10 @@ STALE_AFTER = 1.0
 
 #: A look's answer: (state, registered delivery digest), or None when there is no such job.
 Row = tuple[str, str | None] | None
+
+# The order of `_WorkQueueItem` (a dataclass with order=True: priority, then _queued_time), as a
+# key compared in C rather than its Python-level __lt__ (a third of the cost).
+_NEXT_FIRST = attrgetter("priority", "_queued_time")
 
 
 def readable(version: str | None = None) -> bool:
@@ -55,13 +62,16 @@ def waiting_messages(worker: Any, *, version: str | None = None) -> list[Any]:
     if queue is None:
         return []
     with queue.mutex:  # the heap as it is now; a worker thread may take any of them meanwhile
-        items = sorted(queue.queue)
+        items = list(queue.queue)
+    items.sort(key=_NEXT_FIRST)  # out of the mutex, which every worker thread's get needs
     return [item.message for item in items]
 
 
 def waiting_ids(worker: Any, wanted: Callable[[Any], bool], *, version: str | None = None) -> list[str]:
-    """The job ids of the messages waiting in `worker`'s work queue that `wanted` keeps, next first."""
-    return [message.message_id for message in waiting_messages(worker, version=version) if wanted(message)]
+    """The job ids of the messages waiting in `worker`'s work queue that `wanted` keeps (given each
+    one's decoded message, `delivery.fields`), next first."""
+    decoded = map(fields, waiting_messages(worker, version=version))
+    return [message.message_id for message in decoded if wanted(message)]
 
 
 class _Answer:
@@ -85,13 +95,15 @@ class Looks:
         self._read, self._waiting, self._clock = read, waiting, clock
         #: Whether `watch` named the waiting jobs (else the caller looks one job at a time, as before).
         self.batched = False
-        #: How many looks were answered, and by how many reads (logged at the worker's shutdown).
-        self.looks = self.reads = 0
+        #: How many looks were answered, by how many reads, and how many of them waited for another
+        #: thread's read (logged at the worker's shutdown).
+        self.looks = self.reads = self.waits = 0
         self._stale_after, self._batch = stale_after, batch
         self._answers: dict[str, _Answer] = {}
-        # Each job in flight to the event its read sets: a read ending wakes only the threads
-        # waiting for one of its jobs (one condition for all woke every waiting thread, per read).
-        self._in_flight: dict[str, threading.Event] = {}
+        # Each job in flight to its read's lock, held by the reading thread until the read ends: a
+        # read ending wakes only the threads waiting for one of its jobs, one at a time (each
+        # passes the lock on), not all at once onto one condition's lock as an Event would.
+        self._in_flight: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def watch(self, waiting: Callable[[], list[str]]) -> None:
@@ -112,12 +124,15 @@ class Looks:
                 if flight is None:
                     self.looks += 1
                     ids = self._batch_of(job_id)
-                    done = threading.Event()
+                    done = threading.Lock()
+                    done.acquire()
                     for one in ids:
                         self._in_flight[one] = done
                     self.reads += 1
                     break
-            flight.wait()
+                self.waits += 1
+            with flight:  # until the read ends, then passed on to the next thread waiting for it
+                pass
         started = self._clock()
         rows: dict[str, tuple[str, str | None]] | None = None
         try:
@@ -130,7 +145,7 @@ class Looks:
                     self._forget_stale()
                     for other in ids[1:]:
                         self._answers[other] = _Answer(rows.get(other), started)
-            done.set()
+            done.release()
         return rows.get(job_id)
 
     def _batch_of(self, job_id: str) -> list[str]:

@@ -131,7 +131,7 @@ def test_a_batch_that_ends_wakes_only_the_threads_waiting_for_its_jobs() -> None
                for job in ("job-1", "job-2")}
     for waiter in waiters.values():
         waiter.start()
-    wait_for(lambda: all(ahead._in_flight[j]._cond._waiters for j in waiters), "both threads waiting")
+    wait_for(lambda: ahead.waits == 2, "both threads waiting")
     ahead.settle(first, {})  # job-1's claim ahead lost: its thread claims for itself
     waiters["job-1"].join(10)
     assert taken == {"job-1": None} and waiters["job-2"].is_alive()  # job-2's batch is still in flight

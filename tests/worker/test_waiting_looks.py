@@ -11,6 +11,7 @@ from typing import Any
 
 import dramatiq
 import pytest
+from dramatiq.worker import _WorkQueueItem
 
 from reliable.control import Control
 from reliable.errors import ClaimRefused, StoreUnavailable
@@ -101,8 +102,7 @@ def test_threads_due_a_job_in_flight_wait_for_the_one_read(store: StateStore) ->
     wait_for(lambda: looks._in_flight.keys() == {"job-a", "job-b"}, "the first read in flight")
     second = threading.Thread(target=lambda: answers.update(b=looks.look("job-b")))
     second.start()
-    flight = looks._in_flight["job-b"]
-    wait_for(lambda: len(flight._cond._waiters) == 1, "the second thread waiting")  # type: ignore[attr-defined]
+    wait_for(lambda: looks.waits == 1, "the second thread waiting")
     release.set()
     first.join(30)
     second.join(30)
@@ -130,18 +130,13 @@ def test_the_work_queue_is_read_on_the_verified_versions_only() -> None:
     assert readable() is (dramatiq.__version__ in VERIFIED_DRAMATIQ)
     assert not readable("1.17.0") and not readable("3.0.0")
 
-    class Item:
-        def __init__(self, priority: int, message: str) -> None:
-            self.priority, self.message = priority, message
-
-        def __lt__(self, other: Item) -> bool:
-            return self.priority < other.priority
-
-    work: queue.PriorityQueue[Item] = queue.PriorityQueue()
-    for priority, message in [(2, "late"), (0, "next"), (1, "then")]:
-        work.put(Item(priority, message))
+    # Dramatiq's own items: ordered by priority, then by when they were queued (FIFO).
+    work: queue.PriorityQueue[Any] = queue.PriorityQueue()
+    for priority, message, queued in [(2, "late", 1), (0, "after", 5), (0, "next", 3), (1, "then", 0)]:
+        work.put(_WorkQueueItem(priority, message, queued))  # type: ignore[arg-type]
     worker = type("W", (), {"work_queue": work})()
     version = next(iter(VERIFIED_DRAMATIQ))
-    assert waiting_messages(worker, version=version) == ["next", "then", "late"]
-    assert work.qsize() == 3  # nothing taken
+    assert waiting_messages(worker, version=version) == ["next", "after", "then", "late"]
+    assert [item.message for item in sorted(work.queue)] == ["next", "after", "then", "late"]
+    assert work.qsize() == 4  # nothing taken
     assert waiting_messages(worker, version="9.9.9") == []
