@@ -135,13 +135,14 @@ def claim(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
     fields = delivery.fields(message)  # its fields, read without the proxy; `message` is acted on
     job_id = fields.message_id
     digest = delivery.digest_of(mw.store, message, worker_id=mw.worker_id)  # a delivery must match its job
-    queue = home_queue(mw, message)  # the actor's or the store's, never the body's
+    delivered, consumed = delivery.delivered_queue(message)
+    queue = _home_queue(mw, message, delivered, consumed)  # the actor's or the store's, never the body's
     contract = mw.plans.contract(fields.actor_name, queue, fields.options)
     paused.defer_if_paused(mw, broker, message, queue)  # before the limits: a paused queue takes no slot
     refusal = mw.admission.admit(broker, message, digest)
     if refusal is not None:
         refuse(mw, broker, message, refusal)
-    if contract.fast_path and _fast_eligible(mw, message, queue):
+    if contract.fast_path and _fast_eligible(mw, message, queue == delivered):
         try:
             status = _look(mw, job_id, digest)
         except ClaimRefused as mismatch:
@@ -293,7 +294,11 @@ def home_queue(mw: Worker, message: Any) -> str:
     job's own as the store records it. A body naming any other queue, or not the queue it was
     consumed from, is refused (`delivery.queue_problem`): it would choose the contract, the policy
     rules and the operators' rights of the job."""
-    delivered, consumed = delivery.delivered_queue(message)
+    return _home_queue(mw, message, *delivery.delivered_queue(message))
+
+
+def _home_queue(mw: Worker, message: Any, delivered: str, consumed: str | None) -> str:
+    """`home_queue`, for a delivery whose `delivery.delivered_queue` is read already."""
     declared = mw.plans.plan(delivery.fields(message).actor_name).queue
     if consumed in (None, delivered) and declared in (None, delivered):
         return delivered
@@ -351,7 +356,7 @@ def _look(mw: Worker, job_id: str, digest: str | None) -> JobStatus | None:
     return mw.store.looked_status(job_id, found, delivery_digest=digest)
 
 
-def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:
+def _fast_eligible(mw: Worker, message: Any, at_home: bool) -> bool:
     """Whether this delivery may run on the fast path: nothing follows its success (a pipeline
     step, on_success, a group's completion) that would have to be registered with it."""
     broker, fields = mw.plans.broker, delivery.fields(message)
@@ -360,7 +365,7 @@ def _fast_eligible(mw: Worker, message: Any, queue: str) -> bool:
         return False  # a concurrency slot is tied to a claim's lease, whatever the policy says
     if fields.options.get("group_completion_uuid") or fields.options.get("workflow_node"):
         return False  # a group's barrier or a workflow node's result commits with the success
-    if queue != delivery.delivered_queue(message)[0]:
+    if not at_home:  # its home queue (`home_queue`) is not the queue its body names
         # On a routed retry's lane: the claim reads the job's own queue from the store, which
         # a message cannot misstate (a routed job is PENDING after a resume or a crash only).
         return False
