@@ -274,8 +274,8 @@ def hand_back(mw: Worker, claims: list[Ahead], why: str) -> None:
     """Give back claims held ahead and not taken (`StateStore.return_claim`), stop renewing them."""
     for held in claims:
         job_id, written = held.context.job_id, False
-        release_lease(mw, held.context)
-        try:
+        try:  # whatever fails here, `returned` below answers the thread that may wait for the claim
+            release_lease(mw, held.context)
             written = mw.store.return_claim(job_id, held.context.fencing_token, worker_id=mw.worker_id) is not None
         except Exception:
             logger.warning("job %s: claim ahead not handed back (%s); its lease will expire", job_id, why,

@@ -183,3 +183,17 @@ def test_claims_ahead_ride_the_batches_and_every_job_runs_once(harness: Harness)
         return
     assert ahead.enabled and ahead.claimed >= (JOBS - 2) // 2  # every other claim at least rode a batch
     assert ahead.taken == ahead.claimed and ahead.handed_back == 0
+
+
+def test_a_hand_back_that_fails_to_release_still_answers_the_waiting_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    answered: list[tuple[str, bool]] = []
+
+    def release_fails(mw: Any, context: Any) -> None:
+        raise RuntimeError("heartbeat gone")
+
+    monkeypatch.setattr(claim, "release_lease", release_fails)
+    mw: Any = SimpleNamespace(worker_id="w", store=None,
+                              ahead=SimpleNamespace(returned=lambda job_id, written: answered.append((job_id, written))))
+    held: Any = SimpleNamespace(context=SimpleNamespace(job_id="job-1", fencing_token=3))
+    claim.hand_back(mw, [held], "shutdown")
+    assert answered == [("job-1", False)]
