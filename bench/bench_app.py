@@ -5,11 +5,14 @@ BENCH_STAMPS=DIR adds `stamps.Stamps` (first start, last ack, acks per process) 
 middleware, so the window starts before reliable's claim of the first message.
 BENCH_SCHED_BATCH=1 runs each worker process under Linux's SCHED_BATCH policy (an experiment: a thread woken
 by another does not preempt it, so fewer GIL convoys; see the worker's switches/job).
+BENCH_SWITCH_INTERVAL=S sets the worker's `sys.setswitchinterval(S)` (an experiment: how long a thread back
+from I/O, a group commit's leader say, may wait for the GIL; CPython's default is 0.005).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import dramatiq
@@ -17,6 +20,8 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 if os.environ.get("BENCH_SCHED_BATCH") == "1":  # an experiment: no wake-up preemption between the worker's threads
     os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+if os.environ.get("BENCH_SWITCH_INTERVAL"):
+    sys.setswitchinterval(float(os.environ["BENCH_SWITCH_INTERVAL"]))
 broker = RabbitmqBroker(url=os.environ["BENCH_BROKER"])
 if os.environ.get("BENCH_MODE", "plain") != "plain":
     import reliable
