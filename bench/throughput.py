@@ -50,7 +50,8 @@ samples on top of the stack (self time). Idle threads are not sampled, so the sa
 CPU (threads blocked in Python-level waits such as `Condition.wait` may still show). A profile
 covers the process's whole life, start-up included: give it enough jobs (e.g. 20,000) that start-up
 is a small share. With `BENCH_PROFILE_GIL=1` only the thread holding the GIL is sampled (py-spy
-`--gil`): the samples are then the process's Python CPU, blocked waits left out. Profiling slows the worker: read its figures for where CPU goes, not for rates.
+`--gil`): the samples are then the process's Python CPU, blocked waits left out.
+Profiling slows the worker: read its figures for where CPU goes, not for rates.
 
 Needs RabbitMQ and (for -pg modes) PostgreSQL on 127.0.0.1.
 """

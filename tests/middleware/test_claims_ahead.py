@@ -192,8 +192,8 @@ def test_a_hand_back_that_fails_to_release_still_answers_the_waiting_thread(monk
         raise RuntimeError("heartbeat gone")
 
     monkeypatch.setattr(claim, "release_lease", release_fails)
-    mw: Any = SimpleNamespace(worker_id="w", store=None,
-                              ahead=SimpleNamespace(returned=lambda job_id, written: answered.append((job_id, written))))
+    ahead = SimpleNamespace(returned=lambda job_id, written: answered.append((job_id, written)))
+    mw: Any = SimpleNamespace(worker_id="w", store=None, ahead=ahead)
     held: Any = SimpleNamespace(context=SimpleNamespace(job_id="job-1", fencing_token=3))
     claim.hand_back(mw, [held], "shutdown")
     assert answered == [("job-1", False)]
