@@ -35,6 +35,7 @@ from typing import Any
 
 from ..store import Claim
 from .context import JobContext
+from .gates import Gate
 
 __all__ = ["KEEP_FOR", "Ahead", "ClaimsAhead", "select"]
 
@@ -87,9 +88,9 @@ class ClaimsAhead:
         self._waiting: Callable[[], list[Any]] = list
         self._keep_for, self._clock = keep_for, clock
         self._held: dict[str, Ahead] = {}
-        #: The jobs whose claim or hand-back is being written, each with its `_gate`, held until the
-        #: write ends: only the threads waiting for that job wake, one after the other.
-        self._in_flight: dict[str, threading.Lock] = {}
+        #: The jobs whose claim or hand-back is being written, each with its gate (opened when the
+        #: write ends: only the threads waiting for that job wake, one after the other).
+        self._in_flight: dict[str, Gate] = {}
         #: How many times a delivery's thread waited for a write in flight.
         self.waits = 0
         #: The jobs a delivery's thread is claiming itself (`take` found nothing held), until `claimed`.
@@ -116,7 +117,7 @@ class ClaimsAhead:
             busy = self._held.keys() | self._in_flight.keys() | self._own.keys()  # picked or taken meanwhile
             chosen = [(m, d) for m, d in chosen if m.message_id not in busy]
             for message, _ in chosen:
-                self._in_flight[message.message_id] = _gate()
+                self._in_flight[message.message_id] = Gate()
         return chosen
 
     def settle(self, picked: Sequence[tuple[Any, str]], won: dict[str, Ahead]) -> None:
@@ -126,7 +127,7 @@ class ClaimsAhead:
             self.claimed += len(won)
             ended = [self._in_flight.pop(m.message_id) for m, _ in picked]
         for gate in ended:
-            gate.release()
+            gate.open()
 
     def take(self, job_id: str, digest: str | None) -> Ahead | None:
         """The claim held ahead for this delivery (used up), waiting while one is in flight; None
@@ -148,8 +149,7 @@ class ClaimsAhead:
                     self.taken += 1
                     return held
                 self.waits += 1
-            with writing:  # until the write ends, then passed on to the next thread waiting for it
-                pass
+            writing.wait()
 
     def claimed_itself(self, job_id: str) -> None:
         """The delivery's own claim of `job_id` (after `take` found nothing held) has ended."""
@@ -170,7 +170,7 @@ class ClaimsAhead:
             late = [a for a in self._held.values() if now - a.at > self._keep_for]
             for ahead in late:
                 del self._held[ahead.context.job_id]
-                self._in_flight[ahead.context.job_id] = _gate()
+                self._in_flight[ahead.context.job_id] = Gate()
             return late
 
     def drain(self) -> list[Ahead]:
@@ -180,7 +180,7 @@ class ClaimsAhead:
             self.stopping = True
             held, self._held = list(self._held.values()), {}
             for ahead in held:
-                self._in_flight[ahead.context.job_id] = _gate()
+                self._in_flight[ahead.context.job_id] = Gate()
             return held
 
     def returned(self, job_id: str, *, written: bool) -> None:
@@ -189,16 +189,9 @@ class ClaimsAhead:
             ended = self._in_flight.pop(job_id, None)
             self.handed_back += written
         if ended is not None:
-            ended.release()
+            ended.open()
 
     def now(self) -> float:
         """The clock the claims are timed by."""
         return self._clock()
 
-
-def _gate() -> threading.Lock:
-    """A write in flight: a lock held until the write ends, which each thread waiting for it takes
-    and passes on (cheaper than an Event: no condition, no herd onto its lock)."""
-    gate = threading.Lock()
-    gate.acquire()
-    return gate

@@ -30,6 +30,7 @@ from typing import Any
 import dramatiq
 
 from .delivery import fields
+from .gates import Gate
 
 __all__ = ["BATCH", "STALE_AFTER", "VERIFIED_DRAMATIQ", "Looks", "Row", "readable", "waiting_ids", "waiting_messages"]
 
@@ -100,10 +101,9 @@ class Looks:
         self.looks = self.reads = self.waits = 0
         self._stale_after, self._batch = stale_after, batch
         self._answers: dict[str, _Answer] = {}
-        # Each job in flight to its read's lock, held by the reading thread until the read ends: a
-        # read ending wakes only the threads waiting for one of its jobs, one at a time (each
-        # passes the lock on), not all at once onto one condition's lock as an Event would.
-        self._in_flight: dict[str, threading.Lock] = {}
+        # Each job in flight to its read's gate, opened when the read ends: it wakes only the
+        # threads waiting for one of its jobs, one after the other (reliable.worker.gates).
+        self._in_flight: dict[str, Gate] = {}
         self._lock = threading.Lock()
 
     def watch(self, waiting: Callable[[], list[str]]) -> None:
@@ -124,15 +124,13 @@ class Looks:
                 if flight is None:
                     self.looks += 1
                     ids = self._batch_of(job_id)
-                    done = threading.Lock()
-                    done.acquire()
+                    done = Gate()
                     for one in ids:
                         self._in_flight[one] = done
                     self.reads += 1
                     break
                 self.waits += 1
-            with flight:  # until the read ends, then passed on to the next thread waiting for it
-                pass
+            flight.wait()  # until the read ends
         started = self._clock()
         rows: dict[str, tuple[str, str | None]] | None = None
         try:
@@ -145,7 +143,7 @@ class Looks:
                     self._forget_stale()
                     for other in ids[1:]:
                         self._answers[other] = _Answer(rows.get(other), started)
-            done.release()
+            done.open()
         return rows.get(job_id)
 
     def _batch_of(self, job_id: str) -> list[str]:
