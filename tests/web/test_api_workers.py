@@ -41,7 +41,7 @@ def fleet_store(store: StateStore) -> StateStore:
     assert mark_exited(store, "w-old", reason="pid_gone", observed_by="w-live")
     register_process(store, _process("w-live", "host-a", 102, supervisor=100))
     register_process(store, _process("w-other", "host-b", 201, queues=None))
-    store.register(NewJob("job-held-1", "billing", "charge", {"args": [], "kwargs": {"card": "4111"}, "options": {}}))
+    store.register(NewJob("job-held-1", "billing", "charge", {"args": [], "kwargs": {"card": "4111-1111-1111-1111"}, "options": {}}))
     store.claim("job-held-1", worker_id="w-live", lease_ttl=60)
     store.register(NewJob("job-waiting", "billing", "charge", {"args": [], "kwargs": {}, "options": {}}))
     return store
@@ -92,7 +92,7 @@ def test_every_role_reads_the_fleet(fleet_store: StateStore, tokens: Tokens, rol
     assert live["w-live"]["restarts"] == 1 and live["w-live"]["supervisor_pid"] == 100
     assert live["w-live"]["queues"] == ["billing"] and live["w-other"]["queues"] is None
     assert [(w["worker_id"], w["exit_reason"]) for w in body["exited"]] == [("w-old", "pid_gone")]
-    assert "4111" not in answer.text  # no job value, only ids, queues, actors and states
+    assert "4111-1111" not in answer.text  # no job value, only ids, queues, actors and states
 
 
 def test_anonymous_gets_401_and_bad_parameters_400(fleet_store: StateStore, tokens: Tokens) -> None:
