@@ -41,7 +41,8 @@ def fleet_store(store: StateStore) -> StateStore:
     assert mark_exited(store, "w-old", reason="pid_gone", observed_by="w-live")
     register_process(store, _process("w-live", "host-a", 102, supervisor=100))
     register_process(store, _process("w-other", "host-b", 201, queues=None))
-    store.register(NewJob("job-held-1", "billing", "charge", {"args": [], "kwargs": {"card": "4111-1111-1111-1111"}, "options": {}}))
+    store.register(NewJob("job-held-1", "billing", "charge",
+                          {"args": [], "kwargs": {"card": "4111-1111-1111-1111"}, "options": {}}))
     store.claim("job-held-1", worker_id="w-live", lease_ttl=60)
     store.register(NewJob("job-waiting", "billing", "charge", {"args": [], "kwargs": {}, "options": {}}))
     return store
