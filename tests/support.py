@@ -199,3 +199,23 @@ def pool_checkouts(engine: Engine) -> Iterator[list[object]]:
         yield taken
     finally:
         event.remove(engine, "checkout", count)
+
+
+@contextlib.contextmanager
+def row_locked(engine: Engine, job_id: str) -> Iterator[object]:
+    """Lock the job's row (PostgreSQL) on a connection of its own until the block ends (or its
+    `rollback()`): every write of that job waits meanwhile. Yields the connection."""
+    with engine.connect() as conn:
+        # A store's engine ends a transaction idle for 5 s (reliable.store.engine): not this one.
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        conn.execute(text("SELECT 1 FROM reliable_jobs WHERE job_id = :id FOR UPDATE"), {"id": job_id})
+        yield conn
+        conn.rollback()
+
+
+def waiting_on_a_lock(engine: Engine) -> bool:
+    """Whether a backend of `engine`'s database waits for a lock (a write held by `row_locked`)."""
+    with engine.connect() as conn:
+        return bool(conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )).scalar())

@@ -84,6 +84,15 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def ready(rabbitmq_url: str, queue: str) -> int:
+    """How many of `queue`'s messages RabbitMQ holds ready (not delivered to a consumer)."""
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
+    try:
+        return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
+    finally:
+        connection.close()
+
+
 def send(broker: RabbitmqBroker, queue: str, actor: str, *args: Any) -> dramatiq.Message[Any]:
     """Enqueue a message for an actor this process does not declare."""
     return broker.enqueue(dramatiq.Message(queue_name=queue, actor_name=actor, args=args, kwargs={}, options={}))

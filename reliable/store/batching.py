@@ -35,10 +35,19 @@ writes of its batch not yet answered go back to the head of the queue for the ne
 runs them again; one that had committed finds its guard refused, as a retry after a lost reply
 does. A thread that stops waiting on an exception leaves the queue and, if it was handed the lead,
 passes it on: no write is left waiting for an answer nobody will give.
+
+A write may also be submitted without a waiting thread (`submit`: the fast path's success, whose
+delivery is acknowledged only once it has committed, reliable.worker.acks): its answer goes to a
+callback, in the thread that ran its batch. Such a write keeps its thread from one wake-up (about
+14 us of CPU here per wake-up, more when the woken threads then contend for the GIL). It is never
+left without a leader: a leader that steps down with only such writes left hands the lead to the
+process's flusher thread (started on first need), which runs batches until the queue is empty,
+answering any waiting write that joined meanwhile; the next write after that leads again itself.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -50,9 +59,13 @@ from ..errors import StoreUnavailable
 from .faults import rolled_back
 from .writes import RULE_FIELDS, JobWrite
 
-__all__ = ["GroupCommit", "WriteResult", "batch_rows", "batch_write_sql"]
+__all__ = ["Answered", "GroupCommit", "WriteResult", "batch_rows", "batch_write_sql"]
+
+logger = logging.getLogger("reliable.store")
 
 WriteResult = tuple[dict[str, Any], dict[str, Any]] | None
+#: What a submitted write's callback is given: its result, or the error that failed it.
+Answered = Callable[[WriteResult, "BaseException | None"], None]
 _CAST_PARAM = re.compile(r"%\((\w+)\)s::([a-z0-9]+(?:\[\])?)")
 
 
@@ -138,9 +151,9 @@ class _Pending:
     cost about 7 us.
     """
 
-    __slots__ = ("answered", "boarded", "error", "result", "rider", "riders", "wake", "write")
+    __slots__ = ("answered", "boarded", "done", "error", "result", "rider", "riders", "wake", "write")
 
-    def __init__(self, write: JobWrite, *, rider: bool = False) -> None:
+    def __init__(self, write: JobWrite, *, rider: bool = False, done: Answered | None = None) -> None:
         self.write = write
         self.result: WriteResult = None
         self.error: BaseException | None = None
@@ -151,13 +164,20 @@ class _Pending:
         self.riders: list[_Pending] = []
         #: Whether `riders` went into a batch (or were left out of it): once only.
         self.boarded = False
+        #: A submitted write's callback (`GroupCommit.submit`): no thread waits on it, and it is never handed the lead.
+        self.done = done
         self.wake = threading.Lock()
         self.wake.acquire()
 
     def answer(self, result: WriteResult = None, error: BaseException | None = None) -> None:
-        """Hand the write's result (or error) to its caller and wake it."""
+        """Hand the write's result (or error) to its caller and wake it (a submitted write: call its callback)."""
         self.result, self.error, self.answered = result, error, True
         self.wake.release()
+        if self.done is not None:
+            try:
+                self.done(result, error)
+            except Exception:  # the batch's other writes are still to be answered
+                logger.exception("group commit: the callback of job %s's write failed", self.write.job_id)
 
     def woken(self) -> None:
         """Make sure an answered write's thread is woken: `answer` may have been interrupted
@@ -178,8 +198,13 @@ class _Pending:
         return self.result
 
 
+#: `GroupCommit._leader` while the flusher thread leads.
+_FLUSHER = object()
+
+
 class GroupCommit:
-    """The process's group commit: `write()` blocks until the batch holding the write has committed.
+    """The process's group commit: `write()` blocks until the batch holding the write has committed;
+    `submit()` queues a write whose answer goes to a callback.
 
     `write_many` executes a batch (one statement, one commit); `write_one` a single write (a batch
     of one, and the row-by-row fallback). `max_batch` bounds a statement's size. The batches run in
@@ -201,14 +226,36 @@ class GroupCommit:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._queue: list[_Pending] = []
-        self._leader: _Pending | None = None  # the write whose thread leads; None: no batch under way
+        # The write whose thread leads, or _FLUSHER (the flusher thread leads); None: no batch under way.
+        self._leader: object | None = None
         self._batch: list[_Pending] = []  # the leader's batch in flight
+        self._flusher: threading.Thread | None = None
+        self._flusher_wake = threading.Lock()  # released to hand the flusher the lead
+        self._flusher_wake.acquire()
 
     def write(self, write: JobWrite) -> WriteResult:
         """Execute `write` in the next batch; its result (None: the guard did not match)."""
         pending = _Pending(write)
         self._wait_for(pending)
         return pending.outcome()
+
+    def submit(self, write: JobWrite, done: Answered) -> None:
+        """Queue `write` for the next batch without waiting for it: `done(result, error)` is called
+        once it is answered, in the thread that ran its batch (this one, when no batch is under way:
+        it leads, as a lone write does). See the module doc."""
+        pending = _Pending(write, rider=True, done=done)
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            self._queue.append(pending)
+            if self._leader is not None:
+                return
+            self._leader = pending
+        try:
+            self._lead(pending)
+        except BaseException:
+            self._step_down(pending)
+            raise
 
     def write_all(self, writes: Sequence[JobWrite]) -> list[WriteResult | BaseException]:
         """Execute `writes` in one batch: each one's result, or the error that failed it (or left it
@@ -280,14 +327,41 @@ class GroupCommit:
             if self._leader is not pending:
                 return
             successor = self._leader = next((waiting for waiting in self._queue if not waiting.rider), None)
-            if successor is None:  # riders alone (an interrupted batch's): nobody will lead for them
+            if successor is None:
+                # Riders alone (an interrupted batch's): nobody will lead for them. Submitted writes
+                # are led by the flusher thread.
+                submitted = [waiting for waiting in self._queue if waiting.done is not None]
                 for rider in self._queue:
-                    rider.answer(error=StoreUnavailable("not written: its batch was interrupted"))
-                self._queue = []
+                    if rider.done is None:
+                        rider.answer(error=StoreUnavailable("not written: its batch was interrupted"))
+                self._queue = submitted
+                if submitted:
+                    self._leader = _FLUSHER
+                    self._start_flusher()
+                    self._flusher_wake.release()
             else:
                 # Released here, not through a Python call: no interrupt can land between the
                 # lead being given and its thread being woken.
                 successor.wake.release()
+
+    def _start_flusher(self) -> None:
+        """Start this process's flusher thread, once (called with the lock held)."""
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_submitted, name="reliable-group-commit", daemon=True)
+            self._flusher.start()
+
+    def _flush_submitted(self) -> None:
+        """The flusher thread: handed the lead, run batches until the queue is empty, then leave it free."""
+        while True:
+            self._flusher_wake.acquire()
+            while True:
+                with self._lock:
+                    if not self._queue:
+                        self._leader = None
+                        break
+                batch = self._take()
+                self._flush(batch)
+                self._batch = []
 
     def _take(self) -> list[_Pending]:
         with self._lock:

@@ -46,6 +46,7 @@ from ..states import (
     target,
 )
 from .alert_facts import check_counted
+from .batching import WriteResult
 from .db import (
     DEFAULT_MAX_CONNECTIONS,
     POOL_TIMEOUT,
@@ -575,6 +576,32 @@ class StateStore:
         """`fast_succeed` for a caller that only needs to know whether the success was committed
         (the worker after a fast-path run): the job row written is not decoded into a Job."""
         return self._fast_succeed(job_id, worker_id=worker_id, attempt_id=attempt_id, detail=detail) is not None
+
+    def fast_commit_later(self, job_id: str, *, worker_id: str, attempt_id: str,
+                          detail: Mapping[str, Any] | None, done: Callable[[bool], None]) -> bool:
+        """`fast_committed` without waiting for it, where group commit runs (PostgreSQL): the
+        success is queued for the next batch and `done` is called in the thread that ran it,
+        `done(True)` once it committed (listeners fed), `done(False)` when that batch did not commit
+        it (the store could not be reached, or its guard did not match: settle it with
+        `fast_committed`, which tells a reply lost from a refusal). False when nothing was queued
+        (no group commit): write it with `fast_committed`."""
+        group = self._sql.group_commit
+        if group is None:
+            return False
+        self.check_schema()
+
+        def answered(result: WriteResult, error: BaseException | None) -> None:
+            if error is not None or result is None:
+                done(False)
+                return
+            try:
+                self._emit_one(result)
+            finally:
+                done(True)
+
+        group.submit(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id, attempt_id=attempt_id,
+                                      detail=_detail(detail)), answered)
+        return True
 
     def _fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str,
                       detail: Mapping[str, Any] | None) -> Job | Mapping[str, Any] | None:

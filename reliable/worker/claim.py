@@ -375,18 +375,14 @@ def _fast_eligible(mw: Worker, message: Any, at_home: bool) -> bool:
 def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: BaseException | None) -> None:
     """A fast-path run ended: commit a success in one compare-and-set; claim a failure and
     let the durable path decide it (policy, retry, callbacks) as for any attempt."""
-    job_id = message.message_id
     # One for every try: a retry after a lost reply finds its commit.
     attempt_id: str = mw.delivery.fast_attempt or new_attempt_id()
     if exception is None:
         # Nothing is written before a fast-path run, so a run cut short by a crash leaves no
         # trace; the broker's redelivered flag says an earlier run may have happened.
         detail = {"redelivered": True} if getattr(message, "redelivered", False) else None
-        committed = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_committed(
-            job_id, worker_id=mw.worker_id, attempt_id=attempt_id, detail=detail))
-        if not committed:
-            logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
-            message.options["store_results"] = False
+        if not _commit_later(mw, message, attempt_id, detail):
+            _fast_succeed(mw, message, attempt_id, detail)
         return
     context = claim_after_run(mw, message, attempt_id, "failure")
     if context is None:
@@ -395,6 +391,38 @@ def fast_done(mw: Worker, broker: dramatiq.Broker, message: Any, exception: Base
         completion.complete(mw, broker, message, context, None, exception)
     finally:
         release_lease(mw, context)
+
+
+def _fast_succeed(mw: Worker, message: Any, attempt_id: str, detail: dict[str, Any] | None) -> None:
+    """Commit a fast-path success and wait for it (the store's retry loop while it cannot be reached)."""
+    job_id = message.message_id
+    committed = mw.runtime.with_store_retry("fast_succeed", lambda: mw.store.fast_committed(
+        job_id, worker_id=mw.worker_id, attempt_id=attempt_id, detail=detail))
+    if not committed:
+        logger.warning("job %s: fast-path result discarded, the job left PENDING during the run", job_id)
+        message.options["store_results"] = False
+
+
+def _commit_later(mw: Worker, message: Any, attempt_id: str, detail: dict[str, Any] | None) -> bool:
+    """Submit a fast-path success to the group commit with the delivery's acknowledgement held
+    until it has committed (reliable.worker.acks); False: not here, wait for it instead."""
+    if not mw.acks.hold(message):
+        return False
+
+    def done(committed: bool) -> None:
+        if committed:
+            mw.acks.release(message)
+        else:  # not in its batch (an outage, its guard): settled the waited way, then acknowledged
+            mw.acks.settle(message, lambda: _fast_succeed(mw, message, attempt_id, detail))
+
+    queued = False
+    try:
+        queued = mw.store.fast_commit_later(message.message_id, worker_id=mw.worker_id, attempt_id=attempt_id,
+                                            detail=detail, done=done)
+    finally:
+        if not queued:
+            mw.acks.forget(message)
+    return queued
 
 
 def claim_after_run(mw: Worker, message: Any, attempt_id: str, what: str) -> JobContext | None:

@@ -27,6 +27,7 @@ from ..policy import JobContract, Policy
 from ..schedules import Schedule
 from ..store import StateStore
 from . import claim, runtime, spans
+from .acks import HeldAcks
 from .admission import Limits
 from .after_commit import escalate
 from .ahead import ClaimsAhead
@@ -93,6 +94,8 @@ class ReliableMiddleware(Middleware):
         self.looks = Looks(lambda ids: self.runtime.store.job_statuses(ids))
         #: The claims taken ahead for the durable messages waiting in the process (reliable.worker.ahead).
         self.ahead = ClaimsAhead()
+        #: The acknowledgements held until their fast-path successes commit (reliable.worker.acks).
+        self.acks = HeldAcks()
 
     @property
     def actor_options(self) -> set[str]:
@@ -152,6 +155,8 @@ class ReliableMiddleware(Middleware):
         boot(self, broker, worker)
         if readable():  # Dramatiq's private work queue, on the versions verified only
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
+            if self.store.group_commit_stats() is not None:  # successes submitted to the group commit
+                self.acks.watch(broker, worker)
             # Claims ahead ride the claim's group-commit batch: none without one (SQLite, group_commit=False).
             if self.settings.claims_ahead and self.store.group_commit_stats() is not None:
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
@@ -161,9 +166,11 @@ class ReliableMiddleware(Middleware):
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Hand back the claims taken ahead (before Dramatiq requeues their messages: another
         worker must find the jobs PENDING; a thread still taking one of them waits, then claims it
-        itself), stop the recovery loop and wait for its pass to end; the heartbeat keeps running
-        until the worker threads finish."""
+        itself), wait for the fast-path successes whose acknowledgements are held (from now on
+        each is waited for by its thread), stop the recovery loop and wait for its pass to end; the
+        heartbeat keeps running until the worker threads finish."""
         claim.hand_back(self, self.ahead.drain(), "worker shutdown")
+        self.acks.drain()  # while the consumers still run: their acknowledgements reach the broker
         self.runtime.stop_recovery()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
@@ -174,6 +181,9 @@ class ReliableMiddleware(Middleware):
             logger.info("claims ahead: %d claimed, %d taken, %d handed back",
                         self.ahead.claimed, self.ahead.taken, self.ahead.handed_back)
         self.runtime.shutdown()
+        if self.acks.held:
+            logger.info("fast-path successes: %d acknowledged after their commit without a wait, %d settled waiting",
+                        self.acks.held, self.acks.settled)
         if self.looks.reads:
             logger.info("fast-path looks: %d looks in %d reads (%d waited for another's read)",
                         self.looks.looks, self.looks.reads, self.looks.waits)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..policy import Policy
     from ..store import StateStore
     from ..tracing import Tracing
+    from .acks import HeldAcks
     from .admission import Limits
     from .ahead import ClaimsAhead
     from .context import Delivery
@@ -67,6 +68,10 @@ class Worker(Protocol):
     @property
     def ahead(self) -> ClaimsAhead:
         """The claims held ahead for the messages waiting in the process."""
+
+    @property
+    def acks(self) -> HeldAcks:
+        """The deliveries' acknowledgements held until their fast-path successes commit."""
 
     @property
     def policy(self) -> Policy:

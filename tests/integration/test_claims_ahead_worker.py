@@ -11,27 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 
 from reliable.states import JobStatus
 from reliable.store import StateStore
 
 from support import wait_for
-from workers import WorkerProcess, send
+from workers import WorkerProcess, ready, send
 
 pytestmark = pytest.mark.integration
 
 THREADS = 2  # Dramatiq prefetches 2 x threads: two running, two waiting in the work queue
-
-
-def ready(rabbitmq_url: str, queue: str) -> int:
-    """How many of `queue`'s messages RabbitMQ still holds (not delivered to a consumer)."""
-    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    try:
-        return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
-    finally:
-        connection.close()
 
 
 def running(store: StateStore, worker_id: str | None = None) -> list[str]:

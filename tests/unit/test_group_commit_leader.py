@@ -423,3 +423,116 @@ def test_a_rider_left_out_is_answered_once_whatever_the_takes() -> None:
     assert owner.riders[0].answered and isinstance(owner.riders[0].error, StoreUnavailable)
     group._queue = [owner]  # as if put back by an interrupted leader
     assert [p.write.job_id for p in group._take()] == ["b"]  # boarded once: no second answer, no error
+
+
+class Submitted:
+    """The answers of submitted writes (`GroupCommit.submit`), with the thread each came in."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Any] = {}
+        self.threads: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def done(self, job_id: str) -> Any:
+        def answered(result: Any, error: BaseException | None) -> None:
+            with self.lock:
+                self.answers[job_id] = error if error is not None else result
+                self.threads[job_id] = threading.current_thread().name
+        return answered
+
+
+def test_a_lone_submitted_write_runs_its_batch_in_its_own_thread_and_answers_its_callback() -> None:
+    store = FakeStore()
+    store.release.set()
+    group = GroupCommit(store.many, store.one)
+    submitted = Submitted()
+    group.submit(_write("alone"), submitted.done("alone"))
+    assert submitted.answers["alone"][0]["job_id"] == "alone"
+    assert submitted.threads["alone"] == threading.current_thread().name
+    assert group._leader is None and group._queue == [] and group._flusher is None
+
+
+def test_submitted_writes_left_by_a_leader_are_led_by_the_flusher_thread() -> None:
+    """Writes submitted during a batch: the leader answers its own and steps down; nobody waits on
+    the others, so the flusher thread leads them (a write that waits joins its batch), then leaves
+    the lead free for the next write."""
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one)
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 1, "the first batch")
+    submitted = Submitted()
+    for job_id in ("a", "b"):
+        group.submit(_write(job_id), submitted.done(job_id))  # returns at once: a batch is under way
+    assert submitted.answers == {} and len(group._queue) == 2
+    store.release.set()
+    _join(threads)
+    wait_for(lambda: len(submitted.answers) == 2, "the submitted writes answered")
+    assert answers["first"][0]["job_id"] == "first"
+    assert {j: a[0]["job_id"] for j, a in submitted.answers.items()} == {"a": "a", "b": "b"}
+    assert set(submitted.threads.values()) == {"reliable-group-commit"}
+    assert store.batches == [["first"], ["a", "b"]]
+    wait_for(lambda: group._leader is None, "the lead left free")
+    assert group._queue == []
+    assert group.write(_write("later"))[0]["job_id"] == "later"  # type: ignore[index]
+    assert store.threads[-1] == threading.get_ident(), "the next lone write leads again itself"
+
+
+def test_a_waiting_write_that_joins_the_flushers_queue_is_answered_by_it() -> None:
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one)
+    flushing = threading.Event()
+    proceed = threading.Event()
+    many = store.many
+
+    def slow_many(writes: Sequence[JobWrite]) -> list[Any]:
+        if threading.current_thread().name == "reliable-group-commit" and not flushing.is_set():
+            flushing.set()
+            proceed.wait(10)
+        return many(writes)
+
+    group._write_many = slow_many  # type: ignore[method-assign]
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 1, "the first batch")
+    submitted = Submitted()
+    for job_id in ("a", "b"):
+        group.submit(_write(job_id), submitted.done(job_id))
+    store.release.set()
+    flushing.wait(10)  # the flusher runs a batch of a and b: a write arriving now waits in its queue
+    threads.append(_call(group, "waits", answers))
+    wait_for(lambda: len(group._queue) == 1, "the waiting write queued")
+    proceed.set()
+    _join(threads)
+    assert answers["waits"][0]["job_id"] == "waits"
+    assert store.batches[-1] == ["waits"] and store.threads[-1] == group._flusher.ident  # type: ignore[union-attr]
+
+
+def test_a_failing_callback_does_not_keep_the_batch_from_its_other_answers(caplog: pytest.LogCaptureFixture) -> None:
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one)
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 1, "the first batch")
+
+    def broken(result: Any, error: BaseException | None) -> None:
+        raise RuntimeError("callback bug")
+
+    submitted = Submitted()
+    group.submit(_write("broken"), broken)
+    group.submit(_write("fine"), submitted.done("fine"))
+    threads.append(_call(group, "waits", answers))
+    wait_for(lambda: len(group._queue) == 3, "three queued")
+    store.release.set()
+    _join(threads)
+    wait_for(lambda: "fine" in submitted.answers, "the other submitted write answered")
+    assert answers["waits"][0]["job_id"] == "waits"
+    assert "the callback of job broken's write failed" in caplog.text
+
+
+def test_a_submitted_write_whose_batch_fails_gets_the_error() -> None:
+    group = GroupCommit(lambda writes: [], lambda write: (_ for _ in ()).throw(StoreUnavailable("down")))
+    submitted = Submitted()
+    group.submit(_write("x"), submitted.done("x"))
+    assert isinstance(submitted.answers["x"], StoreUnavailable)
+    assert group._leader is None and group._queue == []

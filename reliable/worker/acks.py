@@ -1,0 +1,167 @@
+"""A fast-path delivery acknowledged once its success has committed, without its thread waiting.
+
+Dramatiq acknowledges a delivery when the hooks after its run have returned: the worker thread
+calls `post_process_message` of the consumer thread that received it. The fast path commits its
+success in the process's group commit (reliable.store.batching), and waiting for that batch cost
+each worker thread a wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is
+submitted instead (`StateStore.fast_commit_later`) and its acknowledgement held: the consumer
+thread's `post_process_message` is wrapped, so the acknowledgement Dramatiq asks for is recorded
+as due and done by the thread that ran the batch once the success has committed (at once, when
+the commit came first). No guarantee moves: a message is never acknowledged before its job's
+success is in the store, so a crash before the commit leaves it to be redelivered, as a crash
+during a waited commit did.
+
+`hold` accepts only when:
+- the worker booted on a Dramatiq version whose `Worker.consumers` was verified
+  (`waiting.VERIFIED_DRAMATIQ`: private API, as the work queue's);
+- the broker has no Results middleware: a result must not be stored for a success that the store
+  then refuses (`store_results`), and that is known only after the commit;
+- the worker is not shutting down: from `drain` on (`before_worker_shutdown`) successes are
+  waited for again, and `drain` waits for the held ones, whose acknowledgements must reach the
+  broker while the consumers still run.
+
+A success its batch did not commit (the store could not be reached, its guard did not match) is
+settled by this process's settling thread with the waited path (`fast_committed` in the store's
+retry loop, which tells a lost reply from a refusal and records a stale run), then acknowledged.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+from dramatiq.results import Results
+
+from .waiting import readable
+
+__all__ = ["DRAIN_TIMEOUT", "HeldAcks"]
+
+logger = logging.getLogger("reliable.middleware")
+
+#: How long `drain` waits at shutdown for the held acknowledgements (seconds); past it, their
+#: messages are requeued when the consumers close, and redelivered.
+DRAIN_TIMEOUT = 30.0
+#: The consumer-thread attribute marking its `post_process_message` wrapped.
+_WRAPPED = "reliable_acks_held"
+
+
+class _Held:
+    """One held acknowledgement: Dramatiq's own `post_process_message` once it asked for it."""
+
+    __slots__ = ("due",)
+
+    def __init__(self) -> None:
+        self.due: Callable[[Any], None] | None = None
+
+
+class HeldAcks:
+    """The acknowledgements held until their fast-path successes commit (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._empty = threading.Condition(self._lock)
+        self._held: dict[int, _Held] = {}  # id(delivery) -> its held acknowledgement
+        self._consumers: dict[str, Any] | None = None
+        self._stopping = False
+        self._pid = os.getpid()
+        self._settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]] | None = None
+        #: Deliveries held, and those settled by the waited path (a batch did not commit them).
+        self.held = self.settled = 0
+
+    def watch(self, broker: dramatiq.Broker, worker: Any) -> None:
+        """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it."""
+        consumers = getattr(worker, "consumers", None)
+        if not readable() or not isinstance(consumers, dict):
+            return
+        if any(isinstance(middleware, Results) for middleware in broker.middleware):
+            return
+        with self._lock:  # in this (forked) process: nothing held yet, no settling thread
+            self._consumers, self._stopping, self._pid = consumers, False, os.getpid()
+            self._held, self._settling = {}, None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether `hold` may accept deliveries."""
+        return self._consumers is not None and not self._stopping
+
+    def hold(self, message: Any) -> bool:
+        """Hold `message`'s acknowledgement until `release`; False: not here (wait for the commit)."""
+        consumers = self._consumers
+        if consumers is None or self._stopping or self._pid != os.getpid():
+            return False
+        # Dramatiq acknowledges on the consumer its body names (reliable.worker.consumed).
+        consumer = consumers.get(message.queue_name)
+        if consumer is None:
+            return False
+        with self._lock:
+            if self._stopping:
+                return False
+            if not getattr(consumer, _WRAPPED, False):
+                original = consumer.post_process_message
+                consumer.post_process_message = functools.partial(self._post_process, original)
+                setattr(consumer, _WRAPPED, True)
+            self._held[id(message)] = _Held()
+            self.held += 1
+        return True
+
+    def forget(self, message: Any) -> None:
+        """`message` was not submitted after all: Dramatiq acknowledges it as usual."""
+        with self._lock:
+            self._held.pop(id(message), None)
+            self._empty.notify_all()
+
+    def release(self, message: Any) -> None:
+        """`message`'s success committed (or was settled): acknowledge it now if Dramatiq already
+        asked, else let Dramatiq's own call do it. Any thread."""
+        with self._lock:
+            held = self._held.pop(id(message), None)
+            if not self._held:
+                self._empty.notify_all()
+        if held is not None and held.due is not None:
+            held.due(message)
+
+    def settle(self, message: Any, settle: Callable[[], None]) -> None:
+        """Run `settle` (the waited path) in the settling thread, then release `message`."""
+        with self._lock:
+            if self._settling is None:
+                self._settling = queue.SimpleQueue()
+                threading.Thread(target=self._settle_loop, args=(self._settling,), name="reliable-settle-acks",
+                                 daemon=True).start()
+            self._settling.put((message, settle))
+
+    def drain(self, timeout: float = DRAIN_TIMEOUT) -> bool:
+        """Hold no more, and wait (up to `timeout` seconds) until every held acknowledgement is
+        released; False if some were still held."""
+        with self._lock:
+            self._stopping = True
+            done = self._empty.wait_for(lambda: not self._held, timeout)
+            if not done:
+                logger.warning("shutdown: %d fast-path successes not committed in %gs; their messages are requeued",
+                               len(self._held), timeout)
+            return done
+
+    def _post_process(self, original: Callable[[Any], None], message: Any) -> None:
+        """The consumer thread's `post_process_message`, as the worker thread calls it."""
+        with self._lock:
+            held = self._held.get(id(message))
+            if held is not None:
+                held.due = original
+                return
+        original(message)
+
+    def _settle_loop(self, settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]]) -> None:
+        while True:
+            message, settle = settling.get()
+            try:
+                settle()
+            except Exception:  # as a waited success that failed: Dramatiq acknowledges it all the same
+                logger.exception("fast-path success of %s not settled", message.message_id)
+            finally:
+                self.settled += 1
+                self.release(message)

@@ -1,0 +1,144 @@
+"""A fast-path success is acknowledged only once it has committed, and its worker thread does not
+wait for the commit (reliable.worker.acks).
+
+PostgreSQL (group commit), Dramatiq's StubBroker and a real Worker. The commit is held by a lock on
+the job's row, taken from another connection: the delivery stays unacknowledged (the StubBroker's
+queue counts it unfinished) while the worker thread has already moved on to the next message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import dramatiq
+import pytest
+from dramatiq.results import Results
+from dramatiq.results.backends import StubBackend
+
+from reliable.control import Control
+from reliable.states import JobStatus
+from reliable.store import StateStore
+
+from middleware_harness import Harness, make_harness
+from support import row_locked, wait_for, waiting_on_a_lock
+
+
+@pytest.fixture
+def pg(pg_store: StateStore, pg_database: str, policy_file: Path) -> Iterator[Harness]:
+    made = make_harness(pg_database, policy_file, metrics=False, json_logs=False)
+    yield made
+    made.close()
+
+
+def unacked(setup: Harness, queue: str = "default") -> int:
+    return int(setup.broker.queues[queue].unfinished_tasks)
+
+
+def test_the_ack_waits_for_the_commit_but_the_worker_thread_does_not(pg: Harness) -> None:
+    ran: list[int] = []
+
+    @dramatiq.actor(fast_path=True)
+    def step(n: int) -> None:
+        ran.append(n)
+
+    blocked = step.send(0)
+    with row_locked(pg.store.engine, blocked.message_id):
+        pg.worker.start()
+        # Job 0's thread found no batch under way: it leads its own, which waits for the row.
+        wait_for(lambda: ran == [0] and waiting_on_a_lock(pg.store.engine), "the run done, its success's batch blocked")
+        assert pg.store.get(blocked.message_id).status is JobStatus.PENDING and unacked(pg) == 1
+        # Job 1's success queues behind that batch: its thread hands it over and goes on (Dramatiq
+        # marks the work item done), while its acknowledgement stays held.
+        queued = step.send(1)
+        wait_for(lambda: ran == [0, 1] and pg.worker.work_queue.unfinished_tasks == 1,
+                 "job 1's thread done with it")
+        assert pg.store.get(queued.message_id).status is JobStatus.PENDING
+        assert unacked(pg) == 2, "acknowledged before its success committed"
+        assert pg.middleware.acks.held == 2
+    pg.join()
+    assert unacked(pg) == 0
+    for message in (blocked, queued):
+        job = pg.store.get(message.message_id)
+        assert job.status is JobStatus.SUCCEEDED and job.attempt == 1
+        assert pg.events(message.message_id) == ["enqueued", "fast_succeed"]
+
+
+def test_a_success_refused_after_the_run_is_settled_and_acknowledged(
+        pg: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """Cancelled during its run: its batch's guard refuses the success; the settling thread records
+    the refusal the waited way (the stale run), then the delivery is acknowledged."""
+    ran: list[bool] = []
+    control = Control(pg.store, policy=pg.middleware.policy)
+    target: list[str] = []
+
+    @dramatiq.actor(fast_path=True)
+    def charge() -> None:
+        control.cancel(target[0], reason="changed mind")
+        ran.append(True)
+
+    message = charge.message()
+    target.append(message.message_id)
+    pg.broker.enqueue(message)
+    with caplog.at_level(logging.WARNING, logger="reliable.middleware"):
+        pg.run()
+    assert ran == [True] and unacked(pg) == 0
+    assert pg.store.get(message.message_id).status is JobStatus.CANCELLED
+    names = pg.events(message.message_id)
+    assert "fast_succeed" not in names and "stale_commit_rejected" in names, names
+    assert "fast-path result discarded" in caplog.text
+    assert pg.middleware.acks.settled == 1
+
+
+def test_a_shutdown_waits_for_the_held_acks_before_the_consumers_stop(pg: Harness) -> None:
+    @dramatiq.actor(fast_path=True)
+    def step() -> None:
+        pass
+
+    message = step.send()
+    with row_locked(pg.store.engine, message.message_id) as lock:
+        pg.worker.start()
+        wait_for(lambda: waiting_on_a_lock(pg.store.engine), "the success's batch blocked")
+        assert pg.middleware.acks.drain(timeout=0.01) is False  # still held: the shutdown would wait
+        lock.rollback()  # the row free: the batch commits and the delivery is acknowledged
+        assert pg.middleware.acks.drain(timeout=30) is True
+    assert unacked(pg) == 0 and pg.store.get(message.message_id).status is JobStatus.SUCCEEDED
+    assert not pg.middleware.acks.enabled, "after the drain each success is waited for again"
+    step.send()
+    pg.join()
+    assert unacked(pg) == 0 and pg.middleware.acks.held == 1
+
+
+def test_with_results_the_success_is_waited_for(pg_store: StateStore, pg_database: str, policy_file: Path) -> None:
+    """Dramatiq's Results stores a value only for a success the store kept (`store_results`):
+    known only after the commit, so no acknowledgement is held."""
+    setup = make_harness(pg_database, policy_file, metrics=False, json_logs=False)
+    setup.broker.add_middleware(Results(backend=StubBackend()))
+    try:
+        @dramatiq.actor(fast_path=True, store_results=True)
+        def add(x: int) -> int:
+            return x + 1
+
+        message = add.send(1)
+        setup.run()
+        assert setup.store.get(message.message_id).status is JobStatus.SUCCEEDED
+        assert message.get_result(block=True, timeout=5000) == 2
+        assert not setup.middleware.acks.enabled and setup.middleware.acks.held == 0
+    finally:
+        setup.close()
+
+
+def test_on_sqlite_the_success_is_waited_for(sqlite_url: str, policy_file: Path) -> None:
+    setup = make_harness(sqlite_url, policy_file, metrics=False, json_logs=False)
+    try:
+        @dramatiq.actor(fast_path=True)
+        def step() -> None:
+            pass
+
+        message = step.send()
+        setup.run()
+        assert setup.store.get(message.message_id).status is JobStatus.SUCCEEDED
+        assert not setup.middleware.acks.enabled and setup.middleware.acks.held == 0
+    finally:
+        setup.close()
