@@ -6,10 +6,12 @@ success in the process's group commit (reliable.store.batching), and waiting for
 each worker thread a wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is
 submitted instead (`StateStore.fast_commit_later`) and its acknowledgement held: the consumer
 thread's `post_process_message` is wrapped, so the acknowledgement Dramatiq asks for is recorded
-as due and done by the thread that ran the batch once the success has committed (at once, when
-the commit came first). No guarantee moves: a message is never acknowledged before its job's
-success is in the store, so a crash before the commit leaves it to be redelivered, as a crash
-during a waited commit did.
+as due and, once the success has committed, done by the process's acknowledging thread (by the
+worker thread itself when the commit came first). That thread, not the one that ran the batch,
+calls Dramatiq's `post_process_message`, which retries for as long as the broker connection is
+down: a broker cut delays acknowledgements, never the store's batches. No guarantee moves: a
+message is never acknowledged before its job's success is in the store, so a crash before the
+commit leaves it to be redelivered, as a crash during a waited commit did.
 
 `hold` accepts only when:
 - the worker booted on a Dramatiq version whose `Worker.consumers` was verified
@@ -66,10 +68,11 @@ class HeldAcks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._empty = threading.Condition(self._lock)
-        self._held: dict[int, _Held] = {}  # id(delivery) -> its held acknowledgement
+        self._held: dict[int, _Held] = {}  # id(delivery) -> its acknowledgement, until done
         self._consumers: dict[str, Any] | None = None
         self._stopping = False
         self._pid = os.getpid()
+        self._acking: queue.SimpleQueue[tuple[Any, Callable[[Any], None]]] | None = None
         self._settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]] | None = None
         #: Deliveries held, and those settled by the waited path (a batch did not commit them).
         self.held = self.settled = 0
@@ -81,9 +84,9 @@ class HeldAcks:
             return
         if any(isinstance(middleware, Results) for middleware in broker.middleware):
             return
-        with self._lock:  # in this (forked) process: nothing held yet, no settling thread
+        with self._lock:  # in this (forked) process: nothing held yet, no thread of ours
             self._consumers, self._stopping, self._pid = consumers, False, os.getpid()
-            self._held, self._settling = {}, None
+            self._held, self._acking, self._settling = {}, None, None
 
     @property
     def enabled(self) -> bool:
@@ -117,32 +120,35 @@ class HeldAcks:
             self._empty.notify_all()
 
     def release(self, message: Any) -> None:
-        """`message`'s success committed (or was settled): acknowledge it now if Dramatiq already
-        asked, else let Dramatiq's own call do it. Any thread."""
+        """`message`'s success committed (or was settled): acknowledge it in the acknowledging
+        thread if Dramatiq already asked, else let Dramatiq's own call do it. Any thread."""
         with self._lock:
-            held = self._held.pop(id(message), None)
-            if not self._held:
+            held = self._held.get(id(message))
+            if held is None:
+                return
+            if held.due is None:
+                del self._held[id(message)]
                 self._empty.notify_all()
-        if held is not None and held.due is not None:
-            held.due(message)
+                return
+            if self._acking is None:
+                self._acking = self._start(self._ack_loop, "reliable-acks")
+            self._acking.put((message, held.due))
 
     def settle(self, message: Any, settle: Callable[[], None]) -> None:
         """Run `settle` (the waited path) in the settling thread, then release `message`."""
         with self._lock:
             if self._settling is None:
-                self._settling = queue.SimpleQueue()
-                threading.Thread(target=self._settle_loop, args=(self._settling,), name="reliable-settle-acks",
-                                 daemon=True).start()
+                self._settling = self._start(self._settle_loop, "reliable-settle-acks")
             self._settling.put((message, settle))
 
     def drain(self, timeout: float = DRAIN_TIMEOUT) -> bool:
         """Hold no more, and wait (up to `timeout` seconds) until every held acknowledgement is
-        released; False if some were still held."""
+        done; False if some were still held."""
         with self._lock:
             self._stopping = True
             done = self._empty.wait_for(lambda: not self._held, timeout)
             if not done:
-                logger.warning("shutdown: %d fast-path successes not committed in %gs; their messages are requeued",
+                logger.warning("shutdown: %d fast-path successes not acknowledged in %gs; their messages are requeued",
                                len(self._held), timeout)
             return done
 
@@ -154,6 +160,24 @@ class HeldAcks:
                 held.due = original
                 return
         original(message)
+
+    @staticmethod
+    def _start(loop: Callable[[queue.SimpleQueue[Any]], None], name: str) -> queue.SimpleQueue[Any]:
+        work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=loop, args=(work,), name=name, daemon=True).start()
+        return work
+
+    def _ack_loop(self, acking: queue.SimpleQueue[tuple[Any, Callable[[Any], None]]]) -> None:
+        while True:
+            message, post_process = acking.get()
+            try:
+                post_process(message)  # Dramatiq's own: it logs its errors, retries while the broker is cut
+            except Exception:
+                logger.exception("acknowledgement of %s failed", message.message_id)
+            finally:
+                with self._lock:
+                    self._held.pop(id(message), None)
+                    self._empty.notify_all()
 
     def _settle_loop(self, settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]]) -> None:
         while True:
