@@ -815,6 +815,33 @@ class StateStore:
             self._emit_one(written)
         return Job.from_row(result[-1][0])
 
+    def succeed_later(self, job_id: str, lease_id: int, *, worker_id: str | None,
+                      done: Callable[[bool], None]) -> bool:
+        """`finish(job_id, lease_id, Event.SUCCEED)` without waiting for it, where group commit runs
+        (PostgreSQL): the success is queued for the next batch and `done` is called in the thread
+        that ran it, `done(True)` once it committed (the job SUCCEEDED, listeners fed), `done(False)`
+        when that batch did not commit it (the store could not be reached, or its guard did not
+        match: the lease lost, a pause or cancel requested meanwhile). Settle that with `finish`,
+        which resolves each case as it does for a first try and finds a commit whose reply was
+        lost. False when nothing was queued (no group commit): call `finish`."""
+        group = self._sql.group_commit
+        if group is None:
+            return False
+        self.check_schema()
+
+        def answered(result: WriteResult, error: BaseException | None) -> None:
+            if error is not None or result is None:
+                done(False)
+                return
+            try:
+                self._emit_one(result)
+            finally:
+                done(True)
+
+        # `finish`'s first write for a success, as it is.
+        group.submit(transition_write(job_id, Event.SUCCEED, lease_id=lease_id, worker_id=worker_id), answered)
+        return True
+
     def _committed_already(self, job: Job, lease_id: int, events: set[str]) -> bool:
         """Whether the job's last transition is this lease's own outcome (one of `events`)."""
         if job.lease_id != lease_id or job.previous_status not in ACTIVE_STATES:

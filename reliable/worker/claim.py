@@ -18,6 +18,7 @@ failure as for any attempt. `skipped` gives back a job another middleware skippe
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -117,14 +118,18 @@ def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
         if take_fast(mw, message):
             fast_done(mw, broker, message, exception)
         elif (context := take(mw, message)) is not None:
+            handed_over = False
             try:
                 context.leave()
                 completion.note_unrecorded_effects(mw, context)
-                completion.complete(mw, broker, message, context, result, exception)
+                handed_over = completion.complete(mw, broker, message, context, result, exception,
+                                                  release=functools.partial(release_lease, mw, context))
             finally:
                 # Only now: the lease is renewed while the final write may still be retried (a slow
-                # or blipping store must not let recovery reclaim a job that already finished).
-                release_lease(mw, context)
+                # or blipping store must not let recovery reclaim a job that already finished). A
+                # success handed over to the group commit releases it once committed.
+                if not handed_over:
+                    release_lease(mw, context)
     finally:
         mw.delivery.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
         spans.end(mw.tracing, exception)

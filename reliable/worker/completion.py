@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
@@ -43,13 +43,19 @@ Planned = list[tuple[FollowUp, NewJob | None]]
 
 
 def complete(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext, result: Any,
-             exception: BaseException | None) -> None:
-    """Commit the attempt's outcome and act on it (see the module doc)."""
+             exception: BaseException | None, *, release: Callable[[], None] | None = None) -> bool:
+    """Commit the attempt's outcome and act on it (see the module doc). With `release` (what
+    ends the attempt's lease), a success that nothing follows may be committed without waiting for
+    it, its delivery's acknowledgement held until then (reliable.worker.acks): True when so, and
+    `release` is then called once it has committed or been settled, else by the caller."""
     if exception is None:
         planned = plan(mw, broker, message, context, result=result)
         fan_in = groups.group_completion(mw, broker, message, trace=lambda: context.traceparent.as_options(),
                                   parent_job_id=context.job_id)
         stored_result = node_result(context.job_id, result) if message.options.get("workflow_node") else None
+        if release is not None and not planned and fan_in is None and stored_result is None \
+                and _succeed_later(mw, broker, message, context, release):
+            return True
         job = finish(mw, context, outcome.Outcome(Event.SUCCEED), planned=planned,
                      fan_in=fan_in[0] if fan_in else None, node_result=stored_result)
         if job is None:  # discarded (lease reassigned): Dramatiq's Results must not keep this value
@@ -57,17 +63,17 @@ def complete(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobCont
         after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, planned)
         if fan_in is not None and job is not None and job.status is JobStatus.SUCCEEDED:
             groups.group_arrived(mw, broker, context, *fan_in)
-        return
+        return False
     if not outcome.needs_decision(exception):
         ended = outcome.attempt_ended(exception)
         if ended is None:
             logger.warning("job %s: lease lost, attempt %s abandoned", context.job_id, context.attempt_id)
-            return
+            return False
         # An operator's pause, stop or cancel, not a failure: no on_failure callback follows.
         # The store turns a stop into a cancel when one was requested since (honour_requests).
         job = finish(mw, context, ended)
         after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, [])
-        return
+        return False
     texts = failure_texts(exception)
     retries = _count_failure(message, texts.message)
     job_row = context.claim.job
@@ -88,6 +94,38 @@ def complete(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobCont
     planned = plan(mw, broker, message, context, exception=exception, exhausted=failure.exhausted)
     job = finish(mw, context, failure, planned=planned)
     after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, decision, planned)
+    return False
+
+
+def _succeed_later(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext,
+                   release: Callable[[], None]) -> bool:
+    """Submit the success to the group commit with the delivery's acknowledgement held until it
+    commits; one its batch did not commit is settled the waited way (`finish`, then `conclude`).
+    False: not here (no held acknowledgements, or a limited actor's slot), wait for it instead."""
+    if mw.delivery.limits is not None or not mw.acks.hold(message):
+        return False
+
+    def settle() -> None:
+        try:
+            job = finish(mw, context, outcome.Outcome(Event.SUCCEED))
+            after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, [])
+        finally:
+            release()
+
+    def done(committed: bool) -> None:
+        if committed:
+            release()
+            mw.acks.release(message)
+        else:
+            mw.acks.settle(message, settle)
+
+    queued = False
+    try:
+        queued = mw.store.succeed_later(context.job_id, context.fencing_token, worker_id=mw.worker_id, done=done)
+    finally:
+        if not queued:
+            mw.acks.forget(message)
+    return queued
 
 
 def plan(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext, *,
