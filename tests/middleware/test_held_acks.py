@@ -8,7 +8,9 @@ queue counts it unfinished) while the worker thread has already moved on to the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from dramatiq.results import Results
 from dramatiq.results.backends import StubBackend
 
+from reliable import current_job
 from reliable.control import Control
 from reliable.states import JobStatus
 from reliable.store import StateStore
@@ -140,5 +143,73 @@ def test_on_sqlite_the_success_is_waited_for(sqlite_url: str, policy_file: Path)
         setup.run()
         assert setup.store.get(message.message_id).status is JobStatus.SUCCEEDED
         assert not setup.middleware.acks.enabled and setup.middleware.acks.held == 0
+    finally:
+        setup.close()
+
+
+def test_a_durable_success_is_held_with_its_lease_until_it_commits(pg: Harness) -> None:
+    """D (durable) ends while L's fast-path success blocks the batch under way: D's success queues
+    behind it and D's thread goes on; D stays RUNNING with its lease renewed and its delivery
+    unacknowledged until its success commits."""
+    d_may_end = threading.Event()
+    ran: list[str] = []
+    lock = contextlib.ExitStack()
+    blocked = dramatiq.Message(queue_name="default", actor_name="fast", args=(), kwargs={}, options={})
+
+    @dramatiq.actor
+    def durable() -> None:
+        ran.append("D")
+        d_may_end.wait(30)
+
+    @dramatiq.actor(fast_path=True)
+    def fast() -> None:
+        lock.enter_context(row_locked(pg.store.engine, blocked.message_id))  # its own success will wait
+        ran.append("L")
+
+    d = durable.send()
+    pg.worker.start()
+    wait_for(lambda: ran == ["D"], "D running")
+    heartbeat = pg.middleware.runtime.heartbeat
+    assert heartbeat is not None
+    with lock:
+        pg.broker.enqueue(blocked)
+        wait_for(lambda: ran == ["D", "L"] and waiting_on_a_lock(pg.store.engine), "L's success blocking the batch")
+        d_may_end.set()
+        wait_for(lambda: pg.worker.work_queue.unfinished_tasks == 1, "D's thread done with D")
+        assert pg.store.get(d.message_id).status is JobStatus.RUNNING
+        assert d.message_id in {held.job_id for held in heartbeat.held()}, "its lease is renewed until the commit"
+        assert unacked(pg) == 2, "acknowledged before its success committed"
+    pg.join()
+    assert unacked(pg) == 0 and pg.store.get(d.message_id).status is JobStatus.SUCCEEDED
+    assert d.message_id not in {held.job_id for held in heartbeat.held()}
+    assert pg.events(d.message_id) == ["enqueued", "claim", "succeed"]
+    assert pg.middleware.acks.held == 2
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgresql"])
+def test_a_durable_success_refused_by_its_batch_ends_as_a_waited_one_does(
+        store_kind: str, sqlite_url: str, pg_database: str, pg_store: StateStore, policy_file: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its lease taken by another worker during the run: the success's batch refuses it; settled the
+    waited way, it is recorded and discarded as where the success is waited for (SQLite)."""
+    setup = make_harness(pg_database if store_kind == "postgresql" else sqlite_url, policy_file,
+                         metrics=False, json_logs=False)
+    try:
+        @dramatiq.actor
+        def charge() -> None:
+            job = current_job()  # as if recovery had expired the lease and another worker claimed the job
+            assert setup.store.return_claim(job.job_id, job.fencing_token, worker_id="test") is not None
+            setup.store.claim(job.job_id, worker_id="thief", lease_ttl=60)
+
+        message = charge.send()
+        with caplog.at_level(logging.WARNING, logger="reliable.middleware"):
+            setup.run()
+        assert unacked(setup) == 0
+        job = setup.store.get(message.message_id)
+        assert (job.status, job.worker_id) == (JobStatus.RUNNING, "thief")
+        assert setup.events(message.message_id) == [
+            "enqueued", "claim", "claim_returned", "claim", "stale_commit_rejected"], setup.events(message.message_id)
+        assert "its lease 1 was reassigned" in caplog.text
+        assert setup.middleware.acks.settled == (1 if store_kind == "postgresql" else 0)
     finally:
         setup.close()
