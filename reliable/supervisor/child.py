@@ -117,12 +117,18 @@ def _job_counter(limit: int, leave: _Exit) -> Any:
         def __init__(self) -> None:
             self.count = 0
             self.lock = threading.Lock()
+            #: The worker's threads (set once it exists): told to take no further message at the limit.
+            self.worker_threads: list[Any] = []
 
         def _one(self) -> None:
             with self.lock:
                 self.count += 1
                 reached = self.count >= limit
             if reached:
+                # Exact: no thread takes a prefetched message while the main thread starts the stop
+                # (those go back to RabbitMQ unclaimed when the consumers close).
+                for thread in self.worker_threads:
+                    thread.stop()
                 leave.request(CHILD_RECYCLE_JOBS)
 
         def after_process_message(self, broker: Any, message: Any, *, result: Any = None,
@@ -196,9 +202,12 @@ def run(config: ChildConfig) -> int:
         broker.emit_after("process_boot")
         for module in config.modules:
             importlib.import_module(module)
-        if config.max_jobs is not None:
-            broker.add_middleware(_job_counter(config.max_jobs, leave))
+        counter = _job_counter(config.max_jobs, leave) if config.max_jobs is not None else None
+        if counter is not None:
+            broker.add_middleware(counter)
         worker = Worker(broker, queues=set(config.queues) if config.queues else None, worker_threads=config.threads)
+        if counter is not None:
+            counter.worker_threads = worker.workers  # the list `start` fills
         worker.start()
     except ImportError:
         logger.exception("Failed to import the app.")
