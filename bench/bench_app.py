@@ -42,7 +42,11 @@ if os.environ.get("BENCH_STAMPS"):
 dramatiq.set_broker(broker)
 
 
-@dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
+#: The queue of every actor but the fast-path one.
+OTHER_QUEUE = os.environ["BENCH_QUEUE"] + ("_other" if os.environ.get("BENCH_FAST_QUEUE") == "1" else "")
+
+
+@dramatiq.actor(queue_name=OTHER_QUEUE)
 def noop(n: int) -> None:
     """Do nothing: the benchmark measures the framework, not the job."""
 
@@ -53,18 +57,18 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
     def fast_noop(n: int) -> None:
         """Do nothing on reliable's fast path (no claim before the run; one commit after it)."""
 
-    @dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"], limits=reliable.Limits(concurrency=64))
+    @dramatiq.actor(queue_name=OTHER_QUEUE, limits=reliable.Limits(concurrency=64))
     def limited_noop(n: int) -> None:
         """Do nothing under a concurrency limit never reached: the cost of taking and freeing a slot."""
 
 
-@dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
+@dramatiq.actor(queue_name=OTHER_QUEUE)
 def nap(seconds: float) -> None:
     """Sleep a little: keeps every worker thread busy at once (the connection count bench)."""
     time.sleep(seconds)
 
 
-@dramatiq.actor(queue_name=os.environ["BENCH_QUEUE"])
+@dramatiq.actor(queue_name=OTHER_QUEUE)
 def steps(units: int, seconds: float) -> None:
     """Record an effect and a checkpoint per unit (reliable mode only): the store's general path too."""
     import reliable

@@ -4,7 +4,10 @@
         [--modes plain,reliable-pg,reliable-pg-fast] [--base PATH] [--profile DIR]
 
 Modes: plain, reliable-pg, reliable-pg-ahead (with claims ahead, `claims_ahead=True`; not on a
-`--base` tree that lacks the option), reliable-pg-fast (the fast path), reliable-pg-fast-alone (the
+`--base` tree that lacks the option), reliable-pg-fast (the fast path, its actor on a queue with
+durable ones), reliable-pg-fast-queue (the fast path on a queue of fast-path actors only: its
+consumer prefetches more for the acknowledgements held until the successes commit,
+reliable.worker.acks), reliable-pg-fast-alone (the
 fast path reading its jobs one per look, as before the batched look), reliable-pg-nogc (no group commit),
 reliable-pg-nometrics, reliable-pg-fullidx (the full job indexes of migration 0006),
 reliable-pg-limited (a concurrency limit), reliable-sqlite, reliable-sqlite-fast.
@@ -82,9 +85,9 @@ from stamps import read_stamps
 HERE = Path(__file__).parent
 BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-MODES = ("plain", "reliable-pg", "reliable-pg-ahead", "reliable-pg-fast", "reliable-pg-fast-alone",
-         "reliable-pg-nogc", "reliable-pg-nometrics", "reliable-pg-fullidx", "reliable-pg-limited", "reliable-sqlite",
-         "reliable-sqlite-fast")
+MODES = ("plain", "reliable-pg", "reliable-pg-ahead", "reliable-pg-fast", "reliable-pg-fast-queue",
+         "reliable-pg-fast-alone", "reliable-pg-nogc", "reliable-pg-nometrics", "reliable-pg-fullidx",
+         "reliable-pg-limited", "reliable-sqlite", "reliable-sqlite-fast")
 ROLES = ("worker", "postgres", "rabbitmq")
 _SWITCHES = re.compile(rb"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", re.MULTILINE)
 POLL = 0.002  # seconds between two reads of the stamps
@@ -403,7 +406,8 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
            "BENCH_METRICS": "0" if "nometrics" in kind else "1",
            "BENCH_GROUP_COMMIT": "0" if kind.endswith("nogc") else "1",
            "BENCH_CLAIMS_AHEAD": "1" if kind.endswith("ahead") else "0",
-           "BENCH_LOOKS": "alone" if kind.endswith("alone") else "batched", "PROMETHEUS_MULTIPROC_DIR": str(multiproc)}
+           "BENCH_LOOKS": "alone" if kind.endswith("alone") else "batched", "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+           "BENCH_FAST_QUEUE": "1" if kind.endswith("fast-queue") else "0"}
     if store_url:
         env["BENCH_STORE"] = store_url
     verify = create_engine(store_url, poolclass=NullPool).connect() if store_url else None

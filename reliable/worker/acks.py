@@ -25,6 +25,15 @@ commit leaves it to be redelivered, as a crash during a waited commit did.
 A success its batch did not commit (the store could not be reached, its guard did not match) is
 settled by this process's settling thread with the waited path (`fast_committed` in the store's
 retry loop, which tells a lost reply from a refusal and records a stale run), then acknowledged.
+
+Held acknowledgements take prefetch slots: RabbitMQ counts a delivery until it is acknowledged,
+so with Dramatiq's prefetch (2 x threads) the threads of a busy process would find fewer
+messages waiting than without reliable. The consumer of a queue whose actors are all on the fast
+path (short jobs, by its contract) prefetches up to one group-commit batch more (`prefetch`:
++min(prefetch, 64)), which is about what its held acknowledgements take; only where
+acknowledgements are held and Dramatiq's default prefetch is in force (an app that sets
+`dramatiq_queue_prefetch` keeps its own). Other queues keep Dramatiq's prefetch: their jobs may be
+long, and extra prefetched deliveries would wait behind them.
 """
 
 from __future__ import annotations
@@ -38,17 +47,21 @@ from collections.abc import Callable
 from typing import Any
 
 import dramatiq
+from dramatiq import worker as dramatiq_worker
 from dramatiq.results import Results
 
 from .waiting import readable
 
-__all__ = ["DRAIN_TIMEOUT", "HeldAcks"]
+__all__ = ["DRAIN_TIMEOUT", "EXTRA_PREFETCH", "HeldAcks"]
 
 logger = logging.getLogger("reliable.middleware")
 
 #: How long `drain` waits at shutdown for the held acknowledgements (seconds); past it, their
 #: messages are requeued when the consumers close, and redelivered.
 DRAIN_TIMEOUT = 30.0
+#: The most a fast-path queue's consumer prefetches beyond Dramatiq's prefetch: a group-commit
+#: batch's bound (reliable.store.batching.GroupCommit.max_batch).
+EXTRA_PREFETCH = 64
 #: The consumer-thread attribute marking its `post_process_message` wrapped.
 _WRAPPED = "reliable_acks_held"
 
@@ -70,6 +83,7 @@ class HeldAcks:
         self._empty = threading.Condition(self._lock)
         self._held: dict[int, _Held] = {}  # id(delivery) -> its acknowledgement, until done
         self._consumers: dict[str, Any] | None = None
+        self._fast_queue: Callable[[str], bool] | None = None
         self._stopping = False
         self._pid = os.getpid()
         self._acking: queue.SimpleQueue[tuple[Any, Callable[[Any], None]]] | None = None
@@ -77,8 +91,9 @@ class HeldAcks:
         #: Deliveries held, and those settled by the waited path (a batch did not commit them).
         self.held = self.settled = 0
 
-    def watch(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it."""
+    def watch(self, broker: dramatiq.Broker, worker: Any, fast_queue: Callable[[str], bool]) -> None:
+        """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it.
+        `fast_queue(name)`: whether every actor of that queue is on the fast path (`prefetch`)."""
         consumers = getattr(worker, "consumers", None)
         if not readable() or not isinstance(consumers, dict):
             return
@@ -87,6 +102,15 @@ class HeldAcks:
         with self._lock:  # in this (forked) process: nothing held yet, no thread of ours
             self._consumers, self._stopping, self._pid = consumers, False, os.getpid()
             self._held, self._acking, self._settling = {}, None, None
+            self._fast_queue = fast_queue
+
+    def prefetch(self, queue_name: str, prefetch: int) -> int:
+        """The prefetch of a consumer of `queue_name` whose Dramatiq prefetch is `prefetch` (see the
+        module doc): more for a fast-path queue while acknowledgements are held."""
+        fast_queue = self._fast_queue
+        if not self.enabled or fast_queue is None or dramatiq_worker.QUEUE_PREFETCH or not fast_queue(queue_name):
+            return prefetch
+        return prefetch + min(prefetch, EXTRA_PREFETCH)
 
     @property
     def enabled(self) -> bool:

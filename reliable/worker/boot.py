@@ -39,7 +39,9 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
     if settings.json_logs:
         log_events_to_stderr()
     mw.adopt_group_callbacks(broker)
-    watch_consumers(broker)  # before the worker starts its consumers: deliveries name their queue
+    # Before the worker starts its consumers: deliveries name their queue; a fast-path queue's
+    # consumer may prefetch more (reliable.worker.acks).
+    watch_consumers(broker, mw.acks.prefetch)
     process.ensure_process()
     process.check_store(at="worker boot", worker=True)  # a configuration error stops the boot, saying what to fix
     process.check_replication()

@@ -8,11 +8,13 @@ channel, or stop the worker thread with a KeyError when no consumer has that nam
 
 At worker boot `watch_consumers` wraps the broker's `consume`, so each delivery carries the queue
 it was consumed from (`consumed_from`); `restore` points a refused delivery back at that queue, so
-Dramatiq dead-letters it on the channel it came from.
+Dramatiq dead-letters it on the channel it came from. The wrapper also asks `prefetch` for each
+consumer's prefetch (reliable.worker.acks: a fast-path queue's held acknowledgements).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["QueueNamingConsumer", "consumed_from", "restore", "watch_consumers"]
@@ -44,13 +46,16 @@ class QueueNamingConsumer:
         return getattr(self.inner, name)
 
 
-def watch_consumers(broker: Any) -> None:
-    """Wrap `broker.consume` (once) so that its consumers name the queue of each delivery."""
+def watch_consumers(broker: Any, prefetch: Callable[[str, int], int] | None = None) -> None:
+    """Wrap `broker.consume` (once) so that its consumers name the queue of each delivery, and
+    consume with `prefetch(queue_name, dramatiq_prefetch)` when given."""
     if getattr(broker, _WATCHED, False):
         return
     consume = broker.consume
 
     def watched(queue_name: str, *args: Any, **kwargs: Any) -> QueueNamingConsumer:
+        if prefetch is not None and isinstance(kwargs.get("prefetch"), int):  # as Dramatiq's consumer thread calls it
+            kwargs["prefetch"] = prefetch(queue_name, kwargs["prefetch"])
         return QueueNamingConsumer(consume(queue_name, *args, **kwargs), queue_name)
 
     setattr(broker, "consume", watched)  # noqa: B010 (an instance attribute over the method, on purpose)

@@ -156,12 +156,19 @@ class ReliableMiddleware(Middleware):
         if readable():  # Dramatiq's private work queue, on the versions verified only
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
             if self.store.group_commit_stats() is not None:  # successes submitted to the group commit
-                self.acks.watch(broker, worker)
+                self.acks.watch(broker, worker, lambda queue: self._all_fast(broker, queue))
             # Claims ahead ride the claim's group-commit batch: none without one (SQLite, group_commit=False).
             if self.settings.claims_ahead and self.store.group_commit_stats() is not None:
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
                 # An idle process too hands back what no thread took (a busy one also does at each claim).
                 self.runtime.every_pass.append(lambda: claim.hand_back(self, self.ahead.overdue(), "not taken in time"))
+
+    def _all_fast(self, broker: dramatiq.Broker, queue_name: str) -> bool:
+        """Whether `queue_name` has actors, all tracked and declared on the fast path."""
+        actors = [broker.get_actor(name) for name in broker.get_declared_actors()]
+        mine = [actor for actor in actors if actor.queue_name == queue_name]
+        return bool(mine) and all(self.tracked(broker, actor.actor_name)
+                                  and self.plans.contract(actor.actor_name, queue_name).fast_path for actor in mine)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Hand back the claims taken ahead (before Dramatiq requeues their messages: another

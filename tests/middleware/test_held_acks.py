@@ -213,3 +213,52 @@ def test_a_durable_success_refused_by_its_batch_ends_as_a_waited_one_does(
         assert setup.middleware.acks.settled == (1 if store_kind == "postgresql" else 0)
     finally:
         setup.close()
+
+
+def test_a_queue_of_fast_path_actors_prefetches_for_its_held_acks(
+        pg: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held acknowledgements take prefetch slots: the consumer of a queue whose actors are all on
+    the fast path prefetches up to one batch (64) more; a queue with a durable actor keeps
+    Dramatiq's prefetch (2 x threads), and so does every queue when the app set its own."""
+    @dramatiq.actor(queue_name="quick", fast_path=True)
+    def quick() -> None:
+        pass
+
+    @dramatiq.actor(queue_name="mixed", fast_path=True)
+    def quick_too() -> None:
+        pass
+
+    @dramatiq.actor(queue_name="mixed")
+    def durable() -> None:
+        pass
+
+    def prefetches() -> dict[str, int]:
+        return {name: thread.consumer.inner.prefetch for name, thread in pg.worker.consumers.items()
+                if thread.consumer is not None and not name.endswith(".DQ")}
+
+    pg.worker.start()
+    wait_for(lambda: {"quick", "mixed"} <= set(prefetches()), "the consumers",
+             context=lambda: f"{prefetches()} {list(pg.worker.consumers)}")
+    assert prefetches() == {"quick": 16, "mixed": 8}  # 4 threads: Dramatiq's 8
+    acks = pg.middleware.acks
+    assert acks.prefetch("quick", 100) == 164 and acks.prefetch("mixed", 100) == 100
+    monkeypatch.setattr("dramatiq.worker.QUEUE_PREFETCH", 8)  # dramatiq_queue_prefetch=8: the app's own
+    assert acks.prefetch("quick", 8) == 8
+    monkeypatch.undo()
+    acks.drain(timeout=1)  # no longer held: nothing to make room for
+    assert acks.prefetch("quick", 8) == 8
+
+
+def test_without_held_acks_every_queue_keeps_dramatiqs_prefetch(sqlite_url: str, policy_file: Path) -> None:
+    setup = make_harness(sqlite_url, policy_file, metrics=False, json_logs=False)
+    try:
+        @dramatiq.actor(queue_name="quick", fast_path=True)
+        def quick() -> None:
+            pass
+
+        setup.worker.start()
+        wait_for(lambda: setup.worker.consumers.get("quick") is not None
+                 and setup.worker.consumers["quick"].consumer is not None, "the consumer")
+        assert setup.worker.consumers["quick"].consumer.inner.prefetch == 8
+    finally:
+        setup.close()
