@@ -136,7 +136,8 @@ def test_a_child_is_recycled_after_max_jobs_and_no_job_runs_twice(
     assert all((e["returncode"], e["kind"]) == (75, "recycle_jobs") for e in recycled)
     # A recycle is graceful: the job in flight finished, prefetched messages went back unclaimed.
     assert [job.attempt for job in jobs_of(store, messages)] == [1] * len(messages)
-    assert len({job.worker_id for job in jobs_of(store, messages)}) >= 3, [j.worker_id for j in jobs_of(store, messages)]
+    workers = [job.worker_id for job in jobs_of(store, messages)]
+    assert len(set(workers)) >= 3, workers
     wait_for(lambda: textfile(metrics_file).get(("reliable_worker_restarts_total", (("reason", "recycle_jobs"),)),
                                                   0) >= 2, "the textfile counting the recycles", context=sup.output)
     assert metric(textfile(metrics_file), "reliable_worker_restarts_total", reason="crash") == 0
