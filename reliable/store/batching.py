@@ -7,13 +7,13 @@ guard, so a refused row (a stale lease, say) returns nothing for that write and 
 others, and each thread gets its own row's outcome, exactly as from a single write: durability and
 fencing are unchanged.
 
-Leader and followers, no flusher thread: a thread whose write finds no batch under way runs the
-batch itself (it leads: takes the pending writes, its own first, executes them, answers the
-others); a write arriving meanwhile waits in the queue, so batches grow with the load. When its
-own write is answered the leader hands the lead to the oldest waiting write's thread (waking that
-one thread, whose write heads the next batch) or, with nothing waiting, leaves it free. A lone
-thread thus writes without any thread hand-off, a follower is woken once (by its answer or by the
-lead), and no thread exists only to run batches.
+Leader and followers: a thread whose write finds no batch under way runs the batch itself (it
+leads: takes the pending writes, its own first, executes them, answers the others); a write
+arriving meanwhile waits in the queue, so batches grow with the load. When its own write is
+answered the leader hands the lead to the oldest waiting write's thread (waking that one thread,
+whose write heads the next batch) or, with nothing waiting, leaves it free. A lone thread thus
+writes without any thread hand-off, and a follower is woken once (by its answer or by the lead).
+Only writes nobody waits on (`submit`, below) bring in a thread that exists to run batches.
 
 The batch takes no lock before its UPDATE (a FOR UPDATE of its rows first wrote a lock record per
 row, one WAL record in ten, and cost about 6% of the server's CPU per write): the UPDATE locks
@@ -36,19 +36,23 @@ runs them again; one that had committed finds its guard refused, as a retry afte
 does. A thread that stops waiting on an exception leaves the queue and, if it was handed the lead,
 passes it on: no write is left waiting for an answer nobody will give.
 
-A write may also be submitted without a waiting thread (`submit`: the fast path's success, whose
-delivery is acknowledged only once it has committed, reliable.worker.acks): its answer goes to a
-callback, in the thread that ran its batch. Such a write keeps its thread from one wake-up (about
-14 us of CPU here per wake-up, more when the woken threads then contend for the GIL). It is never
-left without a leader: a leader that steps down with only such writes left hands the lead to the
-process's flusher thread (started on first need), which runs batches until the queue is empty,
-answering any waiting write that joined meanwhile; the next write after that leads again itself.
+A write may also be submitted without a waiting thread (`submit`: a success whose delivery is
+acknowledged only once it has committed, reliable.worker.acks): its answer goes to a callback.
+Such a write keeps its thread from one wake-up (about 14 us of CPU here per wake-up, more when the
+woken threads then contend for the GIL). It is never left without a leader: a leader that steps
+down with only such writes left hands the lead to the process's flusher thread (started on first
+need), which runs batches until the queue is empty, answering any waiting write that joined
+meanwhile; the next write after that leads again itself. A callback runs exactly once, and never
+in a thread an asynchronous exception may reach (a worker thread leading a batch: a time limit, a
+shutdown): the flusher runs those of its own batches, a callbacks thread the others'. One that
+an interrupted leader answered but had not yet handed over is handed over by `_step_down`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -151,7 +155,8 @@ class _Pending:
     cost about 7 us.
     """
 
-    __slots__ = ("answered", "boarded", "done", "error", "result", "rider", "riders", "wake", "write")
+    __slots__ = ("answered", "boarded", "called", "dispatched", "done", "error", "result", "rider", "riders",
+                 "wake", "write")
 
     def __init__(self, write: JobWrite, *, rider: bool = False, done: Answered | None = None) -> None:
         self.write = write
@@ -166,18 +171,26 @@ class _Pending:
         self.boarded = False
         #: A submitted write's callback (`GroupCommit.submit`): no thread waits on it, and it is never handed the lead.
         self.done = done
+        #: Its callback handed over to run (`GroupCommit._dispatch`), and run: each once.
+        self.dispatched = self.called = False
         self.wake = threading.Lock()
         self.wake.acquire()
 
     def answer(self, result: WriteResult = None, error: BaseException | None = None) -> None:
-        """Hand the write's result (or error) to its caller and wake it (a submitted write: call its callback)."""
+        """Hand the write's result (or error) to its caller and wake it (a submitted write's
+        callback is run by `GroupCommit._dispatch`)."""
         self.result, self.error, self.answered = result, error, True
         self.wake.release()
-        if self.done is not None:
-            try:
-                self.done(result, error)
-            except Exception:  # the batch's other writes are still to be answered
-                logger.exception("group commit: the callback of job %s's write failed", self.write.job_id)
+
+    def call(self) -> None:
+        """Run a submitted write's callback with its answer, once (never raises)."""
+        if self.called or self.done is None:
+            return
+        self.called = True
+        try:
+            self.done(self.result, self.error)
+        except Exception:
+            logger.exception("group commit: the callback of job %s's write failed", self.write.job_id)
 
     def woken(self) -> None:
         """Make sure an answered write's thread is woken: `answer` may have been interrupted
@@ -232,6 +245,7 @@ class GroupCommit:
         self._flusher: threading.Thread | None = None
         self._flusher_wake = threading.Lock()  # released to hand the flusher the lead
         self._flusher_wake.acquire()
+        self._callbacks: queue.SimpleQueue[_Pending] | None = None  # run by the callbacks thread
 
     def write(self, write: JobWrite) -> WriteResult:
         """Execute `write` in the next batch; its result (None: the guard did not match)."""
@@ -246,12 +260,12 @@ class GroupCommit:
         pending = _Pending(write, rider=True, done=done)
         if self._pid != os.getpid():
             self._reset()
-        with self._lock:
-            self._queue.append(pending)
-            if self._leader is not None:
-                return
-            self._leader = pending
         try:
+            with self._lock:
+                self._queue.append(pending)
+                if self._leader is not None:
+                    return
+                self._leader = pending
             self._lead(pending)
         except BaseException:
             self._step_down(pending)
@@ -314,9 +328,11 @@ class GroupCommit:
             if self._leader is pending:
                 for taken in self._batch:
                     taken.woken()
+                    if taken.answered and taken.done is not None and not taken.dispatched:
+                        self._dispatch(taken)  # answered, its callback not yet handed over
                 self._queue[:0] = [taken for taken in self._batch if not taken.answered]
                 self._batch = []
-            if pending in self._queue:
+            if pending in self._queue and pending.done is None:  # a submitted write stays: it is still to be written
                 self._queue.remove(pending)
             pending.boarded = True  # riders not taken yet never will be
             for rider in pending.riders:
@@ -335,20 +351,31 @@ class GroupCommit:
                     if rider.done is None:
                         rider.answer(error=StoreUnavailable("not written: its batch was interrupted"))
                 self._queue = submitted
-                if submitted:
+                if submitted and self._start_flusher():
                     self._leader = _FLUSHER
-                    self._start_flusher()
                     self._flusher_wake.release()
+                elif submitted:  # no thread to lead them: answered as a lost connection would be
+                    self._queue = []
+                    for waiting in submitted:
+                        waiting.answer(error=StoreUnavailable("not written: no thread could lead its batch"))
+                        self._dispatch(waiting)
             else:
                 # Released here, not through a Python call: no interrupt can land between the
                 # lead being given and its thread being woken.
                 successor.wake.release()
 
-    def _start_flusher(self) -> None:
-        """Start this process's flusher thread, once (called with the lock held)."""
+    def _start_flusher(self) -> bool:
+        """Start this process's flusher thread, once (called with the lock held); False if it
+        cannot be started."""
         if self._flusher is None:
-            self._flusher = threading.Thread(target=self._flush_submitted, name="reliable-group-commit", daemon=True)
-            self._flusher.start()
+            flusher = threading.Thread(target=self._flush_submitted, name="reliable-group-commit", daemon=True)
+            try:
+                flusher.start()
+            except RuntimeError:  # can't start new thread
+                logger.exception("group commit: the flusher thread could not start")
+                return False
+            self._flusher = flusher
+        return True
 
     def _flush_submitted(self) -> None:
         """The flusher thread: handed the lead, run batches until the queue is empty, then leave it free."""
@@ -360,8 +387,28 @@ class GroupCommit:
                         self._leader = None
                         break
                 batch = self._take()
-                self._flush(batch)
+                if batch:  # empty when its one write left the queue meanwhile (an interrupted follower)
+                    self._flush(batch)
                 self._batch = []
+
+    def _dispatch(self, pending: _Pending) -> None:
+        """Run an answered submitted write's callback: here in the flusher thread, else in the
+        callbacks thread (see the module doc)."""
+        if threading.current_thread() is self._flusher:
+            pending.dispatched = True
+            pending.call()
+            return
+        if self._callbacks is None:
+            self._callbacks = queue.SimpleQueue()
+            threading.Thread(target=self._run_callbacks, args=(self._callbacks,),
+                             name="reliable-group-commit-callbacks", daemon=True).start()
+        self._callbacks.put(pending)
+        pending.dispatched = True
+
+    @staticmethod
+    def _run_callbacks(callbacks: queue.SimpleQueue[_Pending]) -> None:
+        while True:
+            callbacks.get().call()
 
     def _take(self) -> list[_Pending]:
         with self._lock:
@@ -414,6 +461,10 @@ class GroupCommit:
                 pending.woken()
                 if not pending.answered:
                     pending.answer(error=exc)
+        finally:
+            for pending in batch:
+                if pending.done is not None and pending.answered and not pending.dispatched:
+                    self._dispatch(pending)
 
     def _one_by_one(self, batch: list[_Pending]) -> None:
         for pending in batch:

@@ -1,10 +1,11 @@
-"""A fast-path delivery acknowledged once its success has committed, without its thread waiting.
+"""A delivery acknowledged once its success has committed, without its thread waiting.
 
 Dramatiq acknowledges a delivery when the hooks after its run have returned: the worker thread
-calls `post_process_message` of the consumer thread that received it. The fast path commits its
-success in the process's group commit (reliable.store.batching), and waiting for that batch cost
-each worker thread a wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is
-submitted instead (`StateStore.fast_commit_later`) and its acknowledgement held: the consumer
+calls `post_process_message` of the consumer thread that received it. A success (every fast-path
+one; a durable one that nothing follows, reliable.worker.completion) commits in the process's
+group commit (reliable.store.batching), and waiting for that batch cost each worker thread a
+wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is submitted instead
+(`StateStore.fast_commit_later`, `succeed_later`) and its acknowledgement held: the consumer
 thread's `post_process_message` is wrapped, so the acknowledgement Dramatiq asks for is recorded
 as due and, once the success has committed, done by the process's acknowledging thread (by the
 worker thread itself when the commit came first). That thread, not the one that ran the batch,
@@ -67,11 +68,13 @@ _WRAPPED = "reliable_acks_held"
 
 
 class _Held:
-    """One held acknowledgement: Dramatiq's own `post_process_message` once it asked for it."""
+    """One held acknowledgement: its delivery (kept, so that no other delivery can take its id) and
+    Dramatiq's own `post_process_message` once it asked for it."""
 
-    __slots__ = ("due",)
+    __slots__ = ("due", "message")
 
-    def __init__(self) -> None:
+    def __init__(self, message: Any) -> None:
+        self.message = message
         self.due: Callable[[Any], None] | None = None
 
 
@@ -133,14 +136,16 @@ class HeldAcks:
                 original = consumer.post_process_message
                 consumer.post_process_message = functools.partial(self._post_process, original)
                 setattr(consumer, _WRAPPED, True)
-            self._held[id(message)] = _Held()
+            self._held[id(message)] = _Held(message)
             self.held += 1
         return True
 
     def forget(self, message: Any) -> None:
         """`message` was not submitted after all: Dramatiq acknowledges it as usual."""
         with self._lock:
-            self._held.pop(id(message), None)
+            held = self._held.get(id(message))
+            if held is not None and held.message is message:
+                del self._held[id(message)]
             self._empty.notify_all()
 
     def release(self, message: Any) -> None:
@@ -148,7 +153,7 @@ class HeldAcks:
         thread if Dramatiq already asked, else let Dramatiq's own call do it. Any thread."""
         with self._lock:
             held = self._held.get(id(message))
-            if held is None:
+            if held is None or held.message is not message:
                 return
             if held.due is None:
                 del self._held[id(message)]
@@ -165,9 +170,13 @@ class HeldAcks:
                 self._settling = self._start(self._settle_loop, "reliable-settle-acks")
             self._settling.put((message, settle))
 
-    def drain(self, timeout: float = DRAIN_TIMEOUT) -> bool:
+    def drain(self, timeout: float = DRAIN_TIMEOUT, worker: Any = None) -> bool:
         """Hold no more, and wait (up to `timeout` seconds) until every held acknowledgement is
-        done; False if some were still held."""
+        done; False if some were still held. `worker`'s threads are told to stop first (as
+        Dramatiq's `Worker.stop` does next), so that none takes a message meanwhile."""
+        if self._held and worker is not None:
+            for thread in getattr(worker, "workers", ()):
+                thread.stop()
         with self._lock:
             self._stopping = True
             done = self._empty.wait_for(lambda: not self._held, timeout)
@@ -180,7 +189,7 @@ class HeldAcks:
         """The consumer thread's `post_process_message`, as the worker thread calls it."""
         with self._lock:
             held = self._held.get(id(message))
-            if held is not None:
+            if held is not None and held.message is message:
                 held.due = original
                 return
         original(message)
@@ -200,7 +209,9 @@ class HeldAcks:
                 logger.exception("acknowledgement of %s failed", message.message_id)
             finally:
                 with self._lock:
-                    self._held.pop(id(message), None)
+                    held = self._held.get(id(message))
+                    if held is not None and held.message is message:
+                        del self._held[id(message)]
                     self._empty.notify_all()
 
     def _settle_loop(self, settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]]) -> None:

@@ -411,9 +411,6 @@ def _fast_succeed(mw: Worker, message: Any, attempt_id: str, detail: dict[str, A
 def _commit_later(mw: Worker, message: Any, attempt_id: str, detail: dict[str, Any] | None) -> bool:
     """Submit a fast-path success to the group commit with the delivery's acknowledgement held
     until it has committed (reliable.worker.acks); False: not here, wait for it instead."""
-    if not mw.acks.hold(message):
-        return False
-
     def done(committed: bool) -> None:
         if committed:
             mw.acks.release(message)
@@ -422,6 +419,8 @@ def _commit_later(mw: Worker, message: Any, attempt_id: str, detail: dict[str, A
 
     queued = False
     try:
+        if not mw.acks.hold(message):
+            return False
         queued = mw.store.fast_commit_later(message.message_id, worker_id=mw.worker_id, attempt_id=attempt_id,
                                             detail=detail, done=done)
     finally:

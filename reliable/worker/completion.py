@@ -102,7 +102,7 @@ def _succeed_later(mw: Worker, broker: dramatiq.Broker, message: Any, context: J
     """Submit the success to the group commit with the delivery's acknowledgement held until it
     commits; one its batch did not commit is settled the waited way (`finish`, then `conclude`).
     False: not here (no held acknowledgements, or a limited actor's slot), wait for it instead."""
-    if mw.delivery.limits is not None or not mw.acks.hold(message):
+    if mw.delivery.limits is not None:
         return False
 
     def settle() -> None:
@@ -114,13 +114,17 @@ def _succeed_later(mw: Worker, broker: dramatiq.Broker, message: Any, context: J
 
     def done(committed: bool) -> None:
         if committed:
-            release()
-            mw.acks.release(message)
+            try:
+                release()
+            finally:
+                mw.acks.release(message)
         else:
             mw.acks.settle(message, settle)
 
     queued = False
     try:
+        if not mw.acks.hold(message):
+            return False
         queued = mw.store.succeed_later(context.job_id, context.fencing_token, worker_id=mw.worker_id, done=done)
     finally:
         if not queued:

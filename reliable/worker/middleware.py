@@ -177,7 +177,7 @@ class ReliableMiddleware(Middleware):
         each is waited for by its thread), stop the recovery loop and wait for its pass to end; the
         heartbeat keeps running until the worker threads finish."""
         claim.hand_back(self, self.ahead.drain(), "worker shutdown")
-        self.acks.drain()  # while the consumers still run: their acknowledgements reach the broker
+        self.acks.drain(worker=worker)  # while the consumers still run: their acknowledgements reach the broker
         self.runtime.stop_recovery()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:

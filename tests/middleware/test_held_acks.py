@@ -23,6 +23,7 @@ from reliable import current_job
 from reliable.control import Control
 from reliable.states import JobStatus
 from reliable.store import StateStore
+from reliable.worker.acks import HeldAcks, _Held
 
 from middleware_harness import Harness, make_harness
 from support import row_locked, wait_for, waiting_on_a_lock
@@ -262,3 +263,16 @@ def test_without_held_acks_every_queue_keeps_dramatiqs_prefetch(sqlite_url: str,
         assert setup.worker.consumers["quick"].consumer.inner.prefetch == 8
     finally:
         setup.close()
+
+
+def test_a_held_entry_never_takes_another_deliverys_ack() -> None:
+    """An entry keeps its own delivery: another delivery that finds the same id (an address reused
+    once a stale entry's delivery is gone) is acknowledged at once, and never released by it."""
+    acks = HeldAcks()
+    first, second = object(), object()
+    acked: list[object] = []
+    acks._held[id(second)] = _Held(first)  # as if `first` had lived at `second`'s address
+    acks._post_process(acked.append, second)
+    assert acked == [second]
+    acks.release(second)
+    assert id(second) in acks._held, "not released by another delivery"

@@ -441,14 +441,18 @@ class Submitted:
         return answered
 
 
-def test_a_lone_submitted_write_runs_its_batch_in_its_own_thread_and_answers_its_callback() -> None:
+def test_a_lone_submitted_write_runs_its_batch_in_its_own_thread_and_its_callback_in_another() -> None:
+    """Its batch runs in the submitting thread (a lone write leads); its callback runs in the
+    callbacks thread, which no asynchronous exception of a worker thread reaches."""
     store = FakeStore()
     store.release.set()
     group = GroupCommit(store.many, store.one)
     submitted = Submitted()
     group.submit(_write("alone"), submitted.done("alone"))
+    assert store.threads == [threading.get_ident()]
+    wait_for(lambda: "alone" in submitted.answers, "the callback")
     assert submitted.answers["alone"][0]["job_id"] == "alone"
-    assert submitted.threads["alone"] == threading.current_thread().name
+    assert submitted.threads["alone"] == "reliable-group-commit-callbacks"
     assert group._leader is None and group._queue == [] and group._flusher is None
 
 
@@ -499,7 +503,7 @@ def test_a_waiting_write_that_joins_the_flushers_queue_is_answered_by_it() -> No
     for job_id in ("a", "b"):
         group.submit(_write(job_id), submitted.done(job_id))
     store.release.set()
-    flushing.wait(10)  # the flusher runs a batch of a and b: a write arriving now waits in its queue
+    assert flushing.wait(10)  # the flusher runs a batch of a and b: a write arriving now waits in its queue
     threads.append(_call(group, "waits", answers))
     wait_for(lambda: len(group._queue) == 1, "the waiting write queued")
     proceed.set()
@@ -534,5 +538,65 @@ def test_a_submitted_write_whose_batch_fails_gets_the_error() -> None:
     group = GroupCommit(lambda writes: [], lambda write: (_ for _ in ()).throw(StoreUnavailable("down")))
     submitted = Submitted()
     group.submit(_write("x"), submitted.done("x"))
+    wait_for(lambda: "x" in submitted.answers, "the callback")
     assert isinstance(submitted.answers["x"], StoreUnavailable)
     assert group._leader is None and group._queue == []
+
+
+def test_an_interrupted_leader_hands_over_the_callbacks_it_had_answered_but_not_run() -> None:
+    """The leader answered its batch's submitted writes, then an asynchronous exception stopped it
+    before their callbacks were handed over: stepping down hands them over (each runs once)."""
+    store = FakeStore()
+    group = GroupCommit(store.many, store.one)
+    submitted = Submitted()
+    own = _Pending(_write("own"))
+    answered = [_Pending(_write(j), rider=True, done=submitted.done(j)) for j in ("a", "b")]
+    for pending in answered:
+        pending.answer(({"job_id": pending.write.job_id}, {}))
+    group._leader, group._batch = own, [own, *answered]
+    group._step_down(own)
+    wait_for(lambda: len(submitted.answers) == 2, "both callbacks")
+    assert {j: a[0]["job_id"] for j, a in submitted.answers.items()} == {"a": "a", "b": "b"}
+    group._dispatch(answered[0])  # handed over twice (a repair racing the batch's own): still run once
+    for pending in answered:
+        pending.call()
+    assert len(submitted.answers) == 2 and group._leader is None
+
+
+def test_a_submitted_write_of_an_interrupted_submitter_is_still_written_and_answered() -> None:
+    """The submitting thread led the batch and was interrupted while it ran: its write goes back
+    to the queue, the next leader (here the flusher) writes it and its callback runs."""
+    store = FakeStore()
+    gate = Gate()
+    calls = []
+
+    def many(writes: Sequence[JobWrite]) -> list[Any]:
+        return store.many(writes)
+
+    def one(write: JobWrite) -> Any:
+        calls.append(write.job_id)
+        if len(calls) == 1:
+            gate.hold()
+        return store.one(write)
+
+    store.release.set()
+    group = GroupCommit(many, one)
+    submitted = Submitted()
+    outcome: list[BaseException] = []
+
+    def submit() -> None:
+        try:
+            group.submit(_write("mine"), submitted.done("mine"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    gate.entered.wait(10)
+    raise_thread_exception(gate.thread, LeaseLostInterrupt)
+    gate.opened.set()
+    thread.join(10)
+    assert outcome and isinstance(outcome[0], LeaseLostInterrupt)
+    wait_for(lambda: "mine" in submitted.answers, "the write answered after all")
+    assert submitted.answers["mine"][0]["job_id"] == "mine"
+    wait_for(lambda: group._leader is None, "the lead left free")
