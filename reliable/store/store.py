@@ -579,29 +579,10 @@ class StateStore:
 
     def fast_commit_later(self, job_id: str, *, worker_id: str, attempt_id: str,
                           detail: Mapping[str, Any] | None, done: Callable[[bool], None]) -> bool:
-        """`fast_committed` without waiting for it, where group commit runs (PostgreSQL): the
-        success is queued for the next batch and `done` is called in the thread that ran it,
-        `done(True)` once it committed (listeners fed), `done(False)` when that batch did not commit
-        it (the store could not be reached, or its guard did not match: settle it with
-        `fast_committed`, which tells a reply lost from a refusal). False when nothing was queued
-        (no group commit): write it with `fast_committed`."""
-        group = self._sql.group_commit
-        if group is None:
-            return False
-        self.check_schema()
-
-        def answered(result: WriteResult, error: BaseException | None) -> None:
-            if error is not None or result is None:
-                done(False)
-                return
-            try:
-                self._emit_one(result)
-            finally:
-                done(True)
-
-        group.submit(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id, attempt_id=attempt_id,
-                                      detail=_detail(detail)), answered)
-        return True
+        """`fast_committed` without waiting for it (see `_submit` for `done`). Settle a
+        `done(False)` with `fast_committed`, which tells a reply lost from a refusal."""
+        return self._submit(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id, attempt_id=attempt_id,
+                                             detail=_detail(detail)), done)
 
     def _fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str,
                       detail: Mapping[str, Any] | None) -> Job | Mapping[str, Any] | None:
@@ -817,13 +798,18 @@ class StateStore:
 
     def succeed_later(self, job_id: str, lease_id: int, *, worker_id: str | None,
                       done: Callable[[bool], None]) -> bool:
-        """`finish(job_id, lease_id, Event.SUCCEED)` without waiting for it, where group commit runs
-        (PostgreSQL): the success is queued for the next batch and `done` is called in the thread
-        that ran it, `done(True)` once it committed (the job SUCCEEDED, listeners fed), `done(False)`
-        when that batch did not commit it (the store could not be reached, or its guard did not
-        match: the lease lost, a pause or cancel requested meanwhile). Settle that with `finish`,
-        which resolves each case as it does for a first try and finds a commit whose reply was
-        lost. False when nothing was queued (no group commit): call `finish`."""
+        """`finish(job_id, lease_id, Event.SUCCEED)` without waiting for it (see `_submit` for
+        `done`; a batch refuses it when the lease was lost, or a pause or cancel was requested
+        meanwhile). Settle a `done(False)` with `finish`, which resolves each case as it does for a
+        first try and finds a commit whose reply was lost."""
+        # `finish`'s first write for a success, as it is.
+        return self._submit(transition_write(job_id, Event.SUCCEED, lease_id=lease_id, worker_id=worker_id), done)
+
+    def _submit(self, write: JobWrite, done: Callable[[bool], None]) -> bool:
+        """Queue `write` for the group commit's next batch without waiting (PostgreSQL; False, nothing
+        queued, without group commit). `done(True)` once it committed, listeners fed; `done(False)`
+        when its batch did not commit it (the store could not be reached, or its guard did not
+        match). `done` runs in the flusher or the group commit's callbacks thread, once."""
         group = self._sql.group_commit
         if group is None:
             return False
@@ -838,8 +824,7 @@ class StateStore:
             finally:
                 done(True)
 
-        # `finish`'s first write for a success, as it is.
-        group.submit(transition_write(job_id, Event.SUCCEED, lease_id=lease_id, worker_id=worker_id), answered)
+        group.submit(write, answered)
         return True
 
     def _committed_already(self, job: Job, lease_id: int, events: set[str]) -> bool:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,7 +22,7 @@ from reliable.store import StateStore
 
 from supervised import Supervised
 from support import free_port, scrape, wait_for
-from workers import send
+from workers import ready, send
 
 pytestmark = pytest.mark.integration
 
@@ -54,14 +53,6 @@ def textfile(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
-
-
-def ready_messages(rabbitmq_url: str, queue: str) -> int:
-    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    try:
-        return int(connection.channel().queue_declare(queue, passive=True).method.message_count)
-    finally:
-        connection.close()
 
 
 def alive(pid: int) -> bool:
@@ -182,7 +173,7 @@ def test_term_stops_gracefully_and_loses_nothing(
     assert all(jobs[j].attempt == 1 for j in running)
     waiting = [j for j in jobs.values() if j.job_id not in running]
     assert {j.status for j in waiting} == {JobStatus.PENDING} and all(j.attempt == 0 for j in waiting)
-    wait_for(lambda: ready_messages(rabbitmq_url, queue_name) == len(waiting), "the waiting messages back in the queue")
+    wait_for(lambda: ready(rabbitmq_url, queue_name) == len(waiting), "the waiting messages back in the queue")
     assert [e["kind"] for e in sup.events("child_exited")] == ["stopped", "stopped"]
     # Quiet boots: no RuntimeWarning from the child's entry point, one timeouts line per child and no
     # consumer_timeout warning for the actors' 600 s time limit (issue 29).
