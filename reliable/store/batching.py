@@ -255,8 +255,8 @@ class GroupCommit:
 
     def submit(self, write: JobWrite, done: Answered) -> None:
         """Queue `write` for the next batch without waiting for it: `done(result, error)` is called
-        once it is answered, in the thread that ran its batch (this one, when no batch is under way:
-        it leads, as a lone write does). See the module doc."""
+        once it is answered, in the flusher thread or the callbacks thread, never in this one (which
+        leads the batch itself when none is under way, as a lone write does). See the module doc."""
         pending = _Pending(write, rider=True, done=done)
         if self._pid != os.getpid():
             self._reset()
@@ -325,6 +325,8 @@ class GroupCommit:
         leads, the unanswered writes of its batch (an interrupted leader) go back to the head of the
         queue and the lead to the oldest waiting write's thread (or to nobody: the next write)."""
         with self._lock:
+            if self._leader is None and pending.done is not None and pending in self._queue:
+                self._leader = pending  # queued, then interrupted before it could lead: the lead goes on below
             if self._leader is pending:
                 for taken in self._batch:
                     taken.woken()

@@ -600,3 +600,16 @@ def test_a_submitted_write_of_an_interrupted_submitter_is_still_written_and_answ
     wait_for(lambda: "mine" in submitted.answers, "the write answered after all")
     assert submitted.answers["mine"][0]["job_id"] == "mine"
     wait_for(lambda: group._leader is None, "the lead left free")
+
+
+def test_a_submitted_write_queued_by_an_interrupted_thread_before_it_could_lead_is_led_by_the_flusher() -> None:
+    store = FakeStore()
+    store.release.set()
+    group = GroupCommit(store.many, store.one)
+    submitted = Submitted()
+    queued = _Pending(_write("queued"), rider=True, done=submitted.done("queued"))
+    group._queue = [queued]  # appended, then the exception landed before `_leader` was set
+    group._step_down(queued)
+    wait_for(lambda: "queued" in submitted.answers, "the write answered")
+    assert submitted.answers["queued"][0]["job_id"] == "queued"
+    wait_for(lambda: group._leader is None, "the lead left free")
