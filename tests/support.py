@@ -219,3 +219,30 @@ def waiting_on_a_lock(engine: Engine) -> bool:
         return bool(conn.execute(text(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )).scalar())
+
+
+@contextlib.contextmanager
+def recorded_reads(engine: Engine, table: str) -> Iterator[list[tuple[str, object]]]:
+    """Every SELECT (or WITH) statement naming `table` that `engine` executes inside the block, with
+    its parameters: what `query_plans` explains."""
+    statements: list[tuple[str, object]] = []
+
+    def record(_conn: object, _cursor: object, statement: str, params: object, _context: object,
+               _many: bool) -> None:
+        if table in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            statements.append((statement, params))
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def query_plans(engine: Engine, statements: Sequence[tuple[str, object]]) -> list[tuple[str, str]]:
+    """(statement, its PostgreSQL EXPLAIN plan) for each recorded statement."""
+    with engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        return [(statement, "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params)))
+                for statement, params in statements]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, inspect, text
 
 from reliable.store import StateStore, migrate
 from reliable.store.alert_facts import (
@@ -23,6 +23,8 @@ from reliable.store.alert_facts import (
 )
 from reliable.store.alert_queries import collect_facts, sample_job_ids
 from reliable.store.overview import overview
+
+from support import query_plans, recorded_reads
 
 _KINDS = ("claim", "succeed", "enqueued", "checkpoint", "retry_scheduled", "fail", "dead_letter", "lease_expired")
 
@@ -95,32 +97,20 @@ def filled(pg_store: StateStore) -> StateStore:
 def test_the_readers_of_events_over_a_window_never_scan_the_event_table(filled: StateStore) -> None:
     """The alert rules' counts and samples, the overview's series and the rate-limit count all name
     their kinds: (event, at) serves each, without the (at) index and without the uncounted kinds."""
-    statements: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, _many: bool) -> None:
-        if "reliable_job_events" in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
-            statements.append((statement, params))
-
     kinds = [DEAD_EVENTS, ATTEMPT_FAILURE_EVENTS, LEASE_EXPIRY_EVENTS, ("retry_scheduled",),
              ("retry_scheduled", "dead_letter"), SUCCESS_EVENTS + ATTEMPT_FAILURE_EVENTS,
              SUCCESS_EVENTS + FAILURE_EVENTS]
-    event.listen(filled.engine, "before_cursor_execute", record)
-    try:
+    with recorded_reads(filled.engine, "reliable_job_events") as statements:
         overview(filled)
         collect_facts(filled, [EventCounts(k, 600.0) for k in kinds] + [EventCounts(DEAD_EVENTS, 600.0,
                                                                                     still_in=("DEAD",))], 40_000.0)
         for k in kinds:
             sample_job_ids(filled, JobSample(queue="q1", events=k, since=39_000.0))
         filled.count_recent_events("retry_scheduled", actor="a1", window=600.0)
-    finally:
-        event.remove(filled.engine, "before_cursor_execute", record)
     assert len(statements) >= 2 * len(kinds) + 2, statements
-    with filled.engine.connect() as conn:
-        driver = conn.connection.driver_connection
-        for statement, params in statements:
-            plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
-            assert "Seq Scan on reliable_job_events" not in plan, f"{statement}\n{plan}"
-            assert "ix_reliable_job_events_event_at" in plan, f"{statement}\n{plan}"
+    for statement, plan in query_plans(filled.engine, statements):
+        assert "Seq Scan on reliable_job_events" not in plan, f"{statement}\n{plan}"
+        assert "ix_reliable_job_events_event_at" in plan, f"{statement}\n{plan}"
 
 
 def _primary_key(engine: Any) -> list[str]:
@@ -150,24 +140,12 @@ def test_0020_makes_job_id_and_id_the_primary_key_on_postgresql_and_its_downgrad
 
 def test_a_jobs_own_events_are_read_by_the_primary_key(filled: StateStore) -> None:
     """Its history, its attempts, a count of its events: each a range of (job_id, id) on PostgreSQL."""
-    statements: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, _many: bool) -> None:
-        if "reliable_job_events" in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
-            statements.append((statement, params))
-
-    event.listen(filled.engine, "before_cursor_execute", record)
-    try:
+    with recorded_reads(filled.engine, "reliable_job_events") as statements:
         filled.events("job-7")
         filled.events("job-7", limit=2)
         filled.attempts("job-7")
         filled.count_job_events("job-7", "fail", since_fresh_budget=True)
-    finally:
-        event.remove(filled.engine, "before_cursor_execute", record)
     assert len(statements) >= 4, statements
-    with filled.engine.connect() as conn:
-        driver = conn.connection.driver_connection
-        for statement, params in statements:
-            plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
-            assert "Seq Scan on reliable_job_events" not in plan, f"{statement}\n{plan}"
-            assert "reliable_job_events_pkey" in plan, f"{statement}\n{plan}"
+    for statement, plan in query_plans(filled.engine, statements):
+        assert "Seq Scan on reliable_job_events" not in plan, f"{statement}\n{plan}"
+        assert "reliable_job_events_pkey" in plan, f"{statement}\n{plan}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 from sqlalchemy.dialects import postgresql
 
 from reliable.states import UNFINISHED_STATES, JobStatus
@@ -16,6 +16,8 @@ from reliable.store.gauges import _stuck_stmt, read_gauges
 from reliable.store.overview import overview
 from reliable.store.processes import leases_held_by
 from reliable.store.schema import PARTIAL_JOB_INDEXES, jobs
+
+from support import query_plans, recorded_reads
 
 _STATES = {s.value for s in JobStatus}
 
@@ -104,25 +106,13 @@ def test_the_readers_of_running_jobs_never_scan_the_job_table(filled: StateStore
     scheduled_at) nor a (status, started_at) index: every read of the collector, the overview (the
     console's overview and queues pages), the alert facts about stale jobs and the workers page
     still finds its rows through an index."""
-    statements: list[tuple[str, Any]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, params: Any, _context: Any, _many: bool) -> None:
-        if "reliable_jobs" in statement and statement.lstrip().upper().startswith(("SELECT", "WITH")):
-            statements.append((statement, params))
-
     sla = {JobStatus.RUNNING: 60.0, JobStatus.STOPPING: 60.0, JobStatus.PAUSED: 60.0}
-    event.listen(filled.engine, "before_cursor_execute", record)
-    try:
+    with recorded_reads(filled.engine, "reliable_jobs") as statements:
         read_gauges(filled, states=set(UNFINISHED_STATES), sla=sla)
         overview(filled)
         collect_facts(filled, [StaleJobs(("RUNNING",), 60.0), StaleJobs(("RUNNING", "STOPPING"), 60.0, "checkpoint"),
                                GroupAges("PENDING", 60.0), GroupAges("RETRY_WAIT", 60.0)], 20_000.0)
         leases_held_by(filled, ["w1", "w2"])
-    finally:
-        event.remove(filled.engine, "before_cursor_execute", record)
     assert len(statements) >= 8, statements
-    with filled.engine.connect() as conn:
-        driver = conn.connection.driver_connection
-        for statement, params in statements:
-            plan = "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params))
-            assert "Seq Scan on reliable_jobs" not in plan, f"{statement}\n{plan}"
+    for statement, plan in query_plans(filled.engine, statements):
+        assert "Seq Scan on reliable_jobs" not in plan, f"{statement}\n{plan}"
