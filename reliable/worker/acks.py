@@ -79,7 +79,7 @@ class _Held:
 
 
 class HeldAcks:
-    """The acknowledgements held until their fast-path successes commit (see the module doc)."""
+    """The acknowledgements held until their successes commit (see the module doc)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -139,6 +139,32 @@ class HeldAcks:
             self._held[id(message)] = _Held(message)
             self.held += 1
         return True
+
+    def hand_over(self, message: Any, submit: Callable[[Callable[[bool], None]], bool], settle: Callable[[], None],
+                  *, committed: Callable[[], None] | None = None) -> bool:
+        """Hold `message`'s acknowledgement and `submit` its success, given the callback its batch
+        answers: True (committed) runs `committed`, then acknowledges; False has the settling thread
+        run `settle` (the waited path), then acknowledges. False, nothing held: not here (`hold`
+        refused, or `submit` queued nothing), wait for the success instead."""
+        def done(ok: bool) -> None:
+            if not ok:
+                self.settle(message, settle)
+                return
+            try:
+                if committed is not None:
+                    committed()
+            finally:
+                self.release(message)
+
+        queued = False
+        try:
+            if not self.hold(message):
+                return False
+            queued = submit(done)
+        finally:
+            if not queued:
+                self.forget(message)
+        return queued
 
     def forget(self, message: Any) -> None:
         """`message` was not submitted after all: Dramatiq acknowledges it as usual."""

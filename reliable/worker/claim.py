@@ -411,22 +411,9 @@ def _fast_succeed(mw: Worker, message: Any, attempt_id: str, detail: dict[str, A
 def _commit_later(mw: Worker, message: Any, attempt_id: str, detail: dict[str, Any] | None) -> bool:
     """Submit a fast-path success to the group commit with the delivery's acknowledgement held
     until it has committed (reliable.worker.acks); False: not here, wait for it instead."""
-    def done(committed: bool) -> None:
-        if committed:
-            mw.acks.release(message)
-        else:  # not in its batch (an outage, its guard): settled the waited way, then acknowledged
-            mw.acks.settle(message, lambda: _fast_succeed(mw, message, attempt_id, detail))
-
-    queued = False
-    try:
-        if not mw.acks.hold(message):
-            return False
-        queued = mw.store.fast_commit_later(message.message_id, worker_id=mw.worker_id, attempt_id=attempt_id,
-                                            detail=detail, done=done)
-    finally:
-        if not queued:
-            mw.acks.forget(message)
-    return queued
+    return mw.acks.hand_over(message, lambda done: mw.store.fast_commit_later(
+        message.message_id, worker_id=mw.worker_id, attempt_id=attempt_id, detail=detail, done=done),
+        settle=lambda: _fast_succeed(mw, message, attempt_id, detail))
 
 
 def claim_after_run(mw: Worker, message: Any, attempt_id: str, what: str) -> JobContext | None:

@@ -112,24 +112,8 @@ def _succeed_later(mw: Worker, broker: dramatiq.Broker, message: Any, context: J
         finally:
             release()
 
-    def done(committed: bool) -> None:
-        if committed:
-            try:
-                release()
-            finally:
-                mw.acks.release(message)
-        else:
-            mw.acks.settle(message, settle)
-
-    queued = False
-    try:
-        if not mw.acks.hold(message):
-            return False
-        queued = mw.store.succeed_later(context.job_id, context.fencing_token, worker_id=mw.worker_id, done=done)
-    finally:
-        if not queued:
-            mw.acks.forget(message)
-    return queued
+    return mw.acks.hand_over(message, lambda done: mw.store.succeed_later(
+        context.job_id, context.fencing_token, worker_id=mw.worker_id, done=done), settle, committed=release)
 
 
 def plan(mw: Worker, broker: dramatiq.Broker, message: Any, context: JobContext, *,
