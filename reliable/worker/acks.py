@@ -9,8 +9,11 @@ wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is submit
 thread's `post_process_message` is wrapped, so the acknowledgement Dramatiq asks for is recorded
 as due and, once the success has committed, done by the process's acknowledging thread (by the
 worker thread itself when the commit came first). That thread, not the one that ran the batch,
-calls Dramatiq's `post_process_message`, which retries for as long as the broker connection is
-down: a broker cut delays acknowledgements, never the store's batches. No guarantee moves: a
+acknowledges: a broker cut delays acknowledgements, never the store's batches. It sends the
+acknowledgements come due on one RabbitMQ consumer together, in one hand-off to the consumer's
+connection and one socket write (reliable.rabbitmq.acks: Dramatiq's ack hooks still run for each),
+and leaves any other to Dramatiq's `post_process_message`, which retries for as long as the broker
+connection is down. No guarantee moves: a
 message is never acknowledged before its job's success is in the store, so a crash before the
 commit leaves it to be redelivered, as a crash during a waited commit did.
 
@@ -39,6 +42,7 @@ long, and extra prefetched deliveries would wait behind them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -68,13 +72,13 @@ _WRAPPED = "reliable_acks_held"
 
 
 class _Held:
-    """One held acknowledgement: its delivery (kept, so that no other delivery can take its id) and
-    Dramatiq's own `post_process_message` once it asked for it."""
+    """One held acknowledgement: its delivery (kept, so that no other delivery can take its id), the
+    consumer thread it came from, and Dramatiq's own `post_process_message` once it asked for it."""
 
-    __slots__ = ("due", "message")
+    __slots__ = ("consumer", "due", "message")
 
-    def __init__(self, message: Any) -> None:
-        self.message = message
+    def __init__(self, message: Any, consumer: Any) -> None:
+        self.message, self.consumer = message, consumer
         self.due: Callable[[Any], None] | None = None
 
 
@@ -89,10 +93,11 @@ class HeldAcks:
         self._fast_queue: Callable[[str], bool] | None = None
         self._stopping = False
         self._pid = os.getpid()
-        self._acking: queue.SimpleQueue[tuple[Any, Callable[[Any], None]]] | None = None
+        self._acking: queue.SimpleQueue[_Held] | None = None
         self._settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]] | None = None
-        #: Deliveries held, and those settled by the waited path (a batch did not commit them).
-        self.held = self.settled = 0
+        #: Deliveries held, those settled by the waited path (a batch did not commit them), and the
+        #: hand-offs that acknowledged them (several at a time: reliable.rabbitmq.acks).
+        self.held = self.settled = self.handoffs = 0
 
     def watch(self, broker: dramatiq.Broker, worker: Any, fast_queue: Callable[[str], bool]) -> None:
         """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it.
@@ -136,7 +141,7 @@ class HeldAcks:
                 original = consumer.post_process_message
                 consumer.post_process_message = functools.partial(self._post_process, original)
                 setattr(consumer, _WRAPPED, True)
-            self._held[id(message)] = _Held(message)
+            self._held[id(message)] = _Held(message, consumer)
             self.held += 1
         return True
 
@@ -187,7 +192,7 @@ class HeldAcks:
                 return
             if self._acking is None:
                 self._acking = self._start(self._ack_loop, "reliable-acks")
-            self._acking.put((message, held.due))
+            self._acking.put(held)
 
     def settle(self, message: Any, settle: Callable[[], None]) -> None:
         """Run `settle` (the waited path) in the settling thread, then release `message`."""
@@ -226,19 +231,44 @@ class HeldAcks:
         threading.Thread(target=loop, args=(work,), name=name, daemon=True).start()
         return work
 
-    def _ack_loop(self, acking: queue.SimpleQueue[tuple[Any, Callable[[Any], None]]]) -> None:
+    def _ack_loop(self, acking: queue.SimpleQueue[_Held]) -> None:
+        from ..rabbitmq.acks import ack_together  # here: pika is imported only where acks are held
+
         while True:
-            message, post_process = acking.get()
+            due = [acking.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:  # every acknowledgement come due meanwhile: a batch's are sent together
+                    due.append(acking.get_nowait())
             try:
-                post_process(message)  # Dramatiq's own: it logs its errors, retries while the broker is cut
-            except Exception:
-                logger.exception("acknowledgement of %s failed", message.message_id)
+                by_consumer: dict[int, list[_Held]] = {}
+                for held in due:
+                    by_consumer.setdefault(id(held.consumer), []).append(held)
+                for group in by_consumer.values():
+                    self._ack(group, ack_together)
             finally:
                 with self._lock:
-                    held = self._held.get(id(message))
-                    if held is not None and held.message is message:
-                        del self._held[id(message)]
+                    for held in due:
+                        if self._held.get(id(held.message)) is held:
+                            del self._held[id(held.message)]
                     self._empty.notify_all()
+
+    def _ack(self, group: list[_Held], ack_together: Callable[[Any, list[Any]], list[Any]]) -> None:
+        """Acknowledge a consumer's due deliveries in one hand-off, those it leaves one by one
+        with Dramatiq's own `post_process_message` (which logs its errors and retries while the
+        broker is cut)."""
+        try:
+            left = set(map(id, ack_together(group[0].consumer, [held.message for held in group])))
+            if len(left) < len(group):
+                self.handoffs += 1
+        except Exception:
+            logger.exception("acknowledging %d deliveries together failed; one by one instead", len(group))
+            left = {id(held.message) for held in group}
+        for held in group:
+            if id(held.message) in left and held.due is not None:
+                try:
+                    held.due(held.message)
+                except Exception:
+                    logger.exception("acknowledgement of %s failed", held.message.message_id)
 
     def _settle_loop(self, settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]]) -> None:
         while True:

@@ -189,8 +189,8 @@ class ReliableMiddleware(Middleware):
                         self.ahead.claimed, self.ahead.taken, self.ahead.handed_back)
         self.runtime.shutdown()
         if self.acks.held:
-            logger.info("fast-path successes: %d acknowledged after their commit without a wait, %d settled waiting",
-                        self.acks.held, self.acks.settled)
+            logger.info("successes: %d acknowledged after their commit without a wait (%d hand-offs to RabbitMQ), "
+                        "%d settled waiting", self.acks.held, self.acks.handoffs, self.acks.settled)
         if self.looks.reads:
             logger.info("fast-path looks: %d looks in %d reads (%d waited for another's read)",
                         self.looks.looks, self.looks.reads, self.looks.waits)

@@ -271,8 +271,39 @@ def test_a_held_entry_never_takes_another_deliverys_ack() -> None:
     acks = HeldAcks()
     first, second = object(), object()
     acked: list[object] = []
-    acks._held[id(second)] = _Held(first)  # as if `first` had lived at `second`'s address
+    acks._held[id(second)] = _Held(first, consumer=None)  # as if `first` had lived at `second`'s address
     acks._post_process(acked.append, second)
     assert acked == [second]
     acks.release(second)
     assert id(second) in acks._held, "not released by another delivery"
+
+
+class _Delivery:
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
+
+
+def test_acks_that_cannot_go_together_go_one_by_one_through_dramatiq(caplog: pytest.LogCaptureFixture) -> None:
+    """What `ack_together` leaves (or all of a group, when it fails) goes through Dramatiq's own
+    post_process_message, once each; a group sent together counts one hand-off."""
+    acks = HeldAcks()
+    acknowledged: list[object] = []
+    group = [_Held(_Delivery(f"m{n}"), consumer="consumer") for n in range(3)]
+    for held in group:
+        held.due = acknowledged.append
+
+    acks._ack(group, lambda consumer, messages: messages[1:])
+    assert acknowledged == [group[1].message, group[2].message] and acks.handoffs == 1
+
+    acknowledged.clear()
+    acks._ack(group, lambda consumer, messages: list(messages))  # not a RabbitMQ consumer: none together
+    assert acknowledged == [held.message for held in group] and acks.handoffs == 1
+
+    def broken(consumer: object, messages: list[object]) -> list[object]:
+        raise RuntimeError("unexpected")
+
+    acknowledged.clear()
+    with caplog.at_level(logging.ERROR, logger="reliable.middleware"):
+        acks._ack(group, broken)
+    assert acknowledged == [held.message for held in group] and acks.handoffs == 1
+    assert "acknowledging 3 deliveries together failed; one by one instead" in caplog.text

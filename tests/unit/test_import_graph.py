@@ -25,6 +25,11 @@ PRIVATE_ATTRIBUTES_ALLOWED = {
     "self.engine.pool._invalidate": "SQLAlchemy's pool: drop a connection known dead (store/sqlrunner.py)",
     "message._message": "Dramatiq's MessageProxy holds the decoded message privately; a refused delivery whose body "
                         "names another queue is pointed back at the queue it came from (worker/consumed.py)",
+    "message._tag": "Dramatiq's RabbitMQ delivery keeps its delivery tag privately; held acknowledgements are sent "
+                    "together by tag (rabbitmq/acks.py)",
+    "channel._impl": "pika's BlockingChannel.basic_ack is `_impl.basic_ack` then `_flush_output`: the held "
+                     "acknowledgements queue their frames with the first and write them once (rabbitmq/acks.py)",
+    "channel._flush_output": "see channel._impl (rabbitmq/acks.py)",
 }
 
 #: Who may not import whom: a package (or module) and the parts of reliable it must never import.
