@@ -2,48 +2,71 @@
 
 Dramatiq acknowledges each delivery alone: the worker thread calls the consumer thread's
 `post_process_message`, whose `_RabbitmqConsumer.ack` hands `channel.basic_ack(tag)` to the
-connection's thread (`add_callback_threadsafe`, a wake-up of the consumer thread), and pika's
-`BlockingChannel.basic_ack` then writes that one frame to the socket before it returns. The
+connection's thread (`add_callback_threadsafe`, a wake-up of the consumer thread), where pika's
+`BlockingChannel.basic_ack` queues the frame and flushes it before it returns. The
 acknowledgements held until their successes commit (reliable.worker.acks) come due a group-commit
-batch at a time; `ack_together` sends those of one consumer as one: one hand-off, then every
-`Basic.Ack` frame queued and written in one flush. Measured on two cores (docs/performance.md),
-that was a quarter of the worker's CPU per job.
+batch at a time; `ack_together` sends those of one consumer that are due at the same moment as
+one: one hand-off, every `Basic.Ack` frame queued, then one flush. Measured on two cores
+(docs/performance.md), that was about a quarter of the worker's CPU per job.
 
-Each delivery still goes through what Dramatiq does around its acknowledgement, in its order: the
-`before_ack` hooks, its tag taken out of the consumer's known tags (a tag the consumer no longer
-knows, after a reconnect, is not sent: RabbitMQ redelivers it), the `after_ack` hooks. A delivery
-that failed meanwhile (Dramatiq would reject it), or a consumer that is not Dramatiq's RabbitMQ
-one on a pika whose blocking channel was read (`VERIFIED_PIKA`), is left to Dramatiq's own
-`post_process_message`. The frames are queued with `BlockingChannel._impl.basic_ack` and written
-with `BlockingChannel._flush_output`, the two halves of pika's own `basic_ack` (private API, the
-same in 1.3 and 1.4): only on the connection's own thread.
+Each delivery still goes through what Dramatiq does for its acknowledgement, one delivery after
+the other: its `before_ack` hooks, its tag taken out of the consumer's known tags, its `after_ack`
+hooks (the frames are handed off after the last one's hooks; in Dramatiq too a frame is sent
+after its `after_ack` may have run). Not sent:
+- a delivery received by another consumer than the consumer thread's current one
+  (`consumed.delivered_by`): after a reconnect the new channel numbers its deliveries from 1, so
+  its tag may name another, unfinished delivery. RabbitMQ redelivers it (its channel is gone), and
+  the store's claim skips the finished job. Dramatiq's own ack would send it on the new channel;
+- a delivery whose tag the consumer no longer knows (logged, as Dramatiq does);
+- a delivery whose `before_ack` hook failed (logged as Dramatiq does: it stays unacknowledged).
+A delivery that failed meanwhile (Dramatiq would reject it) is left to Dramatiq's own
+`post_process_message`, and so is every delivery of a consumer that is not Dramatiq's RabbitMQ
+one (through reliable's wrappers, whose acknowledgements are the wrapped consumer's) or on a pika
+whose blocking channel was not read (`VERIFIED_PIKA`). The frames are queued with
+`BlockingChannel._impl.basic_ack` and flushed with `BlockingChannel._flush_output`, the two halves
+of pika's own `basic_ack` (private API): only on the connection's own thread.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import pika
 from dramatiq.brokers.rabbitmq import _RabbitmqConsumer
 from pika.adapters.blocking_connection import BlockingChannel
 
-__all__ = ["VERIFIED_PIKA", "ack_together", "rabbitmq_consumer"]
+from ..worker.consumed import QueueNamingConsumer, delivered_by
+from .holding import ReholdingConsumer
+
+__all__ = ["VERIFIED_PIKA", "Acked", "ack_together", "rabbitmq_consumer"]
 
 logger = logging.getLogger("reliable.rabbitmq")
 
 #: The pika releases (major.minor) whose BlockingChannel.basic_ack is `_impl.basic_ack` then
-#: `_flush_output` (read in 1.3.0, 1.3.2, 1.4.0; tested on the installed 1.4).
+#: `_flush_output` (read in 1.3.0, 1.3.2 and 1.4.0; tested on the installed 1.4).
 VERIFIED_PIKA = frozenset({"1.3", "1.4"})
+#: reliable's consumer wrappers, whose ack and nack are the wrapped consumer's.
+_WRAPPERS = (QueueNamingConsumer, ReholdingConsumer)
+
+
+class Acked(NamedTuple):
+    """What `ack_together` did: the deliveries it left for Dramatiq's own `post_process_message`,
+    and how many acknowledgements it handed to the connection (0: no hand-off)."""
+
+    left: list[Any]
+    sent: int
 
 
 def rabbitmq_consumer(consumer_thread: Any) -> Any | None:
-    """The Dramatiq RabbitMQ consumer of `consumer_thread` (through reliable's wrapper of it), or
-    None when its acknowledgements cannot be sent together (another broker, another pika)."""
+    """The Dramatiq RabbitMQ consumer under `consumer_thread`'s consumer (through reliable's
+    wrappers), or None when its acknowledgements cannot be sent together (another broker, a
+    consumer of the app's own, another pika)."""
     consumer = getattr(consumer_thread, "consumer", None)
-    consumer = getattr(consumer, "inner", consumer)  # reliable.worker.consumed.QueueNamingConsumer
+    while isinstance(consumer, _WRAPPERS):
+        consumer = consumer.inner
     if type(consumer) is not _RabbitmqConsumer or ".".join(pika.__version__.split(".")[:2]) not in VERIFIED_PIKA:
         return None
     if not isinstance(getattr(consumer, "channel", None), BlockingChannel):
@@ -51,52 +74,62 @@ def rabbitmq_consumer(consumer_thread: Any) -> Any | None:
     return consumer
 
 
-def ack_together(consumer_thread: Any, messages: Sequence[Any]) -> list[Any]:
-    """Acknowledge the successful `messages`, all delivered by `consumer_thread`'s consumer, in one
-    hand-off to its connection (see the module doc); return those left for Dramatiq's own
-    `post_process_message` (all of them when `rabbitmq_consumer` finds none)."""
+def ack_together(consumer_thread: Any, messages: Sequence[Any]) -> Acked:
+    """Acknowledge the successful `messages`, whose acknowledgements Dramatiq asked of
+    `consumer_thread`, in one hand-off to its consumer's connection (see the module doc)."""
     consumer = rabbitmq_consumer(consumer_thread)
     if consumer is None:
-        return list(messages)
+        return Acked(list(messages), 0)
+    current = consumer_thread.consumer  # read once: the consumer thread replaces it on a reconnect
     broker = consumer_thread.broker
-    left, acked, tags = [], [], []
+    left: list[Any] = []
+    tags: list[int] = []
     for message in messages:
-        if message.failed:  # Dramatiq rejects it
-            left.append(message)
-            continue
-        if not _hook(broker.emit_before, message):
-            continue  # as Dramatiq's post_process_message: a failing hook leaves it unacknowledged
         try:
-            consumer.known_tags.remove(message._tag)
-        except KeyError:
-            logger.warning("Failed to ack message %s: not in known tags.", message.message_id)
-        else:
-            tags.append(message._tag)
-        acked.append(message)
-    if tags:
-        try:
-            consumer.connection.add_callback_threadsafe(functools.partial(_send_acks, consumer.channel, tags))
-        except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as error:
-            # Dramatiq's ack would retry, then find its tag gone from the reconnected consumer:
-            # the same end, RabbitMQ redelivers them (and the store's claim skips the finished jobs).
-            logger.warning("%d acknowledgements not sent, the connection is closed: %s", len(tags), error)
-    for message in acked:
-        _hook(broker.emit_after, message)
-    return left
-
-
-def _hook(emit: Callable[[str, Any], Any], message: Any) -> bool:
-    """Run the broker's ack hooks, before or after (`emit`), for `message`; False (logged) when one raised."""
+            delivered = delivered_by(message)
+            if delivered is None:  # received without reliable's wrapper: Dramatiq's own ack
+                left.append(message)
+                continue
+            if delivered is not current:
+                logger.warning("acknowledgement of %s not sent: its consumer reconnected since it was delivered "
+                               "(RabbitMQ redelivers it)", message.message_id)
+                continue
+            if message.failed:  # Dramatiq rejects it
+                left.append(message)
+                continue
+            tag = _acknowledged(consumer, broker, message)
+            if tag is not None:
+                tags.append(tag)
+        except Exception:  # as Dramatiq's post_process_message: logged, the message unacknowledged
+            logger.exception("Unhandled error during post_process_message(%s).", message)
+    if not tags:
+        return Acked(left, 0)
     try:
-        emit("ack", message)
-    except Exception:
-        logger.warning("Failed to post_process_message(%s).", message, exc_info=True)
-        return False
-    return True
+        consumer.connection.add_callback_threadsafe(functools.partial(_send_acks, consumer.channel, tags))
+    except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as error:
+        # Dramatiq's ack would retry, then find its tag gone from the reconnected consumer:
+        # the same end, RabbitMQ redelivers them (and the store's claim skips the finished jobs).
+        logger.warning("%d acknowledgements not sent, the connection is closed: %s", len(tags), error)
+        return Acked(left, 0)
+    return Acked(left, len(tags))
+
+
+def _acknowledged(consumer: Any, broker: Any, message: Any) -> int | None:
+    """Dramatiq's acknowledgement of one delivery, but for the frame: its hooks around taking its
+    tag out of the known tags; the tag to send, or None (not to be sent)."""
+    broker.emit_before("ack", message)  # raises only a MiddlewareError, as in Dramatiq
+    tag: int | None = message._tag
+    try:
+        consumer.known_tags.remove(tag)
+    except KeyError:
+        logger.warning("Failed to ack message %s: not in known tags.", message.message_id)
+        tag = None
+    broker.emit_after("ack", message)
+    return tag
 
 
 def _send_acks(channel: BlockingChannel, tags: Sequence[int]) -> None:
-    """On the connection's thread: queue a `Basic.Ack` per tag, then write them in one flush."""
+    """On the connection's thread: queue a `Basic.Ack` per tag, then flush them."""
     impl = channel._impl
     for tag in tags:
         impl.basic_ack(delivery_tag=tag, multiple=False)

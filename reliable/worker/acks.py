@@ -11,9 +11,9 @@ as due and, once the success has committed, done by the process's acknowledging 
 worker thread itself when the commit came first). That thread, not the one that ran the batch,
 acknowledges: a broker cut delays acknowledgements, never the store's batches. It sends the
 acknowledgements come due on one RabbitMQ consumer together, in one hand-off to the consumer's
-connection and one socket write (reliable.rabbitmq.acks: Dramatiq's ack hooks still run for each),
-and leaves any other to Dramatiq's `post_process_message`, which retries for as long as the broker
-connection is down. No guarantee moves: a
+connection thread and one flush (reliable.rabbitmq.acks: Dramatiq's ack hooks still run for each),
+and leaves the others to the consumer thread's `post_process_message` (Dramatiq's retries for as
+long as the broker connection is down). No guarantee moves: a
 message is never acknowledged before its job's success is in the store, so a crash before the
 commit leaves it to be redelivered, as a crash during a waited commit did.
 
@@ -49,13 +49,16 @@ import os
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
 from dramatiq import worker as dramatiq_worker
 from dramatiq.results import Results
 
 from .waiting import readable
+
+if TYPE_CHECKING:
+    from ..rabbitmq.acks import Acked
 
 __all__ = ["DRAIN_TIMEOUT", "EXTRA_PREFETCH", "HeldAcks"]
 
@@ -82,6 +85,12 @@ class _Held:
         self.due: Callable[[Any], None] | None = None
 
 
+def _dramatiqs_own(post_process: Callable[[Any], None] | None) -> bool:
+    """Whether `post_process` is Dramatiq's own ConsumerThread.post_process_message (an app's
+    override or wrapper is called as it is, never bypassed)."""
+    return getattr(post_process, "__func__", None) is dramatiq_worker.ConsumerThread.post_process_message
+
+
 class HeldAcks:
     """The acknowledgements held until their successes commit (see the module doc)."""
 
@@ -98,6 +107,7 @@ class HeldAcks:
         #: Deliveries held, those settled by the waited path (a batch did not commit them), and the
         #: hand-offs that acknowledged them (several at a time: reliable.rabbitmq.acks).
         self.held = self.settled = self.handoffs = 0
+        self._together: Callable[[Any, list[Any]], Acked] | None = None
 
     def watch(self, broker: dramatiq.Broker, worker: Any, fast_queue: Callable[[str], bool]) -> None:
         """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it.
@@ -107,6 +117,12 @@ class HeldAcks:
             return
         if any(isinstance(middleware, Results) for middleware in broker.middleware):
             return
+        try:
+            from ..rabbitmq.acks import ack_together  # here, not at import: pika only where acks are held
+        except ImportError:  # no pika: every acknowledgement through Dramatiq's own path
+            self._together = None
+        else:
+            self._together = ack_together
         with self._lock:  # in this (forked) process: nothing held yet, no thread of ours
             self._consumers, self._stopping, self._pid = consumers, False, os.getpid()
             self._held, self._acking, self._settling = {}, None, None
@@ -232,39 +248,47 @@ class HeldAcks:
         return work
 
     def _ack_loop(self, acking: queue.SimpleQueue[_Held]) -> None:
-        from ..rabbitmq.acks import ack_together  # here: pika is imported only where acks are held
-
         while True:
             due = [acking.get()]
             with contextlib.suppress(queue.Empty):
-                while True:  # every acknowledgement come due meanwhile: a batch's are sent together
+                while True:  # every acknowledgement come due meanwhile: a batch's go together
                     due.append(acking.get_nowait())
-            try:
-                by_consumer: dict[int, list[_Held]] = {}
-                for held in due:
-                    by_consumer.setdefault(id(held.consumer), []).append(held)
-                for group in by_consumer.values():
-                    self._ack(group, ack_together)
-            finally:
-                with self._lock:
-                    for held in due:
-                        if self._held.get(id(held.message)) is held:
-                            del self._held[id(held.message)]
-                    self._empty.notify_all()
+            self._ack_due(due)
 
-    def _ack(self, group: list[_Held], ack_together: Callable[[Any, list[Any]], list[Any]]) -> None:
-        """Acknowledge a consumer's due deliveries in one hand-off, those it leaves one by one
-        with Dramatiq's own `post_process_message` (which logs its errors and retries while the
-        broker is cut)."""
+    def _ack_due(self, due: list[_Held]) -> None:
+        """Acknowledge the `due` deliveries, those of one consumer together, then forget them."""
         try:
-            left = set(map(id, ack_together(group[0].consumer, [held.message for held in group])))
-            if len(left) < len(group):
-                self.handoffs += 1
-        except Exception:
-            logger.exception("acknowledging %d deliveries together failed; one by one instead", len(group))
-            left = {id(held.message) for held in group}
-        for held in group:
-            if id(held.message) in left and held.due is not None:
+            by_consumer: dict[int, list[_Held]] = {}
+            for held in due:
+                by_consumer.setdefault(id(held.consumer), []).append(held)
+            for group in by_consumer.values():
+                self._ack(group)
+        finally:
+            with self._lock:
+                for held in due:
+                    if self._held.get(id(held.message)) is held:
+                        del self._held[id(held.message)]
+                self._empty.notify_all()
+
+    def _ack(self, group: list[_Held]) -> None:
+        """Acknowledge a consumer's due deliveries in one hand-off (`together`: only those whose
+        `post_process_message` is Dramatiq's own), the others one by one with Dramatiq's own or
+        the app's `post_process_message` (Dramatiq's logs its errors, retries while the broker is cut)."""
+        one_by_one = [held for held in group if not _dramatiqs_own(held.due)]
+        together = [held.message for held in group if _dramatiqs_own(held.due)]
+        if together and self._together is not None:
+            try:
+                acked = self._together(group[0].consumer, together)
+                left = set(map(id, acked.left))
+                self.handoffs += acked.sent > 0
+            except Exception:  # not expected: ack_together logs each delivery's own errors
+                logger.exception("acknowledging %d deliveries together failed; one by one instead", len(together))
+                left = set(map(id, together))
+            one_by_one += [held for held in group if id(held.message) in left]
+        elif together:
+            one_by_one = group
+        for held in one_by_one:
+            if held.due is not None:
                 try:
                     held.due(held.message)
                 except Exception:

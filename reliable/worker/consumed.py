@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["QueueNamingConsumer", "consumed_from", "restore", "watch_consumers"]
+__all__ = ["QueueNamingConsumer", "consumed_from", "delivered_by", "restore", "watch_consumers"]
 
 #: The attribute a delivery (Dramatiq's MessageProxy) carries its consumed queue in.
 _CONSUMED = "reliable_consumed_from"
+#: The attribute a delivery carries the consumer that received it in (`delivered_by`).
+_DELIVERED_BY = "reliable_delivered_by"
 #: The broker attribute marking its `consume` wrapped.
 _WATCHED = "reliable_consumers_watched"
 
@@ -40,6 +42,7 @@ class QueueNamingConsumer:
         message = next(self.inner)
         if message is not None:
             setattr(message, _CONSUMED, self.queue_name)
+            setattr(message, _DELIVERED_BY, self)
         return message
 
     def __getattr__(self, name: str) -> Any:
@@ -66,6 +69,13 @@ def consumed_from(message: Any) -> str | None:
     """The queue `message` was consumed from (None: not consumed through a watched broker)."""
     queue = getattr(message, _CONSUMED, None)
     return queue if isinstance(queue, str) else None
+
+
+def delivered_by(message: Any) -> Any | None:
+    """The consumer (a `QueueNamingConsumer`) that received `message`, None when not known. A
+    delivery tag means something only on its own consumer's channel: after a reconnect, the new
+    channel numbers its deliveries from 1 again (reliable.rabbitmq.acks)."""
+    return getattr(message, _DELIVERED_BY, None)
 
 
 def restore(message: Any) -> None:

@@ -9,18 +9,26 @@ queue counts it unfinished) while the worker thread has already moved on to the 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import queue
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from queue import PriorityQueue
+from typing import Any
 
 import dramatiq
 import pytest
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.stub import StubBroker
 from dramatiq.results import Results
 from dramatiq.results.backends import StubBackend
+from dramatiq.worker import ConsumerThread
 
 from reliable import current_job
 from reliable.control import Control
+from reliable.rabbitmq.acks import Acked
 from reliable.states import JobStatus
 from reliable.store import StateStore
 from reliable.worker.acks import HeldAcks, _Held
@@ -278,32 +286,66 @@ def test_a_held_entry_never_takes_another_deliverys_ack() -> None:
     assert id(second) in acks._held, "not released by another delivery"
 
 
-class _Delivery:
-    def __init__(self, message_id: str) -> None:
-        self.message_id = message_id
+def _stub_deliveries(count: int) -> tuple[ConsumerThread, list[MessageProxy], queue.Queue[Any]]:
+    """A StubBroker consumer thread (not started) and `count` deliveries it received: its
+    `post_process_message` is Dramatiq's own, and acknowledging marks the stub queue's task done."""
+    broker = StubBroker()
+    broker.declare_queue("q")
+    for n in range(count):
+        broker.enqueue(dramatiq.Message(queue_name="q", actor_name="a", args=(n,), kwargs={}, options={}))
+    thread = ConsumerThread(broker=broker, queue_name="q", prefetch=count, work_queue=PriorityQueue(),
+                            worker_timeout=100)
+    thread.consumer = broker.consume("q", prefetch=count)
+    received = [MessageProxy(message) for message in itertools.islice(filter(None, thread.consumer), count)]
+    return thread, received, broker.queues["q"]
+
+
+def _held(thread: ConsumerThread, message: MessageProxy) -> _Held:
+    held = _Held(message, thread)
+    held.due = thread.post_process_message
+    return held
 
 
 def test_acks_that_cannot_go_together_go_one_by_one_through_dramatiq(caplog: pytest.LogCaptureFixture) -> None:
     """What `ack_together` leaves (or all of a group, when it fails) goes through Dramatiq's own
     post_process_message, once each; a group sent together counts one hand-off."""
     acks = HeldAcks()
-    acknowledged: list[object] = []
-    group = [_Held(_Delivery(f"m{n}"), consumer="consumer") for n in range(3)]
-    for held in group:
-        held.due = acknowledged.append
+    thread, messages, stub_queue = _stub_deliveries(6)
+    group = [_held(thread, message) for message in messages]
+    acks._together = lambda consumer, given: Acked(list(given[1:3]), len(given) - 2)
+    acks._ack(group[:3])
+    assert stub_queue.unfinished_tasks == 4 and acks.handoffs == 1  # two acknowledged by Dramatiq's own path
 
-    acks._ack(group, lambda consumer, messages: messages[1:])
-    assert acknowledged == [group[1].message, group[2].message] and acks.handoffs == 1
-
-    acknowledged.clear()
-    acks._ack(group, lambda consumer, messages: list(messages))  # not a RabbitMQ consumer: none together
-    assert acknowledged == [held.message for held in group] and acks.handoffs == 1
-
-    def broken(consumer: object, messages: list[object]) -> list[object]:
+    def broken(consumer: object, given: list[object]) -> Acked:
         raise RuntimeError("unexpected")
 
-    acknowledged.clear()
+    acks._together = broken
     with caplog.at_level(logging.ERROR, logger="reliable.middleware"):
-        acks._ack(group, broken)
-    assert acknowledged == [held.message for held in group] and acks.handoffs == 1
+        acks._ack(group[3:])
+    assert stub_queue.unfinished_tasks == 1 and acks.handoffs == 1
     assert "acknowledging 3 deliveries together failed; one by one instead" in caplog.text
+
+
+def test_an_apps_own_post_process_is_never_bypassed() -> None:
+    acks = HeldAcks()
+    thread, (message,), _ = _stub_deliveries(1)
+    together: list[object] = []
+    acks._together = lambda consumer, given: (together.extend(given), Acked([], len(given)))[1]
+    overridden: list[object] = []
+    held = _Held(message, thread)
+    held.due = overridden.append  # an app's override (or another wrapper) of post_process_message
+    acks._ack([held])
+    assert overridden == [message] and together == [] and acks.handoffs == 0
+
+
+def test_the_due_acks_are_sent_together_per_consumer_then_forgotten() -> None:
+    acks = HeldAcks()
+    (first, first_messages, _), (second, second_messages, _) = _stub_deliveries(2), _stub_deliveries(1)
+    calls: list[tuple[object, list[object]]] = []
+    acks._together = lambda consumer, given: (calls.append((consumer, list(given))), Acked([], len(given)))[1]
+    due = [_held(first, first_messages[0]), _held(second, second_messages[0]), _held(first, first_messages[1])]
+    for held in due:
+        acks._held[id(held.message)] = held
+    acks._ack_due(due)
+    assert calls == [(first, first_messages), (second, second_messages)] and acks.handoffs == 2
+    assert acks._held == {}

@@ -22,7 +22,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Middleware, MiddlewareError
 from dramatiq.worker import ConsumerThread
 
-from reliable.rabbitmq.acks import ack_together, rabbitmq_consumer
+from reliable.rabbitmq.acks import Acked, ack_together, rabbitmq_consumer
 from reliable.worker.consumed import QueueNamingConsumer
 
 from support import wait_for
@@ -119,13 +119,13 @@ def test_a_consumers_acks_go_in_one_hand_off_and_one_write_with_each_ones_hooks(
         delivered: Callable[[int], Delivered]) -> None:
     got = delivered(6)
     acked, kept = got.messages[:5], got.messages[5]  # the last one stays unacknowledged: the control
-    assert ack_together(got.thread, acked) == []
+    assert ack_together(got.thread, acked) == Acked([], 5)
     assert len(got.handoffs) == 1, "one wake-up of the connection's thread for the five"
     flushes = got.flushes
     got.pump()
-    assert got.flushes - flushes <= 1, "the five frames written in one flush"  # the pump may flush nothing else
+    assert got.flushes - flushes == 1, "the five frames flushed at once"
     ids = [message.message_id for message in acked]
-    assert got.hooks.calls == [("before", i) for i in ids] + [("after", i) for i in ids]
+    assert got.hooks.calls == [(hook, i) for i in ids for hook in ("before", "after")], "each one's hooks in turn"
     assert not got.thread.consumer.inner.known_tags & {message._tag for message in acked}
     got.returned_after_close(1)  # only the control comes back: the five were acknowledged
     assert kept.message_id not in {i for _, i in got.hooks.calls}
@@ -135,18 +135,19 @@ def test_what_dramatiq_would_not_acknowledge_is_not_sent(
         delivered: Callable[[int], Delivered], caplog: pytest.LogCaptureFixture) -> None:
     """A failed delivery is left to Dramatiq's own post_process_message (it rejects it); a failing
     before_ack hook leaves its delivery unacknowledged, as in Dramatiq; a tag the consumer no longer
-    knows (after a reconnect) is not sent, yet its after_ack runs, as Dramatiq's ack does."""
+    knows is not sent, yet its after_ack runs, as Dramatiq's ack does."""
     got = delivered(4)
     failed, refused, unknown, fine = got.messages
     failed.fail()
     got.hooks.refuse.add(refused.message_id)
     got.thread.consumer.inner.known_tags.discard(unknown._tag)
     with caplog.at_level(logging.WARNING, logger="reliable.rabbitmq"):
-        assert ack_together(got.thread, got.messages) == [failed]
+        assert ack_together(got.thread, got.messages) == Acked([failed], 1)
     got.pump()
-    assert "a before_ack hook failed" in caplog.text and "not in known tags" in caplog.text
-    assert got.hooks.calls == [("before", unknown.message_id), ("before", fine.message_id),
-                               ("after", unknown.message_id), ("after", fine.message_id)]
+    assert "Unhandled error during post_process_message" in caplog.text and "a before_ack hook failed" in caplog.text
+    assert "not in known tags" in caplog.text
+    assert got.hooks.calls == [("before", unknown.message_id), ("after", unknown.message_id),
+                               ("before", fine.message_id), ("after", fine.message_id)]
     got.returned_after_close(3)  # the failed, the refused and the unknown one: only `fine` was acknowledged
 
 
@@ -155,9 +156,39 @@ def test_a_closed_connection_sends_nothing_and_raises_nothing(
     got = delivered(2)
     got.thread.consumer.inner.connection.close()
     with caplog.at_level(logging.WARNING, logger="reliable.rabbitmq"):
-        assert ack_together(got.thread, got.messages) == []
+        assert ack_together(got.thread, got.messages) == Acked([], 0)
     assert "2 acknowledgements not sent, the connection is closed" in caplog.text
-    assert ready(got.rabbitmq_url, got.queue) == 2  # back in the queue with the connection: RabbitMQ redelivers them
+    # Back in the queue with the connection: RabbitMQ redelivers them.
+    wait_for(lambda: ready(got.rabbitmq_url, got.queue) == 2, "both deliveries back", timeout=15)
+
+
+def test_a_delivery_of_a_consumer_since_replaced_is_not_acknowledged_on_the_new_one(
+        delivered: Callable[[int], Delivered], caplog: pytest.LogCaptureFixture) -> None:
+    """After a reconnect the consumer thread's new channel numbers its deliveries from 1 again: the
+    old delivery's tag would name one of the new channel's deliveries, not yet run. It is not sent
+    (RabbitMQ redelivers the old one); Dramatiq's own ack would have acknowledged the new delivery."""
+    got = delivered(2)
+    old = got.messages
+    got.thread.consumer.close()  # the old channel goes: its two deliveries are back in the queue
+    fresh = QueueNamingConsumer(got.broker.consume(got.queue, prefetch=2, timeout=100), got.queue)
+    got.thread.consumer = fresh
+    redelivered: list[Any] = []
+
+    def one_more() -> bool:
+        message = next(fresh)
+        if message is not None:
+            redelivered.append(message)
+        return len(redelivered) == 2
+
+    wait_for(one_more, "the two deliveries on the new channel", timeout=15, interval=0)
+    assert {m._tag for m in old} == {m._tag for m in redelivered}, "the new channel reuses the old tags"
+    with caplog.at_level(logging.WARNING, logger="reliable.rabbitmq"):
+        assert ack_together(got.thread, old) == Acked([], 0)
+    assert "its consumer reconnected since it was delivered" in caplog.text
+    assert fresh.inner.known_tags == {m._tag for m in redelivered}
+    next(fresh)
+    fresh.close()
+    wait_for(lambda: ready(got.rabbitmq_url, got.queue) == 2, "both back: none acknowledged", timeout=15)
 
 
 def test_a_consumer_other_than_rabbitmqs_is_left_to_dramatiq() -> None:
@@ -168,4 +199,4 @@ def test_a_consumer_other_than_rabbitmqs_is_left_to_dramatiq() -> None:
     thread.consumer = QueueNamingConsumer(broker.consume("default"), "default")
     message = MessageProxy(dramatiq.Message(queue_name="default", actor_name="a", args=(), kwargs={}, options={}))
     assert rabbitmq_consumer(thread) is None
-    assert ack_together(thread, [message]) == [message]
+    assert ack_together(thread, [message]) == Acked([message], 0)
