@@ -274,8 +274,8 @@ class HeldAcks:
         """Acknowledge a consumer's due deliveries in one hand-off (`together`: only those whose
         `post_process_message` is Dramatiq's own), the others one by one with Dramatiq's own or
         the app's `post_process_message` (Dramatiq's logs its errors, retries while the broker is cut)."""
-        one_by_one = [held for held in group if not _dramatiqs_own(held.due)]
-        together = [held.message for held in group if _dramatiqs_own(held.due)]
+        together = [held.message for held in group if self._together is not None and _dramatiqs_own(held.due)]
+        left: set[int] = set()
         if together and self._together is not None:
             try:
                 acked = self._together(group[0].consumer, together)
@@ -284,11 +284,9 @@ class HeldAcks:
             except Exception:  # not expected: ack_together logs each delivery's own errors
                 logger.exception("acknowledging %d deliveries together failed; one by one instead", len(together))
                 left = set(map(id, together))
-            one_by_one += [held for held in group if id(held.message) in left]
-        elif together:
-            one_by_one = group
-        for held in one_by_one:
-            if held.due is not None:
+        done_together = set(map(id, together)) - left
+        for held in group:
+            if held.due is not None and id(held.message) not in done_together:
                 try:
                     held.due(held.message)
                 except Exception:
