@@ -24,7 +24,8 @@ from .errors import ConfigError, NotAuthorized
 from .inputs import escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
 from .states import JobStatus
-from .store import StateStore
+from .store import StateStore, pause_queries
+from .store.named_rows import Executor
 from .store.overview import Overview
 
 __all__ = ["MAX_QUEUE_NAME", "QueueEvent", "QueuePause", "QueueState", "check_queue_name", "events", "pause",
@@ -126,9 +127,10 @@ def check_queue_name(queue: str) -> str:
 
 def paused(store: StateStore) -> QueueState:
     """Every paused queue, as one statement reads them (workers' caches and the console run it)."""
-    rows = store.rows("list_queue_pauses")
-    now = float(rows[0][6]) if rows else 0.0  # nothing paused: no age to compute, no second round trip
-    return QueueState(tuple(QueuePause(str(r[0]), float(r[1]), str(r[2]), r[3], r[4], str(r[5])) for r in rows), now)
+    rows = pause_queries.list_paused(store)
+    now = float(rows[0].now) if rows else 0.0  # nothing paused: no age to compute, no second round trip
+    return QueueState(tuple(QueuePause(str(r.queue), float(r.paused_at), str(r.operator), r.host, r.source,
+                                       str(r.reason)) for r in rows), now)
 
 
 def pause(store: StateStore, queue: str, *, reason: str | None, identity: Operator,
@@ -147,9 +149,9 @@ def resume(store: StateStore, queue: str, *, reason: str | None, identity: Opera
 
 def events(store: StateStore, queue: str, *, limit: int = 20) -> list[QueueEvent]:
     """`queue`'s latest audit entries, oldest first."""
-    rows = store.rows("list_queue_events", {"queue": queue, "limit": limit})
-    return [QueueEvent(int(r[0]), str(r[1]), float(r[2]), str(r[3]), r[4], r[5], r[6], r[7],
-                       json.loads(r[8]) if r[8] else {}) for r in reversed(rows)]
+    rows = pause_queries.list_events(store, queue, limit)
+    return [QueueEvent(int(r.id), str(r.queue), float(r.at), str(r.event), r.operator, r.host, r.source, r.reason,
+                       json.loads(r.detail) if r.detail else {}) for r in reversed(rows)]
 
 
 def _set(store: StateStore, queue: str, pausing: bool, *, reason: str | None, identity: Operator,
@@ -168,21 +170,16 @@ def _set(store: StateStore, queue: str, pausing: bool, *, reason: str | None, id
         raise
     with store.transaction() as unit:
         if pausing:
-            changed = unit.one("pause_queue", {"queue": queue, "operator": identity.name, "host": identity.host,
-                                               "source": identity.source, "reason": reason}) is not None
+            changed = pause_queries.pause(unit, queue, operator=identity.name, host=identity.host,
+                                          source=identity.source, reason=reason)
         else:
-            changed = unit.one("resume_queue", {"queue": queue}) is not None
+            changed = pause_queries.resume(unit, queue)
         if changed:
-            unit.run("queue_event", _event_params(queue, "pause" if pausing else "resume", identity, reason, None))
+            _event(unit, queue, "pause" if pausing else "resume", identity, reason, None)
     return changed
 
 
-def _event_params(queue: str, event: str, identity: Operator, reason: str | None,
-                  detail: dict[str, Any] | None) -> dict[str, Any]:
-    return {"queue": queue, "event": event, "operator": identity.name, "host": identity.host,
-            "source": identity.source, "reason": reason, "detail": json.dumps(detail) if detail else None}
-
-
-def _event(store: StateStore, queue: str, event: str, identity: Operator, reason: str | None,
-           detail: dict[str, Any]) -> None:
-    store.run("queue_event", _event_params(queue, event, identity, reason, detail))
+def _event(executor: Executor, queue: str, event: str, identity: Operator, reason: str | None,
+           detail: dict[str, Any] | None) -> None:
+    pause_queries.add_event(executor, queue, event, operator=identity.name, host=identity.host,
+                            source=identity.source, reason=reason, detail=json.dumps(detail) if detail else None)

@@ -13,16 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from ..states import ACTIVE_STATES
-from ..store import StateStore
+from ..store import StateStore, limit_queries
+from ..store.limit_queries import AcquiredSlot, LimitRow
 from .adaptive import Adaptation, AdaptiveSettings, LimitState
 from .model import LimitSpec
 
 __all__ = ["LimitStore", "SlotTaken", "TokenTaken", "settings_for"]
 
-_ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 #: (actor, key) pairs whose rows this process has ensured; more are ensured on every use.
 _ENSURED_MAX = 10_000
 #: How often (seconds) a process ensures the rows of an (actor, key) it uses again.
@@ -48,12 +46,13 @@ class TokenTaken:
     now: float
 
 
-def _state(row: Any) -> LimitState | None:
-    if row is None or row[0] is None:
+def _state(row: LimitRow | AcquiredSlot | None) -> LimitState | None:
+    if row is None or row.declared is None:
         return None
-    return LimitState(declared=int(row[0]), effective=int(row[1]), streak=int(row[2]),
-                      last_rate_limited_at=None if row[3] is None else float(row[3]),
-                      changed_at=None if row[4] is None else float(row[4]))
+    limited, changed = row.last_rate_limited_at, row.changed_at
+    return LimitState(declared=int(row.declared), effective=int(row.effective or 0), streak=int(row.streak or 0),
+                      last_rate_limited_at=None if limited is None else float(limited),
+                      changed_at=None if changed is None else float(changed))
 
 
 class LimitStore:
@@ -80,12 +79,11 @@ class LimitStore:
         if done is not None and self._monotonic() - done < ENSURE_EVERY:
             return
         with self.store.transaction() as unit:
-            unit.run("limit_ensure", {"name": spec.actor, "declared": spec.concurrency or 0})
+            limit_queries.ensure(unit, spec.actor, spec.concurrency or 0)
             if spec.concurrency:
-                unit.run("limit_ensure_slots", {"name": spec.actor, "key": key, "count": spec.concurrency})
+                limit_queries.ensure_slots(unit, spec.actor, key, spec.concurrency)
             if spec.rate_count:
-                unit.run("limit_ensure_buckets", {"name": spec.actor, "key": key, "count": spec.shards,
-                                                  "capacity": spec.bucket_capacity})
+                limit_queries.ensure_buckets(unit, spec.actor, key, spec.shards, spec.bucket_capacity)
         with self._lock:
             if len(self._ensured) < _ENSURED_MAX or (spec.actor, key) in self._ensured:
                 self._ensured[(spec.actor, key)] = self._monotonic()
@@ -106,40 +104,35 @@ class LimitStore:
         """
         assert spec.concurrency is not None
         self.ensure(spec, key)
-        params = {"name": spec.actor, "key": key, "job_id": job_id, "ttl": ttl, "active": _ACTIVE}
         if self._postgres:
-            row = self.store.one("limit_acquire_slot", params)
-            assert row is not None  # the statement always returns its one row
-            slot, lease, now = row[0], row[1], float(row[7])
+            row = limit_queries.acquire_slot(self.store, spec.actor, key, job_id, ttl)
+            slot, lease = row.slot, row.holder_lease
             return SlotTaken(None if slot is None else int(slot), None if lease is None else int(lease),
-                             _state(row[2:7]), now)
+                             _state(row), float(row.now))
         with self.store.transaction() as unit:
-            state = _state(unit.one("limit_state", {"name": spec.actor}))
+            state = _state(limit_queries.state(unit, spec.actor))
             now = unit.now()  # SQLite: the transaction's time, read at its BEGIN (no statement)
             if state is None:
                 return SlotTaken(None, None, None, now)
-            picked = unit.one("limit_pick_slot", {**params, "effective": state.effective})
+            picked = limit_queries.pick_slot(unit, spec.actor, key, state.effective)
             if picked is None:
                 return SlotTaken(None, None, state, now)
-            held = unit.one("limit_hold_slot", {**params, "slot": picked[0]})
+            held = limit_queries.hold_slot(unit, spec.actor, key, picked.slot, job_id, ttl)
             assert held is not None  # the slot was picked under this transaction's write lock
-            return SlotTaken(int(held[0]), None if held[1] is None else int(held[1]), state, now)
+            return SlotTaken(int(held.slot), None if held.holder_lease is None else int(held.holder_lease), state, now)
 
     def bind(self, spec: LimitSpec, key: str, slot: int, job_id: str, lease_id: int) -> bool:
         """Tie a taken slot to the lease the claim gave (when it is not the one the slot expected);
         False when `job_id` no longer holds it (it was free meanwhile and another job took it)."""
-        row = self.store.one("limit_bind_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id,
-                                                 "lease_id": lease_id})
-        return row is not None
+        return limit_queries.bind_slot(self.store, spec.actor, key, slot, job_id, lease_id)
 
     def release(self, spec: LimitSpec, key: str, slot: int, job_id: str) -> None:
         """Free the slot `job_id` holds (a no-op if it was taken over meanwhile)."""
-        self.store.run("limit_release_slot", {"name": spec.actor, "key": key, "slot": slot, "job_id": job_id})
+        limit_queries.release_slot(self.store, spec.actor, key, slot, job_id)
 
     def holders(self, actor: str) -> list[tuple[str, int, str]]:
         """(key, slot, job id) of every slot of `actor` held now, by the store's clock."""
-        rows = self.store.rows("limit_holders", {"name": actor, "active": _ACTIVE})
-        return [(str(k), int(s), str(j)) for k, s, j in rows]
+        return [(str(h.key), int(h.slot), str(h.holder_job)) for h in limit_queries.holders(self.store, actor)]
 
     # -- rate ------------------------------------------------------------------------------------
 
@@ -157,23 +150,23 @@ class LimitStore:
 
     def _take_token(self, spec: LimitSpec, key: str) -> TokenTaken | None:
         """A token taken or refused; None when the key has no bucket row."""
-        params = {"name": spec.actor, "key": key, "shards": spec.shards, "capacity": spec.bucket_capacity,
-                  "refill": spec.bucket_refill, "start": self._start(spec.shards)}
+        start = self._start(spec.shards)
         if self._postgres:
-            row = self.store.one("limit_take_token", params)
-            assert row is not None  # the statement always returns its one row
-            bucket, best, now = row
-            if bucket is None and best is None:
+            row = limit_queries.take_token(self.store, spec.actor, key, shards=spec.shards,
+                                           capacity=spec.bucket_capacity, refill=spec.bucket_refill, start=start)
+            if row.bucket is None and row.best is None:
                 return None
-            return TokenTaken(bucket is not None, self._wait(spec, best), float(now))
+            return TokenTaken(row.bucket is not None, self._wait(spec, row.best), float(row.now))
         with self.store.transaction() as unit:
             now = unit.now()  # SQLite: the transaction's time, read at its BEGIN (no statement)
-            picked = unit.one("limit_pick_bucket", params)
+            picked = limit_queries.pick_bucket(unit, spec.actor, key, shards=spec.shards,
+                                               capacity=spec.bucket_capacity, refill=spec.bucket_refill,
+                                               start=start)
             if picked is None:
                 return None
-            if picked[1] < 1:
-                return TokenTaken(False, self._wait(spec, picked[1]), now)
-            unit.run("limit_spend_token", {**params, "bucket": picked[0], "have": picked[1]})
+            if picked.have < 1:
+                return TokenTaken(False, self._wait(spec, picked.have), now)
+            limit_queries.spend_token(unit, spec.actor, key, picked.bucket, picked.have)
             return TokenTaken(True, 0.0, now)
 
     @staticmethod
@@ -187,28 +180,27 @@ class LimitStore:
     def adapt(self, actor: str, decide: Callable[[LimitState, float], Adaptation]) -> Adaptation | None:
         """Apply `decide` to the actor's state under its row's lock; None when it has no row."""
         with self.store.transaction() as unit:
-            row = unit.one("limit_lock", {"name": actor})
+            row = limit_queries.lock(unit, actor)
             state = _state(row)
             if row is None or state is None or state.declared < 1:
                 return None
-            adaptation = decide(state, float(row[5]))
+            adaptation = decide(state, float(row.now))
             if adaptation.state != state:
                 new = adaptation.state
-                unit.run("limit_update", {"name": actor, "effective": new.effective, "streak": new.streak,
-                                          "last_rate_limited_at": new.last_rate_limited_at,
-                                          "changed_at": new.changed_at})
+                limit_queries.update(unit, actor, effective=new.effective, streak=new.streak,
+                                     last_rate_limited_at=new.last_rate_limited_at, changed_at=new.changed_at)
             return adaptation
 
     def mark_deferred(self, job_id: str, delay: float) -> None:
         """A deferred delivery of the PENDING job `job_id` is published again in `delay` seconds:
         dispatched_at moves to then, so the sweeper counts `sweep_after` from its arrival and does
         not publish another copy meanwhile."""
-        self.store.run("limit_mark_deferred", {"job_id": job_id, "delay": delay})
+        limit_queries.mark_deferred(self.store, job_id, delay)
 
     def state(self, actor: str) -> LimitState | None:
         """The actor's stored concurrency state (None: no concurrency limit stored)."""
         with self.store.transaction() as unit:
-            return _state(unit.one("limit_lock", {"name": actor}))
+            return _state(limit_queries.lock(unit, actor))
 
 
 def settings_for(spec: LimitSpec, streak_to_reduce: int) -> AdaptiveSettings:

@@ -20,8 +20,8 @@ from typing import Any
 from ..commands import require_reason
 from ..errors import ScheduleNotFound
 from ..states import JobStatus
-from ..store import NewJob, StateStore, UnitOfWork
-from ..store.unit_of_work import Row
+from ..store import NewJob, StateStore, UnitOfWork, schedule_queries
+from ..store.schedule_queries import StoredSchedule
 from ..tracecontext import TraceParent, span_id_for, trace_id_from
 from .model import MisfirePlan, Schedule, plan_misfire
 
@@ -112,13 +112,11 @@ class Decision:
     fired: tuple[Fired, ...]
 
 
-def _row(row: Row) -> ScheduleRow:
-    # Columns of the named queries list_schedules / get_schedule.
-    _, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at = row
+def _row(row: StoredSchedule) -> ScheduleRow:
     return ScheduleRow(
-        schedule=Schedule.from_definition(json.loads(definition)), actor=actor, queue=queue,
-        template=json.loads(template), paused=bool(paused), decided_until=float(decided_until),
-        next_slot=next_slot, last_slot=last_slot, created_at=created_at, updated_at=updated_at)
+        schedule=Schedule.from_definition(json.loads(row.definition)), actor=row.actor, queue=row.queue,
+        template=json.loads(row.template), paused=bool(row.paused), decided_until=float(row.decided_until),
+        next_slot=row.next_slot, last_slot=row.last_slot, created_at=row.created_at, updated_at=row.updated_at)
 
 
 def build_job(template: Mapping[str, Any], name: str, slot: float, job_id: str) -> NewJob:
@@ -136,9 +134,9 @@ def build_job(template: Mapping[str, Any], name: str, slot: float, job_id: str) 
 
 def _event(store: StateStore, unit: UnitOfWork, name: str, event: str, *, operator: str | None = None,
            reason: str | None = None, detail: Mapping[str, Any] | None = None) -> None:
-    unit.run("schedule_event", {
-        "schedule": name, "event": event, "operator": operator, "reason": reason,
-        "host": store.host if operator is not None else None, "detail": _text(dict(detail)) if detail else None})
+    schedule_queries.add_event(unit, name, event, operator=operator, reason=reason,
+                               host=store.host if operator is not None else None,
+                               detail=_text(dict(detail)) if detail else None)
 
 
 def declare(store: StateStore, schedule: Schedule, template: Mapping[str, Any]) -> bool:
@@ -151,22 +149,21 @@ def declare(store: StateStore, schedule: Schedule, template: Mapping[str, Any]) 
     params = {"name": schedule.name, "actor": template["actor"], "queue": template["queue"],
               "definition": _text(schedule.definition()), "template": _text(template)}
     with store.transaction() as unit:
-        current = unit.one("lock_schedule", {"name": schedule.name})
+        current = schedule_queries.lock(unit, schedule.name)
         if current is None:
             now = unit.now()
-            inserted = unit.one("insert_schedule", {
-                **params, "paused": schedule.paused, "decided_until": now,
-                "next_slot": schedule.timing.next_after(now)})
-            if inserted is None:  # another worker booting at the same moment declared it first
+            inserted = schedule_queries.insert(unit, **params, paused=schedule.paused, decided_until=now,
+                                               next_slot=schedule.timing.next_after(now))
+            if not inserted:  # another worker booting at the same moment declared it first
                 return False
             _event(store, unit, schedule.name, "declared", detail={"definition": schedule.definition()})
             return True
-        unit.use_now(float(current[7]))
-        if current[1] == params["definition"] and current[2] == params["template"]:
+        unit.use_now(float(current.now))
+        if current.definition == params["definition"] and current.template == params["template"]:
             return False
-        unit.run("redeclare_schedule", {**params, "next_slot": schedule.timing.next_after(float(current[4]))})
+        schedule_queries.redeclare(unit, **params, next_slot=schedule.timing.next_after(float(current.decided_until)))
         _event(store, unit, schedule.name, "redeclared", detail={"definition": schedule.definition(),
-                                                                 "before": json.loads(current[1])})
+                                                                 "before": json.loads(current.definition)})
         return False
 
 
@@ -174,27 +171,25 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
     """Fire `name`'s due slots at `now` by its misfire policy, in one transaction; None when paused,
     unknown, or nothing was due (another scheduler decided first)."""
     with store.transaction() as unit:
-        row = unit.one("lock_schedule", {"name": name})
-        if row is None or row[3]:
+        row = schedule_queries.lock(unit, name)
+        if row is None or row.paused:
             return None
-        unit.use_now(float(row[7]))
-        schedule = Schedule.from_definition(json.loads(row[1]))
-        template = json.loads(row[2])
-        plan = plan_misfire(schedule, float(row[4]), now)
+        unit.use_now(float(row.now))
+        schedule = Schedule.from_definition(json.loads(row.definition))
+        template = json.loads(row.template)
+        plan = plan_misfire(schedule, float(row.decided_until), now)
         if plan.watermark is None:
             return None
         fired: list[Fired] = []
         for slot in plan.fire:
             job = build_job(template, name, slot, slot_job_id(name, slot))
             kind = "missed" if now - slot > schedule.grace else "on_time"
-            params = {"schedule": name, "slot_at": float(slot), "job_id": job.job_id, "kind": kind}
-            if unit.one("insert_schedule_slot", params) is not None:
+            if schedule_queries.insert_slot(unit, name, float(slot), job.job_id, kind):
                 unit.register([job])
                 fired.append(Fired(name, slot, job.job_id, kind, job.message))
-        unit.run("decide_schedule", {
-            "name": name, "decided_until": float(plan.watermark),
-            "next_slot": float(schedule.timing.next_after(plan.watermark)),
-            "last_slot": float(max(plan.fire)) if plan.fire else None})
+        schedule_queries.decide(unit, name, decided_until=float(plan.watermark),
+                                next_slot=float(schedule.timing.next_after(plan.watermark)),
+                                last_slot=float(max(plan.fire)) if plan.fire else None)
         if plan.missed:
             _event(store, unit, name, "misfire", detail={
                 "policy": schedule.misfire, "missed": plan.missed, "skipped": plan.skipped,
@@ -205,7 +200,7 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
 
 def due_names(store: StateStore, now: float) -> list[str]:
     """The schedules not paused whose next slot is due at `now` (one statement: every tick runs it)."""
-    return [str(row[0]) for row in store.rows("due_schedules", {"at": now})]
+    return schedule_queries.due(store, now)
 
 
 def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJob:
@@ -216,11 +211,11 @@ def trigger(store: StateStore, name: str, *, operator: str, reason: str) -> NewJ
     require_reason("schedules trigger", reason)
     job_id = str(uuid.uuid4())
     with store.transaction() as unit:
-        row = unit.one("lock_schedule", {"name": name})
+        row = schedule_queries.lock(unit, name)
         if row is None:
             raise ScheduleNotFound(name)
-        unit.use_now(float(row[7]))
-        job = build_job(json.loads(row[2]), name, unit.now(), job_id)
+        unit.use_now(float(row.now))
+        job = build_job(json.loads(row.template), name, unit.now(), job_id)
         unit.register([job])
         _event(store, unit, name, "trigger", operator=operator, reason=reason, detail={"job_id": job_id})
     return job
@@ -234,19 +229,18 @@ def set_paused(store: StateStore, name: str, paused: bool, *, operator: str, rea
     """
     require_reason("schedules pause" if paused else "schedules resume", reason)
     with store.transaction() as unit:
-        row = unit.one("lock_schedule", {"name": name})
+        row = schedule_queries.lock(unit, name)
         if row is None:
             raise ScheduleNotFound(name)
-        unit.use_now(float(row[7]))
-        if bool(row[3]) == paused:
+        unit.use_now(float(row.now))
+        if bool(row.paused) == paused:
             return False
         decided_until = next_slot = None
         if not paused:
-            schedule = Schedule.from_definition(json.loads(row[1]))
-            decided_until = max(float(row[4]), unit.now())
+            schedule = Schedule.from_definition(json.loads(row.definition))
+            decided_until = max(float(row.decided_until), unit.now())
             next_slot = float(schedule.timing.next_after(decided_until))
-        unit.run("set_schedule_paused", {"name": name, "paused": paused, "decided_until": decided_until,
-                                         "next_slot": next_slot})
+        schedule_queries.set_paused(unit, name, paused, decided_until=decided_until, next_slot=next_slot)
         _event(store, unit, name, "pause" if paused else "resume", operator=operator, reason=reason,
                detail={"next_slot": next_slot} if next_slot is not None else None)
     return True
@@ -257,12 +251,12 @@ def delete(store: StateStore, name: str, *, operator: str, reason: str) -> None:
     declares it stores it again at its next boot: remove the declaration first."""
     require_reason("schedules delete", reason)
     with store.transaction() as unit:
-        row = unit.one("lock_schedule", {"name": name})
+        row = schedule_queries.lock(unit, name)
         if row is None:
             raise ScheduleNotFound(name)
         _event(store, unit, name, "delete", operator=operator, reason=reason,
-               detail={"definition": json.loads(row[1])})
-        unit.run("delete_schedule", {"name": name})
+               detail={"definition": json.loads(row.definition)})
+        schedule_queries.delete(unit, name)
 
 
 def refused(store: StateStore, name: str, command: str, *, operator: str, reason: str | None, why: str) -> None:
@@ -274,12 +268,12 @@ def refused(store: StateStore, name: str, command: str, *, operator: str, reason
 
 def list_schedules(store: StateStore) -> list[ScheduleRow]:
     """Every stored schedule, by name."""
-    return [_row(row) for row in store.rows("list_schedules")]
+    return [_row(row) for row in schedule_queries.list_all(store)]
 
 
 def get_schedule(store: StateStore, name: str) -> ScheduleRow:
     """The stored schedule `name`; ScheduleNotFound if there is none."""
-    row = store.one("get_schedule", {"name": name})
+    row = schedule_queries.get(store, name)
     if row is None:
         raise ScheduleNotFound(name)
     return _row(row)
@@ -287,20 +281,18 @@ def get_schedule(store: StateStore, name: str) -> ScheduleRow:
 
 def list_slots(store: StateStore, name: str, *, limit: int = 20) -> list[SlotRow]:
     """`name`'s most recent fired slots, newest first, with their jobs' states."""
-    return [SlotRow(schedule, slot_at, job_id, kind, fired_at, JobStatus(status) if status else None)
-            for schedule, slot_at, job_id, kind, fired_at, status
-            in store.rows("list_schedule_slots", {"name": name, "limit": limit})]
+    return [SlotRow(s.schedule, s.slot_at, s.job_id, s.kind, s.fired_at, JobStatus(s.status) if s.status else None)
+            for s in schedule_queries.list_slots(store, name, limit)]
 
 
 def list_events(store: StateStore, name: str, *, limit: int = 20) -> list[ScheduleEvent]:
     """`name`'s most recent audit entries, oldest first."""
-    found = [ScheduleEvent(id_, schedule, at, event, operator, reason, host, json.loads(detail) if detail else {})
-             for id_, schedule, at, event, operator, reason, host, detail
-             in store.rows("list_schedule_events", {"name": name, "limit": limit})]
+    found = [ScheduleEvent(e.id, e.schedule, e.at, e.event, e.operator, e.reason, e.host,
+                           json.loads(e.detail) if e.detail else {})
+             for e in schedule_queries.list_events(store, name, limit)]
     return found[::-1]
 
 
 def count_slots(store: StateStore, names: Sequence[str] = ()) -> dict[str, int]:
     """How many slots each schedule fired (all schedules, or `names`)."""
-    rows = store.rows("count_schedule_slots", {"names": list(names) if names else None})
-    return {name: int(n) for name, n in rows}
+    return {c.schedule: int(c.fired) for c in schedule_queries.count_slots(store, list(names) if names else None)}

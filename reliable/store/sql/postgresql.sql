@@ -320,7 +320,7 @@ UPDATE reliable_workflow_nodes SET result = %(result)s, result_note = %(result_n
 -- name: lock_schedule
 -- Also the transaction's time, which every later statement of it uses (one round trip fewer).
 SELECT name, definition, template, paused, decided_until, next_slot, last_slot,
-    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 FROM reliable_schedules WHERE name = %(name)s
 FOR UPDATE;
 
@@ -401,7 +401,7 @@ WHERE schedule = %(name)s ORDER BY id DESC LIMIT %(limit)s::int8;
 
 -- name: count_schedule_slots
 -- How many slots each schedule fired: every schedule when :names is NULL, else those named.
-SELECT schedule, count(*) FROM reliable_schedule_slots
+SELECT schedule, count(*) AS fired FROM reliable_schedule_slots
 WHERE %(names)s::text[] IS NULL OR schedule = ANY(%(names)s::text[])
 GROUP BY schedule;
 
@@ -471,7 +471,7 @@ took AS (
     WHERE s.name = %(name)s::text AND s.key = %(key)s::text AND s.slot = pick.slot
     RETURNING s.slot, s.holder_lease
 )
-SELECT (SELECT slot FROM took), (SELECT holder_lease FROM took), lim.declared, lim.effective, lim.streak,
+SELECT (SELECT slot FROM took) AS slot, (SELECT holder_lease FROM took) AS holder_lease, lim.declared, lim.effective, lim.streak,
     lim.last_rate_limited_at, lim.changed_at, t.now
 FROM t LEFT JOIN lim ON TRUE;
 
@@ -513,17 +513,17 @@ took AS (
     WHERE b.name = %(name)s::text AND b.key = %(key)s::text AND b.bucket = pick.bucket
     RETURNING b.bucket
 )
-SELECT (SELECT bucket FROM took),
+SELECT (SELECT bucket FROM took) AS bucket,
     (SELECT max(least(%(capacity)s::float8, b.tokens + (t.now - b.updated_at) * %(refill)s::float8))
      FROM reliable_limit_buckets b
-     WHERE b.name = %(name)s::text AND b.key = %(key)s::text AND b.bucket < %(shards)s::int4),
+     WHERE b.name = %(name)s::text AND b.key = %(key)s::text AND b.bucket < %(shards)s::int4) AS best,
     t.now
 FROM t;
 
 -- name: limit_lock
 -- The actor's limit row, locked for an adaptive decision (rare: a rate-limited failure, a restore).
 SELECT declared, effective, streak, last_rate_limited_at, changed_at,
-    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 FROM reliable_limits WHERE name = %(name)s::text
 FOR UPDATE;
 
@@ -647,7 +647,7 @@ VALUES (%(queue)s, coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp(
 -- Every paused queue with the database's time now (a worker's cache and the console's banner run it:
 -- a handful of rows, no index needed beyond the primary key).
 SELECT queue, paused_at, operator, host, source, reason,
-    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 FROM reliable_queue_pauses ORDER BY queue;
 
 -- name: list_queue_events

@@ -234,7 +234,7 @@ UPDATE reliable_workflow_nodes SET result = :result, result_note = :result_note 
 -- reads its row first (lock_schedule), so every scheduler decides from what the last one wrote.
 
 -- name: lock_schedule
-SELECT name, definition, template, paused, decided_until, next_slot, last_slot, :now
+SELECT name, definition, template, paused, decided_until, next_slot, last_slot, :now AS now
 FROM reliable_schedules WHERE name = :name;
 
 -- name: insert_schedule
@@ -304,7 +304,7 @@ WHERE schedule = :name ORDER BY id DESC LIMIT :limit;
 
 -- name: count_schedule_slots
 -- :names is JSON text (a list) or NULL for every schedule.
-SELECT schedule, count(*) FROM reliable_schedule_slots
+SELECT schedule, count(*) AS fired FROM reliable_schedule_slots
 WHERE :names IS NULL OR schedule IN (SELECT value FROM json_each(:names))
 GROUP BY schedule;
 
@@ -332,7 +332,7 @@ SELECT :name, :key, i, :capacity, :now FROM n WHERE true
 ON CONFLICT (name, key, bucket) DO NOTHING;
 
 -- name: limit_state
-SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now FROM reliable_limits WHERE name = :name;
+SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now AS now FROM reliable_limits WHERE name = :name;
 
 -- name: limit_pick_slot
 SELECT s.slot FROM reliable_limit_slots s
@@ -379,7 +379,7 @@ UPDATE reliable_limit_buckets SET tokens = :have - 1, updated_at = :now
 WHERE name = :name AND key = :key AND bucket = :bucket;
 
 -- name: limit_lock
-SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now FROM reliable_limits WHERE name = :name;
+SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now AS now FROM reliable_limits WHERE name = :name;
 
 -- name: limit_update
 UPDATE reliable_limits SET effective = :effective, streak = :streak,
@@ -479,7 +479,7 @@ INSERT INTO reliable_queue_events (queue, at, event, operator, host, source, rea
 VALUES (:queue, :now, :event, :operator, :host, :source, :reason, :detail);
 
 -- name: list_queue_pauses
-SELECT queue, paused_at, operator, host, source, reason, :now
+SELECT queue, paused_at, operator, host, source, reason, :now AS now
 FROM reliable_queue_pauses ORDER BY queue;
 
 -- name: list_queue_events
