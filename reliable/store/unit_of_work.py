@@ -1,16 +1,18 @@
 """The store's public unit of work: named queries and job registrations that commit together.
 
-Features (workflows, schedules, limits) reach reliable's tables only through it, the way every
-River service reaches its database through `riverdriver.Executor`: the SQL is the store's named
-queries (reliable/store/sql/<dialect>.sql), run by its `SqlRunner`; this module is the typed
-surface on top and adds no statement of its own.
+Features (workflows, schedules, limits, queue pauses) reach reliable's tables only through it, the
+way every River service reaches its database through `riverdriver.Executor`: the SQL is the store's
+named queries (reliable/store/sql/<dialect>.sql), run by its `SqlRunner`; this module adds no
+statement of its own. A feature never names a query itself: it calls the typed function of a
+store query module (limit_queries, schedule_queries, pause_queries; see named_rows.py), which runs
+the query on the unit, or on the store for one statement alone, and returns rows with named fields.
 
     with store.transaction() as unit:          # one transaction, one pooled connection
-        row = unit.one("lock_schedule", {"name": name})
+        row = schedule_queries.lock(unit, name) # -> LockedSchedule | None
         unit.register([job])                    # PENDING jobs, in the same transaction
     # committed: the jobs' `enqueued` events are now given to the store's listeners
 
-    store.one("limit_bind_slot", {...})         # one statement on its own
+    limit_queries.bind_slot(store, ...)         # one statement on its own
 
 Guarantees:
 - `store.transaction()`: every statement and registration of the block commits when it exits, or

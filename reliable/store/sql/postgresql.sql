@@ -1,6 +1,8 @@
 -- The store's writes on PostgreSQL, one named query per entry ("-- name: NAME").
 -- Parameters are psycopg's %(name)s, cast where a NULL would otherwise be ambiguous.
 -- What each parameter means, and how a transition sets it, is reliable/store/writes.py.
+-- A query a feature uses is a typed function of reliable/store/*_queries.py: its columns, by name
+-- and in order, are the fields of its row type (tests/store/test_named_rows.py checks them).
 
 -- name: write_job
 -- One write to a job row (a transition, a checkpoint, or nothing) plus its event row, in ONE
@@ -378,7 +380,7 @@ SELECT name FROM reliable_schedules WHERE NOT paused AND next_slot <= %(at)s::fl
 DELETE FROM reliable_schedules WHERE name = %(name)s;
 
 -- The schedules' reads (`reliable schedules list/show`, the console), here so that no module outside
--- reliable/store/ writes SQL over reliable's tables. Columns in ScheduleRow's order.
+-- reliable/store/ writes SQL over reliable's tables. Columns: schedule_queries.StoredSchedule's fields.
 
 -- name: list_schedules
 SELECT name, actor, queue, definition, template, paused, decided_until, next_slot, last_slot, created_at, updated_at

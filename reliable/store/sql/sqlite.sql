@@ -2,6 +2,8 @@
 -- A write runs as several statements inside one BEGIN IMMEDIATE transaction (no network: each costs
 -- little); :now is resolved first (the `now` query) so every statement of a write shares it.
 -- What each parameter means, and how a transition sets it, is reliable/store/writes.py.
+-- A query a feature uses is a typed function of reliable/store/*_queries.py: its columns, by name
+-- and in order, are the fields of its row type (tests/store/test_named_rows.py checks them).
 
 -- name: now
 SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0);
