@@ -30,13 +30,25 @@ from .policy import JobContract, Policy
 from .states import Event, JobStatus, honour_requests
 from .store import Job, StateStore
 from .store.processes import leases_held_by
-from .worker.outcome import REPUBLISHED, crash_event
 from .workflows.engine import WorkflowEngine
 
-__all__ = ["Recovery", "RecoveryReport"]
+__all__ = ["CRASH_EVENTS", "REPUBLISHED", "Recovery", "RecoveryReport", "crash_event"]
 
 logger = logging.getLogger("reliable.recovery")
 
+#: The event of each policy action for an attempt whose worker crashed (its lease expired).
+CRASH_EVENTS: dict[str, Event] = {
+    "requeue": Event.LEASE_EXPIRED, "retry": Event.LEASE_EXPIRED_BACKOFF,
+    "review": Event.LEASE_EXPIRED_REVIEW, "dead": Event.LEASE_EXPIRED_DEAD,
+    "fail": Event.LEASE_EXPIRED_DEAD, "halt": Event.LEASE_EXPIRED_REVIEW,
+}
+#: Crash outcomes whose message recovery publishes (now or delayed).
+REPUBLISHED = frozenset({Event.LEASE_EXPIRED, Event.LEASE_EXPIRED_BACKOFF})
+
+
+def crash_event(action: str) -> Event:
+    """The event of the policy's crash decision `action` (lease_expired_review for one it does not know)."""
+    return CRASH_EVENTS.get(action, Event.LEASE_EXPIRED_REVIEW)
 
 
 @dataclass

@@ -77,7 +77,7 @@ def declared_actors(broker: dramatiq.Broker) -> list[DeclaredActor]:
 
 def app_policy(broker: dramatiq.Broker) -> Policy | None:
     """The policy reliable was installed with on `broker`, or None if reliable is not installed on it."""
-    from ..worker.registration import find_installed
+    from ..registrar import find_installed
 
     installed = find_installed(broker)
     return None if installed is None else installed.registration.policy

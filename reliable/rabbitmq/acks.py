@@ -38,7 +38,7 @@ import pika
 from dramatiq.brokers.rabbitmq import _RabbitmqConsumer
 from pika.adapters.blocking_connection import BlockingChannel
 
-from ..worker.consumed import QueueNamingConsumer, delivered_by
+from ..consumed import QueueNamingConsumer, delivered_by
 from .holding import ReholdingConsumer
 
 __all__ = ["VERIFIED_PIKA", "Acked", "ack_together", "rabbitmq_consumer"]

@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from ..errors import BrokerConfigError
-from .timeouts import DEFAULT_CONSUMER_TIMEOUT, UNTRACKED, timeout_report
+from .timeouts import DEFAULT_CONSUMER_TIMEOUT, MAX_BROKER_DELAY, UNTRACKED, timeout_report
 
 __all__ = ["check_broker"]
 
@@ -59,7 +59,7 @@ def check_broker(broker: Any, middleware: Any, worker: Any = None) -> None:
         consumer_timeout=ours.consumer_timeout if ours is not None else DEFAULT_CONSUMER_TIMEOUT,
         lease_ttl=middleware.lease_ttl, time_limits={actor.actor_name: _time_limit(broker, actor) for actor in actors},
         untracked_limits={actor.actor_name: _time_limit(broker, actor) for actor in untracked},
-        broker_delay=_max_broker_delay(), rehold=ours is not None,
+        broker_delay=MAX_BROKER_DELAY, rehold=ours is not None,
         prefetch=int(getattr(worker, "queue_prefetch", 0) or 0), threads=int(getattr(worker, "worker_threads", 0) or 0))
     if (report.risks or report.possible) and ours is not None and ours.strict_timeouts:
         raise BrokerConfigError("consumer_timeout: " + "; ".join((*report.risks, *report.possible)))
@@ -82,7 +82,3 @@ def _time_limit(broker: Any, actor: Any) -> float | None:
     return float(limit_ms) / 1000 if limit_ms else None
 
 
-def _max_broker_delay() -> float:
-    from ..worker.after_commit import MAX_BROKER_DELAY
-
-    return MAX_BROKER_DELAY

@@ -17,11 +17,14 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_CONSUMER_TIMEOUT", "UNTRACKED", "TimeoutReport", "held_unacked", "hold_limit", "timeout_issues",
-           "timeout_report"]
+__all__ = ["DEFAULT_CONSUMER_TIMEOUT", "MAX_BROKER_DELAY", "UNTRACKED", "TimeoutReport", "held_unacked", "hold_limit",
+           "timeout_issues", "timeout_report"]
 
 #: RabbitMQ's default consumer_timeout (seconds) since 3.8.15.
 DEFAULT_CONSUMER_TIMEOUT = 30 * 60.0
+#: Delays up to this long ride Dramatiq's delay queue; longer ones are left to the recovery loop
+#: (RabbitMQ's consumer_timeout would close a channel holding a delayed message for 30 min).
+MAX_BROKER_DELAY = 15 * 60.0
 #: Marks the issues of actors declared with reliable=False (no claim fences their redelivered copy).
 UNTRACKED = "UNTRACKED (reliable=False)"
 #: The margin kept below the timeout: a tenth of it, at least 2 s (a consumer looks at its held

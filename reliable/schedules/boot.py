@@ -18,7 +18,7 @@ from .model import Schedule
 from .storage import declare
 
 if TYPE_CHECKING:
-    from ..worker.registration import Registrar
+    from ..registrar import Registrar
 
 __all__ = ["build_template", "declare_schedules"]
 

@@ -38,6 +38,7 @@ from .exits import (
     CHILD_OK,
     CHILD_RECYCLE_JOBS,
     CHILD_RECYCLE_MEMORY,
+    SUPERVISOR_PID_ENV,
 )
 
 __all__ = ["HARD_STOP_SIGNAL", "STOP_GRACE", "ChildConfig", "main", "resident_bytes"]
@@ -45,9 +46,6 @@ __all__ = ["HARD_STOP_SIGNAL", "STOP_GRACE", "ChildConfig", "main", "resident_by
 LOGFORMAT = "[%(asctime)s] [PID %(process)d] [%(threadName)s] [%(name)s] [%(levelname)s] %(message)s"
 #: The supervisor's "stop at once" to a child; never sent by systemd, a terminal or Kubernetes.
 HARD_STOP_SIGNAL = signal.SIGUSR1
-#: The supervisor's pid, in each child's environment: its worker process record names it
-#: (reliable.worker.processes).
-SUPERVISOR_PID_ENV = "RELIABLE_SUPERVISOR_PID"
 #: Seconds a stopping child gets past --shutdown-timeout to stop its consumers and requeue prefetched messages.
 STOP_GRACE = 5.0
 _PR_SET_PDEATHSIG = 1

@@ -1,4 +1,6 @@
-"""Exit codes of `reliable worker` and of its child processes, and what a child's exit means. Pure.
+"""Exit codes of `reliable worker` and of its child processes, what a child's exit means, and the
+variable naming a child's supervisor. Pure: what a child and its supervisor agree on, so the worker
+reads it without importing the supervisor.
 
 A child's exit code says why it stopped; the supervisor reads nothing else from it (no log text).
 The codes a child shares with Dramatiq's CLI keep Dramatiq's meaning (dramatiq/cli.py: 1 killed,
@@ -23,6 +25,7 @@ __all__ = [
     "EXIT_CRASH_LOOP",
     "EXIT_KILLED",
     "EXIT_OK",
+    "SUPERVISOR_PID_ENV",
     "ChildExit",
     "ExitKind",
     "classify",
@@ -30,6 +33,9 @@ __all__ = [
     "finished_its_jobs",
 ]
 
+#: The supervisor's pid, in each child's environment: its worker process record names it
+#: (reliable.worker.processes).
+SUPERVISOR_PID_ENV = "RELIABLE_SUPERVISOR_PID"
 #: A child stopped because it was asked to (TERM from the supervisor).
 CHILD_OK = 0
 #: A child stopped without its running jobs: the hard stop (a second TERM/INT to the supervisor, or a

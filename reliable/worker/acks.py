@@ -146,7 +146,7 @@ class HeldAcks:
         consumers = self._consumers
         if consumers is None or self._stopping or self._pid != os.getpid():
             return False
-        # Dramatiq acknowledges on the consumer its body names (reliable.worker.consumed).
+        # Dramatiq acknowledges on the consumer its body names (reliable.consumed).
         consumer = consumers.get(message.queue_name)
         if consumer is None:
             return False

@@ -21,6 +21,7 @@ from ..compensation import compensate
 from ..dispatch import declare_queue, message_for
 from ..errors import ReliableError, StoreError
 from ..policy import THROWS_RULE, Decision
+from ..rabbitmq.timeouts import MAX_BROKER_DELAY
 from ..states import JobStatus
 from ..store import NewJob
 from ..workflows.engine import WorkflowEngine
@@ -33,14 +34,11 @@ if TYPE_CHECKING:
     from ..metrics import Metrics
     from .runtime import Runtime
 
-__all__ = ["MAX_BROKER_DELAY", "advance_workflow", "alert", "compensate_cancelled", "conclude", "escalate",
+__all__ = ["advance_workflow", "alert", "compensate_cancelled", "conclude", "escalate",
            "publish", "publish_group_callbacks"]
 
 logger = logging.getLogger("reliable.middleware")
 
-#: Delays up to this long ride Dramatiq's delay queue; longer ones are left to the recovery loop
-#: (RabbitMQ's consumer_timeout would close a channel holding a delayed message for 30 min).
-MAX_BROKER_DELAY = 15 * 60.0
 
 
 def publish(job_id: str, what: str, send: Callable[[], Any], *,

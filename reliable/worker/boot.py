@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import dramatiq
 
+from ..consumed import watch_consumers
 from ..dispatch import declare_queue
 from ..errors import ActorContractError, ConfigError
 from ..events import log_events_to_stderr
 from ..rabbitmq.boot import check_broker
 from ..schedules.boot import declare_schedules
-from .consumed import watch_consumers
 
 if TYPE_CHECKING:
     from .state import Worker

@@ -23,7 +23,7 @@ a message id that is no job id: reliable.inputs), or one that cannot become a jo
   body. Dramatiq's delay queue counts as its queue (`delivered_queue`); a routed retry arrives on
   the lane the store says the job waits on (or on one of the policy's lanes, its job sent home
   meanwhile): the claim then takes the contract of the job's own queue from the store. A body
-  naming another queue than the one it was consumed from (reliable.worker.consumed) is refused
+  naming another queue than the one it was consumed from (reliable.consumed) is refused
   too, and dead-lettered on the queue it came from.
 - a delivery of a job the store does not know that claims membership of a group whose barrier the
   store holds (reliable.worker.groups.forged_member): it would count as a member and release the
@@ -45,11 +45,11 @@ import dramatiq
 from dramatiq.broker import MessageProxy
 from dramatiq.middleware import SkipMessage
 
+from ..consumed import consumed_from, restore
 from ..delivery_digest import delivery_digest, differences
 from ..errors import ClaimRefused
 from ..inputs import clip, job_id_problem
 from ..store import Job, StateStore
-from .consumed import consumed_from, restore
 
 __all__ = ["MISMATCH", "checked_digest", "delivered_digest", "delivered_queue", "digest_of", "fields", "malformed",
            "queue_problem", "refuse"]

@@ -60,7 +60,7 @@ class WorkflowNodeResults(logging.Filter):
 
 
 def _rate_limited_rule(message: object, exception: BaseException) -> str | None:
-    from .registration import find_installed
+    from ..registrar import find_installed
 
     try:
         broker = dramatiq.get_broker()

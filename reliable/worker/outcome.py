@@ -5,9 +5,7 @@ The only tables mapping how an attempt ended to the event recorded for it:
   attempt) -> pause_observed, stop_observed, cancel_observed, force_stop. No failure callback follows.
 - `ACTIONS`: the policy's decision for a failed attempt -> retry, fail, need_review, dead_letter, halt.
   Any other action is a bug in the policy: ValueError.
-- `CRASH_EVENTS`: the policy's decision for an attempt whose lease expired (recovery.py) ->
-  lease_expired (requeue), lease_expired_backoff (retry), lease_expired_review (review, halt),
-  lease_expired_dead (dead, fail); an action it does not know -> lease_expired_review.
+  (An attempt whose worker crashed ends in recovery: `reliable.recovery.CRASH_EVENTS`.)
 - `FAILED_FOR_GOOD`: the outcomes that are final failures in Dramatiq's sense (the message is
   failed, nacked, as Dramatiq's Retries would).
 
@@ -39,13 +37,10 @@ from .skips import Skip, aborted_by
 
 __all__ = [
     "ACTIONS",
-    "CRASH_EVENTS",
     "FAILED_FOR_GOOD",
     "OBSERVED",
-    "REPUBLISHED",
     "Outcome",
     "attempt_ended",
-    "crash_event",
     "failed",
     "fails_message",
     "needs_decision",
@@ -63,14 +58,6 @@ ACTIONS: dict[str, Event] = {
     "retry": Event.RETRY, "fail": Event.FAIL, "review": Event.NEED_REVIEW, "dead": Event.DEAD_LETTER,
     "halt": Event.HALT,
 }
-#: The event of each policy action for an attempt whose worker crashed (its lease expired).
-CRASH_EVENTS: dict[str, Event] = {
-    "requeue": Event.LEASE_EXPIRED, "retry": Event.LEASE_EXPIRED_BACKOFF,
-    "review": Event.LEASE_EXPIRED_REVIEW, "dead": Event.LEASE_EXPIRED_DEAD,
-    "fail": Event.LEASE_EXPIRED_DEAD, "halt": Event.LEASE_EXPIRED_REVIEW,
-}
-#: Crash outcomes whose message recovery publishes (now or delayed).
-REPUBLISHED = frozenset({Event.LEASE_EXPIRED, Event.LEASE_EXPIRED_BACKOFF})
 #: Outcomes that are final failures in Dramatiq's sense: the message is failed (nacked).
 FAILED_FOR_GOOD = frozenset({JobStatus.FAILED, JobStatus.DEAD})
 
@@ -146,8 +133,3 @@ def fails_message(status: JobStatus, decision: Decision | None) -> bool:
     """Whether the message of a job the policy left in `status` is failed (nacked), as Dramatiq's
     Retries would: Results stores the exception, StubBroker.join(fail_fast=True) raises it."""
     return status in FAILED_FOR_GOOD and decision is not None
-
-
-def crash_event(action: str) -> Event:
-    """The event of the policy's crash decision `action` (lease_expired_review for one it does not know)."""
-    return CRASH_EVENTS.get(action, Event.LEASE_EXPIRED_REVIEW)

@@ -25,7 +25,7 @@ from ..errors import StoreError
 from ..recovery import Recovery
 from ..store import StateStore
 from ..store.processes import WorkerProcess, list_processes, mark_exited, prune_exited, register_process
-from ..supervisor.child import SUPERVISOR_PID_ENV
+from ..supervisor.exits import SUPERVISOR_PID_ENV
 
 __all__ = ["KEEP_EXITED", "boot_id", "death_of", "exited", "pid_space", "register", "release_dead_neighbours",
            "start_ticks", "this_process"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import dramatiq
 
@@ -31,8 +31,7 @@ from .context import FastRun, JobContext, _current, _fast_run
 from .plans import Plans
 from .settings import check_send_timeout
 
-__all__ = ["REGISTERED", "Registrar", "Registration", "StoreAccess", "enqueue_hooks_after", "find_installed",
-           "group_of", "send_timeout_of"]
+__all__ = ["REGISTERED", "Registration", "StoreAccess", "enqueue_hooks_after", "group_of", "send_timeout_of"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -223,26 +222,6 @@ def send_timeout_of(message: dramatiq.Message[Any]) -> float | None:
         return check_send_timeout(message.options.pop(SEND_TIMEOUT), f"message option {SEND_TIMEOUT!r}")
     except ConfigError as exc:
         raise ActorContractError(f"actor {message.actor_name}: {exc}") from None
-
-
-class Registrar(Protocol):
-    """What workflows, schedules and the CLI need of reliable installed on a broker."""
-
-    @property
-    def store(self) -> StateStore:
-        """This process's store."""
-
-    @property
-    def registration(self) -> Registration:
-        """How a message becomes a job."""
-
-
-def find_installed(broker: dramatiq.Broker) -> Registrar | None:
-    """reliable's middleware installed on `broker`, or None."""
-    for middleware in broker.middleware:
-        if isinstance(getattr(middleware, "registration", None), Registration):
-            return cast("Registrar", middleware)
-    return None
 
 
 def group_of(options: Any) -> str | None:

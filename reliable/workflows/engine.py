@@ -29,10 +29,10 @@ from ..commands import CommandResult, JobCommands, command_states, require_reaso
 from ..dispatch import declare_queue
 from ..errors import ControlRefused, ReliableError
 from ..options import CODE_VERSION
+from ..registrar import Registrar, find_installed
 from ..states import JobStatus
 from ..store import NewJob, NodeResult, StateStore
 from ..store.workflows import LockedWorkflow, NodeRow, WorkflowStore
-from ..worker.registration import Registrar, find_installed
 from .graph import WorkflowDefinitionError, input_digest
 from .planning import (
     ResumePlan,

@@ -22,8 +22,8 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Middleware, MiddlewareError
 from dramatiq.worker import ConsumerThread
 
+from reliable.consumed import QueueNamingConsumer
 from reliable.rabbitmq.acks import Acked, ack_together, rabbitmq_consumer
-from reliable.worker.consumed import QueueNamingConsumer
 
 from support import wait_for
 from workers import ready

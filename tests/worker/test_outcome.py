@@ -15,6 +15,7 @@ from dramatiq.middleware.time_limit import TimeLimitExceeded
 
 from reliable.errors import JobCancelled, JobForceStopped, JobPaused, JobStopped, LeaseLostInterrupt
 from reliable.policy import Decision
+from reliable.recovery import crash_event
 from reliable.states import Event, JobStatus, honour_requests
 from reliable.worker import outcome
 from reliable.worker.skips import Skip
@@ -154,7 +155,7 @@ def test_only_a_decided_failure_for_good_fails_the_message(status: JobStatus, de
     ("something new", E.LEASE_EXPIRED_REVIEW),
 ])
 def test_a_crashed_attempt_gets_the_crash_event_of_the_decision(action: str, event: Event) -> None:
-    assert outcome.crash_event(action) is event
+    assert crash_event(action) is event
 
 
 @pytest.mark.parametrize(("failed", "event"), [(False, E.SKIPPED), (True, E.SKIPPED_FAILED)])
