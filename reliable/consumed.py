@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .compat.dramatiq_internals import message_fields, point_at_queue
+
 __all__ = ["QueueNamingConsumer", "consumed_from", "delivered_by", "restore", "watch_consumers"]
 
 #: The attribute a delivery (Dramatiq's MessageProxy) carries its consumed queue in.
@@ -82,6 +84,5 @@ def restore(message: Any) -> None:
     """Point a delivery whose body names another queue back at the queue it was consumed from, so
     Dramatiq acknowledges or dead-letters it on that queue's consumer."""
     queue = consumed_from(message)
-    inner = getattr(message, "_message", None)  # Dramatiq's MessageProxy holds the decoded message
-    if queue is not None and inner is not None and inner.queue_name != queue:
-        message._message = inner.copy(queue_name=queue)
+    if queue is not None and message_fields(message).queue_name != queue:
+        point_at_queue(message, queue)

@@ -35,6 +35,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from .compat.prometheus_internals import multiprocess_values
 from .errors import ConfigError
 
 __all__ = ["ENV", "HostCollector", "compact", "default_dir", "join", "prepare"]
@@ -83,7 +84,7 @@ def join(path: Path | str) -> Path:
     """
     directory = prepare(path)
     os.environ[ENV] = str(directory)
-    if not getattr(values.ValueClass, "_multiprocess", False):
+    if not multiprocess_values():
         values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
     return directory
 

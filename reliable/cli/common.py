@@ -16,8 +16,8 @@ import click
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Column, Table
-from rich.text import Text
 
+from ..compat.rich_internals import plain_cells
 from ..durations import parse_duration
 from ..errors import ConfigError, ReliableError
 from ..redact import redact_url
@@ -262,7 +262,7 @@ def print_table(console: Console, table: Table) -> None:
     for column in table.columns:
         # Cells are data (ids, checkpoints, error messages, reasons), never rich markup: "[/]" in a
         # checkpoint must print, not crash the table.
-        column._cells = [Text(cell) if isinstance(cell, str) else cell for cell in column._cells]
+        plain_cells(column)
         if column.no_wrap:
             cells = [column.header, *column.cells]
             column.min_width = max(Measurement.get(console, console.options, cell).maximum for cell in cells)

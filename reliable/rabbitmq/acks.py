@@ -21,10 +21,10 @@ after its `after_ack` may have run). Not sent:
 - a delivery whose `before_ack` hook failed (logged as Dramatiq does: it stays unacknowledged).
 A delivery that failed meanwhile (Dramatiq would reject it) is left to Dramatiq's own
 `post_process_message`, and so is every delivery of a consumer that is not Dramatiq's RabbitMQ
-one (through reliable's wrappers, whose acknowledgements are the wrapped consumer's) or on a pika
-whose blocking channel was not read (`VERIFIED_PIKA`). The frames are queued with
-`BlockingChannel._impl.basic_ack` and flushed with `BlockingChannel._flush_output`, the two halves
-of pika's own `basic_ack` (private API): only on the connection's own thread.
+one (through reliable's wrappers, whose acknowledgements are the wrapped consumer's) or on a
+Dramatiq or pika release whose private parts were not read (reliable.compat.pika_internals: its
+version gate, `ACKS_TOGETHER`). The frames are queued and flushed with the two halves of pika's own
+`basic_ack` (`compat.pika_internals.send_acks`, private API): only on the connection's own thread.
 """
 
 from __future__ import annotations
@@ -35,19 +35,15 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import pika
-from dramatiq.brokers.rabbitmq import _RabbitmqConsumer
-from pika.adapters.blocking_connection import BlockingChannel
 
+from ..compat import pika_internals
 from ..consumed import QueueNamingConsumer, delivered_by
 from .holding import ReholdingConsumer
 
-__all__ = ["VERIFIED_PIKA", "Acked", "ack_together", "rabbitmq_consumer"]
+__all__ = ["Acked", "ack_together", "rabbitmq_consumer"]
 
 logger = logging.getLogger("reliable.rabbitmq")
 
-#: The pika releases (major.minor) whose BlockingChannel.basic_ack is `_impl.basic_ack` then
-#: `_flush_output` (read in 1.3.0, 1.3.2 and 1.4.0; tested on the installed 1.4).
-VERIFIED_PIKA = frozenset({"1.3", "1.4"})
 #: reliable's consumer wrappers, whose ack and nack are the wrapped consumer's.
 _WRAPPERS = (QueueNamingConsumer, ReholdingConsumer)
 
@@ -67,11 +63,7 @@ def rabbitmq_consumer(consumer_thread: Any) -> Any | None:
     consumer = getattr(consumer_thread, "consumer", None)
     while isinstance(consumer, _WRAPPERS):
         consumer = consumer.inner
-    if type(consumer) is not _RabbitmqConsumer or ".".join(pika.__version__.split(".")[:2]) not in VERIFIED_PIKA:
-        return None
-    if not isinstance(getattr(consumer, "channel", None), BlockingChannel):
-        return None
-    return consumer
+    return pika_internals.rabbitmq_consumer(consumer)
 
 
 def ack_together(consumer_thread: Any, messages: Sequence[Any]) -> Acked:
@@ -105,7 +97,7 @@ def ack_together(consumer_thread: Any, messages: Sequence[Any]) -> Acked:
     if not tags:
         return Acked(left, 0)
     try:
-        consumer.connection.add_callback_threadsafe(functools.partial(_send_acks, consumer.channel, tags))
+        consumer.connection.add_callback_threadsafe(functools.partial(pika_internals.send_acks, consumer.channel, tags))
     except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError) as error:
         # Dramatiq's ack would retry, then find its tag gone from the reconnected consumer:
         # the same end, RabbitMQ redelivers them (and the store's claim skips the finished jobs).
@@ -118,7 +110,7 @@ def _acknowledged(consumer: Any, broker: Any, message: Any) -> int | None:
     """Dramatiq's acknowledgement of one delivery, but for the frame: its hooks around taking its
     tag out of the known tags; the tag to send, or None (not to be sent)."""
     broker.emit_before("ack", message)  # raises only a MiddlewareError, as in Dramatiq
-    tag: int | None = message._tag
+    tag = pika_internals.delivery_tag(message)
     try:
         consumer.known_tags.remove(tag)
     except KeyError:
@@ -127,10 +119,3 @@ def _acknowledged(consumer: Any, broker: Any, message: Any) -> int | None:
     broker.emit_after("ack", message)
     return tag
 
-
-def _send_acks(channel: BlockingChannel, tags: Sequence[int]) -> None:
-    """On the connection's thread: queue a `Basic.Ack` per tag, then flush them."""
-    impl = channel._impl
-    for tag in tags:
-        impl.basic_ack(delivery_tag=tag, multiple=False)
-    channel._flush_output()

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from ..compat.sqlalchemy_internals import invalidate_all
 from ..states import ACTIVE_STATES
 from .batching import GroupCommit, WriteResult, batch_rows, batch_write_sql
 from .db import pool_exhausted, sqlite_writer_lock, translate
@@ -203,7 +204,7 @@ class SqlRunner:
         if failed is not None and isinstance(failed, self._dbapi.OperationalError):
             # Like SQLAlchemy on a disconnect: every connection opened before now is recycled at
             # its next checkout, so one error (not one per pooled connection) reports a restart.
-            self.engine.pool._invalidate(raw, failed)
+            invalidate_all(self.engine.pool, raw, failed)
             return
         if failed is not None and not isinstance(failed, self._dbapi.Error):
             raw.invalidate()  # interrupted mid-protocol: never hand this connection out again

@@ -193,6 +193,7 @@ def run(config: ChildConfig) -> int:
     from dramatiq import BrokerConnectionError, Worker
     from dramatiq.cli import import_broker
 
+    from ..compat.dramatiq_internals import worker_threads
     from ..errors import ConfigError
 
     try:
@@ -205,7 +206,7 @@ def run(config: ChildConfig) -> int:
             broker.add_middleware(counter)
         worker = Worker(broker, queues=set(config.queues) if config.queues else None, worker_threads=config.threads)
         if counter is not None:
-            counter.worker_threads = worker.workers  # the list `start` fills
+            counter.worker_threads = worker_threads(worker)  # the list `start` fills
         worker.start()
     except ImportError:
         logger.exception("Failed to import the app.")
@@ -238,7 +239,7 @@ def run(config: ChildConfig) -> int:
     # Worker.stop joins the worker threads, then the consumers, each with the full timeout: the watchdog
     # above bounds the whole stop instead.
     worker.stop(timeout=int(config.shutdown_timeout * 1000))
-    abandoned = sum(1 for thread in worker.workers if thread.is_alive())
+    abandoned = sum(1 for thread in worker_threads(worker) if thread.is_alive())
     if abandoned:
         logger.warning("%d job(s) still running after --shutdown-timeout %gs: abandoned (their lease recovers "
                        "them).", abandoned, config.shutdown_timeout)

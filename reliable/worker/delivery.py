@@ -42,9 +42,9 @@ from collections.abc import Collection, Mapping
 from typing import Any, NoReturn
 
 import dramatiq
-from dramatiq.broker import MessageProxy
 from dramatiq.middleware import SkipMessage
 
+from ..compat.dramatiq_internals import message_fields
 from ..consumed import consumed_from, restore
 from ..delivery_digest import delivery_digest, differences
 from ..errors import ClaimRefused
@@ -63,12 +63,11 @@ _MAX_NAMES = 50
 _MAX_NAME = 100
 
 
-def fields(message: Any) -> Any:
-    """The decoded message of a delivery, to read its fields (`message` itself when it is no
-    MessageProxy). The same objects as through the proxy, whose Python-level __getattr__ costs a
-    third of a microsecond per read, and a claim reads a dozen of them. Never to be written
-    through or kept: `restore` may replace it."""
-    return message._message if isinstance(message, MessageProxy) else message
+#: The decoded message of a delivery, to read its fields (`message` itself when it is no
+#: MessageProxy): the proxy's Python-level __getattr__ costs a third of a microsecond per read, and
+#: a claim reads a dozen of them (reliable.compat.dramatiq_internals, its version gate and fallback).
+#: Never to be written through or kept: `restore` may replace it.
+fields = message_fields
 
 
 def malformed(message: Any) -> str | None:

@@ -9,7 +9,8 @@ from typing import Any
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
 
-from reliable.worker import consumed, delivery
+from reliable import consumed
+from reliable.worker import delivery
 
 
 def job(queue: str, home: str) -> Any:

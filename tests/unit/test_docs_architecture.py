@@ -1,0 +1,50 @@
+"""docs/architecture.md embeds the part generated from docs/gen_architecture.py (the layer table,
+the store's tables and migrations): they must match, and the lists must be the store's own."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from reliable.store.schema import metadata
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_architecture", ROOT / "docs" / "gen_architecture.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_architecture_embeds_the_generated_part() -> None:
+    gen = _generator()
+    embedded = gen.embedded((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert embedded is not None, "docs/architecture.md has no generated part (markers missing)"
+    assert embedded == gen.section(), "run `python docs/gen_architecture.py` and paste its output into architecture.md"
+
+
+def test_the_generated_part_names_every_table_and_migration() -> None:
+    section = _generator().section()
+    assert all(f"`{name}`" in section for name in metadata.tables) and len(metadata.tables) >= 22
+    revisions = sorted(p.stem for p in (ROOT / "reliable/store/migrations/versions").glob("[0-9]*.py"))
+    assert revisions and all(f"`{name}`" in section for name in revisions)
+
+
+def test_a_stale_page_is_refused() -> None:
+    gen = _generator()
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    stale = page.replace("`0020_event_primary_key`", "")
+    assert gen.embedded(stale) != gen.section()
+
+
+def test_check_mode_passes() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_architecture.py"), "--check"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
