@@ -19,7 +19,7 @@ commit leaves it to be redelivered, as a crash during a waited commit did.
 
 `hold` accepts only when:
 - the worker booted on a Dramatiq version whose `Worker.consumers` was verified
-  (`waiting.VERIFIED_DRAMATIQ`: private API, as the work queue's);
+  (`compat.dramatiq_internals.work_queue_readable`: private API, as the work queue's);
 - the broker has no Results middleware: a result must not be stored for a success that the store
   then refuses (`store_results`), and that is known only after the commit;
 - the worker is not shutting down: from `drain` on (`before_worker_shutdown`) successes are
@@ -55,7 +55,7 @@ import dramatiq
 from dramatiq import worker as dramatiq_worker
 from dramatiq.results import Results
 
-from .waiting import readable
+from ..compat.dramatiq_internals import work_queue_readable
 
 if TYPE_CHECKING:
     from ..rabbitmq.acks import Acked
@@ -113,7 +113,7 @@ class HeldAcks:
         """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it.
         `fast_queue(name)`: whether every actor of that queue is on the fast path (`prefetch`)."""
         consumers = getattr(worker, "consumers", None)
-        if not readable() or not isinstance(consumers, dict):
+        if not work_queue_readable() or not isinstance(consumers, dict):
             return
         if any(isinstance(middleware, Results) for middleware in broker.middleware):
             return

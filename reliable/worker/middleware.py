@@ -20,6 +20,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Middleware
 
+from ..compat.dramatiq_internals import waiting_messages, work_queue_readable
 from ..errors import ActorContractError, ConfigError, PolicyError
 from ..metrics import Metrics
 from ..options import ACTOR_OPTIONS
@@ -40,7 +41,7 @@ from .plans import Plans
 from .registration import Registration
 from .settings import DEFAULT_SEND_TIMEOUT, Settings
 from .skips import skip_of
-from .waiting import Looks, readable, waiting_ids, waiting_messages
+from .waiting import Looks, waiting_ids
 
 __all__ = ["ReliableMiddleware"]
 
@@ -153,7 +154,7 @@ class ReliableMiddleware(Middleware):
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Start this process's heartbeat and recovery loop (see `reliable.worker.boot`)."""
         boot(self, broker, worker)
-        if readable():  # Dramatiq's private work queue, on the versions verified only
+        if work_queue_readable():  # Dramatiq's private work queue, on the versions verified only
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
             if self.store.group_commit_stats() is not None:  # successes submitted to the group commit
                 self.acks.watch(broker, worker, lambda queue: self._all_fast(broker, queue))

@@ -15,8 +15,9 @@ The rules:
   that is not its job's message is refused as with the unbatched look.
 - Threads due a look of a job whose query is in flight wait for that one query; a failed query
   caches nothing (each thread then reads for itself, through the store retry of the caller).
-- Reading `work_queue` is Dramatiq's private API: only on the versions in `VERIFIED_DRAMATIQ`;
-  on any other (or before the worker booted) nothing is waiting and each look reads its job alone.
+- Reading `work_queue` is Dramatiq's private API: only on the releases its version gate verified
+  (reliable.compat.dramatiq_internals.waiting_messages); on any other (or before the worker
+  booted) nothing is waiting and each look reads its job alone.
 """
 
 from __future__ import annotations
@@ -24,18 +25,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from operator import attrgetter
 from typing import Any
 
-import dramatiq
-
+from ..compat.dramatiq_internals import waiting_messages
 from .delivery import fields
 from .gates import Gate
 
-__all__ = ["BATCH", "STALE_AFTER", "VERIFIED_DRAMATIQ", "Looks", "Row", "readable", "waiting_ids", "waiting_messages"]
+__all__ = ["BATCH", "STALE_AFTER", "Looks", "Row", "waiting_ids"]
 
-#: The Dramatiq versions whose `Worker.work_queue` (a PriorityQueue of items with `.message`) was read and tested.
-VERIFIED_DRAMATIQ = frozenset({"2.2.1"})
 #: The most jobs one look reads (the delivered one and the waiting ones).
 BATCH = 64
 #: How old, in seconds, a look's answer may be when the delivery it was read for runs.
@@ -43,30 +40,6 @@ STALE_AFTER = 1.0
 
 #: A look's answer: (state, registered delivery digest), or None when there is no such job.
 Row = tuple[str, str | None] | None
-
-# The order of `_WorkQueueItem` (a dataclass with order=True: priority, then _queued_time), as a
-# key compared in C rather than its Python-level __lt__ (a third of the cost).
-_NEXT_FIRST = attrgetter("priority", "_queued_time")
-
-
-def readable(version: str | None = None) -> bool:
-    """Whether the work queue of this Dramatiq version (default: the one installed) may be read."""
-    return (version or dramatiq.__version__) in VERIFIED_DRAMATIQ
-
-
-def waiting_messages(worker: Any, *, version: str | None = None) -> list[Any]:
-    """The messages waiting in `worker`'s work queue, next first (no item is taken); [] on a
-    Dramatiq version not in VERIFIED_DRAMATIQ, or when `worker` has no work queue."""
-    if not readable(version):
-        return []
-    queue = getattr(worker, "work_queue", None)
-    if queue is None:
-        return []
-    with queue.mutex:  # the heap as it is now; a worker thread may take any of them meanwhile
-        items = list(queue.queue)
-    items.sort(key=_NEXT_FIRST)  # out of the mutex, which every worker thread's get needs
-    return [item.message for item in items]
-
 
 def waiting_ids(worker: Any, wanted: Callable[[Any], bool], *, version: str | None = None) -> list[str]:
     """The job ids of the messages waiting in `worker`'s work queue that `wanted` keeps (given each

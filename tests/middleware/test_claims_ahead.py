@@ -15,12 +15,12 @@ import dramatiq
 import pytest
 
 from reliable import queue_pauses
+from reliable.compat.dramatiq_internals import waiting_messages
 from reliable.operators import Operator
 from reliable.states import JobStatus
 from reliable.store import Claim
 from reliable.worker import claim
 from reliable.worker.ahead import Ahead, ClaimsAhead, select
-from reliable.worker.waiting import waiting_messages
 
 from middleware_harness import Harness, make_harness
 from support import wait_for

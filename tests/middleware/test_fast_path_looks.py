@@ -10,9 +10,10 @@ from pathlib import Path
 import dramatiq
 import pytest
 
+from reliable.compat import dramatiq_internals
+from reliable.compat.dramatiq_internals import waiting_messages
 from reliable.states import JobStatus
-from reliable.worker import waiting
-from reliable.worker.waiting import Looks, waiting_messages
+from reliable.worker.waiting import Looks
 
 from middleware_harness import Harness, make_harness
 from support import wait_for
@@ -58,7 +59,7 @@ def test_the_waiting_jobs_are_looked_at_in_one_read(one_thread: Harness, monkeyp
 def test_an_unverified_dramatiq_looks_at_each_job_alone(one_thread: Harness,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     setup, store = one_thread, one_thread.store
-    monkeypatch.setattr(waiting, "VERIFIED_DRAMATIQ", frozenset())
+    monkeypatch.setattr(dramatiq_internals, "VERIFIED_WORK_QUEUE", frozenset())
     alone: list[str] = []
     single = store.job_status
     monkeypatch.setattr(store, "job_status", lambda job_id, **kw: alone.append(job_id) or single(job_id, **kw))

@@ -56,6 +56,7 @@ SQL = re.compile(r"\b(SELECT\b[^;]{0,200}?\bFROM\b|INSERT\s+INTO|UPDATE\s+\w+\s+
                  r"|CREATE\s+(TABLE|INDEX|UNIQUE\s+INDEX|DATABASE)|ALTER\s+TABLE|DROP\s+(TABLE|INDEX)"
                  r"|FOR\s+UPDATE\b|RETURNING\s+\*)|(?i:\b(from|join|into|update)\s+reliable_\w+)")
 _PRIVATE = re.compile(r"_[^_]")  # `_name`, not `__dunder__`
+#: Functions given an object and an attribute's name, and `operator.attrgetter` (given names only).
 _ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "hasattr", "delattr"}
 
 
@@ -294,6 +295,20 @@ def _is_own(owner: ast.expr) -> bool:
     return isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super"
 
 
+def _names_a_private_attribute(call: ast.Call) -> bool:
+    """`getattr(obj, "_name")` and its kin (obj not self, cls or super()), or `attrgetter("_name")`."""
+    name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr if isinstance(
+        call.func, ast.Attribute) else ""
+    if name == "attrgetter":
+        named = call.args
+    elif name in _ATTRIBUTE_FUNCTIONS and len(call.args) >= 2 and not _is_own(call.args[0]):
+        named = [call.args[1]]
+    else:
+        return False
+    return any(isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+               and any(_PRIVATE.match(piece) for piece in arg.value.split(".")) for arg in named)
+
+
 def private_offences(modules: Mapping[str, Module]) -> list[str]:
     """Private attributes of another object (spelled, or named to getattr and its kin) and private
     names imported from third-party modules, in a part not marked `private`."""
@@ -307,10 +322,7 @@ def private_offences(modules: Mapping[str, Module]) -> list[str]:
                 spelled = ast.unparse(node)
                 if spelled not in STDLIB_PRIVATE_ALLOWED:
                     offences.append(f"{module.name}:{node.lineno} {spelled}")
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                  and node.func.id in _ATTRIBUTE_FUNCTIONS and len(node.args) >= 2
-                  and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
-                  and _PRIVATE.match(node.args[1].value) and not _is_own(node.args[0])):
+            elif isinstance(node, ast.Call) and _names_a_private_attribute(node):
                 offences.append(f"{module.name}:{node.lineno} {ast.unparse(node)}")
         for found in module.imports:
             if _ours(found.target):
@@ -467,6 +479,8 @@ def test_the_checkers_let_sql_words_in_docstrings_and_prose_pass() -> None:
     pytest.param('def f(values):\n    return hasattr(values.ValueClass, "_multiprocess")\n', "hasattr",
                  id="hasattr"),
     pytest.param('def f(m, q):\n    setattr(m, "_message", q)\n', "setattr", id="setattr"),
+    pytest.param('import operator\nKEY = operator.attrgetter("priority", "_queued_time")\n', "attrgetter",
+                 id="attrgetter"),
     pytest.param("from dramatiq.brokers.rabbitmq import _RabbitmqConsumer\n", "imports _RabbitmqConsumer",
                  id="a private name imported"),
     pytest.param("import pika._private\n", "imports _private", id="a private module imported"),

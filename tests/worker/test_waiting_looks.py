@@ -13,11 +13,12 @@ import dramatiq
 import pytest
 from dramatiq.worker import _WorkQueueItem
 
+from reliable.compat.dramatiq_internals import VERIFIED_WORK_QUEUE, waiting_messages, work_queue_readable
 from reliable.control import Control
 from reliable.errors import ClaimRefused, StoreUnavailable
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore
-from reliable.worker.waiting import VERIFIED_DRAMATIQ, Looks, readable, waiting_messages
+from reliable.worker.waiting import Looks
 
 from support import wait_for
 
@@ -127,15 +128,15 @@ def test_a_failed_read_caches_nothing(store: StateStore) -> None:
 
 
 def test_the_work_queue_is_read_on_the_verified_versions_only() -> None:
-    assert readable() is (dramatiq.__version__ in VERIFIED_DRAMATIQ)
-    assert not readable("1.17.0") and not readable("3.0.0")
+    assert work_queue_readable() is (dramatiq.__version__ in VERIFIED_WORK_QUEUE)
+    assert not work_queue_readable("1.17.0") and not work_queue_readable("3.0.0")
 
     # Dramatiq's own items: ordered by priority, then by when they were queued (FIFO).
     work: queue.PriorityQueue[Any] = queue.PriorityQueue()
     for priority, message, queued in [(2, "late", 1), (0, "after", 5), (0, "next", 3), (1, "then", 0)]:
         work.put(_WorkQueueItem(priority, message, queued))  # type: ignore[arg-type]
     worker = type("W", (), {"work_queue": work})()
-    version = next(iter(VERIFIED_DRAMATIQ))
+    version = next(iter(VERIFIED_WORK_QUEUE))
     assert waiting_messages(worker, version=version) == ["next", "after", "then", "late"]
     assert [item.message for item in sorted(work.queue)] == ["next", "after", "then", "late"]
     assert work.qsize() == 4  # nothing taken
