@@ -32,9 +32,9 @@ if os.environ.get("BENCH_MODE", "plain") != "plain":
                      group_commit=os.environ.get("BENCH_GROUP_COMMIT", "1") == "1",
                      **({"claims_ahead": True} if os.environ.get("BENCH_CLAIMS_AHEAD") == "1" else {}))
     if os.environ.get("BENCH_LOOKS") == "alone":  # mode reliable-pg-fast-alone: one read per fast-path look
-        from reliable.worker import waiting
+        from reliable.compat import dramatiq_internals
 
-        waiting.VERIFIED_DRAMATIQ = frozenset()
+        dramatiq_internals.VERIFIED_WORK_QUEUE = frozenset()
 if os.environ.get("BENCH_STAMPS"):
     from stamps import Stamps
 
