@@ -71,7 +71,8 @@ class StoreCollector(Collector):
     {source}``, ``reliable_collector_scrape_seconds``, ``reliable_workflows{status}`` (unfinished
     statuses only), and per schedule (reliable.schedules)
     ``reliable_schedule_next_slot_timestamp_seconds{schedule}`` (not paused) and
-    ``reliable_schedule_last_slot_timestamp_seconds{schedule}``.
+    ``reliable_schedule_last_slot_timestamp_seconds{schedule}``,
+    ``reliable_schedule_slot_conflicts_total{schedule}``.
 
     Parameters:
       store: the StateStore to read (only its engine is used, read-only).
@@ -280,12 +281,16 @@ def _schedule_families(read: GaugeReadings) -> list[Any]:
                                   "the misfire grace: no scheduler is firing it.", labels=["schedule"])
     last_slot = GaugeMetricFamily("reliable_schedule_last_slot_timestamp_seconds",
                                   "The last slot (epoch s) each schedule fired.", labels=["schedule"])
+    conflicts = CounterMetricFamily("reliable_schedule_slot_conflicts",
+                                    "Slots not fired because their job id was held by another job (a message "
+                                    "sent ahead under it): each is a slot_conflict event.", labels=["schedule"])
     for each in read.schedules:
         if not each.paused and each.next_slot is not None:
             next_slot.add_metric([each.name], each.next_slot)
         if each.last_slot is not None:
             last_slot.add_metric([each.name], each.last_slot)
-    return [next_slot, last_slot]
+        conflicts.add_metric([each.name], each.slot_conflicts)
+    return [next_slot, last_slot, conflicts]
 
 
 def _limit_families(read: GaugeReadings) -> list[Any]:

@@ -3,21 +3,30 @@
 Every write to a schedule is one transaction that first reads (on PostgreSQL: locks) the
 schedule's row, so schedulers of one schedule take turns and each decides from what the last one
 committed; the slot's row, keyed (schedule, slot instant), is inserted with ON CONFLICT DO NOTHING
-and only an inserted slot registers its job (PENDING), in the same transaction. The job id is a
-uuid5 of the schedule's name and the slot, so even a forced second fire could not make a second job.
-Publishing comes after the commit (the caller's); a crash in between leaves a PENDING job that the
-recovery loop's sweeper publishes.
+and only an inserted slot registers its job (PENDING), in the same transaction. The job id is an
+HMAC of the schedule's name and the slot under the schedule's `slot_key`, a random secret the first
+decision stores under the row lock and no listing returns: the same slot always gets the same job
+(even a forced second fire could not make a second one), yet nobody outside the store can compute
+the id of a future slot and send a message ahead under it. Should a slot's id still be held by a
+job with other content, the slot is a conflict: not fired (its row taken back), a `slot_conflict`
+event in the audit trail, counted in the schedule's `slot_conflicts`
+(reliable_schedule_slot_conflicts_total). Publishing comes after the commit (the caller's); a
+crash in between leaves a PENDING job that the recovery loop's sweeper publishes.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..commands import require_reason
+from ..delivery_digest import message_digest
 from ..errors import ScheduleNotFound
 from ..states import JobStatus
 from ..store import NewJob, StateStore, UnitOfWork, schedule_queries
@@ -29,15 +38,15 @@ __all__ = ["Decision", "Fired", "ScheduleEvent", "ScheduleRow", "SlotRow", "buil
            "declare", "due_names", "get_schedule", "list_events", "list_schedules", "list_slots", "set_paused",
            "slot_job_id", "trigger"]
 
-#: The namespace of slot job ids (uuid5): the same schedule and slot always give the same job id.
-SLOT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "reliable:schedule-slot")
 #: Message options a fired job carries: its schedule and slot.
 SCHEDULE_OPTION, SLOT_OPTION = "schedule", "schedule_slot"
 
 
-def slot_job_id(name: str, slot: float) -> str:
-    """The job id of `name`'s slot at `slot` (whole epoch seconds): deterministic."""
-    return str(uuid.uuid5(SLOT_NAMESPACE, f"{name}\x00{int(slot)}"))
+def slot_job_id(key: str, name: str, slot: float) -> str:
+    """The job id of `name`'s slot at `slot` (whole epoch seconds) under the schedule's secret `key`:
+    the same for the same slot, unpredictable without the key (an HMAC-SHA256, as a UUID)."""
+    digest = hmac.new(key.encode(), f"{name}\x00{int(slot)}".encode(), hashlib.sha256).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
 
 
 def _text(value: Any) -> str:
@@ -180,22 +189,46 @@ def decide(store: StateStore, name: str, now: float) -> Decision | None:
         plan = plan_misfire(schedule, float(row.decided_until), now)
         if plan.watermark is None:
             return None
+        key = row.slot_key or _new_slot_key(unit, name)
         fired: list[Fired] = []
+        conflicts: set[int] = set()
         for slot in plan.fire:
-            job = build_job(template, name, slot, slot_job_id(name, slot))
+            job = build_job(template, name, slot, slot_job_id(key, name, slot))
             kind = "missed" if now - slot > schedule.grace else "on_time"
-            if schedule_queries.insert_slot(unit, name, float(slot), job.job_id, kind):
-                unit.register([job])
-                fired.append(Fired(name, slot, job.job_id, kind, job.message))
+            if not schedule_queries.insert_slot(unit, name, float(slot), job.job_id, kind):
+                continue
+            if not unit.register([job]) and _taken(unit, job):
+                schedule_queries.slot_conflict(unit, name, float(slot))
+                _event(store, unit, name, "slot_conflict", detail={"slot": slot, "job_id": job.job_id})
+                conflicts.add(slot)
+                continue
+            fired.append(Fired(name, slot, job.job_id, kind, job.message))
         schedule_queries.decide(unit, name, decided_until=float(plan.watermark),
                                 next_slot=float(schedule.timing.next_after(plan.watermark)),
-                                last_slot=float(max(plan.fire)) if plan.fire else None)
+                                last_slot=max((float(s) for s in plan.fire if s not in conflicts), default=None))
         if plan.missed:
             _event(store, unit, name, "misfire", detail={
                 "policy": schedule.misfire, "missed": plan.missed, "skipped": plan.skipped,
                 "first_skipped": plan.first_skipped, "last_skipped": plan.last_skipped, "counted": plan.counted,
                 "fired": [f.slot for f in fired if f.kind == "missed"], "at": now})
     return Decision(name, schedule.misfire, plan, tuple(fired))
+
+
+def _new_slot_key(unit: UnitOfWork, name: str) -> str:
+    """A fresh secret for `name`'s slot ids, stored under the row lock the caller holds."""
+    key = secrets.token_hex(32)
+    schedule_queries.set_slot_key(unit, name, key)
+    return key
+
+
+def _taken(unit: UnitOfWork, job: NewJob) -> bool:
+    """Whether the job already registered under `job`'s id carries other content (another delivery
+    digest: reliable.delivery_digest) than `job`."""
+    found = schedule_queries.registered(unit, job.job_id)
+    if found is None:
+        return False
+    digest = message_digest({**job.message, "actor_name": job.actor})
+    return found.actor != job.actor or (found.delivery_digest is not None and found.delivery_digest != digest)
 
 
 def due_names(store: StateStore, now: float) -> list[str]:

@@ -43,6 +43,7 @@ class ScheduleGauge:
     paused: bool
     next_slot: float | None
     last_slot: float | None
+    slot_conflicts: int = 0  # slots whose job id another job held (not fired)
 
 
 @dataclass(frozen=True)
@@ -119,10 +120,11 @@ def _open_workflows(conn: Connection) -> dict[str, int]:
 
 
 def _schedule_slots(conn: Connection) -> list[ScheduleGauge]:
-    stmt = select(schedules.c.name, schedules.c.paused, schedules.c.next_slot, schedules.c.last_slot)
+    stmt = select(schedules.c.name, schedules.c.paused, schedules.c.next_slot, schedules.c.last_slot,
+                  schedules.c.slot_conflicts)
     return [ScheduleGauge(name, bool(paused), None if upcoming is None else float(upcoming),
-                          None if last is None else float(last))
-            for name, paused, upcoming, last in conn.execute(stmt.order_by(schedules.c.name))]
+                          None if last is None else float(last), int(conflicts or 0))
+            for name, paused, upcoming, last, conflicts in conn.execute(stmt.order_by(schedules.c.name))]
 
 
 def _limits(conn: Connection) -> list[tuple[str, int, int]]:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from .named_rows import Executor, Query, Statement
 
-__all__ = ["DueSchedule", "FiredSlot", "InsertedSchedule", "InsertedSlot", "LockedSchedule", "ScheduleEventRow",
-           "SlotCount", "StoredSchedule", "add_event",
-           "count_slots", "decide", "delete", "due", "get", "insert", "insert_slot", "list_all", "list_events",
-           "list_slots", "lock", "redeclare", "set_paused"]
+__all__ = ["DueSchedule", "FiredSlot", "InsertedSchedule", "InsertedSlot", "LockedSchedule", "RegisteredJob",
+           "ScheduleEventRow", "SlotCount", "StoredSchedule", "add_event", "count_slots", "decide", "delete", "due",
+           "get", "insert", "insert_slot", "list_all", "list_events", "list_slots", "lock", "redeclare", "registered",
+           "set_paused", "set_slot_key", "slot_conflict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,7 @@ class LockedSchedule:
     next_slot: float | None
     last_slot: float | None
     now: float
+    slot_key: str | None  # the secret slot job ids derive from (None until the first decision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,15 @@ class ScheduleEventRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RegisteredJob:
+    """What a job was registered with: its actor and delivery digest (None: registered before digests)."""
+
+    job_id: str
+    actor: str
+    delivery_digest: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class SlotCount:
     """How many slots a schedule fired."""
 
@@ -119,6 +129,10 @@ _GET = Query("get_schedule", StoredSchedule)
 _LIST_SLOTS = Query("list_schedule_slots", FiredSlot)
 _LIST_EVENTS = Query("list_schedule_events", ScheduleEventRow)
 _COUNT_SLOTS = Query("count_schedule_slots", SlotCount)
+_SET_SLOT_KEY = Statement("set_schedule_slot_key")
+_SLOT_CONFLICT = Statement("schedule_slot_conflict")
+_UNFIRE_SLOT = Statement("unfire_schedule_slot")
+_REGISTERED = Query("registered_digests", RegisteredJob)
 
 
 def add_event(executor: Executor, schedule: str, event: str, *, operator: str | None, reason: str | None,
@@ -152,6 +166,23 @@ def insert_slot(executor: Executor, schedule: str, slot_at: float, job_id: str, 
     """Record the slot fired with `job_id`; False when it had fired already (nothing written)."""
     return _INSERT_SLOT.one(executor, {"schedule": schedule, "slot_at": slot_at, "job_id": job_id,
                                        "kind": kind}) is not None
+
+
+def set_slot_key(executor: Executor, name: str, slot_key: str) -> None:
+    """Store the schedule's slot key unless it has one (under the row `lock` holds)."""
+    _SET_SLOT_KEY.run(executor, {"name": name, "slot_key": slot_key})
+
+
+def registered(executor: Executor, job_id: str) -> RegisteredJob | None:
+    """What the job `job_id` was registered with (None: no such job)."""
+    return _REGISTERED.one(executor, {"job_ids": [job_id]})
+
+
+def slot_conflict(executor: Executor, name: str, slot_at: float) -> None:
+    """Take back the slot row `insert_slot` just wrote (its job id is another job's) and count the
+    conflict on the schedule."""
+    _UNFIRE_SLOT.run(executor, {"schedule": name, "slot_at": slot_at})
+    _SLOT_CONFLICT.run(executor, {"name": name})
 
 
 def decide(executor: Executor, name: str, *, decided_until: float, next_slot: float,

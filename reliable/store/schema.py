@@ -443,6 +443,10 @@ schedules = Table(
     Column("last_slot", Double),  # the last slot that fired
     Column("created_at", Double, nullable=False),
     Column("updated_at", Double, nullable=False),
+    # Migration 0021: the secret slot job ids are derived from (set by the first decision; never
+    # listed) and how many slots found their id taken by another job.
+    Column("slot_key", String(64)),
+    Column("slot_conflicts", Integer, nullable=False, server_default="0"),
 )
 
 schedule_slots = Table(
@@ -450,7 +454,7 @@ schedule_slots = Table(
     metadata,
     Column("schedule", String(255), primary_key=True),
     Column("slot_at", Double, primary_key=True),  # the slot's UTC instant, whole seconds
-    Column("job_id", String(64), nullable=False),  # uuid5 of schedule and slot: the same slot, the same job
+    Column("job_id", String(64), nullable=False),  # HMAC of schedule, slot under slot_key: one slot, one job
     Column("kind", String(16), nullable=False),  # on_time | missed (fired by the misfire policy)
     Column("fired_at", Double, nullable=False),
 )

@@ -7,7 +7,7 @@ import json
 import pika
 import pytest
 from click.testing import CliRunner, Result
-from schedules_support import T0, template
+from schedules_support import T0, slot_id, template
 
 from reliable import Schedule
 from reliable.cli.main import cli
@@ -46,7 +46,7 @@ def test_list(sqlite_url: str) -> None:
 
 def test_show_lists_slots_with_jobs_and_the_audit_trail(sqlite_url: str) -> None:
     store = seeded(sqlite_url)
-    job_id = storage.slot_job_id("minutely", T0 + 120)
+    job_id = slot_id(store, "minutely", T0 + 120)
     done = run(sqlite_url, "show", "minutely")
     assert done.exit_code == 0, done.output
     assert "schedule minutely: every 60s -> work(args=[], kwargs={})" in done.output
@@ -54,7 +54,7 @@ def test_show_lists_slots_with_jobs_and_the_audit_trail(sqlite_url: str) -> None
     assert "declared" in done.output
     shown = json.loads(run(sqlite_url, "show", "minutely", "--json").output)
     assert [(s["slot_at"], s["job_id"], s["status"]) for s in shown["slots"]] == [
-        (T0 + 120, job_id, "PENDING"), (T0 + 60, storage.slot_job_id("minutely", T0 + 60), "PENDING")]
+        (T0 + 120, job_id, "PENDING"), (T0 + 60, slot_id(store, "minutely", T0 + 60), "PENDING")]
     assert store.get(job_id).status is JobStatus.PENDING
     missing = run(sqlite_url, "show", "nope")
     assert missing.exit_code == 2 and "no schedule named 'nope'" in missing.output

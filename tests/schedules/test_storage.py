@@ -4,7 +4,7 @@ trigger audited, misfire decisions recorded."""
 from __future__ import annotations
 
 import pytest
-from schedules_support import T0, template
+from schedules_support import T0, slot_id, template
 from sqlalchemy import func, select, update
 
 from reliable import ReasonRequired, Schedule, ScheduleNotFound
@@ -57,7 +57,7 @@ def test_each_slot_fires_once_with_a_deterministic_job(clocked: tuple[StateStore
     assert first.unpublished == (first.fired[0].job_id,)  # no broker: left to the sweeper
     assert scheduler.tick(T0 + MINUTE).fired == ()  # decided already
     job = store.get(first.fired[0].job_id)
-    assert job.job_id == storage.slot_job_id("m", T0 + MINUTE)
+    assert job.job_id == slot_id(store, "m", T0 + MINUTE)
     assert job.status is JobStatus.PENDING and job.owner == "team-a" and job.message["kwargs"] == {"k": 1}
     assert job.message["options"]["schedule"] == "m" and job.message["options"]["schedule_slot"] == T0 + MINUTE
     assert job.trace_id and job.message["options"]["trace_id"] == job.trace_id

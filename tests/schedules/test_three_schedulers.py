@@ -19,9 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from schedules_support import slot_id
 from sqlalchemy import func, select
 
-from reliable.schedules.storage import list_events, slot_job_id
+from reliable.schedules.storage import list_events
 from reliable.states import JobStatus
 from reliable.store import StateStore
 from reliable.store.schema import jobs, schedule_slots
@@ -138,7 +139,7 @@ def test_three_schedulers_fire_each_slot_once_then_apply_the_misfire_policies(
         total = DAY + 2 * 96
         with pg_store.read() as conn:
             job_ids = set(conn.execute(select(jobs.c.job_id)).scalars())
-        assert job_ids == {slot_job_id(name, s) for name, found in slots.items() for s in found}
+        assert job_ids == {slot_id(pg_store, name, s) for name, found in slots.items() for s in found}
         assert len(job_ids) == total
         wait_for(lambda: succeeded(pg_store) == total, f"{total} slot jobs done", timeout=90,
                  context=worker.output)

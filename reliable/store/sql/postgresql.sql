@@ -322,7 +322,7 @@ UPDATE reliable_workflow_nodes SET result = %(result)s, result_note = %(result_n
 -- name: lock_schedule
 -- Also the transaction's time, which every later statement of it uses (one round trip fewer).
 SELECT name, definition, template, paused, decided_until, next_slot, last_slot,
-    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
+    coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now, slot_key
 FROM reliable_schedules WHERE name = %(name)s
 FOR UPDATE;
 
@@ -364,6 +364,19 @@ VALUES (%(schedule)s, %(slot_at)s::float8, %(job_id)s, %(kind)s,
     coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8))
 ON CONFLICT (schedule, slot_at) DO NOTHING
 RETURNING job_id;
+
+-- name: set_schedule_slot_key
+-- The secret a schedule's slot job ids are derived from, set once by the first decision that needs
+-- it, under the row lock_schedule holds (so two schedulers never pick two keys).
+UPDATE reliable_schedules SET slot_key = %(slot_key)s WHERE name = %(name)s AND slot_key IS NULL;
+
+-- name: schedule_slot_conflict
+-- A slot whose job id another job holds (other content): the slot is not fired, the schedule counts it.
+UPDATE reliable_schedules SET slot_conflicts = slot_conflicts + 1 WHERE name = %(name)s;
+
+-- name: unfire_schedule_slot
+-- The slot row insert_schedule_slot just wrote, taken back (its job id was taken: a conflict).
+DELETE FROM reliable_schedule_slots WHERE schedule = %(schedule)s AND slot_at = %(slot_at)s::float8;
 
 -- name: schedule_event
 INSERT INTO reliable_schedule_events (schedule, at, event, operator, reason, host, detail)

@@ -236,7 +236,7 @@ UPDATE reliable_workflow_nodes SET result = :result, result_note = :result_note 
 -- reads its row first (lock_schedule), so every scheduler decides from what the last one wrote.
 
 -- name: lock_schedule
-SELECT name, definition, template, paused, decided_until, next_slot, last_slot, :now AS now
+SELECT name, definition, template, paused, decided_until, next_slot, last_slot, :now AS now, slot_key
 FROM reliable_schedules WHERE name = :name;
 
 -- name: insert_schedule
@@ -271,6 +271,19 @@ INSERT INTO reliable_schedule_slots (schedule, slot_at, job_id, kind, fired_at)
 VALUES (:schedule, :slot_at, :job_id, :kind, :now)
 ON CONFLICT (schedule, slot_at) DO NOTHING
 RETURNING job_id;
+
+-- name: set_schedule_slot_key
+-- The secret a schedule's slot job ids are derived from, set once by the first decision that needs
+-- it, under the row lock_schedule holds (so two schedulers never pick two keys).
+UPDATE reliable_schedules SET slot_key = :slot_key WHERE name = :name AND slot_key IS NULL;
+
+-- name: schedule_slot_conflict
+-- A slot whose job id another job holds (other content): the slot is not fired, the schedule counts it.
+UPDATE reliable_schedules SET slot_conflicts = slot_conflicts + 1 WHERE name = :name;
+
+-- name: unfire_schedule_slot
+-- The slot row insert_schedule_slot just wrote, taken back (its job id was taken: a conflict).
+DELETE FROM reliable_schedule_slots WHERE schedule = :schedule AND slot_at = :slot_at;
 
 -- name: schedule_event
 INSERT INTO reliable_schedule_events (schedule, at, event, operator, reason, host, detail)
