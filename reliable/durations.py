@@ -10,7 +10,9 @@ smallest, each unit at most once:
 
 Numbers may have a fraction ("1.5h"). Units are lowercase; no spaces inside ("5 m" is refused).
 Negative, infinite and NaN values, booleans and other types are refused with a ValueError whose
-message shows these forms; the caller adds the field or option it was reading.
+message shows these forms; the caller adds the field or option it was reading. So is anything longer
+than `MAX_DURATION` (100 years): no setting means more, and a time that far back or ahead is out of
+the range of dates (`99999999999999999999d` would overflow wherever it is subtracted from now).
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["FORMS", "UNITS", "format_duration", "format_prometheus", "parse_duration"]
+__all__ = ["FORMS", "MAX_DURATION", "UNITS", "DurationTooLong", "format_duration", "format_prometheus",
+           "parse_duration"]
 
 #: Unit suffix -> seconds, largest first (the order units must be written in).
 UNITS: dict[str, float] = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+#: The longest duration accepted, in seconds: 100 years of 365.25 days (36525d).
+MAX_DURATION = 36525 * 86400.0
+
+
+class DurationTooLong(ValueError):
+    """A duration of the grammar, longer than MAX_DURATION."""
+
 
 #: The accepted forms, as every error message states them.
 FORMS = ("expected a number of seconds (90, 1.5) or numbers with units, largest first, from "
@@ -44,12 +55,22 @@ def parse_duration(value: object) -> float:
             raise ValueError(f"bad duration {value!r}: {FORMS}")
         if negative and seconds:
             raise ValueError(f"bad duration {value!r}: expected zero or more")
-        return seconds
-    seconds = float(value)
-    if math.isnan(seconds) or math.isinf(seconds):
+        return _bounded(value, seconds)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past float's range
+        seconds = math.inf
+    if math.isnan(seconds) or (math.isinf(seconds) and not isinstance(value, int)):
         raise ValueError(f"bad duration {value!r}: expected a finite number")
     if seconds < 0:
         raise ValueError(f"bad duration {value!r}: expected zero or more")
+    return _bounded(value, seconds)
+
+
+def _bounded(value: object, seconds: float) -> float:
+    if seconds > MAX_DURATION:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+        raise DurationTooLong(f"bad duration {shown}: at most {MAX_DURATION:.0f} seconds (36525d, 100 years)")
     return seconds
 
 
@@ -62,7 +83,7 @@ def _parse_text(text: str) -> float | None:
             return None
         seconds = sum(float(amount) * UNITS[name[2:]] for name, amount in match.groupdict().items()
                       if amount is not None)
-    return seconds if math.isfinite(seconds) else None
+    return seconds if math.isfinite(seconds) else math.inf  # past the bound: refused by the caller
 
 
 def format_duration(seconds: float) -> str:

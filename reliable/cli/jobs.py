@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..disclosure import ATTEMPT_FIELDS, EVENT_FIELDS, JOB_FIELDS, disclosed
-from ..durations import parse_duration
+from ..durations import DurationTooLong, parse_duration
 from ..states import FAILURE_OUTCOMES
 from ..store import Attempt, Job, JobEvent, StateStore
 from ..store.job_history import last_failure
@@ -173,8 +173,8 @@ def parse_since(ctx: click.Context | None, param: click.Parameter | None,
         return None
     try:
         return timedelta(seconds=parse_duration(value))
-    except OverflowError:
-        raise click.BadParameter(f"{value!r} reaches back further than any event could") from None
+    except DurationTooLong as exc:
+        raise click.BadParameter(str(exc)) from None
     except ValueError:
         pass
     try:

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reliable.durations import FORMS, UNITS, format_duration, format_prometheus, parse_duration
+from reliable.durations import (
+    FORMS,
+    MAX_DURATION,
+    UNITS,
+    DurationTooLong,
+    format_duration,
+    format_prometheus,
+    parse_duration,
+)
 
 
 @pytest.mark.parametrize(("value", "seconds"), [
@@ -48,7 +56,20 @@ def test_refuses_a_number_too_large_for_a_float() -> None:
         parse_duration("9" * 400 + "s")
 
 
-@given(st.dictionaries(st.sampled_from(list(UNITS)), st.integers(0, 10_000), min_size=1))
+@pytest.mark.parametrize("value", ["99999999999999999999d", "9999999999w", "36526d", "3155760001", 3155760001,
+                                   10**400, 1e300, "5218w"])
+def test_a_duration_past_the_bound_is_refused_naming_it(value: object) -> None:
+    # Issue 38: `db prune --older-than 99999999999999999999d` was an OverflowError deeper down.
+    with pytest.raises(DurationTooLong, match=r"at most 3155760000 seconds \(36525d, 100 years\)"):
+        parse_duration(value)
+
+
+def test_the_bound_itself_is_accepted() -> None:
+    assert parse_duration("36525d") == parse_duration("5217w6d") == MAX_DURATION
+    assert parse_duration(MAX_DURATION) == MAX_DURATION
+
+
+@given(st.dictionaries(st.sampled_from(list(UNITS)), st.integers(0, 2_000), min_size=1))
 def test_any_units_largest_first_sum_up(amounts: dict[str, int]) -> None:
     text = "".join(f"{amounts[unit]}{unit}" for unit in UNITS if unit in amounts)
     assert parse_duration(text) == pytest.approx(sum(n * UNITS[u] for u, n in amounts.items()))
