@@ -7,9 +7,10 @@
     ])
     workflow_id = wf.submit()
 
-Checked here, before anything is stored: node names are unique, dependencies name declared nodes,
-the graph has no cycle, arguments are JSON. Dramatiq's `pipeline` and `group` map onto workflows
-(`from_pipeline`, `from_group`). Pure: no I/O (`submit` hands the workflow to reliable.workflows.engine).
+Checked here, before anything is stored: at most `MAX_NODES` nodes, node names are unique,
+dependencies name declared nodes, the graph has no cycle, arguments are JSON. Dramatiq's `pipeline`
+and `group` map onto workflows (`from_pipeline`, `from_group`). Pure: no I/O (`submit` hands the
+workflow to reliable.workflows.engine).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from .graph import WorkflowDefinitionError, descendants, input_digest, topological
 
 __all__ = [
+    "MAX_NODES",
     "ON_UPSTREAM_FAILURE",
     "TRIGGERS",
     "Node",
@@ -49,6 +51,9 @@ _LINK_OPTIONS = frozenset({"pipe_target", "pipe_ignore", "on_success", "on_failu
                            "group_completion_callbacks", "workflow_id", "workflow_node", "parent_job_id"})
 
 _MAX_NAME = 255
+#: The most nodes a workflow may declare: one is stored, drawn and advanced in one transaction, so
+#: a bigger one is better split into workflows that start each other (docs/workflows.md).
+MAX_NODES = 10_000
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,9 @@ def _validate(name: str, nodes: Sequence[Node]) -> None:
         raise WorkflowDefinitionError(f"workflow name must be 1 to {_MAX_NAME} characters, got {name!r}")
     if not nodes:
         raise WorkflowDefinitionError(f"workflow {name!r} has no nodes")
+    if len(nodes) > MAX_NODES:
+        raise WorkflowDefinitionError(f"workflow {name!r} has {len(nodes)} nodes, more than the limit of "
+                                      f"{MAX_NODES} (MAX_NODES): split it into workflows")
     seen: set[str] = set()
     for each in nodes:
         where = f"workflow {name!r}, node {each.name!r}"

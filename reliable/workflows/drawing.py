@@ -27,22 +27,22 @@ def draw_dag(order: Sequence[str], parents: Mapping[str, Sequence[str]], labels:
     first_parent = {name: parents[name][0] for name in order if parents.get(name)}
     lines: list[str] = []
     drawn: set[str] = set()
-
-    def draw(name: str, prefix: str, connector: str, via: str | None) -> None:
+    # Depth first with its own stack (no recursion: a chain of any length is drawn); the children
+    # go on it last first, so each is drawn, with all below it, before its next sibling.
+    pending: list[tuple[str, str, str, str | None]] = [
+        (name, "", "", None) for name in reversed(order) if not parents.get(name)]
+    while pending:
+        name, prefix, connector, via = pending.pop()
         label = labels.get(name, "")
         if name in drawn or (via is not None and first_parent.get(name) != via):
             lines.append(f"{prefix}{connector}{name}  (drawn {'above' if name in drawn else 'below'})")
-            return
+            continue
         drawn.add(name)
         lines.append(f"{prefix}{connector}{name}" + (f"  {label}" if label else ""))
         below = children[name]
         extension = prefix + ("" if not connector else ("    " if connector == "└── " else "│   "))
-        for index, child in enumerate(below):
-            draw(child, extension, "└── " if index == len(below) - 1 else "├── ", name)
-
-    for name in order:
-        if not parents.get(name):
-            draw(name, "", "", None)
+        pending.extend((child, extension, "└── " if index == len(below) - 1 else "├── ", name)
+                       for index, child in reversed(list(enumerate(below))))
     return lines
 
 
@@ -61,17 +61,29 @@ def dag_layers(order: Sequence[str], parents: Mapping[str, Sequence[str]]) -> di
     """Each node's (layer, row): its layer is the longest path from a root, its row its place among the
     layer's nodes in declaration order. Pure."""
     layer: dict[str, int] = {}
-
-    def depth(name: str, seen: frozenset[str] = frozenset()) -> int:
-        if name not in layer:
-            above = [p for p in parents.get(name, ()) if p not in seen]
-            layer[name] = 1 + max((depth(p, seen | {name}) for p in above), default=-1)
-        return layer[name]
+    # Depth first with its own stack (no recursion): a node's layer is set once its parents' are; a
+    # parent on the current path (a cycle, which a declaration refuses) is not counted.
+    for start in order:
+        if start in layer:
+            continue
+        path, on_path = [start], {start}
+        pending = [iter(parents.get(start, ()))]
+        while pending:
+            parent = next(pending[-1], None)
+            if parent is None:
+                pending.pop()
+                name = path.pop()
+                on_path.discard(name)
+                layer[name] = 1 + max((layer[p] for p in parents.get(name, ()) if p in layer), default=-1)
+            elif parent not in layer and parent not in on_path:
+                path.append(parent)
+                on_path.add(parent)
+                pending.append(iter(parents.get(parent, ())))
 
     rows: dict[int, int] = {}
     placed: dict[str, tuple[int, int]] = {}
     for name in order:
-        column = depth(name)
+        column = layer[name]
         placed[name] = (column, rows.get(column, 0))
         rows[column] = rows.get(column, 0) + 1
     return placed

@@ -33,24 +33,32 @@ def input_digest(each: Node, code_version: str | None) -> str:
 
 def topological(parents: Mapping[str, Sequence[str]]) -> list[str]:
     """The nodes in an order where every node comes after its parents (declaration order kept
-    among nodes that are free); raises WorkflowDefinitionError naming a cycle."""
+    among nodes that are free); raises WorkflowDefinitionError naming a cycle.
+
+    A depth-first walk with its own stack (no recursion: a chain of any length, declared in any
+    order, is sorted), each node placed after all its parents."""
     order: list[str] = []
     state: dict[str, int] = {}  # 1: on the current path, 2: placed
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = [*path[path.index(name):], name]
-            raise WorkflowDefinitionError("the workflow has a cycle: " + " -> ".join(cycle))
-        state[name] = 1
-        for parent in parents[name]:
-            visit(parent, [*path, name])
-        state[name] = 2
-        order.append(name)
-
-    for name in parents:
-        visit(name, [])
+    for root in parents:
+        if state.get(root) == 2:
+            continue
+        path = [root]
+        state[root] = 1
+        pending = [iter(parents[root])]
+        while pending:
+            parent = next(pending[-1], None)
+            if parent is None:  # every parent of path[-1] placed: place it
+                pending.pop()
+                done = path.pop()
+                state[done] = 2
+                order.append(done)
+            elif state.get(parent) == 1:
+                cycle = [*path[path.index(parent):], parent]
+                raise WorkflowDefinitionError("the workflow has a cycle: " + " -> ".join(cycle))
+            elif state.get(parent) != 2:
+                state[parent] = 1
+                path.append(parent)
+                pending.append(iter(parents[parent]))
     return order
 
 
