@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .inputs import MAX_NAME, check_length
 from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
 from .store import StateStore
 from .store.api_tokens import insert_token, revoke_token, token_row, token_rows, touch_token
@@ -167,6 +168,7 @@ class ApiTokens:
         """A new token for `name`; returns it and its plain text (shown once, never stored)."""
         if not name.strip():
             raise ConfigError("a token needs a name: the identity its actions are audited under")
+        check_length("name", name, limit=MAX_NAME)
         role_policy(name, role)  # validates the role
         if role != "operator" and (queues or owners):
             raise ConfigError(f"--queue/--owner scope an operator token; a {role} token has no scope")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .errors import InvalidReason, ReasonRequired
-from .inputs import text_problem
+from .inputs import check_length, text_problem
 from .operators import COMMANDS, Operator, OperatorsPolicy
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job
@@ -70,11 +70,13 @@ def command_states(command: str) -> tuple[JobStatus, ...]:
 
 
 def require_reason(command: str, reason: str | None) -> None:
-    """Raise ReasonRequired when `command` needs a reason and `reason` is missing or blank.
+    """Raise ReasonRequired when `command` needs a reason and `reason` is missing or blank, and
+    TextTooLong when it is longer than `inputs.MAX_TEXT`.
 
     The one check of the rule: `Control` makes it before reading the job, the CLI before opening
-    the store, so a forgotten reason writes nothing (no `command_refused` either).
+    the store, so a forgotten or over-long reason writes nothing (no `command_refused` either).
     """
+    check_length("reason", reason, where=command)
     if command in NEEDS_REASON and not (reason and reason.strip()):
         raise ReasonRequired(command)
 

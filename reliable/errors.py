@@ -5,7 +5,8 @@
     │   ├── PolicyError             a policy / rule file is wrong (names file, line, field)
     │   ├── BrokerConfigError       RabbitMQ queues or timeouts do not fit (stops a worker's boot)
     │   ├── ReasonRequired          an operator command without a reason (nothing was written)
-    │   └── InvalidReason           a reason with control characters (the refusal is audited)
+    │   ├── InvalidReason           a reason with control characters (the refusal is audited)
+    │   └── TextTooLong             a human-entered text past reliable.inputs.MAX_TEXT (nothing written)
     ├── StoreError                  the state store cannot serve the request
     │   ├── StoreUnavailable        an outage: the database cannot be reached (waiting can help)
     │   │   └── SendTimedOut        `.send()` waited its send_timeout for the store; nothing was sent
@@ -105,6 +106,15 @@ class InvalidReason(ConfigError):
     def __init__(self, command: str, problem: str) -> None:
         self.command = command
         super().__init__(f"{command}: field 'reason': {problem}")
+
+
+class TextTooLong(ConfigError):
+    """A human-entered text (a reason, a name, a label) longer than its limit (reliable.inputs:
+    `MAX_TEXT`, or `MAX_NAME` for a name); raised before anything is read or written."""
+
+    def __init__(self, field: str, problem: str, *, where: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{where + ': ' if where else ''}field {field!r}: {problem}")
 
 
 class BrokerConfigError(ConfigError, MiddlewareError):

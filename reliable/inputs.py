@@ -11,7 +11,12 @@ Every way a value enters reliable passes one of these checks before it reaches t
 - a text field of the API or the console (`text_problem`): no control characters but tab, newline
   and carriage return (PostgreSQL's text cannot hold NUL), no lone surrogates; a 400 names the field;
 - a message (`message_size_problem`): at most `MAX_MESSAGE_BYTES` bytes of JSON as stored with
-  its job (arguments, keyword arguments and options together).
+  its job (arguments, keyword arguments and options together);
+- a text a person typed (`check_length`): a reason or a label at most `MAX_TEXT` characters, a name
+  (an operator's, a token's: stored in 255-character columns) at most `MAX_NAME`. The one check of
+  the API, the console and the CLI (`commands.require_reason` makes it for every command's reason,
+  before anything is read or written); the console shows a shortened reason where it repeats one on
+  every page (the paused queues' banner) and the whole on the queue's page.
 
 `clip` cuts a value for a log line or a label, marking what it left out.
 """
@@ -21,8 +26,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "clip", "escape_controls", "job_id_problem", "message_size_problem",
-           "text_problem"]
+from .errors import TextTooLong
+
+__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_TEXT", "check_length", "clip", "escape_controls",
+           "job_id_problem", "message_size_problem", "text_problem"]
 
 #: The longest job id, in characters (the id columns are VARCHAR(255): migrations 0015 and 0016).
 MAX_JOB_ID = 255
@@ -30,6 +37,13 @@ MAX_JOB_ID = 255
 #: big payloads elsewhere (an object store) and send their key: every copy of the message, every
 #: re-dispatch and the job's row carry it whole.
 MAX_MESSAGE_BYTES = 1024 * 1024
+
+#: The longest reason or label a person may enter, in characters: a few paragraphs and links. Longer
+#: is refused: every audit record, listing and console page that shows it repeats it.
+MAX_TEXT = 1000
+#: The longest name a person may enter (an operator's, a token's), in characters: their columns are
+#: VARCHAR(255).
+MAX_NAME = 255
 
 _ID_REFUSED = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _TEXT_REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -60,6 +74,13 @@ def text_problem(value: str) -> str | None:
     if found is None:
         return None
     return f"control characters are not allowed ({_char(found)})"
+
+
+def check_length(field: str, value: str | None, *, limit: int = MAX_TEXT, where: str | None = None) -> None:
+    """Raise TextTooLong naming `field` (and `where`, e.g. the command) when `value` is longer than
+    `limit` characters (`MAX_TEXT`; `MAX_NAME` for a name). None passes."""
+    if value is not None and len(value) > limit:
+        raise TextTooLong(field, f"at most {limit} characters, this one has {len(value)}", where=where)
 
 
 def escape_controls(text: str) -> str:

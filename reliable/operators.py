@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import NotAuthorized, PolicyError
+from .inputs import MAX_NAME, check_length
 from .yamlfile import compose, read_text
 
 __all__ = ["COMMANDS", "COMMAND_ORDER", "ENV_OPERATOR", "SYNONYMS", "Operator", "OperatorsPolicy", "Rule"]
@@ -67,8 +68,10 @@ class Operator:
         env = os.environ if environ is None else environ
         hostname = host or socket.gethostname()
         if name:
+            check_length("operator", name, limit=MAX_NAME)
             return cls(name, hostname, "option")
         if env.get(ENV_OPERATOR):
+            check_length(ENV_OPERATOR, env[ENV_OPERATOR], limit=MAX_NAME)
             return cls(env[ENV_OPERATOR], hostname, "env")
         try:
             user = getpass.getuser()

@@ -19,7 +19,8 @@ from rich.table import Column, Table
 
 from ..compat.rich_internals import plain_cells
 from ..durations import parse_duration
-from ..errors import ConfigError, ReliableError
+from ..errors import ConfigError, ReliableError, TextTooLong
+from ..inputs import MAX_TEXT, check_length
 from ..redact import redact_url
 from ..states import JobStatus
 from ..store import StateStore, selection
@@ -156,6 +157,27 @@ class Duration(click.ParamType):  # type: ignore[type-arg]  # generic in recent 
             self.fail(f"bad duration {value!r}: expected more than zero", param, ctx)
         return seconds
 
+
+class HumanText(click.ParamType):  # type: ignore[type-arg]  # generic in recent click only
+    """A text a person types (a reason): at most `limit` characters (reliable.inputs.check_length),
+    else a usage error naming the option, before anything is opened."""
+
+    name = "text"
+
+    def __init__(self, limit: int = MAX_TEXT) -> None:
+        self.limit = limit
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """`value` as given; a usage error when it is too long."""
+        try:
+            check_length(param.name or "value" if param else "value", str(value), limit=self.limit)
+        except TextTooLong as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+#: The --reason of every command: at most MAX_TEXT characters.
+REASON = HumanText()
 
 #: Any duration (zero allowed), and one that must be longer than zero (an interval).
 DURATION = Duration()

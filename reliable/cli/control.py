@@ -25,6 +25,7 @@ from ..store.selection import count_jobs, select_jobs
 from .common import (
     BROKER_QUEUES_HELP,
     DURATION,
+    REASON,
     emit_json,
     job_id_argument,
     open_source,
@@ -84,8 +85,9 @@ def control_options(func: F) -> F:
     """The options every operator command takes (store, identity, authorization, bulk safety, output)."""
     options = [
         source_options,
-        click.option("--reason", help="Why you are doing this (required, also with --dry-run); recorded on every "
-                                      "job the command changes."),
+        click.option("--reason", type=REASON,
+                     help="Why you are doing this (required, also with --dry-run); recorded on every job the "
+                          "command changes."),
         click.option("--operator", "operator_name",
                      help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]."),
         click.option("--operators-file", type=click.Path(dir_okay=False), envvar=ENV_OPERATORS_FILE, show_envvar=True,

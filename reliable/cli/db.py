@@ -8,7 +8,16 @@ import click
 
 from ..durations import format_duration
 from ..store import StateStore, fencing, migrate
-from .common import POSITIVE_DURATION, STATE_CHOICE, emit_json, fmt_time, handle_errors, open_store, store_option
+from .common import (
+    POSITIVE_DURATION,
+    REASON,
+    STATE_CHOICE,
+    emit_json,
+    fmt_time,
+    handle_errors,
+    open_store,
+    store_option,
+)
 
 
 @click.group()
@@ -93,7 +102,7 @@ def raise_lease_floor(store_url: str, above_timeline: int, as_json: bool) -> Non
               help="Jobs per batch: a worker writing to the store waits for one batch at most.")
 @click.option("--operator", "operator_name", help="Who you are, for the audit record [default: $RELIABLE_OPERATOR, "
                                                   "else your OS user].")
-@click.option("--reason", default="retention", show_default=True, help="Why, for the audit record.")
+@click.option("--reason", type=REASON, default="retention", show_default=True, help="Why, for the audit record.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {store, cut, dry_run, counted, deleted, seconds, rows_per_second, longest_batch, "
                    "operation_id}.")

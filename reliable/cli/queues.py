@@ -13,7 +13,7 @@ from rich.table import Table
 from ..durations import format_duration
 from ..errors import NotAuthorized
 from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from .common import emit_json, fmt_time, handle_errors, open_source, print_table, source_options, stdout_console
+from .common import REASON, emit_json, fmt_time, handle_errors, open_source, print_table, source_options, stdout_console
 
 __all__ = ["EXIT_REFUSED", "EXIT_UNCHANGED", "queues"]
 
@@ -77,7 +77,7 @@ def _options(func: Any) -> Any:
     func = click.option("--operator", "operator_name",
                         help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]; "
                              "with --api the token's name.")(func)
-    return click.option("--reason", help="Why (required); recorded in the queue's audit trail.")(func)
+    return click.option("--reason", type=REASON, help="Why (required); recorded in the queue's audit trail.")(func)
 
 
 def _set(command: str, queue: str, store_url: str | None, api_url: str | None, token_file: str | None,

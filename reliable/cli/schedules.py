@@ -19,6 +19,7 @@ from ..store import StateStore
 from .common import (
     BROKER_QUEUES_HELP,
     POSITIVE_DURATION,
+    REASON,
     emit_json,
     fmt_time,
     handle_errors,
@@ -55,7 +56,7 @@ def _operator_options(func: F) -> F:
                              "resume/restart/discard on the schedule's queue and owner.")(func)
     func = click.option("--operator", "operator_name",
                         help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user].")(func)
-    return click.option("--reason", help="Why (required); recorded in the schedule's audit trail.")(func)
+    return click.option("--reason", type=REASON, help="Why (required); recorded in the schedule's audit trail.")(func)
 
 
 def _rabbitmq(url: str) -> Any:

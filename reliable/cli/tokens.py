@@ -9,6 +9,7 @@ from ..access import ROLES, ApiTokens
 from ..operators import Operator
 from .common import (
     POSITIVE_DURATION,
+    REASON,
     emit_json,
     fmt_time,
     handle_errors,
@@ -84,7 +85,7 @@ def list_tokens(show_all: bool, store_url: str | None, as_json: bool) -> None:
 
 @tokens.command("revoke")
 @click.argument("token_id")
-@click.option("--reason", required=True, help="Why (kept with the token's record).")
+@click.option("--reason", type=REASON, required=True, help="Why (kept with the token's record).")
 @click.option("--operator", "operator_name", help="Who revokes it [default: $RELIABLE_OPERATOR, else your OS user].")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the revoked token's record as JSON.")

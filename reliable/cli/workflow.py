@@ -23,6 +23,7 @@ from ..workflows.engine import WorkflowCommand, WorkflowEngine, find_middleware
 from ..workflows.planning import NodeView, Snapshot, WorkflowStatus, node_states, workflow_status
 from .common import (
     BROKER_QUEUES_HELP,
+    REASON,
     emit_json,
     fmt_time,
     handle_errors,
@@ -174,8 +175,9 @@ def _command_options(func: Any) -> Any:
     options = [
         source_options,
         click.argument("workflow_id"),
-        click.option("--reason", help="Why you are doing this (required, also with --dry-run); recorded on the "
-                                      "workflow and on every job the command changes."),
+        click.option("--reason", type=REASON,
+                     help="Why you are doing this (required, also with --dry-run); recorded on the workflow and "
+                          "on every job the command changes."),
         click.option("--operator", "operator_name", help="Who you are, for the audit trail [default: "
                                                          "$RELIABLE_OPERATOR, else your OS user]."),
         click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",

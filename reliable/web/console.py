@@ -80,8 +80,20 @@ def _json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
 
 
+#: What the banner of every page shows of each paused queue's reason (the whole is on /queues), and
+#: how many paused queues it names (the others: "and N more").
+BANNER_REASON, BANNER_QUEUES = 80, 5
+
+
+def _short(text: Any, limit: int = BANNER_REASON) -> str:
+    """`text` cut to `limit` characters, an ellipsis marking the cut."""
+    value = str(text)
+    return value if len(value) <= limit else value[: limit - 1] + "\u2026"
+
+
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
-templates.env.filters.update(iso=_iso, age=_age, json=_json)
+templates.env.filters.update(iso=_iso, age=_age, json=_json, short=_short)
+templates.env.globals.update(BANNER_QUEUES=BANNER_QUEUES)
 templates.env.globals.update(STATES=[s.value for s in JobStatus], COMMANDS=COMMAND_ORDER)
 
 
