@@ -18,7 +18,7 @@ from reliable import Schedule
 from reliable.cli.main import cli
 from reliable.collector import StoreCollector
 from reliable.schedules import Scheduler, storage
-from reliable.store import NewJob, StateStore
+from reliable.store import NewJob, StateStore, schedule_queries
 from reliable.store.schema import schedules
 
 from support import Clock
@@ -59,7 +59,7 @@ def test_slot_ids_come_from_a_secret_no_listing_shows(clocked: tuple[StateStore,
     second = Scheduler(store, None).tick(T0 + 2 * MINUTE).fired[0]
     assert stored_key(store, "m") == key and second.job_id == slot_id(store, "m", T0 + 2 * MINUTE)
     with store.transaction() as unit:
-        unit.run("set_schedule_slot_key", {"name": "m", "slot_key": "0" * 64})  # only ever set once
+        schedule_queries.set_slot_key(unit, "m", "0" * 64)  # only ever set once
     assert stored_key(store, "m") == key
     # A second schedule's ids come from its own key.
     storage.declare(store, Schedule("n", "work", every="1m"), template())

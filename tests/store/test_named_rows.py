@@ -122,6 +122,16 @@ def _schedules(store: StateStore, job_id: str) -> None:
         assert schedule_queries.insert_slot(unit, name, 100.0, job_id, "on_time")
         assert not schedule_queries.insert_slot(unit, name, 100.0, job_id, "on_time")
         schedule_queries.decide(unit, name, decided_until=100.0, next_slot=160.0, last_slot=100.0)
+        schedule_queries.set_slot_key(unit, name, "k" * 64)
+        schedule_queries.set_slot_key(unit, name, "j" * 64)  # set once: the first stays
+        registered = schedule_queries.registered(unit, job_id)
+        assert registered is not None and (registered.job_id, registered.actor) == (job_id, "act")
+        assert schedule_queries.registered(unit, "no-such-job") is None
+        assert schedule_queries.insert_slot(unit, name, 200.0, job_id, "on_time")
+        schedule_queries.slot_conflict(unit, name, 200.0)  # taken back: list_slots below shows slot 100 only
+    with store.transaction() as unit:
+        keyed = schedule_queries.lock(unit, name)
+        assert keyed is not None and keyed.slot_key == "k" * 64
     assert name in schedule_queries.due(store, 1000.0)
     assert name not in schedule_queries.due(store, 150.0)
     stored = schedule_queries.get(store, name)
