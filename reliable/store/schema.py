@@ -467,7 +467,7 @@ schedule_events = Table(
     Column("id", _BigId, primary_key=True, autoincrement=True),
     Column("schedule", String(255), nullable=False),
     Column("at", Double, nullable=False),
-    Column("event", String(32), nullable=False),  # declared | redeclared | pause | resume | trigger | misfire
+    Column("event", String(32), nullable=False),  # declared, redeclared, pause, resume, trigger, misfire, slot_conflict
     Column("operator", String(255)),
     Column("reason", Text),
     Column("host", String(255)),
