@@ -19,6 +19,7 @@ from .model import (
     LeaseSettings,
     RateLimitSettings,
     RetryBudget,
+    check_heartbeat,
 )
 from .schema import Problem
 from .timing import backoff_ceiling, backoff_delay, parse_retry_after, retry_after_of
@@ -36,6 +37,7 @@ __all__ = [
     "Problem",
     "RateLimitSettings",
     "RetryBudget",
+    "check_heartbeat",
     "Rule",
     "backoff_ceiling",
     "backoff_delay",
