@@ -136,7 +136,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(event, dict):
             line: dict[str, Any] = {**event, "level": record.levelname, "logger": record.name}
         else:
-            line = {"ts": iso_timestamp(record.created), "level": record.levelname, "logger": record.name,
+            line = {"ts": format_time(record.created, ms=True), "level": record.levelname, "logger": record.name,
                     "message": record.getMessage()}
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

@@ -2,7 +2,8 @@
 
 Owns every check of a constructor option (a mistake fails in the producer, not later in each
 worker's log), among them the one rule between two of them (`reliable.policy.check_heartbeat`: the
-heartbeat renews the leases, so its interval must be below the lease TTL). Nothing here opens the store: that happens per process (`runtime`).
+heartbeat renews the leases, so its interval must be below the lease TTL). Nothing here opens the
+store: that happens per process (`runtime`).
 """
 
 from __future__ import annotations
