@@ -36,6 +36,7 @@ from .states import (
     ATTEMPT_ENDS_IF_ACTIVE,
     FORCED_ENDS,
     LEASE_EXPIRIES,
+    ONE_WRITE_RUNS,
     OPERATOR_EVENTS,
     WORKER_OUTCOMES,
     Event,
@@ -53,6 +54,8 @@ ATTEMPT_OUTCOMES: frozenset[str] = frozenset(ev.value for ev in ATTEMPT_ENDS)
 #: Another middleware's skips: they end an attempt when reliable had claimed the job (from RUNNING).
 _ENDS_IF_ACTIVE = frozenset(ev.value for ev in ATTEMPT_ENDS_IF_ACTIVE)
 _ACTIVE = frozenset(state.value for state in ACTIVE_STATES)
+_CLAIM = Event.CLAIM.value
+_ONE_WRITE = frozenset(ev.value for ev in ONE_WRITE_RUNS)
 
 #: Job and attempt lengths: 5 ms up to one hour.
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -346,7 +349,7 @@ class Metrics:
             self._of(c.retries, actor, queue, _RETRIES[name] or _label(event.get("error_class"), "none")).inc()
         if name in _COMMANDS:
             self._of(c.control_commands, _COMMANDS[name]).inc()
-        if name == "claim":
+        if name == _CLAIM:
             self._claimed(event, actor, queue)
         elif name == "checkpoint":
             self._checkpointed(event, actor, queue)
@@ -375,7 +378,7 @@ class Metrics:
     def _attempt_ended(self, event: Mapping[str, Any], outcome: str, actor: str, queue: str) -> None:
         c = self._c
         self._of(c.attempts, actor, queue, outcome).inc()
-        if outcome == "fast_succeed":
+        if outcome in _ONE_WRITE:
             return  # no claim recorded when the run started: its length is unknown here
         duration = _seconds(event.get("at"), event.get("started_at"))
         if duration is not None:
@@ -390,7 +393,7 @@ class Metrics:
             due = event.get("dispatched_at")
         wait = _seconds(at, due)
         if wait is not None:
-            if event.get("from_status") == "RETRY_WAIT":
+            if event.get("from_status") == JobStatus.RETRY_WAIT:
                 self._of(c.schedule_lateness, actor, queue).observe(wait)
             else:
                 self._of(c.dispatch_latency, actor, queue).observe(wait)

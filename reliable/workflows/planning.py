@@ -131,7 +131,7 @@ class ResumePlan:
                 "changed": list(self.changed), "refusal": self.refusal}
 
 
-_RERUN_STATES = frozenset({JobStatus.FAILED.value, JobStatus.DEAD.value, JobStatus.CANCELLED.value})
+_RERUN_STATES = frozenset({*(s.value for s in FAILED_FOR_GOOD), JobStatus.CANCELLED.value})
 
 
 def resume_plan(snapshot: Snapshot, digests: Mapping[str, str] | None = None,
