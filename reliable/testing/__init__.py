@@ -1,6 +1,7 @@
 """Test an application's actors with reliable installed: Dramatiq's StubBroker, a SQLite store, no services.
 
-What an app's tests need (docs/testing.md has the walk-through, examples/test_reliable_app.py runs it):
+What an app's tests need (`reliable docs testing` has the walk-through; examples/test_reliable_app.py in the
+repository runs it):
 
     from reliable.testing import Harness, sqlite_store_url
 
