@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +31,11 @@ PACKAGE = Path(reliable.__file__).parent
 def _modules() -> Iterator[tuple[str, ast.Module]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         yield path.relative_to(PACKAGE.parent).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _found(checker: Callable[[ast.Module], list[int]]) -> dict[str, list[int]]:
+    """The package's modules in which `checker` finds lines, with those lines."""
+    return {path: lines for path, tree in _modules() if (lines := checker(tree))}
 
 
 def _strings(node: ast.AST) -> set[str]:
@@ -61,7 +66,7 @@ def test_the_iso_time_checker_finds_a_formatter() -> None:
 
 
 def test_iso_times_are_written_and_read_only_in_isotime() -> None:
-    found = {path: lines for path, tree in _modules() if (lines := iso_time_calls(tree))}
+    found = _found(iso_time_calls)
     assert set(found) == {"reliable/isotime.py"}, f"format or parse times with reliable.isotime: {found}"
 
 
@@ -105,7 +110,7 @@ def test_each_caller_of_the_lease_timing_rule_names_its_own_settings() -> None:
 
 
 def test_heartbeat_against_lease_is_checked_in_one_place() -> None:
-    found = {path: lines for path, tree in _modules() if (lines := lease_timing_comparisons(tree))}
+    found = _found(lease_timing_comparisons)
     assert set(found) == {"reliable/policy/model.py"}, f"use reliable.policy.check_heartbeat: {found}"
     assert len(found["reliable/policy/model.py"]) == 1
 
@@ -136,7 +141,7 @@ def test_the_failed_for_good_checker_finds_a_spelling() -> None:
 
 
 def test_failed_for_good_is_spelled_only_in_states() -> None:
-    found = {path: lines for path, tree in _modules() if (lines := failed_for_good_spellings(tree))}
+    found = _found(failed_for_good_spellings)
     assert set(found) <= {"reliable/states.py"}, f"use states.FAILED_FOR_GOOD or states.FAILURE_STATES: {found}"
 
 
@@ -166,7 +171,7 @@ def test_the_event_field_checker_finds_a_list() -> None:
 
 def test_event_fields_are_listed_once() -> None:
     allowed = {"reliable/disclosure.py"}  # each field's kind, checked against JobEvent (test_disclosure.py)
-    found = {path: lines for path, tree in _modules() if (lines := event_field_lists(tree))}
+    found = _found(event_field_lists)
     assert set(found) <= allowed, f"derive from JobEvent / disclosure.EVENT_FIELDS: {found}"
 
 
