@@ -81,25 +81,6 @@ _RETRIES: dict[str, str | None] = {ev.value: "lease_expired" if ev in LEASE_EXPI
                                    for ev in Event if target(ev) is JobStatus.RETRY_WAIT}
 
 
-def _counted() -> dict[str, tuple[str, ...]]:
-    """Event name -> the `_Collectors` counters labelled (actor, queue) it adds one to."""
-    counted: dict[str, list[str]] = {
-        "checkpoint": ["checkpoints"], "stale_commit_rejected": ["stale_commits"],
-        "duplicate_effect": ["duplicate_effects"], "possible_duplicate_effect": ["possible_duplicate_effects"],
-        "untrusted_options_ignored": ["untrusted_options"], "delivery_mismatch": ["delivery_mismatches"],
-    }
-    for ev in Event:
-        kinds = [*(["lease_expiries"] if ev in LEASE_EXPIRIES else []),
-                 *(["forced_terminations"] if ev in FORCED_ENDS else []),
-                 *(["dead_letters"] if target(ev) is JobStatus.DEAD else []),
-                 *(["review"] if target(ev) is JobStatus.REVIEW else [])]
-        if kinds:
-            counted[ev.value] = kinds
-    return {name: tuple(kinds) for name, kinds in counted.items()}
-
-
-#: What each event name adds one to, by (actor, queue): see `_counted`.
-_COUNTED = _counted()
 _MEMORY = 10_000  # jobs remembered per process for checkpoint age and recovery time
 
 
@@ -201,6 +182,21 @@ def _build(registry: CollectorRegistry) -> _Collectors:
     )
 
 
+def _counted(c: _Collectors) -> dict[str, tuple[Counter, ...]]:
+    """Event name -> the counters labelled (actor, queue) it adds one to (by its kind, from states)."""
+    counted: dict[str, tuple[Counter, ...]] = {
+        "checkpoint": (c.checkpoints,), "stale_commit_rejected": (c.stale_commits,),
+        "duplicate_effect": (c.duplicate_effects,), "possible_duplicate_effect": (c.possible_duplicate_effects,),
+        "untrusted_options_ignored": (c.untrusted_options,), "delivery_mismatch": (c.delivery_mismatches,),
+    }
+    for ev in Event:
+        kinds = ((c.lease_expiries, ev in LEASE_EXPIRIES), (c.forced_terminations, ev in FORCED_ENDS),
+                 (c.dead_letters, target(ev) is JobStatus.DEAD), (c.review, target(ev) is JobStatus.REVIEW))
+        if counters := tuple(counter for counter, applies in kinds if applies):
+            counted[ev.value] = counters
+    return counted
+
+
 _cache: weakref.WeakKeyDictionary[CollectorRegistry, _Collectors] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
@@ -277,7 +273,7 @@ class Metrics:
         # The labelled children already used: `labels()` validates and locks on every call, and a
         # job's events pass here two to three times (as bounded as the series themselves).
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
-        self._counted = {name: tuple(getattr(self._c, kind) for kind in kinds) for name, kinds in _COUNTED.items()}
+        self._counted = _counted(self._c)
 
     def _of(self, metric: Any, *values: str) -> Any:
         """`metric.labels(*values)`, looked up once per series."""
