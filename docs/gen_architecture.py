@@ -61,6 +61,7 @@ LAYERS: tuple[Layer, ...] = (
         Part("errors.py", "the leaf", only=()),
         Part("states.py", "JobStatus, Event, TRANSITIONS", only=("errors.py",)),
         Part("durations.py", "the one duration grammar", only=("errors.py",)),
+        Part("isotime.py", "the one writer and reader of ISO 8601 times", only=()),
         Part("yamlfile.py", "the one YAML loader", only=("errors.py",)),
         Part("policy/", "decisions: classification, backoff, contracts, routes"),
         Part("options.py"), Part("delivery_digest.py"), Part("redact.py", "masks secrets; parses a URL with "
@@ -97,6 +98,7 @@ LAYERS: tuple[Layer, ...] = (
         Part("cli/", "the `reliable` command, sub-commands loaded lazily"),
         Part("web/", "the API and the console", never=("cli/", "worker/", "middleware.py")),
         Part("exporter.py"), Part("collector.py"), Part("demo/"),
+        Part("testing/", "an app's tests: StubBroker + SQLite, run until idle, a crash, a command"),
         Part("supervisor/", "`reliable worker`: its children run the application, reliable inside them",
              never=("store/", "worker/", "middleware.py", "cli/")),
         Part("__init__.py", "the public API, loaded lazily"),

@@ -4,6 +4,7 @@
     ├── ConfigError                 bad argument, URL or setting
     │   ├── PolicyError             a policy / rule file is wrong (names file, line, field)
     │   ├── BrokerConfigError       RabbitMQ queues or timeouts do not fit (stops a worker's boot)
+    │   ├── HeartbeatTooSlow        a heartbeat interval not below its lease TTL (also a ValueError)
     │   ├── ReasonRequired          an operator command without a reason (nothing was written)
     │   ├── InvalidReason           a reason with control characters (the refusal is audited)
     │   └── TextTooLong             a human-entered text past reliable.inputs.MAX_TEXT (nothing written)
@@ -38,6 +39,7 @@ __all__ = [
     "ClaimRefused",
     "ConfigError",
     "ControlRefused",
+    "HeartbeatTooSlow",
     "InvalidReason",
     "JobCancelled",
     "JobForceStopped",
@@ -73,6 +75,13 @@ class ReliableError(Exception):
 
 class ConfigError(ReliableError):
     """A configuration value (URL, option, setting) is wrong."""
+
+
+class HeartbeatTooSlow(ConfigError, ValueError):
+    """The heartbeat interval is not below the lease TTL (a ValueError too, as it always was).
+
+    Raised by `reliable.policy.check_heartbeat`, the one check of that rule.
+    """
 
 
 class PolicyError(ConfigError):

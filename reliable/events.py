@@ -17,9 +17,10 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
+from .disclosure import EVENT_FIELDS as EVENT_ROW_FIELDS
+from .isotime import format_time
 from .tracecontext import new_trace_id, span_id_for
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "JsonFormatter",
     "JsonLogSink",
     "event_record",
-    "iso_timestamp",
     "log_events_to_stderr",
     "new_trace_id",
 ]
@@ -36,24 +36,17 @@ __all__ = [
 #: The logger JsonLogSink writes to unless given another.
 LOGGER_NAME = "reliable.events"
 
-#: The fields of every event line, in order (missing ones are written as null).
-EVENT_FIELDS: tuple[str, ...] = (
-    "ts", "event", "job_id", "attempt_id", "attempt", "from_status", "to_status", "version",
-    "lease_id", "worker_id", "queue", "actor", "workflow_id", "trace_id", "span_id", "error_class", "error_type",
-    "error_message", "retry_count", "checkpoint", "operator", "reason", "host", "detail",
-    "started_at", "scheduled_at", "dispatched_at",
-)
-
-#: The event's epoch-seconds fields written as ISO-8601 times.
+#: The event's epoch-seconds fields written as ISO-8601 times (its job's, carried by the event row).
 _TIMES = ("started_at", "scheduled_at", "dispatched_at")
+
+#: The fields of every event line, in order (missing ones are written as null): the event row's
+#: (`reliable.store.JobEvent`, whose fields `disclosure.EVENT_FIELDS` lists) with ``ts`` for ``at``
+#: first, without its database ``id`` and the ``traceback`` (the job's attempt page shows it), and
+#: then the attempt's ``span_id`` and the job's times.
+EVENT_FIELDS: tuple[str, ...] = (
+    "ts", *(name for name in EVENT_ROW_FIELDS if name not in ("id", "at", "traceback")), "span_id", *_TIMES,
+)
 _DEFAULT_MAX_TEXT = 2000
-
-
-def iso_timestamp(epoch: float | str | None) -> str | None:
-    """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``; None stays None."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(float(epoch), UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _clip(value: Any, limit: int) -> str | None:
@@ -75,9 +68,9 @@ def event_record(event: Mapping[str, Any], *, max_text: int = _DEFAULT_MAX_TEXT)
     and ``reason`` are cut to `max_text` characters. Extra keys of `event` follow the known ones.
     """
     record: dict[str, Any] = {name: event.get(name) for name in EVENT_FIELDS}
-    record["ts"] = iso_timestamp(event.get("at"))
+    record["ts"] = format_time(event.get("at"), ms=True)
     for name in _TIMES:
-        record[name] = iso_timestamp(event.get(name))
+        record[name] = format_time(event.get(name), ms=True)
     attempt_id = event.get("attempt_id")
     record["span_id"] = span_id_for(str(attempt_id)) if attempt_id else None
     record["error_message"] = _clip(event.get("error_message"), max_text)
@@ -143,7 +136,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(event, dict):
             line: dict[str, Any] = {**event, "level": record.levelname, "logger": record.name}
         else:
-            line = {"ts": iso_timestamp(record.created), "level": record.levelname, "logger": record.name,
+            line = {"ts": format_time(record.created, ms=True), "level": record.levelname, "logger": record.name,
                     "message": record.getMessage()}
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

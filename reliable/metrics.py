@@ -30,18 +30,32 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .multiprocess import join
-from .states import WORKER_OUTCOMES, target
+from .states import (
+    ACTIVE_STATES,
+    ATTEMPT_ENDS,
+    ATTEMPT_ENDS_IF_ACTIVE,
+    FORCED_ENDS,
+    LEASE_EXPIRIES,
+    ONE_WRITE_RUNS,
+    OPERATOR_EVENTS,
+    WORKER_OUTCOMES,
+    Event,
+    JobStatus,
+    target,
+)
 
 __all__ = ["ATTEMPT_OUTCOMES", "DURATION_BUCKETS", "LATENCY_BUCKETS", "Metrics", "setup_multiprocess"]
 
-#: Events that end an attempt (the `outcome` label). Forced stop/cancel end one too.
-ATTEMPT_OUTCOMES: frozenset[str] = frozenset({
-    "succeed", "fast_succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt", "pause_observed",
-    "stop_observed", "cancel_observed", "lease_expired", "lease_expired_backoff", "lease_expired_review",
-    "lease_expired_dead", "force_stop", "force_cancel", "aborted",
-})
+# Every set of event names below is derived from reliable.states: a new Event is counted as its
+# kind says, never forgotten by a hand-written list.
+
+#: Events that end an attempt (the `outcome` label), forced stops and cancels and lease expiries too.
+ATTEMPT_OUTCOMES: frozenset[str] = frozenset(ev.value for ev in ATTEMPT_ENDS)
 #: Another middleware's skips: they end an attempt when reliable had claimed the job (from RUNNING).
-_SKIPS = frozenset({"skipped", "skipped_failed"})
+_ENDS_IF_ACTIVE = frozenset(ev.value for ev in ATTEMPT_ENDS_IF_ACTIVE)
+_ACTIVE = frozenset(state.value for state in ACTIVE_STATES)
+_CLAIM = Event.CLAIM.value
+_ONE_WRITE = frozenset(ev.value for ev in ONE_WRITE_RUNS)
 
 #: Job and attempt lengths: 5 ms up to one hour.
 DURATION_BUCKETS: tuple[float, ...] = (
@@ -54,24 +68,19 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     900.0, 3600.0, float("inf"),
 )
 
-_TRANSITIONS = frozenset({
-    "enqueued", "claim", "succeed", "fast_succeed", "retry_scheduled", "fail", "need_review", "dead_letter", "halt",
-    "pause_observed", "stop_observed", "cancel_observed", "pause", "pause_requested", "stop",
-    "stop_requested", "cancel", "cancel_requested", "resume", "restart", "requeue", "reconcile_succeeded",
-    "reconcile_cancelled", "lease_expired", "lease_expired_backoff", "lease_expired_review",
-    "lease_expired_dead", "retry_due", "force_stop", "force_cancel", "skipped", "skipped_failed", "aborted",
-})
-_COMMANDS = {
-    "pause": "pause", "pause_requested": "pause", "stop": "stop", "stop_requested": "stop",
-    "cancel": "cancel", "cancel_requested": "cancel", "resume": "resume", "restart": "restart",
-    "requeue": "requeue", "reconcile_succeeded": "reconcile_succeeded",
-    "reconcile_cancelled": "reconcile_cancelled",
-}
-_RECOVERY_KINDS = {
-    "lease_expired": "lease_expired", "lease_expired_backoff": "lease_expired",
-    "lease_expired_review": "lease_expired", "lease_expired_dead": "lease_expired",
-    "retry_due": "retry_due", "redispatched": "redispatched",
-}
+#: reliable_transitions_total: every event of the state machine, and a job's creation.
+_TRANSITIONS = frozenset({"enqueued", *(ev.value for ev in Event)})
+#: reliable_control_commands_total: an operator's event -> its command (a request counts as its command).
+_COMMANDS = {ev.value: ev.value.removesuffix("_requested") for ev in OPERATOR_EVENTS}
+#: reliable_recoveries_total: a recovery event -> its kind (every lease expiry is one kind).
+_RECOVERY_KINDS = {**{ev.value: "lease_expired" for ev in LEASE_EXPIRIES}, Event.RETRY_DUE.value: "retry_due",
+                   "redispatched": "redispatched"}
+#: reliable_retries_total: an event that leaves the job waiting to retry -> its error_class label
+#: (None: the event's own error class; a lease expiry's retry is labelled lease_expired).
+_RETRIES: dict[str, str | None] = {ev.value: "lease_expired" if ev in LEASE_EXPIRIES else None
+                                   for ev in Event if target(ev) is JobStatus.RETRY_WAIT}
+
+
 _MEMORY = 10_000  # jobs remembered per process for checkpoint age and recovery time
 
 
@@ -173,6 +182,21 @@ def _build(registry: CollectorRegistry) -> _Collectors:
     )
 
 
+def _counted(c: _Collectors) -> dict[str, tuple[Counter, ...]]:
+    """Event name -> the counters labelled (actor, queue) it adds one to (by its kind, from states)."""
+    counted: dict[str, tuple[Counter, ...]] = {
+        "checkpoint": (c.checkpoints,), "stale_commit_rejected": (c.stale_commits,),
+        "duplicate_effect": (c.duplicate_effects,), "possible_duplicate_effect": (c.possible_duplicate_effects,),
+        "untrusted_options_ignored": (c.untrusted_options,), "delivery_mismatch": (c.delivery_mismatches,),
+    }
+    for ev in Event:
+        kinds = ((c.lease_expiries, ev in LEASE_EXPIRIES), (c.forced_terminations, ev in FORCED_ENDS),
+                 (c.dead_letters, target(ev) is JobStatus.DEAD), (c.review, target(ev) is JobStatus.REVIEW))
+        if counters := tuple(counter for counter, applies in kinds if applies):
+            counted[ev.value] = counters
+    return counted
+
+
 _cache: weakref.WeakKeyDictionary[CollectorRegistry, _Collectors] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
@@ -249,6 +273,7 @@ class Metrics:
         # The labelled children already used: `labels()` validates and locks on every call, and a
         # job's events pass here two to three times (as bounded as the series themselves).
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        self._counted = _counted(self._c)
 
     def _of(self, metric: Any, *values: str) -> Any:
         """`metric.labels(*values)`, looked up once per series."""
@@ -309,62 +334,47 @@ class Metrics:
         """Update the metrics from one committed event row (see StateStore.add_listener)."""
         name = str(event.get("event") or "")
         actor, queue = _label(event.get("actor")), _label(event.get("queue"))
-        at = event.get("at")
         c = self._c
-        detail = event.get("detail") or {}
         if name in _TRANSITIONS:
             self._of(c.transitions, name, _label(event.get("to_status")), actor, queue).inc()
-        if name in ATTEMPT_OUTCOMES or (name in _SKIPS and event.get("from_status") == "RUNNING"):
+        if name in ATTEMPT_OUTCOMES or (name in _ENDS_IF_ACTIVE and event.get("from_status") in _ACTIVE):
             self._attempt_ended(event, name, actor, queue)
-        if name == "claim":
+        for counter in self._counted.get(name, ()):
+            self._of(counter, actor, queue).inc()
+        if name in _RETRIES:
+            self._of(c.retries, actor, queue, _RETRIES[name] or _label(event.get("error_class"), "none")).inc()
+        if name in _COMMANDS:
+            self._of(c.control_commands, _COMMANDS[name]).inc()
+        if name == _CLAIM:
             self._claimed(event, actor, queue)
         elif name == "checkpoint":
-            self._of(c.checkpoints, actor, queue).inc()
-            key = f"{event.get('job_id')}:{event.get('lease_id')}"
-            previous = self._last_checkpoint.get(key)
-            age = _seconds(at, previous[1] if previous else event.get("started_at"))
-            if age is not None:
-                self._of(c.checkpoint_age, actor, queue).observe(age)
-            if at is not None:
-                self._last_checkpoint.put(key, None, float(at))
-        elif name == "stale_commit_rejected":
-            self._of(c.stale_commits, actor, queue).inc()
-        elif name == "duplicate_effect":
-            self._of(c.duplicate_effects, actor, queue).inc()
-        elif name == "possible_duplicate_effect":
-            self._of(c.possible_duplicate_effects, actor, queue).inc()
-        elif name == "untrusted_options_ignored":
-            self._of(c.untrusted_options, actor, queue).inc()
-        elif name == "delivery_mismatch":
-            self._of(c.delivery_mismatches, actor, queue).inc()
-        elif name in _COMMANDS:
-            self._of(c.control_commands, _COMMANDS[name]).inc()
-        elif name in ("force_stop", "force_cancel"):
-            self._of(c.forced_terminations, actor, queue).inc()
+            self._checkpointed(event, actor, queue)
+        detail = event.get("detail") or {}
         if name == "routed" and isinstance(detail, Mapping):
             self._of(c.routed, actor, _label(detail.get("from")), queue).inc()
-        if name == "retry_scheduled":
-            self._of(c.retries, actor, queue, _label(event.get("error_class"), "none")).inc()
-        elif name == "lease_expired_backoff":
-            self._of(c.retries, actor, queue, "lease_expired").inc()
-        if name.startswith("lease_expired"):
-            self._of(c.lease_expiries, actor, queue).inc()
-        if name in ("dead_letter", "lease_expired_dead"):
-            self._of(c.dead_letters, actor, queue).inc()
-        elif name in ("need_review", "lease_expired_review"):
-            self._of(c.review, actor, queue).inc()
         if detail and isinstance(detail, Mapping) and detail.get("budget_exhausted"):  # most events: {}
             self._of(c.budget_exhausted, actor, queue).inc()
         kind = _RECOVERY_KINDS.get(name)
         if kind is not None:
             self._of(c.recoveries, kind).inc()
+            at = event.get("at")
             if at is not None and event.get("job_id") is not None:
                 self._recovered.put(str(event["job_id"]), kind, float(at))
+
+    def _checkpointed(self, event: Mapping[str, Any], actor: str, queue: str) -> None:
+        at = event.get("at")
+        key = f"{event.get('job_id')}:{event.get('lease_id')}"
+        previous = self._last_checkpoint.get(key)
+        age = _seconds(at, previous[1] if previous else event.get("started_at"))
+        if age is not None:
+            self._of(self._c.checkpoint_age, actor, queue).observe(age)
+        if at is not None:
+            self._last_checkpoint.put(key, None, float(at))
 
     def _attempt_ended(self, event: Mapping[str, Any], outcome: str, actor: str, queue: str) -> None:
         c = self._c
         self._of(c.attempts, actor, queue, outcome).inc()
-        if outcome == "fast_succeed":
+        if outcome in _ONE_WRITE:
             return  # no claim recorded when the run started: its length is unknown here
         duration = _seconds(event.get("at"), event.get("started_at"))
         if duration is not None:
@@ -379,7 +389,7 @@ class Metrics:
             due = event.get("dispatched_at")
         wait = _seconds(at, due)
         if wait is not None:
-            if event.get("from_status") == "RETRY_WAIT":
+            if event.get("from_status") == JobStatus.RETRY_WAIT:
                 self._of(c.schedule_lateness, actor, queue).observe(wait)
             else:
                 self._of(c.dispatch_latency, actor, queue).observe(wait)

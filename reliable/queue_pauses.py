@@ -23,7 +23,7 @@ from .commands import QUEUE_COMMANDS, check_reason_text, require_reason
 from .errors import ConfigError, NotAuthorized
 from .inputs import escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
-from .states import JobStatus
+from .states import FAILED_FOR_GOOD, TERMINAL_STATES
 from .store import StateStore, pause_queries
 from .store.named_rows import Executor
 from .store.overview import Overview
@@ -88,11 +88,6 @@ class QueueEvent:
         return asdict(self)
 
 
-#: Final states counted as a queue's finished jobs, and among them its failures.
-_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.DEAD)
-_FAILED = (JobStatus.FAILED, JobStatus.DEAD)
-
-
 def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
     """The queues' figures as GET /api/v1/queues, `reliable queues list` and the console show them:
     every queue with jobs, and every paused one; throughput and failure rate over the overview's
@@ -101,8 +96,8 @@ def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
     for queue in sorted({*figures.queues, *state.names}):
         by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
         oldest = figures.oldest_pending.get(queue)
-        finished = sum(by_state.get(s.value, 0) for s in _FINISHED)
-        failed = sum(by_state.get(s.value, 0) for s in _FAILED)
+        finished = sum(by_state.get(s.value, 0) for s in TERMINAL_STATES)
+        failed = sum(by_state.get(s.value, 0) for s in FAILED_FOR_GOOD)
         pause = state.get(queue)
         rows.append({"queue": queue, "by_state": by_state,
                      "oldest_pending_at": oldest,

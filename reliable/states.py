@@ -32,11 +32,19 @@ from .errors import TransitionRefused
 
 __all__ = [
     "ACTIVE_STATES",
+    "ATTEMPT_ENDS",
+    "ATTEMPT_ENDS_IF_ACTIVE",
     "AT_REST_STATES",
     "CANCEL_UPGRADES",
+    "FAILED_FOR_GOOD",
     "FAILURE_OUTCOMES",
+    "FAILURE_STATES",
+    "FORCED_ENDS",
     "LATE_COMPLETION_FROM",
+    "LEASE_EXPIRIES",
     "ONE_WRITE_RUNS",
+    "OPERATOR_EVENTS",
+    "RECOVERY_EVENTS",
     "RERUN_EVENTS",
     "RETURNED_CLAIMS",
     "TERMINAL_STATES",
@@ -218,6 +226,25 @@ ONE_WRITE_RUNS: frozenset[Event] = frozenset({E.FAST_SUCCEED})
 #: message is still on its way (dispatched_at kept), and job_history counts no attempt for it.
 RETURNED_CLAIMS: frozenset[Event] = frozenset({E.CLAIM_RETURNED})
 
+#: The events an operator's commands send (reliable.control); the metrics count each under its command
+#: (a request under the command it requests: `pause_requested` is a `pause`).
+OPERATOR_EVENTS: frozenset[Event] = frozenset({
+    E.PAUSE, E.PAUSE_REQUEST, E.STOP, E.STOP_REQUEST, E.CANCEL, E.CANCEL_REQUEST, E.RESUME, E.RESTART, E.REQUEUE,
+    E.RECONCILE_SUCCEEDED, E.RECONCILE_CANCELLED,
+})
+
+#: The events recovery sends (reliable.recovery), for a worker that is gone or a retry that is due.
+RECOVERY_EVENTS: frozenset[Event] = frozenset({
+    E.LEASE_EXPIRED, E.LEASE_EXPIRED_BACKOFF, E.LEASE_EXPIRED_REVIEW, E.LEASE_EXPIRED_DEAD, E.RETRY_DUE,
+    E.FORCE_STOP, E.FORCE_CANCEL,
+})
+
+#: Recovery's events for a RUNNING job whose lease expired (its worker is gone).
+LEASE_EXPIRIES: frozenset[Event] = frozenset(ev for ev in RECOVERY_EVENTS if _SOURCES[ev] == {S.RUNNING})
+
+#: Recovery's events for a STOPPING job still running past its grace period (forced termination).
+FORCED_ENDS: frozenset[Event] = frozenset(ev for ev in RECOVERY_EVENTS if _SOURCES[ev] == {S.STOPPING})
+
 #: What a worker's attempt can end with (the events of `StateStore.finish`).
 WORKER_OUTCOMES: frozenset[Event] = frozenset({
     E.SUCCEED, E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT, E.PAUSE_OBSERVED,
@@ -226,6 +253,31 @@ WORKER_OUTCOMES: frozenset[Event] = frozenset({
 
 #: Worker outcomes of a failed attempt: each records the attempt's error and traceback.
 FAILURE_OUTCOMES: frozenset[Event] = frozenset({E.RETRY, E.FAIL, E.NEED_REVIEW, E.DEAD_LETTER, E.HALT})
+
+#: The states of a job that failed for good: where a failed attempt leaves it when no retry is left
+#: (the terminal targets of FAILURE_OUTCOMES: FAILED, DEAD). What an operator's retry (REQUEUE) takes,
+#: and what Dramatiq calls a failed message (its `after_skip_message`/dead letters; worker/outcome.py).
+FAILED_FOR_GOOD: frozenset[JobStatus] = frozenset(_TARGETS[ev] for ev in FAILURE_OUTCOMES) & TERMINAL_STATES
+
+#: The states whose job shows its last error to a person: failed for good, or in REVIEW (an
+#: ambiguous failure waiting for someone to reconcile it). The console, the CLI and workflow drawings
+#: mark these.
+FAILURE_STATES: frozenset[JobStatus] = FAILED_FOR_GOOD | {S.REVIEW}
+
+#: Events that end an attempt wherever they come from: each moves a job out of a state in which a
+#: worker holds its lease (ACTIVE_STATES) and from nowhere else, or takes and releases a lease in
+#: one write (ONE_WRITE_RUNS). A claim handed back unused (RETURNED_CLAIMS) started no attempt.
+ATTEMPT_ENDS: frozenset[Event] = frozenset(
+    ev for ev in _TARGETS
+    if _SOURCES[ev] <= ACTIVE_STATES and _TARGETS[ev] not in ACTIVE_STATES and ev not in RETURNED_CLAIMS
+) | ONE_WRITE_RUNS
+
+#: Events that end an attempt only when they find the job in ACTIVE_STATES (another middleware's
+#: skip: before reliable's claim it ends the job, but no attempt had started).
+ATTEMPT_ENDS_IF_ACTIVE: frozenset[Event] = frozenset(
+    ev for (state, ev), to in TRANSITIONS.items()
+    if state in ACTIVE_STATES and to not in ACTIVE_STATES and not _SOURCES[ev] <= ACTIVE_STATES
+)
 
 #: Outcomes that would run the job again by themselves. They are refused while a pause is
 #: requested (the pause wins: see `honour_requests`).

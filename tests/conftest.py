@@ -15,6 +15,7 @@ from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 import reliable
 from reliable.store import StateStore
+from reliable.testing import sqlite_store_url
 
 from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service, scratch_database
 
@@ -77,18 +78,14 @@ def _truncate(store: StateStore) -> None:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """A migrated SQLite store file; its URL."""
-    url = f"sqlite:///{tmp_path / 'reliable.db'}"
-    StateStore(url).upgrade()
-    return url
+    return sqlite_store_url(tmp_path)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty store URL on each supported database."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'reliable.db'}"
-        StateStore(url).upgrade()
-        return url
+        return sqlite_store_url(tmp_path)
     url: str = request.getfixturevalue("pg_database")
     store = StateStore(url)
     _truncate(store)

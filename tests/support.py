@@ -7,9 +7,8 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -19,6 +18,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, create_engine, event, text
+
+from reliable.testing import wait_for  # the one way a test waits (moved there for apps' tests)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = os.environ.get("RELIABLE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -71,24 +72,6 @@ def scratch_database(prefix: str, *, options: str = "") -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-
-
-def wait_for(condition: Callable[[], T], what: str = "the condition", *, timeout: float = 30.0,
-             interval: float = 0.05, context: Callable[[], str] | None = None) -> T:
-    """Poll `condition` until it returns something truthy and return that; fail after `timeout` s.
-
-    The only way the tests wait: on a condition with a deadline, never on a fixed sleep. The
-    failure names `what` and adds the tail of `context()` (e.g. a worker's log) when given.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = f"\n{context()[-3000:]}" if context is not None else ""
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{tail}")
-        time.sleep(interval)
 
 
 @contextlib.contextmanager

@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
+from ..isotime import format_time
 from .model import Candidate
 
 __all__ = ["MAX_ANNOTATION", "MAX_LABEL_VALUE", "AlertState", "DeliveryPolicy", "advance", "after_send", "due",
@@ -133,7 +133,7 @@ def after_send(state: AlertState, now: float, policy: DeliveryPolicy, error: str
 
 
 def _rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_time(epoch, ms=True)
 
 
 def _label_value(value: str) -> str:

@@ -15,7 +15,6 @@ import logging
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -26,6 +25,7 @@ from markupsafe import Markup
 
 from ..disclosure import Audience, Kind, disclose, disclose_json_text
 from ..errors import ConfigError, PolicyError
+from ..isotime import format_time
 from ..store.alert_queries import JobContext
 from .model import Candidate
 from .rules import AlertRule
@@ -145,7 +145,7 @@ def next_actions(status: str, job_id: str, alertname: str) -> list[str]:
 
 
 def _iso(epoch: float | None) -> str | None:
-    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(epoch)
 
 
 def job_view(ctx: JobContext, alertname: str, links: Mapping[str, str], audience: Audience) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -21,6 +20,7 @@ from ..compat.rich_internals import plain_cells
 from ..durations import parse_duration
 from ..errors import ConfigError, ReliableError, TextTooLong
 from ..inputs import MAX_TEXT, check_length
+from ..isotime import format_time
 from ..redact import redact_url
 from ..states import JobStatus
 from ..store import StateStore, selection
@@ -259,9 +259,7 @@ def resolve_job_ids(store: StateStore, given: Iterable[str]) -> tuple[str, ...]:
 
 def fmt_time(epoch: float | None) -> str:
     """An epoch time in UTC, ISO 8601 with its zone (2026-12-03T12:08:10Z), or '-'."""
-    if epoch is None:
-        return "-"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(epoch) or "-"
 
 
 def stdout_console() -> Console:

@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import click
 from rich.console import Console
@@ -15,6 +15,8 @@ from rich.table import Table
 
 from ..disclosure import ATTEMPT_FIELDS, EVENT_FIELDS, JOB_FIELDS, disclosed
 from ..durations import DurationTooLong, parse_duration
+from ..isotime import FORMS as ISO_FORMS
+from ..isotime import parse_time_text
 from ..states import FAILURE_OUTCOMES
 from ..store import Attempt, Job, JobEvent, StateStore
 from ..store.job_history import last_failure
@@ -178,11 +180,10 @@ def parse_since(ctx: click.Context | None, param: click.Parameter | None,
     except ValueError:
         pass
     try:
-        moment = datetime.fromisoformat(value.strip())
+        return parse_time_text(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is neither a duration back from now (30s, 10m, 2h, 1d) nor an ISO "
-                                 "time (2026-06-01T12:00:00, UTC unless an offset is given)") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        raise click.BadParameter(f"{value!r} is neither a duration back from now (30s, 10m, 2h, 1d) nor "
+                                 f"{ISO_FORMS}") from None
 
 
 @dataclass

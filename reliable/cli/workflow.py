@@ -15,6 +15,7 @@ import click
 from rich.table import Table
 
 from ..errors import ConfigError, ReliableError
+from ..states import FAILURE_STATES
 from ..store import StateStore
 from ..store.workflows import WorkflowStore
 from ..workflows.definition import Workflow
@@ -134,7 +135,7 @@ def _print_workflow(head: dict[str, Any], nodes: list[dict[str, Any]], events: l
     labels = {}
     for row in nodes:
         state = row["state"]
-        error = row["last_error_message"] if state in ("FAILED", "DEAD", "REVIEW") else None
+        error = row["last_error_message"] if state in FAILURE_STATES else None
         kind = (row["last_error_type"] or "").rsplit(".", 1)[-1]
         labels[row["node"]] = state + (f"  {kind + ': ' if kind else ''}{error.splitlines()[0][:80]}" if error else "")
     for line in draw_dag([n["node"] for n in nodes], {n["node"]: n["parents"] for n in nodes}, labels):
@@ -166,7 +167,7 @@ def _show_linked(store: StateStore, workflow_id: str, as_json: bool) -> None:
     click.echo()
     labels = {job.job_id: f"{job.actor}  {job.status.value}"
               + (f"  {job.last_error_message.splitlines()[0][:80]}" if job.last_error_message
-                 and job.status.value in ("FAILED", "DEAD", "REVIEW") else "") for job in linked}
+                 and job.status in FAILURE_STATES else "") for job in linked}
     for line in draw_dag([v.name for v in views], {v.name: v.parents for v in views}, labels):
         click.echo(line)
 

@@ -19,6 +19,7 @@ from .model import (
     LeaseSettings,
     RateLimitSettings,
     RetryBudget,
+    check_heartbeat,
 )
 from .schema import Problem
 from .timing import backoff_ceiling, backoff_delay, parse_retry_after, retry_after_of
@@ -39,6 +40,7 @@ __all__ = [
     "Rule",
     "backoff_ceiling",
     "backoff_delay",
+    "check_heartbeat",
     "format_duration",
     "parse_duration",
     "parse_retry_after",

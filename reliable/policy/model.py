@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import HeartbeatTooSlow
+
 __all__ = [
     "ACTIONS",
     "BUILTIN_CLASSES",
@@ -21,6 +23,7 @@ __all__ = [
     "LeaseSettings",
     "RateLimitSettings",
     "RetryBudget",
+    "check_heartbeat",
 ]
 
 Action = Literal["retry", "requeue", "fail", "review", "dead", "halt"]
@@ -47,9 +50,22 @@ class LeaseSettings:
                 raise ValueError(f"lease.{name} must be more than zero")
         if self.retry_grace < 0:
             raise ValueError("lease.retry_grace must be zero or more")
-        if self.heartbeat_interval >= self.ttl:
-            raise ValueError(f"lease.heartbeat_interval ({self.heartbeat_interval:g}s) must be less than "
-                             f"lease.ttl ({self.ttl:g}s)")
+        check_heartbeat(self.heartbeat_interval, self.ttl)
+
+
+def check_heartbeat(interval: float, ttl: float, *, names: tuple[str, str] = ("lease.heartbeat_interval", "lease.ttl"),
+                    fix: str = "") -> None:
+    """The one rule between the two lease timings: a heartbeat renews the leases it holds, so its
+    interval must be below the lease TTL, or every lease would expire between two heartbeats.
+
+    Raises HeartbeatTooSlow (a ConfigError and a ValueError) naming both settings by `names` (how
+    the caller's user wrote them), with `fix` appended when given.
+    """
+    if interval < ttl:
+        return
+    interval_name, ttl_name = names
+    message = f"{interval_name} ({interval:g}s) must be less than {ttl_name} ({ttl:g}s)"
+    raise HeartbeatTooSlow(f"{message}: {fix}" if fix else message)
 
 
 @dataclass(frozen=True)

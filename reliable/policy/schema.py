@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..durations import parse_duration
-from ..errors import PolicyError
+from ..errors import HeartbeatTooSlow, PolicyError
 from ..patterns import UserPattern, compile_pattern
 from ..yamlfile import LocatedMap, LocatedSeq
 from .defaults import BUILTIN_PATH
 from .fields import CONTRACT_KEYS, NESTED_CONTRACT_KEYS, as_bool, as_int, as_str, choice, class_name, identifier_path
 from .matching import Rule, normalize_exception_path, parse_statuses
-from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings
+from .model import ACTIONS, BUILTIN_CLASSES, ClassSpec, LeaseSettings, check_heartbeat
 from .routes import queue_name
 from .source import Document
 
@@ -361,11 +361,12 @@ class _Builder:
         ttl = self.lease.get("ttl", defaults.ttl)
         heartbeat = self.lease.get("heartbeat_interval", defaults.heartbeat_interval)
         lease = None
-        if heartbeat >= ttl:
+        try:
+            check_heartbeat(heartbeat, ttl)
+        except HeartbeatTooSlow as exc:
             key = "heartbeat_interval" if "lease.heartbeat_interval" in self.origins else "ttl"
             path, line = self.origins.get(f"lease.{key}", ("<built-in>", 0))
-            self.add(path, line or None, f"lease.{key}",
-                     f"lease.heartbeat_interval ({heartbeat:g}s) must be less than lease.ttl ({ttl:g}s)")
+            self.add(path, line or None, f"lease.{key}", str(exc))
         else:
             lease = LeaseSettings(**self.lease)
         if self.problems or lease is None:

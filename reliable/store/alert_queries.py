@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..states import FAILED_FOR_GOOD
 from .alert_facts import (
     EventCount,
     EventCounts,
@@ -112,7 +113,7 @@ def _counts(conn: Any, request: EventCounts, now: float) -> list[EventCount]:
 
 
 #: A schedule slot's job that ended in one of these states failed (ScheduleSlots).
-_FAILED_SLOT_STATES = ("FAILED", "DEAD")
+_FAILED_SLOT_STATES = sorted(s.value for s in FAILED_FOR_GOOD)
 
 
 def _schedules(conn: Any, request: ScheduleSlots, now: float) -> list[ScheduleFact]:

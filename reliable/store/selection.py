@@ -7,7 +7,6 @@ import json
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Boolean, Select, and_, exists, func, literal, select, tuple_, union_all
@@ -16,6 +15,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..errors import ConfigError, JobNotFound, ReliableError
+from ..isotime import FORMS as ISO_FORMS
+from ..isotime import parse_time_text
 from ..states import JobStatus
 from .records import Job
 from .schema import job_events, jobs
@@ -302,11 +303,9 @@ def parse_time(value: object, name: str = "time") -> float:
             seconds = float(text)
         except ValueError:
             try:
-                moment = datetime.fromisoformat(text)
+                seconds = parse_time_text(text).timestamp()
             except ValueError:
-                raise ConfigError(f"{name!r}: {value!r} is neither epoch seconds nor an ISO 8601 time "
-                                  "(2026-06-01T12:00:00Z; UTC unless an offset is given)") from None
-            seconds = (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)).timestamp()
+                raise ConfigError(f"{name!r}: {value!r} is neither epoch seconds nor {ISO_FORMS}") from None
     else:
         raise ConfigError(f"{name!r}: expected epoch seconds or an ISO 8601 time, got {value!r}")
     if not math.isfinite(seconds):

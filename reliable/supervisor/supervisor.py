@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..events import iso_timestamp
+from ..isotime import format_time
 from .child import HARD_STOP_SIGNAL, ChildConfig
 from .exits import CHILD_CONFIG, EXIT_APP, EXIT_CRASH_LOOP, EXIT_KILLED, EXIT_OK, ExitKind, classify, finished_its_jobs
 from .metrics import SupervisorMetrics, forget_process
@@ -119,7 +119,7 @@ class Supervisor:
     # -- events -----------------------------------------------------------------------------------
 
     def _event(self, event: str, message: str, level: int = logging.INFO, **fields: Any) -> None:
-        record = {"ts": iso_timestamp(time.time()), "event": event, "supervisor_pid": os.getpid(), **fields}
+        record = {"ts": format_time(time.time(), ms=True), "event": event, "supervisor_pid": os.getpid(), **fields}
         self.logger.log(level, message, extra={"reliable_event": record})
 
     def _changed(self) -> None:

@@ -16,7 +16,6 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -33,6 +32,7 @@ from starlette.templating import Jinja2Templates
 from ..access import Principal
 from ..defaults import topics
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
+from ..isotime import format_time
 from ..operators import COMMAND_ORDER
 from ..states import JobStatus
 from ..store.job_history import event_names
@@ -56,9 +56,7 @@ _TEXT_FILTERS = ("queue", "actor", "owner", "error_class", "workflow", "search",
 
 def _iso(epoch: float | None) -> str:
     """An epoch time as ISO 8601 UTC with Z, or an empty string."""
-    if epoch is None:
-        return ""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(epoch) or ""
 
 
 def _age(seconds: float | None) -> str:

@@ -37,7 +37,7 @@ from ..workflows.engine import WorkflowCommand, WorkflowEngine
 from ..workflows.planning import node_states
 from .state import WebState
 
-__all__ = ["FAILED_STATES", "SCHEDULE_ACTIONS", "WORKFLOW_ACTIONS", "ScheduleOutcome", "schedule_command",
+__all__ = ["SCHEDULE_ACTIONS", "WORKFLOW_ACTIONS", "ScheduleOutcome", "schedule_command",
            "schedule_detail", "schedule_list", "workflow_command", "workflow_detail", "workflow_list",
            "workflow_permitted"]
 
@@ -45,8 +45,6 @@ __all__ = ["FAILED_STATES", "SCHEDULE_ACTIONS", "WORKFLOW_ACTIONS", "ScheduleOut
 WORKFLOW_ACTIONS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart")
 #: The schedule commands of POST /api/v1/schedules/{name}/{command}.
 SCHEDULE_ACTIONS: tuple[str, ...] = ("pause", "resume", "trigger")
-#: Node states shown as failed, with their job's last error.
-FAILED_STATES = frozenset({"FAILED", "DEAD", "REVIEW"})
 
 
 def _audience(principal: Principal, queue: str, owner: str | None, patterns: Sequence[str]) -> Audience:

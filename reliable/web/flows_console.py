@@ -21,13 +21,13 @@ from starlette.routing import BaseRoute, Route
 
 from ..control import SCHEDULE_COMMANDS
 from ..errors import ReliableError, ScheduleNotFound
+from ..states import FAILURE_STATES
 from ..store.workflow_views import WorkflowStatus
 from ..store.workflows import WorkflowNotFound
 from ..workflows.drawing import dag_svg
 from .auth import authenticate, state_of
 from .console import error_page, flash, render
 from .flows import (
-    FAILED_STATES,
     SCHEDULE_ACTIONS,
     WORKFLOW_ACTIONS,
     schedule_command,
@@ -60,7 +60,7 @@ def _graph(request: Request, detail: dict[str, Any]) -> str:
     states = {n["node"]: n["state"] for n in nodes}
     errors = {n["node"]: " ".join(filter(None, [(n["last_error_type"] or "").rsplit(".", 1)[-1] + ":"
                                                 if n["last_error_type"] else None, n["last_error_message"]]))
-              for n in nodes if n["state"] in FAILED_STATES and n["last_error_message"]}
+              for n in nodes if n["state"] in FAILURE_STATES and n["last_error_message"]}
     links = {n["node"]: str(request.url_for("job", job_id=n["job_id"])) for n in nodes if n["job_id"]}
     return dag_svg(order, parents, states, errors, links)
 
@@ -82,7 +82,7 @@ async def workflow_page(request: Request) -> Response:
                  for c in WORKFLOW_ACTIONS}
     plan = request.session.pop("workflow_plan", None)
     return render(request, "workflow.html", principal=principal, d=detail, w=detail["workflow"],
-                  graph=_graph(request, detail), failed=[n for n in detail["nodes"] if n["state"] in FAILED_STATES],
+                  graph=_graph(request, detail), failed=[n for n in detail["nodes"] if n["state"] in FAILURE_STATES],
                   actions=WORKFLOW_ACTIONS, permitted=permitted, plan=plan)
 
 

@@ -8,6 +8,8 @@ it cannot silently drift from the code. docs/api.md is the prose reference.
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -15,8 +17,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from .. import __version__
+from ..disclosure import EVENT_FIELDS, Kind
 from ..operations import STATUSES
 from ..states import JobStatus
+from ..store import JobEvent
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 from .auth import authenticate
 from .bodies import MAX_BODY_BYTES
@@ -217,16 +221,26 @@ _JOB_FIELDS: dict[str, Any] = {
     "delivery_digest": {**_N_STR, "description": "what a delivery must carry to claim the job (docs/concepts.md)"},
 }
 
-_EVENT_FIELDS: dict[str, Any] = {
-    "id": {"type": "integer"}, "job_id": {"type": "string"}, "at": {"type": "number"}, "event": {"type": "string"},
-    "from_status": _N_STR, "to_status": _N_STR, "version": _N_INT, "attempt": _N_INT, "attempt_id": _N_STR,
-    "lease_id": _N_INT, "worker_id": _N_STR, "queue": _N_STR, "actor": _N_STR, "workflow_id": _N_STR,
-    "trace_id": _N_STR, "error_class": _N_STR, "error_type": _N_STR,
-    "error_message": {**_N_STR, "description": f"secrets' values {_MASKED}"},
-    "retry_count": _N_INT, "checkpoint": {"description": f"any JSON value {_MASKED}"}, "operator": _N_STR,
-    "reason": _N_STR, "host": _N_STR, "detail": {**_OPEN, "description": f"e.g. a policy decision {_MASKED}"},
-    "traceback": {**_N_STR, "description": f"secrets' values {_MASKED}"},
+#: An annotation of a record's field (reliable.store's dataclasses) -> its JSON schema.
+_FIELD_TYPES: dict[str, dict[str, Any]] = {
+    "int": {"type": "integer"}, "float": {"type": "number"}, "str": {"type": "string"}, "int | None": _N_INT,
+    "float | None": _N_NUM, "str | None": _N_STR, "Any": {}, "dict[str, Any]": _OPEN,
 }
+#: What a field of each masked kind says about its masking.
+_KIND_NOTES: dict[Kind, str] = {
+    Kind.ERROR_TEXT: f"secrets' values {_MASKED}", Kind.TRACEBACK: f"secrets' values {_MASKED}",
+    Kind.CHECKPOINT: f"any JSON value {_MASKED}", Kind.EVENT_DETAIL: f"e.g. a policy decision {_MASKED}",
+}
+
+
+def _fields_of(record: type, kinds: Mapping[str, Kind]) -> dict[str, Any]:
+    """The JSON schema of each field of the dataclass `record`: its type, and its masking by `kinds`."""
+    return {f.name: {**_FIELD_TYPES[str(f.type)],
+                     **({"description": _KIND_NOTES[kinds[f.name]]} if kinds[f.name] in _KIND_NOTES else {})}
+            for f in dataclasses.fields(record)}
+
+
+_EVENT_FIELDS: dict[str, Any] = _fields_of(JobEvent, EVENT_FIELDS)
 
 _FILTER = {"type": "object", "additionalProperties": False, "description": "the jobs list's filters",
            "properties": {"state": {"type": "array", "items": {"type": "string"}}, "queue": {"type": "string"},

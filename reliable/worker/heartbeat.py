@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import JobForceStopped, LeaseLostInterrupt, StoreError
+from ..policy import check_heartbeat
 from ..states import JobStatus
 from ..store import StateStore
 from .context import JobContext
@@ -30,8 +31,7 @@ class Heartbeat:
                  on_beat: Callable[[float, int, int], None] | None = None,
                  on_failure: Callable[[], None] | None = None,
                  on_escalation: Callable[[JobContext, float], None] | None = None) -> None:
-        if interval >= lease_ttl:
-            raise ValueError(f"heartbeat interval {interval}s must be shorter than the lease ttl {lease_ttl}s")
+        check_heartbeat(interval, lease_ttl, names=("heartbeat interval", "lease ttl"))
         self.store = store
         self.worker_id = worker_id
         self.interval = interval

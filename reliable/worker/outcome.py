@@ -6,8 +6,8 @@ The only tables mapping how an attempt ended to the event recorded for it:
 - `ACTIONS`: the policy's decision for a failed attempt -> retry, fail, need_review, dead_letter, halt.
   Any other action is a bug in the policy: ValueError.
   (An attempt whose worker crashed ends in recovery: `reliable.recovery.CRASH_EVENTS`.)
-- `FAILED_FOR_GOOD`: the outcomes that are final failures in Dramatiq's sense (the message is
-  failed, nacked, as Dramatiq's Retries would).
+- `states.FAILED_FOR_GOOD`: the outcomes that are final failures in Dramatiq's sense (the message
+  is failed, nacked, as Dramatiq's Retries would).
 
 Rules (`attempt_ended`):
 - success -> succeed.
@@ -31,13 +31,12 @@ from typing import Any
 
 from ..errors import JobCancelled, JobForceStopped, JobInterrupted, JobPaused, JobStopped, LeaseLostInterrupt
 from ..policy import Decision
-from ..states import Event, JobStatus
+from ..states import FAILED_FOR_GOOD, Event, JobStatus
 from ..store import ErrorInfo
 from .skips import Skip, aborted_by
 
 __all__ = [
     "ACTIONS",
-    "FAILED_FOR_GOOD",
     "OBSERVED",
     "Outcome",
     "attempt_ended",
@@ -58,8 +57,6 @@ ACTIONS: dict[str, Event] = {
     "retry": Event.RETRY, "fail": Event.FAIL, "review": Event.NEED_REVIEW, "dead": Event.DEAD_LETTER,
     "halt": Event.HALT,
 }
-#: Outcomes that are final failures in Dramatiq's sense: the message is failed (nacked).
-FAILED_FOR_GOOD = frozenset({JobStatus.FAILED, JobStatus.DEAD})
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The middleware's constructor options, resolved against the policy and validated once, at install.
 
 Owns every check of a constructor option (a mistake fails in the producer, not later in each
-worker's log) and the one rule between them: the heartbeat renews the leases, so its interval must
-be shorter than the lease TTL. Nothing here opens the store: that happens per process (`runtime`).
+worker's log), among them the one rule between two of them (`reliable.policy.check_heartbeat`: the
+heartbeat renews the leases, so its interval must be below the lease TTL). Nothing here opens the
+store: that happens per process (`runtime`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, HeartbeatTooSlow
 from ..events import JsonLogSink
 from ..metrics import Metrics
-from ..policy import Policy
+from ..policy import Policy, check_heartbeat
 from ..schedules import Schedule, load_schedules
 from ..store import StateStore
 from ..store.db import DEFAULT_MAX_CONNECTIONS, check_max_connections, check_store_url
@@ -29,10 +30,6 @@ __all__ = ["DEFAULT_SEND_TIMEOUT", "HeartbeatTooSlow", "Settings", "check_send_t
 #: Seconds a send waits for a store it cannot reach (install's send_timeout, docs/operations.md):
 #: long enough for a PostgreSQL restart or failover, short enough for a web request.
 DEFAULT_SEND_TIMEOUT = 30.0
-
-
-class HeartbeatTooSlow(ConfigError, ValueError):
-    """The heartbeat interval is not below the lease TTL (a ValueError too, as it always was)."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +109,8 @@ class Settings:
         lease = policy.lease
         ttl = lease_ttl if lease_ttl is not None else lease.ttl
         interval = heartbeat_interval if heartbeat_interval is not None else lease.heartbeat_interval
-        if interval >= ttl:
-            raise HeartbeatTooSlow(f"heartbeat interval {interval}s must be below the lease ttl {ttl}s: lower "
-                                   "heartbeat_interval or raise lease_ttl (arguments, or the policy's lease section)")
+        check_heartbeat(interval, ttl, names=("heartbeat_interval", "lease_ttl"),
+                        fix="lower heartbeat_interval or raise lease_ttl (arguments, or the policy's lease section)")
         checked_replication = check_replication_mode(replication)
         if isinstance(store, str):
             check_store_url(store)  # a bad URL fails here, not later in every worker's log

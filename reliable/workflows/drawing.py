@@ -15,6 +15,8 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
+from ..states import FAILURE_STATES
+
 __all__ = ["STATE_COLOURS", "dag_layers", "dag_svg", "draw_dag"]
 
 
@@ -53,7 +55,6 @@ STATE_COLOURS: Mapping[str, str] = {
     "DEAD": "#ffb3b3", "UPSTREAM_FAILED": "#fbe3e3", "BLOCKED": "#fbe3e3", "SKIPPED": "#eeeeee",
     "CANCELLED": "#e4e4e4", "READY": "#eef3ff", "WAITING": "#f6f6f6",
 }
-_FAILED = frozenset({"FAILED", "DEAD", "REVIEW"})
 _BOX_W, _BOX_H, _GAP_X, _GAP_Y, _PAD = 190, 48, 60, 22, 8
 
 
@@ -129,14 +130,14 @@ def dag_svg(order: Sequence[str], parents: Mapping[str, Sequence[str]], states: 
     for name in order:
         x, y = at(name)
         state = states.get(name, "")
-        error = errors.get(name) if state in _FAILED else None
+        error = errors.get(name) if state in FAILURE_STATES else None
         fill = STATE_COLOURS.get(state, "#f6f6f6")
-        stroke = "#b00020" if state in _FAILED else "#555"
+        stroke = "#b00020" if state in FAILURE_STATES else "#555"
         tip = f"{name}: {state}" + (f"\n{error}" if error else "")
         box = [f'<g class="node" data-node="{esc(name)}" data-state="{esc(state)}">',
                f"<title>{esc(tip)}</title>",
                f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" fill="{fill}" stroke="{stroke}" '
-               f'stroke-width="{2 if state in _FAILED else 1}"/>',
+               f'stroke-width="{2 if state in FAILURE_STATES else 1}"/>',
                f'<text x="{x + 8}" y="{y + 18}" font-size="13" font-weight="600">{esc(_short(name, 24))}</text>',
                f'<text x="{x + 8}" y="{y + 36}" font-size="11" fill="{"#b00020" if error else "#333"}">'
                f'{esc(_short(error.splitlines()[0] if error else state, 30))}</text>', "</g>"]

@@ -30,7 +30,7 @@ from ..dispatch import declare_queue
 from ..errors import ControlRefused, ReliableError
 from ..options import CODE_VERSION
 from ..registrar import Registrar, find_installed
-from ..states import JobStatus
+from ..states import FAILED_FOR_GOOD, JobStatus
 from ..store import NewJob, NodeResult, StateStore
 from ..store.workflows import LockedWorkflow, NodeRow, WorkflowStore
 from .graph import WorkflowDefinitionError, input_digest
@@ -310,7 +310,7 @@ class WorkflowEngine:
         status = workflow_status(snapshot, states)
         before = locked.status
         if status != before:
-            failed = sorted(name for name, state in states.items() if state in ("FAILED", "DEAD"))
+            failed = sorted(name for name, state in states.items() if state in FAILED_FOR_GOOD)
             locked.event(f"workflow_{status.lower()}", from_status=before, to_status=status,
                          detail={"failed_nodes": failed} if failed else None)
             locked.transitions.append((before, status))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from ..states import JobStatus
+from ..states import FAILED_FOR_GOOD, JobStatus
 from ..store.workflow_views import NodeView, Snapshot, WorkflowStatus
 from .graph import descendants, topological
 
@@ -41,8 +41,7 @@ ACTIVE: frozenset[str] = frozenset(s.value for s in (JobStatus.PENDING, JobStatu
                                                       JobStatus.STOPPING))
 
 #: Node states that make the workflow FAILED once nothing is active.
-FAILURES: frozenset[str] = frozenset({JobStatus.FAILED.value, JobStatus.DEAD.value, UPSTREAM_FAILED, SKIPPED,
-                                      BLOCKED})
+FAILURES: frozenset[str] = frozenset({*(s.value for s in FAILED_FOR_GOOD), UPSTREAM_FAILED, SKIPPED, BLOCKED})
 
 #: Node states that are final for this run (a parent in one of them has "finished").
 SETTLED: frozenset[str] = FAILURES | {JobStatus.SUCCEEDED.value, CANCELLED}
@@ -132,7 +131,7 @@ class ResumePlan:
                 "changed": list(self.changed), "refusal": self.refusal}
 
 
-_RERUN_STATES = frozenset({JobStatus.FAILED.value, JobStatus.DEAD.value, JobStatus.CANCELLED.value})
+_RERUN_STATES = frozenset({*(s.value for s in FAILED_FOR_GOOD), JobStatus.CANCELLED.value})
 
 
 def resume_plan(snapshot: Snapshot, digests: Mapping[str, str] | None = None,

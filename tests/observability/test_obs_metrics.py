@@ -175,3 +175,27 @@ def test_track_creates_an_actors_counters_at_zero(registry: CollectorRegistry) -
     assert value(registry, "reliable_retries_total", error_class="none", **AQ) is None  # open-ended label
     m(ev("stale_commit_rejected"))
     assert value(registry, "reliable_stale_commits_total", **AQ) == 1
+
+
+def test_every_event_of_the_state_machine_is_counted_by_its_kind(registry: CollectorRegistry) -> None:
+    """The metrics' event sets come from reliable.states: a new Event is counted, never forgotten."""
+    from reliable.states import ATTEMPT_ENDS, TRANSITIONS, Event, target
+
+    m = Metrics(registry)
+    for event in Event:
+        source = next(state for (state, e) in TRANSITIONS if e is event)
+        m(ev(event.value, job_id=f"j-{event.value}", from_status=source.value, to_status=target(event).value))
+        assert value(registry, "reliable_transitions_total", event=event.value, to_state=target(event).value,
+                     **AQ) == 1, event
+        ended = value(registry, "reliable_attempts_total", outcome=event.value, **AQ)
+        assert (ended == 1) is (event in ATTEMPT_ENDS), event  # a skip's first source is PENDING: no attempt
+    m(ev("skipped", job_id="j-claimed", from_status="RUNNING", to_status="CANCELLED"))
+    assert value(registry, "reliable_attempts_total", outcome="skipped", **AQ) == 1  # a claimed job's skip ends one
+    assert value(registry, "reliable_transitions_total", event="claim_returned", to_state="PENDING", **AQ) == 1
+    assert value(registry, "reliable_attempts_total", outcome="claim_returned", **AQ) is None  # no attempt started
+    assert value(registry, "reliable_lease_expiries_total", **AQ) == 4
+    assert value(registry, "reliable_dead_letters_total", **AQ) == 2  # dead_letter, lease_expired_dead
+    assert value(registry, "reliable_review_total", **AQ) == 2  # need_review, lease_expired_review
+    assert value(registry, "reliable_forced_terminations_total", **AQ) == 2
+    assert value(registry, "reliable_control_commands_total", command="pause") == 2  # pause, pause_requested
+    assert value(registry, "reliable_recoveries_total", kind="lease_expired") == 4

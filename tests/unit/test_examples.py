@@ -29,6 +29,7 @@ from reliable.policy import Policy
 from reliable.recovery import Recovery
 from reliable.states import JobStatus
 from reliable.store import StateStore
+from reliable.testing import middleware_of, sqlite_store_url
 
 from support import wait_for
 
@@ -47,8 +48,7 @@ def _forget_examples() -> None:
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """StubBroker + a migrated SQLite store for the examples; the repository root as cwd."""
-    url = f"sqlite:///{tmp_path / 'reliable.db'}"
-    StateStore(url).upgrade()
+    url = sqlite_store_url(tmp_path)
     monkeypatch.setenv("BROKER_URL", "stub://")
     monkeypatch.setenv("RELIABLE_STORE", url)
     monkeypatch.setenv("EXPORT_DIR", str(tmp_path / "exports"))
@@ -62,10 +62,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def load(name: str) -> ModuleType:
     return importlib.import_module(f"examples.{name}")
-
-
-def reliable_of(broker: dramatiq.Broker) -> ReliableMiddleware:
-    return next(m for m in broker.middleware if isinstance(m, ReliableMiddleware))
 
 
 @contextmanager
@@ -126,7 +122,7 @@ def test_plain_app_runs_without_reliable(env: Path) -> None:
 
 def test_reliable_app_jobs_reach_their_states(env: Path) -> None:
     app = load("reliable_app")
-    store = reliable_of(app.broker).store
+    store = middleware_of(app.broker).store
     emails = [app.send_welcome_email.send(user) for user in range(3)]
     thumbnail = app.make_thumbnail.send("cat.png", size=64)
     bad = app.make_thumbnail.send("")
@@ -146,7 +142,7 @@ def test_reliable_app_jobs_reach_their_states(env: Path) -> None:
 
 def test_export_pauses_at_a_checkpoint_and_resumes_from_it(env: Path) -> None:
     export = load("export_job")
-    store = reliable_of(export.broker).store
+    store = middleware_of(export.broker).store
     fetched: list[int] = []
     at_page_3, go_on = threading.Event(), threading.Event()
     real_fetch = export.fetch_page
@@ -197,7 +193,7 @@ def payments(env: Path) -> Iterator[tuple[ModuleType, Any]]:
 
 def test_payment_charges_once_with_the_operation_key(payments: tuple[ModuleType, Any]) -> None:
     payment, api = payments
-    store = reliable_of(payment.broker).store
+    store = middleware_of(payment.broker).store
     job_id = payment.charge_card.send("order-1", 4200).message_id
     with worker(payment.broker):
         wait_status(store, job_id, JobStatus.SUCCEEDED)
@@ -208,7 +204,7 @@ def test_payment_charges_once_with_the_operation_key(payments: tuple[ModuleType,
 
 def test_declined_card_fails_at_once(payments: tuple[ModuleType, Any]) -> None:
     payment, api = payments
-    store = reliable_of(payment.broker).store
+    store = middleware_of(payment.broker).store
     job_id = payment.charge_card.send("order-2", 500_000).message_id
     with worker(payment.broker):
         wait_status(store, job_id, JobStatus.FAILED)
@@ -218,7 +214,7 @@ def test_declined_card_fails_at_once(payments: tuple[ModuleType, Any]) -> None:
 
 def test_payment_read_timeout_goes_to_review(payments: tuple[ModuleType, Any]) -> None:
     payment, _api = payments
-    store = reliable_of(payment.broker).store
+    store = middleware_of(payment.broker).store
 
     def timeout(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("no answer from the provider", request=request)
@@ -233,7 +229,7 @@ def test_payment_read_timeout_goes_to_review(payments: tuple[ModuleType, Any]) -
 
 def test_crashed_payment_goes_to_review_not_retry(payments: tuple[ModuleType, Any]) -> None:
     payment, api = payments
-    middleware = reliable_of(payment.broker)
+    middleware = middleware_of(payment.broker)
     store = middleware.store
     job_id = payment.charge_card.send("order-4", 4200).message_id
     # A worker claims the job and dies: its lease expires and nobody renews it.
@@ -253,7 +249,7 @@ def test_crashed_payment_goes_to_review_not_retry(payments: tuple[ModuleType, An
 
 def test_cancel_after_the_charge_runs_the_refund(payments: tuple[ModuleType, Any]) -> None:
     payment, api = payments
-    store = reliable_of(payment.broker).store
+    store = middleware_of(payment.broker).store
     charged, go_on = threading.Event(), threading.Event()
     transport = api.transport()
 
@@ -289,7 +285,7 @@ def test_cancel_after_the_charge_runs_the_refund(payments: tuple[ModuleType, Any
 def test_http_job_honours_429_and_continues_from_its_cursor(env: Path) -> None:
     http = load("http_job")
     fake_api = load("fake_api")
-    store = reliable_of(http.broker).store
+    store = middleware_of(http.broker).store
     api = fake_api.FakeApi(pages=4, throttle_every=3, retry_after=0)  # the 3rd request gets a 429
     http.shared.client = httpx.Client(base_url="http://partner.test", transport=api.transport())
     job_id = http.sync_contacts.send("acme").message_id
@@ -315,3 +311,15 @@ def test_example_policies_and_alert_rules_check(monkeypatch: pytest.MonkeyPatch)
     assert policy.exit_code == 0 and policy.output.startswith("OK:"), policy.output
     alerts = runner.invoke(cli, ["alerts", "check", "examples/alert_rules/"])
     assert alerts.exit_code == 0 and alerts.output.startswith("OK:"), alerts.output
+
+
+# -- an app's own tests with reliable.testing ----------------------------------------------------
+
+
+def test_the_example_app_tests_pass_with_reliable_testing() -> None:
+    """examples/test_reliable_app.py is what an app's tests look like: run as an app would run them."""
+    result = subprocess.run([sys.executable, "-m", "pytest", "examples/test_reliable_app.py", "-q", "-p", "no:randomly",
+                             "-p", "no:cacheprovider", "-p", "no:xdist"], cwd=REPO, capture_output=True, text=True,
+                            check=False, timeout=280)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "4 passed" in result.stdout

@@ -129,3 +129,32 @@ def test_unknown_names_are_refused() -> None:
         next_state("NOPE", "claim")
     with pytest.raises(TransitionRefused):
         next_state("PENDING", "nope")
+
+
+def test_failed_for_good_is_what_a_retry_takes_and_failure_states_add_review() -> None:
+    from reliable.states import FAILED_FOR_GOOD, FAILURE_STATES
+
+    assert FAILED_FOR_GOOD == {S.FAILED, S.DEAD} == sources(E.REQUEUE)
+    assert FAILED_FOR_GOOD | {S.REVIEW} == FAILURE_STATES
+
+
+def test_who_sends_each_event_and_what_ends_an_attempt() -> None:
+    from reliable.states import (
+        ATTEMPT_ENDS,
+        ATTEMPT_ENDS_IF_ACTIVE,
+        FORCED_ENDS,
+        LEASE_EXPIRIES,
+        OPERATOR_EVENTS,
+        RECOVERY_EVENTS,
+        WORKER_OUTCOMES,
+    )
+
+    assert not OPERATOR_EVENTS & RECOVERY_EVENTS
+    assert {E.LEASE_EXPIRED, E.LEASE_EXPIRED_BACKOFF, E.LEASE_EXPIRED_REVIEW, E.LEASE_EXPIRED_DEAD} == LEASE_EXPIRIES
+    assert {E.FORCE_STOP, E.FORCE_CANCEL} == FORCED_ENDS
+    assert LEASE_EXPIRIES | FORCED_ENDS | {E.RETRY_DUE} == RECOVERY_EVENTS
+    # An operator's events never end an attempt by themselves: a stop or cancel is a request.
+    assert not OPERATOR_EVENTS & (ATTEMPT_ENDS | ATTEMPT_ENDS_IF_ACTIVE)
+    assert (WORKER_OUTCOMES - ATTEMPT_ENDS_IF_ACTIVE) | LEASE_EXPIRIES | {E.FAST_SUCCEED} == ATTEMPT_ENDS
+    assert {E.SKIPPED, E.SKIPPED_FAILED} == ATTEMPT_ENDS_IF_ACTIVE
+    assert E.CLAIM_RETURNED not in ATTEMPT_ENDS | ATTEMPT_ENDS_IF_ACTIVE  # no attempt had started
