@@ -97,6 +97,7 @@ async def operation_page(request: Request) -> Response:
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
     sample = await run_in_threadpool(functools.partial(select_jobs, state.store, JobFilter(job_ids=op.job_ids[:20]),
+                                                       reader=principal.reader,
                                                        limit=None))
     can_confirm = (op.status == "awaiting_confirmation" and op.operation_id in request.session.get(_SESSION_KEY, {})
                    and (op.operator == principal.name or principal.unrestricted))
