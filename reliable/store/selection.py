@@ -23,8 +23,8 @@ from .store import StateStore
 
 __all__ = [
     "CANDIDATES_SHOWN", "DISCARDED", "FILTER_PARAMS", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page", "Reader",
-    "count_jobs", "filter_from_params", "not_discarded", "page_jobs", "parse_time", "resolve_job_id", "select_jobs",
-    "statuses",
+    "count_jobs", "filter_from_params", "jobs_with_ids", "not_discarded", "page_jobs", "parse_time", "resolve_job_id",
+    "select_jobs", "statuses",
 ]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
@@ -242,6 +242,14 @@ def select_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int
         stmt = stmt.limit(limit)
     with store.read() as conn:
         return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
+
+
+def jobs_with_ids(store: StateStore, job_ids: Sequence[str], *, reader: Reader) -> list[Job]:
+    """The jobs of `job_ids` that exist (an operation's sample), oldest change first; none for no id
+    (a JobFilter without ids would match every job)."""
+    if not job_ids:
+        return []
+    return select_jobs(store, JobFilter(job_ids=tuple(job_ids)), reader=reader, limit=None)
 
 
 @dataclass(frozen=True)
