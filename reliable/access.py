@@ -30,8 +30,9 @@ from .inputs import MAX_NAME, check_length
 from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
 from .store import StateStore
 from .store.api_tokens import insert_token, revoke_token, token_row, token_rows, touch_token
+from .store.selection import Reader
 
-__all__ = ["ROLES", "TOKEN_PREFIX", "ApiToken", "ApiTokens", "Principal", "role_policy"]
+__all__ = ["ROLES", "TOKEN_PREFIX", "ApiToken", "ApiTokens", "Principal", "reader_of", "role_policy"]
 
 #: The built-in roles, least powerful first.
 ROLES: tuple[str, ...] = ("viewer", "operator", "admin")
@@ -53,6 +54,19 @@ def role_policy(name: str, role: str, *, queues: Sequence[str] = ("*",), owners:
     elif role == "operator":
         rules = (Rule(tuple(sorted(COMMANDS)), tuple(queues) or ("*",), tuple(owners) or ("*",)),)
     return OperatorsPolicy(operators=((name, (role,)),), roles={role: rules}, path=f"<{role} token>")
+
+
+def reader_of(operators: OperatorsPolicy, name: str) -> Reader:
+    """What `name` may select under `operators` (`reliable.store.selection.Reader`): it may search
+    arguments only when it may act on every job (it sees every job's arguments); its scope is the jobs
+    it may run some command on (the jobs whose arguments it sees)."""
+    if operators.allows_everywhere(name):
+        return Reader(name, True)
+
+    def acts_on(queue: str, owner: str | None) -> bool:
+        return any(operators.allows(name, command, queue, owner) for command in COMMANDS)
+
+    return Reader(name, False, acts_on)
 
 
 @dataclass(frozen=True)
@@ -82,10 +96,15 @@ class Principal:
         may search them, and may confirm or cancel anybody's bulk operation."""
         return self.operators.allows_everywhere(self.name)
 
+    @property
+    def reader(self) -> Reader:
+        """What it may select: search arguments only when unrestricted; act on its scope only (`reader_of`)."""
+        return reader_of(self.operators, self.name)
+
     def sees_secrets_of(self, queue: str, owner: str | None) -> bool:
         """Whether a job's arguments, checkpoint and errors are shown unmasked: only to a caller that
         may act on that job (a read-only caller, or an operator outside its scope, sees them masked)."""
-        return any(self.operators.allows(self.name, command, queue, owner) for command in COMMANDS)
+        return self.reader.covers(queue, owner)
 
     def allows(self, command: str, queue: str, owner: str | None) -> bool:
         """Whether `command` on a job of `queue` owned by `owner` is allowed (for buttons; Control decides)."""

@@ -41,7 +41,7 @@ from .operators import COMMAND_ORDER, Operator, OperatorsPolicy
 from .options import stored_contract
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job, StateStore
-from .store.selection import DISCARDED, JobFilter, select_jobs
+from .store.selection import DISCARDED, JobFilter, Reader, select_jobs
 from .store.writes import FRESH_BUDGET
 
 __all__ = [
@@ -288,8 +288,9 @@ class Control:
     # -- bulk ------------------------------------------------------------------------------------
 
     def select(self, filters: JobFilter, *, limit: int | None = 100) -> list[Job]:
-        """The jobs `filters` matches, oldest change first, at most `limit`."""
-        return select_jobs(self.store, filters, limit=limit)
+        """The jobs `filters` matches, oldest change first, at most `limit` (for its caller, who holds the
+        store: `Reader.trusted`; the operators policy judges each command, not what is selected)."""
+        return select_jobs(self.store, filters, reader=Reader.trusted(), limit=limit)
 
     def run_bulk(self, command: str, jobs: list[Job], *, reason: str | None = None, limit: int = 100,
                  dry_run: bool = False, rate: float | None = None, progress: Progress | None = None,

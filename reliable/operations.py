@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from .access import reader_of
 from .bulk import RateLimiter
 from .control import RESOLUTIONS, CommandResult, Control, check_reason_text, require_reason
 from .errors import (
@@ -49,6 +50,7 @@ from .store.bulk_operations import (
     cancel_preview,
     cancel_requested,
     confirm_token_hash,
+    count_to_act_on,
     insert_operation,
     jobs_to_act_on,
     mark_operation,
@@ -59,7 +61,7 @@ from .store.bulk_operations import (
     write_progress,
 )
 from .store.records import home_queue_of
-from .store.selection import JobFilter, count_jobs
+from .store.selection import JobFilter
 
 __all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
 
@@ -244,12 +246,18 @@ class Operations:
                 dry_run: bool = False) -> Preview:
         """Count the jobs `flt` matches for `command` and keep their ids, awaiting confirmation.
 
+        Only the jobs `control`'s operator may act on are counted, sampled and kept (its scope, the
+        jobs whose arguments it sees: `access.reader_of`); `not_permitted` says how many of those
+        its policy will refuse this command on. Every front end (the API, the console's bulk form,
+        the CLI's `--api`) previews through here.
+
         `dry_run`: count only; nothing is stored (the operation's status is `dry_run`, it has no
         token and cannot be confirmed).
 
         Raises ConfigError (unknown command or option, no narrowing filter, too many jobs, bad rate),
-        ReasonRequired, or NotAuthorized when `control`'s operator may run no command at all (that
-        refusal is recorded as a `refused` operation).
+        ReasonRequired, or NotAuthorized when `control`'s operator may run no command at all, or
+        searches arguments without the right to (`Reader.check`); a refusal is recorded as a
+        `refused` operation, a dry run's too.
         """
         name = ALIASES.get(command, command)
         if name not in COMMANDS:
@@ -268,16 +276,20 @@ class Operations:
         }
         if not control.operators.may_act(identity.name):
             refusal = NotAuthorized(f"{identity.name!r} may run no command (a read-only role): bulk {name} refused")
-            if not dry_run:
-                self._insert({**row, "job_ids": "[]", "status": "refused", "total": 0, "expires_at": now,
-                              "error": str(refusal), "finished_at": now})
+            self._refuse(row, refusal)
             raise refusal
         if flt.is_empty:
             raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
-        found = jobs_to_act_on(self.store, flt, now=now, limit=self.bulk_max + 1)
+        reader = reader_of(control.operators, identity.name)
+        try:
+            found = jobs_to_act_on(self.store, flt, reader=reader, now=now, limit=self.bulk_max + 1)
+        except NotAuthorized as refusal:  # a search over arguments it may not see: a guess, kept for the audit
+            self._refuse(row, refusal)
+            raise
         if len(found) > self.bulk_max:
-            raise ConfigError(f"the filter matches {count_jobs(self.store, flt)} jobs, more than one operation may "
-                              f"act on ({self.bulk_max}, bulk_max): narrow it")
+            raise ConfigError(f"the filter matches {count_to_act_on(self.store, flt, reader=reader, now=now)} jobs, "
+                              f"more than one operation may act on ({self.bulk_max}, bulk_max): "
+                              "narrow it")
         by_state: dict[str, int] = {}
         for job in found:
             by_state[job.status] = by_state.get(job.status, 0) + 1
@@ -294,6 +306,12 @@ class Operations:
         token = secrets.token_urlsafe(24)
         self._insert({**counted, "status": "awaiting_confirmation", "confirm_token_hash": _hash(token)})
         return Preview(self.get(row["operation_id"]), token, not_permitted)
+
+    def _refuse(self, row: Mapping[str, Any], refusal: NotAuthorized) -> None:
+        """Record a refused preview (a dry run's too: the asking is what the audit trail keeps)."""
+        now = row["created_at"]
+        self._insert({**row, "job_ids": "[]", "status": "refused", "total": 0, "expires_at": now,
+                      "error": str(refusal), "finished_at": now})
 
     def _would_refuse(self, control: Control, command: str, job_ids: Sequence[str], reason: str,
                       options: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ from .job_commands import (
     has_filters,
     render_results,
 )
+from .views import STORE_READER
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
@@ -190,8 +191,8 @@ def _run(command: str, job_ids: tuple[str, ...], params: dict[str, Any], *, forc
         jobs = [store.get(job_ids[0])]
         matched = 1
     else:
-        matched = count_jobs(store, flt)
-        jobs = select_jobs(store, flt, limit=limit)
+        matched = count_jobs(store, flt, reader=STORE_READER)
+        jobs = select_jobs(store, flt, reader=STORE_READER, limit=limit)
         if not jobs:
             if as_json:
                 emit_json({"command": command, "matched": 0, "dry_run": params["dry_run"], "summary": {},

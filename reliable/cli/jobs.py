@@ -33,7 +33,7 @@ from .common import (
     state_option,
     stdout_console,
 )
-from .views import CLI_AUDIENCE
+from .views import CLI_AUDIENCE, STORE_READER
 
 
 def job_dict(job: Job) -> dict[str, object]:
@@ -68,7 +68,7 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, st
 
         flt = JobFilter(statuses=statuses(states), queue=queue, actor=actor, error_class=error_class,
                         workflow_id=workflow_id)
-        found = select_jobs(source, flt, limit=limit, newest_first=True)
+        found = select_jobs(source, flt, reader=STORE_READER, limit=limit, newest_first=True)
     else:
         from .via_api import list_jobs
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from ..disclosure import ATTEMPT_FIELDS, EFFECT_FIELDS, EVENT_FIELDS, JOB_FIELDS, Audience, disclosed
 from ..store import Attempt, Effect, Job, JobEvent, StateStore
-from ..store.selection import JobFilter, count_jobs, select_jobs
+from ..store.selection import JobFilter, Reader, count_jobs, select_jobs
 from .common import emit_json, fmt_time, id_column, print_table, resolve_job_id, stdout_console
 
 if TYPE_CHECKING:
@@ -18,9 +18,12 @@ if TYPE_CHECKING:
 #: Who reads what a command prints: with the store's URL it could read every row itself, so values are
 #: shown as stored; through `--api` they arrive already disclosed by the server for the token.
 CLI_AUDIENCE = Audience.store_credentials()
+#: Who selects jobs with the store's URL: it may search and act on every row (`selection.Reader`); through
+#: `--api` the server selects for the token.
+STORE_READER = Reader.trusted()
 
-__all__ = ["CLI_AUDIENCE", "api_list_view", "job_dict", "list_view", "listed_dict", "render_list", "render_show",
-           "show_any", "show_view"]
+__all__ = ["CLI_AUDIENCE", "STORE_READER", "api_list_view", "job_dict", "list_view", "listed_dict", "render_list",
+           "render_show", "show_any", "show_view"]
 
 
 def job_dict(job: Job) -> dict[str, Any]:
@@ -37,8 +40,8 @@ def listed_dict(job: Job) -> dict[str, Any]:
 
 def list_view(store: StateStore, flt: JobFilter, *, limit: int, as_json: bool, title: str) -> None:
     """List the jobs matching `flt`, most recently changed first, as a table or JSON."""
-    total = count_jobs(store, flt)
-    found = select_jobs(store, flt, limit=limit, newest_first=True)
+    total = count_jobs(store, flt, reader=STORE_READER)
+    found = select_jobs(store, flt, reader=STORE_READER, limit=limit, newest_first=True)
     render_list(found, total, as_json=as_json, title=title)
 
 

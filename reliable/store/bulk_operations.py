@@ -7,18 +7,19 @@ its `updated_at`): the functions that change one say whether they won.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Row, literal, select, update
 
+from .records import home_queue_of
 from .schema import jobs, operations
-from .selection import JobFilter
+from .selection import JobFilter, Reader, count_jobs
 from .store import StateStore
 
 __all__ = [
     "ENDED_OPERATION_STATUSES", "OPERATION_COLUMNS", "cancel_preview", "cancel_requested", "confirm_token_hash",
-    "insert_operation",
+    "count_to_act_on", "insert_operation",
     "jobs_to_act_on", "mark_operation", "operation_row", "recent_operation_rows", "request_cancel",
     "start_operation", "write_progress",
 ]
@@ -29,14 +30,44 @@ ENDED_OPERATION_STATUSES: tuple[str, ...] = ("refused", "expired", "finished", "
 #: The columns of an operation's row.
 OPERATION_COLUMNS: tuple[str, ...] = tuple(c.name for c in operations.c)
 
+_BATCH = 500  # rows read at a time when a reader's scope is judged on each
 
-def jobs_to_act_on(store: StateStore, flt: JobFilter, *, now: float, limit: int) -> Sequence[Any]:
-    """The jobs `flt` matches at `now` (job_id, status, queue, message, owner), least recently
-    updated first, at most `limit`."""
+
+def _acting_rows(store: StateStore, flt: JobFilter, reader: Reader, now: float,
+                 limit: int | None) -> Iterator[Any]:
+    """The rows `flt` matches for `reader` that it may act on, least recently updated first.
+
+    Its scope (`Reader.covers`) is judged by each job's home queue, which its message names, so the
+    rows of a scoped reader are read in batches and judged here; the others are limited in SQL.
+    """
     stmt = (select(jobs.c.job_id, jobs.c.status, jobs.c.queue, jobs.c.message, jobs.c.owner)
-            .where(*flt.conditions(now)).order_by(jobs.c.updated_at, jobs.c.job_id).limit(limit))
+            .where(*flt.conditions(now, reader)).order_by(jobs.c.updated_at, jobs.c.job_id))
     with store.read() as conn:
-        return conn.execute(stmt).all()
+        if reader.scope is None:
+            yield from conn.execute(stmt if limit is None else stmt.limit(limit)).all()
+            return
+        kept = 0
+        with conn.execution_options(yield_per=_BATCH).execute(stmt) as rows:
+            for row in rows:
+                if limit is not None and kept >= limit:
+                    return
+                if reader.covers(home_queue_of(row.queue, row.message), row.owner):
+                    kept += 1
+                    yield row
+
+
+def jobs_to_act_on(store: StateStore, flt: JobFilter, *, reader: Reader, now: float, limit: int) -> list[Any]:
+    """The jobs `flt` matches at `now` that `reader` may act on (its scope: `Reader.covers`), as
+    (job_id, status, queue, message, owner), least recently updated first, at most `limit`.
+    NotAuthorized when `flt` searches arguments and `reader` may not (`Reader.check`)."""
+    return list(_acting_rows(store, flt, reader, now, limit))
+
+
+def count_to_act_on(store: StateStore, flt: JobFilter, *, reader: Reader, now: float) -> int:
+    """How many jobs `jobs_to_act_on` would find without a limit."""
+    if reader.scope is None:
+        return count_jobs(store, flt, reader=reader)
+    return sum(1 for _ in _acting_rows(store, flt, reader, now, None))
 
 
 def insert_operation(store: StateStore, row: Mapping[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from ..errors import ConfigError, JobNotFound, ReliableError
+from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
 from ..isotime import FORMS as ISO_FORMS
 from ..isotime import parse_time_text
 from ..states import JobStatus
@@ -23,9 +23,9 @@ from .schema import job_events, jobs
 from .store import StateStore
 
 __all__ = [
-    "CANDIDATES_SHOWN", "DISCARDED", "FILTER_PARAMS", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page",
-    "count_jobs", "filter_from_params", "not_discarded", "page_jobs", "parse_time", "resolve_job_id", "select_jobs",
-    "statuses",
+    "CANDIDATES_SHOWN", "DISCARDED", "FILTER_PARAMS", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page", "Reader",
+    "count_jobs", "filter_from_params", "jobs_with_ids", "not_discarded", "page_jobs", "parse_time", "resolve_job_id",
+    "select_jobs", "statuses",
 ]
 
 #: The event that takes a DEAD job out of the dead-letter listing (until it next changes state).
@@ -71,6 +71,42 @@ def resolve_job_id(store: StateStore, given: str) -> str:
     if len(found) > 1:
         raise AmbiguousJobId(prefix, found[:CANDIDATES_SHOWN], more=len(found) > CANDIDATES_SHOWN)
     return found[0]
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who a selection of jobs is for: the one rule of who may match a filter against jobs' arguments,
+    and which jobs a selection to act on may hold. Every query of a `JobFilter` takes one
+    (`JobFilter.conditions`), so no front end (API, console, CLI, bulk previews) can leave it out.
+
+    `may_search`: whether `JobFilter.search` may be matched for it. Whether a job matches tells
+    whether its arguments contain the guess, so only a reader who sees every job's arguments as
+    stored may (an admin; a `reliable` command run with the store's own URL, which could read
+    every row itself). `scope(home_queue, owner)`: whether a job is one it may act on (None: every
+    job). A selection to act on (a bulk preview's count and sample: `jobs_to_act_on`) holds only
+    those; a listing shows every job, each one's values disclosed for its reader
+    (`reliable.disclosure`).
+    """
+
+    name: str
+    may_search: bool
+    scope: Callable[[str, str | None], bool] | None = None
+
+    @classmethod
+    def trusted(cls, name: str = "store credentials") -> Reader:
+        """A reader who may see every row already: the store's own credentials, the library itself."""
+        return cls(name, True)
+
+    def covers(self, home_queue: str, owner: str | None) -> bool:
+        """Whether a job of `home_queue` owned by `owner` is in its scope."""
+        return self.scope is None or self.scope(home_queue, owner)
+
+    def check(self, flt: JobFilter) -> None:
+        """NotAuthorized (HTTP 403) when `flt` matches against arguments and this reader may not."""
+        if flt.search and not self.may_search:
+            raise NotAuthorized(f"{self.name!r} may not search arguments: their secrets are masked for its "
+                                "role, and a match would tell what they hold (narrow by queue, actor, state or "
+                                "time instead)")
 
 
 @dataclass(frozen=True)
@@ -122,8 +158,10 @@ class JobFilter:
             out[name] = [getattr(v, "value", v) for v in value] if isinstance(value, tuple) else value
         return out
 
-    def conditions(self, now: float | None) -> list[ColumnElement[bool]]:
-        """The WHERE clauses of this filter (`now` is the database time, needed for older_than)."""
+    def conditions(self, now: float | None, reader: Reader) -> list[ColumnElement[bool]]:
+        """The WHERE clauses of this filter (`now` is the database time, needed for older_than), for
+        `reader`: NotAuthorized when it may not match the filter's search (`Reader.check`)."""
+        reader.check(self)
         where: list[ColumnElement[bool]] = []
         if self.job_ids:
             where.append(jobs.c.job_id.in_(list(self.job_ids)))
@@ -193,18 +231,26 @@ def _now(store: StateStore, flt: JobFilter) -> float | None:
     return store.now() if flt.older_than is not None else None
 
 
-def select_jobs(store: StateStore, flt: JobFilter, *, limit: int | None = 100, newest_first: bool = False,
-                offset: int = 0) -> list[Job]:
-    """Jobs matching `flt`: oldest change first (the order bulk commands work in), at most `limit`;
-    `newest_first`: the listings' order (page_jobs'), ties broken by job id the same way."""
+def select_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int | None = 100,
+                newest_first: bool = False, offset: int = 0) -> list[Job]:
+    """Jobs matching `flt` for `reader`: oldest change first (the order bulk commands work in), at most
+    `limit`; `newest_first`: the listings' order (page_jobs'), ties broken by job id the same way."""
     order = ((jobs.c.updated_at.desc(), jobs.c.job_id.desc()) if newest_first
              else (jobs.c.updated_at.asc(), jobs.c.job_id.asc()))
-    stmt: Select[tuple[object, ...]] = (select(jobs).where(*flt.conditions(_now(store, flt)))
+    stmt: Select[tuple[object, ...]] = (select(jobs).where(*flt.conditions(_now(store, flt), reader))
                                         .order_by(*order).offset(offset))
     if limit is not None:
         stmt = stmt.limit(limit)
     with store.read() as conn:
         return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
+
+
+def jobs_with_ids(store: StateStore, job_ids: Sequence[str], *, reader: Reader) -> list[Job]:
+    """The jobs of `job_ids` that exist (an operation's sample), oldest change first; none for no id
+    (a JobFilter without ids would match every job)."""
+    if not job_ids:
+        return []
+    return select_jobs(store, JobFilter(job_ids=tuple(job_ids)), reader=reader, limit=None)
 
 
 @dataclass(frozen=True)
@@ -228,8 +274,9 @@ def _after(cursor: str) -> tuple[float, str]:
         raise ConfigError(f"cursor {cursor!r} is not one this API returned") from exc
 
 
-def page_jobs(store: StateStore, flt: JobFilter, *, limit: int = 50, cursor: str | None = None) -> Page:
-    """Jobs matching `flt`, newest change first, `limit` per page, after `cursor` (keyset pagination).
+def page_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int = 50,
+              cursor: str | None = None) -> Page:
+    """Jobs matching `flt` for `reader`, newest change first, `limit` per page, after `cursor` (keyset pagination).
 
     One index range per state, merged: (status, updated_at) serves each, so the first page of a
     table of millions reads about `limit` rows per state instead of sorting the table. Across
@@ -239,7 +286,7 @@ def page_jobs(store: StateStore, flt: JobFilter, *, limit: int = 50, cursor: str
     """
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
-    where = flt.conditions(_now(store, flt))
+    where = flt.conditions(_now(store, flt), reader)
     if cursor:
         updated_at, job_id = _after(cursor)
         where.append(tuple_(jobs.c.updated_at, jobs.c.job_id) < tuple_(literal(updated_at), literal(job_id)))
@@ -261,9 +308,9 @@ def page_jobs(store: StateStore, flt: JobFilter, *, limit: int = 50, cursor: str
     return Page(found[:limit], _cursor(found[limit - 1]) if len(found) > limit else None)
 
 
-def count_jobs(store: StateStore, flt: JobFilter) -> int:
-    """How many jobs match `flt`."""
-    stmt = select(func.count()).select_from(jobs).where(*flt.conditions(_now(store, flt)))
+def count_jobs(store: StateStore, flt: JobFilter, *, reader: Reader) -> int:
+    """How many jobs match `flt` for `reader`."""
+    stmt = select(func.count()).select_from(jobs).where(*flt.conditions(_now(store, flt), reader))
     with store.read() as conn:
         return int(conn.execute(stmt).scalar_one())
 

@@ -31,7 +31,7 @@ from .bodies import json_object
 from .paths import JobRoute
 from .queries import event_view, job_detail, job_view
 from .queries import job_message as message_of
-from .redaction import audience_for, check_search
+from .redaction import audience_for
 
 __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "FILTER_PARAMS", "MAX_LIMIT",
            "RESOLUTIONS", "job_filter", "routes"]
@@ -166,12 +166,11 @@ async def _json_from_pool(func: Callable[[], dict[str, Any]]) -> Response:
 
 def _page(store: StateStore, flt: JobFilter, principal: Principal, patterns: tuple[str, ...], limit: int,
           cursor: str | None) -> dict[str, Any]:
-    page = page_jobs(store, flt, limit=limit, cursor=cursor)
+    page = page_jobs(store, flt, reader=principal.reader, limit=limit, cursor=cursor)
     return {"jobs": [job_view(job, principal, patterns) for job in page.jobs], "next_cursor": page.next_cursor}
 
 
 async def _listing(request: Request, principal: Principal, flt: JobFilter) -> JSONResponse:
-    check_search(principal, flt)
     state = state_of(request)
     limit = _int(request, "limit", DEFAULT_LIMIT, MAX_LIMIT)
     cursor = _text(request, "cursor")

@@ -27,6 +27,7 @@ from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, Re
 from ..store import StateStore
 from .bodies import BodyLimit
 from .config import WebConfig
+from .headers import SecurityHeaders
 from .state import WebState
 
 __all__ = ["create_app", "wsgi_app"]
@@ -113,7 +114,8 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
                 *flow_api_routes(), *flow_page_routes(),  # c28-flows
                 *fleet.routes(), *console_alerts.routes(),  # c28-workers
                 *queue_routes(), *queue_pages()],  # c28-queues
-        middleware=[Middleware(BodyLimit, refusal=_refusal),
+        middleware=[Middleware(SecurityHeaders),  # outermost: on every answer, a refused body's too
+                    Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,
                                max_age=cfg.session_max_age)],

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, NotAuthorized, OperationNotFound, ReliableError, StoreError
 from ..operations import ACTIVE_STATUSES
-from ..store.selection import JobFilter, select_jobs
+from ..store.selection import JobFilter, jobs_with_ids
 from .auth import authenticate, state_of
 from .console import VIEWS, flash, job_filter, list_form, render
 from .operations import operations_of
@@ -96,8 +96,8 @@ async def operation_page(request: Request) -> Response:
         op = await run_in_threadpool(engine.get, request.path_params["operation_id"])
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
-    sample = await run_in_threadpool(functools.partial(select_jobs, state.store, JobFilter(job_ids=op.job_ids[:20]),
-                                                       limit=None))
+    sample = await run_in_threadpool(functools.partial(jobs_with_ids, state.store, op.job_ids[:20],
+                                                       reader=principal.reader))
     can_confirm = (op.status == "awaiting_confirmation" and op.operation_id in request.session.get(_SESSION_KEY, {})
                    and (op.operator == principal.name or principal.unrestricted))
     sample = [masked_job(job, principal, state.config.redact) for job in sample]

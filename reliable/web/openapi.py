@@ -60,7 +60,8 @@ _FILTER_PARAMS: list[dict[str, Any]] = [
     _q("workflow", "only jobs of this workflow id", {"type": "string"}),
     _q("changed_since", "only jobs whose last change was at or after this time", _TIME),
     _q("changed_until", "only jobs whose last change was before this time", _TIME),
-    _q("q", "case-insensitive text in the job's message (arguments and options)", {"type": "string"}),
+    _q("q", "case-insensitive text in the job's message (arguments and options); 403 unless the caller "
+           "sees every job's arguments (admin)", {"type": "string"}),
     _q("limit", "jobs per page", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
     _q("cursor", "the next_cursor of the previous page", {"type": "string"}),
 ]
@@ -364,7 +365,7 @@ _SCHEMAS: dict[str, Any] = {
         **_OPERATION_FIELDS,
         "confirm_token": {"type": ["string", "null"],
                           "description": "shown once; POST it to .../confirm (null for a dry run)"},
-        "not_permitted": {"type": "integer", "description": "counted jobs the caller's role will be refused"},
+        "not_permitted": {"type": "integer", "description": "counted jobs it may not run this command on"},
         "sample": {"type": "array", "items": {"type": "string"}, "description": "the first counted job ids"},
         "sample_jobs": {"type": "array", "items": _ref("Job")}},
         ["operation_id", "status", "total", "confirm_token", "expires_at", "sample"], additionalProperties=True),

@@ -26,7 +26,7 @@ from ..access import Principal
 from ..errors import ConfigError, OperationNotFound
 from ..operations import Operation, Operations
 from ..redact import MASK
-from ..store.selection import JobFilter, filter_from_params, select_jobs
+from ..store.selection import filter_from_params, jobs_with_ids
 from .auth import authenticate, state_of
 from .bodies import json_object
 from .queries import job_view
@@ -55,7 +55,7 @@ def _shown(op: Operation, principal: Principal, *, full: bool) -> dict[str, Any]
     those who may search."""
     data = op.as_dict(full=full)
     shown = data.get("filter")
-    if not principal.unrestricted and isinstance(shown, dict) and shown.get("search"):
+    if not principal.reader.may_search and isinstance(shown, dict) and shown.get("search"):
         data["filter"] = {**shown, "search": MASK}
     return data
 
@@ -94,8 +94,8 @@ async def create(request: Request) -> JSONResponse:
         rate=body.get("rate"), dry_run=dry_run))
     answer = preview.as_dict()
     patterns = state_of(request).config.redact
-    sample = await run_in_threadpool(select_jobs, control.store, JobFilter(job_ids=tuple(answer["sample"])),
-                                     limit=None)
+    sample = await run_in_threadpool(functools.partial(jobs_with_ids, control.store, answer["sample"],
+                                                       reader=principal.reader))
     # The sample's jobs themselves, so a person (or the CLI) sees what the confirmation acts on.
     answer["sample_jobs"] = [job_view(job, principal, patterns) for job in sample]
     if dry_run:

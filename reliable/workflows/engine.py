@@ -221,12 +221,13 @@ class WorkflowEngine:
         """After a workflow succeeded in a later run (a resume or restart), take its earlier node
         jobs that died out of the dead letters: a `discarded` event on each says which workflow run
         superseded it. They stay DEAD (their history is the workflow's). How many were resolved."""
-        from ..store.selection import DISCARDED, JobFilter, select_jobs
+        from ..store.selection import DISCARDED, JobFilter, Reader, select_jobs
 
         current = {row["job_id"] for row in self.rows.nodes(workflow_id) if row["job_id"]}
         head = self.rows.get(workflow_id)
         dead = select_jobs(self.store, JobFilter(statuses=(JobStatus.DEAD,), workflow_id=(workflow_id,),
-                                                 exclude_discarded=True), limit=None)
+                                                 exclude_discarded=True),
+                           reader=Reader.trusted("workflows"), limit=None)
         resolved = 0
         for job in dead:
             if job.job_id in current:

@@ -9,6 +9,7 @@ tests run against the real handlers with no change.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import socket
@@ -128,7 +129,8 @@ def _listing(fixed: tuple[JobStatus, ...], *, exclude_discarded: bool = False) -
         limit = int(query.get("limit") or 50)
         if not 1 <= limit <= 500:
             raise ConfigError(f"limit must be 1..500, got {limit}")
-        page = await run_in_threadpool(page_jobs, state.store, flt, limit=limit, cursor=query.get("cursor"))
+        page = await run_in_threadpool(functools.partial(page_jobs, state.store, flt, reader=principal.reader,
+                                                          limit=limit, cursor=query.get("cursor")))
         return JSONResponse({"jobs": [job_view(j, principal, state.config.redact) for j in page.jobs],
                              "next_cursor": page.next_cursor})
 
@@ -197,8 +199,9 @@ async def _create_operation(request: Request) -> JSONResponse:
     flt = _filter(given.get, list(given.get("state") or []), list(given.get("ids") or []))
     if flt.is_empty:
         raise ConfigError("a bulk operation needs a filter")
-    total = await run_in_threadpool(count_jobs, state.store, flt)
-    sample = await run_in_threadpool(select_jobs, state.store, flt, limit=SAMPLE)
+    total = await run_in_threadpool(functools.partial(count_jobs, state.store, flt, reader=principal.reader))
+    sample = await run_in_threadpool(functools.partial(select_jobs, state.store, flt, reader=principal.reader,
+                                                       limit=SAMPLE))
     operation_id = secrets.token_hex(8)
     op = {"operation_id": operation_id, "command": command, "status": "awaiting_confirmation", "total": total,
           "done": 0, "counts": {}, "confirm_token": secrets.token_urlsafe(12),
@@ -223,8 +226,9 @@ async def _confirm_operation(request: Request) -> JSONResponse:
     body = await request.json()
     if op["status"] != "awaiting_confirmation" or body.get("confirm_token") != op["confirm_token"]:
         raise HTTPException(409, "not awaiting this confirmation")
-    op["_jobs"] = [j.job_id for j in await run_in_threadpool(select_jobs, state_of(request).store, op["_filter"],
-                                                                limit=None)]
+    found = await run_in_threadpool(functools.partial(select_jobs, state_of(request).store, op["_filter"],
+                                                      reader=op["_principal"].reader, limit=None))
+    op["_jobs"] = [j.job_id for j in found]
     op["total"] = len(op["_jobs"])
     op["status"] = "running" if op["_jobs"] else "finished"
     return JSONResponse(_public(op), 202)

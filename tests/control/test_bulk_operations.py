@@ -12,7 +12,7 @@ from reliable.access import role_policy
 from reliable.control import Control
 from reliable.errors import ConfigError, ControlRefused, NotAuthorized, OperationNotFound, ReasonRequired
 from reliable.operations import Operation, Operations
-from reliable.operators import Operator
+from reliable.operators import Operator, OperatorsPolicy
 from reliable.states import Event, JobStatus
 from reliable.store import StateStore
 from reliable.store.schema import operations
@@ -210,19 +210,51 @@ def test_a_viewers_preview_is_refused_and_recorded(store: StateStore, ops: Opera
     assert store.get("f1").status is JobStatus.FAILED
 
 
-def test_an_operator_scoped_to_billing_is_refused_per_job_elsewhere(store: StateStore, ops: Operations) -> None:
+def test_an_operator_scoped_to_billing_counts_only_its_jobs(store: StateStore, ops: Operations) -> None:
     failed_jobs(store, "b1", "b2", queue="billing")
     failed_jobs(store, "e1", queue="exports")
     otto = as_role(store, "otto", "operator", queues=["billing"])
     preview = ops.preview(otto, "restart", FAILED, reason="card processor back")
-    assert preview.operation.total == 3 and preview.not_permitted == 1
+    assert preview.operation.total == 2 and preview.not_permitted == 0 and "e1" not in preview.operation.job_ids
     ops.confirm(preview.operation.operation_id, preview.confirm_token, otto)
     op = finished(ops, preview.operation.operation_id)
-    assert op.counts == {"done": 2, "refused": 1}
-    refused = next(r for r in op.results if r["job_id"] == "e1")
-    assert refused["error"] == "NotAuthorized" and store.get("e1").status is JobStatus.FAILED
-    assert store.events("e1")[-1].event == "command_refused"
+    assert op.counts == {"done": 2}
+    assert store.get("e1").status is JobStatus.FAILED and not store.events("e1", events=["command_refused"])
     assert store.get("b1").status is JobStatus.PENDING
+
+
+def test_the_bulk_limit_counts_only_the_jobs_one_may_act_on(store: StateStore, fake: FakeTime) -> None:
+    failed_jobs(store, "e1", "e2", "e3", "e4", queue="exports")
+    failed_jobs(store, "b1", "b2", queue="billing")
+    ops = Operations(store, bulk_max=3, clock=fake.clock, sleep=fake.sleep)
+    otto = as_role(store, "otto", "operator", queues=["billing"])
+    preview = ops.preview(otto, "restart", FAILED, reason="r", dry_run=True)  # 6 match, 2 of them otto's
+    assert (preview.operation.total, sorted(preview.operation.job_ids)) == (2, ["b1", "b2"])
+    olga = as_role(store, "olga", "operator", queues=["exports"])
+    with pytest.raises(ConfigError, match="matches 4 jobs, more than one operation may act on \\(3"):
+        ops.preview(olga, "restart", FAILED, reason="r")
+
+
+def test_not_permitted_counts_the_jobs_in_scope_the_command_is_refused_on(store: StateStore,
+                                                                         ops: Operations) -> None:
+    failed_jobs(store, "b1", "b2", queue="billing")
+    failed_jobs(store, "e1", queue="exports")
+    policy = OperatorsPolicy.parse("operators: {pat: [pauser]}\n"
+                                   "roles: {pauser: [{commands: [pause], queues: [billing]}]}\n")
+    pat = Control(store, operators=policy, identity=Operator("pat", "web", "api:proxy"))
+    preview = ops.preview(pat, "restart", FAILED, reason="r", dry_run=True)
+    assert (preview.operation.total, preview.not_permitted) == (2, 2)  # its jobs, none of them restartable by it
+
+
+def test_a_search_without_the_right_is_refused_and_recorded_even_dry(store: StateStore, ops: Operations) -> None:
+    failed_jobs(store, "b1", queue="billing")
+    otto = as_role(store, "otto", "operator", queues=["billing"])
+    for dry_run in (True, False):
+        with pytest.raises(NotAuthorized, match="'otto' may not search arguments"):
+            ops.preview(otto, "restart", JobFilter(search="b1"), reason="guess", dry_run=dry_run)
+    assert [(op.status, op.filter, op.total) for op in ops.recent()] == [("refused", {"search": "b1"}, 0)] * 2
+    admin = as_role(store, "ada", "admin")
+    assert ops.preview(admin, "restart", JobFilter(search="B1"), reason="r", dry_run=True).operation.total == 1
 
 
 def test_commands_options_and_filters_are_validated(store: StateStore, ops: Operations, control: Control) -> None:

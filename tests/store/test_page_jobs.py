@@ -9,7 +9,7 @@ from reliable.errors import ConfigError
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import jobs
-from reliable.store.selection import JobFilter, page_jobs
+from reliable.store.selection import JobFilter, Reader, page_jobs
 
 
 def _register(store: StateStore, count: int) -> list[str]:
@@ -31,7 +31,7 @@ def _all_pages(store: StateStore, flt: JobFilter, limit: int) -> list[str]:
     seen: list[str] = []
     cursor = None
     for _ in range(100):
-        page = page_jobs(store, flt, limit=limit, cursor=cursor)
+        page = page_jobs(store, flt, reader=Reader.trusted(), limit=limit, cursor=cursor)
         assert len(page.jobs) <= limit
         seen.extend(j.job_id for j in page.jobs)
         cursor = page.next_cursor
@@ -71,6 +71,6 @@ def test_search_is_a_case_insensitive_substring_with_wildcards_taken_literally(s
 
 def test_a_cursor_not_from_the_api_is_refused(store: StateStore) -> None:
     with pytest.raises(ConfigError, match="cursor 'garbage!' is not one this API returned"):
-        page_jobs(store, JobFilter(), cursor="garbage!")
+        page_jobs(store, JobFilter(), reader=Reader.trusted(), cursor="garbage!")
     with pytest.raises(ConfigError, match="limit must be at least 1"):
-        page_jobs(store, JobFilter(), limit=0)
+        page_jobs(store, JobFilter(), reader=Reader.trusted(), limit=0)

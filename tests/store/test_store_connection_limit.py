@@ -22,7 +22,7 @@ from reliable.policy import Policy
 from reliable.recovery import Recovery
 from reliable.states import Event, JobStatus
 from reliable.store import NewJob, StateStore
-from reliable.store.selection import JobFilter, count_jobs, select_jobs
+from reliable.store.selection import JobFilter, Reader, count_jobs, select_jobs
 
 
 def new_job(job_id: str) -> NewJob:
@@ -86,8 +86,8 @@ def test_no_store_path_holds_two_connections_at_once(tight_store: StateStore) ->
     control = Control(store)
     assert control.pause("j3", reason="test").ok and control.cancel("j4", reason="test").ok
     assert control.restart("j4", reason="test").ok
-    assert count_jobs(store, JobFilter(statuses=(JobStatus.PENDING,))) >= 1
-    assert select_jobs(store, JobFilter(queue="default"))
+    assert count_jobs(store, JobFilter(statuses=(JobStatus.PENDING,)), reader=Reader.trusted()) >= 1
+    assert select_jobs(store, JobFilter(queue="default"), reader=Reader.trusted())
     report = Recovery(store, None, Policy.load(None)).run_once()
     assert "j2" in report.expired, report
     late = store.finish("j2", short.lease_id, Event.SUCCEED)  # a late completion: nobody claimed it since

@@ -40,7 +40,7 @@ from reliable.redact import MASK
 from reliable.schedules import Schedule, storage
 from reliable.states import JobStatus
 from reliable.store import StateStore
-from reliable.store.selection import JobFilter, select_jobs
+from reliable.store.selection import JobFilter, Reader, select_jobs
 from reliable.store.workflows import WorkflowStore
 from reliable.web import WebConfig, create_app
 
@@ -133,7 +133,8 @@ def _succeeded(harness: Harness, workflow_id: str) -> None:
 
 def _dead_letters(store: StateStore, workflow_id: str) -> list[str]:
     return [j.job_id for j in select_jobs(store, JobFilter(statuses=(JobStatus.DEAD,), workflow_id=(workflow_id,),
-                                                           exclude_discarded=True), limit=None)]
+                                                           exclude_discarded=True),
+                                          reader=Reader.trusted(), limit=None)]
 
 
 def test_workflow_reads_commands_and_roles(harness: Harness, people: People) -> None:

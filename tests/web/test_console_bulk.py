@@ -45,17 +45,18 @@ def test_a_bulk_retry_counts_first_then_runs_after_the_confirmation(store: State
     assert 'aria-label="Bulk action"' in listing and 'form="selection"' in listing
     op = count(client, csrf, view="jobs", state="FAILED", command="requeue", scope="filter", reason="fixed upstream")
     page = client.get(f"/operations/{op}").text
-    assert "retry · 4 jobs" in page and "Confirm: retry 4 jobs" in page and "awaiting_confirmation" in page
+    # otto may not act on queue exports: its job is neither counted nor shown (issue 38)
+    assert "retry · 3 jobs" in page and "Confirm: retry 3 jobs" in page and "awaiting_confirmation" in page
+    assert "exports-0" not in page
     assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.FAILED}  # nothing changed yet
     confirmed = client.post(f"/operations/{op}/confirm", data={"csrf_token": csrf})
     assert confirmed.status_code == 200 and "confirmed: the operation runs now" in confirmed.text
     wait_for(lambda: "finished" in client.get(f"/operations/{op}").text, "the operation to finish", timeout=30)
     done = client.get(f"/operations/{op}").text
-    assert "requeue" in done and done.count('<td class="id">') == 4
+    assert "retry · 3 jobs" in done and done.count('<td class="id">') == 3
     assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.PENDING}
-    assert store.get("exports-0").status is JobStatus.FAILED  # otto may not act on queue exports
-    refused = store.events("exports-0", events=["command_refused"])
-    assert refused and refused[-1].operator == "otto" and refused[-1].detail["operation_id"] == op
+    assert store.get("exports-0").status is JobStatus.FAILED and not store.events("exports-0",
+                                                                                 events=["command_refused"])
     requeue = store.events("billing-0", events=["requeue"])[-1]
     assert requeue.operator == "otto" and requeue.reason == "fixed upstream"
     assert op in client.get("/operations").text

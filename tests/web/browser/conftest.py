@@ -103,15 +103,22 @@ def _delete_queues(queue: str) -> None:
 
 @pytest.fixture
 def page(browser: Any, rig: Rig) -> Iterator[Any]:
-    """A new browser page (its own cookies), signed in to the console as an admin."""
+    """A new browser page (its own cookies), signed in to the console as an admin. A test whose pages
+    break the console's Content-Security-Policy (an inline script or style: Chromium refuses it and says
+    so on the console) fails."""
     context = browser.new_context(viewport={"width": 1280, "height": 960}, base_url=rig.base)
     context.set_default_timeout(TIMEOUT_MS)
     tab = context.new_page()
+    refused: list[str] = []
+    # A frame refused by frame-ancestors is the policy at work (the console frames nothing), not a break.
+    tab.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text
+           and "frame-ancestors" not in message.text else None)
     try:
         tab.goto("/login")
         tab.get_by_label("API token").fill(rig.admin_token)
         tab.get_by_role("button", name="Sign in").click()
         tab.wait_for_url(f"{rig.base}/")
         yield tab
+        assert not refused, f"the page broke its Content-Security-Policy: {refused}"
     finally:
         context.close()

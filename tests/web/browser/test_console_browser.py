@@ -186,3 +186,24 @@ def test_bulk_retry_counts_first_and_runs_after_the_confirmation(page: Any, rig:
         requeue = rig.store.events(job_id, events=["requeue"])[-1]
         assert requeue.operator == "ada" and requeue.reason == "the card processor is back"
         assert requeue.detail["allow_duplicate_side_effects"] is True and requeue.detail["operation_id"]
+
+
+def test_every_page_works_under_the_content_security_policy(page: Any, rig: Rig) -> None:
+    """The console's own stylesheet and script load (no inline ones: the policy would refuse them), the
+    page cannot be framed, and a page that breaks the policy fails the `page` fixture."""
+    assert expect is not None
+    for path in ("/", "/jobs", "/dlq", "/review", "/operations", "/queues", "/workflows", "/schedules", "/workers",
+                 "/alerts", "/docs"):
+        response = page.goto(path)
+        assert response is not None and response.ok, path
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"], path
+        assert response.headers["x-frame-options"] == "DENY", path
+        assert page.evaluate("() => document.styleSheets.length && document.styleSheets[0].cssRules.length") > 0
+        assert page.evaluate("() => getComputedStyle(document.querySelector('a.skip')).position") == "absolute", path
+    # A page without the console's headers (served by the browser itself) framing a console page: even
+    # on the console's own origin (its session cookie sent), the frame is refused, not drawn.
+    framer = f"{rig.base}/not-a-console-page"
+    page.route(framer, lambda route: route.fulfill(content_type="text/html", body='<iframe src="/jobs"></iframe>'))
+    page.goto(framer)
+    framed = [frame for frame in page.frames if frame is not page.main_frame]
+    assert framed and all('name="csrf-token"' not in frame.content() for frame in framed)

@@ -14,7 +14,7 @@ import reliable
 from reliable.schedules import Schedule, storage
 from reliable.schedules.boot import build_template
 from reliable.states import JobStatus
-from reliable.store.selection import JobFilter, select_jobs
+from reliable.store.selection import JobFilter, Reader, select_jobs
 from reliable.store.workflows import WorkflowStore
 from reliable.workflows.engine import find_middleware
 
@@ -35,7 +35,7 @@ def _status(rig: Rig, workflow_id: str) -> str:
 
 def _dead(rig: Rig, workflow_id: str) -> list[str]:
     flt = JobFilter(statuses=(JobStatus.DEAD,), workflow_id=(workflow_id,), exclude_discarded=True)
-    return [job.job_id for job in select_jobs(rig.store, flt, limit=None)]
+    return [job.job_id for job in select_jobs(rig.store, flt, reader=Reader.trusted(), limit=None)]
 
 
 def test_resume_a_failed_workflow_from_its_graph(page: Any, rig: Rig, tmp_path: Path) -> None:
