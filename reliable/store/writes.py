@@ -55,7 +55,7 @@ from ..states import (
 )
 from .frozen import built, field_names
 
-__all__ = ["FRESH_BUDGET", "FREE_TEXT", "NOT_FREE_TEXT", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
+__all__ = ["FREE_TEXT", "FRESH_BUDGET", "NOT_FREE_TEXT", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
 
 S = JobStatus
 E = Event

@@ -29,7 +29,7 @@ import dramatiq
 from dramatiq.middleware import SkipMessage
 
 from ..dispatch import message_for
-from ..errors import ClaimRefused, JobIdConflict, MessageRefused
+from ..errors import ClaimRefused, JobIdConflict, MessageRefused, PolicyError
 from ..inputs import clip
 from ..limits.gate import fast_path_allowed
 from ..states import JobStatus
@@ -40,7 +40,7 @@ from .ahead import Ahead
 from .context import FastRun, JobContext, _fast_run
 from .continuations import follows_success
 from .registration import REGISTERED
-from .skips import Skip, end_unclaimed
+from .skips import Skip, end_unclaimed, is_its_message
 from .waiting import Row
 
 if TYPE_CHECKING:
@@ -100,15 +100,33 @@ def before_run(mw: Worker, broker: dramatiq.Broker, message: Any) -> None:
         mw.admission.release()
         mw.delivery.own_skip = message.message_id  # not final: see skipped()
         raise
-    except BaseException:
+    except BaseException as exc:
         mw.admission.release()
         mw.delivery.own_skip = message.message_id
+        if isinstance(exc, PolicyError):
+            _unrunnable(mw, message, exc)
         # Dramatiq swallows any other exception of a before-hook and would run the actor
         # without a claim: never let that happen. The job row is the truth; a PENDING job is
         # re-dispatched by the sweeper.
         logger.exception("claim of message %s failed; skipping it", clip(message.message_id))
         message.options["store_results"] = False  # never ran: Results must not store None for it
         raise SkipMessage("claim failed") from None
+
+
+def _unrunnable(mw: Worker, message: Any, exc: PolicyError) -> None:
+    """A claim that fails the same way at every try (the policy refuses what the message asks for):
+    its job ends DEAD, or a message that is not its job's is refused; dead-lettered either way
+    (`delivery.end_unrunnable`, `delivery.refuse`: raises SkipMessage). Never a skip the sweeper
+    would repeat."""
+    try:
+        delivery.end_unrunnable(mw.store, message, str(exc), worker_id=mw.worker_id)
+        delivery.refuse(mw.store, message, None, worker_id=mw.worker_id, problem=str(exc))
+    except SkipMessage:
+        message.options["store_results"] = False
+        raise
+    except Exception:  # the store: the claim failed as any other, the sweeper publishes it again
+        logger.warning("job %s: could not end the job of a message that cannot run", clip(message.message_id),
+                       exc_info=True)
 
 
 def after_run(mw: Worker, broker: dramatiq.Broker, message: Any, result: Any,
@@ -454,12 +472,29 @@ def skipped(mw: Worker, broker: dramatiq.Broker, message: Any, skip: Skip) -> No
                 after_commit.compensate_cancelled(mw.runtime, broker, job, contract.compensation)
         return
     context.leave()
+    if not skip.own and not is_its_message(context.claim.job, message):
+        _copy_skipped(mw, context, skip)
+        return
     try:
         logger.warning("job %s: skipped %s after its claim", context.job_id, skip.describe())
         job = completion.finish(mw, context, outcome.skipped(skip))
         after_commit.conclude(mw.runtime, mw.metrics, broker, message, context, job, None, [])
     finally:
         release_lease(mw, context)
+
+
+def _copy_skipped(mw: Worker, context: JobContext, skip: Skip) -> None:
+    """A copy of the job's message (`skips.is_its_message` says no) was skipped after our claim:
+    the claim goes back (`claim_returned`), the job waits for its real message."""
+    try:
+        returned = mw.store.return_claim(context.job_id, context.fencing_token, worker_id=mw.worker_id)
+    except Exception:
+        returned = None
+        logger.warning("job %s: claim of a skipped copy not handed back", context.job_id, exc_info=True)
+    finally:
+        release_lease(mw, context)
+    logger.warning("job %s: a copy of its message was skipped %s; the job %s", context.job_id, skip.describe(),
+                   "waits for its own message" if returned is not None else "is left to its lease")
 
 
 def _held_ahead(mw: Worker, message: Any) -> Ahead | None:
