@@ -183,9 +183,9 @@ assert set(OPTION_RULES) == set(DELIVERY_OPTIONS), "every behaviour-choosing opt
 def option_problem(options: Mapping[str, Any]) -> tuple[str, str] | None:
     """The first option of `options` that breaks its rule (`OPTION_RULES`) and what is wrong with
     it, in words for an error message; None: every one it sets is fine."""
-    for key, rule in OPTION_RULES.items():
-        value = options.get(key)
-        if value is not None and (problem := rule(value)) is not None:
+    for key, value in options.items():  # a message sets a few options: fewer lookups than the rules
+        rule = OPTION_RULES.get(key)
+        if rule is not None and value is not None and (problem := rule(value)) is not None:
             return key, problem
     return None
 
