@@ -194,7 +194,7 @@ def test_every_event_of_the_state_machine_is_counted_by_its_kind(registry: Colle
     assert value(registry, "reliable_transitions_total", event="claim_returned", to_state="PENDING", **AQ) == 1
     assert value(registry, "reliable_attempts_total", outcome="claim_returned", **AQ) is None  # no attempt started
     assert value(registry, "reliable_lease_expiries_total", **AQ) == 4
-    assert value(registry, "reliable_dead_letters_total", **AQ) == 2  # dead_letter, lease_expired_dead
+    assert value(registry, "reliable_dead_letters_total", **AQ) == 3  # dead_letter, lease_expired_dead, unrunnable
     assert value(registry, "reliable_review_total", **AQ) == 2  # need_review, lease_expired_review
     assert value(registry, "reliable_forced_terminations_total", **AQ) == 2
     assert value(registry, "reliable_control_commands_total", command="pause") == 2  # pause, pause_requested
