@@ -20,8 +20,8 @@ import dramatiq
 from ..errors import ClaimRefused
 from ..states import JobStatus
 from . import spans
-from .attempt_ids import new_attempt_id
 from .context import JobContext, _fast_run
+from .leases import new_attempt_id
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -72,7 +72,8 @@ class Attempt:
                         leases.release(context)
         finally:
             thread.limits = None  # its slot frees itself: the attempt ended (reliable.limits)
-            spans.end(self.tracing, exception)
+            if self.tracing is not None:
+                spans.end(self.tracing, exception)
 
 
 class FastEnd:

@@ -31,7 +31,7 @@ from ..store import Claim as Won
 from ..store import Job
 from . import delivery
 from .ahead import Ahead
-from .attempt_ids import new_attempt_id
+from .leases import new_attempt_id
 from .registration import REGISTERED
 
 if TYPE_CHECKING:
@@ -173,6 +173,9 @@ class DurableClaim:
     def claim(self, broker: dramatiq.Broker, message: Any, job_id: str, digest: str) -> None:
         """Claim the job (or take its claim held ahead) and start its attempt on this thread."""
         ahead = self.ahead
+        if not ahead.enabled:  # no claims ahead in this process (the default)
+            self.leases.start(broker, message, self._claim_own(broker, message, digest))
+            return
         held = ahead.take(job_id, digest)
         if held is not None:  # claimed ahead by this process's batch: the claim is won already
             self.leases.start(broker, message, held.claim, held.context)
@@ -217,10 +220,7 @@ class DurableClaim:
         from now on. Only the first try claims ahead: a retry after a lost reply claims its own job
         alone (a claim ahead whose reply was lost is recovered as any unrenewed lease)."""
         runtime, ahead = self.runtime, self.ahead
-        if late := ahead.overdue():
-            self.hand_back(late, "not taken in time")
-        rule = self.rule
-        picked = ahead.pick(job_id, lambda waiting: rule.digest(broker, waiting))
+        picked = self._pick(broker, job_id) if ahead.enabled else None
         lease_ttl = runtime.settings.lease_ttl
         if not picked:
             alone: Won = runtime.with_store_retry("claim", lambda: runtime.store.claim(
@@ -253,6 +253,14 @@ class DurableClaim:
             return claimed
         finally:
             ahead.settle(picked, won)
+
+    def _pick(self, broker: dramatiq.Broker, job_id: str) -> list[tuple[Any, str]]:
+        """The waiting messages whose jobs are claimed ahead with `job_id`'s, once the claims held
+        too long are handed back."""
+        ahead, rule = self.ahead, self.rule
+        if late := ahead.overdue():
+            self.hand_back(late, "not taken in time")
+        return ahead.pick(job_id, lambda waiting: rule.digest(broker, waiting))
 
     def held_ahead(self, message: Any) -> Ahead | None:
         """The claim held ahead for this (skipped) delivery, if any (used up)."""

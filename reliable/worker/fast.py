@@ -15,9 +15,9 @@ from ..limits.gate import fast_path_allowed
 from ..states import JobStatus
 from ..tracecontext import span_id_for
 from . import spans
-from .attempt_ids import new_attempt_id
 from .context import FastRun, _fast_run
 from .continuations import follows_success
+from .leases import new_attempt_id
 from .waiting import Row
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""An attempt's lease at the worker: a won claim becomes the thread's running attempt, renewed by
-the process's heartbeat until its outcome is written (`release`).
+"""An attempt at the worker: its id (`new_attempt_id`), and its lease: a won claim becomes the
+thread's running attempt, renewed by the process's heartbeat until its outcome is written (`release`).
 
 `hold` makes a won claim's JobContext (its contract is the one of the job's own queue as the store
 has it, whatever queue delivered it) and hands it to the heartbeat; `start` also ties the actor's
@@ -8,6 +8,9 @@ limits slot to the lease, starts the attempt's span and makes it this thread's d
 
 from __future__ import annotations
 
+import itertools
+import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
@@ -22,7 +25,33 @@ if TYPE_CHECKING:
     from .plans import Plans
     from .runtime import Runtime
 
-__all__ = ["Leases"]
+__all__ = ["Leases", "new_attempt_id"]
+
+
+class _AttemptIds:
+    """Attempt ids: this process's 64 random bits, then a counter (32 hex digits in all, unique
+    across processes and restarts without a random draw per id). `os.urandom` per id released
+    the GIL for its system call, and under 32 threads each release was a thread switch; a seeded
+    `random` is not used because an application may seed the shared generator (ids would repeat)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self) -> None:
+        self._state: tuple[str, Iterator[int]] | None = None
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._state = None  # a forked child draws its own prefix
+
+    def __call__(self) -> str:
+        state = self._state
+        if state is None:  # two threads racing here each use their own prefix and counter: still unique
+            state = self._state = (os.urandom(8).hex(), itertools.count())
+        return f"{state[0]}{next(state[1]):016x}"
+
+
+#: A new attempt id (see `_AttemptIds`).
+new_attempt_id = _AttemptIds()
 
 
 class Leases:
@@ -53,7 +82,9 @@ class Leases:
         """Run the attempt of the claim `won` on this thread: its limits slot tied to its lease,
         its span started, held by the heartbeat (`context`: held already, by a claim ahead)."""
         self._admission.bind(broker, message, won)
-        span_id = spans.start(self._tracing, message, attempt=won.job.attempt, attempt_id=won.attempt_id)
+        tracing = self._tracing
+        span_id = None if tracing is None else spans.start(tracing, message, attempt=won.job.attempt,
+                                                           attempt_id=won.attempt_id)
         if context is None:
             context = self.hold(message, won, span_id=span_id)
         else:

@@ -102,9 +102,10 @@ class ReliableMiddleware(Middleware):
         #: The acknowledgements held until their fast-path successes commit (reliable.worker.acks).
         self.acks = HeldAcks()
         #: The queues an operator paused, read at most every few seconds (reliable.worker.paused).
-        self._paused_queues = PausedQueues(lambda: self.runtime.store)
+        run = self.runtime  # the lambdas below read the process's store, never the middleware
+        self._paused_queues = PausedQueues(lambda: run.store)
         #: The fast path's looks, batched over the messages waiting in the process (reliable.worker.waiting).
-        self._looks = Looks(lambda ids: self.runtime.store.job_statuses(ids))
+        self._looks = Looks(lambda ids: run.store.job_statuses(ids))
         self._wire()
 
     def _wire(self) -> None:
