@@ -55,6 +55,9 @@ RETRY_BUDGET_WINDOW = 60.0
 
 Planned = list[tuple[FollowUp, NewJob | None]]
 
+#: A success's write (immutable: one for every success).
+_SUCCEEDED = outcome.Outcome(Event.SUCCEED)
+
 
 class FollowUps:
     """The messages that follow an attempt (reliable.worker.continuations), each with its job."""
@@ -169,13 +172,16 @@ class Completion:
         runtime, metrics = self.runtime, self.metrics
         if exception is None:
             planned = self.follow_ups.plan(broker, message, context, result=result)
+            options = message.options
+            # A group member's arrival (reliable.worker.groups): most successes are none, and build no callback.
             fan_in = self.groups.completion(broker, message, trace=lambda: context.traceparent.as_options(),
-                                            parent_job_id=context.job_id)
-            stored_result = node_result(context.job_id, result) if message.options.get("workflow_node") else None
+                                            parent_job_id=context.job_id) \
+                if options.get("group_completion_uuid") else None
+            stored_result = node_result(context.job_id, result) if options.get("workflow_node") else None
             if release is not None and not planned and fan_in is None and stored_result is None \
                     and self._succeed_later(broker, message, context, release):
                 return True
-            job = self.finish(context, outcome.Outcome(Event.SUCCEED), planned=planned,
+            job = self.finish(context, _SUCCEEDED, planned=planned,
                               fan_in=fan_in[0] if fan_in else None, node_result=stored_result)
             if job is None:  # discarded (lease reassigned): Dramatiq's Results must not keep this value
                 message.options["store_results"] = False
@@ -214,7 +220,7 @@ class Completion:
 
         def settle() -> None:
             try:
-                job = self.finish(context, outcome.Outcome(Event.SUCCEED))
+                job = self.finish(context, _SUCCEEDED)
                 after_commit.conclude(runtime, self.metrics, broker, message, context, job, None, [])
             finally:
                 release()
