@@ -28,10 +28,11 @@ from ..schedules.boot import declare_schedules
 
 if TYPE_CHECKING:
     from ..metrics import Metrics
+    from ..registrar import Registrar
     from .acks import HeldAcks
     from .groups import Groups
     from .plans import Plans
-    from .registration import Registrar, Registration
+    from .registration import Registration
     from .runtime import Runtime
     from .settings import Settings
 
