@@ -15,7 +15,7 @@
     │       └── StoreNotMigrated    the schema is missing or older than the code
     ├── JobNotFound                 no job with that id
     ├── JobIdConflict               a new message reuses a job's id with another actor or arguments
-    ├── MessageRefused              a message cannot become a job: its id or its size (reliable.inputs)
+    ├── MessageRefused              a message cannot become a job: its id, size or options (inputs, options)
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
     ├── NamedQueryError             a store query name that does not exist, or a parameter missing
@@ -205,10 +205,12 @@ class JobIdConflict(ReliableError, MiddlewareError):
 
 
 class MessageRefused(ReliableError, MiddlewareError, ValueError):
-    """A message that cannot become a job: its id breaks the job id rule, or it is larger than the
-    largest message a job may carry (reliable.inputs). Nothing was registered or published.
+    """A message that cannot become a job: its id breaks the job id rule, it is larger than the
+    largest message a job may carry (reliable.inputs), or an option that chooses its behaviour
+    breaks that option's rule (reliable.options). Nothing was registered or published.
 
-    `field` names what is wrong ("message_id", "workflow_id", "parent_job_id" or "size"). A
+    `field` names what is wrong ("message_id", "workflow_id", "parent_job_id", "size", or
+    "options.<name>", e.g. "options.max_retries"). A
     MiddlewareError, so that Dramatiq lets it through `send()` to the caller.
     """
 

@@ -18,7 +18,8 @@ Every way a value enters reliable passes one of these checks before it reaches t
   before anything is read or written); the console shows a shortened reason where it repeats one on
   every page (the paused queues' banner) and the whole on the queue's page.
 
-`clip` cuts a value for a log line or a label, marking what it left out.
+`clip` cuts a value for a log line or a label, marking what it left out; `storable` makes any text
+one the store can hold (every free text of a job write passes it: reliable.store.writes).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import Any
 
 from .errors import TextTooLong
 
-__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_TEXT", "check_length", "clip", "escape_controls",
-           "job_id_problem", "message_size_problem", "text_problem"]
+__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_STORED_TEXT", "MAX_TEXT", "check_length", "clip",
+           "escape_controls", "job_id_problem", "message_size_problem", "storable", "text_problem"]
 
 #: The longest job id, in characters (the id columns are VARCHAR(255): migrations 0015 and 0016).
 MAX_JOB_ID = 255
@@ -37,6 +38,9 @@ MAX_JOB_ID = 255
 #: big payloads elsewhere (an object store) and send their key: every copy of the message, every
 #: re-dispatch and the job's row carry it whole.
 MAX_MESSAGE_BYTES = 1024 * 1024
+#: The longest free text the store keeps in one field, in characters (an error message, a traceback,
+#: a reason: each has its own smaller bound where it is made; this one holds whatever reaches the store).
+MAX_STORED_TEXT = 64 * 1024
 
 #: The longest reason or label a person may enter, in characters: a few paragraphs and links. Longer
 #: is refused: every audit record, listing and console page that shows it repeats it.
@@ -47,6 +51,9 @@ MAX_NAME = 255
 
 _ID_REFUSED = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _TEXT_REFUSED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+#: What neither database can hold in a text column: NUL (PostgreSQL) and lone surrogates (no UTF-8
+#: for them: both drivers raise UnicodeEncodeError). A surrogate pair is two lone ones in a str.
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
 def _char(found: re.Match[str]) -> str:
@@ -86,8 +93,40 @@ def check_length(field: str, value: str | None, *, limit: int = MAX_TEXT, where:
 def escape_controls(text: str) -> str:
     """`text` with every character `text_problem` refuses written as an escape (``\\x00``): what
     an audit record stores of a refused input, whatever it held."""
-    return _TEXT_REFUSED.sub(lambda found: f"\\x{ord(found.group()):02x}" if ord(found.group()) < 0x100
-                             else f"\\u{ord(found.group()):04x}", text)
+    return _TEXT_REFUSED.sub(_escape, text)
+
+
+def _escape(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _holds_as_is(text: str) -> bool:
+    """Whether `text` has no NUL and no lone surrogate: checked in C (a regular expression's class
+    costs tens of nanoseconds per character, a traceback has thousands)."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def storable(text: str | None, limit: int = MAX_STORED_TEXT) -> str | None:
+    """`text` as the store can hold it on both databases: NUL and lone surrogates written as escapes
+    (``\\x00``, ``\\udcff``), then cut to `limit` characters with a marker saying how many were left
+    out. None stays None; a text that needs neither comes back as it is (the common case)."""
+    if text is None:
+        return None
+    if not _holds_as_is(text):
+        text = _UNSTORABLE.sub(_escape, text)
+    if len(text) <= limit:
+        return text
+    kept = max(0, limit - len(f"... [{len(text)} more chars]"))  # room for the longest count
+    return f"{text[:kept]}... [{len(text) - kept} more chars]"
 
 
 def message_size_problem(size: int) -> str | None:

@@ -79,8 +79,6 @@ _RECOVERY_KINDS = {**{ev.value: "lease_expired" for ev in LEASE_EXPIRIES}, Event
 #: (None: the event's own error class; a lease expiry's retry is labelled lease_expired).
 _RETRIES: dict[str, str | None] = {ev.value: "lease_expired" if ev in LEASE_EXPIRIES else None
                                    for ev in Event if target(ev) is JobStatus.RETRY_WAIT}
-
-
 _MEMORY = 10_000  # jobs remembered per process for checkpoint age and recovery time
 
 

@@ -7,12 +7,18 @@ never by whoever publishes a message: a producer that could set ``resumable`` or
 ``resume_validator="some.module:function"`` in a message's options would choose code that
 operators' tools import and run. So these options are read from the actor's declaration only,
 and a message that carries them has them removed at registration (and the fact recorded).
-Pure: no I/O, imports nothing of ours.
+
+The options that choose what a delivery does (DELIVERY_OPTIONS, Dramatiq's and reliable's) each
+have one rule of type and range (`OPTION_RULES`); `option_problem` applies them, for `send()`
+(registration refuses the message: MessageRefused naming the option) and for every delivery (a
+foreign message that breaks them is dead-lettered; the job's own message ends the job DEAD:
+reliable.worker.delivery). Pure: no I/O, imports nothing of ours.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+import math
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 __all__ = [
@@ -22,6 +28,9 @@ __all__ = [
     "CONTRACT_OPTIONS",
     "DELIVERY_OPTIONS",
     "LIMITS",
+    "MAX_OPTION_COUNT",
+    "MAX_OPTION_MILLIS",
+    "OPTION_RULES",
     "OWN_QUEUE",
     "RETRY_OPTIONS",
     "SEND_TIMEOUT",
@@ -29,6 +38,7 @@ __all__ = [
     "UNTRUSTED_IN_MESSAGE",
     "contract_options",
     "declared_contract",
+    "option_problem",
     "own_queue",
     "stored_contract",
     "strip_untrusted",
@@ -101,6 +111,83 @@ DELIVERY_OPTIONS: tuple[str, ...] = (
 )
 
 _CONTRACT_KEYS = (*CONTRACT_OPTIONS, *RETRY_OPTIONS)
+
+#: The largest retry count a message may ask for (max attempts must fit the store's 32-bit counter).
+MAX_OPTION_COUNT = 2**31 - 2
+#: The longest duration a message's option may name, in milliseconds (365 days): backoffs, time and
+#: age limits, result lifetimes.
+MAX_OPTION_MILLIS = 365 * 24 * 3600 * 1000
+_MAX_NAME = 255
+
+_Rule = Callable[[Any], "str | None"]
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _count(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"expected an integer from 0 to {MAX_OPTION_COUNT}, got {_kind(value)}"
+    return None if 0 <= value <= MAX_OPTION_COUNT else f"expected an integer from 0 to {MAX_OPTION_COUNT}, got {value}"
+
+
+def _millis(value: Any) -> str | None:
+    expected = f"expected milliseconds, a number from 0 to {MAX_OPTION_MILLIS}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{expected}, got {_kind(value)}"
+    if not math.isfinite(value) or not 0 <= value <= MAX_OPTION_MILLIS:
+        return f"{expected}, got {value!r}"
+    return None
+
+
+def _flag(value: Any) -> str | None:
+    return None if isinstance(value, bool) else f"expected true or false, got {_kind(value)}"
+
+
+def _name(value: Any) -> str | None:
+    if isinstance(value, str) and 0 < len(value) <= _MAX_NAME:
+        return None
+    return f"expected a name (a string of 1 to {_MAX_NAME} characters), got {_kind(value)}"
+
+
+def _mapping(value: Any) -> str | None:
+    return None if isinstance(value, Mapping) else f"expected a message (a mapping), got {_kind(value)}"
+
+
+def _mappings(value: Any) -> str | None:
+    if isinstance(value, list | tuple) and all(isinstance(each, Mapping) for each in value):
+        return None
+    return f"expected a list of messages (mappings), got {_kind(value)}"
+
+
+def _exceptions(value: Any) -> str | None:
+    classes = value if isinstance(value, tuple) else (value,)
+    if all(isinstance(each, type) and issubclass(each, BaseException) for each in classes):
+        return None
+    return f"expected an exception class or a tuple of them, got {_kind(value)}"
+
+
+#: The rule of each option of DELIVERY_OPTIONS (None, an option left unset, always passes): what
+#: Dramatiq's middleware and reliable's policy read the option as.
+OPTION_RULES: Mapping[str, _Rule] = {
+    "max_retries": _count, "min_backoff": _millis, "max_backoff": _millis, "throws": _exceptions,
+    "on_retry_exhausted": _name, "on_success": _name, "on_failure": _name, "pipe_target": _mapping,
+    "pipe_ignore": _flag, "group_completion_uuid": _name, "group_completion_callbacks": _mappings,
+    "workflow_node": _name, "time_limit": _millis, "max_age": _millis, "notify_shutdown": _flag,
+    "store_results": _flag, "result_ttl": _millis,
+}
+assert set(OPTION_RULES) == set(DELIVERY_OPTIONS), "every behaviour-choosing option needs its rule"
+
+
+def option_problem(options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first option of `options` that breaks its rule (`OPTION_RULES`) and what is wrong with
+    it, in words for an error message; None: every one it sets is fine."""
+    for key, value in options.items():  # a message sets a few options: fewer lookups than the rules
+        rule = OPTION_RULES.get(key)
+        if rule is not None and value is not None and (problem := rule(value)) is not None:
+            return key, problem
+    return None
 
 
 def declared_contract(actor_options: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,14 +3,14 @@
 Who moves jobs in and out of each state:
 
 - PENDING     in: producer (enqueue), recovery (lease expired, retry due), operator (resume,
-              restart, retry). out: worker (claim, another middleware's skip), operator (pause,
-              stop, cancel).
+              restart, retry). out: worker (claim, another middleware's skip, its own message
+              unrunnable), operator (pause, stop, cancel).
 - RUNNING     in: worker (claim). out: worker (success, failure, pause observed, another
               middleware's skip or abort, a claim ahead handed back unused), operator
               (stop/cancel request), recovery (lease expired).
 - RETRY_WAIT  in: worker (retryable failure), recovery (lease expired, backoff).
               out: worker (claim of the delayed message once due, another middleware's skip
-              of it), recovery (retry due), operator (pause, stop, cancel).
+              of it, the message unrunnable), recovery (retry due), operator (pause, stop, cancel).
 - PAUSED      in: operator (pause a PENDING/RETRY_WAIT job), worker or recovery (pause observed
               on a RUNNING job). out: operator (resume, cancel).
 - STOPPING    in: operator (stop or cancel a RUNNING job). out: worker (unit done), recovery
@@ -101,6 +101,9 @@ class Event(StrEnum):
     SKIPPED_FAILED = "skipped_failed"
     #: Another middleware interrupted the running actor to end it (dramatiq-abort's abort).
     ABORTED = "aborted"
+    #: The job's own message can never run: an option breaks its rule (reliable.options), or its
+    #: claim fails the same way at every try. Dead-lettered, the job DEAD (reliable.worker.delivery).
+    UNRUNNABLE = "unrunnable"
     #: A claim taken ahead for a message waiting in the worker's own queue, handed back unused
     #: (its message was not taken in time, or the worker shut down): no attempt was spent.
     CLAIM_RETURNED = "claim_returned"
@@ -161,6 +164,9 @@ TRANSITIONS: Mapping[tuple[JobStatus, Event], JobStatus] = {
     (S.RETRY_WAIT, E.SKIPPED_FAILED): S.FAILED,
     (S.RUNNING, E.SKIPPED_FAILED): S.FAILED,
     (S.RUNNING, E.ABORTED): S.CANCELLED,
+    # The job's own message cannot run, ever (before any claim: version-checked).
+    (S.PENDING, E.UNRUNNABLE): S.DEAD,
+    (S.RETRY_WAIT, E.UNRUNNABLE): S.DEAD,
     # A claim ahead handed back (see RETURNED_CLAIMS): fenced by its lease like any worker write.
     (S.RUNNING, E.CLAIM_RETURNED): S.PENDING,
     # operator

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..durations import format_duration, parse_duration
 from ..errors import PolicyError
-from ..options import CONTRACT_OPTIONS, RETRY_OPTIONS
+from ..options import CONTRACT_OPTIONS, OPTION_RULES, RETRY_OPTIONS
 from ..redact import redact_secrets
 from .defaults import BUILTIN_PATH, layered
 from .fields import CONTRACT_KEYS, build_contract, contract_defaults
@@ -280,6 +280,8 @@ def _actor_options(actor: str, options: Mapping[str, Any]) -> dict[str, Any]:
             continue
         value = options[key]
         try:
+            if key in OPTION_RULES and value is not None and (problem := OPTION_RULES[key](value)) is not None:
+                raise ValueError(problem)  # the rule a message's option is held to (reliable.options)
             if key == "max_retries":
                 out["max_attempts"] = CONTRACT_KEYS["max_attempts"](value + 1 if isinstance(value, int) else value)
             elif key in ("min_backoff", "max_backoff"):

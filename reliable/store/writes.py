@@ -27,6 +27,10 @@ writes here, so what a transition sets cannot differ between callers:
   derives a job's attempts from those rows. A fast-path commit (FAST_SUCCEED: a lease taken and
   released in the same write) is no attempt there: its event row carries the attempt, its worker
   and its outcome.
+- text: every free text a write carries (`FREE_TEXT`: an error's class, type and message, a
+  traceback, a reason, an operator's and a host's name) passes `reliable.inputs.storable`, so a
+  text either database refuses (a lone surrogate from a file name in an exception message, a NUL)
+  is stored escaped and bounded instead of making the write raise.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..inputs import storable
 from ..states import (
     ACTIVE_STATES,
     AT_REST_STATES,
@@ -50,7 +55,7 @@ from ..states import (
 )
 from .frozen import built, field_names
 
-__all__ = ["FRESH_BUDGET", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
+__all__ = ["FREE_TEXT", "FRESH_BUDGET", "NOT_FREE_TEXT", "RULE_FIELDS", "JobWrite", "event_write", "transition_write"]
 
 S = JobStatus
 E = Event
@@ -121,6 +126,26 @@ class JobWrite:
 
 
 _FIELDS = field_names(JobWrite)
+
+#: The text fields of a JobWrite whose value comes from outside reliable's own vocabulary (an
+#: exception, a person, a host): each passes `reliable.inputs.storable` in the constructors below.
+FREE_TEXT: tuple[str, ...] = ("error_class", "error_type", "error_message", "traceback", "operator", "reason", "host")
+#: The other text fields, and why they need no escaping (tests/store/test_storable_text.py checks
+#: that every text field is in exactly one of the two lists, so a new one cannot be forgotten).
+NOT_FREE_TEXT: Mapping[str, str] = {
+    "job_id": "the job id rule (reliable.inputs.job_id_problem) holds at registration and delivery",
+    "event": "an event name of reliable's own",
+    "dispatch": "keep, now or clear", "retries": "keep, count or reset", "checkpoint_op": "keep, save or clear",
+    "to_status": "a JobStatus", "worker_id": "this process's own id", "event_worker_id": "this process's own id",
+    "attempt_id": "hex digits", "delivery_digest": "hex digits",
+    "detail": "JSON text with ASCII escapes", "checkpoint": "JSON text with ASCII escapes",
+    "route_queue": "a queue name the broker declared",
+}
+
+
+def _texts(**texts: str | None) -> dict[str, str | None]:
+    """The free texts of a write, each as the store can hold it (`storable`)."""
+    return {name: storable(value) for name, value in texts.items()}
 _NO_ERROR: Mapping[str, str | None] = {}
 
 
@@ -154,10 +179,11 @@ def transition_write(
         lease_ttl=lease_ttl if claim and not release else None, delay=delay if entering_retry_wait else None,
         checkpoint=None, checkpoint_schema=checkpoint_schema, worker_id=worker_id if claim else None,
         attempt_id=attempt_id if claim else None,
-        has_error=error is not None, error_class=err.get("error_class"),
-        error_type=err.get("error_type"), error_message=err.get("message"),
-        event_worker_id=worker_id, event_lease_id=None, operator=operator, reason=reason, host=host,
-        detail=detail, traceback=err.get("traceback"), route_queue=None, delivery_digest=delivery_digest,
+        has_error=error is not None, event_worker_id=worker_id, event_lease_id=None, detail=detail,
+        route_queue=None, delivery_digest=delivery_digest,
+        **_texts(error_class=err.get("error_class"), error_type=err.get("error_type"),
+                 error_message=err.get("message"), traceback=err.get("traceback"), operator=operator,
+                 reason=reason, host=host),
     ), _FIELDS)
 
 
@@ -222,7 +248,8 @@ def event_write(
         request_pause=False, request_stop=False, request_cancel=False,
         checkpoint_op="save" if saving else "keep", checkpoint=checkpoint, checkpoint_schema=None,
         worker_id=None, attempt_id=None, has_error=False,  # the row keeps its last error
-        error_class=(error or {}).get("error_class"), error_type=(error or {}).get("error_type"),
-        error_message=(error or {}).get("message"), event_worker_id=worker_id, event_lease_id=lease_id,
-        operator=operator, reason=reason, host=host, detail=detail, traceback=(error or {}).get("traceback"),
+        event_worker_id=worker_id, event_lease_id=lease_id, detail=detail,
+        **_texts(error_class=(error or {}).get("error_class"), error_type=(error or {}).get("error_type"),
+                 error_message=(error or {}).get("message"), traceback=(error or {}).get("traceback"),
+                 operator=operator, reason=reason, host=host),
     )

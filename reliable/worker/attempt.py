@@ -22,6 +22,7 @@ from ..states import JobStatus
 from . import spans
 from .context import JobContext, _fast_run
 from .leases import new_attempt_id
+from .skips import is_its_message
 
 if TYPE_CHECKING:
     from ..tracing import Tracing
@@ -169,6 +170,9 @@ class Skipped:
                 self.completion.skipped_unclaimed(broker, message, skip)
             return
         context.leave()
+        if not skip.own and not is_its_message(context.claim.job, message):
+            self.durable.give_back(context, skip)
+            return
         try:
             logger.warning("job %s: skipped %s after its claim", context.job_id, skip.describe())
             self.completion.skipped(broker, message, context, skip)

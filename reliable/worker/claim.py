@@ -25,7 +25,7 @@ import dramatiq
 from dramatiq.middleware import SkipMessage
 
 from ..dispatch import message_for
-from ..errors import ClaimRefused, JobIdConflict, MessageRefused
+from ..errors import ClaimRefused, JobIdConflict, MessageRefused, PolicyError
 from ..inputs import clip
 from ..store import Claim as Won
 from ..store import Job
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..limits.gate import LimitGate
     from .admission import Limits
     from .ahead import ClaimsAhead
+    from .context import JobContext
     from .fast import FastStart
     from .groups import Groups
     from .leases import Leases
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from .plans import Plans
     from .registration import Registration
     from .runtime import Runtime
+    from .skips import Skip
 
 __all__ = ["AheadRule", "Claim", "DurableClaim", "refuse"]
 
@@ -69,8 +71,10 @@ class Claim:
         except SkipMessage:
             self.admission.release()
             raise
-        except BaseException:
+        except BaseException as exc:
             self.admission.release()
+            if isinstance(exc, PolicyError):
+                _unrunnable(self.runtime, message, exc)
             # Dramatiq swallows any other exception of a before-hook and would run the actor
             # without a claim: never let that happen. The job row is the truth; a PENDING job is
             # re-dispatched by the sweeper.
@@ -270,6 +274,20 @@ class DurableClaim:
         digest = delivery.checked_digest(message)[0]
         return None if digest is None else ahead.take(message.message_id, digest)
 
+    def give_back(self, context: JobContext, skip: Skip) -> None:
+        """A copy of the job's message (`skips.is_its_message` says no) was skipped after our claim:
+        the claim goes back (`claim_returned`), the job waits for its real message."""
+        runtime = self.runtime
+        try:
+            returned = runtime.store.return_claim(context.job_id, context.fencing_token, worker_id=runtime.worker_id)
+        except Exception:
+            returned = None
+            logger.warning("job %s: claim of a skipped copy not handed back", context.job_id, exc_info=True)
+        finally:
+            self.leases.release(context)
+        logger.warning("job %s: a copy of its message was skipped %s; the job %s", context.job_id, skip.describe(),
+                       "waits for its own message" if returned is not None else "is left to its lease")
+
     def hand_back(self, claims: list[Ahead], why: str) -> None:
         """Give back claims held ahead and not taken (`StateStore.return_claim`), stop renewing them."""
         runtime = self.runtime
@@ -288,6 +306,23 @@ class DurableClaim:
                                 job_id, why)
             finally:
                 self.ahead.returned(job_id, written=written)
+
+
+def _unrunnable(runtime: Runtime, message: Any, exc: PolicyError) -> None:
+    """A claim that fails the same way at every try (the policy refuses what the message asks for):
+    its job ends DEAD, or a message that is not its job's is refused; dead-lettered either way
+    (`delivery.end_unrunnable`, `delivery.refuse`: raises SkipMessage). Never a skip the sweeper
+    would repeat."""
+    try:
+        store, worker_id = runtime.store, runtime.worker_id
+        delivery.end_unrunnable(store, message, str(exc), worker_id=worker_id)
+        delivery.refuse(store, message, None, worker_id=worker_id, problem=str(exc))
+    except SkipMessage:
+        message.options["store_results"] = False
+        raise
+    except Exception:  # the store: the claim failed as any other, the sweeper publishes it again
+        logger.warning("job %s: could not end the job of a message that cannot run", clip(message.message_id),
+                       exc_info=True)
 
 
 def refuse(runtime: Runtime, broker: dramatiq.Broker, message: Any, refusal: ClaimRefused) -> NoReturn:

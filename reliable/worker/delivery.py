@@ -14,8 +14,12 @@ another one. Such a delivery is not the job's message and never runs:
 - the job is left as it was: its own message still runs when it comes.
 
 A delivery whose fields are not a message's (options or keyword arguments that are not a mapping,
-a message id that is no job id: reliable.inputs), or one that cannot become a job (too large:
-`MessageRefused` at its registration), is refused the same way, whatever the store holds, and so is:
+a message id that is no job id: reliable.inputs; an option that chooses behaviour and breaks its
+rule: reliable.options), or one that cannot become a job (too large: `MessageRefused` at its
+registration), is refused the same way, whatever the store holds. When it is the job's own message
+(its digest is the one the job was registered with) and the job waits for it, it can never run:
+the job ends DEAD with an `unrunnable` event instead (`end_unrunnable`), not left PENDING for the
+sweeper to publish again and again. So is:
 
 - a delivery whose body names another queue than its actor's declaration and than the queues the
   store records for its job (`queue_problem`): the queue chooses the contract (idempotent or not,
@@ -47,17 +51,23 @@ from dramatiq.middleware import SkipMessage
 from ..compat.dramatiq_internals import message_fields
 from ..consumed import consumed_from, restore
 from ..delivery_digest import delivery_digest, differences
-from ..errors import ClaimRefused
+from ..errors import ClaimRefused, TransitionRefused
 from ..inputs import clip, job_id_problem
+from ..options import option_problem
+from ..states import Event, JobStatus
 from ..store import Job, StateStore
 
-__all__ = ["MISMATCH", "checked_digest", "delivered_digest", "delivered_queue", "digest_of", "fields", "malformed",
-           "queue_problem", "refuse"]
+__all__ = ["MISMATCH", "UNRUNNABLE", "checked_digest", "delivered_digest", "delivered_queue", "digest_of",
+           "end_unrunnable", "fields", "is_registered_message", "malformed", "queue_problem", "refuse"]
 
 logger = logging.getLogger("reliable.worker.delivery")
 
 #: The claim refusal's reason (ClaimRefused.reason) and the event's name.
 MISMATCH = "delivery_mismatch"
+#: The skip reason of a delivery whose job it ended DEAD (`end_unrunnable`).
+UNRUNNABLE = Event.UNRUNNABLE.value
+#: Where a job waits for the delivery of its message (`end_unrunnable` ends it from there).
+_WAITING = frozenset({JobStatus.PENDING, JobStatus.RETRY_WAIT})
 #: Option names kept in the event: a forged message may carry any number of them.
 _MAX_NAMES = 50
 _MAX_NAME = 100
@@ -78,6 +88,8 @@ def malformed(message: Any) -> str | None:
     for field, kind in (("args", (list, tuple)), ("kwargs", Mapping), ("options", Mapping)):
         if not isinstance(getattr(message, field), kind):
             return f"its {field} are a {type(getattr(message, field)).__name__}"
+    if (bad := option_problem(message.options)) is not None:
+        return f"its option {bad[0]} is refused: {bad[1]}"
     return None
 
 
@@ -136,7 +148,47 @@ def digest_of(store: StateStore, message: Any, *, worker_id: str) -> str:
     digest, problem = checked_digest(message)
     if digest is not None:
         return digest
+    assert problem is not None
+    end_unrunnable(store, message, problem, worker_id=worker_id)
     refuse(store, message, None, worker_id=worker_id, problem=problem)
+
+
+def end_unrunnable(store: StateStore, message: Any, problem: str, *, worker_id: str) -> None:
+    """End the job DEAD when `message`, which can never run (`problem`: an option that breaks its
+    rule, a claim that fails the same way every time), is its own message and the job waits for it
+    (PENDING, RETRY_WAIT: a compare-and-set on the version read); the delivery is then dead-lettered
+    and skipped (raises SkipMessage). Returns when it is not the job's message, or the job is in
+    another state or moved on: the caller refuses the delivery (`refuse`)."""
+    job_id = message.message_id
+    if job_id_problem(job_id) is not None:
+        return
+    job = store.find(job_id)
+    if job is None or job.status not in _WAITING or not is_registered_message(job, message):
+        return
+    shown = clip(job_id)
+    try:
+        store.transition(job.job_id, Event.UNRUNNABLE, expected_version=job.version,
+                         reason=f"its message can never run: {problem}",
+                         detail={"actor": str(message.actor_name)[:_MAX_NAME], "worker_id": worker_id})
+    except TransitionRefused as exc:
+        logger.info("job %s: its message can never run (%s), but the job moved on meanwhile (%s)", shown, problem, exc)
+        return
+    logger.warning("job %s: its message can never run, dead-lettered and the job ended DEAD: %s", shown, problem)
+    message.fail()  # nacked: the queue's dead letters keep it for whoever investigates
+    if isinstance(message.options, dict):
+        message.options["store_results"] = False  # never ran: Results must not store None for it
+    raise SkipMessage(UNRUNNABLE)
+
+
+def is_registered_message(job: Job, message: Any) -> bool:
+    """Whether `message` carries what `job` was registered with: its digest is the job's (a job
+    registered before digests existed has none, and any delivery counts, as the claim treats it)."""
+    if job.delivery_digest is None:
+        return True
+    try:
+        return delivered_digest(message) == job.delivery_digest
+    except Exception:  # values that cannot be hashed: not the job's message
+        return False
 
 
 def refuse(store: StateStore, message: Any, refusal: ClaimRefused | None, *, worker_id: str,

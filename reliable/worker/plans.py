@@ -16,6 +16,7 @@ from typing import Any
 
 import dramatiq
 
+from ..errors import PolicyError
 from ..options import RETRY_OPTIONS, contract_options, declared_contract
 from ..policy import JobContract, Policy
 
@@ -94,7 +95,10 @@ class Plans:
         key = (message.actor_name, message.queue_name)
         fast = self._fast.get(key)
         if fast is None:
-            fast = self.contract(message.actor_name, message.queue_name, message.options).fast_path
+            try:
+                fast = self.contract(message.actor_name, message.queue_name, message.options).fast_path
+            except PolicyError:  # options its own claim refuses (reliable.worker.delivery): no hint
+                return False
             if len(self._fast) < CONTRACT_CACHE:  # a body may name any queue: the map stays bounded
                 self._fast[key] = fast
         return fast

@@ -3,6 +3,8 @@
 `Registration.new_job` turns a message of a tracked actor into the `NewJob` to register (None for
 an untracked actor, or a message whose job exists: re-dispatched, retried, promoted from the delay
 queue). On the way it:
+- refuses a message whose behaviour-choosing options break their rules (`options.option_problem`:
+  MessageRefused naming the option, nothing registered or published);
 - removes the options a message may not set (they choose code or loosen the contract: the actor's
   declaration and the policy decide them), reported by `untrusted_ignored` with an event;
 - links the job to the job whose run sent it (parent, trace context) and to its workflow (a
@@ -21,8 +23,8 @@ from typing import Any, Protocol
 
 import dramatiq
 
-from ..errors import ActorContractError, ConfigError, StoreError
-from ..options import SEND_TIMEOUT, STORED_CONTRACT, own_queue, strip_untrusted
+from ..errors import ActorContractError, ConfigError, MessageRefused, StoreError
+from ..options import SEND_TIMEOUT, STORED_CONTRACT, option_problem, own_queue, strip_untrusted
 from ..policy import Policy
 from ..store import NewJob, StateStore
 from ..tracecontext import TraceParent
@@ -122,6 +124,8 @@ class Registration:
         options = message.options
         if options.get(REGISTERED) or ("eta" in options and delay is None):
             return None  # re-dispatched, retried or promoted from the delay queue: the job exists
+        if (bad := option_problem(options)) is not None:  # nothing registered, nothing published
+            raise MessageRefused(f"options.{bad[0]}", bad[1], actor=message.actor_name)
         # Removed from the message that is published and stored (so no later reader can trust
         # them by mistake), and recorded on the job.
         ignored = strip_untrusted(options)

@@ -10,6 +10,11 @@ installed the job ends the same way, with an event naming the middleware and its
   job is PENDING, or RETRY_WAIT for a retry's delivery: a compare-and-set on the version read;
 - after it (reliable claimed: RUNNING) the write is fenced by the lease (`StateStore.finish`).
 
+Only the job's own message ends it (`is_its_message`): its digest, and `message_timestamp`, which
+AgeLimit decides on and the digest leaves out. A copy that differs (an old-timestamp copy AgeLimit
+expires) leaves a waiting job as it was; skipped after reliable's claim, the claim is handed back
+(`claim_returned`), and the job's real message still runs.
+
 A delivery of a job in any other state (a duplicate of a finished job, a job running elsewhere, a
 paused one) changes nothing. reliable's own skips (refused claims, limits deferrals, failed claims)
 are not final: the middleware marks them and they are left as they were.
@@ -33,9 +38,9 @@ from dramatiq.middleware import Middleware, SkipMessage
 from ..errors import TransitionRefused
 from ..states import Event, JobStatus
 from ..store import Job, StateStore
-from .delivery import delivered_digest
+from .delivery import is_registered_message
 
-__all__ = ["ABORT_EXCEPTION", "UNKNOWN_MIDDLEWARE", "Skip", "aborted_by", "end_unclaimed", "skip_of"]
+__all__ = ["ABORT_EXCEPTION", "UNKNOWN_MIDDLEWARE", "Skip", "aborted_by", "end_unclaimed", "is_its_message", "skip_of"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -107,7 +112,7 @@ def end_unclaimed(store: StateStore, message: Any, skip: Skip) -> Job | None:
     job = store.find(message.message_id)
     if job is None or job.status not in _UNCLAIMED:
         return None
-    if not _is_its_message(job, message):  # a forged delivery skipped first must not end the real job
+    if not is_its_message(job, message):  # a forged delivery skipped first must not end the real job
         logger.warning("job %s: a delivery that is not its message was skipped %s; the job is left %s",
                        job.job_id, skip.describe(), job.status.value)
         return None
@@ -121,15 +126,16 @@ def end_unclaimed(store: StateStore, message: Any, skip: Skip) -> Job | None:
     return ended
 
 
-def _is_its_message(job: Job, message: Any) -> bool:
-    """Whether `message` is `job`'s own (its digest matches the one registered; a job registered
-    before digests existed has none, and any delivery counts as its own, as the claim treats it)."""
-    if job.delivery_digest is None:
-        return True
-    try:
-        return delivered_digest(message) == job.delivery_digest
-    except Exception:  # a delivery that cannot be hashed is malformed: not the job's message
+def is_its_message(job: Job, message: Any) -> bool:
+    """Whether `message` is `job`'s own, as far as a skip is concerned: what the digest covers
+    (`delivery.is_registered_message`), and what another middleware decides on beyond it:
+    `message_timestamp` (AgeLimit's age). Every delivery of a job carries the timestamp it was
+    registered with (a retry's and a re-dispatch's too: reliable.dispatch.message_for), so a copy
+    with another one, skipped for it, cannot end the job whose real message still waits."""
+    if not is_registered_message(job, message):
         return False
+    registered = job.message.get("message_timestamp") if isinstance(job.message, dict) else None
+    return registered is None or registered == getattr(message, "message_timestamp", None)
 
 
 def aborted_by(exception: BaseException | None) -> str | None:
