@@ -3,7 +3,7 @@
 Dramatiq's worker prefetches messages into its `work_queue` (reliable.worker.waiting reads it, on
 the verified Dramatiq versions only). When a thread claims its delivery's job, the same
 group-commit batch also claims the jobs of the waiting messages whose own claim would be
-straightforward (`select`, with the rule of `claim.ahead_digest`): at most as many as the process
+straightforward (`select`, with the rule of `claim.AheadRule`): at most as many as the process
 has worker threads, counting the claims already held ahead. When such a message's thread reaches
 its claim, it takes the claim held for it (`take`) instead of writing again.
 

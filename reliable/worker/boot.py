@@ -27,30 +27,38 @@ from ..rabbitmq.boot import check_broker
 from ..schedules.boot import declare_schedules
 
 if TYPE_CHECKING:
-    from .state import Worker
+    from ..metrics import Metrics
+    from ..registrar import Registrar
+    from .acks import HeldAcks
+    from .groups import Groups
+    from .plans import Plans
+    from .registration import Registration
+    from .runtime import Runtime
+    from .settings import Settings
 
 __all__ = ["boot"]
 
 
-def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
-    """Boot this worker process for `broker` (see the module doc)."""
-    settings, process = mw.settings, mw.runtime
-    mw.broker = broker
+def boot(broker: dramatiq.Broker, worker: Any, *, installed: Registrar, settings: Settings, runtime: Runtime,
+         plans: Plans, registration: Registration, groups: Groups, acks: HeldAcks, metrics: Metrics | None) -> None:
+    """Boot this worker process for `broker` (see the module doc). `installed`: the middleware, as
+    `check_broker` and the schedules' templates see it (its public face)."""
+    process = runtime
+    plans.broker = broker
     if settings.json_logs:
         log_events_to_stderr()
-    mw.adopt_group_callbacks(broker)
+    groups.adopt(broker)
     # Before the worker starts its consumers: deliveries name their queue; a fast-path queue's
     # consumer may prefetch more (reliable.worker.acks).
-    watch_consumers(broker, mw.acks.prefetch)
+    watch_consumers(broker, acks.prefetch)
     process.ensure_process()
     process.check_store(at="worker boot", worker=True)  # a configuration error stops the boot, saying what to fix
     process.check_replication()
-    check_broker(broker, mw, worker)
-    metrics = mw.metrics
+    check_broker(broker, installed, worker)
     if metrics is not None:
         retried = [name for name, spec in settings.policy.classes.items() if spec.action == "retry"]
         for name in broker.get_declared_actors():
-            if mw.tracked(broker, name):
+            if registration.tracked(broker, name):
                 metrics.track(name, broker.get_actor(name).queue_name, retried)
     assert process.heartbeat is not None
     if settings.schedules:
@@ -62,7 +70,7 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
                     f"schedule {schedule.name!r}: misfire_grace {schedule.grace:g}s is shorter than the "
                     f"recovery interval {settings.recovery_interval:g}s the scheduler ticks at")
         try:
-            process.send("declare schedules", lambda: declare_schedules(process.store, mw, broker,
+            process.send("declare schedules", lambda: declare_schedules(process.store, installed, broker,
                                                                         settings.schedules))
         except ConfigError as exc:  # raised as a MiddlewareError, so that the worker does not boot
             raise ActorContractError(str(exc)) from None
@@ -70,7 +78,7 @@ def boot(mw: Worker, broker: dramatiq.Broker, worker: Any) -> None:
         declare_queue(broker, lane)
     process.heartbeat.start()
     whitelist = getattr(worker, "consumer_whitelist", None)
-    process.go_on_record(broker, mw.plans.options, threads=getattr(worker, "worker_threads", None),
+    process.go_on_record(broker, plans.options, threads=getattr(worker, "worker_threads", None),
                          queues=whitelist if whitelist else broker.get_declared_queues())
     if settings.recovery:
         process.start_recovery(broker)

@@ -22,9 +22,10 @@ never run, never counted at the barrier). A message claiming an existing job's i
 its job was not registered with differs in its delivery digest and is refused by the claim itself.
 Untracked members are never in the store: their arrivals are counted as Dramatiq counts them.
 
-`group_completion` builds a member's arrival (`FanIn`) with the jobs of the group's callbacks,
-`group_arrived` publishes them once the commit cleared the barrier, and
-`untracked_member_succeeded` brings an untracked member's success to the store's barrier.
+`Groups` is the step: `adopt` replaces the broker's GroupCallbacks, `completion` builds a member's
+arrival (`FanIn`) with the jobs of the group's callbacks, `arrived` publishes them once the commit
+cleared the barrier, and `untracked_member_succeeded` brings an untracked member's success to the
+store's barrier.
 """
 
 from __future__ import annotations
@@ -43,17 +44,10 @@ from .context import JobContext
 from .registration import group_of
 
 if TYPE_CHECKING:
-    from .state import Worker
+    from .registration import Registration
+    from .runtime import Runtime
 
-__all__ = [
-    "StoreBarrierBackend",
-    "TrackedGroupCallbacks",
-    "adopt_group_callbacks",
-    "forged_member",
-    "group_arrived",
-    "group_completion",
-    "untracked_member_succeeded",
-]
+__all__ = ["Groups", "StoreBarrierBackend", "TrackedGroupCallbacks"]
 
 
 class StoreBarrierBackend(RateLimiterBackend):
@@ -62,14 +56,14 @@ class StoreBarrierBackend(RateLimiterBackend):
     Every call goes to the wrapped backend too (Dramatiq's barrier keeps working for untracked members).
     """
 
-    def __init__(self, backend: RateLimiterBackend, reliable: Worker) -> None:
+    def __init__(self, backend: RateLimiterBackend, runtime: Runtime) -> None:
         self.backend: Any = backend  # Dramatiq's backends are untyped
-        self.reliable = reliable
+        self.runtime = runtime
 
     def add(self, key: str, value: int, ttl: int) -> bool:
         """Create the barrier `key` for `value` parties in the backend and in the store."""
         added = bool(self.backend.add(key, value, ttl))
-        runtime = self.reliable.runtime  # waits while the store is unreachable, up to the send_timeout
+        runtime = self.runtime  # waits while the store is unreachable, up to the send_timeout
         runtime.send("create_barrier", lambda: runtime.store.create_barrier(key, value))
         return added
 
@@ -99,102 +93,117 @@ class TrackedGroupCallbacks(GroupCallbacks):
     where every member's success arrives (tracked members' with their commit); Dramatiq's barrier
     decides only for a group the store does not know."""
 
-    def __init__(self, inner: GroupCallbacks, reliable: Worker) -> None:
-        super().__init__(StoreBarrierBackend(inner.rate_limiter_backend, reliable), barrier_ttl=inner.barrier_ttl)
+    def __init__(self, inner: GroupCallbacks, groups: Groups) -> None:
+        super().__init__(StoreBarrierBackend(inner.rate_limiter_backend, groups.runtime), barrier_ttl=inner.barrier_ttl)
         self.inner = inner
-        self.reliable = reliable
+        self.groups = groups
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         """An untracked member's success arrives at the store's barrier (Dramatiq's, for a group the
         store does not know); a tracked member's is counted by reliable's middleware, with its commit."""
-        if self.reliable.tracked(broker, message.actor_name):
+        if self.groups.registration.tracked(broker, message.actor_name):
             return
-        if exception is None and untracked_member_succeeded(self.reliable, broker, message):
+        if exception is None and self.groups.untracked_member_succeeded(broker, message):
             return
         self.inner.after_process_message(  # type: ignore[no-untyped-call]
             broker, message, result=result, exception=exception)
 
 
-def adopt_group_callbacks(broker: dramatiq.Broker, reliable: Worker) -> TrackedGroupCallbacks | None:
-    """Replace the broker's GroupCallbacks by a TrackedGroupCallbacks (once); the one in place, or None."""
-    for index, middleware in enumerate(broker.middleware):
-        if isinstance(middleware, TrackedGroupCallbacks):
-            return middleware
-        if isinstance(middleware, GroupCallbacks):
-            tracked = TrackedGroupCallbacks(middleware, reliable)
-            broker.middleware[index] = tracked
-            return tracked
-    return None
+class Groups:
+    """Group barriers in the store, for one middleware: its store (through `runtime`), how a
+    callback becomes a job (`registration`) and the broker's GroupCallbacks once adopted."""
 
+    __slots__ = ("callbacks", "registration", "runtime")
 
-def group_completion(mw: Worker, broker: dramatiq.Broker, message: Any, *, trace: Callable[[], Mapping[str, Any]],
-                     parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
-    """A group member's arrival at its completion barrier, with the group's callbacks to register
-    (`trace()`: the trace options they carry, asked only for a group member)."""
-    barrier_id = message.options.get("group_completion_uuid")
-    callbacks = message.options.get("group_completion_callbacks")
-    if not barrier_id or not callbacks or mw.group_callbacks is None:
+    def __init__(self, runtime: Runtime, registration: Registration) -> None:
+        self.runtime, self.registration = runtime, registration
+        #: The broker's GroupCallbacks, once replaced by a TrackedGroupCallbacks (`adopt`).
+        self.callbacks: TrackedGroupCallbacks | None = None
+
+    def adopt(self, broker: dramatiq.Broker) -> TrackedGroupCallbacks | None:
+        """Replace the broker's GroupCallbacks by a TrackedGroupCallbacks (once); the one in place, or None."""
+        if self.callbacks is None:
+            self.callbacks = self._adopt(broker)
+        return self.callbacks
+
+    def _adopt(self, broker: dramatiq.Broker) -> TrackedGroupCallbacks | None:
+        for index, middleware in enumerate(broker.middleware):
+            if isinstance(middleware, TrackedGroupCallbacks):
+                return middleware
+            if isinstance(middleware, GroupCallbacks):
+                tracked = TrackedGroupCallbacks(middleware, self)
+                broker.middleware[index] = tracked
+                return tracked
         return None
-    messages: list[dramatiq.Message[Any]] = []
-    new_jobs: list[NewJob] = []
-    carried = trace()
-    for data in callbacks:
-        # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
-        callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
-        callback.options.update(carried, parent_job_id=parent_job_id, workflow_id=barrier_id)
-        prepared = mw.registration.new_job(broker, callback, None)
-        messages.append(callback)
-        if prepared is not None:
-            new_jobs.append(prepared[0])
-    return FanIn(barrier_id, new_jobs), messages
 
+    def completion(self, broker: dramatiq.Broker, message: Any, *, trace: Callable[[], Mapping[str, Any]],
+                   parent_job_id: str) -> tuple[FanIn, list[dramatiq.Message[Any]]] | None:
+        """A group member's arrival at its completion barrier, with the group's callbacks to register
+        (`trace()`: the trace options they carry, asked only for a group member)."""
+        barrier_id = message.options.get("group_completion_uuid")
+        callbacks = message.options.get("group_completion_callbacks")
+        if not barrier_id or not callbacks or self.callbacks is None:
+            return None
+        messages: list[dramatiq.Message[Any]] = []
+        new_jobs: list[NewJob] = []
+        carried = trace()
+        for data in callbacks:
+            # A copy: the member's message (and Dramatiq's barrier, if it decides) keep theirs as sent.
+            callback: dramatiq.Message[Any] = dramatiq.Message(**{**data, "options": dict(data.get("options") or {})})
+            callback.options.update(carried, parent_job_id=parent_job_id, workflow_id=barrier_id)
+            prepared = self.registration.new_job(broker, callback, None)
+            messages.append(callback)
+            if prepared is not None:
+                new_jobs.append(prepared[0])
+        return FanIn(barrier_id, new_jobs), messages
 
-def forged_member(mw: Worker, message: Any) -> str | None:
-    """Why a delivery of a job the store does not know may not join the group it names (see the
-    module doc), or None: it names no group, or one whose barrier the store does not hold (a
-    producer without reliable ran it: Dramatiq's barrier decides, as without reliable)."""
-    group = group_of(message.options)
-    if group is None:
-        return None
-    if not mw.runtime.with_store_retry("barrier_known", lambda: mw.store.barrier_known(group)):
-        return None
-    return f"it names group {group[:100]!r}, whose members were all registered when the group ran"
+    def forged_member(self, message: Any) -> str | None:
+        """Why a delivery of a job the store does not know may not join the group it names (see the
+        module doc), or None: it names no group, or one whose barrier the store does not hold (a
+        producer without reliable ran it: Dramatiq's barrier decides, as without reliable)."""
+        group = group_of(message.options)
+        if group is None:
+            return None
+        runtime = self.runtime
+        if not runtime.with_store_retry("barrier_known", lambda: runtime.store.barrier_known(group)):
+            return None
+        return f"it names group {group[:100]!r}, whose members were all registered when the group ran"
 
+    def untracked_member_succeeded(self, broker: dramatiq.Broker, message: Any) -> bool:
+        """An untracked group member's success arrives at its group's barrier in the store (so a group
+        mixing tracked and untracked members completes); False when the store does not know the
+        barrier, and Dramatiq's barrier decides."""
+        trace = {key: message.options[key] for key in TRACE_OPTIONS if message.options.get(key)}
+        built = self.completion(broker, message, trace=lambda: trace, parent_job_id=message.message_id)
+        if built is None:
+            return False
+        fan_in, callbacks = built
+        runtime = self.runtime
+        runtime.with_store_retry("arrive_at_barrier", lambda: runtime.store.arrive_at_barrier(fan_in))
+        if not fan_in.known:
+            return False
+        if fan_in.cleared:
+            after_commit.publish_group_callbacks(broker, message.message_id, callbacks)
+        return True
 
-def untracked_member_succeeded(mw: Worker, broker: dramatiq.Broker, message: Any) -> bool:
-    """An untracked group member's success arrives at its group's barrier in the store (so a group
-    mixing tracked and untracked members completes); False when the store does not know the
-    barrier, and Dramatiq's barrier decides."""
-    trace = {key: message.options[key] for key in TRACE_OPTIONS if message.options.get(key)}
-    built = group_completion(mw, broker, message, trace=lambda: trace, parent_job_id=message.message_id)
-    if built is None:
-        return False
-    fan_in, callbacks = built
-    mw.runtime.with_store_retry("arrive_at_barrier", lambda: mw.store.arrive_at_barrier(fan_in))
-    if not fan_in.known:
-        return False
-    if fan_in.cleared:
-        after_commit.publish_group_callbacks(broker, message.message_id, callbacks)
-    return True
+    def arrived(self, broker: dramatiq.Broker, context: JobContext, fan_in: FanIn,
+                callbacks: list[dramatiq.Message[Any]]) -> None:
+        """Publish the group's completion callbacks if this member cleared its barrier (registered
+        with its success), or let Dramatiq's barrier decide for a group the store does not know."""
+        if not fan_in.known:
+            from dramatiq.rate_limits import Barrier
 
-
-def group_arrived(mw: Worker, broker: dramatiq.Broker, context: JobContext, fan_in: FanIn,
-                  callbacks: list[dramatiq.Message[Any]]) -> None:
-    """Publish the group's completion callbacks if this member cleared its barrier (registered
-    with its success), or let Dramatiq's barrier decide for a group the store does not know."""
-    if not fan_in.known:
-        from dramatiq.rate_limits import Barrier
-
-        adopted = mw.group_callbacks
-        assert isinstance(adopted, TrackedGroupCallbacks)
-        inner = adopted.inner
-        barrier = Barrier(inner.rate_limiter_backend, fan_in.barrier_id, ttl=inner.barrier_ttl)  # type: ignore[no-untyped-call]
-        if not barrier.wait(block=False):  # type: ignore[no-untyped-call]
+            adopted = self.callbacks
+            assert adopted is not None
+            inner = adopted.inner
+            barrier = Barrier(inner.rate_limiter_backend, fan_in.barrier_id, ttl=inner.barrier_ttl)  # type: ignore[no-untyped-call]
+            if not barrier.wait(block=False):  # type: ignore[no-untyped-call]
+                return
+            # Not registered with the success (the store has no barrier to clear): register now,
+            # before publishing, as a producer's enqueue would.
+            runtime = self.runtime
+            runtime.with_store_retry("register", lambda: runtime.store.register_many(fan_in.jobs))
+        elif not fan_in.cleared:
             return
-        # Not registered with the success (the store has no barrier to clear): register now,
-        # before publishing, as a producer's enqueue would.
-        mw.runtime.with_store_retry("register", lambda: mw.store.register_many(fan_in.jobs))
-    elif not fan_in.cleared:
-        return
-    after_commit.publish_group_callbacks(broker, context.job_id, callbacks)
+        after_commit.publish_group_callbacks(broker, context.job_id, callbacks)

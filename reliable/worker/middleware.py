@@ -3,9 +3,13 @@
 before_enqueue, enqueue_many: the job is registered PENDING before its message is published
 (`registration`). before_process_message: a paused queue's delivery put off (`paused`), limits
 (`admission`), then the claim (`claim`).
-after_process_message: the outcome (`outcome`, pure) written fenced by the lease with what follows
-it (`completion`), then acted on (`after_commit`). after_skip_message: another
-middleware's skip ends the job (`skips`). Worker boot and shutdown: the per-process threads (`runtime`).
+after_process_message: the attempt's end (`attempt`): its outcome (`outcome`, pure) written fenced
+by the lease with what follows it (`completion`), then acted on (`after_commit`).
+after_skip_message: another middleware's skip ends the job (`skips`, `attempt`). Worker boot and
+shutdown: the per-process threads (`boot`, `runtime`).
+
+The steps are built once here (`_wire`), each with the few collaborators it uses; none reads the
+middleware back. A collaborator replaced later (`looks`, `paused_queues`, `metrics`) wires them again.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import Middleware
+from dramatiq.middleware import Middleware, SkipMessage
 
 from ..compat.dramatiq_internals import waiting_messages, work_queue_readable
 from ..errors import ActorContractError, ConfigError, PolicyError
@@ -27,16 +31,21 @@ from ..options import ACTOR_OPTIONS
 from ..policy import JobContract, Policy
 from ..schedules import Schedule
 from ..store import StateStore
-from . import claim, runtime, spans
+from . import runtime, spans
 from .acks import HeldAcks
 from .admission import Limits
 from .after_commit import escalate
 from .ahead import ClaimsAhead
+from .attempt import Attempt, FastEnd, Skipped
 from .boot import boot
+from .claim import AheadRule, Claim, DurableClaim
+from .completion import Completion, Decisions, FollowUps
 from .context import Delivery
-from .groups import TrackedGroupCallbacks, adopt_group_callbacks
+from .fast import FastStart
+from .groups import Groups, TrackedGroupCallbacks
 from .heartbeat import Heartbeat
-from .paused import PausedQueues
+from .leases import Leases
+from .paused import PausedDeliveries, PausedQueues
 from .plans import Plans
 from .registration import Registration
 from .settings import DEFAULT_SEND_TIMEOUT, Settings
@@ -74,29 +83,101 @@ class ReliableMiddleware(Middleware):
         self.policy, self.lease_ttl, self.heartbeat_interval = s.policy, s.lease_ttl, s.heartbeat_interval
         self.recovery_enabled, self.recovery_interval, self.sweep_after = s.recovery, s.recovery_interval, s.sweep_after
         self.replication, self.group_commit, self.max_connections = s.replication, s.group_commit, s.max_connections
-        self.metrics, self.tracing, self.schedules = s.metrics, s.tracing, s.schedules
+        self._metrics, self.tracing, self.schedules = s.metrics, s.tracing, s.schedules
         self.runtime = runtime.Runtime(s, on_escalation=lambda job, late: escalate(self.runtime, job, late))
         self.plans = Plans(s.policy)
         self.registration = Registration(self.plans, self.runtime, s.tracing)
         #: What this worker thread's delivery holds between the hooks.
         self.delivery = Delivery()
-        #: The continuation kinds reliable sends for tracked actors (set by `install` from the
-        #: Dramatiq middleware it found: see `reliable.worker.continuations`).
-        self.continuation_kinds: frozenset[str] = frozenset()
-        #: Dramatiq's Retries middleware of the broker, if any: its `retry_when` applies to tracked actors.
-        self.dramatiq_retries: Any = None
-        #: The broker's GroupCallbacks, replaced so group barriers live in the store (reliable.worker.groups).
-        self.group_callbacks: TrackedGroupCallbacks | None = None
+        #: Group barriers in the store (reliable.worker.groups).
+        self.groups = Groups(self.runtime, self.registration)
+        #: The messages that follow an attempt, and the continuation kinds reliable sends (`install`).
+        self.follow_ups = FollowUps(self.plans, self.registration)
         #: Concurrency and rate limits declared with `limits=` (reliable.limits).
         self.admission = Limits(self.runtime, self.plans, self.delivery, s.metrics)
-        #: The queues an operator paused, read at most every few seconds (reliable.worker.paused).
-        self.paused_queues = PausedQueues(lambda: self.runtime.store)
-        #: The fast path's looks, batched over the messages waiting in the process (reliable.worker.waiting).
-        self.looks = Looks(lambda ids: self.runtime.store.job_statuses(ids))
+        #: The policy's decision on a failed attempt (Dramatiq's Retries' retry_when, set by `install`).
+        self.decisions = Decisions(self.runtime, self.plans, self.admission)
         #: The claims taken ahead for the durable messages waiting in the process (reliable.worker.ahead).
         self.ahead = ClaimsAhead()
         #: The acknowledgements held until their fast-path successes commit (reliable.worker.acks).
         self.acks = HeldAcks()
+        #: The queues an operator paused, read at most every few seconds (reliable.worker.paused).
+        run = self.runtime  # the lambdas below read the process's store, never the middleware
+        self._paused_queues = PausedQueues(lambda: run.store)
+        #: The fast path's looks, batched over the messages waiting in the process (reliable.worker.waiting).
+        self._looks = Looks(lambda ids: run.store.job_statuses(ids))
+        self._wire()
+
+    def _wire(self) -> None:
+        """Build the steps a delivery walks through, each with the collaborators it uses."""
+        run, plans, thread, gate, tracing = self.runtime, self.plans, self.delivery, self.admission.gate, self.tracing
+        leases = Leases(run, plans, self.admission, thread, tracing)
+        rule = AheadRule(self.registration, plans, self._paused_queues, gate)
+        #: The durable claim and the claims taken ahead with it.
+        self.durable = durable = DurableClaim(run, self.ahead, rule, leases, self.registration, self.groups)
+        fast = FastStart(run, plans, gate, self._looks, thread, tracing)
+        #: The claim before a run (before_process_message).
+        self.claim = Claim(run, plans, PausedDeliveries(self._paused_queues, gate, run), self.admission, fast, durable)
+        completion = Completion(run, plans, self._metrics, self.follow_ups, self.decisions, self.groups, self.acks)
+        #: The end of an attempt (after_process_message).
+        self.attempt = Attempt(thread, leases, completion, FastEnd(run, self.acks, leases, completion, tracing),
+                               tracing)
+        #: A skipped delivery (after_skip_message).
+        self.skipped = Skipped(thread, durable, completion, leases, self.registration)
+
+    @property
+    def looks(self) -> Looks:
+        """The fast path's batched looks."""
+        return self._looks
+
+    @looks.setter
+    def looks(self, looks: Looks) -> None:
+        self._looks = looks
+        self._wire()
+
+    @property
+    def paused_queues(self) -> PausedQueues:
+        """The paused queues as this process last read them."""
+        return self._paused_queues
+
+    @paused_queues.setter
+    def paused_queues(self, queues: PausedQueues) -> None:
+        self._paused_queues = queues
+        self._wire()
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The metrics updated, if any."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Metrics | None) -> None:
+        self._metrics = metrics
+        self._wire()
+
+    @property
+    def continuation_kinds(self) -> frozenset[str]:
+        """The continuation kinds reliable sends for tracked actors (set by `install` from the
+        Dramatiq middleware it found: see `reliable.worker.continuations`)."""
+        return self.follow_ups.kinds
+
+    @continuation_kinds.setter
+    def continuation_kinds(self, kinds: frozenset[str]) -> None:
+        self.follow_ups.kinds = kinds
+
+    @property
+    def dramatiq_retries(self) -> Any:
+        """Dramatiq's Retries middleware of the broker, if any: its `retry_when` applies to tracked actors."""
+        return self.decisions.retries
+
+    @dramatiq_retries.setter
+    def dramatiq_retries(self, retries: Any) -> None:
+        self.decisions.retries = retries
+
+    @property
+    def group_callbacks(self) -> TrackedGroupCallbacks | None:
+        """The broker's GroupCallbacks, replaced so group barriers live in the store (reliable.worker.groups)."""
+        return self.groups.callbacks
 
     @property
     def actor_options(self) -> set[str]:
@@ -132,8 +213,7 @@ class ReliableMiddleware(Middleware):
 
     def adopt_group_callbacks(self, broker: dramatiq.Broker) -> None:
         """Keep group barriers in the store from now on, if the broker has GroupCallbacks (reliable.worker.groups)."""
-        if self.group_callbacks is None:
-            self.group_callbacks = adopt_group_callbacks(broker, self)
+        self.groups.adopt(broker)
 
     def before_declare_actor(self, broker: dramatiq.Broker, actor: Any) -> None:
         """Resolve a tracked actor's contract now: a contradiction (e.g. `fast_path=True` with
@@ -153,7 +233,8 @@ class ReliableMiddleware(Middleware):
 
     def before_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Start this process's heartbeat and recovery loop (see `reliable.worker.boot`)."""
-        boot(self, broker, worker)
+        boot(broker, worker, installed=self, settings=self.settings, runtime=self.runtime, plans=self.plans,
+             registration=self.registration, groups=self.groups, acks=self.acks, metrics=self._metrics)
         if work_queue_readable():  # Dramatiq's private work queue, on the versions verified only
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
             if self.store.group_commit_stats() is not None:  # successes submitted to the group commit
@@ -162,7 +243,8 @@ class ReliableMiddleware(Middleware):
             if self.settings.claims_ahead and self.store.group_commit_stats() is not None:
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
                 # An idle process too hands back what no thread took (a busy one also does at each claim).
-                self.runtime.every_pass.append(lambda: claim.hand_back(self, self.ahead.overdue(), "not taken in time"))
+                self.runtime.every_pass.append(
+                    lambda: self.durable.hand_back(self.ahead.overdue(), "not taken in time"))
 
     def _all_fast(self, broker: dramatiq.Broker, queue_name: str) -> bool:
         """Whether `queue_name` has actors, all tracked and declared on the fast path."""
@@ -177,14 +259,14 @@ class ReliableMiddleware(Middleware):
         itself), wait for the fast-path successes whose acknowledgements are held (from now on
         each is waited for by its thread), stop the recovery loop and wait for its pass to end; the
         heartbeat keeps running until the worker threads finish."""
-        claim.hand_back(self, self.ahead.drain(), "worker shutdown")
+        self.durable.hand_back(self.ahead.drain(), "worker shutdown")
         self.acks.drain(worker=worker)  # while the consumers still run: their acknowledgements reach the broker
         self.runtime.stop_recovery()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         """Hand back a claim ahead whose batch ended during the shutdown, then stop the heartbeat:
         every worker thread has finished its message."""
-        claim.hand_back(self, self.ahead.drain(), "worker shutdown")
+        self.durable.hand_back(self.ahead.drain(), "worker shutdown")
         if self.ahead.claimed:
             logger.info("claims ahead: %d claimed, %d taken, %d handed back",
                         self.ahead.claimed, self.ahead.taken, self.ahead.handed_back)
@@ -211,14 +293,18 @@ class ReliableMiddleware(Middleware):
 
     def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """Claim the job; refuse to run it (skip + ack) unless the claim wins."""
-        self.broker = broker
-        if self.tracked(broker, message.actor_name):
-            claim.before_run(self, broker, message)
+        self.plans.broker = broker
+        if self.registration.tracked(broker, message.actor_name):
+            try:
+                self.claim.before_run(broker, message)
+            except SkipMessage:
+                self.delivery.own_skip = message.message_id  # not final: see after_skip_message
+                raise
 
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         """Commit the attempt's outcome, fenced by its lease; then end the attempt's span."""
-        claim.after_run(self, broker, message, result, exception)
+        self.attempt.after_run(broker, message, result, exception)
 
     def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """Another middleware's skip ends the job, before or after our claim (reliable.worker.skips)."""
@@ -226,7 +312,7 @@ class ReliableMiddleware(Middleware):
         self.delivery.own_skip = None
         try:
             # Dramatiq emits this inside its `except SkipMessage:`: the exception handled is the skip.
-            claim.skipped(self, broker, message, skip_of(message, sys.exc_info()[1], self, marked_own=own))
+            self.skipped.skipped(broker, message, skip_of(message, sys.exc_info()[1], self, marked_own=own))
         finally:
             self.admission.release()
             spans.end(self.tracing, None, outcome="skipped")

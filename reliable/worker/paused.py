@@ -29,10 +29,11 @@ from ..limits.gate import deferrals, records_deferral
 from ..queue_pauses import paused
 
 if TYPE_CHECKING:
+    from ..limits.gate import LimitGate
     from ..store import StateStore
-    from .state import Worker
+    from .runtime import Runtime
 
-__all__ = ["FIRST_DELAY", "MAX_DELAY", "REFRESH_SECONDS", "PausedQueues", "defer_if_paused", "pause_delay"]
+__all__ = ["FIRST_DELAY", "MAX_DELAY", "REFRESH_SECONDS", "PausedDeliveries", "PausedQueues", "pause_delay"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -78,25 +79,35 @@ class PausedQueues:
         return queue in self.names()
 
 
-def defer_if_paused(mw: Worker, broker: dramatiq.Broker, message: Any, queue: str) -> None:
-    """Put off this delivery when `queue` is paused (raises SkipMessage); otherwise nothing."""
-    if not mw.paused_queues.is_paused(queue):
-        return
-    store, job_id = mw.runtime.store, str(message.message_id)
-    count = deferrals(message) + 1
-    delay = pause_delay(count, random.random())
-    try:
-        mw.admission.gate.publish_again(broker, store, message, delay)
-    except Exception:  # the job stays PENDING: the sweeper publishes it again
-        logger.warning("job %s: could not publish its deferral; the sweeper will", job_id, exc_info=True)
-    if records_deferral(count):
+class PausedDeliveries:
+    """The worker step that puts off a paused queue's deliveries: the paused set (`queues`), the
+    limits gate that publishes a delivery again, and the process's store (`runtime`)."""
+
+    __slots__ = ("gate", "queues", "runtime")
+
+    def __init__(self, queues: PausedQueues, gate: LimitGate, runtime: Runtime) -> None:
+        self.queues, self.gate, self.runtime = queues, gate, runtime
+
+    def defer_if_paused(self, broker: dramatiq.Broker, message: Any, queue: str) -> None:
+        """Put off this delivery when `queue` is paused (raises SkipMessage); otherwise nothing."""
+        if not self.queues.is_paused(queue):
+            return
+        runtime, job_id = self.runtime, str(message.message_id)
+        store = runtime.store
+        count = deferrals(message) + 1
+        delay = pause_delay(count, random.random())
         try:
-            store.record_event(job_id, "queue_paused_deferred", worker_id=mw.worker_id,
-                               reason=f"queue {queue} is paused",
-                               detail={"queue": queue, "delay": round(delay, 3), "deferrals": count})
-        except ReliableError:
-            logger.warning("job %s: could not record its deferral", job_id, exc_info=True)
-    _skip(message, queue)
+            self.gate.publish_again(broker, store, message, delay)
+        except Exception:  # the job stays PENDING: the sweeper publishes it again
+            logger.warning("job %s: could not publish its deferral; the sweeper will", job_id, exc_info=True)
+        if records_deferral(count):
+            try:
+                store.record_event(job_id, "queue_paused_deferred", worker_id=runtime.worker_id,
+                                   reason=f"queue {queue} is paused",
+                                   detail={"queue": queue, "delay": round(delay, 3), "deferrals": count})
+            except ReliableError:
+                logger.warning("job %s: could not record its deferral", job_id, exc_info=True)
+        _skip(message, queue)
 
 
 def _skip(message: Any, queue: str) -> NoReturn:

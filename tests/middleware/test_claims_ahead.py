@@ -77,18 +77,18 @@ def test_only_straightforward_claims_are_taken_ahead(harness: Harness) -> None:
         return sent.copy(**changes)
 
     plain = of(durable)
-    assert claim.ahead_digest(mw, broker, plain) is not None  # computed as `delivery.digest_of` does
-    assert claim.ahead_digest(mw, broker, of(quick)) is None  # the fast path claims nothing before its run
-    assert claim.ahead_digest(mw, broker, of(limited)) is None  # a slot is taken by its own claim
-    assert claim.ahead_digest(mw, broker, of(durable, queue_name="elsewhere")) is None  # home_queue would read
-    assert claim.ahead_digest(mw, broker, of(durable, message_id="not a job id\n")) is None  # refused by its own
-    assert claim.ahead_digest(mw, broker, of(untracked)) is None
-    assert claim.ahead_digest(mw, broker, of(charge)) is None  # its worker's death would send it to review
-    assert claim.ahead_digest(mw, broker, of(resend)) is not None  # a crash is retried
-    assert claim.ahead_digest(mw, broker, of(billing)) is not None
+    assert mw.durable.rule.digest(broker, plain) is not None  # computed as `delivery.digest_of` does
+    assert mw.durable.rule.digest(broker, of(quick)) is None  # the fast path claims nothing before its run
+    assert mw.durable.rule.digest(broker, of(limited)) is None  # a slot is taken by its own claim
+    assert mw.durable.rule.digest(broker, of(durable, queue_name="elsewhere")) is None  # home_queue would read
+    assert mw.durable.rule.digest(broker, of(durable, message_id="not a job id\n")) is None  # refused by its own
+    assert mw.durable.rule.digest(broker, of(untracked)) is None
+    assert mw.durable.rule.digest(broker, of(charge)) is None  # its worker's death would send it to review
+    assert mw.durable.rule.digest(broker, of(resend)) is not None  # a crash is retried
+    assert mw.durable.rule.digest(broker, of(billing)) is not None
     queue_pauses.pause(harness.store, "billing", reason="test", identity=Operator("oncall", "h", "test"))
     mw.paused_queues = type(mw.paused_queues)(lambda: harness.store, refresh=0.0)
-    assert claim.ahead_digest(mw, broker, of(billing)) is None  # a paused queue's delivery is put off
+    assert mw.durable.rule.digest(broker, of(billing)) is None  # a paused queue's delivery is put off
 
 
 def test_a_thread_waits_for_the_batch_claiming_its_job() -> None:
@@ -185,15 +185,17 @@ def test_claims_ahead_ride_the_batches_and_every_job_runs_once(harness: Harness)
     assert ahead.taken == ahead.claimed and ahead.handed_back == 0
 
 
-def test_a_hand_back_that_fails_to_release_still_answers_the_waiting_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hand_back_that_fails_to_release_still_answers_the_waiting_thread() -> None:
     answered: list[tuple[str, bool]] = []
 
-    def release_fails(mw: Any, context: Any) -> None:
+    def release_fails(context: Any) -> None:
         raise RuntimeError("heartbeat gone")
 
-    monkeypatch.setattr(claim, "release_lease", release_fails)
-    ahead = SimpleNamespace(returned=lambda job_id, written: answered.append((job_id, written)))
-    mw: Any = SimpleNamespace(worker_id="w", store=None, ahead=ahead)
+    ahead: Any = SimpleNamespace(returned=lambda job_id, written: answered.append((job_id, written)))
+    runtime: Any = SimpleNamespace(worker_id="w", store=None)
+    leases: Any = SimpleNamespace(release=release_fails)
+    unused: Any = None
+    durable = claim.DurableClaim(runtime, ahead, rule=unused, leases=leases, registration=unused, groups=unused)
     held: Any = SimpleNamespace(context=SimpleNamespace(job_id="job-1", fencing_token=3))
-    claim.hand_back(mw, [held], "shutdown")
+    durable.hand_back([held], "shutdown")
     assert answered == [("job-1", False)]

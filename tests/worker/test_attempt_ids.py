@@ -6,7 +6,7 @@ import os
 import re
 import threading
 
-from reliable.worker.claim import new_attempt_id
+from reliable.worker.leases import new_attempt_id
 
 
 def test_attempt_ids_are_32_hex_digits_and_unique_across_threads() -> None:

@@ -20,7 +20,6 @@ from dramatiq.middleware import GroupCallbacks
 from dramatiq.rate_limits.backends import StubBackend
 
 import reliable
-from reliable.middleware import ReliableMiddleware
 from reliable.worker import after_commit, groups
 
 broker = RabbitmqBroker(url=os.environ["RELIABLE_TEST_BROKER"])
@@ -56,17 +55,17 @@ if _KILL_MARKER:
 _GROUP_KILL_MARKER = os.environ.get("RELIABLE_TEST_KILL_AFTER_GROUP_COMMIT")
 
 if _GROUP_KILL_MARKER:
-    _group_arrived = groups.group_arrived
+    _group_arrived = groups.Groups.arrived
 
-    def _die_before_completing(mw: ReliableMiddleware, broker: Any, context: Any, fan_in: Any,
+    def _die_before_completing(step: groups.Groups, broker: Any, context: Any, fan_in: Any,
                                callbacks: Any) -> None:
         if fan_in.cleared and not os.path.exists(_GROUP_KILL_MARKER):
             with open(_GROUP_KILL_MARKER, "w") as marker:
                 marker.write(f"{context.job_id} cleared {fan_in.barrier_id}\n")
             os.kill(os.getpid(), signal.SIGKILL)
-        _group_arrived(mw, broker, context, fan_in, callbacks)
+        _group_arrived(step, broker, context, fan_in, callbacks)
 
-    groups.group_arrived = _die_before_completing
+    groups.Groups.arrived = _die_before_completing  # type: ignore[method-assign]
 
 
 @dramatiq.actor(queue_name=QUEUE)
