@@ -16,6 +16,7 @@
     ├── JobNotFound                 no job with that id
     ├── JobIdConflict               a new message reuses a job's id with another actor or arguments
     ├── MessageRefused              a message cannot become a job: its id, size or options (inputs, options)
+    ├── RegistrationFailed          send() could not register its job (an unexpected error): nothing published
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
     ├── NamedQueryError             a store query name that does not exist, or a parameter missing
@@ -56,6 +57,7 @@ __all__ = [
     "OperationNotFound",
     "PolicyError",
     "ReasonRequired",
+    "RegistrationFailed",
     "ReliableError",
     "ScheduleNotFound",
     "SendTimedOut",
@@ -220,6 +222,20 @@ class MessageRefused(ReliableError, MiddlewareError, ValueError):
         self.actor = actor
         what = f"a message of actor {actor!r}" if actor else "a message"
         super().__init__(f"{what} cannot become a job: {field}: {problem}")
+
+
+class RegistrationFailed(ReliableError, MiddlewareError):
+    """`send()` could not register its job for a reason no other error names (a policy that cannot
+    decide, a bug): the message was not published. A MiddlewareError, so that Dramatiq lets it through
+    `send()` to the caller instead of logging it and publishing a message no job row backs.
+    The original error is its `__cause__`.
+    """
+
+    def __init__(self, message_id: str, actor: str, cause: BaseException) -> None:
+        self.message_id = message_id
+        self.actor = actor
+        super().__init__(f"message {message_id} of actor {actor!r} was not sent: registering its job failed with "
+                         f"{type(cause).__name__}: {cause}")
 
 
 class OperationNotFound(ReliableError):

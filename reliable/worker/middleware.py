@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import Middleware, SkipMessage
+from dramatiq.middleware import Middleware, MiddlewareError, SkipMessage
 
 from ..compat.dramatiq_internals import waiting_messages, work_queue_readable
-from ..errors import ActorContractError, ConfigError, PolicyError
+from ..errors import ActorContractError, ConfigError, PolicyError, RegistrationFailed
 from ..metrics import Metrics
 from ..options import ACTOR_OPTIONS
 from ..policy import JobContract, Policy
@@ -284,7 +284,14 @@ class ReliableMiddleware(Middleware):
             return
         if self.group_callbacks is None and "group_completion_uuid" in message.options:
             self.adopt_group_callbacks(broker)  # GroupCallbacks added after install: the next groups
-        self.registration.register(broker, message, delay)
+        try:
+            self.registration.register(broker, message, delay)
+        except MiddlewareError:
+            raise
+        except Exception as exc:
+            # Dramatiq logs any other error of a before_enqueue and publishes the message anyway: a message
+            # no job row backs. Raised as a MiddlewareError, send() fails instead and nothing is published.
+            raise RegistrationFailed(message.message_id, message.actor_name, exc) from exc
 
     def enqueue_many(self, broker: dramatiq.Broker, messages: list[dramatiq.Message[Any]]) -> int:
         """Register many messages in one transaction (one store round trip per 500 jobs), then publish

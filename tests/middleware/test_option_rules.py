@@ -19,7 +19,7 @@ import pytest
 from dramatiq.common import current_millis
 from dramatiq.middleware import AgeLimit
 
-from reliable.errors import MessageRefused, PolicyError
+from reliable.errors import MessageRefused, PolicyError, RegistrationFailed
 from reliable.middleware import ReliableMiddleware
 from reliable.options import DELIVERY_OPTIONS, OPTION_RULES, option_problem
 from reliable.recovery import Recovery
@@ -180,3 +180,24 @@ def test_an_old_timestamp_copy_agelimit_expires_does_not_end_the_job(one_thread:
     assert job.status is JobStatus.SUCCEEDED and ran == [1], setup.events(job.job_id)
     assert "skipped_failed" not in setup.events(job.job_id)
     assert [m.message_timestamp for m in broker.dead_letters] == [copy.message_timestamp]  # AgeLimit failed it
+
+
+def test_a_registration_that_fails_unexpectedly_fails_the_send_and_publishes_nothing(
+        setup: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dramatiq logs any error of a before_enqueue but a MiddlewareError and publishes the message anyway;
+    a policy that cannot decide must fail the send, not publish a message no job row backs."""
+
+    @dramatiq.actor
+    def plain() -> None:
+        pass
+
+    def cannot_decide(*args: Any, **kwargs: Any) -> None:
+        raise PolicyError("policy.yaml:3: cannot decide")
+
+    monkeypatch.setattr(setup.middleware.registration, "new_job", cannot_decide)
+    message = plain.message()
+    with pytest.raises(RegistrationFailed, match=r"PolicyError: policy\.yaml:3: cannot decide") as failed:
+        setup.broker.enqueue(message)
+    assert isinstance(failed.value.__cause__, PolicyError) and failed.value.actor == "plain"
+    assert setup.store.find(message.message_id) is None
+    assert setup.broker.queues["default"].qsize() == 0  # nothing published
