@@ -16,9 +16,10 @@ EXPECTED = [
     "ClaimRefused", "ConfigError", "ControlRefused", "Event", "JobCancelled", "JobContext", "JobForceStopped",
     "JobIdConflict", "JobInterrupted", "JobNotFound", "JobPaused", "JobStatus", "JobStopped", "JsonFormatter",
     "LeaseLost", "Limits", "MessageRefused", "Policy", "PolicyError", "ReasonRequired", "Recovery",
-    "RegistrationFailed", "ReliableError", "ReliableMiddleware", "Schedule", "ScheduleNotFound", "SendTimedOut", "StateStore",
-    "StoreError", "StoreMisconfigured", "StoreNotMigrated", "StoreUnavailable", "TransitionRefused", "Workflow",
-    "WorkflowEngine", "WorkflowResultUnavailable", "__version__", "current_job", "install", "node", "workflow",
+    "RegistrationFailed", "ReliableError", "ReliableMiddleware", "Schedule", "ScheduleNotFound", "SendTimedOut",
+    "StateStore", "StoreError", "StoreMisconfigured", "StoreNotMigrated", "StoreUnavailable", "TransitionRefused",
+    "Workflow", "WorkflowEngine", "WorkflowResultUnavailable", "__version__", "current_job", "install", "node",
+    "workflow",
 ]
 
 
