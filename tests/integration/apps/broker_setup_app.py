@@ -19,6 +19,6 @@ reliable.install(broker, store=os.environ["BROKER_SETUP_STORE"], recovery=False,
 dramatiq.set_broker(broker)
 
 
-@dramatiq.actor(queue_name="broker_setup")
+@dramatiq.actor(queue_name=os.environ.get("BROKER_SETUP_QUEUE", "broker_setup"))
 def noop() -> None:
     """Never sent: the tests are about the boot."""
