@@ -102,13 +102,15 @@ URL_FIX = "write amqp://user:password@host:5672/vhost (amqps:// with TLS; severa
 
 def url_mistake(exc: BaseException) -> str | None:
     """One line naming the mistake and its fix if `exc` is pika refusing a broker URL it cannot parse
-    (a ValueError raised inside pika: an unsupported scheme, a port that is not a number...), else None."""
+    (a ValueError raised in pika's URL parsing: an unsupported scheme, a port that is not a number...),
+    else None."""
     import traceback
 
     if not isinstance(exc, ValueError) or exc.__traceback__ is None:
         return None
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames or "/pika/" not in frames[-1].filename.replace("\\", "/"):
+    # pika's URLParameters (pika/connection.py), or urllib below it (a port that is not a number)
+    if not any(frame.filename.replace("\\", "/").endswith("pika/connection.py")
+               for frame in traceback.extract_tb(exc.__traceback__)):
         return None
     return f"unsupported RabbitMQ URL: {redact_secrets(str(exc))}: {URL_FIX}"
 
