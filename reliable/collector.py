@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .queue_pauses import paused
+from .rabbitmq.reach import explain, parse_url
 from .states import UNFINISHED_STATES, JobStatus
 from .store import StateStore
 from .store.gauges import STUCK_STATES, GaugeReadings, read_gauges
@@ -89,6 +90,7 @@ class StoreCollector(Collector):
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.store = store
         self.broker_url = broker_url
+        self._nodes = parse_url(broker_url) if broker_url else []  # a URL pika cannot parse fails here, once
         self.sla = _parse_sla(sla)
         self.states = frozenset(_S(s) for s in states) if states is not None else DEFAULT_COUNTED_STATES
         self._clock = clock
@@ -119,7 +121,7 @@ class StoreCollector(Collector):
                 families.extend(self._broker_family())
             except Exception as exc:
                 self._errors["rabbitmq"] += 1
-                logger.warning("collector: RabbitMQ query failed: %s", exc)
+                logger.warning("collector: RabbitMQ query failed: %s", explain(exc, self._nodes))
         errors = CounterMetricFamily("reliable_collector_errors", "Collector queries that failed, by source.",
                                      labels=["source"])
         for source, count in sorted(self._errors.items()):
@@ -201,9 +203,7 @@ class StoreCollector(Collector):
     # -- RabbitMQ --------------------------------------------------------------------------------
 
     def _broker_family(self) -> list[GaugeMetricFamily]:
-        import pika  # only the exporter needs it, and only with --broker
-
-        nodes = [pika.URLParameters(url.strip()) for url in (self.broker_url or "").split(";") if url.strip()]
+        nodes = self._nodes
         family = GaugeMetricFamily("reliable_rabbitmq_queue_messages",
                                    "Messages ready in each RabbitMQ queue (passive queue_declare).",
                                    labels=["queue"])

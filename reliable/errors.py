@@ -32,11 +32,13 @@ stop, cancel or lost lease observed at a checkpoint.
 
 from __future__ import annotations
 
+from dramatiq.errors import BrokerConnectionError
 from dramatiq.middleware import Interrupt, MiddlewareError
 
 __all__ = [
     "ActorContractError",
     "BrokerConfigError",
+    "BrokerUnreachable",
     "ClaimRefused",
     "ConfigError",
     "ControlRefused",
@@ -132,6 +134,15 @@ class BrokerConfigError(ConfigError, MiddlewareError):
     """RabbitMQ's queues or timeouts do not fit reliable (a queue declared with other arguments, a
     delivery limit at or below max attempts, a time limit past the consumer timeout when strict);
     a MiddlewareError, so that raised at worker boot it stops the boot (`reliable.rabbitmq`)."""
+
+
+class BrokerUnreachable(ReliableError, MiddlewareError, BrokerConnectionError):
+    """A worker was asked to stop while its boot waited for RabbitMQ to answer: Dramatiq (and
+    `reliable worker`) take it as the broker connection failing at boot (exit 3)."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.message = message  # what Dramatiq's errors print
 
 
 class ActorContractError(PolicyError, MiddlewareError):

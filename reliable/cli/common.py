@@ -337,6 +337,9 @@ def rabbitmq_broker(url: str) -> Any:
     kind = os.environ.get(ENV_BROKER_QUEUES, "classic").strip().lower()
     if kind not in ("classic", "quorum"):
         raise ConfigError(f"${ENV_BROKER_QUEUES} must be 'classic' or 'quorum', not {kind!r}")
+    from ..rabbitmq.reach import parse_url
+
+    parse_url(url)  # a URL pika cannot parse: one line with the fix (BrokerConfigError), not a traceback
     if kind == "classic":
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 

@@ -79,7 +79,9 @@ APP_HELP = ("Import MODULE (or MODULE:BROKER) so the app's actors register on it
 
 @policy.command()
 @click.argument("path", required=False, type=click.Path())
-@click.option("--app", "app_spec", metavar="MODULE[:BROKER]", help=APP_HELP + " Warnings then cover them too.")
+@click.option("--app", "app_spec", metavar="MODULE[:BROKER]",
+              help=APP_HELP + " Sections naming no actor or queue of the app are then errors, and warnings cover "
+                              "its actors too.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {ok, summary, rules, builtin_rules, inherits, actors, queues, app_actors, lanes, "
                    "problems: [{path, line, field, message}], warnings: [{where, message}]}.")
@@ -90,12 +92,16 @@ def check(path: str | None, app_spec: str | None, as_json: bool) -> None:
     Without PATH, the built-in policy. Files extend the built-in policy unless one says
     `inherit: false`. Prints "OK: N user rules + M built-in rules, K actors" (and says when the
     built-in rules are dropped), or one line per problem (file:line: field: message) and exits 2.
-    A rule that would retry a non-idempotent job after an ambiguous error (a read timeout...) is
-    a warning on stderr naming its file:line; warnings do not change the exit status.
+    With --app, an `actors:` or `queues:` section naming no actor or queue of the app is a problem
+    too (the closest declared name offered). A rule that would retry a non-idempotent job after an
+    ambiguous error (a read timeout...) is a warning on stderr naming its file:line; warnings do
+    not change the exit status.
     """
     cwd_on_path()
-    actors = declared_actors(load_app(app_spec)) if app_spec else []
-    result = check_path(path, actors=actors)
+    broker = load_app(app_spec) if app_spec else None
+    actors = declared_actors(broker) if broker is not None else []
+    queues = sorted(broker.get_declared_queues()) if broker is not None else []
+    result = check_path(path, actors=actors, queues=queues)
     app_actors = len(actors) if app_spec else None
     if as_json:
         emit_json({"ok": result.ok, "summary": _summary(result, path, app_actors) if result.ok else None,

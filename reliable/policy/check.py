@@ -3,13 +3,13 @@
 Importing is what makes `check` stricter than `Policy.load`: at run time rules match by name and
 nothing is imported; here a path whose module cannot be imported, or that names no exception
 class, is an error, and subclass relationships learnt from the imports also reveal shadowed rules.
-A valid policy may still get warnings: a rule that would retry a non-idempotent job after an
+With an app, a section naming an actor or queue it does not declare is an error
+(`reliable.policy.names`). A valid policy may still get warnings: a rule that would retry a non-idempotent job after an
 ambiguous error (see `reliable.policy.ambiguity`).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 from collections.abc import Sequence
@@ -26,6 +26,7 @@ from .ambiguity import (
 from .defaults import BUILTIN_PATH, layered
 from .engine import Policy
 from .matching import Rule
+from .names import undeclared_names
 from .schema import Problem, build_spec, collect_rules
 from .source import Document, policy_files, read_document
 
@@ -100,10 +101,13 @@ def _import_problems(rules: list[Rule]) -> tuple[list[Problem], dict[tuple[str, 
     return problems, subclass
 
 
-def check_path(path: str | os.PathLike[str] | None, *, actors: Sequence[DeclaredActor] = ()) -> CheckResult:
+def check_path(path: str | os.PathLike[str] | None, *, actors: Sequence[DeclaredActor] = (),
+               queues: Sequence[str] = ()) -> CheckResult:
     """Validate the policy file or directory at `path` (None: the built-in policy) strictly.
 
-    Every problem, in file order; for a valid policy, warnings for rules that would retry the
+    Every problem, in file order; with an app's `actors` (and the other `queues` its broker
+    declares), an `actors:` or `queues:` section naming none of them is a problem too
+    (`reliable.policy.names`). For a valid policy, warnings for rules that would retry the
     non-idempotent jobs it declares (and those of `actors`, as their code declares them) after an
     ambiguous error.
     """
@@ -130,26 +134,14 @@ def check_path(path: str | os.PathLike[str] | None, *, actors: Sequence[Declared
     policy = Policy(spec)
     scopes = [rule for _, rule in spec.all_rules()]
     builtin = sum(1 for rule in scopes if rule.path == BUILTIN_PATH)
+    if actors:  # an app was given: its sections must name what it declares (reliable.policy.names)
+        names = undeclared_names(policy, [a.name for a in actors], [a.queue for a in actors] + list(queues))
+        if names:
+            return CheckResult(tuple(Problem(n.path, n.line, f"{n.kind}.{n.name}", n.message) for n in names),
+                               None, 0, 0, 0)
     warnings = ambiguous_retries(policy, _probes(), non_idempotent_scopes(policy, actors))
-    if actors:
-        warnings += unknown_sections(policy, actors)
     return CheckResult((), policy, len(scopes) - builtin, len(spec.actors), len(spec.queues), builtin_rules=builtin,
                        inherits=spec.inherits, warnings=tuple(warnings))
-
-
-def unknown_sections(policy: Policy, actors: Sequence[DeclaredActor]) -> list[AmbiguityWarning]:
-    """A warning for each `actors:` or `queues:` section naming an actor or queue the app does not
-    declare: a typo there silently gives the real actor the defaults."""
-    warnings: list[AmbiguityWarning] = []
-    spec = policy.spec
-    for kind, sections, known in (("actors", spec.actors, {a.name for a in actors}),
-                                  ("queues", spec.queues, {a.queue for a in actors})):
-        for name in sorted(set(sections) - known):
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            warnings.append(AmbiguityWarning(spec.origins.get(f"{kind}.{name}", kind),
-                                             f"{kind}.{name}: the app declares no {kind[:-1]} {name!r}{hint}"))
-    return warnings
 
 
 def _probes() -> dict[str, BaseException]:

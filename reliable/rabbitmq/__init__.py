@@ -5,6 +5,8 @@ broker's consumer_timeout (docs/rabbitmq.md).
   limit, a clear error for a queue declared otherwise, and long delays re-held before the
   consumer timeout (imported lazily: it needs pika).
 - `check_broker`: the worker-boot check the middleware runs (`reliable.rabbitmq.boot`).
+- `reach`: whether RabbitMQ answers and why not (a mistake stops a worker's boot with its fix, an
+  outage is waited for); the one line every failed broker query is logged with.
 """
 
 from __future__ import annotations

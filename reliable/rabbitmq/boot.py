@@ -1,7 +1,10 @@
-"""The worker-boot check of the broker: delivery limit, queue declarations, consumer_timeout.
+"""The worker-boot check of the broker: it answers, delivery limit, queue declarations, consumer_timeout.
 
 Called by `ReliableMiddleware.before_worker_boot`. A broker that is not a RabbitmqBroker is left
-alone. For a `ReliableRabbitmqBroker`: a delivery limit at or below an actor's max attempts, or a
+alone. First RabbitMQ must answer (`reach.wait_for_broker`): a refused login, an unknown virtual
+host or a failed TLS handshake stops the boot (BrokerConfigError, one line with the fix); an outage
+is waited for, logged at each try, so that the worker never says it is ready before RabbitMQ
+answered. For a `ReliableRabbitmqBroker`: a delivery limit at or below an actor's max attempts, or a
 queue RabbitMQ refuses to declare as configured, stops the boot (BrokerConfigError). Timings that
 do not fit under the consumer timeout (a plain RabbitmqBroker is taken to have RabbitMQ's default
 30 min) are summarised in one INFO line per boot; a timing that exceeds the hold limit by itself
@@ -20,6 +23,7 @@ import sys
 from typing import Any
 
 from ..errors import BrokerConfigError
+from .reach import nodes_of, wait_for_broker
 from .timeouts import DEFAULT_CONSUMER_TIMEOUT, MAX_BROKER_DELAY, UNTRACKED, timeout_report
 
 __all__ = ["check_broker"]
@@ -40,6 +44,7 @@ def check_broker(broker: Any, middleware: Any, worker: Any = None) -> None:
 
     if not isinstance(broker, RabbitmqBroker):
         return
+    wait_for_broker(nodes_of(broker))
     declared = [broker.get_actor(name) for name in sorted(broker.get_declared_actors())]
     actors = [actor for actor in declared if middleware.tracked(broker, actor.actor_name)]
     untracked = [actor for actor in declared if not middleware.tracked(broker, actor.actor_name)]

@@ -23,6 +23,7 @@ from dramatiq.common import xq_name
 
 from ..errors import BrokerConfigError, ConfigError
 from .holding import ReholdingConsumer
+from .reach import url_mistake
 from .timeouts import DEFAULT_CONSUMER_TIMEOUT, hold_limit
 
 __all__ = ["DEFAULT_DELIVERY_LIMIT", "ReliableRabbitmqBroker"]
@@ -60,7 +61,12 @@ class ReliableRabbitmqBroker(RabbitmqBroker):
         if isinstance(delivery_limit, bool) or not isinstance(delivery_limit, int) or delivery_limit < 2:
             raise ConfigError(f"delivery_limit must be an integer of at least 2, not {delivery_limit!r}")
         self.hold_limit = hold_limit(consumer_timeout)  # a timeout too short fails here
-        super().__init__(**kwargs)
+        try:
+            super().__init__(**kwargs)
+        except ValueError as exc:  # pika's URL parser: one line with the fix, not pika's traceback
+            if (mistake := url_mistake(exc)) is None:
+                raise
+            raise BrokerConfigError(mistake) from None
         self.queue_type = queue_type
         self.delivery_limit = delivery_limit
         self.consumer_timeout = float(consumer_timeout)

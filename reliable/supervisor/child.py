@@ -211,6 +211,13 @@ def run(config: ChildConfig) -> int:
     except ImportError:
         logger.exception("Failed to import the app.")
         return CHILD_IMPORT
+    except ValueError as exc:  # a broker URL pika cannot parse, met while importing the app: one line
+        from ..rabbitmq.reach import url_mistake
+
+        if (mistake := url_mistake(exc)) is None:
+            raise
+        logger.critical("Configuration error, not starting: %s", mistake)
+        return CHILD_CONFIG
     except BrokerConnectionError:
         logger.exception("Broker connection failed.")
         return CHILD_CONNECT

@@ -43,11 +43,12 @@ def broker_depths_of(broker: Any, queues: list[str]) -> dict[str, Any] | None:
     if params is None or not queues:
         return None
     from ..collector import broker_depths
+    from ..rabbitmq.reach import explain, nodes_of
 
     try:
         return broker_depths(params if isinstance(params, list) else [params], queues)
     except Exception as exc:  # the store's figures are still answered
-        logger.warning("queues: RabbitMQ's depths could not be read: %s", exc)
+        logger.warning("queues: RabbitMQ's depths could not be read: %s", explain(exc, nodes_of(broker)))
         return None
 
 

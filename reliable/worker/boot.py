@@ -1,6 +1,8 @@
 """A worker process boots: what is checked, stored and started before its first message.
 
-In order: with json_logs, the events go to stderr; the broker's GroupCallbacks is adopted; its
+In order: the policy's `actors:` and `queues:` sections are checked against what the broker declares
+(`reliable.policy.names`: a WARNING per section naming nothing, or, with strict_names, a refused
+boot: ActorContractError); with json_logs, the events go to stderr; the broker's GroupCallbacks is adopted; its
 consumers are watched (`consumed`: each delivery names the queue it came from); the process's
 store is opened and checked (a configuration error, StoreMisconfigured or StoreNotMigrated, stops
 the boot saying what to fix or run; a store that cannot be reached is only logged), then its
@@ -15,6 +17,7 @@ MiddlewareError: the worker does not start).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
@@ -23,6 +26,8 @@ from ..consumed import watch_consumers
 from ..dispatch import declare_queue
 from ..errors import ActorContractError, ConfigError
 from ..events import log_events_to_stderr
+from ..policy import Policy
+from ..policy.names import undeclared_names
 from ..rabbitmq.boot import check_broker
 from ..schedules.boot import declare_schedules
 
@@ -36,7 +41,9 @@ if TYPE_CHECKING:
     from .runtime import Runtime
     from .settings import Settings
 
-__all__ = ["boot"]
+__all__ = ["boot", "check_policy_names"]
+
+logger = logging.getLogger("reliable.middleware")
 
 
 def boot(broker: dramatiq.Broker, worker: Any, *, installed: Registrar, settings: Settings, runtime: Runtime,
@@ -45,6 +52,7 @@ def boot(broker: dramatiq.Broker, worker: Any, *, installed: Registrar, settings
     `check_broker` and the schedules' templates see it (its public face)."""
     process = runtime
     plans.broker = broker
+    check_policy_names(settings.policy, broker, strict=settings.strict_names)
     if settings.json_logs:
         log_events_to_stderr()
     groups.adopt(broker)
@@ -82,3 +90,15 @@ def boot(broker: dramatiq.Broker, worker: Any, *, installed: Registrar, settings
                          queues=whitelist if whitelist else broker.get_declared_queues())
     if settings.recovery:
         process.start_recovery(broker)
+
+
+def check_policy_names(policy: Policy, broker: dramatiq.Broker, *, strict: bool) -> None:
+    """A WARNING for each policy section naming no actor or queue `broker` declares; with `strict`,
+    ActorContractError for them all, so that the worker does not boot (`reliable.policy.names`)."""
+    actors = [broker.get_actor(name) for name in sorted(broker.get_declared_actors())]
+    queues = {actor.queue_name for actor in actors} | set(broker.get_declared_queues())
+    names = undeclared_names(policy, [actor.actor_name for actor in actors], queues)
+    if names and strict:
+        raise ActorContractError("; ".join(map(str, names)) + " (strict_names=True)")
+    for name in names:
+        logger.warning("policy: %s", name)

@@ -73,6 +73,9 @@ class Settings:
         (seconds, default DEFAULT_SEND_TIMEOUT); one send may set its own with the message option
         ``send_timeout`` (`actor.send_with_options(args=..., send_timeout=5)`). A configuration
         error (wrong database, credentials, rights, schema missing) raises at once.
+      strict_names: refuse to boot a worker whose policy has an `actors:` or `queues:` section naming
+        no actor or queue the app declares (a typo there gives the real actor the defaults); by
+        default each such section is a WARNING at the worker's boot (`reliable.policy.names`).
     """
 
     store: StateStore | str
@@ -93,6 +96,7 @@ class Settings:
     schedules: tuple[Schedule, ...]
     send_timeout: float = DEFAULT_SEND_TIMEOUT
     claims_ahead: bool = False
+    strict_names: bool = False
 
     @classmethod
     def resolve(cls, store: StateStore | str, *, policy: Policy | None, lease_ttl: float | None,
@@ -100,7 +104,8 @@ class Settings:
                 sweep_after: float | None, listeners: tuple[Callable[[dict[str, Any]], None], ...],
                 metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
                 tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
-                replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT, claims_ahead: bool = False) -> Settings:
+                replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT, claims_ahead: bool = False,
+                strict_names: bool = False) -> Settings:
         """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
         naming the fix for a contradiction."""
         if max_connections is not None and isinstance(store, StateStore):
@@ -132,6 +137,7 @@ class Settings:
             tracing=Tracing(None if tracing is True else tracing) if tracing else None,
             listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
             send_timeout=check_send_timeout(send_timeout, "send_timeout"), claims_ahead=claims_ahead,
+            strict_names=bool(strict_names),
         )
 
 

@@ -209,14 +209,32 @@ def test_explain_app_errors_are_one_line(tmp_path: Path) -> None:
         assert len(done.stderr.strip().splitlines()) == 1 and fragment in done.stderr, done.stderr
 
 
-def test_check_with_app_warns_on_sections_naming_no_actor_or_queue_of_the_app(tmp_path: Path) -> None:
+def test_check_with_app_refuses_sections_naming_no_actor_or_queue_of_the_app(tmp_path: Path) -> None:
     shop_app(tmp_path)  # actors charge (queue payments) and send_email
     (tmp_path / "p.yaml").write_text("actors:\n  charge:\n    max_attempts: 3\n  chrage:\n    max_attempts: 2\n"
                                      "queues:\n  paymnets:\n    max_attempts: 2\n")
     done = run("check", "p.yaml", "--app", "shopapp", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "p.yaml:4: actors.chrage: the app declares no actor 'chrage': did you mean 'charge'? this section applies "
+        "to nothing (fix the name, or remove the section)",
+        "p.yaml:7: queues.paymnets: the app declares no queue 'paymnets': did you mean 'payments'? this section "
+        "applies to nothing (fix the name, or remove the section)",
+    ]
+    assert "OK" not in done.stdout
+    as_json = json.loads(run("check", "p.yaml", "--app", "shopapp", "--json", cwd=tmp_path).stdout)
+    assert not as_json["ok"]
+    assert [(p["line"], p["field"]) for p in as_json["problems"]] == [(4, "actors.chrage"), (7, "queues.paymnets")]
+    plain = run("check", "p.yaml", cwd=tmp_path)  # without the app nothing is known to compare
+    assert (plain.returncode, plain.stderr) == (0, "")
+
+
+def test_check_with_app_accepts_sections_naming_its_actors_queues_and_lanes(tmp_path: Path) -> None:
+    shop_app(tmp_path)
+    (tmp_path / "p.yaml").write_text(
+        "actors:\n  send_email:\n    max_attempts: 3\nqueues:\n  payments:\n    max_attempts: 2\n"
+        "  slow_lane:\n    max_attempts: 2\n"
+        "rules:\n  - {exception: TimeoutError, class: transient, queue: slow_lane}\n")
+    done = run("check", "p.yaml", "--app", "shopapp", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    warnings = done.stderr.strip().splitlines()
-    assert "p.yaml:4: warning: actors.chrage: the app declares no actor 'chrage'; did you mean 'charge'?" in warnings
-    assert "p.yaml:7: warning: queues.paymnets: the app declares no queue 'paymnets'; did you mean 'payments'?" \
-        in warnings
-    assert run("check", "p.yaml", cwd=tmp_path).stderr == ""  # without the app nothing is known to compare
+    assert done.stdout.startswith("OK: 1 user rules"), done.stdout
