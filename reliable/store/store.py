@@ -8,10 +8,8 @@ worker's claims and finishes, checkpoints, operator commands and recovery all go
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
-import math
 import socket
 import threading
 import time
@@ -57,7 +55,9 @@ from .db import (
 )
 from .engine import connect_engine
 from .job_history import attempts_of
+from .json_text import _detail, _json_text, _truncate, checkpoint_json
 from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
+from .routing import route_write
 from .schema import barriers, effects, job_events, jobs
 from .sqlrunner import SqlRunner, Tx
 from .unit_of_work import Row, UnitOfWork, begin, single
@@ -71,45 +71,12 @@ logger = logging.getLogger("reliable.store")
 EventListener = Callable[[dict[str, Any]], None]
 
 _ACTIVE = [s.value for s in ACTIVE_STATES]
-_MAX_ERROR_TEXT = 2000
 #: How many times a worker's outcome is re-decided against the job's current requests (a pause,
 #: a stop and a cancel may each land between two tries, and then the write itself).
 _OUTCOME_ROUNDS = 4
 #: What `record_event` may set on an event row.
 _EVENT_FIELDS = frozenset({"worker_id", "lease_id", "operator", "reason", "host", "detail", "error_class",
                            "error_type", "error_message"})
-
-
-def route_write(job: Mapping[str, Any], queue: str, *, worker_id: str | None = None, operator: str | None = None,
-                host: str | None = None) -> JobWrite | None:
-    """The write moving a job just written (`job`, its row) to wait on `queue`, with a `routed`
-    event saying from which queue to which; None when it waits there already. No transition: the
-    caller runs it in the transaction of the write that decided it, guarded by the status it left.
-    A job whose message does not name its own queue (not registered by the middleware) stays: it
-    could not find its way back (`Job.home_queue`)."""
-    message = job["message"]
-    message = json.loads(message) if isinstance(message, str) else message
-    if job["queue"] == queue or not (isinstance(message, dict) and message.get("queue_name")):
-        return None
-    write = event_write(str(job["job_id"]), "routed", worker_id=worker_id, operator=operator, host=host,
-                        reason=f"waits on queue {queue} (was {job['queue']})",
-                        detail=_detail({"from": job["queue"], "to": queue}))
-    return dataclasses.replace(write, sources=[str(job["status"])], route_queue=queue)
-
-
-def _detail(detail: Mapping[str, Any] | None) -> str | None:
-    return _json_text(dict(detail)) if detail else None
-
-
-def _json_text(value: Any) -> str | None:
-    # default=str: details and effect results are diagnostics, never state an attempt resumes from.
-    return None if value is None else json.dumps(value, default=str, separators=(",", ":"))
-
-
-def _truncate(text: str | None, limit: int = _MAX_ERROR_TEXT) -> str | None:
-    if text is None or len(text) <= limit:
-        return text
-    return text[: limit - 15] + "... [truncated]"
 
 
 def _mismatch(job: Job, delivery_digest: str | None) -> ClaimRefused | None:
@@ -127,44 +94,6 @@ def _conflicts_within(rows: Sequence[Mapping[str, Any]]) -> None:
         if first["delivery_digest"] != row["delivery_digest"]:
             raise JobIdConflict(row["job_id"], differs="actor" if first["actor"] != row["actor"]
                                 else "arguments or options", actor=row["actor"], registered_actor=first["actor"])
-
-
-def checkpoint_json(value: Any) -> str:
-    """`value` as JSON text; TypeError naming the offending type and where, unless it round-trips.
-
-    A checkpoint must come back exactly as it was saved: None, bool, int, finite float, str, and
-    lists and dicts (with str keys) of those. A tuple, set, datetime, Decimal, bytes or any object
-    would come back as something else (or as its str()), so it is refused instead.
-    """
-    _check_json(value, "checkpoint")
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-def _check_json(value: Any, where: str) -> None:
-    if value is None or isinstance(value, bool | str):
-        return
-    if isinstance(value, int) and type(value) is int:
-        return
-    if type(value) is float:
-        if not math.isfinite(value):
-            raise TypeError(f"{where} is {value!r}: JSON has no NaN or infinity")
-        return
-    if type(value) is list:
-        for index, item in enumerate(value):
-            _check_json(item, f"{where}[{index}]")
-        return
-    if type(value) is dict:
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{where} has a {type(key).__name__} key {key!r}: JSON object keys are strings "
-                                "(it would come back as a str)")
-            _check_json(item, f"{where}[{key!r}]")
-        return
-    raise TypeError(
-        f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which does not round-trip "
-        "through JSON (use None, bool, int, float, str, list or dict with str keys; convert it, or declare "
-        "a checkpoint_codec on the actor)"
-    )
 
 
 class StateStore:
