@@ -13,12 +13,11 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import select
 
 from ..delivery_digest import message_digest
 from ..errors import (
     ClaimRefused,
-    ConfigError,
     JobIdConflict,
     JobNotFound,
     LeaseLost,
@@ -35,20 +34,19 @@ from ..states import (
     late_target,
     target,
 )
-from .alert_facts import check_counted
 from .core import EventListener, StoreCore
-from .job_history import attempts_of
 from .json_text import _detail, _json_text, _truncate, checkpoint_json
-from .records import Attempt, Claim, Effect, ErrorInfo, FanIn, Job, JobEvent, LeaseStatus, NewJob, NodeResult
+from .reads import Reads
+from .records import Claim, Effect, ErrorInfo, FanIn, Job, LeaseStatus, NewJob, NodeResult
 from .routing import route_write
-from .schema import barriers, effects, job_events, jobs
+from .schema import barriers, effects, job_events
 from .sqlrunner import Tx
+from .sweeps import Sweeps
 from .unit_of_work import Row, UnitOfWork, begin, single
-from .writes import FRESH_BUDGET, JobWrite, event_write, transition_write
+from .writes import JobWrite, event_write, transition_write
 
 __all__ = ["EventListener", "StateStore", "checkpoint_json"]
 
-_ACTIVE = [s.value for s in ACTIVE_STATES]
 #: How many times a worker's outcome is re-decided against the job's current requests (a pause,
 #: a stop and a cancel may each land between two tries, and then the write itself).
 _OUTCOME_ROUNDS = 4
@@ -71,7 +69,7 @@ def _conflicts_within(rows: Sequence[Mapping[str, Any]]) -> None:
                                 else "arguments or options", actor=row["actor"], registered_actor=first["actor"])
 
 
-class StateStore(StoreCore):
+class StateStore(Sweeps, Reads, StoreCore):
     """The durable job state: a projection per job plus its append-only event history.
 
     Every change of status is one write guarded by the transition table (the job is in a state the
@@ -745,149 +743,4 @@ class StateStore(StoreCore):
         for each in written:
             self._emit_one(each)
         return won
-
-    # -- reads -----------------------------------------------------------------------------------
-
-    def get(self, job_id: str) -> Job:
-        """The job's current projection; JobNotFound if there is none."""
-        with self._read() as conn:
-            job = self._get(conn, job_id)
-        if job is None:
-            raise JobNotFound(job_id)
-        return job
-
-    def job_ids_with_prefix(self, prefix: str, *, limit: int) -> list[str]:
-        """The ids starting with `prefix` (printable ASCII), smallest first, at most `limit` of them.
-
-        One range read in character order on an index (the primary key's, or migration 0008's on a
-        linguistically collated PostgreSQL), however many jobs the store holds.
-        """
-        if not (prefix and prefix.isascii() and prefix.isprintable()):
-            raise ConfigError(f"a job id prefix is made of printable ASCII characters, not {prefix!r}")
-        self.check_schema()
-        # In character order every id starting with "ab1" is below "ab2": the range's end.
-        return self._sql.job_ids_by_prefix(prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1), limit)
-
-    def events(self, job_id: str, *, events: Sequence[str] | None = None, since: float | None = None,
-               limit: int | None = None) -> list[JobEvent]:
-        """The job's event history, oldest first, filtered in the database.
-
-        `events`: only these event names; `since`: only events at or after this time (epoch
-        seconds); `limit`: only the most recent `limit` of the events that match.
-        """
-        stmt = select(job_events).where(job_events.c.job_id == job_id)
-        if events:
-            stmt = stmt.where(job_events.c.event.in_(list(events)))
-        if since is not None:
-            stmt = stmt.where(job_events.c.at >= since)
-        if limit is not None:
-            stmt = stmt.order_by(job_events.c.id.desc()).limit(limit)
-        else:
-            stmt = stmt.order_by(job_events.c.id)
-        with self._read() as conn:
-            found = [JobEvent.from_row(row) for row in conn.execute(stmt).mappings()]
-        return found[::-1] if limit is not None else found
-
-    def attempts(self, job_id: str) -> list[Attempt]:
-        """The job's attempts, oldest first (derived from its events: reliable.store.job_history)."""
-        with self._read() as conn:
-            return attempts_of(conn, job_id)
-
-    def effects(self, job_id: str) -> list[Effect]:
-        """Every operation key recorded for the job."""
-        stmt = select(effects).where(effects.c.job_id == job_id).order_by(effects.c.applied_at)
-        with self._read() as conn:
-            return [Effect(r["job_id"], r["op_key"], applied=True, duplicates=r["duplicates"],
-                           attempt_id=r["attempt_id"]) for r in conn.execute(stmt).mappings()]
-
-    def list_jobs(self, *, status: Sequence[JobStatus | str] | None = None, queue: str | None = None,
-                  actor: str | None = None, error_class: str | None = None,
-                  updated_before: float | None = None, workflow_id: str | None = None,
-                  limit: int = 100) -> list[Job]:
-        """Jobs matching every given filter, most recently updated first."""
-        stmt = select(jobs)
-        if workflow_id:
-            stmt = stmt.where(jobs.c.workflow_id == workflow_id)
-        if status:
-            stmt = stmt.where(jobs.c.status.in_([JobStatus(s).value for s in status]))
-        if queue:
-            stmt = stmt.where(jobs.c.queue == queue)
-        if actor:
-            stmt = stmt.where(jobs.c.actor == actor)
-        if error_class:
-            stmt = stmt.where(jobs.c.last_error_class == error_class)
-        if updated_before is not None:
-            stmt = stmt.where(jobs.c.updated_at < updated_before)
-        stmt = stmt.order_by(jobs.c.updated_at.desc()).limit(limit)
-        with self._read() as conn:
-            return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
-
-    def count_recent_events(self, event: str, *, actor: str | None = None, window: float) -> int:
-        """How many `event` rows (of `actor`) were written in the last `window` seconds (`event`:
-        one that (event, at) indexes, see alert_facts.check_counted)."""
-        check_counted((event,))
-        stmt = select(func.count()).select_from(job_events).where(
-            job_events.c.event == event, job_events.c.at >= self._now - window)
-        if actor is not None:
-            stmt = stmt.where(job_events.c.actor == actor)
-        with self._read() as conn:
-            return int(conn.execute(stmt).scalar_one())
-
-    def count_job_events(self, job_id: str, event: str, *, detail_contains: str | None = None,
-                         since_fresh_budget: bool = False) -> int:
-        """How many `event` rows the job has (whose JSON detail contains `detail_contains`, if given).
-
-        `since_fresh_budget`: only those after the job's last restart or requeue (FRESH_BUDGET), which
-        give it a fresh retry budget.
-        """
-        stmt = select(func.count()).select_from(job_events).where(job_events.c.job_id == job_id,
-                                                                  job_events.c.event == event)
-        if since_fresh_budget:
-            last_reset = (select(func.coalesce(func.max(job_events.c.id), 0))
-                          .where(job_events.c.job_id == job_id,
-                                 job_events.c.event.in_(sorted(e.value for e in FRESH_BUDGET)))
-                          .scalar_subquery())
-            stmt = stmt.where(job_events.c.id > last_reset)
-        if detail_contains is not None:
-            stmt = stmt.where(job_events.c.detail.contains(detail_contains, autoescape=True))
-        with self._read() as conn:
-            return int(conn.execute(stmt).scalar_one())
-
-    def count_by_status(self) -> dict[JobStatus, int]:
-        """How many jobs are in each state."""
-        stmt = select(jobs.c.status, func.count()).group_by(jobs.c.status)
-        with self._read() as conn:
-            return {JobStatus(status): count for status, count in conn.execute(stmt)}
-
-    def expired_leases(self, *, limit: int = 100) -> list[Job]:
-        """RUNNING/STOPPING jobs whose lease expired by the database's clock."""
-        stmt = (select(jobs).where(jobs.c.status.in_(_ACTIVE), jobs.c.lease_expires_at < self._now)
-                .order_by(jobs.c.lease_expires_at).limit(limit))
-        with self._read() as conn:
-            return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
-
-    def due_retries(self, *, grace: float, limit: int = 100) -> list[Job]:
-        """RETRY_WAIT jobs whose retry_at passed more than `grace` seconds ago (message lost?)."""
-        stmt = (select(jobs).where(jobs.c.status == JobStatus.RETRY_WAIT.value,
-                                   jobs.c.retry_at < self._now - grace)
-                .order_by(jobs.c.retry_at).limit(limit))
-        with self._read() as conn:
-            return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
-
-    def stale_pending(self, *, age: float, limit: int = 100) -> list[Job]:
-        """PENDING jobs never dispatched, or dispatched more than `age` seconds ago and not claimed."""
-        overdue = and_(jobs.c.dispatched_at < self._now - age, jobs.c.scheduled_at < self._now - age)
-        never_sent = and_(jobs.c.dispatched_at.is_(None), jobs.c.scheduled_at <= self._now)
-        stmt = (select(jobs).where(jobs.c.status == JobStatus.PENDING.value, or_(overdue, never_sent))
-                .order_by(jobs.c.scheduled_at).limit(limit))
-        with self._read() as conn:
-            return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
-
-    def stopping_past(self, grace: float, *, limit: int = 100) -> list[Job]:
-        """STOPPING jobs whose stop was requested more than `grace` seconds ago."""
-        stmt = (select(jobs).where(jobs.c.status == JobStatus.STOPPING.value,
-                                   jobs.c.stop_requested_at < self._now - grace)
-                .order_by(jobs.c.stop_requested_at).limit(limit))
-        with self._read() as conn:
-            return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
