@@ -1,4 +1,8 @@
-"""Transitions: the generic compare-and-set an operator's command or recovery applies to a job."""
+"""Transitions: the generic compare-and-set an operator's command or recovery applies to a job.
+
+Operators and recovery read what they act on: the class derives from Reads and Sweeps, so a caller
+typed with it (control, recovery, bulk operations) has those too.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +12,17 @@ from typing import Any
 
 from ..errors import JobNotFound, LeaseLost, TransitionRefused
 from ..states import ACTIVE_STATES, Event, JobStatus
-from .core import StoreCore
 from .json_text import _detail
+from .reads import Reads
 from .records import Job
 from .routing import route_write
+from .sweeps import Sweeps
 from .writes import event_write, transition_write
 
 __all__ = ["OperatorTransitions"]
 
 
-class OperatorTransitions(StoreCore):
+class OperatorTransitions(Sweeps, Reads):
     """Operators' and recovery's transitions (strict on the version read, or on an expired lease),
     and the claim to re-publish a stale PENDING job's message."""
 
