@@ -4,13 +4,23 @@ Times are seconds since the epoch as double precision, always taken from the dat
 (see `reliable.store.db.now_expression`) so that worker clocks never decide a lease's fate.
 
 Declared in three modules, all on one MetaData: store/metadata.py (the MetaData, the table prefix,
-what migrations and applications ask of it), store/job_tables.py (jobs, events, effects, liveness,
+what migrations and applications ask of it), store/core_tables.py (jobs, events, effects, liveness,
 worker processes, barriers) and store/feature_tables.py (alerts, API tokens, bulk operations,
 workflows, schedules, limits, queue pauses). Import the tables from here.
 """
 
 from __future__ import annotations
 
+from .core_tables import (
+    PARTIAL_JOB_INDEXES,
+    barriers,
+    effects,
+    job_events,
+    jobs,
+    legacy_attempts,
+    liveness,
+    worker_processes,
+)
 from .feature_tables import (
     alerts,
     api_tokens,
@@ -27,16 +37,6 @@ from .feature_tables import (
     workflow_events,
     workflow_nodes,
     workflows,
-)
-from .job_tables import (
-    PARTIAL_JOB_INDEXES,
-    barriers,
-    effects,
-    job_events,
-    jobs,
-    legacy_attempts,
-    liveness,
-    worker_processes,
 )
 from .metadata import TABLE_PREFIX, alembic_include_name, metadata, on_dialect
 
