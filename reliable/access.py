@@ -28,7 +28,7 @@ from typing import Any
 from .errors import ConfigError
 from .inputs import MAX_NAME, check_length
 from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
-from .store import StateStore
+from .store import StoreCore
 from .store.api_tokens import insert_token, revoke_token, token_row, token_rows, touch_token
 from .store.selection import Reader
 
@@ -179,7 +179,7 @@ def split_token(presented: str) -> tuple[str, str] | None:
 class ApiTokens:
     """The API tokens kept in a StateStore."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StoreCore) -> None:
         self.store = store
 
     def create(self, name: str, role: str, *, queues: Sequence[str] = (), owners: Sequence[str] = (),

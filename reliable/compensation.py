@@ -12,12 +12,12 @@ from typing import Any
 import dramatiq
 
 from .dispatch import declare_queue
-from .store import Job, StateStore
+from .store import Job, Reads
 
 __all__ = ["compensate"]
 
 
-def compensate(store: StateStore, broker: dramatiq.Broker | None, job: Job, actor: str | None,
+def compensate(store: Reads, broker: dramatiq.Broker | None, job: Job, actor: str | None,
                **audit: Any) -> str | None:
     """Enqueue `actor`(job_id) if the cancelled job applied effects; return a warning, or None.
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from ..store import StateStore
+from ..store import StoreCore
 from ..store.alert_queries import JobContext, collect_facts, job_contexts, sample_job_ids
 from .client import AlertmanagerClient
 from .evaluator import evaluate, requests_for
@@ -66,7 +66,7 @@ class AlertEngine:
         Alertmanager and its receivers get the short annotations and the runbook_url).
     """
 
-    def __init__(self, store: StateStore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
+    def __init__(self, store: StoreCore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
                  client: AlertmanagerClient | None = None, clock: Callable[[], float] | None = None,
                  policy: DeliveryPolicy | None = None, generator_url: str | None = None,
                  runbook_annotation: bool = False) -> None:

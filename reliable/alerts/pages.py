@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 
-from ..store import StateStore
+from ..store import StoreCore
 from ..store.alert_queries import collect_facts
 from .engine import AlertEngine
 from .evaluator import evaluate, requests_for
@@ -34,7 +34,7 @@ class RunbookPages:
       clock: the evaluation time; defaults to the database's clock.
     """
 
-    def __init__(self, store: StateStore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
+    def __init__(self, store: StoreCore, rules: Sequence[AlertRule], renderer: RunbookRenderer, *,
                  clock: Callable[[], float] | None = None) -> None:
         self.store = store
         self.rules = {rule.name.lower(): rule for rule in rules if rule.runbook is not None}

@@ -23,7 +23,7 @@ from ..inputs import MAX_TEXT, check_length
 from ..isotime import format_time
 from ..redact import redact_url
 from ..states import JobStatus
-from ..store import StateStore, selection
+from ..store import Reads, StateStore, selection
 from ..store.db import check_store_url, missing_sqlite_file
 from ..store.selection import CANDIDATES_SHOWN, MIN_PREFIX
 from .env import ENV_API, ENV_BROKER_DELIVERY_LIMIT, ENV_BROKER_QUEUES, ENV_TOKEN, ENV_TOKEN_FILE
@@ -240,7 +240,7 @@ def open_store(url: str | None, *, create: bool = False) -> StateStore:
     return StateStore(url)
 
 
-def resolve_job_id(store: StateStore, given: str) -> str:
+def resolve_job_id(store: Reads, given: str) -> str:
     """The job id `given` names (`reliable.store.selection.resolve_job_id`): a whole id, or a prefix of at
     least MIN_PREFIX characters of one id; a trailing "..." or "…" is ignored.
 
@@ -252,7 +252,7 @@ def resolve_job_id(store: StateStore, given: str) -> str:
         raise click.UsageError(str(exc), ctx=click.get_current_context(silent=True)) from None
 
 
-def resolve_job_ids(store: StateStore, given: Iterable[str]) -> tuple[str, ...]:
+def resolve_job_ids(store: Reads, given: Iterable[str]) -> tuple[str, ...]:
     """`resolve_job_id` of each of `given`, in order, each job once."""
     return tuple(dict.fromkeys(resolve_job_id(store, job_id) for job_id in given))
 

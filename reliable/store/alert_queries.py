@@ -29,10 +29,10 @@ from .alert_facts import (
     ScheduleSlots,
     StaleJobs,
 )
+from .core import StoreCore
 from .job_history import attempts_of
 from .schema import job_events, jobs, schedule_slots, schedules
 from .selection import not_discarded
-from .store import StateStore
 
 __all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "sample_job_ids"]
 
@@ -147,7 +147,7 @@ def _schedules(conn: Any, request: ScheduleSlots, now: float) -> list[ScheduleFa
     return out
 
 
-def collect_facts(store: StateStore, requests: Iterable[Any], now: float) -> Facts:
+def collect_facts(store: StoreCore, requests: Iterable[Any], now: float) -> Facts:
     """Answer every distinct request in one read connection (no writes)."""
     answers: dict[Any, Sequence[Any]] = {}
     with store.read() as conn:
@@ -165,7 +165,7 @@ def collect_facts(store: StateStore, requests: Iterable[Any], now: float) -> Fac
     return Facts(now, answers)
 
 
-def sample_job_ids(store: StateStore, sample: JobSample, limit: int = 3) -> list[str]:
+def sample_job_ids(store: StoreCore, sample: JobSample, limit: int = 3) -> list[str]:
     """A few job ids behind a grouped alert: the oldest in the states, or the latest with the events."""
     with store.read() as conn:
         if sample.states:
@@ -215,7 +215,7 @@ class JobContext:
     attempts: tuple[AttemptFact, ...]
 
 
-def job_contexts(store: StateStore, job_ids: Sequence[str], attempts_per_job: int = 3) -> list[JobContext]:
+def job_contexts(store: StoreCore, job_ids: Sequence[str], attempts_per_job: int = 3) -> list[JobContext]:
     """The jobs (in the given order) with their latest attempts, newest first; missing ids are skipped."""
     if not job_ids:
         return []

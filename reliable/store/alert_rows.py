@@ -13,15 +13,15 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
+from .core import StoreCore
 from .schema import alerts
-from .store import StateStore
 
 __all__ = ["alert_rows", "save_alert_rows"]
 
 _JSON_COLUMNS = ("labels", "annotations")
 
 
-def alert_rows(store: StateStore, *, state: str | None = None) -> list[dict[str, Any]]:
+def alert_rows(store: StoreCore, *, state: str | None = None) -> list[dict[str, Any]]:
     """Every alert row (only those in `state` when given), by alert name then fingerprint."""
     stmt = select(alerts).order_by(alerts.c.alertname, alerts.c.fingerprint)
     if state:
@@ -34,7 +34,7 @@ def alert_rows(store: StateStore, *, state: str | None = None) -> list[dict[str,
     return rows
 
 
-def save_alert_rows(store: StateStore, rows: Iterable[Mapping[str, Any]], deleted: Iterable[str] = ()) -> None:
+def save_alert_rows(store: StoreCore, rows: Iterable[Mapping[str, Any]], deleted: Iterable[str] = ()) -> None:
     """Upsert `rows` (keyed by `fingerprint`) and delete the `deleted` fingerprints, in one transaction."""
     encoded = [{**row, **{name: json.dumps(dict(row[name]), sort_keys=True) for name in _JSON_COLUMNS}}
                for row in rows]

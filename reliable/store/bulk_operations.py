@@ -12,10 +12,11 @@ from typing import Any
 
 from sqlalchemy import Row, literal, select, update
 
+from .core import StoreCore
+from .reads import Reads
 from .records import home_queue_of
 from .schema import jobs, operations
 from .selection import JobFilter, Reader, count_jobs
-from .store import StateStore
 
 __all__ = [
     "ENDED_OPERATION_STATUSES", "OPERATION_COLUMNS", "cancel_preview", "cancel_requested", "confirm_token_hash",
@@ -33,7 +34,7 @@ OPERATION_COLUMNS: tuple[str, ...] = tuple(c.name for c in operations.c)
 _BATCH = 500  # rows read at a time when a reader's scope is judged on each
 
 
-def _acting_rows(store: StateStore, flt: JobFilter, reader: Reader, now: float,
+def _acting_rows(store: StoreCore, flt: JobFilter, reader: Reader, now: float,
                  limit: int | None) -> Iterator[Any]:
     """The rows `flt` matches for `reader` that it may act on, least recently updated first.
 
@@ -56,33 +57,33 @@ def _acting_rows(store: StateStore, flt: JobFilter, reader: Reader, now: float,
                     yield row
 
 
-def jobs_to_act_on(store: StateStore, flt: JobFilter, *, reader: Reader, now: float, limit: int) -> list[Any]:
+def jobs_to_act_on(store: StoreCore, flt: JobFilter, *, reader: Reader, now: float, limit: int) -> list[Any]:
     """The jobs `flt` matches at `now` that `reader` may act on (its scope: `Reader.covers`), as
     (job_id, status, queue, message, owner), least recently updated first, at most `limit`.
     NotAuthorized when `flt` searches arguments and `reader` may not (`Reader.check`)."""
     return list(_acting_rows(store, flt, reader, now, limit))
 
 
-def count_to_act_on(store: StateStore, flt: JobFilter, *, reader: Reader, now: float) -> int:
+def count_to_act_on(store: Reads, flt: JobFilter, *, reader: Reader, now: float) -> int:
     """How many jobs `jobs_to_act_on` would find without a limit."""
     if reader.scope is None:
         return count_jobs(store, flt, reader=reader)
     return sum(1 for _ in _acting_rows(store, flt, reader, now, None))
 
 
-def insert_operation(store: StateStore, row: Mapping[str, Any]) -> None:
+def insert_operation(store: StoreCore, row: Mapping[str, Any]) -> None:
     """Insert one operation row."""
     with store.write() as conn:
         conn.execute(operations.insert().values(**row))
 
 
-def operation_row(store: StateStore, operation_id: str) -> Row[Any] | None:
+def operation_row(store: StoreCore, operation_id: str) -> Row[Any] | None:
     """The operation's row, or None."""
     with store.read() as conn:
         return conn.execute(select(operations).where(operations.c.operation_id == operation_id)).first()
 
 
-def recent_operation_rows(store: StateStore, *, limit: int) -> list[Row[Any]]:
+def recent_operation_rows(store: StoreCore, *, limit: int) -> list[Row[Any]]:
     """The most recent operations' rows, newest first, with `job_ids` and `results` read as `[]`
     (a listing: those grow with the operation)."""
     summary = [literal("[]").label(c.name) if c.name in ("job_ids", "results") else c for c in operations.c]
@@ -91,7 +92,7 @@ def recent_operation_rows(store: StateStore, *, limit: int) -> list[Row[Any]]:
                                                            operations.c.operation_id).limit(limit)).all())
 
 
-def mark_operation(store: StateStore, operation_id: str, *, was: str, updated_at: float | None, status: str,
+def mark_operation(store: StoreCore, operation_id: str, *, was: str, updated_at: float | None, status: str,
                    error: str, at: float) -> None:
     """End the operation as `status` (expired, interrupted) if it is still `was`, last updated at
     `updated_at`: a run that wrote progress meanwhile is left alone."""
@@ -102,7 +103,7 @@ def mark_operation(store: StateStore, operation_id: str, *, was: str, updated_at
                      .values(status=status, error=error, finished_at=at, confirm_token_hash=None))
 
 
-def confirm_token_hash(store: StateStore, operation_id: str) -> str | None:
+def confirm_token_hash(store: StoreCore, operation_id: str) -> str | None:
     """The stored hash of the operation's confirmation token (None once confirmed or ended)."""
     with store.read() as conn:
         found: str | None = conn.execute(select(operations.c.confirm_token_hash)
@@ -110,7 +111,7 @@ def confirm_token_hash(store: StateStore, operation_id: str) -> str | None:
     return found
 
 
-def start_operation(store: StateStore, operation_id: str, *, at: float, by: str, counts: str) -> bool:
+def start_operation(store: StoreCore, operation_id: str, *, at: float, by: str, counts: str) -> bool:
     """Confirmed by `by` at `at`: `running` if it awaited confirmation and had not expired; whether it won."""
     with store.write() as conn:
         won = conn.execute(update(operations).where(
@@ -121,7 +122,7 @@ def start_operation(store: StateStore, operation_id: str, *, at: float, by: str,
     return bool(won == 1)
 
 
-def cancel_preview(store: StateStore, operation_id: str, *, was: str, by: str, at: float) -> bool:
+def cancel_preview(store: StoreCore, operation_id: str, *, was: str, by: str, at: float) -> bool:
     """Cancel an operation still `was` (a preview) at once; whether it won."""
     with store.write() as conn:
         return bool(conn.execute(update(operations).where(
@@ -130,7 +131,7 @@ def cancel_preview(store: StateStore, operation_id: str, *, was: str, by: str, a
             confirm_token_hash=None)).rowcount)
 
 
-def request_cancel(store: StateStore, operation_id: str, *, by: str) -> bool:
+def request_cancel(store: StoreCore, operation_id: str, *, by: str) -> bool:
     """Ask a running operation to stop before its next job; False when it is not running or was asked already."""
     with store.write() as conn:
         return bool(conn.execute(update(operations).where(
@@ -138,14 +139,14 @@ def request_cancel(store: StateStore, operation_id: str, *, by: str) -> bool:
             operations.c.cancel_requested.is_(False)).values(cancel_requested=True, cancelled_by=by)).rowcount)
 
 
-def cancel_requested(store: StateStore, operation_id: str) -> bool:
+def cancel_requested(store: StoreCore, operation_id: str) -> bool:
     """Whether someone asked the operation to stop."""
     with store.read() as conn:
         return bool(conn.execute(select(operations.c.cancel_requested)
                                  .where(operations.c.operation_id == operation_id)).scalar_one())
 
 
-def write_progress(store: StateStore, operation_id: str, values: Mapping[str, Any]) -> bool:
+def write_progress(store: StoreCore, operation_id: str, values: Mapping[str, Any]) -> bool:
     """Write `values` (progress, and the final status) on a `running` operation; False when it is no longer."""
     with store.write() as conn:
         return bool(conn.execute(update(operations).where(operations.c.operation_id == operation_id,

@@ -16,8 +16,8 @@ from sqlalchemy import Select, func, literal, select, union_all
 from sqlalchemy.engine import Connection
 
 from ..states import JobStatus
+from .core import StoreCore
 from .schema import jobs, limits, schedules, workflows
-from .store import StateStore
 from .workflow_views import WorkflowStatus
 
 __all__ = ["STUCK_STATES", "GaugeReadings", "ScheduleGauge", "read_gauges"]
@@ -64,7 +64,7 @@ class GaugeReadings:
     limits: list[tuple[str, int, int]]
 
 
-def read_gauges(store: StateStore, *, states: Set[JobStatus], sla: Mapping[JobStatus, float]) -> GaugeReadings:
+def read_gauges(store: StoreCore, *, states: Set[JobStatus], sla: Mapping[JobStatus, float]) -> GaugeReadings:
     """Read every gauge in one connection: `states` are counted, `sla` gives each stuck threshold
     (seconds; its keys are among STUCK_STATES)."""
     with store.read() as conn:

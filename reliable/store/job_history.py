@@ -27,7 +27,7 @@ from .schema import job_events
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from .store import StateStore
+    from .core import StoreCore
 
 __all__ = ["attempt_tracebacks", "attempts_of", "event_names", "last_failure", "starts_attempt"]
 
@@ -78,14 +78,14 @@ def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
     return sorted((Attempt(**a) for a in started.values()), key=lambda a: a.attempt)
 
 
-def event_names(store: StateStore, job_id: str) -> list[str]:
+def event_names(store: StoreCore, job_id: str) -> list[str]:
     """The distinct event kinds the job has, sorted (what the console's event filter offers)."""
     stmt = select(job_events.c.event).where(job_events.c.job_id == job_id).distinct()
     with store.read() as conn:
         return sorted(str(name) for name in conn.execute(stmt).scalars())
 
 
-def attempt_tracebacks(store: StateStore, job_id: str) -> dict[tuple[str | None, str], str]:
+def attempt_tracebacks(store: StoreCore, job_id: str) -> dict[tuple[str | None, str], str]:
     """(attempt id, event) -> traceback, for each of the job's events that recorded one."""
     stmt = (select(job_events.c.attempt_id, job_events.c.event, job_events.c.traceback)
             .where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None)))
@@ -93,7 +93,7 @@ def attempt_tracebacks(store: StateStore, job_id: str) -> dict[tuple[str | None,
         return {(row.attempt_id, row.event): row.traceback for row in conn.execute(stmt)}
 
 
-def last_failure(store: StateStore, job_id: str) -> JobEvent | None:
+def last_failure(store: StoreCore, job_id: str) -> JobEvent | None:
     """The event of the job's last failed attempt that recorded a traceback (None: no such event)."""
     stmt = (select(job_events).where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None))
             .order_by(job_events.c.id.desc()).limit(1))

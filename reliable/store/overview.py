@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy import func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
+from .core import StoreCore
 from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
-from .store import StateStore
 
 __all__ = ["FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview", "known_names", "overview"]
 
@@ -64,7 +64,7 @@ class Overview:
                 "series": {"minutes": self.minutes, "successes": self.successes, "failures": self.failures}}
 
 
-def overview(store: StateStore, *, window: float = 86_400.0, series_minutes: int = 60) -> Overview:
+def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60) -> Overview:
     """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`)."""
     now = store.now()
     result = Overview(now=now, window=window)
@@ -115,7 +115,7 @@ class KnownNames:
     actors: tuple[str, ...]
 
 
-def known_names(store: StateStore) -> KnownNames:
+def known_names(store: StoreCore) -> KnownNames:
     """The queues with unfinished jobs or a pause, and every actor, by index reads only: the queues
     from the partial (status, queue, scheduled_at) index, the actors by a loose scan of the
     (actor, status) index (one seek per actor, however many jobs each has)."""

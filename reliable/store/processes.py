@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import select, update
 
 from ..states import ACTIVE_STATES
+from .core import StoreCore
 from .records import Job
 from .schema import jobs, worker_processes
-from .store import StateStore
 
 __all__ = ["LIVE_WITHIN", "WorkerProcess", "leases_held_by", "list_processes", "live_by_host_and_queue", "mark_exited",
            "prune_exited", "register_process"]
@@ -52,7 +52,7 @@ class WorkerProcess:
         return self.exited_at is None
 
 
-def register_process(store: StateStore, process: WorkerProcess) -> None:
+def register_process(store: StoreCore, process: WorkerProcess) -> None:
     """Write `process`'s row, stamped with the store's clock (a re-registration replaces it)."""
     values = {
         "host": process.host, "pid": process.pid, "start_ticks": process.start_ticks, "boot_id": process.boot_id,
@@ -67,14 +67,14 @@ def register_process(store: StateStore, process: WorkerProcess) -> None:
             conn.execute(worker_processes.insert().values(worker_id=process.worker_id, **values))
 
 
-def prune_exited(store: StateStore, *, older_than: float) -> int:
+def prune_exited(store: StoreCore, *, older_than: float) -> int:
     """Delete the records of processes that exited more than `older_than` seconds ago; how many."""
     stmt = worker_processes.delete().where(worker_processes.c.exited_at < store.now_sql - older_than)
     with store.write() as conn:
         return int(conn.execute(stmt).rowcount or 0)
 
 
-def mark_exited(store: StateStore, worker_id: str, *, reason: str, observed_by: str) -> bool:
+def mark_exited(store: StoreCore, worker_id: str, *, reason: str, observed_by: str) -> bool:
     """Mark the process exited (`reason`: stopped, pid_gone, pid_reused); False if it already was."""
     stmt = (update(worker_processes)
             .where(worker_processes.c.worker_id == worker_id, worker_processes.c.exited_at.is_(None))
@@ -83,7 +83,7 @@ def mark_exited(store: StateStore, worker_id: str, *, reason: str, observed_by: 
         return bool(conn.execute(stmt).rowcount)
 
 
-def list_processes(store: StateStore, *, host: str | None = None, boot_id: str | None = None,
+def list_processes(store: StoreCore, *, host: str | None = None, boot_id: str | None = None,
                    live_only: bool = False, limit: int = 1000) -> list[WorkerProcess]:
     """The recorded processes, newest first; narrowed to a host (and boot), or to the live ones."""
     stmt = select(worker_processes)
@@ -99,7 +99,7 @@ def list_processes(store: StateStore, *, host: str | None = None, boot_id: str |
     return [_process(dict(row)) for row in rows]
 
 
-def leases_held_by(store: StateStore, worker_ids: Sequence[str]) -> list[Job]:
+def leases_held_by(store: StoreCore, worker_ids: Sequence[str]) -> list[Job]:
     """The RUNNING/STOPPING jobs whose lease one of these processes holds."""
     if not worker_ids:
         return []
@@ -126,7 +126,7 @@ def _process(r: Mapping[str, Any]) -> WorkerProcess:
     )
 
 
-def live_by_host_and_queue(store: StateStore, *, within: float = LIVE_WITHIN) -> dict[tuple[str, str], int]:
+def live_by_host_and_queue(store: StoreCore, *, within: float = LIVE_WITHIN) -> dict[tuple[str, str], int]:
     """Live processes (not exited, a heartbeat within `within` seconds) per (host, queue); a
     process consuming every queue counts under queue "*"."""
     stmt = select(worker_processes.c.host, worker_processes.c.queues).where(

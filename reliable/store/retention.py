@@ -26,7 +26,7 @@ from ..errors import ConfigError
 from ..states import ACTIVE_STATES, TERMINAL_STATES, JobStatus
 from .bulk_operations import ENDED_OPERATION_STATUSES, insert_operation
 from .job_history import starts_attempt
-from .store import StateStore
+from .named_queries import NamedQueries
 from .workflow_views import WorkflowStatus
 
 __all__ = ["DEFAULT_BATCH", "PruneCounts", "PruneResult", "count_prunable", "prune", "prune_states"]
@@ -96,7 +96,7 @@ def _params(cut: float, states: tuple[str, ...], batch: int) -> dict[str, object
             "ended": list(ENDED_OPERATION_STATUSES), "batch": batch}
 
 
-def count_prunable(store: StateStore, cut: float, *, states: Iterable[str] | None = None) -> PruneCounts:
+def count_prunable(store: NamedQueries, cut: float, *, states: Iterable[str] | None = None) -> PruneCounts:
     """What `prune` would delete at `cut` (epoch seconds, the store's clock) now."""
     params = _params(cut, prune_states(states), 0)
     jobs = store.one("prune_count_jobs", params) or (0, 0, 0, 0)
@@ -106,7 +106,7 @@ def count_prunable(store: StateStore, cut: float, *, states: Iterable[str] | Non
                        workflows=int(workflows[0]), operations=int(operations[0]))
 
 
-def _job_batch(store: StateStore, params: dict[str, object]) -> PruneCounts:
+def _job_batch(store: NamedQueries, params: dict[str, object]) -> PruneCounts:
     if store.dialect == "postgresql":
         row = store.one("prune_jobs", params) or (0, 0, 0, 0)
         return PruneCounts(jobs=int(row[0]), events=int(row[1]), attempts=int(row[2]), effects=int(row[3]))
@@ -121,7 +121,7 @@ def _job_batch(store: StateStore, params: dict[str, object]) -> PruneCounts:
                            jobs=len(unit.rows("prune_job_rows", chosen)))
 
 
-def _workflow_batch(store: StateStore, params: dict[str, object]) -> PruneCounts:
+def _workflow_batch(store: NamedQueries, params: dict[str, object]) -> PruneCounts:
     if store.dialect == "postgresql":
         row = store.one("prune_workflows", params) or (0, 0)
         return PruneCounts(workflows=int(row[0]), workflow_rows=int(row[1]))
@@ -135,7 +135,7 @@ def _workflow_batch(store: StateStore, params: dict[str, object]) -> PruneCounts
         return PruneCounts(workflows=len(unit.rows("prune_workflow_rows", chosen)), workflow_rows=parts)
 
 
-def _operation_batch(store: StateStore, params: dict[str, object]) -> PruneCounts:
+def _operation_batch(store: NamedQueries, params: dict[str, object]) -> PruneCounts:
     if store.dialect == "postgresql":
         row = store.one("prune_operations", params) or (0,)
         return PruneCounts(operations=int(row[0]))
@@ -143,7 +143,7 @@ def _operation_batch(store: StateStore, params: dict[str, object]) -> PruneCount
         return PruneCounts(operations=len(unit.rows("prune_operations", params)))
 
 
-def prune(store: StateStore, cut: float, *, states: Iterable[str] | None = None, batch_size: int = DEFAULT_BATCH,
+def prune(store: NamedQueries, cut: float, *, states: Iterable[str] | None = None, batch_size: int = DEFAULT_BATCH,
           operator: str, reason: str, planned: PruneCounts | None = None,
           on_batch: Callable[[PruneCounts], None] | None = None,
           clock: Callable[[], float] = time.monotonic) -> PruneResult:
@@ -158,7 +158,7 @@ def prune(store: StateStore, cut: float, *, states: Iterable[str] | None = None,
     params = _params(cut, chosen, batch_size)
     started_at, started = store.now(), clock()
     total, batches, longest, complete = PruneCounts(), 0, 0.0, False
-    steps: list[tuple[Callable[[StateStore, dict[str, object]], PruneCounts], dict[str, object]]] = [
+    steps: list[tuple[Callable[[NamedQueries, dict[str, object]], PruneCounts], dict[str, object]]] = [
         *((_job_batch, {**params, "state": state}) for state in chosen),
         (_workflow_batch, params), (_operation_batch, params)]
     try:
@@ -183,7 +183,7 @@ def prune(store: StateStore, cut: float, *, states: Iterable[str] | None = None,
                        operation_id=operation_id, complete=complete)
 
 
-def _audit(store: StateStore, *, cut: float, states: tuple[str, ...], batch_size: int, operator: str, reason: str,
+def _audit(store: NamedQueries, *, cut: float, states: tuple[str, ...], batch_size: int, operator: str, reason: str,
            planned: PruneCounts | None, total: PruneCounts, seconds: float, started_at: float,
            complete: bool) -> str:
     """The run's record among the bulk operations: who, why, the cut, what was counted and deleted."""

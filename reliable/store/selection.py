@@ -18,9 +18,9 @@ from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
 from ..isotime import FORMS as ISO_FORMS
 from ..isotime import parse_time_text
 from ..states import JobStatus
+from .reads import Reads
 from .records import Job
 from .schema import job_events, jobs
-from .store import StateStore
 
 __all__ = [
     "CANDIDATES_SHOWN", "DISCARDED", "FILTER_PARAMS", "MIN_PREFIX", "AmbiguousJobId", "JobFilter", "Page", "Reader",
@@ -50,7 +50,7 @@ class AmbiguousJobId(ReliableError):
         super().__init__(f"job id prefix {prefix!r} matches several jobs: {shown}; give more characters")
 
 
-def resolve_job_id(store: StateStore, given: str) -> str:
+def resolve_job_id(store: Reads, given: str) -> str:
     """The job id `given` names: a whole id, or a prefix of at least MIN_PREFIX characters of one id.
 
     A trailing "..." or "…" (copied from a cut table) is ignored. No such job: JobNotFound; a
@@ -227,11 +227,11 @@ def not_discarded() -> ColumnElement[bool]:
                                 discards.c.version == jobs.c.version)).correlate(jobs)
 
 
-def _now(store: StateStore, flt: JobFilter) -> float | None:
+def _now(store: Reads, flt: JobFilter) -> float | None:
     return store.now() if flt.older_than is not None else None
 
 
-def select_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int | None = 100,
+def select_jobs(store: Reads, flt: JobFilter, *, reader: Reader, limit: int | None = 100,
                 newest_first: bool = False, offset: int = 0) -> list[Job]:
     """Jobs matching `flt` for `reader`: oldest change first (the order bulk commands work in), at most
     `limit`; `newest_first`: the listings' order (page_jobs'), ties broken by job id the same way."""
@@ -245,7 +245,7 @@ def select_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int
         return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
 
-def jobs_with_ids(store: StateStore, job_ids: Sequence[str], *, reader: Reader) -> list[Job]:
+def jobs_with_ids(store: Reads, job_ids: Sequence[str], *, reader: Reader) -> list[Job]:
     """The jobs of `job_ids` that exist (an operation's sample), oldest change first; none for no id
     (a JobFilter without ids would match every job)."""
     if not job_ids:
@@ -274,7 +274,7 @@ def _after(cursor: str) -> tuple[float, str]:
         raise ConfigError(f"cursor {cursor!r} is not one this API returned") from exc
 
 
-def page_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int = 50,
+def page_jobs(store: Reads, flt: JobFilter, *, reader: Reader, limit: int = 50,
               cursor: str | None = None) -> Page:
     """Jobs matching `flt` for `reader`, newest change first, `limit` per page, after `cursor` (keyset pagination).
 
@@ -308,7 +308,7 @@ def page_jobs(store: StateStore, flt: JobFilter, *, reader: Reader, limit: int =
     return Page(found[:limit], _cursor(found[limit - 1]) if len(found) > limit else None)
 
 
-def count_jobs(store: StateStore, flt: JobFilter, *, reader: Reader) -> int:
+def count_jobs(store: Reads, flt: JobFilter, *, reader: Reader) -> int:
     """How many jobs match `flt` for `reader`."""
     stmt = select(func.count()).select_from(jobs).where(*flt.conditions(_now(store, flt), reader))
     with store.read() as conn:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .core import StoreCore
 from .processes import LIVE_WITHIN, WorkerProcess, leases_held_by, list_processes
-from .store import StateStore
 
 __all__ = ["EXITED_SHOWN", "Fleet", "HeldJob", "ProcessView", "fleet", "restarts_of"]
 
@@ -82,7 +82,7 @@ def restarts_of(process: WorkerProcess, records: Sequence[WorkerProcess]) -> int
                and other.boot_id == process.boot_id and other.started_at <= process.started_at)
 
 
-def fleet(store: StateStore, *, host: str | None = None, exited: int = EXITED_SHOWN) -> Fleet:
+def fleet(store: StoreCore, *, host: str | None = None, exited: int = EXITED_SHOWN) -> Fleet:
     """The worker processes on record (of `host` only, when given), with the jobs each holds now."""
     now = store.now()
     records = list_processes(store, host=host)

@@ -23,7 +23,7 @@ from ..control import RESOLUTIONS, CommandResult, require_reason
 from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
-from ..store import StateStore, selection
+from ..store import Reads, selection
 from ..store.alert_rows import alert_rows
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
@@ -164,7 +164,7 @@ async def _json_from_pool(func: Callable[[], dict[str, Any]]) -> Response:
                                        "candidates": list(exc.candidates)}}, 409)
 
 
-def _page(store: StateStore, flt: JobFilter, principal: Principal, patterns: tuple[str, ...], limit: int,
+def _page(store: Reads, flt: JobFilter, principal: Principal, patterns: tuple[str, ...], limit: int,
           cursor: str | None) -> dict[str, Any]:
     page = page_jobs(store, flt, reader=principal.reader, limit=limit, cursor=cursor)
     return {"jobs": [job_view(job, principal, patterns) for job in page.jobs], "next_cursor": page.next_cursor}
@@ -281,7 +281,7 @@ async def overview_figures(request: Request) -> JSONResponse:
     return JSONResponse(figures.as_dict())
 
 
-def _alerts(store: StateStore, wanted: str | None) -> dict[str, Any]:
+def _alerts(store: Reads, wanted: str | None) -> dict[str, Any]:
     return {"alerts": alert_rows(store, state=wanted)}
 
 

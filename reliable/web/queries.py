@@ -11,7 +11,7 @@ from typing import Any
 from ..access import Principal
 from ..control import Control
 from ..disclosure import ATTEMPT_FIELDS, EFFECT_FIELDS, EVENT_FIELDS, JOB_FIELDS, Audience, disclose_record
-from ..store import Job, JobEvent, StateStore
+from ..store import Job, JobEvent, Reads
 from ..store.job_history import attempt_tracebacks
 from .redaction import audience_for
 
@@ -38,7 +38,7 @@ def job_view(job: Job, principal: Principal, patterns: Sequence[str], *, message
     return data
 
 
-def job_message(store: StateStore, job_id: str, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
+def job_message(store: Reads, job_id: str, principal: Principal, patterns: Sequence[str]) -> dict[str, Any]:
     """A job's whole message as the caller may see it (what a cut detail leaves out)."""
     job = store.get(job_id)
     audience = audience_for(principal, job, patterns)

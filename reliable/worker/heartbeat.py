@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ..errors import JobForceStopped, LeaseLostInterrupt, StoreError
 from ..policy import check_heartbeat
 from ..states import JobStatus
-from ..store import StateStore
+from ..store import WorkerProgress
 from .context import JobContext
 
 __all__ = ["Heartbeat"]
@@ -27,7 +27,7 @@ logger = logging.getLogger("reliable.leases")
 class Heartbeat:
     """A daemon thread renewing the leases of every job running in this process."""
 
-    def __init__(self, store: StateStore, *, worker_id: str, interval: float, lease_ttl: float,
+    def __init__(self, store: WorkerProgress, *, worker_id: str, interval: float, lease_ttl: float,
                  on_beat: Callable[[float, int, int], None] | None = None,
                  on_failure: Callable[[], None] | None = None,
                  on_escalation: Callable[[JobContext, float], None] | None = None) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 
 from ..errors import StoreError
 from ..recovery import Recovery
-from ..store import StateStore
+from ..store import StoreCore
 from ..store.processes import WorkerProcess, list_processes, mark_exited, prune_exited, register_process
 from ..supervisor.exits import SUPERVISOR_PID_ENV
 
@@ -100,7 +100,7 @@ def death_of(record: WorkerProcess, *, host: str, boot: str | None,
     return "pid_reused" if ticks != record.start_ticks else None
 
 
-def release_dead_neighbours(store: StateStore, recovery: Recovery, me: WorkerProcess,
+def release_dead_neighbours(store: StoreCore, recovery: Recovery, me: WorkerProcess,
                             probe: Callable[[int], int | None] = start_ticks) -> dict[str, list[str]]:
     """Mark every certainly dead process of this host and pid space exited and release its leases
     (job ids by worker id). Store errors are logged: the leases then expire by their TTL."""
@@ -125,7 +125,7 @@ def release_dead_neighbours(store: StateStore, recovery: Recovery, me: WorkerPro
 KEEP_EXITED = 7 * 86400.0
 
 
-def register(store: StateStore, me: WorkerProcess) -> None:
+def register(store: StoreCore, me: WorkerProcess) -> None:
     """Write this process's record, and delete those that exited over `KEEP_EXITED` ago (a failure
     is logged: the process runs without one)."""
     try:
@@ -135,7 +135,7 @@ def register(store: StateStore, me: WorkerProcess) -> None:
         logger.warning("could not record this worker process (%s): %s", me.worker_id, exc)
 
 
-def exited(store: StateStore, worker_id: str) -> None:
+def exited(store: StoreCore, worker_id: str) -> None:
     """Mark this process's record exited at a clean stop."""
     try:
         mark_exited(store, worker_id, reason="stopped", observed_by=worker_id)
