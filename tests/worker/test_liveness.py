@@ -168,3 +168,38 @@ def test_another_users_process_eperm_and_an_unreadable_stat(open_dir: Path) -> N
     assert seen["hidden"] == [True, None, False]
     assert verdict(own_ticks(), Evidence(*seen["unreadable"])) is Liveness.UNKNOWN
     assert verdict(own_ticks(), Evidence(*seen["proc"])) is Liveness.ALIVE
+
+
+HIDEPID = """
+import encodings.ascii, json, os, subprocess, sys, tempfile  # encodings: loaded while root may read them
+from reliable.worker.liveness import observe, verdict, read_start
+target, recorded = int(sys.argv[1]), int(sys.argv[2])
+proc = tempfile.mkdtemp(prefix="reliable-hidepid-")
+os.chmod(proc, 0o755)
+mounted = subprocess.run(["mount", "-t", "proc", "-o", "hidepid=2", "proc", proc], capture_output=True, text=True)
+if mounted.returncode != 0:
+    print(json.dumps({"cannot": mounted.stderr.strip() or "mount failed"}))
+    sys.exit(0)
+os.setgid(65534)
+os.setuid(65534)
+other = observe(target, proc=proc)
+mine = read_start(os.getpid(), proc=proc)
+print(json.dumps({"other": [other.exists, other.start_ticks, other.exited],
+                  "verdict": verdict(recorded, other).value, "mine_visible": mine is not None}))
+"""
+
+
+def test_a_real_hidepid_2_proc_hides_another_users_live_process() -> None:
+    """A /proc mounted hidepid=2 (in a mount namespace of its own), read by another user: this
+    process's /proc entry is invisible there, kill(pid, 0) says EPERM: unknown, not dead."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a /proc with hidepid=2")
+    run = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", HIDEPID,
+                          str(os.getpid()), str(own_ticks())], capture_output=True, text=True, timeout=60)
+    if run.returncode != 0 and "unshare" in run.stderr:
+        pytest.skip(f"cannot make a mount namespace here: {run.stderr.strip()}")
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout)
+    if "cannot" in seen:
+        pytest.skip(f"cannot mount /proc with hidepid=2 here: {seen['cannot']}")
+    assert seen == {"other": [True, None, False], "verdict": "unknown", "mine_visible": True}
