@@ -24,7 +24,7 @@ from wsgiref.util import application_uri
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from .collector import StoreCollector
-from .multiprocess import HostCollector
+from .multiprocess import Directories, HostCollector
 from .states import JobStatus
 from .store import StateStore
 
@@ -48,8 +48,9 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 def build_registry(store: StateStore, *, broker_url: str | None = None, sla: Mapping[str, float] | None = None,
                    states: Iterable[JobStatus | str] | None = None,
-                   multiprocess_dir: str | None = None, queues: Iterable[str] = ()) -> CollectorRegistry:
-    """A fresh registry with the store collector and, given a directory, the workers' metrics."""
+                   multiprocess_dir: Directories | None = None, queues: Iterable[str] = ()) -> CollectorRegistry:
+    """A fresh registry with the store collector and, given a directory (or a function giving the
+    directories at each scrape: `reliable.multiprocess.HostCollector`), the workers' metrics."""
     registry = CollectorRegistry()
     registry.register(StoreCollector(store, broker_url=broker_url, sla=sla, states=states, queues=queues))
     if multiprocess_dir:
@@ -127,7 +128,7 @@ def start_server(app: WSGIApp, *, host: str = DEFAULT_HOST, port: int = 9464) ->
 
 def serve(store: StateStore, *, host: str = DEFAULT_HOST, port: int = 9464, broker_url: str | None = None,
           sla: Mapping[str, float] | None = None, states: Iterable[JobStatus | str] | None = None,
-          multiprocess_dir: str | None = None, ready: Callable[[str, int], None] | None = None,
+          multiprocess_dir: Directories | None = None, ready: Callable[[str, int], None] | None = None,
           runbooks: RunbookPages | None = None, queues: Iterable[str] = ()) -> None:
     """Serve /metrics, /healthz (and /runbooks/) until interrupted. `ready(host, port)` is called once
     listening."""

@@ -8,8 +8,8 @@ here: they come from `reliable.collector.StoreCollector` in the one exporter pro
 
 Multiprocess mode (Dramatiq forks worker processes): prometheus_client writes every value to
 per-process files of PROMETHEUS_MULTIPROC_DIR and ``reliable exporter`` adds them up.
-``reliable worker`` sets it up by itself (`reliable.multiprocess`: a per-user directory the exporter
-finds by default); under plain ``dramatiq``, export the variable for the workers and the exporter.
+``reliable worker`` sets it up by itself (`reliable.multiprocess`: a per-app directory the exporter
+finds by its store); under plain ``dramatiq``, export the variable for the workers.
 See docs/observability.md.
 
 Collectors are created in `Metrics.__init__` on the injected registry, never at import. Two

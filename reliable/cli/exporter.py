@@ -9,7 +9,8 @@ import click
 from ..alerts.pages import RunbookPages
 from ..durations import parse_duration
 from ..exporter import DEFAULT_HOST, serve
-from ..multiprocess import default_dir, prepare
+from ..multiprocess import prepare, store_dirs, user_dir
+from ..store.db import database_location
 from .alerts import (
     alert_config,
     checked_rules,
@@ -55,8 +56,9 @@ def _parse_sla(values: tuple[str, ...]) -> dict[str, float]:
                    "(repeatable). The queues the store knows of are reported anyway.")
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
               type=click.Path(file_okay=False),
-              help="The workers' prometheus_client multiprocess directory. Default: the one `reliable worker` "
-                   "uses, /tmp/reliable-metrics-<uid> (created if missing).")
+              help="The workers' prometheus_client multiprocess directory. Default: the directories "
+                   "`reliable worker` made under /tmp/reliable-metrics-<uid> for the apps whose workers use "
+                   "this --store (found at each scrape).")
 @rules_option
 @config_option
 @runbooks_option
@@ -72,18 +74,23 @@ def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_i
     uses (the shipped ones unless --rules, --runbooks or --config name yours).
     """
     sla = _parse_sla(sla_items)
-    directory = str(prepare(multiprocess_dir or default_dir()))
+    named = str(prepare(multiprocess_dir)) if multiprocess_dir else None
+    if named is None:
+        prepare(user_dir())  # ours and private, or refused now
     renderer = runbook_renderer(alert_config(config_path, runbook_base_url), runbooks_dir)
     rules = checked_rules(rules_path, renderer)
     store = open_store(store_url)
+    location = database_location(store.engine.url)
+    directories = named if named is not None else (lambda: store_dirs(location))
+    where = named or f"the directories of this store's apps under {user_dir()}"
 
     def ready(bound_host: str, bound_port: int) -> None:
         click.echo(f"reliable exporter listening on http://{bound_host}:{bound_port}/metrics "
-                   f"(store {store.url}, workers' metrics from {directory}); runbooks at /runbooks/", err=True)
+                   f"(store {store.url}, workers' metrics from {where}); runbooks at /runbooks/", err=True)
 
     try:
         serve(store, host=host, port=port, broker_url=broker_url, sla=sla, states=states or None,
-              multiprocess_dir=directory, ready=ready, runbooks=RunbookPages(store, rules, renderer),
+              multiprocess_dir=directories, ready=ready, runbooks=RunbookPages(store, rules, renderer),
               queues=queues)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -62,7 +62,8 @@ def _crash_loop(ctx: click.Context, param: click.Parameter, value: str) -> objec
 @click.option("--multiprocess-dir", envvar="PROMETHEUS_MULTIPROC_DIR", show_envvar=True,
               type=click.Path(file_okay=False),
               help="Where the children and the supervisor keep their metrics for `reliable exporter` (which "
-                   "finds the same default). Default: /tmp/reliable-metrics-<uid>, created private.")
+                   "finds it by the store the children use). Default: one directory per APP (and first --path) "
+                   "under /tmp/reliable-metrics-<uid>, created private.")
 @click.option("--verbose", "-v", is_flag=True, help="Debug logs in the children.")
 @handle_errors
 def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, queues: tuple[str, ...],
@@ -102,7 +103,7 @@ def worker(app: str, modules: tuple[str, ...], processes: int, threads: int, que
     log_events_to_stderr(LOGGER_NAME)
     # Before any collector exists: the supervisor's counters and its children's (they inherit the
     # variable) go to the host's directory, where `reliable exporter` adds them up.
-    compact(join(multiprocess_dir or default_dir()))
+    compact(join(multiprocess_dir or default_dir(app, paths[0] if paths else ".")))
     metrics = SupervisorMetrics(CollectorRegistry(), processes)
     if metrics_port is not None:
         try:

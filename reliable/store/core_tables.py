@@ -217,6 +217,9 @@ worker_processes = Table(
     # <boot_id>/<pid namespace inode> (reliable.worker.processes.pid_space): pids of another boot or
     # pid namespace (another container on the host) mean nothing here
     Column("boot_id", String(64)),
+    # the host's random id of this boot (reliable.worker.host_instance, migration 0022): clones of
+    # one memory snapshot share host name and boot id, not this
+    Column("host_instance", String(64)),
     Column("queues", Text),  # JSON list; NULL: every queue
     Column("threads", Integer),
     Column("supervisor_pid", Integer),  # `reliable worker`'s pid, when a child of it

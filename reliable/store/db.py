@@ -26,6 +26,7 @@ __all__ = [
     "WRITABLE_SESSION_ATTRS",
     "check_max_connections",
     "check_store_url",
+    "database_location",
     "missing_sqlite_file",
     "normalise_scheme",
     "now_expression",
@@ -100,6 +101,18 @@ def normalise_scheme(url: URL) -> URL:
     if backend not in ("postgres", "postgresql"):
         return url
     return url.set(drivername=f"postgresql+{driver}" if driver else PG_DRIVER)
+
+
+def database_location(url: str | URL) -> str:
+    """Where the store's database is (backend, host, port, database; the absolute path of a SQLite
+    file), never who connects to it: one text for every spelling of one database's URL."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    database = parsed.database or ""
+    if backend == "sqlite" and database and database != ":memory:":
+        database = os.path.abspath(database)
+    port = parsed.port or (5432 if backend == "postgresql" else "")
+    return f"{backend}://{parsed.host or ''}:{port}/{database}"
 
 
 def missing_sqlite_file(url: URL) -> str | None:

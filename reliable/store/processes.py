@@ -45,6 +45,7 @@ class WorkerProcess:
     exited_at: float | None = None
     exit_reason: str | None = None
     exit_observed_by: str | None = None
+    host_instance: str | None = None  # the host's random id of this boot (reliable.worker.host_instance)
 
     @property
     def live(self) -> bool:
@@ -56,6 +57,7 @@ def register_process(store: StoreCore, process: WorkerProcess) -> None:
     """Write `process`'s row, stamped with the store's clock (a re-registration replaces it)."""
     values = {
         "host": process.host, "pid": process.pid, "start_ticks": process.start_ticks, "boot_id": process.boot_id,
+        "host_instance": process.host_instance,
         "queues": None if process.queues is None else json.dumps(sorted(process.queues)),
         "threads": process.threads, "supervisor_pid": process.supervisor_pid,
         "started_at": store.now_sql, "last_beat_at": store.now_sql,
@@ -84,13 +86,17 @@ def mark_exited(store: StoreCore, worker_id: str, *, reason: str, observed_by: s
 
 
 def list_processes(store: StoreCore, *, host: str | None = None, boot_id: str | None = None,
-                   live_only: bool = False, limit: int = 1000) -> list[WorkerProcess]:
-    """The recorded processes, newest first; narrowed to a host (and boot), or to the live ones."""
+                   host_instance: str | None = None, live_only: bool = False,
+                   limit: int = 1000) -> list[WorkerProcess]:
+    """The recorded processes, newest first; narrowed to a host (its boot, its instance), or to the
+    live ones."""
     stmt = select(worker_processes)
     if host is not None:
         stmt = stmt.where(worker_processes.c.host == host)
     if boot_id is not None:
         stmt = stmt.where(worker_processes.c.boot_id == boot_id)
+    if host_instance is not None:
+        stmt = stmt.where(worker_processes.c.host_instance == host_instance)
     if live_only:
         stmt = stmt.where(worker_processes.c.exited_at.is_(None))
     stmt = stmt.order_by(worker_processes.c.started_at.desc()).limit(limit)
@@ -123,6 +129,7 @@ def _process(r: Mapping[str, Any]) -> WorkerProcess:
         started_at=float(r["started_at"]), last_beat_at=float(r["last_beat_at"]),
         exited_at=None if r["exited_at"] is None else float(r["exited_at"]),
         exit_reason=opt_str("exit_reason"), exit_observed_by=opt_str("exit_observed_by"),
+        host_instance=opt_str("host_instance"),
     )
 
 

@@ -381,6 +381,7 @@ _SCHEMAS["HeldJob"] = _object({"job_id": {"type": "string"}, "queue": {"type": "
 _SCHEMAS["WorkerProcess"] = _object({
     "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
     "start_ticks": _N_INT, "boot_id": _N_STR,
+    "host_instance": {**_N_STR, "description": "the host's random id of its boot: tells cloned hosts apart"},
     "queues": {"type": ["array", "null"], "items": {"type": "string"}, "description": "null: every queue"},
     "threads": _N_INT, "supervisor_pid": _N_INT, "started_at": {"type": "number"},
     "last_beat_at": {"type": "number"}, "exited_at": _N_NUM,

@@ -2,16 +2,20 @@
 
 A worker process writes its record at boot (reliable.store.processes) and marks it exited at a
 clean stop. At boot, and at every recovery pass, it looks at the records of the other processes of
-its own host and pid space (the kernel's boot and the pid namespace: `pid_space`): one whose pid
-is gone, or now belongs to another process (its start time differs), is certainly dead, and its
-leases are released at once (`Recovery.release_holder`) instead of after their TTL. This is how a
-`reliable worker` child killed by SIGKILL (the supervisor's replacement, or a sibling, sees it) or
-a plain `dramatiq` restarted after a kill -9 gets its jobs back in seconds.
+its own host: the same host name, kernel boot and pid namespace (`pid_space`) and host instance id
+(`reliable.worker.host_instance`: clones of one memory snapshot share the rest). The kernel's
+evidence decides (`reliable.worker.liveness`): a process whose pid is gone (kill(pid, 0) says no
+such process), or has exited, or now belongs to another process (its start time, read, differs),
+is certainly dead, and its leases are released at once (`Recovery.release_holder`) instead of
+after their TTL. This is how a `reliable worker` child killed by SIGKILL (the supervisor's
+replacement, or a sibling, sees it) or a plain `dramatiq` restarted after a kill -9 gets its jobs
+back in seconds.
 
 Nothing else is presumed dead: a process of another host, of another pid namespace on this host
 (two containers share the kernel's boot id, and may share a host name, but a pid of one is not
-visible, or is another process, in the other), or of this host that is alive but frozen (SIGSTOP)
-or cut off from the store, keeps its leases until their TTL, as before.
+visible, or is another process, in the other), one this observer cannot see or read (another
+user's, with /proc mounted hidepid: its liveness is unknown), or one alive but frozen (SIGSTOP) or
+cut off from the store, keeps its leases until their TTL, as before.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from ..recovery import Recovery
 from ..store import StoreCore
 from ..store.processes import WorkerProcess, list_processes, mark_exited, prune_exited, register_process
 from ..supervisor.exits import SUPERVISOR_PID_ENV
+from .host_instance import host_instance
+from .liveness import Evidence, observe, read_start, verdict
 
 __all__ = ["KEEP_EXITED", "boot_id", "death_of", "exited", "pid_space", "register", "release_dead_neighbours",
-           "start_ticks", "this_process"]
+           "same_host", "start_ticks", "this_process"]
 
 logger = logging.getLogger("reliable.leases")
 
@@ -63,18 +69,9 @@ def pid_space() -> str | None:
 
 def start_ticks(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22); None: no
-    such process, or one that is dead and not yet reaped (a zombie), or no /proc."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces or ')': split after the last.
-    fields = stat[stat.rfind(")") + 2:].split()
-    try:
-        return None if fields[0] in ("Z", "X") else int(fields[19])  # fields[0] is field 3, the state
-    except (IndexError, ValueError):
-        return None
+    such process, or one that is dead and not yet reaped (a zombie), or a stat it cannot read."""
+    start = read_start(pid)
+    return None if start is None or start[1] else start[0]
 
 
 def this_process(worker_id: str, *, queues: Iterable[str] | None, threads: int | None) -> WorkerProcess:
@@ -83,35 +80,42 @@ def this_process(worker_id: str, *, queues: Iterable[str] | None, threads: int |
     supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
     return WorkerProcess(worker_id=worker_id, host=socket.gethostname(), pid=pid, start_ticks=start_ticks(pid),
                          boot_id=pid_space(), queues=None if queues is None else tuple(sorted(queues)),
-                         threads=threads, supervisor_pid=int(supervisor) if supervisor.isdigit() else None)
+                         threads=threads, supervisor_pid=int(supervisor) if supervisor.isdigit() else None,
+                         host_instance=host_instance(boot_id()))
 
 
-def death_of(record: WorkerProcess, *, host: str, boot: str | None,
-             probe: Callable[[int], int | None]) -> str | None:
-    """How `record`'s process is known dead from `host` in pid space `boot` (`pid_space`: "pid_gone",
-    "pid_reused"), or None: alive, or not knowable from here (another host, boot or pid namespace,
-    no start time)."""
-    if record.exited_at is not None or record.host != host or boot is None or record.boot_id != boot \
-            or record.start_ticks is None:
+def same_host(record: WorkerProcess, observer: WorkerProcess) -> bool:
+    """Whether `record`'s pid means the same process to `observer`: one host name, kernel boot, pid
+    namespace and host instance id, each known."""
+    return (record.host == observer.host and observer.boot_id is not None and record.boot_id == observer.boot_id
+            and observer.host_instance is not None and record.host_instance == observer.host_instance)
+
+
+def death_of(record: WorkerProcess, observer: WorkerProcess,
+             probe: Callable[[int], Evidence] = observe) -> str | None:
+    """How `record`'s process is known dead to `observer` ("pid_gone", "pid_reused"), or None:
+    alive, unknown (unreadable from here), or not of the observer's host (`same_host`)."""
+    if record.exited_at is not None or not same_host(record, observer):
         return None
-    ticks = probe(record.pid)
-    if ticks is None:
-        return "pid_gone"
-    return "pid_reused" if ticks != record.start_ticks else None
+    found = verdict(record.start_ticks, probe(record.pid))
+    return found.value if found.dead else None
 
 
 def release_dead_neighbours(store: StoreCore, recovery: Recovery, me: WorkerProcess,
-                            probe: Callable[[int], int | None] = start_ticks) -> dict[str, list[str]]:
-    """Mark every certainly dead process of this host and pid space exited and release its leases
+                            probe: Callable[[int], Evidence] = observe) -> dict[str, list[str]]:
+    """Mark every certainly dead process of this host (`same_host`) exited and release its leases
     (job ids by worker id). Store errors are logged: the leases then expire by their TTL."""
     released: dict[str, list[str]] = {}
+    if me.boot_id is None or me.host_instance is None:
+        return released  # nothing can be judged from here
     try:
-        for record in list_processes(store, host=me.host, boot_id=me.boot_id, live_only=True):
+        for record in list_processes(store, host=me.host, boot_id=me.boot_id, host_instance=me.host_instance,
+                                     live_only=True):
             if record.worker_id == me.worker_id:
                 continue
-            how = death_of(record, host=me.host, boot=me.boot_id, probe=probe)
+            how = death_of(record, me, probe)
             if how is None or not mark_exited(store, record.worker_id, reason=how, observed_by=me.worker_id):
-                continue  # alive, or another process saw the death first (and releases)
+                continue  # alive or unknown, or another process saw the death first (and releases)
             report = recovery.release_holder(record.worker_id, observed_by=me.worker_id, how=how)
             released[record.worker_id] = list(report.expired)
             logger.warning("worker %s (pid %d) is dead (%s): %d leases released", record.worker_id, record.pid,

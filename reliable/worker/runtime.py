@@ -19,11 +19,12 @@ from typing import Any
 
 import dramatiq
 
+from .. import multiprocess
 from ..errors import ActorContractError, ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
 from ..recovery import Recovery
 from ..schedules import Scheduler
 from ..store import StateStore
-from ..store.db import POOL_TIMEOUT, missing_sqlite_file
+from ..store.db import POOL_TIMEOUT, database_location, missing_sqlite_file
 from ..store.engine import connect_engine
 from ..store.processes import WorkerProcess
 from ..store.replication import check_replication
@@ -138,6 +139,8 @@ class Runtime:
         self.record = this_process(self.worker_id, queues=queues, threads=threads)
         register(self.store, self.record)
         release_dead_neighbours(self.store, self.recovery, self.record)
+        if os.environ.get(multiprocess.ENV):  # an exporter on its defaults finds the directory by its store
+            multiprocess.mark_store(os.environ[multiprocess.ENV], database_location(self.store.engine.url))
 
     def start_recovery(self, broker: dramatiq.Broker) -> None:
         """Start this process's recovery thread (the recovery loop and the scheduler)."""

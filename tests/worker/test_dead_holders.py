@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from reliable.recovery import Recovery
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore
 from reliable.store.processes import WorkerProcess, list_processes, register_process
+from reliable.worker.liveness import Evidence, observe
 from reliable.worker.processes import boot_id, death_of, pid_space, release_dead_neighbours, start_ticks, this_process
 
 from support import wait_for
@@ -105,7 +108,7 @@ def test_a_live_process_of_another_pid_namespace_is_never_presumed_dead(store: S
         # Same host name and kernel boot, but its pid (1 or 2 there) is another process here, or none.
         assert contained.host == me.host and contained.pid != os.getpid()
         assert contained.boot_id is not None and contained.boot_id != me.boot_id
-        assert death_of(contained, host=me.host, boot=me.boot_id, probe=start_ticks) is None
+        assert death_of(contained, me) is None
         register_process(store, contained)
         held_by(store, "contained", "j-contained")
         assert release_dead_neighbours(store, recovery(store), me) == {}
@@ -123,18 +126,22 @@ def test_no_pid_space_when_proc_is_another_namespace() -> None:
 
 def test_death_is_only_certain_on_this_host_and_boot() -> None:
     me = this_process("me", queues=None, threads=1)
+    assert me.host_instance is not None
     alive = record("a", os.getppid(), start_ticks(os.getppid()))
-    probe = start_ticks
-    host, boot = me.host, me.boot_id
-    assert death_of(alive, host=host, boot=boot, probe=probe) is None
-    assert death_of(replace(alive, start_ticks=(alive.start_ticks or 0) + 1), host=host, boot=boot,
-                    probe=probe) == "pid_reused"
-    assert death_of(replace(alive, pid=gone_pid()), host=host, boot=boot, probe=probe) == "pid_gone"
+    assert death_of(alive, me) is None
+    assert death_of(replace(alive, start_ticks=(alive.start_ticks or 0) + 1), me) == "pid_reused"
+    assert death_of(replace(alive, pid=gone_pid()), me) == "pid_gone"
     dead = replace(alive, pid=gone_pid())
-    assert death_of(replace(dead, host="elsewhere"), host=host, boot=boot, probe=probe) is None
-    assert death_of(replace(dead, boot_id="another-boot"), host=host, boot=boot, probe=probe) is None
-    assert death_of(replace(dead, start_ticks=None), host=host, boot=boot, probe=probe) is None
-    assert death_of(dead, host=host, boot=None, probe=probe) is None
+    assert death_of(replace(dead, host="elsewhere"), me) is None
+    assert death_of(replace(dead, boot_id="another-boot"), me) is None
+    assert death_of(replace(dead, host_instance="0" * 32), me) is None  # a clone of this host
+    assert death_of(replace(dead, host_instance=None), me) is None  # recorded before migration 0022
+    assert death_of(dead, replace(me, boot_id=None)) is None
+    assert death_of(dead, replace(me, host_instance=None)) is None
+    # Its pid is gone: no start time is needed to know it.
+    assert death_of(replace(dead, start_ticks=None), me) == "pid_gone"
+    # Alive but unreadable here (another user's, /proc hidepid): unknown, never presumed dead.
+    assert death_of(alive, me, probe=lambda pid: Evidence(exists=True)) is None
 
 
 def test_dead_neighbours_leases_are_released_live_ones_kept(store: StateStore) -> None:
@@ -225,3 +232,47 @@ def test_records_exited_long_ago_are_pruned(store: StateStore) -> None:
     assert prune_exited(store, older_than=3600) == 0
     assert prune_exited(store, older_than=-1) == 2  # "exited before an hour from now": both
     assert list_processes(store) == []
+
+
+def test_a_clone_with_the_same_host_name_and_boot_is_not_judged(store: StateStore) -> None:
+    """VMs restored from one memory snapshot share host name and boot id: a process of the other
+    clone (another host instance id) keeps its leases though its pid is gone here."""
+    me = this_process("me", queues=["q"], threads=4)
+    register_process(store, me)
+    clone = record("clone", gone_pid(), 12345, host_instance="f" * 32)
+    assert (clone.host, clone.boot_id) == (me.host, me.boot_id) and clone.host_instance != me.host_instance
+    legacy = record("legacy", gone_pid(), 12345, host_instance=None)  # written before migration 0022
+    for each in (clone, legacy):
+        register_process(store, each)
+        held_by(store, each.worker_id, f"j-{each.worker_id}")
+    assert release_dead_neighbours(store, recovery(store), me) == {}
+    assert store.get("j-clone").status is JobStatus.RUNNING and store.get("j-legacy").status is JobStatus.RUNNING
+    rows = {p.worker_id: p for p in list_processes(store)}
+    assert rows["clone"].live and rows["clone"].host_instance == "f" * 32 and rows["legacy"].live
+    # The same record on this instance is judged: its pid is gone.
+    register_process(store, replace(clone, worker_id="twin", host_instance=me.host_instance))
+    held_by(store, "twin", "j-twin")
+    assert release_dead_neighbours(store, recovery(store), me) == {"twin": ["j-twin"]}
+
+
+def test_a_process_this_observer_cannot_see_keeps_its_leases(store: StateStore, tmp_path: Path) -> None:
+    """Another user's live worker, its /proc/<pid> hidden (hidepid=2): kill(pid, 0) says EPERM or
+    succeeds, its start time cannot be read: unknown, so its leases run their TTL."""
+    me = this_process("me", queues=["q"], threads=4)
+    register_process(store, me)
+    hidden = record("hidden", os.getppid(), start_ticks(os.getppid()))
+    register_process(store, hidden)
+    held_by(store, "hidden", "j-hidden")
+
+    def refused(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    for probe in (partial(observe, proc=str(tmp_path)), partial(observe, proc=str(tmp_path), kill=refused)):
+        assert release_dead_neighbours(store, recovery(store), me, probe=probe) == {}
+    assert store.get("j-hidden").status is JobStatus.RUNNING
+    [row] = [p for p in list_processes(store) if p.worker_id == "hidden"]
+    assert row.live and row.exit_reason is None
+    # Once gone (the kernel says no such process), it is dead whatever /proc shows.
+    register_process(store, replace(hidden, pid=gone_pid()))
+    assert release_dead_neighbours(store, recovery(store), me, probe=partial(observe, proc=str(tmp_path))) \
+        == {"hidden": ["j-hidden"]}
