@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from .access import reader_of
 from .bulk import RateLimiter
 from .control import RESOLUTIONS, CommandResult, Control, check_reason_text, require_reason
 from .errors import (
@@ -247,7 +246,7 @@ class Operations:
         """Count the jobs `flt` matches for `command` and keep their ids, awaiting confirmation.
 
         Only the jobs `control`'s operator may act on are counted, sampled and kept (its scope, the
-        jobs whose arguments it sees: `access.reader_of`); `not_permitted` says how many of those
+        jobs whose arguments it sees: `Control.reader`); `not_permitted` says how many of those
         its policy will refuse this command on. Every front end (the API, the console's bulk form,
         the CLI's `--api`) previews through here.
 
@@ -280,7 +279,7 @@ class Operations:
             raise refusal
         if flt.is_empty:
             raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
-        reader = reader_of(control.operators, identity.name)
+        reader = control.reader
         try:
             found = jobs_to_act_on(self.store, flt, reader=reader, now=now, limit=self.bulk_max + 1)
         except NotAuthorized as refusal:  # a search over arguments it may not see: a guess, kept for the audit
