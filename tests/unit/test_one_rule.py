@@ -231,11 +231,10 @@ def text_shortenings(tree: ast.Module) -> list[int]:
     """Lines that shorten a text by hand: a slice followed by an ellipsis (`t[:n] + "…"`, `f"{t[:n]}..."`)."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _sliced(node.left) and _ellipsis(node.right):
-            found.append(node.lineno)
-        elif isinstance(node, ast.JoinedStr) and any(
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _sliced(node.left)
+                and _ellipsis(node.right)) or (isinstance(node, ast.JoinedStr) and any(
                 isinstance(a, ast.FormattedValue) and _sliced(a.value) and _ellipsis(b)
-                for a, b in zip(node.values, node.values[1:], strict=False)):
+                for a, b in zip(node.values, node.values[1:], strict=False))):
             found.append(node.lineno)
     return found
 
@@ -255,7 +254,8 @@ def test_text_is_shortened_in_one_place() -> None:
 def test_shorten_keeps_to_its_width_and_marks_a_cut() -> None:
     from reliable.inputs import shorten
 
-    assert shorten("abcdef", 6) == "abcdef" and shorten("abcdefg", 6) == "abcde\u2026" and shorten(12345, 3) == "12\u2026"
+    assert shorten("abcdef", 6) == "abcdef" and shorten("abcdefg", 6) == "abcde\u2026"
+    assert shorten(12345, 3) == "12\u2026"
 
 
 def name_bounds(tree: ast.Module) -> list[int]:
