@@ -268,8 +268,13 @@ CLI_SURFACES = {name for name in SURFACES if not name.startswith(("GET ", "POST 
 SELECTIONS = (selection.filter_from_params, selection.select_jobs, selection.page_jobs, selection.count_jobs,
               bulk_operations.jobs_to_act_on)
 #: Routes that reach a selection without taking a filter from the request, each with its reason.
+_OWN_IDS = "an operation's own counted ids (jobs_with_ids: its sample; Operations.as_seen_by: its ids in scope)"
 NOT_FILTERS = {
-    "GET /operations/{operation_id}": "the operation's own counted ids (jobs_with_ids), for the viewer's reader",
+    "GET /operations/{operation_id}": _OWN_IDS,
+    "GET /api/v1/operations": _OWN_IDS,
+    "GET /api/v1/operations/{operation_id}": _OWN_IDS,
+    "POST /api/v1/operations/{operation_id}/confirm": _OWN_IDS,
+    "POST /api/v1/operations/{operation_id}/cancel": _OWN_IDS,
 }
 
 
