@@ -213,7 +213,7 @@ SHORTENING_ALLOWED = {
     "reliable/inputs.py": "the rule itself (shorten, clip)",
     "reliable/durations.py": "pure, imports only errors.py (the layer table): shows a bad value in its error",
     "reliable/events.py": "a log line's field says how much it left out ('[truncated N chars]', a documented form)",
-    "reliable/store/store.py": "what the store writes of an error text (issue 38: text the store can hold)",
+    "reliable/store/json_text.py": "what the store writes of an error text (issue 38: text the store can hold)",
     "reliable/alerts/lifecycle.py": "a label value kept unique by a digest of what was cut",
     "reliable/demo/runner.py": "a job id's first characters in a command line the demo shows",
 }
