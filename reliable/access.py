@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
-from .inputs import MAX_NAME, check_length
+from .errors import ConfigError, InvalidReason
+from .inputs import MAX_NAME, check_length, text_problem
 from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
 from .store import StoreCore
 from .store.api_tokens import insert_token, revoke_token, token_row, token_rows, touch_token
@@ -221,12 +221,27 @@ class ApiTokens:
         tokens = [ApiToken.from_row(r) for r in rows]
         return tokens if include_inactive else [t for t in tokens if t.active(now)]
 
-    def revoke(self, token_id: str, *, by: str | None = None) -> ApiToken:
-        """Revoke a token at once (kept for the audit trail); ConfigError if unknown or revoked already."""
+    def revoke(self, token_id: str, *, by: str | None = None, reason: str | None = None) -> ApiToken:
+        """Revoke a token at once (kept for the audit trail); ConfigError if unknown or revoked already.
+
+        `by` (who) and `reason` (why) are kept whole as the record's `revoked_by`, "by: reason" (a
+        VARCHAR(255)), or refused before anything is written: TextTooLong when `by` is longer than
+        `inputs.MAX_NAME` or the reason longer than what the record leaves it, InvalidReason when it
+        holds control characters. Never cut.
+        """
+        check_length("operator", by, limit=MAX_NAME, where="tokens revoke")
+        record = by
+        if reason is not None:
+            if (problem := text_problem(reason)) is not None:
+                raise InvalidReason("tokens revoke", problem)
+            record = f"{by}: {reason}" if by else reason
+            room = MAX_NAME - (len(record) - len(reason))  # what "by: " leaves of the record's column
+            check_length("reason", reason, limit=room,
+                         where=f"tokens revoke (kept as 'operator: reason' in {MAX_NAME} characters)")
         token = self.get(token_id)
         if token.revoked_at is not None:
             raise ConfigError(f"API token {token_id} ({token.name}) was revoked already")
-        revoke_token(self.store, token_id, by=by)
+        revoke_token(self.store, token_id, by=record)
         return self.get(token_id)
 
     def authenticate(self, presented: str) -> ApiToken | None:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import dramatiq
 
+from .access import reader_of
 from .bulk import BulkReport, Progress, RateLimiter, run_bulk
 from .commands import (
     COMMAND_EVENTS,
@@ -287,10 +288,17 @@ class Control:
 
     # -- bulk ------------------------------------------------------------------------------------
 
+    @property
+    def reader(self) -> Reader:
+        """Who its selections are for: its identity under its operators policy (`access.reader_of`), the
+        one rule every selection of this Control (`select`, bulk previews) follows; with the default
+        policy (allow all: a caller holding the store) it may search and act on every job."""
+        return reader_of(self.operators, self.identity.name)
+
     def select(self, filters: JobFilter, *, limit: int | None = 100) -> list[Job]:
-        """The jobs `filters` matches, oldest change first, at most `limit` (for its caller, who holds the
-        store: `Reader.trusted`; the operators policy judges each command, not what is selected)."""
-        return select_jobs(self.store, filters, reader=Reader.trusted(), limit=limit)
+        """The jobs `filters` matches for `reader`, oldest change first, at most `limit`; NotAuthorized
+        when it searches arguments without the right to (`Reader.check`)."""
+        return select_jobs(self.store, filters, reader=self.reader, limit=limit)
 
     def run_bulk(self, command: str, jobs: list[Job], *, reason: str | None = None, limit: int = 100,
                  dry_run: bool = False, rate: float | None = None, progress: Progress | None = None,

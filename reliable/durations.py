@@ -26,8 +26,9 @@ __all__ = ["FORMS", "MAX_DURATION", "UNITS", "DurationTooLong", "format_duration
 #: Unit suffix -> seconds, largest first (the order units must be written in).
 UNITS: dict[str, float] = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
-#: The longest duration accepted, in seconds: 100 years of 365.25 days (36525d).
-MAX_DURATION = 36525 * 86400.0
+_YEAR = 365.25 * 86400.0
+#: The longest duration accepted, in seconds: 100 years of 365.25 days.
+MAX_DURATION = 100 * _YEAR
 
 
 class DurationTooLong(ValueError):
@@ -70,7 +71,8 @@ def parse_duration(value: object) -> float:
 def _bounded(value: object, seconds: float) -> float:
     if seconds > MAX_DURATION:
         shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
-        raise DurationTooLong(f"bad duration {shown}: at most {MAX_DURATION:.0f} seconds (36525d, 100 years)")
+        raise DurationTooLong(f"bad duration {shown}: at most {MAX_DURATION:.0f} seconds "
+                              f"({format_duration(MAX_DURATION)}, {MAX_DURATION / _YEAR:g} years)")
     return seconds
 
 

@@ -18,8 +18,10 @@ Every way a value enters reliable passes one of these checks before it reaches t
   before anything is read or written); the console shows a shortened reason where it repeats one on
   every page (the paused queues' banner) and the whole on the queue's page.
 
-`clip` cuts a value for a log line or a label, marking what it left out; `storable` makes any text
-one the store can hold (every free text of a job write passes it: reliable.store.writes).
+`shorten` cuts a text for display (a page, a drawing, a table cell, an alert's context) to a width,
+an ellipsis marking the cut; `clip` cuts a value for a log line or a label, saying how much it left
+out; `storable` makes any text one the store can hold (every free text of a job write passes it:
+reliable.store.writes).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from .errors import TextTooLong
 
 __all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_STORED_TEXT", "MAX_TEXT", "check_length", "clip",
-           "escape_controls", "job_id_problem", "message_size_problem", "storable", "text_problem"]
+           "escape_controls", "job_id_problem", "message_size_problem", "shorten", "storable", "text_problem"]
 
 #: The longest job id, in characters (the id columns are VARCHAR(255): migrations 0015 and 0016).
 MAX_JOB_ID = 255
@@ -135,6 +137,13 @@ def message_size_problem(size: int) -> str | None:
         return None
     return (f"the message is {size} bytes, more than the {MAX_MESSAGE_BYTES} a job may carry: keep large "
             "payloads elsewhere and send their key")
+
+
+def shorten(value: Any, limit: int) -> str:
+    """`value` as text (str() of a non-string) in at most `limit` characters, the last an ellipsis
+    ("\u2026") when it was cut: the one way a page, a drawing or a table shortens what it shows."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def clip(value: Any, limit: int = 200) -> str:

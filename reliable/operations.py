@@ -18,6 +18,7 @@ interrupted rows are marked when they are next read. No web import: the API and 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from .access import reader_of
 from .bulk import RateLimiter
 from .control import RESOLUTIONS, CommandResult, Control, check_reason_text, require_reason
 from .errors import (
@@ -43,6 +43,7 @@ from .errors import (
     client_message,
 )
 from .operators import COMMANDS, SYNONYMS
+from .redact import MASK
 from .store import StateStore
 from .store.bulk_operations import (
     ENDED_OPERATION_STATUSES,
@@ -61,7 +62,7 @@ from .store.bulk_operations import (
     write_progress,
 )
 from .store.records import home_queue_of
-from .store.selection import JobFilter
+from .store.selection import JobFilter, Reader, jobs_with_ids
 
 __all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
 
@@ -247,7 +248,7 @@ class Operations:
         """Count the jobs `flt` matches for `command` and keep their ids, awaiting confirmation.
 
         Only the jobs `control`'s operator may act on are counted, sampled and kept (its scope, the
-        jobs whose arguments it sees: `access.reader_of`); `not_permitted` says how many of those
+        jobs whose arguments it sees: `Control.reader`); `not_permitted` says how many of those
         its policy will refuse this command on. Every front end (the API, the console's bulk form,
         the CLI's `--api`) previews through here.
 
@@ -280,7 +281,7 @@ class Operations:
             raise refusal
         if flt.is_empty:
             raise ConfigError("a bulk operation needs a filter that narrows the jobs (state, queue, actor, ids...)")
-        reader = reader_of(control.operators, identity.name)
+        reader = control.reader
         try:
             found = jobs_to_act_on(self.store, flt, reader=reader, now=now, limit=self.bulk_max + 1)
         except NotAuthorized as refusal:  # a search over arguments it may not see: a guess, kept for the audit
@@ -363,6 +364,19 @@ class Operations:
         if row is None:
             raise OperationNotFound(operation_id)
         return Operation.from_row(row)
+
+    def as_seen_by(self, op: Operation, reader: Reader) -> Operation:
+        """`op` as `reader` may see it. An operation that searched arguments tells, by its ids, which
+        jobs' arguments hold its text: to a reader who may not search (`Reader.may_search`), its text
+        is masked and only the ids of jobs in the reader's scope (`Reader.covers`) are kept, with
+        their results; a job gone since (pruned) is left out. Every front end shows operations so."""
+        if not op.filter.get("search") or reader.may_search:
+            return op
+        known = jobs_with_ids(self.store, op.job_ids, reader=Reader.trusted("bulk operations"))
+        kept = {job.job_id for job in known if reader.covers(home_queue_of(job.queue, job.message), job.owner)}
+        return dataclasses.replace(op, filter={**op.filter, "search": MASK},
+                                   job_ids=tuple(job_id for job_id in op.job_ids if job_id in kept),
+                                   results=[entry for entry in op.results if entry.get("job_id") in kept])
 
     def recent(self, *, limit: int = 50) -> list[Operation]:
         """The most recent operations, newest first, without their job ids and results (a listing:

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+from .inputs import MAX_NAME
+
 __all__ = [
     "ACTOR_OPTIONS",
     "CODE_OPTIONS",
@@ -117,7 +119,6 @@ MAX_OPTION_COUNT = 2**31 - 2
 #: The longest duration a message's option may name, in milliseconds (365 days): backoffs, time and
 #: age limits, result lifetimes.
 MAX_OPTION_MILLIS = 365 * 24 * 3600 * 1000
-_MAX_NAME = 255
 
 _Rule = Callable[[Any], "str | None"]
 
@@ -146,9 +147,9 @@ def _flag(value: Any) -> str | None:
 
 
 def _name(value: Any) -> str | None:
-    if isinstance(value, str) and 0 < len(value) <= _MAX_NAME:
+    if isinstance(value, str) and 0 < len(value) <= MAX_NAME:
         return None
-    return f"expected a name (a string of 1 to {_MAX_NAME} characters), got {_kind(value)}"
+    return f"expected a name (a string of 1 to {MAX_NAME} characters), got {_kind(value)}"
 
 
 def _mapping(value: Any) -> str | None:

@@ -25,6 +25,7 @@ from markupsafe import Markup
 
 from ..disclosure import Audience, Kind, disclose, disclose_json_text
 from ..errors import ConfigError, PolicyError
+from ..inputs import shorten
 from ..isotime import format_time
 from ..store.alert_queries import JobContext
 from .model import Candidate
@@ -65,10 +66,7 @@ DEFAULT_RUNBOOK_BASE_URL = "http://127.0.0.1:9464/runbooks/"
 
 def cut(text: Any, limit: int = TEXT_LIMIT) -> str | None:
     """`text` as a string of at most `limit` characters (an ellipsis marks the cut), or None."""
-    if text is None:
-        return None
-    value = str(text)
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+    return None if text is None else shorten(text, limit)
 
 
 def check_link_template(name: str, template: str) -> None:

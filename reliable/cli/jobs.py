@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ..disclosure import ATTEMPT_FIELDS, EVENT_FIELDS, JOB_FIELDS, disclosed
 from ..durations import DurationTooLong, parse_duration
+from ..inputs import shorten
 from ..isotime import FORMS as ISO_FORMS
 from ..isotime import parse_time_text
 from ..states import FAILURE_OUTCOMES
@@ -210,8 +211,7 @@ def collapse_checkpoints(history: list[JobEvent]) -> list[JobEvent | CheckpointR
 
 
 def _short(value: object, width: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= width else f"{text[:width - 3]}..."
+    return shorten(repr(value), width)
 
 
 @jobs.command()

@@ -93,7 +93,7 @@ def list_tokens(show_all: bool, store_url: str | None, as_json: bool) -> None:
 def revoke(token_id: str, reason: str, operator_name: str | None, store_url: str | None, as_json: bool) -> None:
     """Revoke TOKEN_ID at once (requests with it get 401; the record stays for the audit trail)."""
     by = Operator.resolve(operator_name).name
-    record = ApiTokens(open_store(store_url)).revoke(token_id, by=f"{by}: {reason}"[:255])
+    record = ApiTokens(open_store(store_url)).revoke(token_id, by=by, reason=reason)
     if as_json:
         emit_json(record.as_dict())
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from reliable.inputs import shorten
 from reliable.store.records import JobEvent
 
 __all__ = ["page_of", "phrase", "sentence", "story_of"]
@@ -20,8 +21,7 @@ def page_of(checkpoint: Any) -> int:
 def _error(event: JobEvent) -> str:
     kind = (event.error_type or "error").rsplit(".", 1)[-1]
     message = (event.error_message or "").splitlines()[0] if event.error_message else ""
-    if len(message) > 70:
-        message = message[:69] + "…"
+    message = shorten(message, 70)
     return f"{event.error_class}: {kind}" + (f" {message!r}" if message else "")
 
 

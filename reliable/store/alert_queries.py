@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..inputs import shorten
 from ..states import FAILED_FOR_GOOD
 from .alert_facts import (
     EventCount,
@@ -39,10 +40,8 @@ __all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "sample
 _TEXT_LIMIT = 500
 
 
-def _cut(text: str | None, limit: int = _TEXT_LIMIT) -> str | None:
-    if text is None or len(text) <= limit:
-        return text
-    return text[: limit - 1] + "…"
+def _cut(text: str | None) -> str | None:
+    return None if text is None else shorten(text, _TEXT_LIMIT)
 
 
 def _state_clock(basis: str) -> ColumnElement[Any]:

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InvalidReason, ReasonRequired
+from ..inputs import MAX_NAME, check_length, text_problem
 from ..states import ACTIVE_STATES, TERMINAL_STATES, JobStatus
 from .bulk_operations import ENDED_OPERATION_STATUSES, insert_operation
 from .job_history import starts_attempt
@@ -143,6 +144,18 @@ def _operation_batch(store: NamedQueries, params: dict[str, object]) -> PruneCou
         return PruneCounts(operations=len(unit.rows("prune_operations", params)))
 
 
+def _check_audit_text(operator: str, reason: str) -> None:
+    """The audit record's who and why, checked as every command's (`inputs.check_length`): a blank
+    reason is ReasonRequired, one longer than `inputs.MAX_TEXT` or an operator's name longer than
+    `inputs.MAX_NAME` is TextTooLong, control characters are InvalidReason; before anything is deleted."""
+    check_length("operator", operator, limit=MAX_NAME, where="prune")
+    check_length("reason", reason, where="prune")
+    if not reason.strip():
+        raise ReasonRequired("prune")
+    if (problem := text_problem(reason)) is not None:
+        raise InvalidReason("prune", problem)
+
+
 def prune(store: NamedQueries, cut: float, *, states: Iterable[str] | None = None, batch_size: int = DEFAULT_BATCH,
           operator: str, reason: str, planned: PruneCounts | None = None,
           on_batch: Callable[[PruneCounts], None] | None = None,
@@ -150,8 +163,10 @@ def prune(store: NamedQueries, cut: float, *, states: Iterable[str] | None = Non
     """Delete what `count_prunable(store, cut)` counts, in batches (see the module's docstring).
 
     `operator` and `reason` go into the audit record, with the counts `planned` (shown to the
-    operator first) and those deleted; `on_batch` gets the running total after each batch.
+    operator first) and those deleted (checked first: `_check_audit_text`); `on_batch` gets the running total
+    after each batch.
     """
+    _check_audit_text(operator, reason)
     if batch_size < 1:
         raise ConfigError(f"batch size must be at least 1, not {batch_size}")
     chosen = prune_states(states)

@@ -15,6 +15,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError
+from ..inputs import MAX_NAME, MAX_TEXT, check_length
 from ..isotime import FORMS as ISO_FORMS
 from ..isotime import parse_time_text
 from ..states import JobStatus
@@ -387,7 +388,9 @@ def filter_from_params(params: Mapping[str, object], *, ignore: Collection[str] 
     A value is a string, or a list of them (a repeated query parameter, a JSON array); `state` and
     `ids` also take comma-separated lists; times are epoch seconds or ISO 8601; empty values mean
     'any'. Keys in `ignore` belong to the caller (e.g. cursor, limit); any other unknown key is a
-    ConfigError, so that a misspelt filter never widens a selection silently.
+    ConfigError, so that a misspelt filter never widens a selection silently. A filter is kept with
+    the operation it selects (a refused one too), so its text is bounded as a person's: `q` at most
+    `inputs.MAX_TEXT` characters, each name of a list at most `inputs.MAX_NAME` (TextTooLong).
     """
     unknown = sorted(set(params) - set(FILTER_PARAMS) - set(ignore))
     if unknown:
@@ -399,6 +402,8 @@ def filter_from_params(params: Mapping[str, object], *, ignore: Collection[str] 
             continue
         if name in _LISTS:
             items = _values(name, value)
+            for item in items:
+                check_length(name, item, limit=MAX_NAME, where="filter")
             try:
                 fields[field_name] = statuses(items) if name == "state" else tuple(dict.fromkeys(items))
             except ConfigError as exc:
@@ -409,6 +414,7 @@ def filter_from_params(params: Mapping[str, object], *, ignore: Collection[str] 
             single = _single(name, value)
             if not isinstance(single, str):
                 raise ConfigError(f"{name!r}: expected a string, got {single!r}")
+            check_length(name, single, limit=MAX_TEXT, where="filter")
             if single.strip():
                 fields[field_name] = single.strip() if name != "q" else single
     return JobFilter(**fields)

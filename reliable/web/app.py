@@ -19,7 +19,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.types import Scope
+from starlette.types import ASGIApp, Scope
 
 from ..access import ApiTokens
 from ..control import ContractSource
@@ -85,6 +85,15 @@ async def _reliable_error(request: Request, exc: Exception) -> Response:
     return error_page(request, status, message)
 
 
+class _Framed(Starlette):
+    """A Starlette app whose every answer carries SECURITY_HEADERS: SecurityHeaders wraps the whole
+    stack, Starlette's own ServerErrorMiddleware too, which sends a 500 past every user middleware."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        """Starlette's stack, inside SecurityHeaders."""
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
                broker: dramatiq.Broker | None = None, config: WebConfig | None = None,
                actor_options: Mapping[str, Mapping[str, Any]] | None = None) -> Starlette:
@@ -109,13 +118,12 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
     cfg = config or WebConfig()
-    app = Starlette(
+    app = _Framed(
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
                 *flow_api_routes(), *flow_page_routes(),  # c28-flows
                 *fleet.routes(), *console_alerts.routes(),  # c28-workers
                 *queue_routes(), *queue_pages()],  # c28-queues
-        middleware=[Middleware(SecurityHeaders),  # outermost: on every answer, a refused body's too
-                    Middleware(BodyLimit, refusal=_refusal),
+        middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,
                                max_age=cfg.session_max_age)],

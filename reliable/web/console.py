@@ -32,6 +32,7 @@ from starlette.templating import Jinja2Templates
 from ..access import Principal
 from ..defaults import topics
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
+from ..inputs import shorten
 from ..isotime import format_time
 from ..operators import COMMAND_ORDER
 from ..states import JobStatus
@@ -84,9 +85,8 @@ BANNER_REASON, BANNER_QUEUES = 80, 5
 
 
 def _short(text: Any, limit: int = BANNER_REASON) -> str:
-    """`text` cut to `limit` characters, an ellipsis marking the cut."""
-    value = str(text)
-    return value if len(value) <= limit else value[: limit - 1] + "\u2026"
+    """The templates' `short` filter: `inputs.shorten`, to the banner's width unless told."""
+    return shorten(text, limit)
 
 
 templates = Jinja2Templates(directory=str(_HERE / "templates"))

@@ -96,6 +96,7 @@ async def operation_page(request: Request) -> Response:
         op = await run_in_threadpool(engine.get, request.path_params["operation_id"])
     except OperationNotFound as exc:
         raise HTTPException(404, str(exc)) from None
+    op = await run_in_threadpool(engine.as_seen_by, op, principal.reader)
     sample = await run_in_threadpool(functools.partial(jobs_with_ids, state.store, op.job_ids[:20],
                                                        reader=principal.reader))
     can_confirm = (op.status == "awaiting_confirmation" and op.operation_id in request.session.get(_SESSION_KEY, {})

@@ -25,7 +25,6 @@ from starlette.routing import BaseRoute, Route
 from ..access import Principal
 from ..errors import ConfigError, OperationNotFound
 from ..operations import Operation, Operations
-from ..redact import MASK
 from ..store.selection import filter_from_params, jobs_with_ids
 from .auth import authenticate, state_of
 from .bodies import json_object
@@ -50,14 +49,11 @@ def operations_of(request: Request) -> Operations:
     return engine
 
 
-def _shown(op: Operation, principal: Principal, *, full: bool) -> dict[str, Any]:
-    """The operation as `principal` may see it: its text search (a guess at secret arguments) only to
-    those who may search."""
-    data = op.as_dict(full=full)
-    shown = data.get("filter")
-    if not principal.reader.may_search and isinstance(shown, dict) and shown.get("search"):
-        data["filter"] = {**shown, "search": MASK}
-    return data
+async def _shown(request: Request, op: Operation, principal: Principal, *, full: bool) -> dict[str, Any]:
+    """The operation as `principal` may see it (`Operations.as_seen_by`: a search's text and the ids
+    it matched outside its scope only to those who may search)."""
+    seen = await run_in_threadpool(operations_of(request).as_seen_by, op, principal.reader)
+    return seen.as_dict(full=full)
 
 
 def _not_found(exc: OperationNotFound) -> JSONResponse:
@@ -110,7 +106,7 @@ async def recent(request: Request) -> JSONResponse:
     if not raw.isdigit() or not 1 <= int(raw) <= _LIST_LIMIT:
         raise ConfigError(f"limit must be a whole number from 1 to {_LIST_LIMIT}, not {raw!r}")
     found = await run_in_threadpool(operations_of(request).recent, limit=int(raw))
-    return JSONResponse({"operations": [_shown(op, principal, full=False) for op in found]})
+    return JSONResponse({"operations": [await _shown(request, op, principal, full=False) for op in found]})
 
 
 async def detail(request: Request) -> JSONResponse:
@@ -120,7 +116,7 @@ async def detail(request: Request) -> JSONResponse:
         op = await run_in_threadpool(operations_of(request).get, request.path_params["operation_id"])
     except OperationNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(_shown(op, principal, full=True))
+    return JSONResponse(await _shown(request, op, principal, full=True))
 
 
 async def confirm(request: Request) -> JSONResponse:
@@ -136,7 +132,7 @@ async def confirm(request: Request) -> JSONResponse:
                                      control, admin=principal.unrestricted)
     except OperationNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(_shown(op, principal, full=False), 202)
+    return JSONResponse(await _shown(request, op, principal, full=False), 202)
 
 
 async def cancel(request: Request) -> JSONResponse:
@@ -151,7 +147,7 @@ async def cancel(request: Request) -> JSONResponse:
                                      principal.name, admin=principal.unrestricted)
     except OperationNotFound as exc:
         return _not_found(exc)
-    return JSONResponse(_shown(op, principal, full=False))
+    return JSONResponse(await _shown(request, op, principal, full=False))
 
 
 def routes() -> list[BaseRoute]:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..inputs import MAX_NAME
 from .graph import WorkflowDefinitionError, descendants, input_digest, topological
 
 __all__ = [
@@ -50,7 +51,6 @@ ON_UPSTREAM_FAILURE: tuple[str, ...] = ("fail", "skip")
 _LINK_OPTIONS = frozenset({"pipe_target", "pipe_ignore", "on_success", "on_failure", "group_completion_uuid",
                            "group_completion_callbacks", "workflow_id", "workflow_node", "parent_job_id"})
 
-_MAX_NAME = 255
 #: The most nodes a workflow may declare: one is stored, drawn and advanced in one transaction, so
 #: a bigger one is better split into workflows that start each other (docs/workflows.md).
 MAX_NODES = 10_000
@@ -167,8 +167,8 @@ def workflow(name: str, nodes: Iterable[Node]) -> Workflow:
 
 
 def _validate(name: str, nodes: Sequence[Node]) -> None:
-    if not name or len(name) > _MAX_NAME:
-        raise WorkflowDefinitionError(f"workflow name must be 1 to {_MAX_NAME} characters, got {name!r}")
+    if not name or len(name) > MAX_NAME:
+        raise WorkflowDefinitionError(f"workflow name must be 1 to {MAX_NAME} characters, got {name!r}")
     if not nodes:
         raise WorkflowDefinitionError(f"workflow {name!r} has no nodes")
     if len(nodes) > MAX_NODES:
@@ -177,8 +177,8 @@ def _validate(name: str, nodes: Sequence[Node]) -> None:
     seen: set[str] = set()
     for each in nodes:
         where = f"workflow {name!r}, node {each.name!r}"
-        if not isinstance(each.name, str) or not each.name or len(each.name) > _MAX_NAME:
-            raise WorkflowDefinitionError(f"workflow {name!r}: node name must be 1 to {_MAX_NAME} characters, "
+        if not isinstance(each.name, str) or not each.name or len(each.name) > MAX_NAME:
+            raise WorkflowDefinitionError(f"workflow {name!r}: node name must be 1 to {MAX_NAME} characters, "
                                           f"got {each.name!r}")
         if each.name in seen:
             raise WorkflowDefinitionError(f"{where}: declared twice")

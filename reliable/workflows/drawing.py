@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
+from ..inputs import shorten
 from ..states import FAILURE_STATES
 
 __all__ = ["STATE_COLOURS", "dag_layers", "dag_svg", "draw_dag"]
@@ -90,10 +91,6 @@ def dag_layers(order: Sequence[str], parents: Mapping[str, Sequence[str]]) -> di
     return placed
 
 
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "\u2026"
-
-
 def dag_svg(order: Sequence[str], parents: Mapping[str, Sequence[str]], states: Mapping[str, str],
             errors: Mapping[str, str] | None = None, links: Mapping[str, str] | None = None) -> str:
     """The DAG as an SVG image: a box per node coloured by its state (`STATE_COLOURS`), left to right
@@ -138,9 +135,9 @@ def dag_svg(order: Sequence[str], parents: Mapping[str, Sequence[str]], states: 
                f"<title>{esc(tip)}</title>",
                f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" fill="{fill}" stroke="{stroke}" '
                f'stroke-width="{2 if state in FAILURE_STATES else 1}"/>',
-               f'<text x="{x + 8}" y="{y + 18}" font-size="13" font-weight="600">{esc(_short(name, 24))}</text>',
+               f'<text x="{x + 8}" y="{y + 18}" font-size="13" font-weight="600">{esc(shorten(name, 24))}</text>',
                f'<text x="{x + 8}" y="{y + 36}" font-size="11" fill="{"#b00020" if error else "#333"}">'
-               f'{esc(_short(error.splitlines()[0] if error else state, 30))}</text>', "</g>"]
+               f'{esc(shorten(error.splitlines()[0] if error else state, 30))}</text>', "</g>"]
         if name in links:
             box = [f'<a href="{esc(links[name])}">', *box, "</a>"]
         out.extend(box)

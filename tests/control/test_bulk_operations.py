@@ -257,6 +257,19 @@ def test_a_search_without_the_right_is_refused_and_recorded_even_dry(store: Stat
     assert ops.preview(admin, "restart", JobFilter(search="B1"), reason="r", dry_run=True).operation.total == 1
 
 
+def test_control_selects_by_the_same_rule_as_its_previews(store: StateStore, control: Control) -> None:
+    """One reader per Control (its identity under its policy): `select` refuses a search its previews refuse."""
+    failed_jobs(store, "b1", queue="billing")
+    otto = as_role(store, "otto", "operator", queues=["billing"])
+    assert (otto.reader.name, otto.reader.may_search) == ("otto", False)
+    with pytest.raises(NotAuthorized, match="'otto' may not search arguments"):
+        otto.select(JobFilter(search="b1"))
+    assert [job.job_id for job in otto.select(JobFilter(queue="billing"))] == ["b1"]
+    admin = as_role(store, "ada", "admin")
+    assert [job.job_id for job in admin.select(JobFilter(search="B1"))] == ["b1"]
+    assert [job.job_id for job in control.select(JobFilter(search="b1"))] == ["b1"]  # allow-all: the store's holder
+
+
 def test_commands_options_and_filters_are_validated(store: StateStore, ops: Operations, control: Control) -> None:
     failed_jobs(store, "f1")
     with pytest.raises(ConfigError, match="unknown command 'explode'"):

@@ -9,6 +9,8 @@ walk that finds nothing is a walk that could have found something.
 - No module lists most of an event row's fields by hand but `reliable.disclosure` (tested against
   `reliable.store.JobEvent` in test_disclosure.py) and the dataclass itself.
 - `reliable.metrics` names no event of the state machine by hand: its sets derive from `states`.
+- A text is shortened for display by `reliable.inputs.shorten` (or clipped by `inputs.clip`), not
+  by a slice and an ellipsis written again; a name's bound is `inputs.MAX_NAME`, not another 255.
 """
 
 from __future__ import annotations
@@ -201,3 +203,88 @@ def test_metrics_derive_their_event_sets_from_states() -> None:
     assert hand_written_events(tree) == {"lease_expired", "retry_due"}, \
         "metrics.py may write only its label values (recovery kinds); every event set comes from states"
     assert {"Event", "ATTEMPT_ENDS", "OPERATOR_EVENTS", "LEASE_EXPIRIES"} <= _names(tree)
+
+
+# -- shortening text ------------------------------------------------------------------------------
+
+_ELLIPSES = ("...", "\u2026")
+#: Modules that cut text their own way, each for its reason.
+SHORTENING_ALLOWED = {
+    "reliable/inputs.py": "the rule itself (shorten, clip)",
+    "reliable/durations.py": "pure, imports only errors.py (the layer table): shows a bad value in its error",
+    "reliable/events.py": "a log line's field says how much it left out ('[truncated N chars]', a documented form)",
+    "reliable/store/json_text.py": "what the store writes of an error text (issue 38: text the store can hold)",
+    "reliable/alerts/lifecycle.py": "a label value kept unique by a digest of what was cut",
+    "reliable/demo/runner.py": "a job id's first characters in a command line the demo shows",
+}
+
+
+def _sliced(node: ast.AST) -> bool:
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice)
+
+
+def _ellipsis(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(_ELLIPSES)
+
+
+def text_shortenings(tree: ast.Module) -> list[int]:
+    """Lines that shorten a text by hand: a slice followed by an ellipsis (`t[:n] + "…"`, `f"{t[:n]}..."`)."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and _sliced(node.left)
+                and _ellipsis(node.right)) or (isinstance(node, ast.JoinedStr) and any(
+                isinstance(a, ast.FormattedValue) and _sliced(a.value) and _ellipsis(b)
+                for a, b in zip(node.values, node.values[1:], strict=False))):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_shortening_checker_finds_a_slice_and_an_ellipsis() -> None:
+    assert text_shortenings(ast.parse('x = text[: limit - 1] + "\u2026"\n')) == [1]
+    assert text_shortenings(ast.parse('x = f"{text[:37]}..."\n')) == [1]
+    assert text_shortenings(ast.parse('x = text[:37] + suffix\n')) == []
+    assert text_shortenings(ast.parse('x = f"{text[:37]} more"\n')) == []
+
+
+def test_text_is_shortened_in_one_place() -> None:
+    found = _found(text_shortenings)
+    assert set(found) <= set(SHORTENING_ALLOWED), f"use reliable.inputs.shorten (or clip): {found}"
+
+
+def test_shorten_keeps_to_its_width_and_marks_a_cut() -> None:
+    from reliable.inputs import shorten
+
+    assert shorten("abcdef", 6) == "abcdef" and shorten("abcdefg", 6) == "abcde\u2026"
+    assert shorten(12345, 3) == "12\u2026"
+
+
+def name_bounds(tree: ast.Module) -> list[int]:
+    """Lines that set a module constant named like a name's bound (`*MAX_NAME*`) to a number of its own."""
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, int)
+            and any(isinstance(t, ast.Name) and t.id.lstrip("_") == "MAX_NAME" for t in n.targets)]
+
+
+def test_the_name_bound_checker_finds_a_second_one() -> None:
+    assert name_bounds(ast.parse("_MAX_NAME = 255\n")) == [1]
+    assert name_bounds(ast.parse("MAX_NAMES = 50\nLIMIT = MAX_NAME\n")) == []
+
+
+#: Modules with a constant of that name that is no bound on a name a person enters, each with its reason.
+NAME_BOUND_ALLOWED = {
+    "reliable/inputs.py": "the rule itself",
+    "reliable/worker/delivery.py": "how much of each name of a forged message its refusal event keeps",
+}
+
+
+def test_a_names_bound_is_set_in_one_place() -> None:
+    found = _found(name_bounds)
+    assert set(found) <= set(NAME_BOUND_ALLOWED), f"use reliable.inputs.MAX_NAME: {found}"
+
+
+def test_the_duration_bound_is_stated_from_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reliable import durations
+
+    monkeypatch.setattr(durations, "MAX_DURATION", 10 * 365.25 * 86400)
+    with pytest.raises(durations.DurationTooLong, match=r"at most 315576000 seconds \(3652d12h, 10 years\)"):
+        durations.parse_duration("3653d")

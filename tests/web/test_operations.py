@@ -233,3 +233,39 @@ def test_an_operation_whose_jobs_were_all_refused_says_so(client: TestClient, to
     assert (op["status"], op["counts"], op["all_refused"]) == ("finished", {"refused": 2}, True)
     listed = client.get(URL, headers=bearer(tokens.viewer)).json()["operations"]
     assert [(o["operation_id"], o["all_refused"]) for o in listed] == [(created["operation_id"], True)]
+
+
+def test_an_admins_search_shows_others_only_the_ids_in_their_scope(client: TestClient, tokens: Tokens,
+                                                                  store: StateStore) -> None:
+    """Which jobs a search matched tells what their arguments hold: one who may not search sees the
+    text masked and, of the ids and results, only those of jobs it may act on (the API and the console)."""
+    from web_support import session
+
+    failed(store, "x-b1")
+    failed(store, "x-o1", queue="other")
+    failed(store, "y-b2")
+    response = client.post(URL, headers=bearer(tokens.admin), json=body(state=["failed"], q="X-"))
+    assert response.status_code == 201, response.text
+    created = response.json()
+    ended = run_to_end(client, tokens.admin, created)
+    assert sorted(ended["job_ids"]) == ["x-b1", "x-o1"] and ended["filter"]["search"] == "X-"
+    assert sorted(r["job_id"] for r in ended["results"]) == ["x-b1", "x-o1"]
+    detail = f"{URL}/{created['operation_id']}"
+
+    as_viewer = client.get(detail, headers=bearer(tokens.viewer)).json()
+    assert as_viewer["filter"]["search"] == "***"
+    assert (as_viewer["job_ids"], as_viewer["sample"], as_viewer["results"]) == ([], [], [])
+    as_operator = client.get(detail, headers=bearer(tokens.operator)).json()  # scoped to billing
+    assert as_operator["job_ids"] == as_operator["sample"] == ["x-b1"]
+    assert [r["job_id"] for r in as_operator["results"]] == ["x-b1"] and as_operator["total"] == 2
+    listed = client.get(URL, headers=bearer(tokens.viewer)).json()["operations"]
+    assert [(op["filter"]["search"], op["sample"]) for op in listed] == [("***", [])]
+    assert "x-o1" not in client.get(URL, headers=bearer(tokens.operator)).text
+
+    viewer_page = session(store, tokens.viewer)[0].get(f"/operations/{created['operation_id']}")
+    operator_page = session(store, tokens.operator)[0].get(f"/operations/{created['operation_id']}")
+    assert viewer_page.status_code == operator_page.status_code == 200
+    assert "x-b1" not in viewer_page.text and "x-o1" not in viewer_page.text
+    assert "x-b1" in operator_page.text and "x-o1" not in operator_page.text
+    admin_page = session(store, tokens.admin)[0].get(f"/operations/{created['operation_id']}")
+    assert "x-b1" in admin_page.text and "x-o1" in admin_page.text

@@ -171,3 +171,73 @@ def test_the_banner_shows_reasons_shortened_and_the_queue_page_whole(store: Stat
     assert "z" * 100 not in page
     queues = client.get("/queues").text
     assert all(f"r{index}-" + "z" * (MAX_TEXT - 3) in queues for index in range(8))
+
+
+def test_a_filters_text_is_bounded_through_the_api_and_the_cli(store: StateStore, tokens: Tokens,
+                                                                client: TestClient) -> None:
+    """A bulk operation keeps its filter (a refused one too): `q` is bounded as a reason, each name of
+    a list as a name, by the one parser of filters (`selection.filter_from_params`), before anything is kept."""
+    from control.cli_api_server import serve
+
+    from reliable.inputs import MAX_NAME
+    from reliable.web import WebConfig, create_app
+
+    name_says = f"at most {MAX_NAME} characters, this one has {MAX_NAME + 1}"
+    for who in (tokens.admin, tokens.operator):
+        response = client.post("/api/v1/operations", headers=bearer(who),
+                               json={"command": "pause", "filter": {"queue": "billing", "q": LONG}, "reason": "r"})
+        assert response.status_code == 400 and "field 'q'" in response.text and SAYS in response.text, response.text
+        response = client.post("/api/v1/operations", headers=bearer(who), json={
+            "command": "pause", "filter": {"queue": ["billing", "q" * (MAX_NAME + 1)]}, "reason": "r",
+            "dry_run": True})
+        assert response.status_code == 400 and "field 'queue'" in response.text and name_says in response.text
+    assert client.get("/api/v1/operations", headers=bearer(tokens.admin)).json()["operations"] == []
+    response = client.get("/api/v1/jobs", params={"actor": "a" * (MAX_NAME + 1)}, headers=bearer(tokens.admin))
+    assert response.status_code == 400 and "field 'actor'" in response.text and name_says in response.text
+    assert client.get("/api/v1/jobs", params={"actor": "a" * MAX_NAME}, headers=bearer(tokens.admin)).status_code == 200
+
+    env = {"RELIABLE_API_TOKEN": tokens.admin, "RELIABLE_OPERATOR": None, "RELIABLE_STORE": None}
+    with serve(create_app(store, config=WebConfig(secret_key="s"))) as url:
+        for args in (["jobs", "list", "--actor", "a" * (MAX_NAME + 1)],
+                     ["pause", "--actor", "a" * (MAX_NAME + 1), "--reason", "r", "--dry-run"]):
+            result = CliRunner().invoke(cli, [*args, "--api", url], env=env)
+            assert result.exit_code != 0 and "'actor'" in result.output and name_says in result.output, result.output
+    assert client.get("/api/v1/operations", headers=bearer(tokens.admin)).json()["operations"] == []
+
+
+def test_a_tokens_revocation_keeps_its_reason_whole_or_refuses_it(store: StateStore, store_url: str) -> None:
+    """`revoked_by` is "operator: reason" in 255 characters: a reason that does not fit is refused, never cut,
+    by `ApiTokens.revoke` itself (the CLI's --reason takes MAX_TEXT)."""
+    from reliable.access import ApiTokens
+    from reliable.errors import InvalidReason, TextTooLong
+
+    tokens = ApiTokens(store)
+    record, token = tokens.create("laptop", "admin")
+    with pytest.raises(TextTooLong, match="field 'reason': at most 248 characters, this one has 249"):
+        tokens.revoke(record.token_id, by="carol", reason="r" * 249)
+    with pytest.raises(TextTooLong, match="field 'operator': at most 255 characters"):
+        tokens.revoke(record.token_id, by="c" * 256)
+    with pytest.raises(InvalidReason, match="control characters"):
+        tokens.revoke(record.token_id, by="carol", reason="a\x00b")
+    result = CliRunner().invoke(cli, ["tokens", "revoke", record.token_id, "--reason", "r" * 300, "--store", store_url],
+                                env={"RELIABLE_OPERATOR": "carol"})
+    assert result.exit_code != 0 and "at most 248 characters, this one has 300" in result.output, result.output
+    assert tokens.authenticate(token) is not None  # nothing written
+    assert tokens.revoke(record.token_id, by="carol", reason="r" * 248).revoked_by == "carol: " + "r" * 248
+
+
+def test_prune_checks_its_audit_records_reason_itself(store: StateStore) -> None:
+    from reliable.errors import ReasonRequired, TextTooLong
+    from reliable.store import retention
+    from reliable.store.schema import operations
+
+    cut = store.now()
+    with pytest.raises(TextTooLong, match="prune: field 'reason': " + SAYS):
+        retention.prune(store, cut, operator="carol", reason=LONG)
+    with pytest.raises(TextTooLong, match="prune: field 'operator': at most 255 characters"):
+        retention.prune(store, cut, operator="c" * 256, reason="retention")
+    with pytest.raises(ReasonRequired, match="prune needs a reason"):
+        retention.prune(store, cut, operator="carol", reason=" ")
+    with store.read() as conn:
+        assert conn.execute(operations.select()).first() is None  # no run, no audit record
+    assert retention.prune(store, cut, operator="carol", reason="x" * MAX_TEXT).complete

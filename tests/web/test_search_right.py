@@ -8,7 +8,9 @@ checked by every query of a `JobFilter`); this table proves each surface reaches
 `SURFACES` names every route of `create_app` and every `reliable` command that takes a job filter.
 They are found three ways, and `test_every_filter_surface_is_in_the_table` fails when one is added
 without a row: a route whose handler reaches `selection.filter_from_params` (the one parser of a
-request's filter), an API operation the OpenAPI document gives a `q` parameter or a `filter` body,
+request's filter) or a query of a filter (`SELECTIONS`: select_jobs, page_jobs, count_jobs,
+jobs_to_act_on; a route that reaches one without a filter of the request is in `NOT_FILTERS`
+with its reason), an API operation the OpenAPI document gives a `q` parameter or a `filter` body,
 and a command with `--api` and a job filter's options.
 
 Each row is asked the same things, on both databases:
@@ -26,6 +28,7 @@ import inspect
 import json
 import os
 import re
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -41,7 +44,7 @@ from starlette.testclient import TestClient
 from reliable.access import ApiTokens
 from reliable.cli.main import cli
 from reliable.states import Event, JobStatus
-from reliable.store import ErrorInfo, NewJob, StateStore, selection
+from reliable.store import ErrorInfo, NewJob, StateStore, bulk_operations, selection
 from reliable.web import WebConfig, create_app
 from reliable.web.openapi import document
 
@@ -55,7 +58,8 @@ _ENDING: dict[str, Event | None] = {"FAILED": Event.FAIL, "DEAD": Event.DEAD_LET
                                      "PAUSED": Event.PAUSE_OBSERVED}
 #: The options (not arguments: `workflow show ID`) of a job filter a CLI command may take (with `--api`,
 #: it is a filter surface).
-CLI_FILTER_OPTIONS = frozenset({"states", "actor", "error_class", "older_than", "workflow_id", "owner", "search", "q"})
+CLI_FILTER_OPTIONS = frozenset({"states", "queue", "actor", "error_class", "older_than", "workflow_id", "owner",
+                                "search", "q"})
 #: Option names that would match against arguments: a command given one must be probed like the routes.
 CLI_SEARCH_OPTIONS = frozenset({"search", "q"})
 WHO = ("otto", "vera", "ada")  # an operator of queue `other`, a viewer, an admin
@@ -260,25 +264,75 @@ CLI_SURFACES = {name for name in SURFACES if not name.startswith(("GET ", "POST 
 # -- finding the surfaces ------------------------------------------------------------------------
 
 
-def _reaches(func: Any, target: Any, seen: set[Any]) -> bool:
-    """Whether `func` calls `target`, directly or through the functions of `reliable` it names."""
-    func = inspect.unwrap(func)
-    if func in seen or not inspect.isfunction(func):
-        return False
-    seen.add(func)
+#: The functions that parse a request's filter or query one: a route reaching any takes a filter.
+SELECTIONS = (selection.filter_from_params, selection.select_jobs, selection.page_jobs, selection.count_jobs,
+              bulk_operations.jobs_to_act_on)
+#: Routes that reach a selection without taking a filter from the request, each with its reason.
+_OWN_IDS = "an operation's own counted ids (jobs_with_ids: its sample; Operations.as_seen_by: its ids in scope)"
+NOT_FILTERS = {
+    "GET /operations/{operation_id}": _OWN_IDS,
+    "GET /api/v1/operations": _OWN_IDS,
+    "GET /api/v1/operations/{operation_id}": _OWN_IDS,
+    "POST /api/v1/operations/{operation_id}/confirm": _OWN_IDS,
+    "POST /api/v1/operations/{operation_id}/cancel": _OWN_IDS,
+}
+
+
+def _returned_class(func: Any) -> type | None:
+    """The class of reliable `func` is annotated to return, if any (`operations_of` -> Operations)."""
+    try:
+        hint = typing.get_type_hints(func).get("return")
+    except (NameError, TypeError):
+        return None
+    return hint if inspect.isclass(hint) and hint.__module__.startswith("reliable.") else None
+
+
+def _callees(func: Any) -> list[Any]:
+    """What `func` may call: the globals it names (and their names on reliable's modules it names:
+    `selection.page_jobs`), and the methods of those names on the classes of reliable it names or gets
+    back from what it calls (`operations_of(request).preview`)."""
     names: set[str] = set()
     codes = [func.__code__]
     while codes:
         code = codes.pop()
         names.update(code.co_names)
         codes.extend(const for const in code.co_consts if inspect.iscode(const))
-    for name in names:
-        found = func.__globals__.get(name)
-        if found is target:
-            return True
-        if inspect.isfunction(found) and found.__module__.startswith("reliable.") and _reaches(found, target, seen):
-            return True
-    return False
+    found = [value for name in names if (value := func.__globals__.get(name)) is not None]
+    found += [getattr(module, name) for module in func.__globals__.values()
+              if inspect.ismodule(module) and module.__name__.startswith("reliable.")
+              for name in names if inspect.isfunction(getattr(module, name, None))]
+    classes = {value for value in func.__globals__.values()
+               if inspect.isclass(value) and value.__module__.startswith("reliable.")}
+    classes |= {cls for value in found if inspect.isfunction(value) and (cls := _returned_class(value))}
+    done: set[type] = set()
+    while classes - done:
+        cls = (classes - done).pop()
+        done.add(cls)
+        for name in names:
+            member = inspect.getattr_static(cls, name, None)
+            member = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+            if inspect.isfunction(member):
+                found.append(member)
+                if (returned := _returned_class(member)) is not None:
+                    classes.add(returned)
+    return found
+
+
+def _reaches(func: Any, targets: tuple[Any, ...], seen: set[Any]) -> set[str]:
+    """The names of `targets` `func` calls, directly or through the functions and methods of `reliable` it names."""
+    func = inspect.unwrap(func)
+    if func in seen or not inspect.isfunction(func):
+        return set()
+    seen.add(func)
+    hit: set[str] = set()
+    for found in _callees(func):
+        if not inspect.isfunction(found):
+            continue
+        if found in targets:
+            hit.add(found.__name__)
+        elif found.__module__.startswith("reliable."):
+            hit |= _reaches(found, targets, seen)
+    return hit
 
 
 def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
@@ -313,17 +367,32 @@ def _cli_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[
 
 def test_every_filter_surface_is_in_the_table(store: StateStore) -> None:
     app = create_app(store, config=WebConfig(secret_key="s"))
-    by_code = {f"{method} {route.path}" for route in app.routes if isinstance(route, Route)
-               for method in sorted((route.methods or set()) - {"HEAD"})
-               if _reaches(route.endpoint, selection.filter_from_params, set())}
+    reached = {f"{method} {route.path}": _reaches(route.endpoint, SELECTIONS, set())
+               for route in app.routes if isinstance(route, Route)
+               for method in sorted((route.methods or set()) - {"HEAD"})}
+    by_code = {route for route, found in reached.items() if found} - set(NOT_FILTERS)
     documented = _documented_filter_routes()
     commands = {name for name, command in _cli_commands(cli)
                 if {"api_url"} <= {p.name for p in command.params}
                 and {p.name for p in command.params if isinstance(p, click.Option)} & CLI_FILTER_OPTIONS}
     assert documented <= by_code, "an API route documents a job filter its handler does not parse"
+    assert all(reached[route] for route in NOT_FILTERS), "a route of NOT_FILTERS reaches no selection now"
     assert by_code | commands == set(SURFACES), (
         "a route or command takes a job filter: add it to SURFACES (missing: "
         f"{sorted((by_code | commands) - set(SURFACES))}; gone: {sorted(set(SURFACES) - (by_code | commands))})")
+    # Through a method it gets back (`operations_of(request).preview`): what acts counts as the rule says.
+    acting = {name for name, surface in SURFACES.items() if surface.kind == "acting" and name in reached}
+    assert acting and all("jobs_to_act_on" in reached[name] for name in acting), {n: reached[n] for n in acting}
+
+
+def test_the_route_walk_finds_a_selection_reached_without_a_filter_parser() -> None:
+    """A handler that queries a filter it builds itself is found too (not only one that parses a request's)."""
+
+    def handler() -> None:
+        selection.count_jobs(None, selection.JobFilter(), reader=selection.Reader.trusted())  # type: ignore[arg-type]
+
+    assert _reaches(handler, SELECTIONS, set()) == {"count_jobs"}
+    assert _reaches(handler, (selection.filter_from_params,), set()) == set()
 
 
 def test_the_cli_has_no_search_option() -> None:

@@ -68,3 +68,17 @@ def test_a_signed_in_consoles_pages_carry_them(store: StateStore, tokens: Tokens
         assert_protected(response, path)
     signed_out = client.post("/logout", data={"csrf_token": csrf}, follow_redirects=False)
     assert_protected(signed_out, "POST /logout")
+
+
+def test_a_server_error_carries_them_too(store: StateStore) -> None:
+    """Starlette's ServerErrorMiddleware sends a 500 past every user middleware: the headers wrap it too."""
+    app = create_app(store, config=WebConfig(secret_key="s"))
+
+    async def broken(request: object) -> None:
+        raise RuntimeError("boom")
+
+    app.router.routes.append(Route("/broken", broken))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/broken")
+        assert response.status_code == 500
+        assert_protected(response, "a 500")
