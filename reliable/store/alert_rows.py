@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
+from ..inputs import storable
 from .core import StoreCore
 from .schema import alerts
 
@@ -35,8 +36,10 @@ def alert_rows(store: StoreCore, *, state: str | None = None) -> list[dict[str, 
 
 
 def save_alert_rows(store: StoreCore, rows: Iterable[Mapping[str, Any]], deleted: Iterable[str] = ()) -> None:
-    """Upsert `rows` (keyed by `fingerprint`) and delete the `deleted` fingerprints, in one transaction."""
-    encoded = [{**row, **{name: json.dumps(dict(row[name]), sort_keys=True) for name in _JSON_COLUMNS}}
+    """Upsert `rows` (keyed by `fingerprint`) and delete the `deleted` fingerprints, in one transaction; a
+    delivery's `last_error` (an exception's text) made storable first (`inputs.storable`)."""
+    encoded = [{**row, **{name: json.dumps(dict(row[name]), sort_keys=True) for name in _JSON_COLUMNS},
+                **({"last_error": storable(row["last_error"])} if row.get("last_error") is not None else {})}
                for row in rows]
     gone = list(deleted)
     if not encoded and not gone:

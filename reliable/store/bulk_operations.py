@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Row, literal, select, update
 
+from ..inputs import storable
 from .core import StoreCore
 from .reads import Reads
 from .records import home_queue_of
@@ -100,7 +101,7 @@ def mark_operation(store: StoreCore, operation_id: str, *, was: str, updated_at:
         conn.execute(update(operations).where(operations.c.operation_id == operation_id,
                                               operations.c.status == was,
                                               operations.c.updated_at == updated_at)
-                     .values(status=status, error=error, finished_at=at, confirm_token_hash=None))
+                     .values(status=status, error=storable(error), finished_at=at, confirm_token_hash=None))
 
 
 def confirm_token_hash(store: StoreCore, operation_id: str) -> str | None:
@@ -147,7 +148,10 @@ def cancel_requested(store: StoreCore, operation_id: str) -> bool:
 
 
 def write_progress(store: StoreCore, operation_id: str, values: Mapping[str, Any]) -> bool:
-    """Write `values` (progress, and the final status) on a `running` operation; False when it is no longer."""
+    """Write `values` (progress, and the final status) on a `running` operation; False when it is no longer.
+    An `error` (an exception's text) is made storable first (`inputs.storable`)."""
+    if values.get("error") is not None:
+        values = {**values, "error": storable(values["error"])}
     with store.write() as conn:
         return bool(conn.execute(update(operations).where(operations.c.operation_id == operation_id,
                                                           operations.c.status == "running")

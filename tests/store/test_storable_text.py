@@ -11,6 +11,9 @@ import pytest
 from reliable.inputs import MAX_STORED_TEXT, storable
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
+from reliable.store.alert_rows import alert_rows, save_alert_rows
+from reliable.store.bulk_operations import insert_operation, mark_operation, operation_row, write_progress
+from reliable.store.schema import alerts
 from reliable.store.writes import FREE_TEXT, NOT_FREE_TEXT, JobWrite, event_write, transition_write
 
 #: What `os.fsdecode` gives for a file name that is not UTF-8, and what PostgreSQL refuses.
@@ -75,3 +78,39 @@ def test_a_failure_whose_message_holds_a_lone_surrogate_is_recorded(store: State
     store.record_event("job-s", "note", reason=NASTY, operator="al\udcffce")
     note = store.events("job-s")[-1]
     assert (note.reason, note.operator) == (ESCAPED, "al\\udcffce")
+
+
+def _operation(store: StateStore, operation_id: str) -> None:
+    now = store.now()
+    insert_operation(store, {"operation_id": operation_id, "command": "retry", "filter": "{}", "job_ids": "[]",
+                             "options": "{}", "reason": "r", "operator": "al", "status": "running", "total": 0,
+                             "created_at": now, "expires_at": now + 900, "updated_at": now})
+
+
+def test_an_operations_error_from_an_exception_is_stored(store: StateStore) -> None:
+    """A bulk run that broke on an exception whose text holds a lone surrogate and a NUL ends as
+    recorded, its error escaped, by either way an operation ends."""
+    _operation(store, "op-run")
+    assert write_progress(store, "op-run", {"done": 0, "status": "failed", "error": f"the run broke: {NASTY}"})
+    row = operation_row(store, "op-run")
+    assert row is not None and (row.status, row.error) == ("failed", f"the run broke: {ESCAPED}")
+
+    _operation(store, "op-old")
+    updated_at = operation_row(store, "op-old").updated_at  # type: ignore[union-attr]
+    mark_operation(store, "op-old", was="running", updated_at=updated_at, status="interrupted", error=NASTY,
+                   at=store.now())
+    row = operation_row(store, "op-old")
+    assert row is not None and (row.status, row.error) == ("interrupted", ESCAPED)
+
+
+def test_an_alerts_delivery_error_is_stored(store: StateStore) -> None:
+    """Alertmanager's answer (an exception's text) kept as an alert's last_error, escaped."""
+    now = store.now()
+    row = {"fingerprint": "f" * 64, "alertname": "ReliableJobsStuck", "labels": {"alertname": "ReliableJobsStuck"},
+           "annotations": {}, "state": "firing", "send_attempts": 1, "last_error": NASTY}
+    for name in ("started_at", "updated_at"):
+        if name in alerts.c:
+            row[name] = now
+    save_alert_rows(store, [row])
+    saved = alert_rows(store)
+    assert [r["last_error"] for r in saved] == [ESCAPED]
