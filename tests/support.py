@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import click
 import httpx
 import pytest
 import yaml
@@ -229,3 +230,20 @@ def query_plans(engine: Engine, statements: Sequence[tuple[str, object]]) -> lis
         assert driver is not None
         return [(statement, "\n".join(row[0] for row in driver.execute("EXPLAIN " + statement, params)))
                 for statement, params in statements]
+
+
+def cli_commands(group: click.Group | None = None,
+                 path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every leaf command of `reliable` (or of `group`) with the words that run it, lazy commands
+    loaded: the one walk of the command tree the tests that enumerate CLI surfaces share."""
+    if group is None:
+        from reliable.cli.main import cli
+        group = cli
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        if isinstance(command, click.Group):
+            yield from cli_commands(command, (*path, name))
+        else:
+            yield (*path, name), command

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -15,6 +14,8 @@ from reliable.cli.exporter import _parse_sla
 from reliable.cli.main import cli
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore, migrate
+
+from support import cli_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT  # policies/, alert_rules/, runbooks/: the shipped defaults, at the top of the repository
@@ -28,18 +29,6 @@ NO_JSON = {
 }
 
 
-def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    """Every leaf command with the words that run it (lazy commands loaded)."""
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        assert command is not None
-        if isinstance(command, click.Group):
-            yield from commands(command, (*path, name))
-        else:
-            yield (*path, name), command
-
-
 def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), env={"RELIABLE_OPERATOR": "carol"})
 
@@ -50,7 +39,7 @@ def options(command: click.Command) -> list[click.Option]:
 
 def test_every_env_var_a_command_reads_is_in_its_help() -> None:
     checked = set()
-    for path, command in commands():
+    for path, command in cli_commands():
         names = [n for o in options(command) for n in ([o.envvar] if isinstance(o.envvar, str) else o.envvar or [])]
         if any("--operator" in o.opts for o in options(command)):
             names.append("RELIABLE_OPERATOR")  # read by Operator.resolve when --operator is not given
@@ -65,13 +54,13 @@ def test_every_env_var_a_command_reads_is_in_its_help() -> None:
 
 
 def test_every_command_that_prints_has_json() -> None:
-    missing = [" ".join(path) for path, command in commands()
+    missing = [" ".join(path) for path, command in cli_commands()
                if path not in NO_JSON and not any("--json" in o.opts for o in options(command))]
     assert missing == []
 
 
 def test_every_time_option_takes_the_one_duration_grammar() -> None:
-    found = [(path, o) for path, command in commands() for o in options(command) if TIME_OPTIONS & set(o.opts)]
+    found = [(path, o) for path, command in cli_commands() for o in options(command) if TIME_OPTIONS & set(o.opts)]
     assert len(found) >= 15  # alerts run, recover (2), dlq and review list, and the 10 control commands
     for path, option in found:
         assert isinstance(option.type, Duration), f"reliable {' '.join(path)} {option.opts[0]}"

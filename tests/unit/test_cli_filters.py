@@ -3,14 +3,14 @@ so `--actor a --actor b` never silently keeps only `b`. The test walks the whole
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import click
 from click.testing import CliRunner
 
 from reliable.cli.main import cli
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
+
+from support import cli_commands
 
 #: The options that narrow what a command lists or acts on. `policy explain`'s --actor and --queue
 #: describe the one failure to explain: they are not filters.
@@ -19,20 +19,9 @@ FILTERS = {"--queue", "--queues", "--actor", "--state", "--status", "--error-cla
 NOT_FILTERS = {("policy", "explain")}
 
 
-def _commands(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    if isinstance(command, click.Group):
-        ctx = click.Context(command)
-        for name in command.list_commands(ctx):
-            sub = command.get_command(ctx, name)
-            assert sub is not None
-            yield from _commands(sub, (*path, name))
-    else:
-        yield path, command
-
-
 def test_every_filter_option_of_every_command_is_repeatable() -> None:
     seen, single = [], []
-    for path, command in _commands(cli):
+    for path, command in cli_commands():
         if path in NOT_FILTERS:
             continue
         for param in command.params:

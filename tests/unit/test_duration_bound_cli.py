@@ -8,33 +8,22 @@ option of either kind is covered without editing this test; one whose form is un
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import click
 from click.testing import CliRunner
 
 from reliable.cli.common import Duration
 from reliable.cli.main import cli
 
+from support import cli_commands
+
 TOO_LONG = "99999999999999999999d"
 #: Options that parse a duration inside a larger value, by their first name: the value to give.
 EMBEDDED = {"--sla": f"RUNNING={TOO_LONG}", "--crash-loop": f"5/{TOO_LONG}"}
 
 
-def commands(group: click.Group = cli, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        assert command is not None
-        if isinstance(command, click.Group):
-            yield from commands(command, (*path, name))
-        else:
-            yield (*path, name), command
-
-
 def duration_options() -> list[tuple[tuple[str, ...], click.Option]]:
     found = []
-    for path, command in commands():
+    for path, command in cli_commands():
         for option in command.params:
             if not isinstance(option, click.Option) or option.is_flag:
                 continue

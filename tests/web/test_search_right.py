@@ -48,6 +48,7 @@ from reliable.store import ErrorInfo, NewJob, StateStore, bulk_operations, selec
 from reliable.web import WebConfig, create_app
 from reliable.web.openapi import document
 
+from support import cli_commands
 from web_support import bearer, session
 
 SECRET = "s3cret-Zq9"
@@ -354,17 +355,6 @@ def _documented_filter_routes() -> set[str]:
     return found
 
 
-def _cli_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, click.Command]]:
-    ctx = click.Context(group)
-    for name in group.list_commands(ctx):
-        command = group.get_command(ctx, name)
-        assert command is not None
-        if isinstance(command, click.Group):
-            yield from _cli_commands(command, (*prefix, name))
-        else:
-            yield " ".join((*prefix, name)), command
-
-
 def test_every_filter_surface_is_in_the_table(store: StateStore) -> None:
     app = create_app(store, config=WebConfig(secret_key="s"))
     reached = {f"{method} {route.path}": _reaches(route.endpoint, SELECTIONS, set())
@@ -372,7 +362,7 @@ def test_every_filter_surface_is_in_the_table(store: StateStore) -> None:
                for method in sorted((route.methods or set()) - {"HEAD"})}
     by_code = {route for route, found in reached.items() if found} - set(NOT_FILTERS)
     documented = _documented_filter_routes()
-    commands = {name for name, command in _cli_commands(cli)
+    commands = {" ".join(path) for path, command in cli_commands()
                 if {"api_url"} <= {p.name for p in command.params}
                 and {p.name for p in command.params if isinstance(p, click.Option)} & CLI_FILTER_OPTIONS}
     assert documented <= by_code, "an API route documents a job filter its handler does not parse"
@@ -397,8 +387,9 @@ def test_the_route_walk_finds_a_selection_reached_without_a_filter_parser() -> N
 
 def test_the_cli_has_no_search_option() -> None:
     """No `reliable` command matches against arguments; one given a search option needs its own probe row."""
-    for name, command in _cli_commands(cli):
-        assert not {p.name for p in command.params} & CLI_SEARCH_OPTIONS, f"`reliable {name}` searches arguments"
+    for path, command in cli_commands():
+        searches = {p.name for p in command.params} & CLI_SEARCH_OPTIONS
+        assert not searches, f"`reliable {' '.join(path)}` searches arguments"
 
 
 # -- the rule, on every surface ------------------------------------------------------------------
