@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TypeVar
 
 import click
@@ -247,3 +249,14 @@ def cli_commands(group: click.Group | None = None,
             yield from cli_commands(command, (*path, name))
         else:
             yield (*path, name), command
+
+
+def docs_script(name: str) -> ModuleType:
+    """The generator script docs/<name>.py loaded as a module (the docs/ folder is no package)."""
+    path = Path(__file__).resolve().parents[1] / "docs" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

@@ -3,7 +3,6 @@ the store's tables and migrations): they must match, and the lists must be the s
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,16 +10,13 @@ from types import ModuleType
 
 from reliable.store.schema import metadata
 
+from support import docs_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_architecture", ROOT / "docs" / "gen_architecture.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return docs_script("gen_architecture")
 
 
 def test_architecture_embeds_the_generated_part() -> None:

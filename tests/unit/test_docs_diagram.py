@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,15 +10,13 @@ from types import ModuleType
 
 from reliable.states import TRANSITIONS
 
+from support import docs_script
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_state_diagram", DOCS / "gen_state_diagram.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_script("gen_state_diagram")
 
 
 def test_concepts_embeds_the_generated_diagram() -> None:

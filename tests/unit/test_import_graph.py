@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +29,14 @@ from typing import Any
 
 import pytest
 
+from support import docs_script
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_ROOT = ROOT / "reliable"
 
 
 def _layer_table() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_architecture", ROOT / "docs" / "gen_architecture.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return docs_script("gen_architecture")
 
 
 TABLE = _layer_table()
