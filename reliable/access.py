@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError, InvalidReason
-from .inputs import MAX_NAME, check_length, text_problem
+from .errors import ConfigError
+from .inputs import MAX_NAME, check_length, check_reason_chars
 from .operators import COMMANDS, Operator, OperatorsPolicy, Rule
 from .store import StoreCore
 from .store.api_tokens import insert_token, revoke_token, token_row, token_rows, touch_token
@@ -232,8 +232,7 @@ class ApiTokens:
         check_length("operator", by, limit=MAX_NAME, where="tokens revoke")
         record = by
         if reason is not None:
-            if (problem := text_problem(reason)) is not None:
-                raise InvalidReason("tokens revoke", problem)
+            check_reason_chars("tokens revoke", reason)
             record = f"{by}: {reason}" if by else reason
             room = MAX_NAME - (len(record) - len(reason))  # what "by: " leaves of the record's column
             check_length("reason", reason, limit=room,

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import InvalidReason, ReasonRequired
-from .inputs import check_length, text_problem
+from .inputs import check_reason, check_reason_chars
 from .operators import COMMANDS, Operator, OperatorsPolicy
 from .states import TRANSITIONS, Event, JobStatus
 from .store import Job
@@ -76,16 +75,13 @@ def require_reason(command: str, reason: str | None) -> None:
     The one check of the rule: `Control` makes it before reading the job, the CLI before opening
     the store, so a forgotten or over-long reason writes nothing (no `command_refused` either).
     """
-    check_length("reason", reason, where=command)
-    if command in NEEDS_REASON and not (reason and reason.strip()):
-        raise ReasonRequired(command)
+    check_reason(command, reason, required=command in NEEDS_REASON)
 
 
 def check_reason_text(command: str, reason: str | None) -> None:
     """Raise InvalidReason when `reason` holds control characters (PostgreSQL's text cannot hold
     NUL): the one check, made by `Control` (which audits the refusal) and bulk operations."""
-    if reason is not None and (problem := text_problem(reason)) is not None:
-        raise InvalidReason(command, problem)
+    check_reason_chars(command, reason)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import TextTooLong
+from .errors import InvalidReason, ReasonRequired, TextTooLong
 
-__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_STORED_TEXT", "MAX_TEXT", "check_length", "clip",
-           "escape_controls", "job_id_problem", "message_size_problem", "shorten", "storable", "text_problem"]
+__all__ = ["MAX_JOB_ID", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_STORED_TEXT", "MAX_TEXT", "check_length",
+           "check_reason", "check_reason_chars", "clip", "escape_controls", "job_id_problem", "message_size_problem",
+           "shorten", "storable", "text_problem"]
 
 #: The longest job id, in characters (the id columns are VARCHAR(255): migrations 0015 and 0016).
 MAX_JOB_ID = 255
@@ -90,6 +91,21 @@ def check_length(field: str, value: str | None, *, limit: int = MAX_TEXT, where:
     `limit` characters (`MAX_TEXT`; `MAX_NAME` for a name). None passes."""
     if value is not None and len(value) > limit:
         raise TextTooLong(field, f"at most {limit} characters, this one has {len(value)}", where=where)
+
+
+def check_reason(command: str, reason: str | None, *, required: bool) -> None:
+    """An operator's reason for `command`: TextTooLong past `MAX_TEXT`, then ReasonRequired when it is
+    `required` and missing or blank. The one rule; `commands.require_reason` applies it per command."""
+    check_length("reason", reason, where=command)
+    if required and not (reason and reason.strip()):
+        raise ReasonRequired(command)
+
+
+def check_reason_chars(command: str, reason: str | None) -> None:
+    """InvalidReason when `reason` holds a character `text_problem` refuses (PostgreSQL's text cannot
+    hold NUL, nor a lone surrogate be encoded)."""
+    if reason is not None and (problem := text_problem(reason)) is not None:
+        raise InvalidReason(command, problem)
 
 
 def escape_controls(text: str) -> str:

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from ..errors import ConfigError, InvalidReason, ReasonRequired
-from ..inputs import MAX_NAME, check_length, text_problem
+from ..errors import ConfigError
+from ..inputs import MAX_NAME, check_length, check_reason, check_reason_chars
 from ..states import ACTIVE_STATES, TERMINAL_STATES, JobStatus
 from .bulk_operations import ENDED_OPERATION_STATUSES, insert_operation
 from .job_history import starts_attempt
@@ -149,11 +149,8 @@ def _check_audit_text(operator: str, reason: str) -> None:
     reason is ReasonRequired, one longer than `inputs.MAX_TEXT` or an operator's name longer than
     `inputs.MAX_NAME` is TextTooLong, control characters are InvalidReason; before anything is deleted."""
     check_length("operator", operator, limit=MAX_NAME, where="prune")
-    check_length("reason", reason, where="prune")
-    if not reason.strip():
-        raise ReasonRequired("prune")
-    if (problem := text_problem(reason)) is not None:
-        raise InvalidReason("prune", problem)
+    check_reason("prune", reason, required=True)
+    check_reason_chars("prune", reason)
 
 
 def prune(store: NamedQueries, cut: float, *, states: Iterable[str] | None = None, batch_size: int = DEFAULT_BATCH,
