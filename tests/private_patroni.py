@@ -171,7 +171,8 @@ class PatroniMember(_Daemon):
         }
 
     def start(self) -> None:
-        """Start Patroni (it starts, bootstraps or clones its postgres itself)."""
+        """Start Patroni (it starts, bootstraps or clones its postgres itself, or takes over the one
+        running: a member's Patroni restarted after `kill_patroni`)."""
         self.spawn([shutil.which("patroni") or "patroni", str(self.config)], as_postgres=os.geteuid() == 0)
 
     def role(self) -> str:
@@ -201,6 +202,10 @@ class PatroniMember(_Daemon):
             return int((self.data / "postmaster.pid").read_text().splitlines()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def kill_patroni(self) -> None:
+        """kill -9 of Patroni alone: its postgres, in a session of its own, goes on running."""
+        super().kill()
 
     def kill(self) -> None:
         """The member's machine dies: kill -9 of Patroni and of its postgres (the postmaster's process

@@ -20,16 +20,26 @@ kill -> every job terminal.
 from __future__ import annotations
 
 import json
+import threading
 import time
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from ledger_run import FAILOVER_AFTER, JOBS, assert_nothing_lost, ledger_run
-from private_patroni import DCS_TIMEOUTS, patroni_cluster
+from private_patroni import DCS_TIMEOUTS, PatroniMember, patroni_cluster
+from sqlalchemy import text
 
+from reliable.errors import LeaseLost, StoreError, StoreUnavailable
+from reliable.store import Claim, NewJob, StateStore
 from reliable.store.replication import check_replication
 
+from support import wait_for
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.chaos]
+
+TIMELINE_FLOOR = 1 << 40  # the first token on timeline 2: (2 - 1) << 40
 
 
 @pytest.mark.timeout(240)
@@ -62,3 +72,66 @@ def test_patroni_promotes_the_sync_standby_when_the_leader_dies_mid_run(rabbitmq
           f"timings {json.dumps(timings)}; {audit.summary()}")
     assert new is sync, f"Patroni promoted {new.name}, not the synchronous standby {sync.name}"
     assert_nothing_lost(audit)
+
+
+@pytest.mark.timeout(180)
+def test_a_leader_whose_patroni_died_holds_the_url_and_its_restart_acknowledges_a_lost_claim() -> None:
+    """The third row of the doc's "What dies" table: Patroni alone dies on the leader. Patroni
+    promotes the synchronous standby, but the old primary runs on, writable: libpq takes it (first
+    in the URL) and a claim's commit waits there for a synchronous standby that left. When the
+    member's Patroni is restarted, it reloads its postgres without synchronous_standby_names before
+    it demotes it: the waiting commit is acknowledged, on the old timeline, and lost with the
+    demotion. As after an asynchronous failover, the timeline floor keeps that token from being
+    issued again, and the holder of the lost claim cannot commit on the promoted member."""
+    with patroni_cluster(members=2) as cluster:
+        url = cluster.create_database("store")
+        old = cluster.leader()
+        store, probe = StateStore(url, max_connections=1), StateStore(url, max_connections=1)
+        try:
+            store.upgrade()
+            job_id = f"orphan-{uuid.uuid4().hex[:8]}"
+            store.register(NewJob(job_id, "payments", "pay", {"args": [], "kwargs": {}}))
+            old.kill_patroni()
+            new = cluster.wait_leader(other_than=old, timeout=60)
+            with probe.engine.connect() as conn:  # a new connection: libpq's choice now
+                assert conn.execute(text("SELECT inet_server_port()")).scalar() == old.pg_port
+            outcome: list[object] = []
+            claiming = threading.Thread(target=lambda: outcome.append(claim_or_error(store, job_id)), daemon=True)
+            claiming.start()
+            wait_for(lambda: sync_waits(old) > 0, "the claim's commit waiting for the synchronous standby", timeout=60,
+                     context=cluster.logs)
+            assert claiming.is_alive() and outcome == []
+            old.start()  # its Patroni is back: it rewrites and reloads its postgres' settings, then demotes it
+            claiming.join(timeout=60)
+            assert not claiming.is_alive(), "the claim still waits after the old leader's Patroni came back"
+            lost = outcome[0]
+            assert isinstance(lost, Claim) and lost.lease_id == 1, (
+                f"{lost!r}: the restarted Patroni no longer releases the waiting commit before it demotes; "
+                "update the Patroni section of docs/postgresql-failover.md")
+            wait_for(lambda: not old.accepts_writes(), "the old leader demoted", timeout=60, context=cluster.logs)
+            again = wait_for(lambda: claim_or_error(store, job_id, retry=True), "the claim made again", timeout=60,
+                             context=cluster.logs)
+            assert isinstance(again, Claim) and again.lease_id == TIMELINE_FLOOR, again
+            with probe.engine.connect() as conn:
+                assert conn.execute(text("SELECT inet_server_port()")).scalar() == new.pg_port
+            with pytest.raises(LeaseLost):
+                store.save_checkpoint(job_id, lost.lease_id, 1, lease_ttl=60, worker_id="worker-a")
+            assert store.get(job_id).lease_id == again.lease_id
+        finally:
+            store.close()
+            probe.close()
+
+
+def claim_or_error(store: StateStore, job_id: str, *, retry: bool = False) -> object:
+    """store.claim's result or the StoreError it raised (with `retry`, None on an outage: poll again)."""
+    try:
+        return store.claim(job_id, worker_id="worker-a", lease_ttl=60)
+    except StoreError as exc:
+        return None if retry and isinstance(exc, StoreUnavailable) else exc
+
+
+def sync_waits(member: PatroniMember) -> int:
+    """Sessions on `member` whose commit waits for a synchronous standby."""
+    with psycopg.connect(member.dsn, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()
+    return int(row[0]) if row else 0
