@@ -6,7 +6,7 @@ Patroni's: two members in `synchronous_mode` on a private etcd (tests/private_pa
 ports, removed afterwards). After a third of the jobs the leader's machine dies: kill -9 of its
 Patroni and of its postgres at once. Killing only the postmaster would not test a failover (the
 leader's Patroni restarts postgres in place, it still holds the leader key); killing only Patroni
-leaves a primary running that nobody manages. Nothing else is done: no promote, no restart of a
+leaves a primary running that nobody manages (the second test). Nothing else is done: no promote, no restart of a
 worker. Patroni waits for the leader key to expire (ttl), promotes the member that /sync names,
 and the workers, whose URL names both members with target_session_attrs=read-write as
 docs/postgresql-failover.md tells users to write it, find it on their own.
@@ -15,6 +15,10 @@ Asserted as in the synchronous test: every job SUCCEEDED, 0 committed claims or 
 lost, 0 tokens issued twice, tokens strictly increasing per job, 0 stale effects accepted, each
 effect applied once. Printed (run with -s): kill -> Patroni's promotion, kill -> first commit,
 kill -> every job terminal.
+
+The second test kills the leader's Patroni alone, without workers: the URL keeps choosing the old
+primary, whose commits wait for a synchronous standby that left, until its Patroni is restarted,
+which acknowledges such a commit and then loses it in the demotion (the doc's "What dies" table).
 """
 
 from __future__ import annotations
