@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 from private_postgres import COMMAND_TIMEOUT, DEFAULT_SETTINGS, alive, require_binaries
 
-from support import free_port, require_service
+from support import free_port, require_service, wait_for
 
 __all__ = ["DCS_TIMEOUTS", "PatroniCluster", "PatroniMember", "patroni_cluster"]
 
@@ -62,16 +62,6 @@ def _get(url: str) -> tuple[int, dict[str, Any]]:
             return exc.code, {}
     except (OSError, ValueError):
         return 0, {}
-
-
-def _wait(condition: Any, what: str, timeout: float, logs: Any) -> Any:
-    """Poll `condition()` until truthy (its value) or raise after `timeout` s with `logs()`."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {timeout}s\n{logs()}")
-        time.sleep(0.1)
-    return value
 
 
 class _Daemon:
@@ -122,8 +112,8 @@ class _Etcd(_Daemon):
                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                     "--initial-cluster", f"etcd1={peer}", "--initial-cluster-state", "new",
                     "--logger", "zap", "--log-level", "warn"], as_postgres=False)
-        _wait(lambda: _get(f"{client}/health")[1].get("health") == "true", "etcd healthy", COMMAND_TIMEOUT,
-              self.tail)
+        wait_for(lambda: _get(f"{client}/health")[1].get("health") == "true", "etcd healthy",
+                 timeout=COMMAND_TIMEOUT, interval=0.1, context=self.tail)
 
 
 class PatroniMember(_Daemon):
@@ -258,14 +248,13 @@ class PatroniCluster:
             return next((m for m in self.members if m is not other_than and m.is_leader() and m.accepts_writes()),
                         None)
 
-        member: PatroniMember = _wait(found, "a running Patroni leader", timeout, self.logs)
-        return member
+        return wait_for(found, "a running Patroni leader", timeout=timeout, interval=0.1, context=self.logs)
 
     def wait_synchronous(self, timeout: float = COMMAND_TIMEOUT) -> PatroniMember:
         """Wait (bounded) until a leader runs with a streaming synchronous standby; the leader."""
         leader = self.wait_leader(timeout=timeout)
-        _wait(lambda: any(m.is_sync_standby() for m in self.members if m is not leader),
-              "a streaming synchronous standby", timeout, self.logs)
+        wait_for(lambda: any(m.is_sync_standby() for m in self.members if m is not leader),
+                 "a streaming synchronous standby", timeout=timeout, interval=0.1, context=self.logs)
         return leader
 
     def create_database(self, name: str) -> str:
