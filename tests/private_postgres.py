@@ -41,8 +41,8 @@ import psycopg
 
 from support import free_port, require_service
 
-__all__ = ["COMMAND_TIMEOUT", "PrivatePostgres", "ReplicatedPostgres", "postgres_bindir", "private_postgres",
-           "replicated_postgres"]
+__all__ = ["COMMAND_TIMEOUT", "DEFAULT_SETTINGS", "PrivatePostgres", "ReplicatedPostgres", "alive", "postgres_bindir",
+           "private_postgres", "replicated_postgres", "require_binaries"]
 
 #: How long one initdb / pg_ctl command may take (pg_ctl's own wait is a few seconds shorter).
 COMMAND_TIMEOUT = 60.0
@@ -173,7 +173,7 @@ class PrivatePostgres:
         pid = int((self.data / "postmaster.pid").read_text().splitlines()[0])
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + COMMAND_TIMEOUT
-        while _alive(pid) or self._port_busy():
+        while alive(pid) or self._port_busy():
             if time.monotonic() > deadline:
                 raise RuntimeError(f"postgres on port {self.port} still up {COMMAND_TIMEOUT}s after kill -9")
             time.sleep(0.05)
@@ -224,7 +224,7 @@ class PrivatePostgres:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -233,7 +233,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _require_binaries() -> Path:
+def require_binaries() -> Path:
     """The PostgreSQL bin directory; skips the test (fails it under CI=true) without the binaries,
     or when running as root without a `postgres` OS user to run them as."""
     bindir = postgres_bindir()
@@ -255,7 +255,7 @@ def private_postgres(**settings: object) -> Iterator[PrivatePostgres]:
     Skips the test (fails it under CI=true) when the PostgreSQL server binaries are not installed,
     or when running as root without a `postgres` OS user to run them as.
     """
-    cluster = PrivatePostgres(_require_binaries(), settings)
+    cluster = PrivatePostgres(require_binaries(), settings)
     try:
         cluster.init()
         cluster.start()
@@ -326,7 +326,7 @@ def replicated_postgres(*, synchronous: bool = True, **settings: object) -> Iter
     asynchronous (a commit returns at once; a failover can lose it). `settings` go to both servers.
     Returns once the standby streams (and, when synchronous, is the primary's sync standby).
     """
-    bindir = _require_binaries()
+    bindir = require_binaries()
     primary_settings = {**_REPLICATION_SETTINGS, "synchronous_commit": "on",
                         "synchronous_standby_names": STANDBY_NAME if synchronous else "", **settings}
     primary = PrivatePostgres(bindir, primary_settings)

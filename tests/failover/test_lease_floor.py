@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from private_postgres import (
     _REPLICATION_SETTINGS,
     PrivatePostgres,
-    _require_binaries,
     private_postgres,
     replicated_postgres,
+    require_binaries,
 )
 
 from reliable.cli.main import cli
@@ -111,7 +111,7 @@ def test_after_pg_upgrade_a_running_process_goes_on_and_the_raised_floor_keeps_t
 
 @pytest.mark.timeout(240)
 def test_a_second_lossy_failover_to_the_same_timeline_number_keeps_tokens_rising_once_the_floor_is_raised() -> None:
-    bindir = _require_binaries()
+    bindir = require_binaries()
     settings = {**_REPLICATION_SETTINGS, "synchronous_commit": "on", "synchronous_standby_names": ""}
     p, s1, s2 = (PrivatePostgres(bindir, settings) for _ in range(3))
     try:
