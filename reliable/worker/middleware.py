@@ -286,7 +286,11 @@ class ReliableMiddleware(Middleware):
         bound the publish by what is left of the send's send_timeout (reliable.worker.publishing)."""
         self.publishing.begin(message)
         if not self.registration.registered_in_bulk(message):
-            self._register(broker, message, delay)
+            try:
+                self._register(broker, message, delay)
+            except BaseException:
+                self.publishing.end(message)  # this send is over: sending the message again starts afresh
+                raise
         self.publishing.arm(broker, message)
 
     def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:

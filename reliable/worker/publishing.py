@@ -55,11 +55,13 @@ class PublishDeadlines:
         a job's run the registration waits for the store as the job's writes do: the publish gets
         its own send_timeout from `arm` on.
         """
-        if _current.get() is not None or _fast_run.get() is not None:
+        if self._sending.message_id == message.message_id or _current.get() is not None \
+                or _fast_run.get() is not None:
             return
+        self._start(message)
+
+    def _start(self, message: dramatiq.Message[Any]) -> None:
         sending = self._sending
-        if sending.message_id == message.message_id:
-            return
         self._watchdog.disarm(threading.get_ident())  # a send that ended without after_enqueue (it raised)
         given = message.options.get(SEND_TIMEOUT)
         timeout = given if isinstance(given, int | float) and not isinstance(given, bool) and given > 0 \
@@ -72,7 +74,7 @@ class PublishDeadlines:
         SendTimedOut if nothing is (a publish cut at the deadline, retried by Dramatiq)."""
         sending = self._sending
         if sending.message_id != message.message_id:
-            self.begin(message)
+            self._start(message)
         if time.monotonic() >= sending.until:
             timeout, sending.message_id = sending.timeout, None
             raise SendTimedOut(
