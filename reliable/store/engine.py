@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
 
 from ..deadlines import Watchdog, cut_socket, deadline, remaining
+from ..errors import ConfigError
 from ..redact import redact_url
 from .db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url
 from .replication import refuse_older_timelines
@@ -54,6 +55,7 @@ def connect_engine(url: str | URL, *, max_connections: int = DEFAULT_MAX_CONNECT
         _configure_sqlite(engine)
         return engine
     # prepare_threshold: the worker's statements run often; the server keeps their plans.
+    _check_tcp_settings(parsed)
     tcp = {key: value for key, value in tcp_bounds(lease_ttl).items() if key not in parsed.query}
     engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": CONNECT_TIMEOUT, "prepare_threshold": 2,
                                                             "options": _session_options(parsed), **tcp})
@@ -97,6 +99,27 @@ def tcp_bounds(lease_ttl: float) -> dict[str, int]:
     third = max(3, int(lease_ttl / 3))
     return {"keepalives": 1, "keepalives_idle": max(1, third // 2), "keepalives_interval": max(1, third // 5),
             "keepalives_count": 3, "tcp_user_timeout": third * 1000}
+
+
+#: The least value each TCP setting of a store URL may have (keepalives: 0 turns them off).
+_TCP_MINIMUM = {"keepalives": 0, "keepalives_idle": 1, "keepalives_interval": 1, "keepalives_count": 1,
+                "tcp_user_timeout": 0}
+
+
+def _check_tcp_settings(url: URL) -> None:
+    """ConfigError for a TCP setting in the URL's query that libpq would refuse at every connect
+    (which reads like an outage: a worker would wait for ever, a send for its send_timeout)."""
+    for key, least in _TCP_MINIMUM.items():
+        value = url.query.get(key)
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else ",".join(value)
+        if not text.isdigit() or int(text) < least or (key == "keepalives" and int(text) > 1):
+            unit = " (milliseconds)" if key == "tcp_user_timeout" else " (seconds)" if "keepalives_i" in key else ""
+            accepted = "0 or 1" if key == "keepalives" else f"a whole number of at least {least}{unit}"
+            default = tcp_bounds(DEFAULT_LEASE_TTL)[key]
+            raise ConfigError(f"store URL {redact_url(url)}: {key}={text!r} must be {accepted}: fix it in the URL's "
+                              f"query, or leave it out to use reliable's default ({default})")
 
 
 def _cut_at_deadlines(engine: Engine) -> None:

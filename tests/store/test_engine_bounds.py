@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from reliable.errors import ConfigError
 from reliable.store.engine import connect_engine, tcp_bounds
 
 
@@ -29,3 +32,14 @@ def test_connections_carry_them_and_the_url_overrides_them(pg_database: str) -> 
     assert (given["keepalives"], given["keepalives_idle"], given["tcp_user_timeout"]) == ("1", "10", "20000")
     overridden = _parameters(f"{pg_database}?keepalives_idle=7&tcp_user_timeout=4000")
     assert (overridden["keepalives_idle"], overridden["tcp_user_timeout"]) == ("7", "4000")
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("tcp_user_timeout=abc", r"tcp_user_timeout='abc' must be a whole number of at least 0 \(milliseconds\)"),
+    ("keepalives_idle=-5", r"keepalives_idle='-5' must be a whole number of at least 1 \(seconds\)"),
+    ("keepalives=yes", r"keepalives='yes' must be 0 or 1"),
+    ("keepalives_count=0", r"keepalives_count='0' must be a whole number of at least 1"),
+])
+def test_a_tcp_setting_libpq_would_refuse_is_a_configuration_error(query: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected + r": fix it in the URL's query, or leave it out"):
+        connect_engine(f"postgresql+psycopg://app:secret@db:5432/jobs?{query}")
