@@ -11,7 +11,6 @@ commit must be refused.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from reliable.states import JobStatus
 from reliable.store import StateStore
 from reliable.testing import wait_for
 
-from support import scratch_database
 from workers import WorkerProcess
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
@@ -40,13 +38,9 @@ LEASE_TTL, HEARTBEAT, RECOVERY_INTERVAL = 4.0, 1.0, 0.5
 
 
 @pytest.fixture
-def store_url() -> Iterator[str]:
-    """A migrated database of this test's own on the shared PostgreSQL."""
-    with scratch_database("silent_") as url:
-        store = StateStore(url)
-        store.upgrade()
-        store.close()
-        yield url
+def store_url(pg_store: StateStore, pg_database: str) -> str:
+    """The session's PostgreSQL database, emptied (`pg_store`)."""
+    return pg_database
 
 
 def through(url: str, proxy: Blackhole, port: int) -> str:
