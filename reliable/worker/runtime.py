@@ -35,7 +35,7 @@ from .heartbeat import Heartbeat
 from .processes import exited, register, release_dead_neighbours, this_process
 from .settings import Settings
 
-__all__ = ["Runtime"]
+__all__ = ["MIN_WRITE_BOUND", "Runtime"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -50,6 +50,11 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+#: The least time one try of a worker's store write is given before its connection is cut (a
+#: short lease must not turn a slow statement on a loaded machine into a cut connection).
+MIN_WRITE_BOUND = 5.0
 
 
 class Runtime:
@@ -201,11 +206,12 @@ class Runtime:
 
         The wait between tries is capped by the heartbeat interval, so a write lands within about
         one interval of the store's return: before recovery may expire any lease (a full TTL). Each
-        try is bounded by the lease TTL (generous: statements take milliseconds, a lock wait may take
-        seconds): on a silent network the connection is cut and the thread comes back to Python,
-        where the heartbeat's interrupt of a job it could not renew can land.
+        try is bounded by the lease TTL, at least MIN_WRITE_BOUND (generous: statements take
+        milliseconds, a lock wait may take seconds): on a silent network the connection is cut and
+        the thread comes back to Python, where the heartbeat's interrupt of a job it could not renew
+        can land.
         """
-        bound = self.settings.lease_ttl
+        bound = max(self.settings.lease_ttl, MIN_WRITE_BOUND)
 
         def bounded() -> Any:
             with within(bound):
