@@ -35,6 +35,9 @@ SEND_TIMEOUT = 3.0
 #: handling, a loaded machine. Generous on purpose: without the bounds a send waits minutes.
 MARGIN = 4.0
 LEASE_TTL, HEARTBEAT, RECOVERY_INTERVAL = 4.0, 1.0, 0.5
+#: How long a step may take before the test fails (a worker's boot on a loaded machine included):
+#: a bound on failure only, the steps are waited for as conditions.
+WAIT = 60.0
 
 
 @pytest.fixture
@@ -102,7 +105,7 @@ def _lines(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_worker_cut_off_from_its_store_hands_its_job_on(store_url: str, rabbitmq_url: str, queue_name: str,
                                                           tmp_path: Path) -> None:
     records = tmp_path / "records"
@@ -123,11 +126,18 @@ def test_a_worker_cut_off_from_its_store_hands_its_job_on(store_url: str, rabbit
                                 max_connections=1)
     observer = StateStore(store_url, max_connections=1)
     bodies = records / "bodies.log"
+    job_id = ""
+
+    def diagnosis() -> str:  # the tail of each log, then the job's history
+        events = [(e.event, e.lease_id) for e in observer.events(job_id)] if job_id else []
+        return (f"--- cut-off worker\n{cut_off.output()[-4000:]}\n--- other worker\n"
+                f"{other.output()[-4000:] if other else ''}\n--- {_lines(bodies)}\n--- events {events}")
+
     try:
         message = dramatiq.Message(queue_name=queue_name, actor_name="silent_body", args=(), kwargs={}, options={})
         broker.enqueue(message)
         job_id = message.message_id
-        wait_for(lambda: _lines(bodies), "the first attempt to run", timeout=30, context=cut_off.output)
+        wait_for(lambda: _lines(bodies), "the first attempt to run", timeout=WAIT, context=cut_off.output)
         assert _lines(bodies)[0][:2] == [job_id, "1"]
         (records / "release-2").touch()  # the attempt that takes over returns at once
 
@@ -136,15 +146,13 @@ def test_a_worker_cut_off_from_its_store_hands_its_job_on(store_url: str, rabbit
         other = WorkerProcess({**env, "RELIABLE_TEST_STORE": store_url}, tmp_path / "other.log", threads=2,
                               app="silent_app", app_dir=APP_DIR)
         wait_for(lambda: "being handed on" in cut_off.output(), "the cut-off worker to give the job up",
-                 timeout=30, context=cut_off.output)
+                 timeout=WAIT, context=diagnosis)
         gave_up = time.monotonic() - silenced
         log = cut_off.output()
         assert f"heartbeat failed: the store at postgresql://127.0.0.1:{pg.port}/" in log, log[-3000:]
         assert f"job {job_id}: lease 1 not renewed for" in log
         wait_for(lambda: observer.get(job_id).status is JobStatus.SUCCEEDED, "another worker to run the job",
-                 timeout=30, context=lambda: f"{other.output() if other else ''}\n"
-                                             f"{[(e.event, e.lease_id, e.reason) for e in observer.events(job_id)]}\n"
-                                             f"{observer.get(job_id).status}")
+                 timeout=WAIT, context=diagnosis)
         assert observer.get(job_id).lease_id == 2
         assert [line[:2] for line in _lines(records / "interrupts.log")] == [[job_id, "1"]]
 
@@ -155,8 +163,8 @@ def test_a_worker_cut_off_from_its_store_hands_its_job_on(store_url: str, rabbit
             kinds = {(e.event, e.lease_id) for e in events}
             return events if {("lease_unrenewed", 1), ("stale_commit_rejected", 1)} <= kinds else []
 
-        events = wait_for(late_events, "the late commit refused and the interruption recorded", timeout=30,
-                          context=cut_off.output)
+        events = wait_for(late_events, "the late commit refused and the interruption recorded", timeout=WAIT,
+                          context=diagnosis)
         assert observer.get(job_id).status is JobStatus.SUCCEEDED and observer.get(job_id).lease_id == 2
         unrenewed = next(e for e in events if e.event == "lease_unrenewed")
         assert "handed on" in (unrenewed.reason or "")
