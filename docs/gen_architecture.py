@@ -69,6 +69,7 @@ LAYERS: tuple[Layer, ...] = (
         Part("disclosure.py"), Part("inputs.py"), Part("patterns.py"), Part("operators.py"),
         Part("tracecontext.py"), Part("tracebacks.py"), Part("events.py"), Part("metrics.py"),
         Part("multiprocess.py"), Part("defaults/", "the shipped folders"),
+        Part("deadlines.py", "a call's deadline; the socket of a call still waiting at it is cut", only=()),
         Part("compat/", "every third-party private part, each behind a version gate with a fallback", private=True),
         Part("supervisor/exits.py", "exit codes and the supervisor's pid variable: what a child and its "
                                     "supervisor agree on"),

@@ -4,6 +4,13 @@ It also delivers what the answer says: control flags to each running job (so a p
 seen within one interval even between checkpoints), a lost lease (the job's thread is interrupted
 so a stale worker stops working), and forced termination of a job still running past its stop
 grace period (an async exception in its thread, as Dramatiq's TimeLimit does).
+
+On a silent network each renewal is bounded (`renewal_bound`: its connection is cut at the
+deadline, reliable.deadlines) and logged as late with the store's host and how long the leases have
+gone unrenewed. A job whose lease this process could not renew for a full TTL is interrupted
+(LeaseLostInterrupt, as for a lost lease): recovery may already have handed it on, and anything its
+thread still writes is refused by fencing. Its `lease_unrenewed` event is recorded once the store
+answers again, so the job's history says why the attempt stopped.
 """
 
 from __future__ import annotations
@@ -12,16 +19,36 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from ..deadlines import within
 from ..errors import JobForceStopped, LeaseLostInterrupt, StoreError
 from ..policy import check_heartbeat
 from ..states import JobStatus
 from ..store import WorkerProgress
 from .context import JobContext
 
-__all__ = ["Heartbeat"]
+__all__ = ["MIN_RENEWAL_BOUND", "Heartbeat", "renewal_bound"]
 
 logger = logging.getLogger("reliable.leases")
+
+#: The least time a renewal is given before its connection is cut: a statement takes milliseconds,
+#: and a loaded machine must not turn into cut connections.
+MIN_RENEWAL_BOUND = 2.0
+
+
+def renewal_bound(interval: float) -> float:
+    """Seconds one renewal may take: one heartbeat interval (the next is due then), at least MIN_RENEWAL_BOUND."""
+    return max(MIN_RENEWAL_BOUND, interval)
+
+
+@dataclass(frozen=True)
+class _Abandoned:
+    """An attempt interrupted because its lease went unrenewed for a TTL, its event not yet recorded."""
+
+    job_id: str
+    lease_id: int
+    unrenewed_for: float
 
 
 class Heartbeat:
@@ -30,7 +57,8 @@ class Heartbeat:
     def __init__(self, store: WorkerProgress, *, worker_id: str, interval: float, lease_ttl: float,
                  on_beat: Callable[[float, int, int], None] | None = None,
                  on_failure: Callable[[], None] | None = None,
-                 on_escalation: Callable[[JobContext, float], None] | None = None) -> None:
+                 on_escalation: Callable[[JobContext, float], None] | None = None,
+                 where: str = "the store", clock: Callable[[], float] = time.monotonic) -> None:
         check_heartbeat(interval, lease_ttl, names=("heartbeat interval", "lease ttl"))
         self.store = store
         self.worker_id = worker_id
@@ -45,12 +73,20 @@ class Heartbeat:
         self._on_failure = on_failure
         self._on_escalation = on_escalation
         self._escalated: dict[tuple[str, int], float] = {}
+        self._clock = clock
+        # job_id -> when its lease was last known renewed (this process's monotonic clock, taken
+        # before the renewal was sent: never later than the database's own stamp).
+        self._renewed_at: dict[str, float] = {}
+        self._abandoned: list[_Abandoned] = []
+        self._failing_since: float | None = None
+        self.where = where
 
     def add(self, job: JobContext) -> None:
         """Start renewing `job`'s lease; an older attempt of the same job in this process is stale."""
         with self._lock:
             old = self._jobs.get(job.job_id)
             self._jobs[job.job_id] = job
+            self._renewed_at[job.job_id] = self._clock()  # its claim set the lease a moment ago
         if old is not None:  # its lease was reassigned (to `job`): stop it before it does more work
             old.mark_lease_lost()
             old.interrupt(LeaseLostInterrupt)
@@ -66,6 +102,7 @@ class Heartbeat:
         held = self._jobs.get(job.job_id)
         if held is not None and held.fencing_token == job.fencing_token:
             del self._jobs[job.job_id]
+            self._renewed_at.pop(job.job_id, None)
 
     def held(self) -> list[JobContext]:
         """The jobs whose leases this process currently renews."""
@@ -89,16 +126,60 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            try:
+            self.beat_once()
+
+    def beat_once(self) -> None:
+        """One turn of the thread: a bounded renewal; on failure, the jobs unrenewed for a TTL interrupted."""
+        started = self._clock()
+        try:
+            with within(renewal_bound(self.interval)):
                 self.beat()
-            except StoreError as exc:
-                logger.warning("heartbeat failed (leases not renewed, retrying in %.1fs): %s", self.interval, exc)
-                if self._on_failure:
-                    self._on_failure()
-            except Exception:
-                logger.exception("heartbeat failed unexpectedly")
-                if self._on_failure:
-                    self._on_failure()
+                self._record_abandoned()
+            self._failing_since = None
+            return
+        except StoreError as exc:
+            since = self._failing_since = self._failing_since or started
+            logger.warning("heartbeat failed: the store at %s did not renew the leases (failing for %.1fs, this try "
+                           "%.1fs; retrying in %.1fs): %s", self.where, self._clock() - since,
+                           self._clock() - started, self.interval, exc)
+        except Exception:
+            logger.exception("heartbeat failed unexpectedly")
+        if self._on_failure:
+            self._on_failure()
+        self.abandon_unrenewed()
+
+    def abandon_unrenewed(self) -> None:
+        """Interrupt every running job whose lease went unrenewed for a full TTL: recovery may hand
+        it on now (the store decides by its clock), so its thread must stop (a log line each)."""
+        now = self._clock()
+        with self._lock:
+            late = [(job, now - self._renewed_at.get(job.job_id, now)) for job in self._jobs.values()]
+        for job, unrenewed in late:
+            if unrenewed < self.lease_ttl or job.lease_lost or not job.interruptible():
+                continue
+            job.mark_lease_lost()
+            logger.error("job %s: lease %d not renewed for %.1fs (lease ttl %.1fs; the store at %s does not answer): "
+                         "interrupting its thread, the job is being handed on", job.job_id, job.fencing_token,
+                         unrenewed, self.lease_ttl, self.where)
+            with self._lock:
+                self._abandoned.append(_Abandoned(job.job_id, job.fencing_token, round(unrenewed, 1)))
+            job.interrupt(LeaseLostInterrupt)
+
+    def _record_abandoned(self) -> None:
+        """Record the `lease_unrenewed` events of the attempts interrupted while the store was away."""
+        with self._lock:
+            pending, self._abandoned = self._abandoned, []
+        for i, gone in enumerate(pending):
+            try:
+                self.store.record_event(
+                    gone.job_id, "lease_unrenewed", worker_id=self.worker_id, lease_id=gone.lease_id,
+                    reason=f"the heartbeat could not reach the store for {gone.unrenewed_for:g}s (a full lease ttl): "
+                           "the attempt was interrupted and the job handed on",
+                    detail={"unrenewed_for": gone.unrenewed_for})
+            except StoreError:
+                with self._lock:
+                    self._abandoned[:0] = pending[i:]
+                raise
 
     def beat(self) -> None:
         """Renew every held lease once and act on the answer."""
@@ -108,9 +189,14 @@ class Heartbeat:
             if self._on_beat:
                 self._on_beat(0.0, 0, 0)  # nothing renewed: lets "leases held" fall back to 0
             return
+        sent = self._clock()
         started = time.perf_counter()
         answer = self.store.renew(self.worker_id, [(j.job_id, j.fencing_token) for j in jobs], self.lease_ttl)
         latency = time.perf_counter() - started
+        with self._lock:
+            for job in jobs:
+                if job.job_id in answer and self._jobs.get(job.job_id) is job:
+                    self._renewed_at[job.job_id] = sent
         lost = 0
         for job in jobs:
             lease = answer.get(job.job_id)

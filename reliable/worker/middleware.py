@@ -47,6 +47,7 @@ from .heartbeat import Heartbeat
 from .leases import Leases
 from .paused import PausedDeliveries, PausedQueues
 from .plans import Plans
+from .publishing import PublishDeadlines
 from .registration import Registration
 from .settings import DEFAULT_SEND_TIMEOUT, Settings
 from .skips import skip_of
@@ -88,6 +89,7 @@ class ReliableMiddleware(Middleware):
         self.runtime = runtime.Runtime(s, on_escalation=lambda job, late: escalate(self.runtime, job, late))
         self.plans = Plans(s.policy)
         self.registration = Registration(self.plans, self.runtime, s.tracing)
+        self.publishing = PublishDeadlines(s.send_timeout)
         #: What this worker thread's delivery holds between the hooks.
         self.delivery = Delivery()
         #: Group barriers in the store (reliable.worker.groups).
@@ -280,9 +282,22 @@ class ReliableMiddleware(Middleware):
                         self.looks.looks, self.looks.reads, self.looks.waits)
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
-        """Register the job (PENDING) before its message is published; no-op for a known job_id."""
-        if self.registration.registered_in_bulk(message):
-            return
+        """Register the job (PENDING) before its message is published (no-op for a known job_id), then
+        bound the publish by what is left of the send's send_timeout (reliable.worker.publishing)."""
+        self.publishing.begin(message)
+        if not self.registration.registered_in_bulk(message):
+            try:
+                self._register(broker, message, delay)
+            except BaseException:
+                self.publishing.end(message)  # this send is over: sending the message again starts afresh
+                raise
+        self.publishing.arm(broker, message)
+
+    def after_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
+        """The publish went through within the send's time."""
+        self.publishing.end(message)
+
+    def _register(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None) -> None:
         if self.group_callbacks is None and "group_completion_uuid" in message.options:
             self.adopt_group_callbacks(broker)  # GroupCallbacks added after install: the next groups
         try:

@@ -20,6 +20,7 @@ from typing import Any
 import dramatiq
 
 from .. import multiprocess
+from ..deadlines import within
 from ..errors import ActorContractError, ConfigError, StoreError, StoreNotMigrated, StoreUnavailable
 from ..recovery import Recovery
 from ..schedules import Scheduler
@@ -34,7 +35,7 @@ from .heartbeat import Heartbeat
 from .processes import exited, register, release_dead_neighbours, this_process
 from .settings import Settings
 
-__all__ = ["Runtime"]
+__all__ = ["MIN_WRITE_BOUND", "Runtime"]
 
 logger = logging.getLogger("reliable.middleware")
 
@@ -49,6 +50,11 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+#: The least time one try of a worker's store write is given before its connection is cut (a
+#: short lease must not turn a slow statement on a loaded machine into a cut connection).
+MIN_WRITE_BOUND = 5.0
 
 
 class Runtime:
@@ -98,7 +104,8 @@ class Runtime:
             else:  # the URL object, never a rendered string: the password stays out of any text
                 url = given if isinstance(given, str) else given.engine.url
                 timeout = POOL_TIMEOUT if isinstance(given, str) else given.pool_timeout
-                engine = connect_engine(url, max_connections=settings.max_connections, pool_timeout=timeout)
+                engine = connect_engine(url, max_connections=settings.max_connections, pool_timeout=timeout,
+                                        lease_ttl=settings.lease_ttl)
                 store = StateStore(engine=engine, max_connections=settings.max_connections, pool_timeout=timeout,
                                    group_commit=settings.group_commit)
             for listener in settings.listeners:
@@ -109,7 +116,7 @@ class Runtime:
             self.heartbeat = Heartbeat(
                 store, worker_id=self._worker_id, interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
                 on_escalation=self._on_escalation, on_beat=metrics.heartbeat if metrics else None,
-                on_failure=metrics.heartbeat_failed if metrics else None)
+                on_failure=metrics.heartbeat_failed if metrics else None, where=database_location(store.engine.url))
             self.pid = pid
 
     def check_replication(self) -> None:
@@ -198,24 +205,36 @@ class Runtime:
         misconfigured: logged as an error with its fix), wait and retry, the message kept unacked.
 
         The wait between tries is capped by the heartbeat interval, so a write lands within about
-        one interval of the store's return: before recovery may expire any lease (a full TTL).
+        one interval of the store's return: before recovery may expire any lease (a full TTL). Each
+        try is bounded by the lease TTL, at least MIN_WRITE_BOUND (generous: statements take
+        milliseconds, a lock wait may take seconds): on a silent network the connection is cut and
+        the thread comes back to Python, where the heartbeat's interrupt of a job it could not renew
+        can land.
         """
-        return retry_while_unavailable(call, what=what, max_delay=self.settings.heartbeat_interval,
+        bound = max(self.settings.lease_ttl, MIN_WRITE_BOUND)
+
+        def bounded() -> Any:
+            with within(bound):
+                return call()
+
+        return retry_while_unavailable(bounded, what=what, max_delay=self.settings.heartbeat_interval,
                                        note=" (message kept unacked)", hold=True)
 
     def send(self, what: str, call: Callable[[], Any], timeout: float | None = None) -> Any:
         """Run a send's store call (registering a job, a group's barrier).
 
         Outside a job's run no message is held: a configuration error raises at once, an outage is
-        waited out for `timeout` seconds (default: the installed send_timeout), then SendTimedOut.
-        Inside a job's run (an actor sending a child) the job's message is held: it waits like the
-        job's other writes (`with_store_retry`), bounded by the lease.
+        waited out for `timeout` seconds (default: the installed send_timeout), then SendTimedOut; a
+        silent network too (`reliable.deadlines`: the connection is cut at the deadline). Inside a
+        job's run (an actor sending a child) the job's message is held: it waits like the job's
+        other writes (`with_store_retry`), bounded by the lease.
         """
         if _current.get() is not None or _fast_run.get() is not None:
             return self.with_store_retry(what, call)
         timeout = self.settings.send_timeout if timeout is None else timeout
-        return retry_while_unavailable(call, what=what, max_delay=min(self.settings.heartbeat_interval, timeout),
-                                       timeout=timeout, note=f" (the send waits up to {timeout:g}s)")
+        with within(timeout):
+            return retry_while_unavailable(call, what=what, max_delay=min(self.settings.heartbeat_interval, timeout),
+                                           timeout=timeout, note=f" (the send waits up to {timeout:g}s)")
 
     def check_store(self, *, at: str, worker: bool = False) -> None:
         """Check the store once (`at`: "worker boot", "install"): a configuration error raises
