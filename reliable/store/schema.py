@@ -19,6 +19,7 @@ from .core_tables import (
     jobs,
     legacy_attempts,
     liveness,
+    process_events,
     worker_processes,
 )
 from .feature_tables import (
@@ -58,6 +59,7 @@ __all__ = [
     "metadata",
     "on_dialect",
     "operations",
+    "process_events",
     "queue_events",
     "queue_pauses",
     "schedule_events",

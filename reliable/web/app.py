@@ -23,7 +23,16 @@ from starlette.types import ASGIApp, Scope
 
 from ..access import ApiTokens
 from ..control import ContractSource
-from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError, client_message
+from ..errors import (
+    ConfigError,
+    JobNotFound,
+    NotAuthorized,
+    ProcessNotFound,
+    ReasonRequired,
+    ReliableError,
+    StoreError,
+    client_message,
+)
 from ..store import StateStore
 from .bodies import BodyLimit
 from .config import WebConfig
@@ -74,7 +83,7 @@ def _public_message(exc: Exception) -> str:
 async def _reliable_error(request: Request, exc: Exception) -> Response:
     # A store error first: a misconfigured store (StoreMisconfigured is also a ConfigError) is the
     # server's fault, not the request's.
-    status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
+    status = (404 if isinstance(exc, JobNotFound | ProcessNotFound) else 403 if isinstance(exc, NotAuthorized)
               else 503 if isinstance(exc, StoreError) else 400 if isinstance(exc, ConfigError | ReasonRequired)
               else 409)
     message = _public_message(exc)

@@ -173,11 +173,32 @@ _PATHS: dict[str, Any] = {
 
 # -- c28-workers: the fleet (reliable.web.workers) --
 _PATHS["/api/v1/workers"] = _get(
-    "the live worker processes (with the jobs each holds now) and the most recent exits", _ref("WorkerList"),
+    "a page of the live worker processes (with what each busy thread runs now) and the most recent exits",
+    _ref("WorkerList"),
     [_q("host", "only this host's processes", {"type": "string"}),
-     _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50})],
+     _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50}),
+     _q("limit", "live processes per page", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+     _q("cursor", "the next_cursor of the previous page", {"type": "string"})],
     operationId="workers")
 # -- end c28-workers --
+
+
+def _worker_command(command: str, summary: str) -> dict[str, Any]:
+    return {"summary": summary, "operationId": f"worker_{command}",
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref("WorkerCommandRequest")}}},
+            "responses": {"200": _json(_ref("WorkerCommandResult")), **_ERRORS, **_TOO_LARGE,
+                          "403": {**_ERROR, "description": "not authorized (audited on the process)"},
+                          "404": {**_ERROR, "description": "no worker process with that id on record"},
+                          "409": {**_ERROR, "description": "the process has exited"}}}
+
+
+_PATHS["/api/v1/workers/{worker_id}/{command}"] = {"post": {
+    **_worker_command("command", "quiet a worker process (take no new message, finish the running ones) or stop "
+                                 "it (finish them, then exit); picked up by its next heartbeat"),
+    "parameters": [{"name": "worker_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                   {"name": "command", "in": "path", "required": True,
+                    "schema": {"type": "string", "enum": ["quiet", "stop"]}}]}}
 
 
 # -- queue pause / resume (issue 28, c28-queues) ---------------------------------------------------
@@ -377,7 +398,18 @@ _SCHEMAS: dict[str, Any] = {
 
 # -- c28-workers: the fleet (reliable.store.worker_views) --
 _SCHEMAS["HeldJob"] = _object({"job_id": {"type": "string"}, "queue": {"type": "string"},
-                               "actor": {"type": "string"}, "status": {"type": "string", "enum": _STATES}})
+                               "actor": {"type": "string"}, "status": {"type": "string", "enum": _STATES},
+                               "started_at": _N_NUM, "thread": {**_N_STR, "description": "null: not reported yet"}})
+_SCHEMAS["BusyThread"] = _object({"thread": {**_N_STR, "description": "null: the job was claimed after the "
+                                             "process's last heartbeat"},
+                                  "job_id": {"type": "string"}, "actor": {"type": "string"},
+                                  "queue": {"type": "string"}, "started_at": _N_NUM})
+_SCHEMAS["WorkerCommandRequest"] = _object({"reason": {"type": "string", "description": "why (required, audited)"}},
+                                           ["reason"], additionalProperties=False)
+_SCHEMAS["WorkerCommandResult"] = _object({
+    "worker_id": {"type": "string"}, "command": {"type": "string", "enum": ["quiet", "stop"]},
+    "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already"},
+    "operator": {"type": "string"}})
 _SCHEMAS["WorkerProcess"] = _object({
     "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
     "start_ticks": _N_INT, "boot_id": _N_STR,
@@ -388,10 +420,19 @@ _SCHEMAS["WorkerProcess"] = _object({
     "exit_reason": {**_N_STR, "description": "stopped, pid_gone or pid_reused"}, "exit_observed_by": _N_STR,
     "jobs_held": {"type": "integer", "description": "RUNNING/STOPPING jobs whose lease it holds now"},
     "held_jobs": {"type": "array", "items": _ref("HeldJob")},
-    "restarts": {"type": "integer", "description": "children its supervisor saw exit before it"},
+    "busy_threads": {"type": "array", "items": _ref("BusyThread")},
+    "slot": {**_N_INT, "description": "its slot in its `reliable worker` supervisor"},
+    "restarts": {**_N_INT, "description": "children its supervisor's slot had before it (null: no supervisor)"},
+    "command": {"type": ["string", "null"], "enum": ["quiet", "stop", None],
+                "description": "the last operator command (reliable.process_commands)"},
+    "command_at": _N_NUM, "command_operator": _N_STR, "command_reason": _N_STR,
+    "command_seen_at": {**_N_NUM, "description": "when its heartbeat picked the command up"},
+    "quiet": {"type": "boolean", "description": "told to take no new message (quiet or stop)"},
     "silent_seconds": {"type": "number", "description": "since its last heartbeat (to its exit, once exited)"},
     "silent": {"type": "boolean", "description": "not marked exited, no heartbeat within live_within_seconds"}})
 _SCHEMAS["WorkerList"] = _object({"now": {"type": "number"}, "live_within_seconds": {"type": "number"},
+                                  "live_total": {"type": "integer", "description": "live processes (every page)"},
+                                  "next_cursor": {**_N_STR, "description": "null: the last page"},
                                   "workers": {"type": "array", "items": _ref("WorkerProcess")},
                                   "exited": {"type": "array", "items": _ref("WorkerProcess")}})
 # -- end c28-workers --

@@ -30,7 +30,8 @@ class Heartbeat:
     def __init__(self, store: WorkerProgress, *, worker_id: str, interval: float, lease_ttl: float,
                  on_beat: Callable[[float, int, int], None] | None = None,
                  on_failure: Callable[[], None] | None = None,
-                 on_escalation: Callable[[JobContext, float], None] | None = None) -> None:
+                 on_escalation: Callable[[JobContext, float], None] | None = None,
+                 after_beat: Callable[[list[JobContext]], None] | None = None) -> None:
         check_heartbeat(interval, lease_ttl, names=("heartbeat interval", "lease ttl"))
         self.store = store
         self.worker_id = worker_id
@@ -44,6 +45,9 @@ class Heartbeat:
         self._on_beat = on_beat
         self._on_failure = on_failure
         self._on_escalation = on_escalation
+        #: Called after each beat with the jobs held (reliable.worker.commands: the busy threads reported,
+        #: an operator's command picked up); its own errors are its own.
+        self._after_beat = after_beat
         self._escalated: dict[tuple[str, int], float] = {}
 
     def add(self, job: JobContext) -> None:
@@ -99,6 +103,11 @@ class Heartbeat:
                 logger.exception("heartbeat failed unexpectedly")
                 if self._on_failure:
                     self._on_failure()
+            if self._after_beat is not None:
+                try:
+                    self._after_beat(self.held())
+                except Exception:
+                    logger.exception("the heartbeat's report failed unexpectedly")
 
     def beat(self) -> None:
         """Renew every held lease once and act on the answer."""
