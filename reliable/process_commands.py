@@ -20,13 +20,22 @@ from __future__ import annotations
 
 from .commands import PROCESS_COMMANDS, check_reason_text, require_reason
 from .errors import ConfigError, ControlRefused, NotAuthorized, ProcessNotFound
-from .inputs import escape_controls
+from .inputs import MAX_NAME, escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
 from .store import StoreCore
 from .store.process_commands import COMMANDS, add_event, set_command
 from .store.processes import WorkerProcess, get_process
 
-__all__ = ["COMMANDS", "allowed", "command", "policy_queues"]
+__all__ = ["COMMANDS", "allowed", "check_worker_id", "command", "policy_queues"]
+
+
+def check_worker_id(worker_id: str) -> str:
+    """`worker_id`, or ConfigError naming the field 'worker_id' when it cannot be one."""
+    problem = ("it is empty" if not worker_id else f"it is longer than {MAX_NAME} characters"
+               if len(worker_id) > MAX_NAME else text_problem(worker_id))
+    if problem is not None:
+        raise ConfigError(f"field 'worker_id': {problem}")
+    return worker_id
 
 
 def policy_queues(process: WorkerProcess) -> tuple[str, ...]:
@@ -49,25 +58,27 @@ def command(store: StoreCore, worker_id: str, verb: str, *, reason: str | None, 
     if verb not in COMMANDS:
         raise ConfigError(f"field 'command': unknown process command {verb!r} (known: {', '.join(COMMANDS)})")
     name = f"workers {verb}"
+    check_worker_id(worker_id)
     require_reason(name, reason)
     assert reason is not None
     process = get_process(store, worker_id)
-    if process is None:
-        raise ProcessNotFound(worker_id)
     policy = operators or OperatorsPolicy.allow_all()
     try:
         check_reason_text(name, reason)
+        if process is None:
+            raise ProcessNotFound(worker_id)
         for queue in policy_queues(process):
             policy.check(identity.name, PROCESS_COMMANDS[name], queue, None)
     except (NotAuthorized, ConfigError) as exc:
-        add_event(store, process.worker_id, "command_refused", operator=identity.name, host=identity.host,
-                  source=identity.source, reason=escape_controls(reason), detail={"command": name, "why": str(exc)})
+        if process is not None:
+            add_event(store, worker_id, "command_refused", operator=identity.name, host=identity.host,
+                      source=identity.source, reason=escape_controls(reason), detail={"command": name, "why": str(exc)})
         raise
     outcome = set_command(store, process.worker_id, verb, operator=identity.name, host=identity.host,
                           source=identity.source, reason=reason)
     if outcome == "missing":
         raise ProcessNotFound(process.worker_id)
     if outcome == "exited":
-        raise ControlRefused(f"worker process {process.worker_id} (pid {process.pid} on {process.host}) has exited",
+        raise ControlRefused(f"worker process {worker_id} (pid {process.pid} on {process.host}) has exited",
                              hint="nothing to quiet or stop: refresh the workers page")
     return outcome == "set"

@@ -193,12 +193,13 @@ def _worker_command(command: str, summary: str) -> dict[str, Any]:
                           "409": {**_ERROR, "description": "the process has exited"}}}
 
 
-_PATHS["/api/v1/workers/{worker_id}/{command}"] = {"post": {
-    **_worker_command("command", "quiet a worker process (take no new message, finish the running ones) or stop "
-                                 "it (finish them, then exit); picked up by its next heartbeat"),
-    "parameters": [{"name": "worker_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                   {"name": "command", "in": "path", "required": True,
-                    "schema": {"type": "string", "enum": ["quiet", "stop"]}}]}}
+_WORKER = {"name": "worker_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_PATHS["/api/v1/workers/{worker_id}/quiet"] = {"post": {
+    **_worker_command("quiet", "quiet a worker process: it takes no new message and finishes the running ones "
+                               "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
+_PATHS["/api/v1/workers/{worker_id}/stop"] = {"post": {
+    **_worker_command("stop", "stop a worker process: it finishes its running jobs and exits, as on SIGTERM "
+                              "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
 
 
 # -- queue pause / resume (issue 28, c28-queues) ---------------------------------------------------
