@@ -25,6 +25,7 @@ from .. import queue_pauses
 from ..errors import NotAuthorized, ReliableError
 from .auth import authenticate, state_of
 from .console import flash, render
+from .limits import limits_section
 from .queues import queue_answer
 
 __all__ = ["routes"]
@@ -42,13 +43,15 @@ async def queues_page(request: Request) -> Response:
         return queue_answer(state, pauses), pauses
 
     figures, pauses = await run_in_threadpool(read)
+    limits = await run_in_threadpool(limits_section, request, principal)  # issue 42
     for row in figures["queues"]:
         command = "resume" if row["paused"] else "pause"
         row["command"] = command if principal.allows(command, row["queue"], None) else None
         # Clearing the queue is a bulk cancel of its PENDING jobs (PENDING -> CANCELLED in states.py):
         # the form counts them first (the bulk preview), then asks for the confirmation.
         row["clear_pending"] = bool(row["by_state"].get("PENDING")) and principal.allows("cancel", row["queue"], None)
-    return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses))
+    return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses),
+                  limits=limits)
 
 
 async def queue_action(request: Request) -> Response:

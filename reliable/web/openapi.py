@@ -202,6 +202,22 @@ _PATHS["/api/v1/workers/{worker_id}/stop"] = {"post": {
                               "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
 
 
+# -- issue 42: operators' concurrency limits (reliable.web.limits) --
+_PATHS["/api/v1/limits"] = _get(
+    "a page of the actors with a concurrency limit: declared, effective now, the operator's cap", _ref("LimitList"),
+    [_q("limit", "actors per page", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+     _q("cursor", "the next_cursor of the previous page", {"type": "string"})], operationId="limits")
+_PATHS["/api/v1/limits/{actor}/concurrency"] = {"post": {
+    "summary": "cap an actor's concurrency (1 to its declared one; null clears the cap), audited",
+    "operationId": "limit_set",
+    "parameters": [{"name": "actor", "in": "path", "required": True, "schema": {"type": "string"}}],
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("LimitSetRequest")}}},
+    "responses": {"200": _json(_ref("LimitSetResult")), **_ERRORS, **_TOO_LARGE,
+                  "403": {**_ERROR, "description": "not authorized (audited on the actor's limit)"},
+                  "404": {**_ERROR, "description": "the actor has no concurrency limit in the store"}}}}
+# -- end issue 42 --
+
+
 # -- queue pause / resume (issue 28, c28-queues) ---------------------------------------------------
 _QUEUE = {"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -437,6 +453,19 @@ _SCHEMAS["WorkerList"] = _object({"now": {"type": "number"}, "live_within_second
                                   "workers": {"type": "array", "items": _ref("WorkerProcess")},
                                   "exited": {"type": "array", "items": _ref("WorkerProcess")}})
 # -- end c28-workers --
+_SCHEMAS["Limit"] = _object({
+    "actor": {"type": "string"}, "declared": {"type": "integer", "description": "limits={'concurrency': N}"},
+    "effective": {"type": "integer", "description": "now (the adaptive limit may have lowered it)"},
+    "ceiling": {**_N_INT, "description": "the operator's cap (null: none)"}, "streak": {"type": "integer"},
+    "changed_at": _N_NUM})
+_SCHEMAS["LimitList"] = _object({"limits": {"type": "array", "items": _ref("Limit")},
+                                 "next_cursor": {**_N_STR, "description": "null: the last page"}})
+_SCHEMAS["LimitSetRequest"] = _object({
+    "concurrency": {"type": ["integer", "null"], "minimum": 1, "description": "null: clear the cap"},
+    "reason": {"type": "string", "description": "why (required, audited)"}}, ["concurrency", "reason"],
+    additionalProperties=False)
+_SCHEMAS["LimitSetResult"] = _object({"actor": {"type": "string"}, "before": _ref("Limit"), "after": _ref("Limit"),
+                                      "operator": {"type": "string"}})
 
 _DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
