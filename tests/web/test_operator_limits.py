@@ -80,7 +80,8 @@ def test_bounds_roles_and_unknown_actors(limited: StateStore, tokens: Tokens) ->
     with TestClient(create_app(limited, config=WebConfig(secret_key="s"))) as client:
         for bad in (0, 4, "2", True, 1.5):
             answer = _set(client, tokens.admin, "charge", {"concurrency": bad, "reason": "r"})
-            assert answer.status_code == 400 and "'concurrency'" in answer.json()["error"]["message"], (bad, answer.text)
+            message = answer.json()["error"]["message"]
+            assert answer.status_code == 400 and "'concurrency'" in message, (bad, answer.text)
         assert "from 1 to 3" in _set(client, tokens.admin, "charge", {"concurrency": 4, "reason": "r"}).text
         assert _set(client, tokens.admin, "charge", {"reason": "r"}).status_code == 400
         assert _set(client, tokens.admin, "charge", {"concurrency": 1}).status_code == 400  # no reason

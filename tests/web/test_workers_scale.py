@@ -15,7 +15,6 @@ import pytest
 
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import worker_processes
-from reliable.web import WebConfig, create_app
 
 from web_support import Tokens, bearer, session
 

@@ -39,8 +39,8 @@ def test_busy_threads_quiet_and_stop_from_the_workers_page(page: Any, rig: Rig, 
     installed = reliable.install(producer, store=url, recovery=False)
     pages = declare(producer, queue)["pages"]
     before = {p.worker_id for p in list_processes(rig.store, live_only=True)}
-    mine = WorkerProcess({"RELIABLE_TEST_BROKER": RABBITMQ_URL, "RELIABLE_TEST_STORE": url, "RELIABLE_TEST_QUEUE": queue},
-                         tmp_path / "worker.log", threads=2, app="console_worker", app_dir=Path(__file__).parent)
+    env = {"RELIABLE_TEST_BROKER": RABBITMQ_URL, "RELIABLE_TEST_STORE": url, "RELIABLE_TEST_QUEUE": queue}
+    mine = WorkerProcess(env, tmp_path / "worker.log", threads=2, app="console_worker", app_dir=Path(__file__).parent)
     try:
         (worker_id,) = wait_for(lambda: {p.worker_id for p in list_processes(rig.store, live_only=True)} - before,
                                 "the new worker process on record", timeout=60, context=mine.output)
