@@ -9,16 +9,16 @@ adaptive restores stay at or below it (the limit queries read `declared` capped 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from sqlalchemy import select, update
 
+from .audit_trail import AuditEntry, entry, latest
 from .core import StoreCore
 from .schema import jobs, limit_events, limits
 
-__all__ = ["LimitEvent", "LimitView", "actor_queue", "add_event", "get_limit", "list_events", "list_limits",
+__all__ = ["LimitView", "actor_queue", "add_event", "get_limit", "list_events", "list_limits",
            "set_ceiling"]
 
 
@@ -36,21 +36,6 @@ class LimitView:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class LimitEvent:
-    """One entry of an actor's limit audit trail."""
-
-    id: int
-    actor: str
-    at: float
-    event: str
-    operator: str | None
-    host: str | None
-    source: str | None
-    reason: str | None
-    detail: dict[str, Any]
 
 
 def _view(r: Any) -> LimitView:
@@ -115,16 +100,10 @@ def add_event(store: StoreCore, actor: str, event: str, *, operator: str | None,
 
 def _event(store: StoreCore, actor: str, event: str, operator: str | None, host: str | None, source: str | None,
            reason: str | None, detail: dict[str, Any] | None) -> Any:
-    return limit_events.insert().values(name=actor, at=store.now_sql, event=event, operator=operator, host=host,
-                                        source=source, reason=reason, detail=json.dumps(detail) if detail else None)
+    return entry(store, limit_events, limit_events.c.name, actor, event, operator=operator, host=host, source=source,
+                 reason=reason, detail=detail)
 
 
-def list_events(store: StoreCore, actor: str, *, limit: int = 20) -> list[LimitEvent]:
+def list_events(store: StoreCore, actor: str, *, limit: int = 20) -> list[AuditEntry]:
     """`actor`'s latest limit audit entries, oldest first."""
-    e = limit_events.c
-    stmt = select(limit_events).where(e.name == actor).order_by(e.id.desc()).limit(limit)
-    with store.read() as conn:
-        rows = conn.execute(stmt).mappings().all()
-    return [LimitEvent(int(r["id"]), str(r["name"]), float(r["at"]), str(r["event"]), r["operator"], r["host"],
-                       r["source"], r["reason"], json.loads(r["detail"]) if r["detail"] else {})
-            for r in reversed(rows)]
+    return latest(store, limit_events, limit_events.c.name, actor, limit=limit)

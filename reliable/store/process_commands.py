@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import or_, select, update
 
+from .audit_trail import AuditEntry, entry, latest
 from .core import StoreCore
 from .schema import process_events, worker_processes
 
-__all__ = ["COMMANDS", "ProcessEvent", "SetOutcome", "add_event", "list_events", "report", "set_command"]
+__all__ = ["COMMANDS", "SetOutcome", "add_event", "list_events", "report", "set_command"]
 
 #: The commands a worker process acts on: quiet (take no new message, finish the running ones) and
 #: stop (a graceful shutdown), in the order they may follow each other.
@@ -28,21 +28,6 @@ COMMANDS: tuple[str, ...] = ("quiet", "stop")
 #: What `set_command` did: set; unchanged (that command, or a stop, is already there); exited (the
 #: process is marked exited); missing (no such process on record).
 SetOutcome = Literal["set", "unchanged", "exited", "missing"]
-
-
-@dataclass(frozen=True)
-class ProcessEvent:
-    """One entry of a process's audit trail (quiet, stop, command_refused)."""
-
-    id: int
-    worker_id: str
-    at: float
-    event: str
-    operator: str | None
-    host: str | None
-    source: str | None
-    reason: str | None
-    detail: dict[str, Any]
 
 
 def set_command(store: StoreCore, worker_id: str, command: str, *, operator: str, host: str | None,
@@ -73,20 +58,13 @@ def add_event(store: StoreCore, worker_id: str, event: str, *, operator: str | N
 
 def _event(store: StoreCore, worker_id: str, event: str, operator: str | None, host: str | None,
            source: str | None, reason: str | None, detail: dict[str, Any] | None) -> Any:
-    return process_events.insert().values(worker_id=worker_id, at=store.now_sql, event=event, operator=operator,
-                                          host=host, source=source, reason=reason,
-                                          detail=json.dumps(detail) if detail else None)
+    return entry(store, process_events, process_events.c.worker_id, worker_id, event, operator=operator, host=host,
+                 source=source, reason=reason, detail=detail)
 
 
-def list_events(store: StoreCore, worker_id: str, *, limit: int = 20) -> list[ProcessEvent]:
+def list_events(store: StoreCore, worker_id: str, *, limit: int = 20) -> list[AuditEntry]:
     """`worker_id`'s latest audit entries, oldest first."""
-    e = process_events.c
-    stmt = select(process_events).where(e.worker_id == worker_id).order_by(e.id.desc()).limit(limit)
-    with store.read() as conn:
-        rows = conn.execute(stmt).mappings().all()
-    return [ProcessEvent(int(r["id"]), str(r["worker_id"]), float(r["at"]), str(r["event"]), r["operator"], r["host"],
-                         r["source"], r["reason"], json.loads(r["detail"]) if r["detail"] else {})
-            for r in reversed(rows)]
+    return latest(store, process_events, process_events.c.worker_id, worker_id, limit=limit)
 
 
 def report(store: StoreCore, worker_id: str, busy: Sequence[tuple[str, str]] | None) -> str | None:

@@ -32,7 +32,7 @@ from ..errors import NotAuthorized, ReliableError
 from ..store.processes import LIVE_WITHIN
 from ..store.worker_views import EXITED_SHOWN, MAX_PAGE, PAGE, Fleet, fleet
 from .auth import authenticate, state_of
-from .bodies import json_object
+from .bodies import command_body
 
 __all__ = ["PARAMS", "routes"]
 
@@ -72,13 +72,7 @@ async def api_command(request: Request) -> JSONResponse:
     verb, worker_id = request.path_params["command"], request.path_params["worker_id"]
     if verb not in process_commands.COMMANDS:
         raise HTTPException(404, f"unknown worker command {verb!r} (known: {', '.join(process_commands.COMMANDS)})")
-    body = await json_object(request)
-    unknown = sorted(set(body) - {"reason"})
-    if unknown:
-        raise HTTPException(400, f"unknown field {unknown[0]!r} (known: reason)")
-    reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise HTTPException(400, "field 'reason' must be a string")
+    _, reason = await command_body(request)
     state = state_of(request)
     changed = await run_in_threadpool(lambda: process_commands.command(
         state.store, worker_id, verb, reason=reason, identity=principal.operator(state.config.host),

@@ -25,7 +25,7 @@ from ..errors import ConfigError, NotAuthorized, ReliableError
 from ..limits import operator as limit_operator
 from ..store.limit_settings import list_limits
 from .auth import authenticate, state_of
-from .bodies import json_object
+from .bodies import command_body
 
 __all__ = ["PAGE", "limits_section", "routes"]
 
@@ -65,16 +65,10 @@ async def api_set(request: Request) -> JSONResponse:
     """POST /api/v1/limits/{actor}/concurrency: cap (or uncap) an actor's concurrency as the principal."""
     principal = await authenticate(request)
     actor = request.path_params["actor"]
-    body = await json_object(request)
-    unknown = sorted(set(body) - {"reason", "concurrency"})
-    if unknown:
-        raise HTTPException(400, f"unknown field {unknown[0]!r} (known: concurrency, reason)")
+    body, reason = await command_body(request, "concurrency")
     if "concurrency" not in body:
         raise HTTPException(400, "field 'concurrency' is required (an integer, or null to clear the cap)")
     concurrency = _parse_concurrency(body["concurrency"])
-    reason = body.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise HTTPException(400, "field 'reason' must be a string")
     state = state_of(request)
     before, after = await run_in_threadpool(lambda: limit_operator.set_concurrency(
         state.store, actor, concurrency, reason=reason, identity=principal.operator(state.config.host),
