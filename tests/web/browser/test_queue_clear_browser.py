@@ -38,8 +38,8 @@ def test_clear_a_queues_pending_jobs_from_the_queues_page(page: Any, rig: Rig) -
     row = page.locator(f'tr[data-queue="{queue}"]')
     row.get_by_text("Clear pending").click()
     form = row.get_by_role("form", name=f"Clear the pending jobs of {queue}")
-    form.get_by_label("Reason").fill("a bad deploy enqueued these twice")
-    rig.screenshot(page, "queues")
+    form.get_by_label("Why clear").fill("a bad deploy enqueued these twice")
+    rig.screenshot(page, "queues-clear-form")
     form.get_by_role("button", name="Count the 3 pending").click()
 
     page.wait_for_url(re.compile(r"/operations/[^/]+$"))
