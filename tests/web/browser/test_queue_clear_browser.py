@@ -55,3 +55,27 @@ def test_clear_a_queues_pending_jobs_from_the_queues_page(page: Any, rig: Rig) -
     assert len(audit) == 1 and audit[0].operator == "ada" and audit[0].reason == "a bad deploy enqueued these twice"
     page.goto("/queues")
     expect(page.locator(f'tr[data-queue="{queue}"]').get_by_text("Clear pending")).to_have_count(0)
+
+
+def test_cap_an_actors_concurrency_from_the_queues_page(page: Any, rig: Rig) -> None:
+    from reliable.limits import Limits, limit_spec
+    from reliable.limits.storage import LimitStore
+    from reliable.store.limit_settings import get_limit
+
+    assert expect is not None
+    actor = f"export_{uuid.uuid4().hex[:6]}"
+    LimitStore(rig.store).ensure(limit_spec(actor, Limits(concurrency=8)), "")
+    page.goto("/queues#limits")
+    row = page.locator(f'tr[data-actor="{actor}"]')
+    expect(row).to_contain_text("8")
+    row.get_by_role("spinbutton", name="Concurrency").fill("2")
+    row.get_by_label("Reason").fill("the export API throttles us")
+    row.get_by_role("button", name="Set").click()
+    expect(page.locator("p.flash-ok")).to_contain_text(f"{actor}: concurrency 2 of 8 declared.")
+    expect(row.locator("td").nth(3)).to_have_text("2")
+    rig.screenshot(page, "queues-limits")
+    assert (get_limit(rig.store, actor) or pytest.fail("no row")).effective == 2
+    row.get_by_label("Reason").fill("recovered")
+    row.get_by_role("button", name="Clear the cap").click()
+    expect(row.locator("td").nth(3)).to_have_text("-")
+    assert (get_limit(rig.store, actor) or pytest.fail("no row")).effective == 8
