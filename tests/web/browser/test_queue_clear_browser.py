@@ -17,7 +17,7 @@ from reliable.store import NewJob
 from browser_support import Rig
 from support import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 try:
     from playwright.sync_api import expect
