@@ -82,6 +82,7 @@ LAYERS: tuple[Layer, ...] = (
         Part("workflows/"), Part("schedules/"), Part("limits/"), Part("alerts/"), Part("rabbitmq/"),
         Part("dispatch.py"), Part("compensation.py"), Part("commands.py", "the command vocabulary, below control"),
         Part("queue_pauses.py", "a whole queue paused; worker/paused.py honours it"),
+        Part("process_commands.py", "a worker process quieted or stopped; worker/commands.py honours it"),
         Part("tracing.py"),
         Part("consumed.py", "each delivery names the queue and the consumer it came from"),
         Part("registrar.py", "what features need of reliable installed on a broker (worker/registration.py "

@@ -19,7 +19,9 @@ from .store import Job
 
 __all__ = [
     "COMMAND_EVENTS",
+    "LIMIT_COMMANDS",
     "NEEDS_REASON",
+    "PROCESS_COMMANDS",
     "QUEUE_COMMANDS",
     "RESOLUTIONS",
     "SCHEDULE_COMMANDS",
@@ -45,7 +47,17 @@ SCHEDULE_COMMANDS: Mapping[str, str] = {"schedules pause": "pause", "schedules r
 #: on the queue: pausing a queue pauses its jobs to come, resuming it resumes them.
 QUEUE_COMMANDS: Mapping[str, str] = {"queues pause": "pause", "queues resume": "resume"}
 
-NEEDS_REASON: frozenset[str] = COMMANDS | frozenset(SCHEDULE_COMMANDS) | frozenset(QUEUE_COMMANDS)
+#: The commands on a worker process (reliable.process_commands) and the operators-policy command each
+#: is checked as, on every queue the process consumes ("*" for a process consuming every queue):
+#: quieting a process pauses the intake of its queues, stopping it stops the jobs it would run.
+PROCESS_COMMANDS: Mapping[str, str] = {"workers quiet": "pause", "workers stop": "stop"}
+
+#: An operator's change of an actor's concurrency limit (reliable.limits.operator), checked as the
+#: policy's `pause` on the actor's queue ("*" when no job of it is known): it holds back its jobs to come.
+LIMIT_COMMANDS: Mapping[str, str] = {"limits set": "pause"}
+
+NEEDS_REASON: frozenset[str] = (COMMANDS | frozenset(SCHEDULE_COMMANDS) | frozenset(QUEUE_COMMANDS)
+                                | frozenset(PROCESS_COMMANDS) | frozenset(LIMIT_COMMANDS))
 
 #: The events each command may use: their source states are what a filter selects by default.
 COMMAND_EVENTS: dict[str, tuple[Event, ...]] = {

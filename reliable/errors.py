@@ -19,6 +19,7 @@
     ├── RegistrationFailed          send() could not register its job (an unexpected error): nothing published
     ├── OperationNotFound           no bulk operation with that id
     ├── ScheduleNotFound            no schedule with that name
+    ├── ProcessNotFound             no worker process on record with that id
     ├── NamedQueryError             a store query name that does not exist, or a parameter missing
     ├── TransitionRefused           the state machine or a compare-and-set refused a change
     │   ├── ClaimRefused            a worker may not run this job now (reason says why)
@@ -58,6 +59,7 @@ __all__ = [
     "NotAuthorized",
     "OperationNotFound",
     "PolicyError",
+    "ProcessNotFound",
     "ReasonRequired",
     "RegistrationFailed",
     "ReliableError",
@@ -354,6 +356,14 @@ class ScheduleNotFound(ReliableError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"no schedule named {name!r} (`reliable schedules list` shows them)")
+
+
+class ProcessNotFound(ReliableError):
+    """No worker process on record has the given worker id (HTTP 404)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        super().__init__(f"no worker process with id {worker_id!r} on record")
 
 
 class NamedQueryError(ReliableError, LookupError):

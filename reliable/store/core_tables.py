@@ -27,7 +27,7 @@ from .alert_facts import UNCOUNTED_EVENTS
 from .metadata import _BigId, metadata
 
 __all__ = ["PARTIAL_JOB_INDEXES", "barriers", "effects", "job_events", "jobs", "legacy_attempts", "liveness",
-           "worker_processes"]
+           "process_events", "worker_processes"]
 
 jobs = Table(
     "reliable_jobs",
@@ -228,9 +228,37 @@ worker_processes = Table(
     Column("exited_at", Double),
     Column("exit_reason", String(64)),  # stopped | pid_gone | pid_reused
     Column("exit_observed_by", String(255)),  # the process that saw it (its worker id)
+    # migration 0023: the jobs its threads run now (JSON [[job_id, thread], ...], written by its heartbeat)
+    Column("busy", Text),
+    Column("slot", Integer),  # a `reliable worker` child's slot
+    Column("restarts", Integer),  # children its slot had before it (the supervisor's count)
+    # the last operator command (quiet | stop, reliable.process_commands), and when the process saw it
+    Column("command", String(16)),
+    Column("command_at", Double),
+    Column("command_operator", String(255)),
+    Column("command_reason", Text),
+    Column("command_seen_at", Double),
 )
 
 Index("ix_reliable_worker_processes_host", worker_processes.c.host, worker_processes.c.boot_id)
+Index("ix_reliable_worker_processes_exited", worker_processes.c.exited_at)  # the fleet's recent exits (0023)
+
+# The audit trail of the commands on worker processes (migration 0023): quiet, stop, command_refused.
+process_events = Table(
+    "reliable_process_events",
+    metadata,
+    Column("id", _BigId, primary_key=True, autoincrement=True),
+    Column("worker_id", String(255), nullable=False),
+    Column("at", Double, nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("operator", String(255)),
+    Column("host", String(255)),
+    Column("source", String(64)),
+    Column("reason", Text),
+    Column("detail", Text),  # JSON
+)
+
+Index("ix_reliable_process_events_worker", process_events.c.worker_id, process_events.c.id)
 
 # The completion barrier of a Dramatiq group with completion callbacks (migration 0006).
 barriers = Table(

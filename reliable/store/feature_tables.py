@@ -19,9 +19,9 @@ from sqlalchemy import (
 
 from .metadata import _BigId, metadata
 
-__all__ = ["alerts", "api_tokens", "limit_buckets", "limit_slots", "limits", "operations", "queue_events",
-           "queue_pauses", "schedule_events", "schedule_slots", "schedules", "workflow_edges", "workflow_events",
-           "workflow_nodes", "workflows"]
+__all__ = ["alerts", "api_tokens", "limit_buckets", "limit_events", "limit_slots", "limits", "operations",
+           "queue_events", "queue_pauses", "schedule_events", "schedule_slots", "schedules", "workflow_edges",
+           "workflow_events", "workflow_nodes", "workflows"]
 
 # Every alert's lifecycle and delivery state, so none is lost (migration 0002).
 alerts = Table(
@@ -237,7 +237,28 @@ limits = Table(
     Column("last_rate_limited_at", Double),
     Column("changed_at", Double),
     Column("updated_at", Double, nullable=False),
+    # an operator's concurrency (reliable.limits.operator, migration 0023): effective and its restores
+    # stay at or below it; NULL: the declared one rules
+    Column("ceiling", Integer),
 )
+
+# The audit trail of the operators' limit changes (migration 0023): concurrency_set, concurrency_cleared,
+# command_refused.
+limit_events = Table(
+    "reliable_limit_events",
+    metadata,
+    Column("id", _BigId, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False),  # the actor
+    Column("at", Double, nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("operator", String(255)),
+    Column("host", String(255)),
+    Column("source", String(64)),
+    Column("reason", Text),
+    Column("detail", Text),  # JSON
+)
+
+Index("ix_reliable_limit_events_name", limit_events.c.name, limit_events.c.id)
 
 limit_slots = Table(
     "reliable_limit_slots",

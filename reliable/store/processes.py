@@ -20,8 +20,8 @@ from .core import StoreCore
 from .records import Job
 from .schema import jobs, worker_processes
 
-__all__ = ["LIVE_WITHIN", "WorkerProcess", "leases_held_by", "list_processes", "live_by_host_and_queue", "mark_exited",
-           "prune_exited", "register_process"]
+__all__ = ["LIVE_WITHIN", "WorkerProcess", "get_process", "leases_held_by", "list_processes", "live_by_host_and_queue",
+           "mark_exited", "process_from_row", "prune_exited", "register_process"]
 
 #: A process not marked exited counts as live while its last heartbeat is this recent (seconds):
 #: a heartbeat interval is shorter than the lease TTL (30 s by default).
@@ -46,6 +46,14 @@ class WorkerProcess:
     exit_reason: str | None = None
     exit_observed_by: str | None = None
     host_instance: str | None = None  # the host's random id of this boot (reliable.worker.host_instance)
+    slot: int | None = None  # a `reliable worker` child's slot
+    restarts: int | None = None  # children its slot had before it (the supervisor's count)
+    busy: tuple[tuple[str, str], ...] = ()  # (job id, thread name) of the jobs its threads run now
+    command: str | None = None  # the last operator command: quiet | stop (reliable.process_commands)
+    command_at: float | None = None
+    command_operator: str | None = None
+    command_reason: str | None = None
+    command_seen_at: float | None = None  # when its heartbeat picked the command up
 
     @property
     def live(self) -> bool:
@@ -60,7 +68,9 @@ def register_process(store: StoreCore, process: WorkerProcess) -> None:
         "host_instance": process.host_instance,
         "queues": None if process.queues is None else json.dumps(sorted(process.queues)),
         "threads": process.threads, "supervisor_pid": process.supervisor_pid,
-        "started_at": store.now_sql, "last_beat_at": store.now_sql,
+        "slot": process.slot, "restarts": process.restarts, "busy": None,
+        "command": None, "command_at": None, "command_operator": None, "command_reason": None,
+        "command_seen_at": None, "started_at": store.now_sql, "last_beat_at": store.now_sql,
         "exited_at": None, "exit_reason": None, "exit_observed_by": None,
     }
     with store.write() as conn:
@@ -102,7 +112,14 @@ def list_processes(store: StoreCore, *, host: str | None = None, boot_id: str | 
     stmt = stmt.order_by(worker_processes.c.started_at.desc()).limit(limit)
     with store.read() as conn:
         rows = conn.execute(stmt).mappings().all()
-    return [_process(dict(row)) for row in rows]
+    return [process_from_row(dict(row)) for row in rows]
+
+
+def get_process(store: StoreCore, worker_id: str) -> WorkerProcess | None:
+    """The record of `worker_id`, or None."""
+    with store.read() as conn:
+        row = conn.execute(select(worker_processes).where(worker_processes.c.worker_id == worker_id)).mappings().first()
+    return None if row is None else process_from_row(dict(row))
 
 
 def leases_held_by(store: StoreCore, worker_ids: Sequence[str]) -> list[Job]:
@@ -115,12 +132,16 @@ def leases_held_by(store: StoreCore, worker_ids: Sequence[str]) -> list[Job]:
         return [Job.from_row(row) for row in conn.execute(stmt).mappings()]
 
 
-def _process(r: Mapping[str, Any]) -> WorkerProcess:
+def process_from_row(r: Mapping[str, Any]) -> WorkerProcess:
+    """A row of reliable_worker_processes as a WorkerProcess."""
     def opt_int(key: str) -> int | None:
         return None if r[key] is None else int(r[key])
 
     def opt_str(key: str) -> str | None:
         return None if r[key] is None else str(r[key])
+
+    def opt_float(key: str) -> float | None:
+        return None if r[key] is None else float(r[key])
 
     return WorkerProcess(
         worker_id=str(r["worker_id"]), host=str(r["host"]), pid=int(r["pid"]), start_ticks=opt_int("start_ticks"),
@@ -129,7 +150,10 @@ def _process(r: Mapping[str, Any]) -> WorkerProcess:
         started_at=float(r["started_at"]), last_beat_at=float(r["last_beat_at"]),
         exited_at=None if r["exited_at"] is None else float(r["exited_at"]),
         exit_reason=opt_str("exit_reason"), exit_observed_by=opt_str("exit_observed_by"),
-        host_instance=opt_str("host_instance"),
+        host_instance=opt_str("host_instance"), slot=opt_int("slot"), restarts=opt_int("restarts"),
+        busy=tuple((str(job), str(thread)) for job, thread in json.loads(r["busy"] or "[]")),
+        command=opt_str("command"), command_at=opt_float("command_at"), command_operator=opt_str("command_operator"),
+        command_reason=opt_str("command_reason"), command_seen_at=opt_float("command_seen_at"),
     )
 
 

@@ -8,7 +8,10 @@ to consume; stopping is `Worker.stop` (running jobs finish, prefetched messages 
 Signals: TERM asks for a graceful stop (exit 0); more TERMs change nothing (systemd's default
 KillMode=control-group TERMs every process of the unit, and the supervisor forwards its own: two TERMs
 are one request). `HARD_STOP_SIGNAL` (SIGUSR1, sent only by the supervisor) stops at once (exit 1: the
-jobs still running are recovered by their lease, their messages redelivered by RabbitMQ). INT and HUP
+jobs still running are recovered by their lease, their messages redelivered by RabbitMQ).
+`exits.OPERATOR_STOP_SIGNAL` (SIGUSR2, sent by the child's own worker when an operator stops the process:
+reliable.worker.commands) is a graceful stop that exits CHILD_STOPPED, so the supervisor starts a fresh
+child in the slot without counting a crash. INT and HUP
 are ignored: the supervisor decides and forwards. The exit code says why the child left (`exits`).
 
 Signal handlers only set plain attributes (never a lock or an Event, which a handler running on the
@@ -38,6 +41,10 @@ from .exits import (
     CHILD_OK,
     CHILD_RECYCLE_JOBS,
     CHILD_RECYCLE_MEMORY,
+    CHILD_STOPPED,
+    OPERATOR_STOP_SIGNAL,
+    RESTARTS_ENV,
+    SLOT_ENV,
     SUPERVISOR_PID_ENV,
 )
 
@@ -69,6 +76,7 @@ class ChildConfig:
     memory_interval: float = 1.0
     shutdown_timeout: float = 600.0
     log_level: str = "INFO"
+    restarts: int = 0  # children the slot had before this one (shown on its worker process record)
 
     def to_json(self) -> str:
         """The config as the child's command-line argument."""
@@ -91,6 +99,7 @@ class _Exit:
     def __init__(self) -> None:
         self.code: int | None = None
         self.term = False
+        self.operator = False  # an operator's stop (OPERATOR_STOP_SIGNAL, sent by the child's own worker)
         self.wake = threading.Event()
         self._lock = threading.Lock()
 
@@ -104,7 +113,7 @@ class _Exit:
         """The exit code to leave with, or None to go on serving."""
         if self.code is not None:
             return self.code
-        return CHILD_OK if self.term else None
+        return CHILD_OK if self.term else CHILD_STOPPED if self.operator else None
 
 
 def _job_counter(limit: int, leave: _Exit) -> Any:
@@ -178,12 +187,17 @@ def run(config: ChildConfig) -> int:
     def on_term(signum: int, frame: Any) -> None:
         leave.term = True
 
+    def on_operator_stop(signum: int, frame: Any) -> None:
+        leave.operator = True
+
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(OPERATOR_STOP_SIGNAL, on_operator_stop)
     signal.signal(HARD_STOP_SIGNAL, _hard_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _die_with_parent(config.supervisor_pid)
     os.environ[SUPERVISOR_PID_ENV] = str(config.supervisor_pid)
+    os.environ[SLOT_ENV], os.environ[RESTARTS_ENV] = str(config.slot), str(config.restarts)
     random.seed()
     logging.basicConfig(level=config.log_level, format=LOGFORMAT, stream=sys.stderr)
     logging.getLogger("pika").setLevel(logging.CRITICAL)
@@ -240,6 +254,8 @@ def run(config: ChildConfig) -> int:
                 leave.request(CHILD_RECYCLE_MEMORY)
     if code == CHILD_RECYCLE_JOBS:
         logger.info("Processed --max-jobs %d jobs: recycling.", config.max_jobs)
+    elif code == CHILD_STOPPED:
+        logger.info("Stopped by an operator: finishing the running jobs (at most %gs).", config.shutdown_timeout)
     elif code == CHILD_OK:
         logger.info("Stop requested: finishing the running jobs (at most %gs).", config.shutdown_timeout)
     _exit_after(config.shutdown_timeout + STOP_GRACE)
@@ -250,7 +266,7 @@ def run(config: ChildConfig) -> int:
     if abandoned:
         logger.warning("%d job(s) still running after --shutdown-timeout %gs: abandoned (their lease recovers "
                        "them).", abandoned, config.shutdown_timeout)
-        if code == CHILD_OK:
+        if code in (CHILD_OK, CHILD_STOPPED):
             code = CHILD_KILLED
     broker.close()
     return code

@@ -21,10 +21,14 @@ __all__ = [
     "CHILD_OK",
     "CHILD_RECYCLE_JOBS",
     "CHILD_RECYCLE_MEMORY",
+    "CHILD_STOPPED",
     "EXIT_APP",
     "EXIT_CRASH_LOOP",
     "EXIT_KILLED",
     "EXIT_OK",
+    "OPERATOR_STOP_SIGNAL",
+    "RESTARTS_ENV",
+    "SLOT_ENV",
     "SUPERVISOR_PID_ENV",
     "ChildExit",
     "ExitKind",
@@ -36,6 +40,12 @@ __all__ = [
 #: The supervisor's pid, in each child's environment: its worker process record names it
 #: (reliable.worker.processes).
 SUPERVISOR_PID_ENV = "RELIABLE_SUPERVISOR_PID"
+#: A child's slot, and how many children its slot had before it (the restarts shown on its record).
+SLOT_ENV = "RELIABLE_SUPERVISOR_SLOT"
+RESTARTS_ENV = "RELIABLE_SUPERVISOR_RESTARTS"
+#: What a child's worker sends itself when an operator stops it (reliable.worker.commands): a graceful
+#: stop, as TERM, that leaves with CHILD_STOPPED so that the supervisor does not count a crash.
+OPERATOR_STOP_SIGNAL = signal.SIGUSR2
 #: A child stopped because it was asked to (TERM from the supervisor).
 CHILD_OK = 0
 #: A child stopped without its running jobs: the hard stop (a second TERM/INT to the supervisor, or a
@@ -48,6 +58,9 @@ CHILD_CONNECT = 3
 #: A configuration error stopped the child's boot (a ConfigError: the store's URL, credentials or
 #: schema, the broker's queues, an actor's declaration): restarting cannot help (sysexits' EX_CONFIG).
 CHILD_CONFIG = 78
+#: An operator stopped the child (`reliable.process_commands`): it finished its running jobs and left;
+#: the supervisor starts a fresh child in its slot, counting no crash.
+CHILD_STOPPED = 74
 #: The child processed --max-jobs jobs, finished its running ones and left to be replaced.
 CHILD_RECYCLE_JOBS = 75
 #: The child's resident memory passed --max-memory; it finished its running jobs and left.
@@ -72,6 +85,7 @@ _MEANING = {
     CHILD_CONFIG: "a configuration error at boot",
     CHILD_RECYCLE_JOBS: "recycled after --max-jobs",
     CHILD_RECYCLE_MEMORY: "recycled over --max-memory",
+    CHILD_STOPPED: "stopped by an operator",
 }
 
 
@@ -81,6 +95,7 @@ class ExitKind(enum.Enum):
     STOPPED = "stopped"  # the supervisor asked (shutdown or reload): no restart counted here
     RECYCLE_JOBS = "recycle_jobs"
     RECYCLE_MEMORY = "recycle_memory"
+    OPERATOR_STOP = "operator_stop"  # an operator's stop (reliable.process_commands): replaced at once
     APP_BROKEN = "app_broken"  # import failed or a configuration error at boot: fatal for the supervisor
     CRASH = "crash"
 
@@ -109,17 +124,18 @@ def describe_code(returncode: int) -> str:
 def finished_its_jobs(returncode: int) -> bool:
     """Whether a child that exits with `returncode` while stopping had finished its running jobs.
 
-    Only a graceful stop (0) or a recycle (75, 76) waits for them; a signal, a hard stop (1), the
+    Only a graceful stop (0, or 74 an operator's) or a recycle (75, 76) waits for them; a signal, a hard stop (1), the
     --shutdown-timeout passing (1) or any other code may have left some running (their lease recovers them).
     """
-    return returncode in (CHILD_OK, CHILD_RECYCLE_JOBS, CHILD_RECYCLE_MEMORY)
+    return returncode in (CHILD_OK, CHILD_STOPPED, CHILD_RECYCLE_JOBS, CHILD_RECYCLE_MEMORY)
 
 
 def classify(returncode: int, *, requested: bool, booted: bool) -> ChildExit:
     """What the exit of a child means.
 
     `requested`: the supervisor had told it to stop (shutdown, reload); `booted`: it had reported
-    ready. A recycle code wins over everything (the child chose to leave); an asked-for stop is
+    ready. A recycle code wins over everything (the child chose to leave), an operator's stop over all
+    but the supervisor's own stop; an asked-for stop is
     never a crash, whatever the code; the app failing to import or a configuration error at boot is
     fatal; anything else
     (a signal, another code, a death before ready) is a crash.
@@ -129,6 +145,8 @@ def classify(returncode: int, *, requested: bool, booted: bool) -> ChildExit:
         return ChildExit(ExitKind.RECYCLE_JOBS, returncode, cause)
     if returncode == CHILD_RECYCLE_MEMORY:
         return ChildExit(ExitKind.RECYCLE_MEMORY, returncode, cause)
+    if returncode == CHILD_STOPPED and not requested:
+        return ChildExit(ExitKind.OPERATOR_STOP, returncode, cause)
     if requested:
         return ChildExit(ExitKind.STOPPED, returncode, cause)
     if returncode in (CHILD_IMPORT, CHILD_CONFIG) and not booted:

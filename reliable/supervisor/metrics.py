@@ -16,7 +16,7 @@ from ..multiprocess import ENV, compact
 __all__ = ["RESTART_REASONS", "SupervisorMetrics", "forget_process"]
 
 #: The `reason` label of reliable_worker_restarts_total (every one exported from the start, at 0).
-RESTART_REASONS: tuple[str, ...] = ("crash", "recycle_jobs", "recycle_memory", "reload")
+RESTART_REASONS: tuple[str, ...] = ("crash", "operator_stop", "recycle_jobs", "recycle_memory", "reload")
 
 
 class SupervisorMetrics:

@@ -147,6 +147,7 @@ class Supervisor:
             threads=self.config.threads, paths=[os.path.abspath(p) for p in self.config.paths],
             max_jobs=self.config.max_jobs, max_memory_mb=self.config.max_memory_mb,
             shutdown_timeout=self.config.shutdown_timeout, log_level=self.config.log_level,
+            restarts=slot.generation,
         )
         try:
             slot.proc = subprocess.Popen([self.config.python, "-m", CHILD_MODULE, child.to_json()],
@@ -261,7 +262,7 @@ class Supervisor:
                           who=f"child {slot.index} (PID {pid})", cause=result.cause)
         else:
             slot.streak = 0
-            reason = "reload" if result.kind is ExitKind.STOPPED else result.kind.value
+            reason = "reload" if result.kind is ExitKind.STOPPED else result.kind.value  # or operator_stop
             slot.start_at, slot.pending_reason = now, reason
         self._changed()
 

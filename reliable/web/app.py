@@ -23,7 +23,17 @@ from starlette.types import ASGIApp, Scope
 
 from ..access import ApiTokens
 from ..control import ContractSource
-from ..errors import ConfigError, JobNotFound, NotAuthorized, ReasonRequired, ReliableError, StoreError, client_message
+from ..errors import (
+    ConfigError,
+    JobNotFound,
+    NotAuthorized,
+    ProcessNotFound,
+    ReasonRequired,
+    ReliableError,
+    StoreError,
+    client_message,
+)
+from ..limits.operator import LimitNotFound
 from ..store import StateStore
 from .bodies import BodyLimit
 from .config import WebConfig
@@ -74,7 +84,8 @@ def _public_message(exc: Exception) -> str:
 async def _reliable_error(request: Request, exc: Exception) -> Response:
     # A store error first: a misconfigured store (StoreMisconfigured is also a ConfigError) is the
     # server's fault, not the request's.
-    status = (404 if isinstance(exc, JobNotFound) else 403 if isinstance(exc, NotAuthorized)
+    status = (404 if isinstance(exc, JobNotFound | ProcessNotFound | LimitNotFound)
+              else 403 if isinstance(exc, NotAuthorized)
               else 503 if isinstance(exc, StoreError) else 400 if isinstance(exc, ConfigError | ReasonRequired)
               else 409)
     message = _public_message(exc)
@@ -114,6 +125,7 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     from .console_queues import routes as queue_pages  # issue 28: queues (c28-queues)
     from .flows_api import routes as flow_api_routes  # c28-flows: workflows and schedules
     from .flows_console import routes as flow_page_routes  # c28-flows
+    from .limits import routes as limit_routes  # issue 42: operators' concurrency limits
     from .queues import routes as queue_routes  # issue 28: queues (c28-queues)
 
     state_store = store if isinstance(store, StateStore) else StateStore(store)
@@ -122,7 +134,8 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
                 *flow_api_routes(), *flow_page_routes(),  # c28-flows
                 *fleet.routes(), *console_alerts.routes(),  # c28-workers
-                *queue_routes(), *queue_pages()],  # c28-queues
+                *queue_routes(), *queue_pages(),  # c28-queues
+                *limit_routes()],  # issue 42
         middleware=[Middleware(BodyLimit, refusal=_refusal),
                     Middleware(SessionMiddleware, secret_key=cfg.secret_key, session_cookie="reliable_session",
                                same_site="strict", https_only=cfg.cookie_secure,

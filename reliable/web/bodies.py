@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .inputs import check_body
 
-__all__ = ["MAX_BODY_BYTES", "MAX_JSON_DEPTH", "BodyLimit", "json_object"]
+__all__ = ["MAX_BODY_BYTES", "MAX_JSON_DEPTH", "BodyLimit", "command_body", "json_object"]
 
 #: The largest request body accepted, in bytes (a command's body is a few hundred).
 MAX_BODY_BYTES = 256 * 1024
@@ -113,3 +113,17 @@ async def json_object(request: Request) -> dict[str, Any]:
         raise HTTPException(400, f"the body nests deeper than {MAX_JSON_DEPTH} levels")
     check_body(body)  # its text fields, before any reaches the store (reliable.web.inputs)
     return body
+
+
+async def command_body(request: Request, *fields: str) -> tuple[dict[str, Any], str | None]:
+    """A command's body (`json_object`): `reason` (a string or absent) and `fields`, nothing else (400
+    naming an unknown field); the body and its reason."""
+    body = await json_object(request)
+    known = ("reason", *fields)
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise HTTPException(400, f"unknown field {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise HTTPException(400, "field 'reason' must be a string")
+    return body, reason

@@ -1,7 +1,9 @@
 """The console's queues page (issue 28): every queue's figures, and pausing / resuming a queue.
 
     GET  /queues                              the queues (as GET /api/v1/queues), a form per queue
-                                              for a principal the operators policy lets pause it
+                                              for a principal the operators policy lets pause it, and
+                                              one to clear its PENDING jobs (posted to /bulk: a bulk
+                                              cancel, counted first, confirmed on the operation's page)
     POST /queues/{queue}/actions/{command}    pause or resume (reason required); back to /queues
 
 Every rule lives in `reliable.queue_pauses` (policy, audit, reason): a refusal is shown as it was
@@ -23,6 +25,7 @@ from .. import queue_pauses
 from ..errors import NotAuthorized, ReliableError
 from .auth import authenticate, state_of
 from .console import flash, render
+from .limits import limits_section
 from .queues import queue_answer
 
 __all__ = ["routes"]
@@ -40,10 +43,15 @@ async def queues_page(request: Request) -> Response:
         return queue_answer(state, pauses), pauses
 
     figures, pauses = await run_in_threadpool(read)
+    limits = await run_in_threadpool(limits_section, request, principal)  # issue 42
     for row in figures["queues"]:
         command = "resume" if row["paused"] else "pause"
         row["command"] = command if principal.allows(command, row["queue"], None) else None
-    return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses))
+        # Clearing the queue is a bulk cancel of its PENDING jobs (PENDING -> CANCELLED in states.py):
+        # the form counts them first (the bulk preview), then asks for the confirmation.
+        row["clear_pending"] = bool(row["by_state"].get("PENDING")) and principal.allows("cancel", row["queue"], None)
+    return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses),
+                  limits=limits)
 
 
 async def queue_action(request: Request) -> Response:

@@ -1,9 +1,20 @@
-"""The fleet: `GET /api/v1/workers` and the console's workers page (`/workers`).
+"""The fleet: `GET /api/v1/workers`, the console's workers page (`/workers`), and quieting or stopping
+a worker process.
 
-Both read `reliable.store.worker_views.fleet` (the store's worker-process records, so they work
-across hosts): every process not marked exited with its host, pid, queues, threads, the jobs it
-holds now, start, last heartbeat, supervisor and restarts, and the most recent exits. Any
-authenticated role reads them: they carry no job values (ids, queues, actors and states only).
+    GET  /api/v1/workers                          a page of the live processes (?limit=, ?cursor=,
+                                                  ?host=) with their busy threads, and the recent
+                                                  exits (?exited=N)
+    POST /api/v1/workers/{worker_id}/{command}    {"reason": ...}: quiet or stop that process
+    GET  /workers                                 the same as a page, with a quiet and a stop form per
+                                                  process for a principal the operators policy allows
+    POST /workers/{worker_id}/actions/{command}   the forms' target; back to /workers
+
+The reads are `reliable.store.worker_views.fleet` (the store's worker-process records, so they work
+across hosts): every process not marked exited with its host, pid, queues, threads, what each busy
+thread runs now, start, last heartbeat, supervisor and restarts, its last command, and the most
+recent exits. Any authenticated role reads them: they carry no job values (ids, queues, actors and
+states only). Every rule of a command (policy, reason, audit, a process that exited: 409) is
+`reliable.process_commands`'.
 """
 
 from __future__ import annotations
@@ -13,51 +24,120 @@ import functools
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .. import process_commands
+from ..errors import NotAuthorized, ReliableError
 from ..store.processes import LIVE_WITHIN
-from ..store.worker_views import EXITED_SHOWN, fleet
+from ..store.worker_views import EXITED_SHOWN, MAX_PAGE, PAGE, Fleet, fleet
 from .auth import authenticate, state_of
+from .bodies import command_body
 
 __all__ = ["PARAMS", "routes"]
 
 #: The query parameters of GET /api/v1/workers (and of the page).
-PARAMS = ("host", "exited")
+PARAMS = ("host", "exited", "limit", "cursor")
 
 
-def _params(request: Request) -> tuple[str | None, int]:
+def _count(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name, str(default))
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise HTTPException(400, f"parameter {name!r} must be an integer from {low} to {high}, not {raw!r}")
+    return int(raw)
+
+
+def _read(request: Request) -> Fleet:
     for name in request.query_params:
         if name not in PARAMS:
             raise HTTPException(400, f"unknown parameter {name!r} (known: {', '.join(PARAMS)})")
     host = request.query_params.get("host") or None
-    raw = request.query_params.get("exited", str(EXITED_SHOWN))
-    if not raw.isdigit() or int(raw) > 1000:
-        raise HTTPException(400, f"parameter 'exited' must be an integer from 0 to 1000, not {raw!r}")
-    return host, int(raw)
+    exited = _count(request, "exited", EXITED_SHOWN, 0, 1000)
+    limit = _count(request, "limit", PAGE, 1, MAX_PAGE)
+    cursor = request.query_params.get("cursor") or None
+    return functools.partial(fleet, state_of(request).store, host=host, exited=exited, limit=limit,
+                             cursor=cursor)()
 
 
 async def api_workers(request: Request) -> JSONResponse:
-    """GET /api/v1/workers: the live worker processes and the recent exits (?host=, ?exited=N)."""
+    """GET /api/v1/workers: a page of the live worker processes and the recent exits."""
     await authenticate(request)
-    host, exited = _params(request)
-    found = await run_in_threadpool(functools.partial(fleet, state_of(request).store, host=host, exited=exited))
+    found = await run_in_threadpool(_read, request)
     return JSONResponse(found.as_dict())
 
 
+async def api_command(request: Request) -> JSONResponse:
+    """POST /api/v1/workers/{worker_id}/{command}: quiet or stop a process, as the authenticated principal."""
+    principal = await authenticate(request)
+    verb, worker_id = request.path_params["command"], request.path_params["worker_id"]
+    if verb not in process_commands.COMMANDS:
+        raise HTTPException(404, f"unknown worker command {verb!r} (known: {', '.join(process_commands.COMMANDS)})")
+    _, reason = await command_body(request)
+    state = state_of(request)
+    changed = await run_in_threadpool(lambda: process_commands.command(
+        state.store, worker_id, verb, reason=reason, identity=principal.operator(state.config.host),
+        operators=principal.operators))
+    return JSONResponse({"worker_id": worker_id, "command": verb, "changed": changed, "operator": principal.name})
+
+
 async def workers_page(request: Request) -> Response:
-    """GET /workers: the fleet, one row per process, and the recent exits."""
+    """GET /workers: a page of the fleet, one row per process with its busy threads, and the recent exits."""
     from .console import render
 
     principal = await authenticate(request)
-    host, exited = _params(request)
-    found = await run_in_threadpool(functools.partial(fleet, state_of(request).store, host=host, exited=exited))
-    return render(request, "workers.html", principal=principal, fleet=found, host=host, live_within=LIVE_WITHIN)
+    found = await run_in_threadpool(_read, request)
+    may: dict[str, tuple[str, ...]] = {
+        view.process.worker_id: tuple(verb for verb in process_commands.COMMANDS
+                                      if process_commands.allowed(principal.operators, principal.name, verb,
+                                                                  view.process))
+        for view in found.live}
+    params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+    next_url = None if found.next_cursor is None else \
+        str(request.url.include_query_params(**params, cursor=found.next_cursor))
+    first_url = str(request.url.remove_query_params("cursor")) if "cursor" in request.query_params else None
+    return render(request, "workers.html", principal=principal, fleet=found, host=params.get("host"),
+                  live_within=LIVE_WITHIN, may=may, next_url=next_url, first_url=first_url)
+
+
+async def worker_action(request: Request) -> Response:
+    """POST /workers/{worker_id}/actions/{command}: quiet or stop a process as the signed-in principal."""
+    from .console import flash
+
+    principal = await authenticate(request)  # checks the CSRF token of a session
+    verb, worker_id = request.path_params["command"], request.path_params["worker_id"]
+    if verb not in process_commands.COMMANDS:
+        raise HTTPException(404, f"no worker command {verb!r} (known: {', '.join(process_commands.COMMANDS)})")
+    form = await request.form()
+    reason = str(form.get("reason") or "").strip() or None
+    state = state_of(request)
+    try:
+        changed = await run_in_threadpool(lambda: process_commands.command(
+            state.store, worker_id, verb, reason=reason, identity=principal.operator(state.config.host),
+            operators=principal.operators))
+    except NotAuthorized:
+        raise
+    except ReliableError as exc:
+        flash(request, "error", f"{verb} of worker {worker_id} refused: {exc}")
+    else:
+        flash(request, "ok", _done(worker_id, verb, changed))
+    return RedirectResponse(str(request.url_for("workers")), 303)
+
+
+def _done(worker_id: str, verb: str, changed: bool) -> str:
+    if not changed:
+        return f"worker {worker_id} was already told to {verb} (or to stop): nothing changed."
+    if verb == "quiet":
+        return f"worker {worker_id} told to take no new message; its running jobs finish (within a heartbeat)."
+    return f"worker {worker_id} told to stop after its running jobs (within a heartbeat)."
 
 
 def routes() -> list[BaseRoute]:
     """The fleet's routes: the API's and the console's."""
     return [
         Route("/api/v1/workers", api_workers, methods=["GET"], name="api_workers"),
+        Route("/api/v1/workers/{worker_id}/{command}", api_command, methods=["POST"], name="api_worker_command"),
         Route("/workers", workers_page, methods=["GET"], name="workers"),
+        Route("/workers/{worker_id}/actions/{command}", worker_action, methods=["POST"], name="worker_action"),
     ]
+
+

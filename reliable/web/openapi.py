@@ -173,11 +173,49 @@ _PATHS: dict[str, Any] = {
 
 # -- c28-workers: the fleet (reliable.web.workers) --
 _PATHS["/api/v1/workers"] = _get(
-    "the live worker processes (with the jobs each holds now) and the most recent exits", _ref("WorkerList"),
+    "a page of the live worker processes (with what each busy thread runs now) and the most recent exits",
+    _ref("WorkerList"),
     [_q("host", "only this host's processes", {"type": "string"}),
-     _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50})],
+     _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50}),
+     _q("limit", "live processes per page", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+     _q("cursor", "the next_cursor of the previous page", {"type": "string"})],
     operationId="workers")
 # -- end c28-workers --
+
+
+def _worker_command(command: str, summary: str) -> dict[str, Any]:
+    return {"summary": summary, "operationId": f"worker_{command}",
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref("WorkerCommandRequest")}}},
+            "responses": {"200": _json(_ref("WorkerCommandResult")), **_ERRORS, **_TOO_LARGE,
+                          "403": {**_ERROR, "description": "not authorized (audited on the process)"},
+                          "404": {**_ERROR, "description": "no worker process with that id on record"},
+                          "409": {**_ERROR, "description": "the process has exited"}}}
+
+
+_WORKER = {"name": "worker_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_PATHS["/api/v1/workers/{worker_id}/quiet"] = {"post": {
+    **_worker_command("quiet", "quiet a worker process: it takes no new message and finishes the running ones "
+                               "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
+_PATHS["/api/v1/workers/{worker_id}/stop"] = {"post": {
+    **_worker_command("stop", "stop a worker process: it finishes its running jobs and exits, as on SIGTERM "
+                              "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
+
+
+# -- issue 42: operators' concurrency limits (reliable.web.limits) --
+_PATHS["/api/v1/limits"] = _get(
+    "a page of the actors with a concurrency limit: declared, effective now, the operator's cap", _ref("LimitList"),
+    [_q("limit", "actors per page", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+     _q("cursor", "the next_cursor of the previous page", {"type": "string"})], operationId="limits")
+_PATHS["/api/v1/limits/{actor}/concurrency"] = {"post": {
+    "summary": "cap an actor's concurrency (1 to its declared one; null clears the cap), audited",
+    "operationId": "limit_set",
+    "parameters": [{"name": "actor", "in": "path", "required": True, "schema": {"type": "string"}}],
+    "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("LimitSetRequest")}}},
+    "responses": {"200": _json(_ref("LimitSetResult")), **_ERRORS, **_TOO_LARGE,
+                  "403": {**_ERROR, "description": "not authorized (audited on the actor's limit)"},
+                  "404": {**_ERROR, "description": "the actor has no concurrency limit in the store"}}}}
+# -- end issue 42 --
 
 
 # -- queue pause / resume (issue 28, c28-queues) ---------------------------------------------------
@@ -377,7 +415,18 @@ _SCHEMAS: dict[str, Any] = {
 
 # -- c28-workers: the fleet (reliable.store.worker_views) --
 _SCHEMAS["HeldJob"] = _object({"job_id": {"type": "string"}, "queue": {"type": "string"},
-                               "actor": {"type": "string"}, "status": {"type": "string", "enum": _STATES}})
+                               "actor": {"type": "string"}, "status": {"type": "string", "enum": _STATES},
+                               "started_at": _N_NUM, "thread": {**_N_STR, "description": "null: not reported yet"}})
+_SCHEMAS["BusyThread"] = _object({"thread": {**_N_STR, "description": "null: the job was claimed after the "
+                                             "process's last heartbeat"},
+                                  "job_id": {"type": "string"}, "actor": {"type": "string"},
+                                  "queue": {"type": "string"}, "started_at": _N_NUM})
+_SCHEMAS["WorkerCommandRequest"] = _object({"reason": {"type": "string", "description": "why (required, audited)"}},
+                                           ["reason"], additionalProperties=False)
+_SCHEMAS["WorkerCommandResult"] = _object({
+    "worker_id": {"type": "string"}, "command": {"type": "string", "enum": ["quiet", "stop"]},
+    "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already"},
+    "operator": {"type": "string"}})
 _SCHEMAS["WorkerProcess"] = _object({
     "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
     "start_ticks": _N_INT, "boot_id": _N_STR,
@@ -388,13 +437,35 @@ _SCHEMAS["WorkerProcess"] = _object({
     "exit_reason": {**_N_STR, "description": "stopped, pid_gone or pid_reused"}, "exit_observed_by": _N_STR,
     "jobs_held": {"type": "integer", "description": "RUNNING/STOPPING jobs whose lease it holds now"},
     "held_jobs": {"type": "array", "items": _ref("HeldJob")},
-    "restarts": {"type": "integer", "description": "children its supervisor saw exit before it"},
+    "busy_threads": {"type": "array", "items": _ref("BusyThread")},
+    "slot": {**_N_INT, "description": "its slot in its `reliable worker` supervisor"},
+    "restarts": {**_N_INT, "description": "children its supervisor's slot had before it (null: no supervisor)"},
+    "command": {"type": ["string", "null"], "enum": ["quiet", "stop", None],
+                "description": "the last operator command (reliable.process_commands)"},
+    "command_at": _N_NUM, "command_operator": _N_STR, "command_reason": _N_STR,
+    "command_seen_at": {**_N_NUM, "description": "when its heartbeat picked the command up"},
+    "quiet": {"type": "boolean", "description": "told to take no new message (quiet or stop)"},
     "silent_seconds": {"type": "number", "description": "since its last heartbeat (to its exit, once exited)"},
     "silent": {"type": "boolean", "description": "not marked exited, no heartbeat within live_within_seconds"}})
 _SCHEMAS["WorkerList"] = _object({"now": {"type": "number"}, "live_within_seconds": {"type": "number"},
+                                  "live_total": {"type": "integer", "description": "live processes (every page)"},
+                                  "next_cursor": {**_N_STR, "description": "null: the last page"},
                                   "workers": {"type": "array", "items": _ref("WorkerProcess")},
                                   "exited": {"type": "array", "items": _ref("WorkerProcess")}})
 # -- end c28-workers --
+_SCHEMAS["Limit"] = _object({
+    "actor": {"type": "string"}, "declared": {"type": "integer", "description": "limits={'concurrency': N}"},
+    "effective": {"type": "integer", "description": "now (the adaptive limit may have lowered it)"},
+    "ceiling": {**_N_INT, "description": "the operator's cap (null: none)"}, "streak": {"type": "integer"},
+    "changed_at": _N_NUM})
+_SCHEMAS["LimitList"] = _object({"limits": {"type": "array", "items": _ref("Limit")},
+                                 "next_cursor": {**_N_STR, "description": "null: the last page"}})
+_SCHEMAS["LimitSetRequest"] = _object({
+    "concurrency": {"type": ["integer", "null"], "minimum": 1, "description": "null: clear the cap"},
+    "reason": {"type": "string", "description": "why (required, audited)"}}, ["concurrency", "reason"],
+    additionalProperties=False)
+_SCHEMAS["LimitSetResult"] = _object({"actor": {"type": "string"}, "before": _ref("Limit"), "after": _ref("Limit"),
+                                      "operator": {"type": "string"}})
 
 _DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",

@@ -58,7 +58,8 @@ class Heartbeat:
                  on_beat: Callable[[float, int, int], None] | None = None,
                  on_failure: Callable[[], None] | None = None,
                  on_escalation: Callable[[JobContext, float], None] | None = None,
-                 where: str = "the store", clock: Callable[[], float] = time.monotonic) -> None:
+                 where: str = "the store", clock: Callable[[], float] = time.monotonic,
+                 after_beat: Callable[[list[JobContext]], None] | None = None) -> None:
         check_heartbeat(interval, lease_ttl, names=("heartbeat interval", "lease ttl"))
         self.store = store
         self.worker_id = worker_id
@@ -72,6 +73,9 @@ class Heartbeat:
         self._on_beat = on_beat
         self._on_failure = on_failure
         self._on_escalation = on_escalation
+        #: Called after each beat with the jobs held (reliable.worker.commands: the busy threads reported,
+        #: an operator's command picked up); its own errors are its own.
+        self._after_beat = after_beat
         self._escalated: dict[tuple[str, int], float] = {}
         self._clock = clock
         # job_id -> when its lease was last known renewed (this process's monotonic clock, taken
@@ -136,6 +140,7 @@ class Heartbeat:
                 self.beat()
                 self._record_abandoned()
             self._failing_since = None
+            self._report()
             return
         except StoreError as exc:
             since = self._failing_since = self._failing_since or started
@@ -147,6 +152,17 @@ class Heartbeat:
         if self._on_failure:
             self._on_failure()
         self.abandon_unrenewed()
+
+    def _report(self) -> None:
+        """After a renewal: the held jobs to `after_beat`, bounded like a renewal (after a failed one
+        the store does not answer: nothing to report to, no command to pick up)."""
+        if self._after_beat is None:
+            return
+        try:
+            with within(renewal_bound(self.interval)):
+                self._after_beat(self.held())
+        except Exception:
+            logger.exception("the heartbeat's report failed unexpectedly")
 
     def abandon_unrenewed(self) -> None:
         """Interrupt every running job whose lease went unrenewed for a full TTL: recovery may hand

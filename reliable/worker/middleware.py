@@ -106,7 +106,7 @@ class ReliableMiddleware(Middleware):
         self.acks = HeldAcks()
         #: The queues an operator paused, read at most every few seconds (reliable.worker.paused).
         run = self.runtime  # the lambdas below read the process's store, never the middleware
-        self._paused_queues = PausedQueues(lambda: run.store)
+        self._paused_queues = PausedQueues(lambda: run.store, quiet=lambda: run.commands.quiet)
         #: The fast path's looks, batched over the messages waiting in the process (reliable.worker.waiting).
         self._looks = Looks(lambda ids: run.store.job_statuses(ids))
         self._wire()

@@ -10,6 +10,9 @@ A deferred delivery is published again later and skipped the way a limit defers 
 doubles with each deferral from `FIRST_DELAY` up to `MAX_DELAY` seconds, spread by a jitter, so a
 long pause costs few deliveries and a resume is seen within `MAX_DELAY` (plus the refresh). Jobs
 already RUNNING are left alone (a pause acts before a claim, never inside an attempt).
+
+A process an operator quieted (reliable.process_commands) treats every queue as paused: its
+deliveries go back for the other processes, its running jobs finish.
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ class PausedQueues:
     """This process's view of the paused queues, refreshed at most every `refresh` seconds."""
 
     def __init__(self, store: Callable[[], StateStore], *, refresh: float = REFRESH_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, quiet: Callable[[], bool] = lambda: False) -> None:
         self._store, self._refresh, self._clock = store, refresh, clock
+        #: Whether an operator quieted this process (reliable.worker.commands): every queue is paused for it.
+        self.quiet = quiet
         self._names: frozenset[str] = frozenset()
         self._due = float("-inf")
         self._lock = threading.Lock()
@@ -75,8 +80,8 @@ class PausedQueues:
         return self._names
 
     def is_paused(self, queue: str) -> bool:
-        """Whether `queue` is paused (see `names`)."""
-        return queue in self.names()
+        """Whether `queue` is paused (see `names`), or this process quieted."""
+        return self.quiet() or queue in self.names()
 
 
 class PausedDeliveries:
@@ -103,7 +108,8 @@ class PausedDeliveries:
         if records_deferral(count):
             try:
                 store.record_event(job_id, "queue_paused_deferred", worker_id=runtime.worker_id,
-                                   reason=f"queue {queue} is paused",
+                                   reason="this worker process is quiet" if self.queues.quiet()
+                                   else f"queue {queue} is paused",
                                    detail={"queue": queue, "delay": round(delay, 3), "deferrals": count})
             except ReliableError:
                 logger.warning("job %s: could not record its deferral", job_id, exc_info=True)

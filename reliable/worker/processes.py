@@ -29,7 +29,7 @@ from ..errors import StoreError
 from ..recovery import Recovery
 from ..store import StoreCore
 from ..store.processes import WorkerProcess, list_processes, mark_exited, prune_exited, register_process
-from ..supervisor.exits import SUPERVISOR_PID_ENV
+from ..supervisor.exits import RESTARTS_ENV, SLOT_ENV, SUPERVISOR_PID_ENV
 from .host_instance import host_instance
 from .liveness import Evidence, observe, read_start, verdict
 
@@ -78,10 +78,12 @@ def this_process(worker_id: str, *, queues: Iterable[str] | None, threads: int |
     """The record of the calling process."""
     pid = os.getpid()
     supervisor = os.environ.get(SUPERVISOR_PID_ENV, "")
+    slot, restarts = os.environ.get(SLOT_ENV, ""), os.environ.get(RESTARTS_ENV, "")
     return WorkerProcess(worker_id=worker_id, host=socket.gethostname(), pid=pid, start_ticks=start_ticks(pid),
                          boot_id=pid_space(), queues=None if queues is None else tuple(sorted(queues)),
                          threads=threads, supervisor_pid=int(supervisor) if supervisor.isdigit() else None,
-                         host_instance=host_instance(boot_id()))
+                         host_instance=host_instance(boot_id()), slot=int(slot) if slot.isdigit() else None,
+                         restarts=int(restarts) if restarts.isdigit() and supervisor.isdigit() else None)
 
 
 def same_host(record: WorkerProcess, observer: WorkerProcess) -> bool:

@@ -30,6 +30,7 @@ from ..store.engine import connect_engine
 from ..store.processes import WorkerProcess
 from ..store.replication import check_replication
 from ..store.retrying import retry_while_unavailable
+from .commands import ProcessCommands
 from .context import JobContext, _current, _fast_run
 from .heartbeat import Heartbeat
 from .processes import exited, register, release_dead_neighbours, this_process
@@ -74,7 +75,12 @@ class Runtime:
         #: Also run at every pass of the recovery loop (the claims ahead not taken in time, handed back).
         self.every_pass: list[Callable[[], None]] = []
         self.record: WorkerProcess | None = None
+        #: An operator's quiet or stop for this process, picked up after each heartbeat.
+        self.commands = self._commands()
         self._lock = threading.Lock()
+
+    def _commands(self) -> ProcessCommands:
+        return ProcessCommands(lambda: self.store, lambda: self.worker_id)
 
     @property
     def store(self) -> StateStore:
@@ -113,10 +119,12 @@ class Runtime:
             self.store_or_none = store
             self._worker_id = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:6]}"
             metrics = settings.metrics
+            self.commands = self._commands()  # a command for the parent is not the child's
             self.heartbeat = Heartbeat(
                 store, worker_id=self._worker_id, interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
                 on_escalation=self._on_escalation, on_beat=metrics.heartbeat if metrics else None,
-                on_failure=metrics.heartbeat_failed if metrics else None, where=database_location(store.engine.url))
+                on_failure=metrics.heartbeat_failed if metrics else None, where=database_location(store.engine.url),
+                after_beat=self.commands.after_beat)
             self.pid = pid
 
     def check_replication(self) -> None:

@@ -19,8 +19,9 @@ from starlette.testclient import TestClient
 
 from reliable.cli.main import cli
 from reliable.store import NewJob, StateStore
+from reliable.store.process_commands import report
 from reliable.store.processes import WorkerProcess, mark_exited, register_process
-from reliable.store.worker_views import fleet, restarts_of
+from reliable.store.worker_views import fleet
 from reliable.web import WebConfig, create_app
 from reliable.web.openapi import document
 
@@ -30,20 +31,22 @@ BOOT = "boot-1"
 
 
 def _process(worker_id: str, host: str, pid: int, *, supervisor: int | None = None,
-             queues: tuple[str, ...] | None = ("billing",)) -> WorkerProcess:
+             queues: tuple[str, ...] | None = ("billing",), slot: int | None = None,
+             restarts: int | None = None) -> WorkerProcess:
     return WorkerProcess(worker_id=worker_id, host=host, pid=pid, start_ticks=pid * 10, boot_id=BOOT, queues=queues,
-                         threads=4, supervisor_pid=supervisor)
+                         threads=4, supervisor_pid=supervisor, slot=slot, restarts=restarts)
 
 
 @pytest.fixture
 def fleet_store(store: StateStore) -> StateStore:
-    register_process(store, _process("w-old", "host-a", 101, supervisor=100))
+    register_process(store, _process("w-old", "host-a", 101, supervisor=100, slot=0, restarts=0))
     assert mark_exited(store, "w-old", reason="pid_gone", observed_by="w-live")
-    register_process(store, _process("w-live", "host-a", 102, supervisor=100))
+    register_process(store, _process("w-live", "host-a", 102, supervisor=100, slot=0, restarts=1))
     register_process(store, _process("w-other", "host-b", 201, queues=None))
     store.register(NewJob("job-held-1", "billing", "charge",
                           {"args": [], "kwargs": {"card": "4111-1111-1111-1111"}, "options": {}}))
     store.claim("job-held-1", worker_id="w-live", lease_ttl=60)
+    assert report(store, "w-live", [("job-held-1", "Thread-3")]) is None  # its heartbeat's report
     store.register(NewJob("job-waiting", "billing", "charge", {"args": [], "kwargs": {}, "options": {}}))
     return store
 
@@ -58,8 +61,9 @@ def test_the_fleet_read(fleet_store: StateStore) -> None:
     found = fleet(fleet_store)
     live = {v.process.worker_id: v for v in found.live}
     assert set(live) == {"w-live", "w-other"}
-    assert [j.job_id for j in live["w-live"].held] == ["job-held-1"] and live["w-other"].held == ()
-    assert live["w-live"].restarts == 1 and live["w-other"].restarts == 0
+    assert [(j.job_id, j.thread) for j in live["w-live"].held] == [("job-held-1", "Thread-3")]
+    assert live["w-other"].held == () and found.live_total == 2 and found.next_cursor is None
+    assert live["w-live"].restarts == 1 and live["w-other"].restarts is None
     assert [v.process.worker_id for v in found.exited] == ["w-old"]
     assert found.exited[0].process.exit_reason == "pid_gone" and found.exited[0].held == ()
     assert not live["w-live"].silent
@@ -67,16 +71,17 @@ def test_the_fleet_read(fleet_store: StateStore) -> None:
     assert fleet(fleet_store, exited=0).exited == ()
 
 
-def test_restarts_count_only_the_same_supervisors_earlier_children() -> None:
-    child = WorkerProcess("c2", "h", 2, 1, BOOT, None, 1, 9, started_at=20.0, last_beat_at=20.0)
-    siblings = [child,
-                WorkerProcess("c1", "h", 1, 1, BOOT, None, 1, 9, started_at=10.0, last_beat_at=12.0, exited_at=12.0),
-                WorkerProcess("x", "h", 3, 1, BOOT, None, 1, 8, started_at=10.0, last_beat_at=12.0, exited_at=12.0),
-                WorkerProcess("y", "h", 4, 1, "other-boot", None, 1, 9, started_at=5.0, last_beat_at=6.0,
-                              exited_at=6.0),
-                WorkerProcess("z", "h", 5, 1, BOOT, None, 1, 9, started_at=30.0, last_beat_at=31.0, exited_at=31.0)]
-    assert restarts_of(child, siblings) == 1
-    assert restarts_of(WorkerProcess("n", "h", 7, 1, BOOT, None, 1, None), siblings) == 0
+def test_restarts_are_counted_on_the_slot_that_restarted(store: StateStore) -> None:
+    """Issue 42: two children of one supervisor, the first killed once and replaced. The sibling that
+    never crashed shows no restart (it counted its exited cousin before), the one replacement shows 1
+    (not 2: the supervisor's own count of its slot, not a guess from the exited records)."""
+    register_process(store, _process("c-a1", "h", 11, supervisor=10, slot=0, restarts=0))
+    register_process(store, _process("c-b1", "h", 12, supervisor=10, slot=1, restarts=0))
+    assert mark_exited(store, "c-a1", reason="pid_gone", observed_by="c-b1")
+    register_process(store, _process("c-a2", "h", 13, supervisor=10, slot=0, restarts=1))
+    live = {v.process.worker_id: v for v in fleet(store).live}
+    assert {w: v.restarts for w, v in live.items()} == {"c-a2": 1, "c-b1": 0}
+    assert live["c-a2"].process.slot == 0 and live["c-b1"].process.slot == 1
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
@@ -88,8 +93,13 @@ def test_every_role_reads_the_fleet(fleet_store: StateStore, tokens: Tokens, rol
     conforms("WorkerList", body)
     live = {w["worker_id"]: w for w in body["workers"]}
     assert set(live) == {"w-live", "w-other"}
+    started = fleet_store.get("job-held-1").started_at
     assert live["w-live"]["jobs_held"] == 1 and live["w-live"]["held_jobs"] == [
-        {"job_id": "job-held-1", "queue": "billing", "actor": "charge", "status": "RUNNING"}]
+        {"job_id": "job-held-1", "queue": "billing", "actor": "charge", "status": "RUNNING", "started_at": started,
+         "thread": "Thread-3"}]
+    assert live["w-live"]["busy_threads"] == [{"thread": "Thread-3", "job_id": "job-held-1", "actor": "charge",
+                                               "queue": "billing", "started_at": started}]
+    assert live["w-live"]["slot"] == 0 and live["w-other"]["restarts"] is None and not live["w-live"]["quiet"]
     assert live["w-live"]["restarts"] == 1 and live["w-live"]["supervisor_pid"] == 100
     assert live["w-live"]["queues"] == ["billing"] and live["w-other"]["queues"] is None
     assert [(w["worker_id"], w["exit_reason"]) for w in body["exited"]] == [("w-old", "pid_gone")]
@@ -118,6 +128,8 @@ def test_the_workers_page(fleet_store: StateStore, tokens: Tokens) -> None:
     live, exited = text.split('id="exited"')
     assert 'data-worker="w-live"' in live and 'data-worker="w-other"' in live and "w-old" not in live
     assert "/jobs/job-held-1" in live and "1 restart" in live and "every queue" in live
+    busy = live.split('id="busy"')[1]
+    assert 'data-job="job-held-1"' in busy and "Thread-3" in busy
     assert 'data-worker="w-old"' in exited and "pid_gone" in exited
     assert 'href="http://testserver/workers" aria-current="page"' in text
 

@@ -124,6 +124,7 @@ SURFACES: dict[str, Surface] = {
     # -- c28-workers: the fleet and the alerts: no job values (ids, queues, actors, states) --
     "/api/v1/workers": Surface("/api/v1/workers", False),
     "/workers": Surface("/workers", False),
+    "/api/v1/limits": Surface("/api/v1/limits", False),  # issue 42: actors' limits, names and numbers only
     "/alerts": Surface("/alerts", False),
     "/alerts/{alertname}": Surface("/alerts/reliabledeadlettergrowth", False),
     # -- end c28-workers --

@@ -32,15 +32,19 @@ LONG = "x" * (MAX_TEXT + 1)
 SAYS = f"at most {MAX_TEXT} characters, this one has {MAX_TEXT + 1}"
 JOB = "job-1"
 #: What a path parameter of a reason-taking API route is given (an unknown one fails the test).
-PATH_VALUES = {"job_id": JOB, "queue": "billing", "workflow_id": "wf-1", "name": "nightly"}
+PATH_VALUES = {"job_id": JOB, "queue": "billing", "workflow_id": "wf-1", "name": "nightly", "worker_id": "w-1",
+               "actor": "charge"}
 #: Fields besides `reason` a route requires, by path suffix.
 EXTRA_FIELDS = {"/reconcile": {"resolution": "succeeded"}, "/resolve": {"resolution": "succeeded"},
+                "/concurrency": {"concurrency": 1},
                 "/api/v1/operations": {"command": "pause", "filter": {"queue": "billing"}}}
 #: The console's forms with a reason field, by route name: the URL and the other fields they post.
 CONSOLE_FORMS = {
     "job_action": (f"/jobs/{JOB}/actions/pause", {}),
     "bulk": ("/bulk", {"command": "pause", "queue": "billing"}),
     "queue_action": ("/queues/billing/actions/pause", {}),
+    "worker_action": ("/workers/w-1/actions/stop", {}),
+    "limit_action": ("/queues/limits/charge", {"concurrency": "1"}),
     "schedule_action": ("/schedules/nightly/actions/pause", {}),
     "workflow_action": ("/workflows/wf-1/actions/pause", {}),
 }

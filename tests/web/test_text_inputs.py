@@ -64,6 +64,8 @@ def request_with_nul(client: TestClient, token: str, method: str, path: str, whe
     body: dict[str, Any] = {"reason": "why"} if method == "post" else {}
     if path.endswith(("/reconcile", "/resolve")):
         body["resolution"] = "succeeded"
+    if path.endswith("/concurrency"):  # issue 42: an actor's concurrency limit
+        body["concurrency"] = 1
     if path == "/api/v1/operations" and method == "post":
         body.update({"command": "pause", "filter": {"queue": "billing"}})
     if where == "path":

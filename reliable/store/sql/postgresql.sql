@@ -428,13 +428,13 @@ GROUP BY schedule;
 
 -- name: limit_ensure
 -- The actor's limit row (declared concurrency; 0 for a rate limit only). A new declaration keeps
--- a reduction in force, clamped to the new declaration.
+-- a reduction in force, clamped to the new declaration and to an operator's ceiling (migration 0023).
 INSERT INTO reliable_limits AS l (name, declared, effective, streak, updated_at)
 SELECT %(name)s::text, %(declared)s::int4, %(declared)s::int4, 0, t.now
 FROM (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now) t
 ON CONFLICT (name) DO UPDATE SET
-    effective = CASE WHEN l.effective >= l.declared THEN excluded.declared
-                     ELSE least(l.effective, excluded.declared) END,
+    effective = least(CASE WHEN l.effective >= l.declared THEN excluded.declared
+                           ELSE least(l.effective, excluded.declared) END, coalesce(l.ceiling, excluded.declared)),
     declared = excluded.declared, updated_at = excluded.updated_at
 WHERE l.declared <> excluded.declared;
 
@@ -459,7 +459,9 @@ WITH t AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 ),
 lim AS (
-    SELECT declared, effective, streak, last_rate_limited_at, changed_at FROM reliable_limits
+    -- `declared` as the adaptive restore reads it: capped by an operator's ceiling (reliable.limits.operator)
+    SELECT least(declared, coalesce(ceiling, declared)) AS declared, effective, streak, last_rate_limited_at,
+        changed_at FROM reliable_limits
     WHERE name = %(name)s::text
 ),
 pick AS (
@@ -536,8 +538,9 @@ SELECT (SELECT bucket FROM took) AS bucket,
 FROM t;
 
 -- name: limit_lock
--- The actor's limit row, locked for an adaptive decision (rare: a rate-limited failure, a restore).
-SELECT declared, effective, streak, last_rate_limited_at, changed_at,
+-- The actor's limit row, locked for an adaptive decision (rare: a rate-limited failure, a restore);
+-- `declared` capped by an operator's ceiling, so a restore never goes above it.
+SELECT least(declared, coalesce(ceiling, declared)) AS declared, effective, streak, last_rate_limited_at, changed_at,
     coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now
 FROM reliable_limits WHERE name = %(name)s::text
 FOR UPDATE;

@@ -330,8 +330,8 @@ GROUP BY schedule;
 INSERT INTO reliable_limits (name, declared, effective, streak, updated_at)
 VALUES (:name, :declared, :declared, 0, :now)
 ON CONFLICT (name) DO UPDATE SET
-    effective = CASE WHEN effective >= declared THEN excluded.declared
-                     ELSE min(effective, excluded.declared) END,
+    effective = min(CASE WHEN effective >= declared THEN excluded.declared
+                         ELSE min(effective, excluded.declared) END, coalesce(ceiling, excluded.declared)),
     declared = excluded.declared, updated_at = excluded.updated_at
 WHERE declared <> excluded.declared;
 
@@ -347,7 +347,8 @@ SELECT :name, :key, i, :capacity, :now FROM n WHERE true
 ON CONFLICT (name, key, bucket) DO NOTHING;
 
 -- name: limit_state
-SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now AS now FROM reliable_limits WHERE name = :name;
+-- `declared` capped by an operator's ceiling (migration 0023), as the adaptive restore reads it.
+SELECT min(declared, coalesce(ceiling, declared)) AS declared, effective, streak, last_rate_limited_at, changed_at, :now AS now FROM reliable_limits WHERE name = :name;
 
 -- name: limit_pick_slot
 SELECT s.slot FROM reliable_limit_slots s
@@ -394,7 +395,7 @@ UPDATE reliable_limit_buckets SET tokens = :have - 1, updated_at = :now
 WHERE name = :name AND key = :key AND bucket = :bucket;
 
 -- name: limit_lock
-SELECT declared, effective, streak, last_rate_limited_at, changed_at, :now AS now FROM reliable_limits WHERE name = :name;
+SELECT min(declared, coalesce(ceiling, declared)) AS declared, effective, streak, last_rate_limited_at, changed_at, :now AS now FROM reliable_limits WHERE name = :name;
 
 -- name: limit_update
 UPDATE reliable_limits SET effective = :effective, streak = :streak,

@@ -1,0 +1,93 @@
+"""Issue 42, item 1, in a real browser (headless Chromium) over a real `dramatiq` worker, RabbitMQ and
+PostgreSQL: the workers page shows the thread running a job (Sidekiq's Busy page) with a link to it;
+Quiet with a reason reaches the process (picked up by its heartbeat, its running job goes on); Stop
+ends it gracefully and it moves to the recent exits, with who stopped it. Screenshots for docs/console.md."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import reliable
+from reliable.states import JobStatus
+from reliable.store.processes import get_process, list_processes
+
+from browser_actors import declare
+from browser_support import Rig
+from support import RABBITMQ_URL, wait_for
+from workers import WorkerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the browser fixture skips (or fails under CI) with the reason
+    expect = None
+
+
+def test_busy_threads_quiet_and_stop_from_the_workers_page(page: Any, rig: Rig, tmp_path: Path) -> None:
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    assert expect is not None
+    queue = f"busy_{uuid.uuid4().hex[:8]}"  # a queue of this worker's own: the module's worker never runs its jobs
+    url = rig.store.engine.url.render_as_string(hide_password=False)
+    producer = RabbitmqBroker(url=RABBITMQ_URL)
+    installed = reliable.install(producer, store=url, recovery=False)
+    pages = declare(producer, queue)["pages"]
+    before = {p.worker_id for p in list_processes(rig.store, live_only=True)}
+    env = {"RELIABLE_TEST_BROKER": RABBITMQ_URL, "RELIABLE_TEST_STORE": url, "RELIABLE_TEST_QUEUE": queue}
+    mine = WorkerProcess(env, tmp_path / "worker.log", threads=2, app="console_worker", app_dir=Path(__file__).parent)
+    try:
+        (worker_id,) = wait_for(lambda: {p.worker_id for p in list_processes(rig.store, live_only=True)} - before,
+                                "the new worker process on record", timeout=60, context=mine.output)
+        job_id = pages.send("acct-busy", 60, 0.1).message_id
+        wait_for(lambda: (p := get_process(rig.store, worker_id)) is not None and p.busy, "its busy thread reported",
+                 timeout=60, context=mine.output)
+
+        page.goto("/")
+        page.get_by_role("navigation", name="Console").get_by_role("link", name="Workers").click()
+        page.wait_for_url(re.compile(r"/workers$"))
+        busy = page.get_by_role("table").filter(has=page.get_by_role("columnheader", name="Thread"))
+        thread_row = busy.locator(f'tr[data-job="{job_id}"]')
+        expect(thread_row).to_contain_text("pages")
+        expect(thread_row).to_contain_text(queue)
+        expect(thread_row.locator("td").nth(1)).not_to_contain_text("not reported yet")
+        rig.screenshot(page, "workers")
+
+        live = page.get_by_role("table").filter(has=page.get_by_role("columnheader", name="Jobs held now"))
+        row = live.locator(f'tr[data-worker="{worker_id}"]')
+        row.get_by_label("Reason").fill("drain before the deploy")
+        row.get_by_role("button", name="Quiet").click()
+        expect(page.locator("p.flash-ok")).to_contain_text("told to take no new message")
+        expect(row).to_contain_text("quiet")
+        expect(row).to_contain_text("drain before the deploy")
+        wait_for(lambda: (get_process(rig.store, worker_id) or pytest.fail("gone")).command_seen_at,
+                 "the quiet picked up", timeout=30, context=mine.output)
+        page.reload()
+        expect(row).not_to_contain_text("not picked up yet")
+        expect(row.get_by_role("button", name="Quiet")).to_have_count(0)
+        assert rig.store.get(job_id).status is JobStatus.RUNNING  # quiet: the running job goes on
+        rig.screenshot(page, "workers-quiet")
+
+        wait_for(lambda: rig.store.get(job_id).status is JobStatus.SUCCEEDED, "its job to finish", timeout=60,
+                 context=mine.output)
+        row.get_by_label("Reason").fill("retire this host")
+        row.get_by_role("button", name="Stop").click()
+        expect(row).to_contain_text("stopping")
+        wait_for(lambda: (get_process(rig.store, worker_id) or pytest.fail("gone")).exited_at, "the process to stop",
+                 timeout=60, context=mine.output)
+        page.reload()
+        expect(live.locator(f'tr[data-worker="{worker_id}"]')).to_have_count(0)
+        exits = page.get_by_role("table").filter(has=page.get_by_role("columnheader", name="Exited"))
+        gone = exits.locator(f'tr[data-worker="{worker_id}"]')
+        expect(gone).to_contain_text("stopped")
+        expect(gone).to_contain_text("after stop by ada")
+        assert mine.proc.wait(30) == 0  # Dramatiq's CLI left as on SIGTERM
+    finally:
+        mine.stop()
+        producer.close()
+        installed.store.close()
