@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, or_, select
 
-from ..states import ACTIVE_STATES, RETURNED_CLAIMS
+from ..states import ACTIVE_STATES, OPERATOR_EVENTS, RETURNED_CLAIMS
 from .records import Attempt, JobEvent
 from .schema import job_events
 
@@ -29,11 +29,16 @@ if TYPE_CHECKING:
 
     from .core import StoreCore
 
-__all__ = ["attempt_tracebacks", "attempts_of", "event_names", "last_failure", "starts_attempt"]
+__all__ = ["COMMAND_EVENT_NAMES", "attempt_tracebacks", "attempts_of", "event_names", "last_command", "last_failure",
+           "starts_attempt"]
 
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 _CHECKPOINT = "checkpoint"
 _RETURNED = frozenset(e.value for e in RETURNED_CLAIMS)
+#: The events an operator's command writes on a job: the state machine's operator events and the
+#: dead letters' `discarded` (selection.DISCARDED: not imported, selection reads through here). A
+#: refused command (`command_refused`) is no command done.
+COMMAND_EVENT_NAMES: tuple[str, ...] = (*sorted(e.value for e in OPERATOR_EVENTS), "discarded")
 
 
 def starts_attempt(from_status: str | None, to_status: str | None) -> bool:
@@ -96,6 +101,17 @@ def attempt_tracebacks(store: StoreCore, job_id: str) -> dict[tuple[str | None, 
 def last_failure(store: StoreCore, job_id: str) -> JobEvent | None:
     """The event of the job's last failed attempt that recorded a traceback (None: no such event)."""
     stmt = (select(job_events).where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None))
+            .order_by(job_events.c.id.desc()).limit(1))
+    with store.read() as conn:
+        row = conn.execute(stmt).mappings().first()
+    return None if row is None else JobEvent.from_row(row)
+
+
+def last_command(store: StoreCore, job_id: str) -> JobEvent | None:
+    """The event of the last command an operator ran on the job (who, why, when), however many
+    events came after it (None: no command yet). One read on job_events(job_id, id)."""
+    stmt = (select(job_events).where(job_events.c.job_id == job_id,
+                                     job_events.c.event.in_(COMMAND_EVENT_NAMES))
             .order_by(job_events.c.id.desc()).limit(1))
     with store.read() as conn:
         row = conn.execute(stmt).mappings().first()
