@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..access import Principal
+from ..commands import command_states
 from ..defaults import topics
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
 from ..inputs import shorten
@@ -41,13 +42,14 @@ from ..states import FAILURE_STATES, JobStatus
 from ..store.job_history import event_names
 from ..store.overview import Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
-from .job_story import FOLD_FROM, detail_fields, group_effects, runs
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
+from .job_story import FOLD_FROM, detail_fields, group_effects, runs
 from .paths import JobRoute
 from .queries import job_detail, job_message
 from .redaction import masked_job
 
-__all__ = ["COMMANDS", "ERROR_STATES", "HISTORY_PAGE", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
+__all__ = ["COMMANDS", "ERROR_STATES", "HISTORY_PAGE", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page",
+           "flash", "job_filter", "list_form",
            "render", "routes", "sign_in_redirect", "signature", "state_badge"]
 
 _HERE = Path(__file__).parent
@@ -247,12 +249,21 @@ class ListView:
     exclude_discarded: bool = False
     intro: str = ""
 
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands its bulk form offers: every command, or on a fixed-state view only those
+        the state machine lets act on its states (`commands.command_states`): the dead letters are
+        requeued, restarted or discarded, never paused."""
+        if not self.fixed:
+            return COMMANDS
+        return tuple(c for c in COMMANDS if set(command_states(c)) & set(self.fixed))
+
 
 #: The list pages by route name.
 VIEWS = {
     "jobs": ListView("jobs", "Jobs"),
     "dlq": ListView("dlq", "Dead letters", (JobStatus.DEAD,), True,
-                    "DEAD jobs not discarded: retry or restart them from a job's page, or discard them."),
+                    "DEAD jobs not discarded: requeue or restart them, or discard them."),
     "review": ListView("review", "Review", (JobStatus.REVIEW,), False,
                        "Jobs whose side effect is uncertain: check the downstream system, then reconcile."),
 }
@@ -313,7 +324,8 @@ async def _job_list(request: Request, view: ListView) -> Response:
     patterns = state_of(request).config.redact
     shown = [masked_job(job, principal, patterns) for job in page.jobs]
     known = await run_in_threadpool(known_names, state_of(request).store)
-    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url, "known": known})
+    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url, "known": known,
+                                            "bulk_commands": view.commands})
 
 
 async def jobs_page(request: Request) -> Response:

@@ -270,6 +270,11 @@ _OPERATION_FIELDS: dict[str, Any] = {
                  "items": {"type": "object", "properties": {"why": {"type": "string"}, "count": {"type": "integer"},
                                                       "hint": _N_STR}}},
     "all_refused": {"type": "boolean", "description": "it acted on jobs and refused every one (nothing changed)"},
+    "counted_digest": {"type": "string", "description": "sha256 of the counted job ids: POST it to .../confirm "
+                       "instead of the token (its creator or an admin, confirming the set it was shown)"},
+    "changes_nothing": {"type": "boolean", "description": "the preview found every counted job refused: "
+                        "confirming would change nothing as they stood"},
+    "expired": {"type": "boolean", "description": "not confirmed before expires_at: it can no longer be"},
 }
 
 
@@ -382,7 +387,8 @@ _SCHEMAS: dict[str, Any] = {
     "Operation": _object(_OPERATION_FIELDS, ["operation_id", "command", "status", "total"],
                          additionalProperties=True),
     "OperationList": _object({"operations": {"type": "array", "items": _ref("Operation")}}),
-    "ConfirmRequest": _object({"confirm_token": {"type": "string"}}),
+    "ConfirmRequest": {"oneOf": [_object({"confirm_token": {"type": "string"}}, additionalProperties=False),
+                                 _object({"counted_digest": {"type": "string"}}, additionalProperties=False)]},
 }
 
 # -- c28-workers: the fleet (reliable.store.worker_views) --
