@@ -57,7 +57,7 @@ def test_a_long_jobs_page_folds_its_runs_and_says_who_did_the_last_command(store
     Control(store, identity=ADA).cancel("long-1", reason="customer withdrew the export")
     client, _ = session(store, tokens.admin)
     page = client.get("/jobs/long-1").text
-    assert re.search(r'<tbody class="fold" data-fold="checkpoint">.*?<code>checkpoint</code> ×13', page, re.S)
+    assert re.search(r'<tbody class="fold" data-fold="checkpoint">.*?<code>checkpoint</code> x13', page, re.S)
     assert page.count('<tr class="ev-checkpoint">') == 13  # behind the one folded row
     assert '<details class="fold" data-fold="effects"><summary><strong>5 operation keys</strong>' in page
     last = re.search(r'<p id="last-command" class="meta">(.*?)</p>', page, re.S)
@@ -123,7 +123,7 @@ def test_ten_thousand_checkpoints_fold_into_one_bounded_page(store: StateStore, 
     response = client.get("/jobs/long-3")
     assert response.status_code == 200
     page = response.text
-    assert '<code>checkpoint</code> ×200' in page and page.count('<tr class="ev-checkpoint">') == FOLD_SHOWN
+    assert '<code>checkpoint</code> x200' in page and page.count('<tr class="ev-checkpoint">') == FOLD_SHOWN
     assert len(page.encode()) < 120_000, len(page.encode())  # the 200 newest, FOLD_SHOWN of them drawn
     assert 'id="older-events"' in page
 
@@ -138,10 +138,11 @@ def test_every_state_badge_of_every_page_has_its_states_tone(store: StateStore, 
     bulk = client.post("/bulk", data={"csrf_token": csrf, "view": "dlq", "command": "requeue", "scope": "filter",
                                       "reason": "r"})
     badges = 0
-    for path in ("/", "/overview/live", "/jobs", "/dlq", "/review", "/workflows", *(f"/jobs/tone-{n}" for n in range(4)),
-                 str(bulk.url)):
+    badge = re.compile(r'<span class="state ([^"]*)" data-state="([^"]*)">([^<]*)</span>')
+    for path in ("/", "/overview/live", "/jobs", "/dlq", "/review", "/workflows",
+                 *(f"/jobs/tone-{n}" for n in range(4)), str(bulk.url)):
         page = client.get(path).text
-        for classes, state, text in re.findall(r'<span class="state ([^"]*)" data-state="([^"]*)">([^<]*)</span>', page):
+        for classes, state, text in badge.findall(page):
             assert classes.split()[0] == f"tone-{tone(state)}" and text == state, (path, classes, state)
             badges += 1
         assert not re.search(r'class="state state-|class="tag">(?:[A-Z_]+)<', page), path
