@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from reliable.control import Control
 from reliable.operators import Operator
 from reliable.state_tones import tone
@@ -111,6 +113,7 @@ def test_the_api_says_the_last_command_and_pages_the_history(store: StateStore, 
     assert 'id="newest-events"' in console and 'id="older-events"' not in console  # 22 older: one page
 
 
+@pytest.mark.slow  # 10,000 event rows written and read: up to 6 s on PostgreSQL
 def test_ten_thousand_checkpoints_fold_into_one_bounded_page(store: StateStore, tokens: Tokens) -> None:
     long_job(store, "long-3", 1)
     first = store.events("long-3", events=["checkpoint"])[-1]
