@@ -62,6 +62,7 @@ LAYERS: tuple[Layer, ...] = (
         Part("states.py", "JobStatus, Event, TRANSITIONS", only=("errors.py",)),
         Part("durations.py", "the one duration grammar", only=("errors.py",)),
         Part("isotime.py", "the one writer and reader of ISO 8601 times", only=()),
+        Part("state_tones.py", "state -> tone: how every surface colours a state", only=("states.py", "errors.py")),
         Part("yamlfile.py", "the one YAML loader", only=("errors.py",)),
         Part("policy/", "decisions: classification, backoff, contracts, routes"),
         Part("options.py"), Part("delivery_digest.py"), Part("redact.py", "masks secrets; parses a URL with "

@@ -64,7 +64,7 @@ from .store.bulk_operations import (
 from .store.records import home_queue_of
 from .store.selection import JobFilter, Reader, jobs_with_ids
 
-__all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview"]
+__all__ = ["ACTIVE_STATUSES", "ALIASES", "OPTIONS", "STATUSES", "Operation", "Operations", "Preview", "counted_digest"]
 
 logger = logging.getLogger("reliable.operations")
 
@@ -87,6 +87,11 @@ STATUSES: tuple[str, ...] = (*ACTIVE_STATUSES, *_ENDED, "dry_run")  # a dry run 
 
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def counted_digest(job_ids: Sequence[str]) -> str:
+    """The sha256 (hex) of counted job ids, in the order counted (`Operation.counted_digest`)."""
+    return hashlib.sha256("\n".join(job_ids).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,19 @@ class Operation:
         return sum(int(group["count"]) for group in self.would_refuse)
 
     @property
+    def counted_digest(self) -> str:
+        """The sha256 of the counted job ids (in order): what a confirmation without the token must
+        carry, so it confirms exactly the set the confirmer was shown (`Operations.confirm_counted`)."""
+        return counted_digest(self.job_ids)
+
+    @property
+    def changes_nothing(self) -> bool:
+        """Whether the preview found every counted job refused (or none counted): confirming it would
+        change nothing as the jobs stood then, so the console offers no confirmation (the API's
+        caller decides: a job may have moved since)."""
+        return self.refused_at_preview >= self.total
+
+    @property
     def all_refused(self) -> bool:
         """Whether it acted on jobs and every one of them was refused (nothing changed)."""
         return self.done > 0 and self.counts.get("refused", 0) == self.done
@@ -168,6 +186,8 @@ class Operation:
             "finished_at": self.finished_at, "cancel_requested": self.cancel_requested,
             "cancelled_by": self.cancelled_by, "updated_at": self.updated_at, "error": self.error,
             "sample": list(self.job_ids[:_SAMPLE]), "would_refuse": self.refused_at_preview,
+            "counted_digest": self.counted_digest, "changes_nothing": self.changes_nothing,
+            "expired": self.status == "expired",
             "refusals": list(self.would_refuse), "all_refused": self.all_refused,
         }
         if full:
@@ -419,6 +439,32 @@ class Operations:
         preview or a second confirmation is refused (ControlRefused). Each job is acted on as
         `control`'s operator, whose operators policy Control enforces and audits per job.
         """
+        def token_matches(op: Operation) -> bool:
+            stored = confirm_token_hash(self.store, operation_id)
+            return stored is not None and bool(stored) and hmac.compare_digest(stored, _hash(token or ""))
+
+        return self._confirm(operation_id, control, admin=admin, proof=token_matches,
+                             wrong=f"wrong confirmation token for operation {operation_id}")
+
+    def confirm_counted(self, operation_id: str, digest: str, control: Control, *, admin: bool = False) -> Operation:
+        """`confirm` without the token: by who the caller is and what it was shown. For a person who
+        counted in one browser and confirms in another (the token lives in the first's cookie).
+
+        `digest` must be the operation's `counted_digest` (the page showing the count carries it), so
+        the confirmation acts on the set its confirmer saw, never on another; the caller must be its
+        creator or an admin and still allowed to run commands (`OperatorsPolicy.may_act`, read now).
+        Refused as `confirm` is otherwise.
+        """
+        if not control.operators.may_act(control.identity.name):
+            raise NotAuthorized(f"{control.identity.name!r} may run no command (a read-only role): "
+                                f"operation {operation_id} not confirmed")
+        return self._confirm(operation_id, control, admin=admin,
+                             proof=lambda op: hmac.compare_digest(op.counted_digest, digest or ""),
+                             wrong=f"operation {operation_id} counted other jobs than the confirmation names: "
+                                   "open it again and confirm what it shows")
+
+    def _confirm(self, operation_id: str, control: Control, *, admin: bool, proof: Callable[[Operation], bool],
+                 wrong: str) -> Operation:
         op = self.get(operation_id)
         who = control.identity.name
         if who != op.operator and not admin:
@@ -428,9 +474,8 @@ class Operations:
             raise ControlRefused(f"operation {operation_id} is {op.status}, not awaiting confirmation"
                                  + (" (it was confirmed already)" if op.confirmed_at is not None else
                                     "; preview it again" if op.status == "expired" else ""))
-        stored = confirm_token_hash(self.store, operation_id)
-        if not stored or not hmac.compare_digest(stored, _hash(token or "")):
-            raise ControlRefused(f"wrong confirmation token for operation {operation_id}")
+        if not proof(op):
+            raise ControlRefused(wrong)
         now = self.store.now()
         if not start_operation(self.store, operation_id, at=now, by=who,
                                counts=_counts(op.counts_by_state, {}, op.would_refuse)):

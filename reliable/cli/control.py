@@ -48,7 +48,7 @@ from .views import STORE_READER
 
 __all__ = [
     "ALLOW_DUPLICATES", "EXIT_ERROR", "EXIT_REFUSED", "EXIT_UNCONFIRMED", "allow_duplicates_option", "cancel",
-    "control_options", "filter_options", "load_policy", "pause", "reconcile", "restart", "resume", "retry",
+    "control_options", "filter_options", "load_policy", "pause", "reconcile", "requeue", "restart", "resume",
     "run_command", "stop",
 ]
 
@@ -234,7 +234,7 @@ def _command(name: str, short: str, body: str, *, view: tuple[JobStatus, ...] = 
         def wrapper(**params: Any) -> None:
             job_ids = params.pop("job_ids")
             extra = func(params)
-            run_command(name if name != "retry" else "requeue", job_ids, params,
+            run_command(name, job_ids, params,
                         force_states=view if not job_ids else (), **(extra or {}))
 
         wrapper.__doc__ = f"{short}\n\n{body}\n\n{EXIT_CODES_HELP}"
@@ -321,10 +321,11 @@ Example:
   reliable restart 3f2a9c1e --reason "input file fixed\"""")(_retry_extra))
 
 
-retry = allow_duplicates_option(_command("retry", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\
+requeue = allow_duplicates_option(_command("requeue", "Requeue FAILED or DEAD jobs from their last checkpoint.", """\
 The job goes back to PENDING with a fresh retry budget and keeps its checkpoint (refused when the
 checkpoint's schema no longer matches the actor: use `reliable restart`). Use --rate to spare
-downstream services in a bulk retry.
+downstream services in a bulk requeue. `reliable retry` and `reliable dlq requeue` are the same command
+(retry: its old name, kept as an alias).
 
 A job whose actor is not idempotent (idempotent: false in its actor options or the policy: pass
 --policies) is refused: its side effect (a charge, an email) may already have happened. Check the
@@ -332,8 +333,8 @@ downstream system; only if the effect did not happen, pass --allow-duplicate-sid
 
 \b
 Examples:
-  reliable retry 3f2a9c1e --reason "provider fixed the outage"
-  reliable retry --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
+  reliable requeue 3f2a9c1e --reason "provider fixed the outage"
+  reliable requeue --queue billing --error-class transient --older-than 1h --rate 10 --yes --reason "API back\"""")(
     _retry_extra))
 
 

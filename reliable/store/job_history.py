@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import case, func, or_, select
 
-from ..states import ACTIVE_STATES, RETURNED_CLAIMS
+from ..states import ACTIVE_STATES, OPERATOR_EVENTS, RETURNED_CLAIMS
 from .records import Attempt, JobEvent
 from .schema import job_events
 
@@ -29,11 +29,16 @@ if TYPE_CHECKING:
 
     from .core import StoreCore
 
-__all__ = ["attempt_tracebacks", "attempts_of", "event_names", "last_failure", "starts_attempt"]
+__all__ = ["COMMAND_EVENT_NAMES", "attempt_tracebacks", "attempts_of", "event_names", "last_command", "last_failure",
+           "starts_attempt"]
 
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 _CHECKPOINT = "checkpoint"
 _RETURNED = frozenset(e.value for e in RETURNED_CLAIMS)
+#: The events an operator's command writes on a job: the state machine's operator events and the
+#: dead letters' `discarded` (selection.DISCARDED: not imported, selection reads through here). A
+#: refused command (`command_refused`) is no command done.
+COMMAND_EVENT_NAMES: tuple[str, ...] = (*sorted(e.value for e in OPERATOR_EVENTS), "discarded")
 
 
 def starts_attempt(from_status: str | None, to_status: str | None) -> bool:
@@ -44,21 +49,21 @@ def starts_attempt(from_status: str | None, to_status: str | None) -> bool:
 def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
     """The job's attempts, oldest first, from its event rows (one read on job_events(job_id, id)).
 
-    The checkpoint saves are counted by the database (a running count over the job's events), so
-    only the events that start or end an attempt come back, however often the job checkpointed."""
+    Only the events that start or end an attempt come back, however often the job checkpointed;
+    the checkpoint an attempt resumed from (the saves before its claim) is counted by the database
+    for the claims alone, each a count over a range of job_events(job_id, id): a job with 10,000
+    checkpoints and a few attempts reads a few rows, not a running count over all of them."""
     e = job_events
+    before = job_events.alias("before_claim")
     entering = e.c.to_status.in_(_ACTIVE) & (e.c.from_status.is_(None) | e.c.from_status.not_in(_ACTIVE))
     leaving = e.c.from_status.in_(_ACTIVE) & e.c.to_status.not_in(_ACTIVE)
-    save = (e.c.event == _CHECKPOINT) & (e.c.from_status == e.c.to_status)
-    # The running count over narrow rows (id, saves so far, whether it bounds an attempt), then the
-    # few bounding rows in full, found again by (job_id, id): PostgreSQL's primary key (migration 0020).
-    story = (select(e.c.id, func.count().filter(save).over(order_by=e.c.id).label("saves"),
-                    (entering | leaving).label("bounds"))
-             .where(e.c.job_id == job_id, or_(entering, leaving, save)).subquery())
+    saves = (select(func.count()).where(before.c.job_id == job_id, before.c.id < e.c.id,
+                                        before.c.event == _CHECKPOINT, before.c.from_status == before.c.to_status)
+             .scalar_subquery())
     stmt = (select(e.c.event, e.c.at, e.c.from_status, e.c.to_status, e.c.attempt, e.c.attempt_id, e.c.lease_id,
-                   e.c.worker_id, e.c.error_class, e.c.error_type, e.c.error_message, story.c.saves)
-            .join_from(story, e, (e.c.job_id == job_id) & (e.c.id == story.c.id))
-            .where(story.c.bounds).order_by(story.c.id))
+                   e.c.worker_id, e.c.error_class, e.c.error_type, e.c.error_message,
+                   case((entering, saves), else_=0).label("saves"))
+            .where(e.c.job_id == job_id, or_(entering, leaving)).order_by(e.c.id))
     started: dict[str, dict[str, Any]] = {}
     for row in conn.execute(stmt):
         if starts_attempt(row.from_status, row.to_status):
@@ -96,6 +101,17 @@ def attempt_tracebacks(store: StoreCore, job_id: str) -> dict[tuple[str | None, 
 def last_failure(store: StoreCore, job_id: str) -> JobEvent | None:
     """The event of the job's last failed attempt that recorded a traceback (None: no such event)."""
     stmt = (select(job_events).where(job_events.c.job_id == job_id, job_events.c.traceback.is_not(None))
+            .order_by(job_events.c.id.desc()).limit(1))
+    with store.read() as conn:
+        row = conn.execute(stmt).mappings().first()
+    return None if row is None else JobEvent.from_row(row)
+
+
+def last_command(store: StoreCore, job_id: str) -> JobEvent | None:
+    """The event of the last command an operator ran on the job (who, why, when), however many
+    events came after it (None: no command yet). One read on job_events(job_id, id)."""
+    stmt = (select(job_events).where(job_events.c.job_id == job_id,
+                                     job_events.c.event.in_(COMMAND_EVENT_NAMES))
             .order_by(job_events.c.id.desc()).limit(1))
     with store.read() as conn:
         row = conn.execute(stmt).mappings().first()

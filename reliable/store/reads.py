@@ -42,13 +42,17 @@ class Reads(StoreCore):
         return self._sql.job_ids_by_prefix(prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1), limit)
 
     def events(self, job_id: str, *, events: Sequence[str] | None = None, since: float | None = None,
-               limit: int | None = None) -> list[JobEvent]:
+               limit: int | None = None, before: int | None = None) -> list[JobEvent]:
         """The job's event history, oldest first, filtered in the database.
 
         `events`: only these event names; `since`: only events at or after this time (epoch
-        seconds); `limit`: only the most recent `limit` of the events that match.
+        seconds); `before`: only events older than the event of this id (`JobEvent.id`: the next
+        page of a history read newest first); `limit`: only the most recent `limit` of the events
+        that match.
         """
         stmt = select(job_events).where(job_events.c.job_id == job_id)
+        if before is not None:
+            stmt = stmt.where(job_events.c.id < before)
         if events:
             stmt = stmt.where(job_events.c.event.in_(list(events)))
         if since is not None:

@@ -95,6 +95,15 @@ def _int(request: Request, name: str, default: int, high: int) -> int:
     return number
 
 
+#: The largest event id `?before=` accepts (a BIGINT).
+_MAX_EVENT_ID = 2**63 - 1
+
+
+def _before(request: Request) -> int | None:
+    """`?before=`: an event id (the `older_events` of the previous page), or None when not given."""
+    return None if _one(request, "before") is None else _int(request, "before", 0, _MAX_EVENT_ID)
+
+
 def _bool(request: Request, name: str) -> bool:
     value = _one(request, name)
     if value is None or value.lower() in _FALSE:
@@ -204,17 +213,18 @@ async def review(request: Request) -> JSONResponse:
 async def job(request: Request) -> Response:
     """GET /api/v1/jobs/{job_id}: the job, its contract, attempts, effects, events and available actions."""
     principal = await authenticate(request)
-    _check_known(request, ("event", "since", "event_limit"))
+    _check_known(request, ("event", "since", "event_limit", "before"))
     events = request.query_params.getlist("event") or None
     since = _time(request, "since")
     event_limit = _int(request, "event_limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
+    before = _before(request)
     state = state_of(request)
     control = state.control_for(principal)
 
     def detail() -> dict[str, Any]:
         job_id = resolve_job_id(state.store, request.path_params["job_id"])
         return job_detail(control, job_id, principal, state.config.redact, events=events, since=since,
-                          event_limit=event_limit)
+                          event_limit=event_limit, before=before)
 
     return await _json_from_pool(detail)
 
@@ -222,10 +232,11 @@ async def job(request: Request) -> Response:
 async def job_events(request: Request) -> Response:
     """GET /api/v1/jobs/{job_id}/events: the job's history (the most recent `limit`), oldest first."""
     principal = await authenticate(request)
-    _check_known(request, ("event", "since", "limit"))
+    _check_known(request, ("event", "since", "limit", "before"))
     names = request.query_params.getlist("event") or None
     since = _time(request, "since")
     limit = _int(request, "limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
+    before = _before(request)
     state = state_of(request)
 
     def history() -> dict[str, Any]:
@@ -233,7 +244,7 @@ async def job_events(request: Request) -> Response:
         job = state.store.get(job_id)
         audience = audience_for(principal, job, state.config.redact)
         rows = [event_view(event, audience)
-                for event in state.store.events(job_id, events=names, since=since, limit=limit)]
+                for event in state.store.events(job_id, events=names, since=since, limit=limit, before=before)]
         return {"job_id": job_id, "events": rows}
 
     return await _json_from_pool(history)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, QueryParams
 from starlette.exceptions import HTTPException
@@ -30,22 +31,26 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..access import Principal
+from ..commands import command_states
 from ..defaults import topics
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
 from ..inputs import shorten
 from ..isotime import format_time
 from ..operators import COMMAND_ORDER
-from ..states import JobStatus
+from ..state_tones import tone
+from ..states import FAILURE_STATES, JobStatus
 from ..store.job_history import event_names
 from ..store.overview import Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
+from .job_story import FOLD_FROM, detail_fields, group_effects, runs
 from .paths import JobRoute
 from .queries import job_detail, job_message
 from .redaction import masked_job
 
-__all__ = ["COMMANDS", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page", "flash", "job_filter", "list_form",
-           "render", "routes", "sign_in_redirect", "signature"]
+__all__ = ["COMMANDS", "ERROR_STATES", "HISTORY_PAGE", "VIEWS", "Bar", "Chart", "ListView", "chart", "error_page",
+           "flash", "job_filter", "list_form",
+           "render", "routes", "sign_in_redirect", "signature", "state_badge"]
 
 _HERE = Path(__file__).parent
 
@@ -89,8 +94,19 @@ def _short(text: Any, limit: int = BANNER_REASON) -> str:
     return shorten(text, limit)
 
 
+def state_badge(state: Any, big: bool = False) -> Markup:
+    """The one way a page shows a state (a job's, a workflow's, a node's): a badge in its tone
+    (`reliable.state_tones`), so FAILED is the same red on every page."""
+    name = str(getattr(state, "value", state))
+    return Markup('<span class="state tone-{}{}" data-state="{}">{}</span>').format(
+        tone(name), " big" if big else "", name, name)
+
+
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
 templates.env.filters.update(iso=_iso, age=_age, json=_json, short=_short)
+templates.env.globals.update(state_badge=state_badge)
+templates.env.filters.update(fields=detail_fields)
+templates.env.globals.update(FOLD_FROM=FOLD_FROM)
 templates.env.globals.update(BANNER_QUEUES=BANNER_QUEUES)
 templates.env.globals.update(STATES=[s.value for s in JobStatus], COMMANDS=COMMAND_ORDER)
 
@@ -233,12 +249,21 @@ class ListView:
     exclude_discarded: bool = False
     intro: str = ""
 
+    @property
+    def commands(self) -> tuple[str, ...]:
+        """The commands its bulk form offers: every command, or on a fixed-state view only those
+        the state machine lets act on its states (`commands.command_states`): the dead letters are
+        requeued, restarted or discarded, never paused."""
+        if not self.fixed:
+            return COMMANDS
+        return tuple(c for c in COMMANDS if set(command_states(c)) & set(self.fixed))
+
 
 #: The list pages by route name.
 VIEWS = {
     "jobs": ListView("jobs", "Jobs"),
     "dlq": ListView("dlq", "Dead letters", (JobStatus.DEAD,), True,
-                    "DEAD jobs not discarded: retry or restart them from a job's page, or discard them."),
+                    "DEAD jobs not discarded: requeue or restart them, or discard them."),
     "review": ListView("review", "Review", (JobStatus.REVIEW,), False,
                        "Jobs whose side effect is uncertain: check the downstream system, then reconcile."),
 }
@@ -299,7 +324,8 @@ async def _job_list(request: Request, view: ListView) -> Response:
     patterns = state_of(request).config.redact
     shown = [masked_job(job, principal, patterns) for job in page.jobs]
     known = await run_in_threadpool(known_names, state_of(request).store)
-    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url, "known": known})
+    return render(request, "jobs.html", **{**context, "jobs": shown, "next_url": next_url, "known": known,
+                                            "bulk_commands": view.commands})
 
 
 async def jobs_page(request: Request) -> Response:
@@ -318,6 +344,13 @@ async def review_page(request: Request) -> Response:
 
 
 # -- one job ---------------------------------------------------------------------------------------
+
+#: How many of a job's events one page of its history shows (newest first; older ones a page further).
+HISTORY_PAGE = 200
+#: The states in which a job's last error is its present (shown as an error); in any other state
+#: (it succeeded, was cancelled, runs again...) it is history, shown as the earlier error it was.
+ERROR_STATES: frozenset[str] = frozenset(s.value for s in (*FAILURE_STATES, JobStatus.RETRY_WAIT))
+templates.env.globals.update(ERROR_STATES=ERROR_STATES)
 
 
 def signature(job: Mapping[str, Any]) -> str:
@@ -349,12 +382,18 @@ async def job_page(request: Request) -> Response:
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"{request.url_for('job', job_id=job_id)}{query}", 303)
     event = request.query_params.get("event") or None
+    before_text = request.query_params.get("before") or ""
+    before = int(before_text) if before_text.isdigit() and 0 < int(before_text) < 2**63 else None
     control = state.control_for(principal)
     detail = await run_in_threadpool(functools.partial(job_detail, control, job_id, principal, state.config.redact,
-                                                       events=[event] if event else None))
+                                                       events=[event] if event else None, before=before,
+                                                       event_limit=HISTORY_PAGE))
     names = await run_in_threadpool(event_names, state.store, job_id)
     return render(request, "job.html", principal=principal, d=detail, job=detail["job"], event=event,
-                  event_names=names, actions=_actions(detail, principal), signature=signature(detail["job"]))
+                  before=before, event_names=names, actions=_actions(detail, principal),
+                  signature=signature(detail["job"]), runs=runs(reversed(detail["events"])),
+                  effect_groups=group_effects(detail["effects"]),
+                  )
 
 
 async def job_message_download(request: Request) -> Response:

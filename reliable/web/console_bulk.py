@@ -3,9 +3,11 @@
 A list page (jobs, DLQ, REVIEW) offers a bulk form to those who may act: a command, a reason, and
 either the jobs ticked in the table or every job the page's filter matches. Submitting it counts
 the jobs (a preview: nothing changes) and shows the operation's page: how many jobs, in which
-states, how many the caller's role will be refused, a sample, and a Confirm button. The
-confirmation token is kept in this browser's signed session cookie (the last few previews' only),
-never in a page or a URL. Confirmed, the
+states, how many would be refused, a sample, when the preview expires, and a Confirm button, to
+its creator (or an admin) in any browser they sign in to. The Confirm form carries the
+operation's `counted_digest` (a hash of the counted ids), so it confirms exactly the set shown
+(`Operations.confirm_counted`, which also re-checks the confirmer's rights). A preview every job
+of which would be refused offers no confirmation; an expired one says so. Confirmed, the
 operation runs at its rate in the server; its page shows the progress, a Cancel button while it
 runs, and every job's outcome when it ends. Every rule (which jobs, who may, what each command
 does) is the engine's and Control's.
@@ -25,7 +27,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ..errors import ConfigError, NotAuthorized, OperationNotFound, ReliableError, StoreError
-from ..operations import ACTIVE_STATUSES
+from ..operations import ACTIVE_STATUSES, ALIASES
 from ..store.selection import JobFilter, jobs_with_ids
 from .auth import authenticate, state_of
 from .console import VIEWS, flash, job_filter, list_form, render
@@ -34,8 +36,6 @@ from .redaction import masked_job
 
 __all__ = ["routes"]
 
-_SESSION_KEY = "operation_tokens"
-_TOKENS_KEPT = 5
 
 
 def _selection(form: Any, view_name: str) -> JobFilter:
@@ -63,6 +63,11 @@ async def bulk_preview(request: Request) -> Response:
     view_name = str(form.get("view") or "jobs")
     back = str(request.url_for(view_name if view_name in VIEWS else "jobs"))
     command = str(form.get("command") or "")
+    view = VIEWS.get(view_name)
+    if view is not None and ALIASES.get(command, command) not in view.commands:
+        flash(request, "error", f"bulk {command or 'action'} refused: {view.title.lower()} take "
+                                f"{', '.join(view.commands)}, not {command!r}")
+        return RedirectResponse(back, 303)
     options: dict[str, Any] = {}
     if command == "reconcile":
         options["resolution"] = str(form.get("resolution") or "")
@@ -80,10 +85,6 @@ async def bulk_preview(request: Request) -> Response:
     except (ReliableError, ValueError) as exc:
         flash(request, "error", f"bulk {command or 'action'} refused: {exc}")
         return RedirectResponse(back, 303)
-    tokens = dict(request.session.get(_SESSION_KEY, {}))
-    tokens[preview.operation.operation_id] = preview.confirm_token
-    # The newest few only: a cookie is bounded (4 KiB), and older previews expire soon anyway.
-    request.session[_SESSION_KEY] = dict(list(tokens.items())[-_TOKENS_KEPT:])
     return RedirectResponse(str(request.url_for("operation", operation_id=preview.operation.operation_id)), 303)
 
 
@@ -99,10 +100,11 @@ async def operation_page(request: Request) -> Response:
     op = await run_in_threadpool(engine.as_seen_by, op, principal.reader)
     sample = await run_in_threadpool(functools.partial(jobs_with_ids, state.store, op.job_ids[:20],
                                                        reader=principal.reader))
-    can_confirm = (op.status == "awaiting_confirmation" and op.operation_id in request.session.get(_SESSION_KEY, {})
+    can_confirm = (op.status == "awaiting_confirmation" and principal.may_act
                    and (op.operator == principal.name or principal.unrestricted))
     sample = [masked_job(job, principal, state.config.redact) for job in sample]
     return render(request, "operation.html", principal=principal, op=op, sample=sample, can_confirm=can_confirm,
+                  confirm_ttl=engine.confirm_ttl,
                   active=op.status in ACTIVE_STATUSES,
                   can_cancel=op.status in ACTIVE_STATUSES and principal.may_act
                   and (principal.name in (op.operator, op.confirmed_by) or principal.unrestricted))
@@ -116,20 +118,16 @@ async def operations_page(request: Request) -> Response:
 
 
 async def operation_confirm(request: Request) -> Response:
-    """POST /operations/{operation_id}/confirm: start the run with the token this session was given."""
+    """POST /operations/{operation_id}/confirm: start the run, as its creator (or an admin), on the set
+    the page showed (its `counted_digest`, a form field), from whichever browser."""
     principal = await authenticate(request)
     operation_id = request.path_params["operation_id"]
-    tokens = dict(request.session.get(_SESSION_KEY, {}))
-    token = tokens.pop(operation_id, None)
-    request.session[_SESSION_KEY] = tokens
-    here = str(request.url_for("operation", operation_id=operation_id))
-    if token is None:
-        flash(request, "error", "this browser holds no confirmation for that operation: count the jobs again")
-        return RedirectResponse(here, 303)
-    call = functools.partial(operations_of(request).confirm, operation_id, token,
-                             state_of(request).control_for(principal), admin=principal.unrestricted)
+    form = await request.form()
+    call = functools.partial(operations_of(request).confirm_counted, operation_id,
+                             str(form.get("counted_digest") or ""), state_of(request).control_for(principal),
+                             admin=principal.unrestricted)
     await _act_and_tell(request, call, done="confirmed: the operation runs now", refused="not confirmed")
-    return RedirectResponse(here, 303)
+    return RedirectResponse(str(request.url_for("operation", operation_id=operation_id)), 303)
 
 
 async def operation_cancel(request: Request) -> Response:

@@ -33,7 +33,7 @@ from ..inputs import escape_controls
 from ..schedules import storage
 from ..store.workflow_views import WorkflowStatus
 from ..store.workflows import WorkflowNotFound, WorkflowStore
-from ..workflows.engine import WorkflowCommand, WorkflowEngine
+from ..workflows.engine import WORKFLOW_COMMANDS, WorkflowCommand, WorkflowEngine, command_refusal
 from ..workflows.planning import node_states
 from .state import WebState
 
@@ -42,7 +42,7 @@ __all__ = ["SCHEDULE_ACTIONS", "WORKFLOW_ACTIONS", "ScheduleOutcome", "schedule_
            "workflow_permitted"]
 
 #: The workflow commands of POST /api/v1/workflows/{id}/{command} (WorkflowEngine's).
-WORKFLOW_ACTIONS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart")
+WORKFLOW_ACTIONS: tuple[str, ...] = WORKFLOW_COMMANDS
 #: The schedule commands of POST /api/v1/schedules/{name}/{command}.
 SCHEDULE_ACTIONS: tuple[str, ...] = ("pause", "resume", "trigger")
 
@@ -83,7 +83,8 @@ def workflow_list(state: WebState, *, status: Sequence[str] = (), names: Sequenc
 
 def workflow_detail(state: WebState, given: str, principal: Principal) -> dict[str, Any]:
     """One workflow: its row, its nodes (state, job, disclosed arguments, result and last error), the
-    edges and its events. `given` may be a unique prefix of its id."""
+    edges, its events and its commands (`commands`: each with `allowed` and, when not, `why`: the
+    engine's own guard, `engine.command_refusal`). `given` may be a unique prefix of its id."""
     rows = WorkflowStore(state.store)
     workflow_id = rows.resolve(given, linked=False)
     head = rows.get(workflow_id)
@@ -102,6 +103,8 @@ def workflow_detail(state: WebState, given: str, principal: Principal) -> dict[s
         shown.append(disclose_record(row, WORKFLOW_NODE_FIELDS, audience))
     everyone = _workflow_audience(principal, nodes, patterns)
     return {"workflow": disclose_record(head, WORKFLOW_FIELDS, everyone),
+            "commands": [{"command": command, "allowed": why is None, "why": why}
+                         for command in WORKFLOW_ACTIONS for why in [command_refusal(command, snapshot)]],
             "masked": not all(principal.sees_secrets_of(n["queue"], n["owner"]) for n in nodes),
             "nodes": shown, "edges": [list(edge) for edge in rows.edges(workflow_id)],
             "events": [disclose_record(e, WORKFLOW_EVENT_FIELDS, everyone) for e in rows.events(workflow_id)]}

@@ -83,7 +83,7 @@ async def workflow_page(request: Request) -> Response:
     plan = request.session.pop("workflow_plan", None)
     return render(request, "workflow.html", principal=principal, d=detail, w=detail["workflow"],
                   graph=_graph(request, detail), failed=[n for n in detail["nodes"] if n["state"] in FAILURE_STATES],
-                  actions=WORKFLOW_ACTIONS, permitted=permitted, plan=plan)
+                  permitted_commands=[c for c in WORKFLOW_ACTIONS if permitted[c]], plan=plan)
 
 
 async def workflow_action(request: Request) -> Response:

@@ -114,6 +114,8 @@ _PATHS: dict[str, Any] = {
         "a job's whole story: job, contract, attempts, effects, events, available actions", _ref("JobDetail"),
         [_JOB_ID, _q("event", "only events of these names", {"type": "string"}, many=True),
          _q("since", "only events at or after this time", _TIME),
+         _q("before", "only events older than the event of this id (a page's older_events)",
+            {"type": "integer", "minimum": 1}),
          _q("event_limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                                                       "default": DEFAULT_EVENT_LIMIT})],
         _JOB_ERRORS, operationId="get_job"),
@@ -121,6 +123,8 @@ _PATHS: dict[str, Any] = {
         "a job's event history, oldest first", _ref("EventList"),
         [_JOB_ID, _q("event", "only events of these names", {"type": "string"}, many=True),
          _q("since", "only events at or after this time", _TIME),
+         _q("before", "only events older than the event of this id (a page's older_events)",
+            {"type": "integer", "minimum": 1}),
          _q("limit", "the most recent events", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                                                  "default": DEFAULT_EVENT_LIMIT})],
         _JOB_ERRORS, operationId="job_events"),
@@ -304,6 +308,11 @@ _OPERATION_FIELDS: dict[str, Any] = {
                  "items": {"type": "object", "properties": {"why": {"type": "string"}, "count": {"type": "integer"},
                                                       "hint": _N_STR}}},
     "all_refused": {"type": "boolean", "description": "it acted on jobs and refused every one (nothing changed)"},
+    "counted_digest": {"type": "string", "description": "sha256 of the counted job ids: POST it to .../confirm "
+                       "instead of the token (its creator or an admin, confirming the set it was shown)"},
+    "changes_nothing": {"type": "boolean", "description": "the preview found every counted job refused: "
+                        "confirming would change nothing as they stood"},
+    "expired": {"type": "boolean", "description": "not confirmed before expires_at: it can no longer be"},
 }
 
 
@@ -337,6 +346,12 @@ _SCHEMAS: dict[str, Any] = {
     "JobDetail": _object({"job": _ref("Job"), "contract": _OPEN, "attempts": {"type": "array", "items": _OPEN},
                           "effects": {"type": "array", "items": _OPEN},
                           "events": {"type": "array", "items": _ref("Event")},
+                          "older_events": {"type": ["integer", "null"],
+                                           "description": "the ?before= of the next (older) page; null: none"},
+                          "last_command": {"oneOf": [{"type": "null"}, _object({
+                              "event": {"type": "string"}, "operator": _N_STR, "reason": _N_STR,
+                              "at": {"type": "number"}})],
+                              "description": "the last command an operator ran on the job"},
                           "actions": {"type": "array", "items": _ref("Action")}}),
     "CommandRequest": _object(_COMMAND_BODY, ["reason"], additionalProperties=False),
     "RestartRequest": _object({**_COMMAND_BODY, "allow_duplicate_side_effects": {
@@ -410,7 +425,8 @@ _SCHEMAS: dict[str, Any] = {
     "Operation": _object(_OPERATION_FIELDS, ["operation_id", "command", "status", "total"],
                          additionalProperties=True),
     "OperationList": _object({"operations": {"type": "array", "items": _ref("Operation")}}),
-    "ConfirmRequest": _object({"confirm_token": {"type": "string"}}),
+    "ConfirmRequest": {"oneOf": [_object({"confirm_token": {"type": "string"}}, additionalProperties=False),
+                                 _object({"counted_digest": {"type": "string"}}, additionalProperties=False)]},
 }
 
 # -- c28-workers: the fleet (reliable.store.worker_views) --

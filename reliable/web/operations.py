@@ -3,7 +3,8 @@
     POST /api/v1/operations                  count: 201 with the confirmation token (shown once)
     GET  /api/v1/operations                  the recent ones, newest first (?limit=)
     GET  /api/v1/operations/{id}             one, with every counted job id and every result
-    POST /api/v1/operations/{id}/confirm     {"confirm_token": ...}: 202, it runs in the background
+    POST /api/v1/operations/{id}/confirm     {"confirm_token": ...} or {"counted_digest": ...}: 202, it runs
+                                             in the background
     POST /api/v1/operations/{id}/cancel      stops a run before its next job (or drops a preview)
 
 Every rule lives in `reliable.operations` (the engine) and `Control` (each job); this module only
@@ -120,16 +121,27 @@ async def detail(request: Request) -> JSONResponse:
 
 
 async def confirm(request: Request) -> JSONResponse:
-    """POST /api/v1/operations/{id}/confirm {"confirm_token"}: start the run; 202 with the operation."""
+    """POST /api/v1/operations/{id}/confirm {"confirm_token"} or {"counted_digest"}: start the run; 202
+    with the operation. The token is the one the preview returned; without it, the operation's
+    `counted_digest` (its creator, or an admin, confirming the set it was shown: `confirm_counted`)."""
     principal = await authenticate(request)
     body = await json_object(request)
-    token = body.get("confirm_token")
-    if not isinstance(token, str) or not token:
-        raise ConfigError("confirm_token is required: the token the preview returned")
+    token, digest = body.get("confirm_token"), body.get("counted_digest")
+    unknown = sorted(set(body) - {"confirm_token", "counted_digest"})
+    if unknown:
+        raise ConfigError(f"unknown field {unknown[0]!r} (known: confirm_token, counted_digest)")
+    if (token is None) == (digest is None):
+        raise ConfigError("confirm_token is required: the token the preview returned (or, instead, counted_digest: "
+                          "the operation's counted_digest); give one of them")
+    proof = token if token is not None else digest
+    if not isinstance(proof, str) or not proof:
+        raise ConfigError(f"{'confirm_token' if token is not None else 'counted_digest'} must be a non-empty string")
     control = state_of(request).control_for(principal)
+    engine = operations_of(request)
+    call = engine.confirm if token is not None else engine.confirm_counted
     try:
-        op = await run_in_threadpool(operations_of(request).confirm, request.path_params["operation_id"], token,
-                                     control, admin=principal.unrestricted)
+        op = await run_in_threadpool(call, request.path_params["operation_id"], proof, control,
+                                     admin=principal.unrestricted)
     except OperationNotFound as exc:
         return _not_found(exc)
     return JSONResponse(await _shown(request, op, principal, full=False), 202)

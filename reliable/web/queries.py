@@ -12,7 +12,7 @@ from ..access import Principal
 from ..control import Control
 from ..disclosure import ATTEMPT_FIELDS, EFFECT_FIELDS, EVENT_FIELDS, JOB_FIELDS, Audience, disclose_record
 from ..store import Job, JobEvent, Reads
-from ..store.job_history import attempt_tracebacks
+from ..store.job_history import attempt_tracebacks, last_command
 from .redaction import audience_for
 
 __all__ = ["MAX_SHOWN_MESSAGE_BYTES", "event_view", "job_detail", "job_message", "job_view"]
@@ -53,13 +53,20 @@ def event_view(event: JobEvent, audience: Audience) -> dict[str, Any]:
 
 def job_detail(control: Control, job_id: str, principal: Principal, patterns: Sequence[str], *,
                events: Sequence[str] | None = None, since: float | None = None,
-               event_limit: int | None = 200) -> dict[str, Any]:
+               event_limit: int | None = 200, before: int | None = None) -> dict[str, Any]:
     """Everything about one job: the job, its contract, attempts (with the traceback of each failed
-    one), effects, the event history (filtered) and the actions its state and contract offer."""
+    one), effects, the event history (filtered; the `event_limit` most recent, older than the event
+    `before` when given; `older_events`: the `before` of the next page, None when this is the
+    oldest), the last command an operator ran on it (`last_command`: event, operator, reason, at;
+    None when none did) and the actions its state and contract offer."""
     store = control.store
     job = store.get(job_id)
     audience = audience_for(principal, job, patterns)
-    history = store.events(job_id, events=events, since=since, limit=event_limit)
+    history = store.events(job_id, events=events, since=since, limit=event_limit, before=before)
+    older = history[0].id if history and event_limit is not None and len(history) == event_limit else None
+    if older is not None and not store.events(job_id, events=events, since=since, limit=1, before=older):
+        older = None
+    command = last_command(store, job_id)
     tracebacks = attempt_tracebacks(store, job_id)
     attempts = [disclose_record({**a.__dict__, "traceback": tracebacks.get((a.attempt_id, a.outcome or ""))},
                                 ATTEMPT_FIELDS, audience)
@@ -72,6 +79,9 @@ def job_detail(control: Control, job_id: str, principal: Principal, patterns: Se
         "attempts": attempts,
         "effects": [disclose_record(e.__dict__, EFFECT_FIELDS, audience) for e in store.effects(job_id)],
         "events": [event_view(e, audience) for e in history],
+        "older_events": older,
+        "last_command": None if command is None else {
+            "event": command.event, "operator": command.operator, "reason": command.reason, "at": command.at},
         "actions": [a.as_dict() | {"permitted": principal.allows(a.command, job.home_queue, job.owner)}
                     for a in control.available(job_id)],
     }

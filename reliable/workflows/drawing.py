@@ -16,6 +16,7 @@ import html
 from collections.abc import Mapping, Sequence
 
 from ..inputs import shorten
+from ..state_tones import STATE_TONES, TONE_FILLS, tone
 from ..states import FAILURE_STATES
 
 __all__ = ["STATE_COLOURS", "dag_layers", "dag_svg", "draw_dag"]
@@ -49,13 +50,9 @@ def draw_dag(order: Sequence[str], parents: Mapping[str, Sequence[str]], labels:
     return lines
 
 
-#: The fill of a node's box in the SVG drawing, by state (any other state: the last entry's grey).
-STATE_COLOURS: Mapping[str, str] = {
-    "SUCCEEDED": "#d6f5d6", "RUNNING": "#d6e6ff", "PENDING": "#eef3ff", "RETRY_WAIT": "#fff1c2",
-    "STOPPING": "#fff1c2", "PAUSED": "#fff1c2", "STOPPED": "#fff1c2", "REVIEW": "#ffd9a8", "FAILED": "#ffc9c9",
-    "DEAD": "#ffb3b3", "UPSTREAM_FAILED": "#fbe3e3", "BLOCKED": "#fbe3e3", "SKIPPED": "#eeeeee",
-    "CANCELLED": "#e4e4e4", "READY": "#eef3ff", "WAITING": "#f6f6f6",
-}
+#: The fill of a node's box in the SVG drawing, by state: its tone's (`reliable.state_tones`, the
+#: console's one colouring of states); an unknown state is drawn in the neutral tone.
+STATE_COLOURS: Mapping[str, str] = {state: TONE_FILLS[name] for state, name in STATE_TONES.items()}
 _BOX_W, _BOX_H, _GAP_X, _GAP_Y, _PAD = 190, 48, 60, 22, 8
 
 
@@ -128,7 +125,7 @@ def dag_svg(order: Sequence[str], parents: Mapping[str, Sequence[str]], states: 
         x, y = at(name)
         state = states.get(name, "")
         error = errors.get(name) if state in FAILURE_STATES else None
-        fill = STATE_COLOURS.get(state, "#f6f6f6")
+        fill = TONE_FILLS[tone(state)]
         stroke = "#b00020" if state in FAILURE_STATES else "#555"
         tip = f"{name}: {state}" + (f"\n{error}" if error else "")
         box = [f'<g class="node" data-node="{esc(name)}" data-state="{esc(state)}">',

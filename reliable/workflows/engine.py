@@ -27,7 +27,7 @@ import dramatiq
 
 from ..commands import CommandResult, JobCommands, command_states, require_reason
 from ..dispatch import declare_queue
-from ..errors import ControlRefused, ReliableError
+from ..errors import ConfigError, ControlRefused, ReliableError
 from ..options import CODE_VERSION
 from ..registrar import Registrar, find_installed
 from ..states import FAILED_FOR_GOOD, JobStatus
@@ -50,8 +50,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RESULT_LIMIT",
+    "WORKFLOW_COMMANDS",
     "WorkflowCommand",
     "WorkflowEngine",
+    "command_refusal",
     "find_middleware",
     "node_result",
     "submit",
@@ -62,6 +64,24 @@ logger = logging.getLogger("reliable.workflows")
 #: The largest result (JSON bytes) a node keeps in the store for its children; a larger one is not
 #: kept (a child that needs it is BLOCKED, saying so): use Dramatiq's Results for big values.
 RESULT_LIMIT = 64 * 1024
+
+#: The workflow commands, in the order a console lists them (WorkflowEngine's methods).
+WORKFLOW_COMMANDS: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart")
+
+
+def command_refusal(command: str, snapshot: Snapshot) -> str | None:
+    """Why `command` would be refused on the workflow as `snapshot` stands, or None: the engine's
+    own guards (a hold's `_hold_refusal`, the resume and restart plans' refusals), read without
+    acting, so a console offers only what the engine would do. The command itself decides again
+    (the nodes' jobs may have moved; resume also weighs changed inputs and each job's dry run)."""
+    if command == "resume":
+        return resume_plan(snapshot).refusal
+    if command == "restart":
+        return restart_plan(snapshot).refusal
+    if command not in WORKFLOW_COMMANDS:
+        raise ConfigError(f"unknown workflow command {command!r} (known: {', '.join(WORKFLOW_COMMANDS)})")
+    return _hold_refusal(command, snapshot)
+
 
 def find_middleware(broker: dramatiq.Broker) -> Registrar:
     """The ReliableMiddleware installed on `broker` (workflows need its store and its registration)."""

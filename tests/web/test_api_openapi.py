@@ -116,8 +116,8 @@ def test_documented_parameters_and_commands_are_those_the_handlers_take() -> Non
     assert names("/api/v1/jobs") == set(FILTER_PARAMS)
     assert names("/api/v1/dlq") == set(FILTER_PARAMS) - {"state"} | {"include_discarded"}
     assert names("/api/v1/review") == set(FILTER_PARAMS) - {"state"}
-    assert names("/api/v1/jobs/{job_id}/events") == {"job_id", "event", "since", "limit"}
-    assert names("/api/v1/jobs/{job_id}") == {"job_id", "event", "since", "event_limit"}
+    assert names("/api/v1/jobs/{job_id}/events") == {"job_id", "event", "since", "limit", "before"}
+    assert names("/api/v1/jobs/{job_id}") == {"job_id", "event", "since", "event_limit", "before"}
     documented = {p.rsplit("/", 1)[1] for p in paths if p.startswith("/api/v1/jobs/{job_id}/")} - {"events", "message"}
     assert documented == set(COMMANDS)
     filter_keys = set(document()["components"]["schemas"]["OperationRequest"]["properties"]["filter"]["properties"])

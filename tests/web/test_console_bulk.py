@@ -1,5 +1,6 @@
-"""The console's bulk actions: count first (nothing changes), confirm in the same browser, follow the
-run, cancel; every rule is the engine's and Control's (scoped operators are refused per job)."""
+"""The console's bulk actions: count first (nothing changes), confirm (its creator or an admin, from any
+browser, naming the counted set), follow the run, cancel; every rule is the engine's and Control's
+(scoped operators are refused per job)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from starlette.testclient import TestClient
 
 from reliable.access import ApiTokens
+from reliable.operations import counted_digest
 from reliable.options import STORED_CONTRACT
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
@@ -29,6 +31,16 @@ def operation_id_of(response_url: str) -> str:
     return found.group(1)
 
 
+def confirm(client: TestClient, csrf: str, op: str, digest: str | None = None) -> str:
+    """Submit the operation page's Confirm form (the counted set's digest it carries, unless `digest`)."""
+    found = re.search(r'name="counted_digest" value="([0-9a-f]+)"', client.get(f"/operations/{op}").text)
+    assert found is not None or digest is not None
+    response = client.post(f"/operations/{op}/confirm", data={"csrf_token": csrf,
+                                                               "counted_digest": digest or found.group(1)})
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 def count(client: TestClient, csrf: str, **fields: str | list[str]) -> str:
     """Submit a list page's bulk form; the operation it counted."""
     response = client.post("/bulk", data={"csrf_token": csrf, **fields})
@@ -46,14 +58,13 @@ def test_a_bulk_retry_counts_first_then_runs_after_the_confirmation(store: State
     op = count(client, csrf, view="jobs", state="FAILED", command="requeue", scope="filter", reason="fixed upstream")
     page = client.get(f"/operations/{op}").text
     # otto may not act on queue exports: its job is neither counted nor shown (issue 38)
-    assert "retry · 3 jobs" in page and "Confirm: retry 3 jobs" in page and "awaiting_confirmation" in page
+    assert "requeue · 3 jobs" in page and "Confirm: requeue 3 jobs" in page and "awaiting_confirmation" in page
     assert "exports-0" not in page
     assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.FAILED}  # nothing changed yet
-    confirmed = client.post(f"/operations/{op}/confirm", data={"csrf_token": csrf})
-    assert confirmed.status_code == 200 and "confirmed: the operation runs now" in confirmed.text
+    assert "confirmed: the operation runs now" in confirm(client, csrf, op)
     wait_for(lambda: "finished" in client.get(f"/operations/{op}").text, "the operation to finish", timeout=30)
     done = client.get(f"/operations/{op}").text
-    assert "retry · 3 jobs" in done and done.count('<td class="id">') == 3
+    assert "requeue · 3 jobs" in done and done.count('<td class="id">') == 3
     assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.PENDING}
     assert store.get("exports-0").status is JobStatus.FAILED and not store.events("exports-0",
                                                                                  events=["command_refused"])
@@ -62,8 +73,7 @@ def test_a_bulk_retry_counts_first_then_runs_after_the_confirmation(store: State
     assert op in client.get("/operations").text
 
 
-def test_ticked_jobs_only_and_the_confirmation_belongs_to_the_browser_that_counted(
-        store: StateStore, tokens: Tokens) -> None:
+def test_ticked_jobs_only_and_a_confirmation_must_name_the_counted_set(store: StateStore, tokens: Tokens) -> None:
     for n in range(3):
         failed_job(store, f"billing-{n}", "billing")
     client, csrf = session(store, tokens.admin)
@@ -72,15 +82,34 @@ def test_ticked_jobs_only_and_the_confirmation_belongs_to_the_browser_that_count
     assert "no job is selected" in nothing.text
     op = count(client, csrf, view="jobs", command="requeue", scope="selected", reason="two of them",
                job_id=["billing-0", "billing-2"])
-    assert "retry · 2 jobs" in client.get(f"/operations/{op}").text
-    other, other_csrf = session(store, tokens.admin)  # the same person, another browser: no token here
-    page = other.get(f"/operations/{op}").text
-    assert "Only the browser that counted these jobs can confirm them" in page and "Confirm:" not in page
-    refused = other.post(f"/operations/{op}/confirm", data={"csrf_token": other_csrf})
-    assert "holds no confirmation" in refused.text
+    assert "requeue · 2 jobs" in client.get(f"/operations/{op}").text
+    other, other_csrf = session(store, tokens.admin)  # the same person, another browser: it may confirm...
+    assert "Confirm: requeue 2 jobs" in other.get(f"/operations/{op}").text
+    # ... but only the set it was shown: a confirmation naming another set (a forged or stale form) is refused
+    refused = confirm(other, other_csrf, op, digest=counted_digest(["billing-0", "billing-1"]))
+    assert "not confirmed: operation" in refused and "counted other jobs than the confirmation names" in refused
     assert client.post(f"/operations/{op}/cancel", data={"csrf_token": csrf}).status_code == 200
     assert "cancelled" in client.get(f"/operations/{op}").text
     assert {store.get(f"billing-{n}").status for n in range(3)} == {JobStatus.FAILED}
+
+
+def test_the_same_person_confirms_from_another_browser_and_others_may_not(store: StateStore, tokens: Tokens) -> None:
+    for n in range(2):
+        failed_job(store, f"billing-{n}", "billing")
+    client, csrf = session(store, tokens.operator)  # otto counts in one browser...
+    op = count(client, csrf, view="jobs", state="FAILED", command="requeue", scope="filter", reason="fixed")
+    _, token = ApiTokens(store).create("olga", "operator", queues=["billing"])
+    stranger, stranger_csrf = session(store, token)  # another operator of the queue: not theirs to confirm
+    page = stranger.get(f"/operations/{op}").text
+    assert "Confirm:" not in page and "Only otto (who counted these jobs) or an admin may confirm them" in page
+    forged = stranger.post(f"/operations/{op}/confirm", data={"csrf_token": stranger_csrf,
+                                                              "counted_digest": counted_digest(["billing-0",
+                                                                                                "billing-1"])})
+    assert forged.status_code == 403  # NotAuthorized: only its creator or an admin
+    again, again_csrf = session(store, tokens.operator)  # ... and confirms in another: no cookie carries it
+    assert "confirmed: the operation runs now" in confirm(again, again_csrf, op)
+    wait_for(lambda: "finished" in again.get(f"/operations/{op}").text, "the operation to finish", timeout=30)
+    assert {store.get(f"billing-{n}").status for n in range(2)} == {JobStatus.PENDING}
 
 
 def test_read_only_users_get_no_bulk_form_and_cannot_post_one(store: StateStore, tokens: Tokens) -> None:
@@ -122,9 +151,13 @@ def test_the_count_page_says_what_would_be_refused_and_the_list_says_all_were(st
     op = count(client, csrf, view="jobs", state="FAILED", command="requeue", scope="filter", reason="card fixed")
     page = client.get(f"/operations/{op}").text
     assert "3 match; 3 would be refused (all of them: confirming changes nothing)" in page
-    assert "3: actor &#39;charge&#39; is not idempotent" in page and "Retry/restart non-idempotent jobs too" in page
-    assert "Confirm: retry 3 jobs (3 would be refused)" in page and page.count("--allow-duplicate-side-effects") == 1
-    client.post(f"/operations/{op}/confirm", data={"csrf_token": csrf})
+    assert "3: actor &#39;charge&#39; is not idempotent" in page and "Requeue/restart non-idempotent jobs too" in page
+    assert page.count("--allow-duplicate-side-effects") == 1
+    # Confirming would change nothing: the button is disabled and says why
+    button = ('<button type="submit" id="confirm" disabled aria-describedby="confirm-why">'
+              'Confirm: requeue 3 jobs</button>')
+    assert button in page and "every one of the 3 jobs would be refused, so confirming would change nothing" in page
+    confirm(client, csrf, op)  # a job may have moved since the count: the engine still takes it
     wait_for(lambda: "finished" in client.get(f"/operations/{op}").text, "the operation to finish", timeout=30)
     done = client.get(f"/operations/{op}").text
     assert done.count("is not idempotent") == 3 and done.count("--allow-duplicate-side-effects") == 1

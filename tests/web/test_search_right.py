@@ -197,7 +197,7 @@ def _console_bulk(rig: Rig, who: str, search: str | None) -> Answer:
     if response.status_code == 403:
         return Answer(True, frozenset(), response.text)
     assert response.status_code == 200 and "/operations/" in str(response.url), response.text
-    total = re.search(r"retry · (\d+) job", response.text)
+    total = re.search(r"requeue · (\d+) job", response.text)
     assert total is not None, response.text
     ids = _ids_of_page(response.text)
     assert len(ids) == int(total.group(1))  # fewer than the sample's size: the sample is every job
@@ -253,7 +253,8 @@ SURFACES: dict[str, Surface] = {
     "cancel": Surface("acting", _cli_preview("cancel")),
     "resume": Surface("acting", _cli_preview("resume")),
     "restart": Surface("acting", _cli_preview("restart")),
-    "retry": Surface("acting", _cli_preview("retry")),
+    "requeue": Surface("acting", _cli_preview("requeue")),
+    "retry": Surface("acting", _cli_preview("retry")),  # requeue's old name, kept as an alias
     "reconcile": Surface("acting", _cli_preview("reconcile", "--as", "succeeded")),
     "dlq requeue": Surface("acting", _cli_preview("dlq", "requeue")),
     "dlq discard": Surface("acting", _cli_preview("dlq", "discard")),

@@ -132,16 +132,16 @@ def test_retry_a_failed_non_idempotent_job_with_the_explicit_confirmation(page: 
     wait_status(rig, job_id, JobStatus.FAILED)
     page.goto(f"/jobs/{job_id[:8]}")  # a unique prefix opens the job
     page.wait_for_url(f"**/jobs/{job_id}")
-    retry = page.get_by_role("form", name=re.compile("^Retry"))
+    retry = page.get_by_role("form", name=re.compile("^Requeue"))
     confirm = retry.get_by_label("I checked: the side effect may run twice")
     expect(confirm).not_to_be_checked()
     rig.screenshot(page, "job")
     retry.get_by_label("Reason").fill("card limit raised; charge did not go through")
-    retry.get_by_role("button", name="Retry").click()
+    retry.get_by_role("button", name="Requeue").click()
     assert confirm.evaluate("box => box.validity.valueMissing")  # the browser will not submit it unticked
     assert status_of(rig, job_id) is JobStatus.FAILED
     confirm.check()
-    retry.get_by_role("button", name="Retry").click()
+    retry.get_by_role("button", name="Requeue").click()
     expect(page.locator(".flash-ok")).to_contain_text("requeue: moved to PENDING")
     expect(page.locator("#job-status .state")).to_have_text("SUCCEEDED", timeout=TIMEOUT_MS)
     requeue = rig.store.events(job_id, events=["requeue"])[-1]
@@ -169,16 +169,16 @@ def test_bulk_retry_counts_first_and_runs_after_the_confirmation(page: Any, rig:
     count(allow_duplicates=False)  # charge is not idempotent: the count says every job would be refused
     expect(page.locator("#would-refuse")).to_contain_text("3 match; 3 would be refused (all of them")
     expect(page.locator("#would-refuse")).to_contain_text("is not idempotent")
-    expect(page.get_by_role("button", name="Confirm: retry 3 jobs (3 would be refused)")).to_be_visible()
+    expect(page.get_by_role("button", name="Confirm: requeue 3 jobs")).to_be_disabled()  # it would change nothing
     rig.screenshot(page, "bulk-refused")
     page.get_by_role("button", name="Drop").click()
     count(allow_duplicates=True)
     expect(page.locator("#would-refuse")).to_have_text("3 match; none would be refused as they stand now.")
-    expect(page.get_by_role("heading", name="retry · 3 jobs")).to_be_visible()
+    expect(page.get_by_role("heading", name="requeue · 3 jobs")).to_be_visible()
     expect(page.locator("#op-status")).to_have_text("awaiting_confirmation")
     rig.screenshot(page, "bulk")
     assert {status_of(rig, job_id) for job_id in job_ids} == {JobStatus.FAILED}  # counted, nothing changed
-    page.get_by_role("button", name="Confirm: retry 3 jobs").click()
+    page.get_by_role("button", name="Confirm: requeue 3 jobs").click()
     expect(page.locator("#op-status")).to_have_text("finished", timeout=TIMEOUT_MS)
     expect(page.locator("table.jobs tbody tr")).to_have_count(3)
     for job_id in job_ids:
