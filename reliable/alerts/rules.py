@@ -176,15 +176,15 @@ def _parse_rule(raw: Any, where: Located) -> AlertRule:
         if not _RUNBOOK.fullmatch(runbook):
             raise raw.at("runbook").error(
                 f"runbook {runbook!r} must be a template file name like job_stuck.md.j2 (no directories)", "runbook")
-    key = raw.get("key")
-    if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
-        raise raw.at("key").error(f"key must be a lower-case name like dead-letters, got {key!r}", "key")
+    declared = raw.get("key")
+    if declared is not None and (not isinstance(declared, str) or not _KEY.fullmatch(declared)):
+        raise raw.at("key").error(f"key must be a lower-case name like dead-letters, got {declared!r}", "key")
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise raw.at("enabled").error(f"enabled must be true or false, got {enabled!r}", "enabled")
     return AlertRule(name=name, kind=kind, condition=condition, for_seconds=for_seconds, severity=severity,
                      owner=owner, route=route, labels=labels, annotations=annotations, runbook=runbook,
-                     path=raw.where.path, line=raw.where.line, key=key, enabled=enabled)
+                     path=raw.where.path, line=raw.where.line, key=declared, enabled=enabled)
 
 
 def parse_rules(text: str, path: str = "<memory>") -> list[AlertRule]:

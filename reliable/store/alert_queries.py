@@ -17,6 +17,7 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..inputs import shorten
+from ..options import UNOWNED
 from ..states import FAILED_FOR_GOOD
 from .alert_facts import (
     EventCount,
@@ -173,6 +174,8 @@ def sample_job_ids(store: StoreCore, sample: JobSample, limit: int = 3) -> list[
                 stmt = stmt.where(jobs.c.queue == sample.queue)
             if sample.actor:
                 stmt = stmt.where(jobs.c.actor == sample.actor)
+            if sample.owner:
+                stmt = stmt.where(jobs.c.owner.is_(None) if sample.owner == UNOWNED else jobs.c.owner == sample.owner)
             stmt = stmt.order_by(jobs.c.updated_at, jobs.c.job_id).limit(limit)
             return list(conn.execute(stmt).scalars())
         e = job_events
