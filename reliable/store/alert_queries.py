@@ -36,7 +36,7 @@ from .job_history import attempts_of
 from .schema import job_events, jobs, schedule_slots, schedules
 from .selection import not_discarded
 
-__all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "sample_job_ids"]
+__all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "job_owners", "sample_job_ids"]
 
 _TEXT_LIMIT = 500
 
@@ -194,6 +194,18 @@ def sample_job_ids(store: StoreCore, sample: JobSample, limit: int = 3) -> list[
             where += [jobs.c.status.in_(sample.still_in), not_discarded()]
         rows = conn.execute(stmt.where(and_(*where)).order_by(e.c.at.desc()).limit(limit * 10))
         return list(dict.fromkeys(rows.scalars()))[:limit]
+
+
+def job_owners(store: StoreCore, queue: str | None = None, actor: str | None = None) -> set[str | None]:
+    """The distinct owners of the jobs of `queue` and `actor` (any when None); None for jobs without
+    one. A scan (`reliable alerts check --store` runs it once per rule, not a hot path)."""
+    stmt = select(jobs.c.owner).distinct()
+    if queue is not None:
+        stmt = stmt.where(jobs.c.queue == queue)
+    if actor is not None:
+        stmt = stmt.where(jobs.c.actor == actor)
+    with store.read() as conn:
+        return set(conn.execute(stmt).scalars())
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from monitoring import AM_BINARY, Alertmanager
 from sqlalchemy import select
 
 from reliable.alerts import AlertEngine, AlertmanagerClient, DeliveryPolicy, load_rules, parse_rules
@@ -27,6 +26,7 @@ from reliable.states import Event
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import alerts as alerts_table
 
+from monitoring import AM_BINARY, Alertmanager
 from support import Clock, require_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

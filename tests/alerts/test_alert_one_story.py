@@ -106,12 +106,12 @@ def test_one_incident_pages_its_owner_once_per_condition_and_resolves(store: Sta
                 # scrape sees them all: half of them would end the fast burn (and its inhibition) first.
                 with scraping:
                     for i in range(2000):
-                            metrics({"event": "succeed", "to_status": "SUCCEEDED", "from_status": "RUNNING",
+                        metrics({"event": "succeed", "to_status": "SUCCEEDED", "from_status": "RUNNING",
                                  "actor": "charge", "queue": "payments", "job_id": f"later-{i}"})
                 engine.run_once()
 
-                wait_for(lambda: firing <= {name for _, name, status in hooks.notifications()
-                                            if status == "resolved"}, "both conditions to resolve", timeout=40, context=seen)
+                wait_for(lambda: firing <= {name for _, name, status in hooks.notifications() if status == "resolved"},
+                         "both conditions to resolve", timeout=40, context=seen)
         finally:
             server.shutdown()
             server.server_close()
@@ -121,4 +121,5 @@ def test_one_incident_pages_its_owner_once_per_condition_and_resolves(store: Sta
     assert counts == {("team-payments", "ReliableDeadLetterGrowth", "firing"): 1,
                       ("team-payments", "ReliableDeadLetterGrowth", "resolved"): 1,
                       ("team-payments-page", "ReliableErrorBudgetBurnFast", "firing"): 1,
-                      ("team-payments-page", "ReliableErrorBudgetBurnFast", "resolved"): 1}, notified
+                      ("team-payments-page", "ReliableErrorBudgetBurnFast", "resolved"): 1,
+                      }, notified
