@@ -201,3 +201,16 @@ def test_workers_name_each_actors_owner() -> None:
     assert registry.get_sample_value(OWNER_INFO, {"actor": "charge", "queue": "payments",
                                                   "owner": "team-payments"}) == 1
     assert registry.get_sample_value(OWNER_INFO, {"actor": "send", "queue": "mail", "owner": "unowned"}) == 1
+
+
+def test_runbook_links_open_the_console_when_it_is_configured(tmp_path: Path) -> None:
+    from reliable.alerts.config import load_config
+
+    settings = tmp_path / "alerts.yaml"
+    settings.write_text("console_url: https://reliable.example/console/\n")
+    assert load_config(settings).runbook_base_url == "https://reliable.example/console/alerts/"
+    settings.write_text("console_url: https://reliable.example\nrunbook_base_url: https://wiki.example/rb/\n")
+    assert load_config(settings).runbook_base_url == "https://wiki.example/rb/"  # an explicit base wins
+    settings.write_text("console_url: reliable.example\n")
+    with pytest.raises(PolicyError, match=r"alerts\.yaml:1: console_url must be an absolute http"):
+        load_config(settings)
