@@ -62,6 +62,7 @@ def _store_alert(store: StateStore) -> None:
     AlertEngine(store, rules, RunbookRenderer(defaults.path("runbooks"))).evaluate()
 
 
+@pytest.mark.slow
 def test_console_lists_an_alert_only_prometheus_raised(store: StateStore, tokens: Tokens,
                                                         alertmanager: Alertmanager) -> None:
     _store_alert(store)
