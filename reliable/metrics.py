@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .multiprocess import join
+from .options import UNOWNED
 from .states import (
     ACTIVE_STATES,
     ATTEMPT_ENDS,
@@ -113,6 +114,7 @@ class _Collectors:
     workflow_transitions: Counter
     routed: Counter
     limit_deferrals: Counter
+    actor_owner: Gauge
 
 
 def _build(registry: CollectorRegistry) -> _Collectors:
@@ -177,6 +179,11 @@ def _build(registry: CollectorRegistry) -> _Collectors:
         limit_deferrals=counter("reliable_limit_deferrals_total",
                                 "Deliveries deferred by a concurrency or rate limit (reliable.limits).",
                                 ("actor", "queue", "limit")),
+        # An info series (always 1): PromQL alerts join their `owner` label from it (alerts/promql.py).
+        # One per tracked actor: as bounded as the actor label. livemax: a dead process's value goes.
+        actor_owner=Gauge("reliable_actor_owner", "The team owning each tracked actor's jobs (the actor's `owner` "
+                          "option; \"unowned\" without one): always 1.", ("actor", "queue", "owner"),
+                          registry=registry, multiprocess_mode="livemax"),
     )
 
 
@@ -283,15 +290,18 @@ class Metrics:
 
     # -- direct hooks ------------------------------------------------------------------------------
 
-    def track(self, actor: str, queue: str, retried: Iterable[str] = ()) -> None:
-        """Create the series of a tracked actor at 0 before its first event.
+    def track(self, actor: str, queue: str, retried: Iterable[str] = (), owner: str | None = None) -> None:
+        """Create the series of a tracked actor at 0 before its first event, and name its `owner`.
 
         A labelled counter otherwise appears at its first increment, at 1, and `increase(x[5m]) > 0`
         or a rate cannot see that first event. Created: every counter labelled by actor and queue,
         the transitions and attempts of each worker outcome, the dispatch latency histogram, and the
         retries of each error class in `retried` (the policy's classes that retry) and of lease expiry.
+        ``reliable_actor_owner{actor,queue,owner}`` is set to 1 (owner "unowned" when None): the owner
+        the PromQL alerts about this actor carry.
         """
         c = self._c
+        c.actor_owner.labels(actor, queue, owner or UNOWNED).set(1)
         for counter in (c.lease_expiries, c.stale_commits, c.budget_exhausted, c.duplicate_effects,
                         c.possible_duplicate_effects, c.untrusted_options, c.delivery_mismatches, c.dead_letters,
                         c.review, c.checkpoints, c.forced_terminations):

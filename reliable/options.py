@@ -37,6 +37,7 @@ __all__ = [
     "RETRY_OPTIONS",
     "SEND_TIMEOUT",
     "STORED_CONTRACT",
+    "UNOWNED",
     "UNTRUSTED_IN_MESSAGE",
     "contract_options",
     "declared_contract",
@@ -58,6 +59,9 @@ RETRY_OPTIONS: tuple[str, ...] = ("max_retries", "min_backoff", "max_backoff")
 #: The message option under which reliable's middleware stores the contract declared on the actor,
 #: so a recovery loop or CLI that does not import the actor still decides with it.
 STORED_CONTRACT = "reliable_contract"
+
+#: The `owner` label of a job (an alert, the actor-owner info series) whose actor declares no owner.
+UNOWNED = "unowned"
 
 #: The message option naming the job's own queue on a message published on another queue (a routed
 #: retry's lane): set by `reliable.dispatch.message_for` only (a producer's is removed, see below).

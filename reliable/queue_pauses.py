@@ -23,7 +23,7 @@ from .commands import QUEUE_COMMANDS, check_reason_text, require_reason
 from .errors import ConfigError, NotAuthorized
 from .inputs import escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
-from .states import FAILED_FOR_GOOD, TERMINAL_STATES
+from .states import FAILURE_STATES, TERMINAL_STATES, JobStatus
 from .store import StateStore, pause_queries
 from .store.named_rows import Executor
 from .store.overview import Overview
@@ -90,21 +90,24 @@ class QueueEvent:
 
 def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
     """The queues' figures as GET /api/v1/queues, `reliable queues list` and the console show them:
-    every queue with jobs, and every paused one; throughput and failure rate over the overview's
-    window (jobs that reached a final state in it). Pure."""
+    every queue with jobs, and every paused one; throughput over the overview's window (jobs that
+    reached a final state in it) and the failure rate (`failure_rate`). Pure."""
     rows = []
     for queue in sorted({*figures.queues, *state.names}):
         by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
         oldest = figures.oldest_pending.get(queue)
         finished = sum(by_state.get(s.value, 0) for s in TERMINAL_STATES)
-        failed = sum(by_state.get(s.value, 0) for s in FAILED_FOR_GOOD)
+        # The outcomes the error-budget alerts count: bad = FAILED (in the window), DEAD and REVIEW (now),
+        # good = SUCCEEDED (in the window); CANCELLED is an operator's choice, neither.
+        failed = sum(by_state.get(s.value, 0) for s in FAILURE_STATES)
+        outcomes = failed + by_state.get(JobStatus.SUCCEEDED.value, 0)
         pause = state.get(queue)
         rows.append({"queue": queue, "by_state": by_state,
                      "oldest_pending_at": oldest,
                      "oldest_pending_age_seconds": None if oldest is None else max(0.0, figures.now - oldest),
                      "finished": finished,
                      "throughput_per_hour": round(finished * 3600.0 / figures.window, 3) if figures.window else None,
-                     "failure_rate": round(failed / finished, 4) if finished else None,
+                     "failure_rate": round(failed / outcomes, 4) if outcomes else None,
                      "paused": None if pause is None else {
                          **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)},
                      "broker": None})  # RabbitMQ's depths: filled in where a broker is known (reliable.web.queues)

@@ -1,17 +1,28 @@
-"""A thin client for Alertmanager's API v2 (`POST /api/v2/alerts`) over an injected httpx client."""
+"""A thin client for Alertmanager's API v2 over an injected httpx client: `POST /api/v2/alerts` (send)
+and `GET /api/v2/alerts` (read what it holds, from every engine: the console and the runbook pages)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
-__all__ = ["AlertmanagerClient", "DeliveryError"]
+__all__ = ["AlertmanagerClient", "AlertmanagerUnreachable", "DeliveryError", "matcher"]
 
 
 class DeliveryError(Exception):
     """Alertmanager did not accept the alerts (unreachable, timeout, or a non-2xx answer)."""
+
+
+class AlertmanagerUnreachable(DeliveryError):
+    """No Alertmanager answered a read: what it holds is unknown (never read it as "nothing fires")."""
+
+
+def matcher(name: str, value: str) -> str:
+    """An Alertmanager equality matcher, `name="value"`, the value quoted as its API expects."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{name}="{escaped}"'
 
 
 class AlertmanagerClient:
@@ -45,3 +56,25 @@ class AlertmanagerClient:
             except DeliveryError as exc:
                 errors[url] = str(exc)
         return errors
+
+    def alerts(self, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """The alerts Alertmanager holds now (active, silenced and inhibited), whose labels include
+        `labels`: from the first Alertmanager that answers (each one gets every alert). Raises
+        AlertmanagerUnreachable when none answers, naming each one's failure."""
+        params: list[tuple[str, str | int | float | bool | None]] = [
+            ("filter", matcher(k, v)) for k, v in sorted((labels or {}).items())]
+        errors: list[str] = []
+        for url in self.urls:
+            try:
+                response = self.http.get(f"{url}/api/v2/alerts", params=params)
+            except httpx.HTTPError as exc:
+                errors.append(f"{url}: {type(exc).__name__}: {exc}".strip())
+                continue
+            if response.status_code // 100 != 2:
+                errors.append(f"{url}: HTTP {response.status_code}: {response.text[:200].strip()}")
+                continue
+            body = response.json()
+            if isinstance(body, list):
+                return [a for a in body if isinstance(a, dict) and isinstance(a.get("labels"), dict)]
+            errors.append(f"{url}: not a list of alerts")
+        raise AlertmanagerUnreachable("; ".join(errors) or "no Alertmanager configured")

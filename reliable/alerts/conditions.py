@@ -11,6 +11,7 @@ from ..yamlfile import Located, LocatedMap, LocatedSeq
 
 __all__ = [
     "DEFAULT_BURN_WINDOWS",
+    "OWNER_JOIN_LABELS",
     "STORE_TYPES",
     "BurnWindow",
     "PromQLCondition",
@@ -51,11 +52,21 @@ class StoreCondition:
     limit: int = 50
 
 
+#: The labels a PromQL rule with `owner: from_job` may join its owner on (`owner_on`).
+OWNER_JOIN_LABELS = ("queue", "actor")
+
+
 @dataclass(frozen=True)
 class PromQLCondition:
-    """A PromQL expression, exported to a Prometheus rule file and evaluated by Prometheus."""
+    """A PromQL expression, exported to a Prometheus rule file and evaluated by Prometheus.
+
+    `owner_on`: the labels of the expression's result that name the jobs' actor (and queue); a rule
+    with `owner: from_job` takes its `owner` label from ``reliable_actor_owner`` joined on them
+    (`reliable.alerts.promql`). Empty for a rule that names its team.
+    """
 
     expr: str
+    owner_on: tuple[str, ...] = ()
 
 
 #: type -> (required keys, optional keys). Every key is validated by _PARSERS.
@@ -132,6 +143,17 @@ def _group_by(value: Any, where: Located, name: str) -> str:
     return str(value)
 
 
+def _owner_on(value: Any, where: Located) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    allowed = ", ".join(OWNER_JOIN_LABELS)
+    if (not isinstance(value, LocatedSeq) or not value or any(v not in OWNER_JOIN_LABELS for v in value)
+            or "actor" not in value):
+        raise where.error(f"condition.owner_on must list actor and optionally queue (of {allowed}): an actor has "
+                          f"one owner, a queue may have several; got {value!r}", "condition.owner_on")
+    return tuple(label for label in OWNER_JOIN_LABELS if label in value)
+
+
 _PARSERS: Mapping[str, tuple[str, Callable[[Any, Located, str], Any]]] = {
     "states": ("states", _states),
     "older_than": ("older_than", _duration),
@@ -152,14 +174,14 @@ def parse_condition(kind: str, raw: Any, where: Located) -> StoreCondition | Pro
     if not isinstance(raw, LocatedMap):
         raise where.error("condition must be a mapping", "condition")
     if kind == "promql":
-        unknown = sorted(set(raw) - {"expr"})
+        unknown = sorted(set(raw) - {"expr", "owner_on"})
         if unknown:
-            raise raw.at(unknown[0]).error(f"unknown key {unknown[0]!r} in a promql condition (allowed: expr)",
-                                           f"condition.{unknown[0]}")
+            raise raw.at(unknown[0]).error(f"unknown key {unknown[0]!r} in a promql condition (allowed: expr, "
+                                           "owner_on)", f"condition.{unknown[0]}")
         expr = raw.get("expr")
         if not isinstance(expr, str) or not expr.strip():
             raise raw.at("expr").error("a promql condition needs a non-empty expr", "condition.expr")
-        return PromQLCondition(expr=expr.strip())
+        return PromQLCondition(expr=expr.strip(), owner_on=_owner_on(raw.get("owner_on"), raw.at("owner_on")))
     ctype = raw.get("type")
     if not isinstance(ctype, str) or ctype not in STORE_TYPES:
         raise raw.at("type").error(f"condition.type must be one of {', '.join(STORE_TYPES)}, got {ctype!r}",

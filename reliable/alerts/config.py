@@ -13,11 +13,11 @@ from ..yamlfile import LocatedMap, LocatedSeq, load
 from .lifecycle import DeliveryPolicy
 from .runbooks import DEFAULT_RUNBOOK_BASE_URL, check_link_template, check_runbook_base_url
 
-__all__ = ["AlertConfig", "load_config"]
+__all__ = ["AlertConfig", "console_runbooks", "load_config"]
 
 _TIMINGS = ("evaluation_interval", "resend_interval", "resolved_resend_for", "backoff_initial", "backoff_max")
 _KEYS = {"alertmanagers", "runbook_base_url", "runbook_annotation", "runbooks", "links", "generator_url", "timeout",
-         *_TIMINGS}
+         "console_url", *_TIMINGS}
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class AlertConfig:
     runbooks: str = ""
     links: Mapping[str, str] = field(default_factory=dict)
     generator_url: str | None = None
+    #: The console's address: runbook links open its HTML runbooks (`<console_url>/alerts/<name>`)
+    #: unless `runbook_base_url` is set, and the exporter's runbook pages link job ids to its job pages.
+    console_url: str | None = None
     timeout: float = 5.0
     policy: DeliveryPolicy = field(default_factory=DeliveryPolicy)
 
@@ -87,5 +90,18 @@ def load_config(path: Path | str) -> AlertConfig:
                     check_runbook_base_url(raw)
                 except ConfigError as exc:
                     raise at.error(str(exc), key) from None
+            if key == "console_url":
+                raw = raw.rstrip("/")
+                try:
+                    check_runbook_base_url(f"{raw}/alerts/")
+                except ConfigError:
+                    raise at.error(f"console_url must be an absolute http(s) URL, got {raw!r}", key) from None
             values[key] = raw
+    if "console_url" in values and "runbook_base_url" not in values:
+        values["runbook_base_url"] = console_runbooks(values["console_url"])
     return AlertConfig(policy=DeliveryPolicy(**timings), **values)
+
+
+def console_runbooks(console_url: str) -> str:
+    """Where the console serves its HTML runbooks: the runbook base URL when a console is configured."""
+    return f"{console_url.rstrip('/')}/alerts/"

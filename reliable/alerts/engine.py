@@ -58,7 +58,7 @@ class AlertEngine:
 
     Parameters:
       store: the state store (reliable_alerts must exist: `reliable db upgrade`).
-      rules: the loaded rules (PromQL rules are ignored here).
+      rules: the loaded rules (PromQL and disabled rules are ignored here).
       renderer: renders annotations and runbooks.
       client: the Alertmanager client, or None to evaluate without sending.
       clock: returns the current epoch time; defaults to the database's clock.
@@ -71,7 +71,7 @@ class AlertEngine:
                  policy: DeliveryPolicy | None = None, generator_url: str | None = None,
                  runbook_annotation: bool = False) -> None:
         self.store = store
-        self.rules = [r for r in rules if r.kind == "store"]
+        self.rules = [r for r in rules if r.kind == "store" and r.enabled]
         self.renderer = renderer
         self.client = client
         self.clock = clock or store.now

@@ -216,9 +216,9 @@ def evaluate_rule(rule: AlertRule, facts: Facts) -> list[Candidate]:
 
 
 def evaluate(rules: Iterable[AlertRule], facts: Facts) -> list[Candidate]:
-    """Every alert the store rules raise over `facts`; PromQL rules are skipped (Prometheus runs them)."""
+    """Every alert the enabled store rules raise over `facts`; PromQL rules are skipped (Prometheus runs them)."""
     out: list[Candidate] = []
     for rule in rules:
-        if rule.kind == "store":
+        if rule.kind == "store" and rule.enabled:
             out.extend(evaluate_rule(rule, facts))
     return out

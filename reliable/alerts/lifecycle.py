@@ -21,8 +21,8 @@ from typing import Any
 from ..isotime import format_time
 from .model import Candidate
 
-__all__ = ["MAX_ANNOTATION", "MAX_LABEL_VALUE", "AlertState", "DeliveryPolicy", "advance", "after_send", "due",
-           "payload"]
+__all__ = ["MAX_ANNOTATION", "MAX_LABEL_VALUE", "AlertState", "DeliveryPolicy", "advance", "after_send",
+           "bounded_labels", "due", "payload"]
 
 #: The longest label value and annotation sent to Alertmanager, in characters (see the module doc).
 MAX_LABEL_VALUE = 256
@@ -143,6 +143,11 @@ def _label_value(value: str) -> str:
     return f"{value[:MAX_LABEL_VALUE - 16]}...~{digest}"
 
 
+def bounded_labels(labels: Mapping[str, Any]) -> dict[str, str]:
+    """`labels` as they are sent: each value cut to MAX_LABEL_VALUE characters (with its digest)."""
+    return {name: _label_value(str(value)) for name, value in labels.items()}
+
+
 def _annotation(value: str) -> str:
     if len(value) <= MAX_ANNOTATION:
         return value
@@ -155,7 +160,7 @@ def payload(state: AlertState, now: float, policy: DeliveryPolicy, generator_url
     label values and annotations cut to MAX_LABEL_VALUE and MAX_ANNOTATION characters."""
     ends = state.ends_at if state.state == RESOLVED and state.ends_at is not None else now + policy.firing_ttl
     item: dict[str, Any] = {
-        "labels": {name: _label_value(str(value)) for name, value in state.labels.items()},
+        "labels": bounded_labels(state.labels),
         "annotations": {name: _annotation(str(value)) for name, value in state.annotations.items()},
         "startsAt": _rfc3339(state.starts_at if state.starts_at is not None else now),
         "endsAt": _rfc3339(ends),

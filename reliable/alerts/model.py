@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..options import UNOWNED
 from ..store.alert_facts import JobFact, JobSample
 from .rules import AlertRule
 
 __all__ = ["UNOWNED", "Candidate", "build_labels", "fingerprint"]
-
-UNOWNED = "unowned"
 
 
 def fingerprint(labels: Mapping[str, str]) -> str:

@@ -1,4 +1,13 @@
-"""Export PromQL rules as a Prometheus rule file (promtool 2.42 compatible: no group labels/query_offset). Pure."""
+"""Export PromQL rules as a Prometheus rule file (promtool 2.42 compatible: no group labels/query_offset). Pure.
+
+Owners: a rule with `owner: from_job` takes the `owner` label of the jobs' actor from the info
+series ``reliable_actor_owner{actor,queue,owner} 1`` (set by every worker for each actor it tracks,
+from the actor's `owner` option; "unowned" without one), joined on its `condition.owner_on`
+labels. An actor no worker reported (no info series yet) still alerts, as owner "unowned"::
+
+    (EXPR) * on (queue, actor) group_left (owner) max by (queue, actor, owner) (reliable_actor_owner)
+    or on (queue, actor) label_replace((EXPR), "owner", "unowned", "", "")
+"""
 
 from __future__ import annotations
 
@@ -8,24 +17,41 @@ from typing import Any
 import yaml
 
 from ..durations import format_prometheus
+from ..options import UNOWNED
 from .conditions import PromQLCondition
 from .rules import AlertRule
 from .runbooks import DEFAULT_RUNBOOK_BASE_URL, check_runbook_base_url, runbook_url_template
 
-__all__ = ["export_rule_groups", "export_yaml"]
+__all__ = ["OWNER_INFO", "export_rule_groups", "export_yaml", "owned_expr"]
+
+#: The info series that names each actor's owner (reliable.metrics: `Metrics.track`).
+OWNER_INFO = "reliable_actor_owner"
 
 #: Go templates, evaluated by Prometheus, for rules that do not write their own.
 DEFAULT_DESCRIPTION = ("Value {{ $value | humanize }}{{ with $labels.queue }} on queue {{ . }}{{ end }}"
                        "{{ with $labels.actor }} for actor {{ . }}{{ end }}.")
 
 
+def owned_expr(expr: str, on: tuple[str, ...]) -> str:
+    """`expr` with the `owner` label of its actor joined from OWNER_INFO on the labels `on` (see the
+    module doc); "unowned" where no worker reported the actor's owner."""
+    labels = ", ".join(on)
+    return (f"({expr})\n* on ({labels}) group_left (owner) max by ({labels}, owner) ({OWNER_INFO})\n"
+            f'or on ({labels}) label_replace(({expr}), "owner", "{UNOWNED}", "", "")')
+
+
 def _rule(rule: AlertRule, runbook_base_url: str) -> dict[str, Any]:
     assert isinstance(rule.condition, PromQLCondition)
-    labels = {**rule.labels, "severity": rule.severity, "route": rule.route, "owner": rule.owner}
+    labels = {**rule.labels, "severity": rule.severity, "route": rule.route}
+    expr = rule.condition.expr
+    if rule.owner_from_job:
+        expr = owned_expr(expr, rule.condition.owner_on)
+    else:
+        labels["owner"] = rule.owner
     annotations = {"summary": f"{rule.name} ({{{{ $labels.queue }}}} {{{{ $labels.actor }}}})",
                    "description": DEFAULT_DESCRIPTION, **rule.annotations}
     annotations["runbook_url"] = runbook_url_template(runbook_base_url, rule.name)
-    out: dict[str, Any] = {"alert": rule.name, "expr": rule.condition.expr}
+    out: dict[str, Any] = {"alert": rule.name, "expr": expr}
     if rule.for_seconds:
         out["for"] = format_prometheus(rule.for_seconds)
     out["labels"] = dict(sorted(labels.items()))
@@ -39,7 +65,7 @@ def export_rule_groups(rules: Iterable[AlertRule], runbook_base_url: str = DEFAU
     check_runbook_base_url(runbook_base_url)
     groups: dict[str, list[dict[str, Any]]] = {}
     for rule in rules:
-        if rule.kind != "promql":
+        if rule.kind != "promql" or not rule.enabled:
             continue
         stem = rule.path.rsplit("/", 1)[-1].rsplit(".", 1)[0] or "rules"
         groups.setdefault(f"reliable.{stem}", []).append(_rule(rule, runbook_base_url))

@@ -13,6 +13,11 @@ A rule file holds one top-level key, `rules`, a list of rules::
         labels: {area: jobs}
         annotations: {summary: "..."}
         runbook: job_stuck.md.j2       # a template in runbooks/
+        key: jobs-stuck                # optional: the condition it evaluates (default: its runbook)
+        enabled: true                  # false: kept in the file, evaluated and exported nowhere
+
+One condition, one alert: two enabled rules naming the same runbook or the same `key` evaluate the
+same condition (they would page twice for one incident, to two owners) and are refused, naming both.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ..durations import parse_duration
 from ..errors import PolicyError
 from ..yamlfile import Located, LocatedMap, LocatedSeq, parse, read_text
 from .conditions import PromQLCondition, StoreCondition, parse_condition
+from .series import check_expr
 
 __all__ = [
     "FROM_JOB",
@@ -37,6 +43,7 @@ __all__ = [
     "load_rules",
     "parse_rules",
     "rule_files",
+    "same_conditions",
 ]
 
 FROM_JOB = "from_job"
@@ -50,7 +57,9 @@ _NAME = re.compile(r"[A-Z][A-Za-z0-9]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _RUNBOOK = re.compile(r"[a-z0-9][a-z0-9_\-]*\.md\.j2")
 _OWNER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/@]*")
-_KEYS = {"name", "kind", "condition", "for", "severity", "owner", "route", "labels", "annotations", "runbook"}
+_KEYS = {"name", "kind", "condition", "for", "severity", "owner", "route", "labels", "annotations", "runbook", "key",
+         "enabled"}
+_KEY = re.compile(r"[a-z0-9][a-z0-9_.\-]*")
 _REQUIRED = ("name", "kind", "condition", "severity", "owner", "route")
 
 
@@ -70,11 +79,18 @@ class AlertRule:
     runbook: str | None = None
     path: str = "<memory>"
     line: int = 0
+    key: str | None = None
+    enabled: bool = True
 
     @property
     def owner_from_job(self) -> bool:
         """Whether the owner label is taken from each job's owner column."""
         return self.owner == FROM_JOB
+
+    @property
+    def condition_keys(self) -> tuple[str, ...]:
+        """What identifies the condition this rule evaluates: its declared key and its runbook."""
+        return tuple(k for k in (self.key and f"key {self.key!r}", self.runbook and f"runbook {self.runbook!r}") if k)
 
 
 def _string(value: Any, where: Located, name: str) -> str:
@@ -108,6 +124,17 @@ def _string_map(value: Any, where: Located, name: str, reserved: frozenset[str])
     return out
 
 
+def _check_series(condition: PromQLCondition, raw: Any) -> None:
+    """Refuse an expression naming a reliable metric that does not exist or a label its series lack."""
+    at = raw.at("expr") if isinstance(raw, LocatedMap) else raw
+    problems = check_expr(condition.expr)
+    if not problems and condition.owner_on:
+        problems = [problem.replace("label", "owner_on label", 1)
+                    for problem in check_expr(condition.expr + f" by ({', '.join(condition.owner_on)})")]
+    if problems:
+        raise at.error("; ".join(problems), "condition.expr")
+
+
 def _parse_rule(raw: Any, where: Located) -> AlertRule:
     if not isinstance(raw, LocatedMap):
         raise where.error("each rule must be a mapping")
@@ -130,8 +157,15 @@ def _parse_rule(raw: Any, where: Located) -> AlertRule:
     severity = _choice(raw["severity"], raw.at("severity"), "severity", SEVERITIES)
     route = _choice(raw["route"], raw.at("route"), "route", ROUTES)
     owner = _string(raw["owner"], raw.at("owner"), "owner")
-    if owner == FROM_JOB and kind == "promql":
-        raise raw.at("owner").error("owner: from_job needs a store rule; PromQL rules name a team", "owner")
+    if isinstance(condition, PromQLCondition):
+        _check_series(condition, raw["condition"])
+    joined = isinstance(condition, PromQLCondition) and bool(condition.owner_on)
+    if owner == FROM_JOB and kind == "promql" and not joined:
+        raise raw.at("owner").error("owner: from_job on a PromQL rule needs condition.owner_on (the labels naming "
+                                    "the actor, and queue, the owner is joined on), or name a team", "owner")
+    if joined and owner != FROM_JOB:
+        raise raw.at("condition").error("condition.owner_on joins the owner of the jobs: it needs owner: from_job",
+                                        "condition.owner_on")
     if owner != FROM_JOB and not _OWNER.fullmatch(owner):
         raise raw.at("owner").error(f"owner {owner!r} must be a team name or from_job", "owner")
     labels = _string_map(raw.get("labels"), raw.at("labels"), "labels", RESERVED_LABELS)
@@ -142,9 +176,15 @@ def _parse_rule(raw: Any, where: Located) -> AlertRule:
         if not _RUNBOOK.fullmatch(runbook):
             raise raw.at("runbook").error(
                 f"runbook {runbook!r} must be a template file name like job_stuck.md.j2 (no directories)", "runbook")
+    declared = raw.get("key")
+    if declared is not None and (not isinstance(declared, str) or not _KEY.fullmatch(declared)):
+        raise raw.at("key").error(f"key must be a lower-case name like dead-letters, got {declared!r}", "key")
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise raw.at("enabled").error(f"enabled must be true or false, got {enabled!r}", "enabled")
     return AlertRule(name=name, kind=kind, condition=condition, for_seconds=for_seconds, severity=severity,
                      owner=owner, route=route, labels=labels, annotations=annotations, runbook=runbook,
-                     path=raw.where.path, line=raw.where.line)
+                     path=raw.where.path, line=raw.where.line, key=declared, enabled=enabled)
 
 
 def parse_rules(text: str, path: str = "<memory>") -> list[AlertRule]:
@@ -174,11 +214,32 @@ def rule_files(path: Path) -> list[Path]:
     return [path]
 
 
-def load_rules(path: Path | str, *, collect: list[PolicyError] | None = None) -> list[AlertRule]:
-    """Load every rule under `path` (a file or a directory of *.yaml); names must be unique.
+def same_conditions(rules: Iterable[AlertRule]) -> list[PolicyError]:
+    """One problem per enabled rule that evaluates the condition of an earlier enabled rule (the same
+    runbook or the same declared key), naming both: one incident would page twice."""
+    problems: list[PolicyError] = []
+    seen: dict[str, AlertRule] = {}
+    for rule in rules:
+        if not rule.enabled:
+            continue
+        for key in rule.condition_keys:
+            first = seen.setdefault(key, rule)
+            if first is not rule:
+                problems.append(PolicyError(
+                    f"rules {first.name!r} ({first.path}:{first.line}) and {rule.name!r} evaluate the same condition "
+                    f"({key}): one incident would page twice; keep one, or set enabled: false on the other",
+                    path=rule.path, line=rule.line, field="key" if key.startswith("key") else "runbook"))
+                break
+    return problems
 
-    With `collect`, problems are appended to it (the first of each file, plus duplicate names)
-    and the valid rules are returned; without it, the first problem is raised as a PolicyError.
+
+def load_rules(path: Path | str, *, collect: list[PolicyError] | None = None) -> list[AlertRule]:
+    """Load every rule under `path` (a file or a directory of *.yaml); names must be unique, and no
+    two enabled rules may evaluate the same condition (`same_conditions`).
+
+    With `collect`, problems are appended to it (the first of each file, plus duplicate names and
+    conditions) and the valid rules are returned; without it, the first problem is raised as a
+    PolicyError. Disabled rules are returned too (`AlertRule.enabled`): every consumer skips them.
     """
     problems: list[PolicyError] = [] if collect is None else collect
     rules: list[AlertRule] = []
@@ -201,4 +262,8 @@ def load_rules(path: Path | str, *, collect: list[PolicyError] | None = None) ->
                 problems.append(dup)
                 continue
             rules.append(rule)
+    for problem in same_conditions(rules):
+        if collect is None:
+            raise problem
+        problems.append(problem)
     return rules

@@ -11,24 +11,31 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 from markupsafe import Markup, escape
 
-__all__ = ["runbook_html"]
+__all__ = ["JobUrl", "runbook_html", "runbook_page"]
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _ITEM = re.compile(r"^( *)[-*]\s+(.*)$")
 _INLINE = re.compile(r"`([^`]+)`|(https?://[^\s<>`\"]+[^\s<>`\".,;:)\]])")
 
 
-def _inline(text: str) -> str:
-    """`text` (unescaped) as escaped HTML with its code spans and bare links as tags."""
+JobUrl = Callable[[str], str]
+
+
+def _inline(text: str, job_url: JobUrl | None = None) -> str:
+    """`text` (unescaped) as escaped HTML with its code spans and bare links as tags; a code span
+    right after "Job " (a job id in `_jobs.md.j2`) links to `job_url(id)` when given."""
     out: list[str] = []
     last = 0
     for match in _INLINE.finditer(text):
         out.append(str(escape(text[last:match.start()])))
         code, url = match.groups()
-        if code is not None:
+        if code is not None and job_url is not None and text[:match.start()].endswith("Job "):
+            out.append(f'<a href="{escape(job_url(code))}"><code>{escape(code)}</code></a>')
+        elif code is not None:
             out.append(f"<code>{escape(code)}</code>")
         else:
             out.append(f'<a href="{escape(url)}" rel="noreferrer">{escape(url)}</a>')
@@ -37,8 +44,9 @@ def _inline(text: str) -> str:
     return "".join(out)
 
 
-def runbook_html(markdown: str) -> Markup:
-    """The runbook's Markdown (as `RunbookRenderer.runbook` returns it) as safe HTML."""
+def runbook_html(markdown: str, *, job_url: JobUrl | None = None) -> Markup:
+    """The runbook's Markdown (as `RunbookRenderer.runbook` returns it) as safe HTML; each listed
+    job's id a link to `job_url(id)` when given (the console's job page)."""
     lines = html.unescape(markdown).splitlines()
     out: list[str] = []
     paragraph: list[str] = []
@@ -47,7 +55,7 @@ def runbook_html(markdown: str) -> Markup:
 
     def close_paragraph() -> None:
         if paragraph:
-            out.append(f"<p>{_inline(' '.join(paragraph))}</p>")
+            out.append(f"<p>{_inline(' '.join(paragraph), job_url)}</p>")
             paragraph.clear()
 
     def close_lists(to: int = 0) -> None:
@@ -70,7 +78,7 @@ def runbook_html(markdown: str) -> Markup:
             close_paragraph()
             close_lists()
             level = len(heading.group(1))
-            out.append(f"<h{level + 1}>{_inline(heading.group(2))}</h{level + 1}>")
+            out.append(f"<h{level + 1}>{_inline(heading.group(2), job_url)}</h{level + 1}>")
         elif item:
             close_paragraph()
             level = len(item.group(1)) // 2 + 1
@@ -81,13 +89,23 @@ def runbook_html(markdown: str) -> Markup:
                     depth += 1
             else:
                 close_lists(level)
-            out.append(f"<li>{_inline(item.group(2))}")
+            out.append(f"<li>{_inline(item.group(2), job_url)}")
             item_open[-1] = True
         elif depth and line.startswith(" "):
-            out.append(" " + _inline(line.strip()))  # a list item's continuation
+            out.append(" " + _inline(line.strip(), job_url))  # a list item's continuation
         else:
             close_lists()
             paragraph.append(line.strip())
     close_paragraph()
     close_lists()
     return Markup("\n".join(out))
+
+
+def runbook_page(name: str, markdown: str, *, job_url: JobUrl | None = None) -> str:
+    """A whole HTML document of one runbook (the exporter's page, where no console layout exists)."""
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>Runbook {escape(name)}</title>"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<style>body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;"
+            "line-height:1.45}code{background:#f3f3f3;padding:0 .2em;overflow-wrap:anywhere}</style></head>\n"
+            f"<body><article class=\"runbook\">\n{runbook_html(markdown, job_url=job_url)}\n</article></body></html>\n")

@@ -42,6 +42,7 @@ __all__ = [
     "next_actions",
     "runbook_url",
     "runbook_url_template",
+    "safe_command",
     "safe_url",
 ]
 
@@ -125,21 +126,31 @@ def safe_url(template: str, values: Mapping[str, str | None]) -> str:
     return _PLACEHOLDER.sub(lambda m: quote(values.get(m.group(1)) or "", safe=""), template)
 
 
+#: The one safe command that moves a job on from each status (the console's button, the CLI line):
+#: command -> the CLI that runs it. A status not listed has none (inspect it).
+SAFE_COMMANDS: dict[str, str] = {"RUNNING": "stop", "PAUSED": "resume", "STOPPED": "resume", "DEAD": "requeue"}
+_CLI = {"stop": "reliable stop", "resume": "reliable resume", "requeue": "reliable dlq requeue"}
+
+
+def safe_command(status: str, job_id: str, alertname: str) -> tuple[str, str] | None:
+    """The safe command for a job in `status` (a `Control` method's name) and its exact CLI line, or None."""
+    command = SAFE_COMMANDS.get(status)
+    if command is None:
+        return None
+    return command, f"{_CLI[command]} {shlex.quote(job_id)} --reason {shlex.quote(f'alert:{alertname}')}"
+
+
 def next_actions(status: str, job_id: str, alertname: str) -> list[str]:
-    """The safe next `reliable` commands for a job in `status`, most useful first, shell-quoted."""
+    """The safe next `reliable` commands for a job in `status`, inspection first, the safe command
+    (`safe_command`) last; shell-quoted."""
     jid = shlex.quote(job_id)
-    reason = shlex.quote(f"alert:{alertname}")
-    show = f"reliable jobs show {jid}"
-    by_status = {
-        "RUNNING": [show, f"reliable jobs events {jid}", f"reliable stop {jid} --reason {reason}"],
-        "STOPPING": [f"reliable jobs events {jid}", show],
-        "PAUSED": [show, f"reliable resume {jid} --reason {reason}"],
-        "STOPPED": [show, f"reliable resume {jid} --reason {reason}"],
-        "DEAD": [f"reliable dlq show {jid}", f"reliable dlq requeue {jid} --reason {reason}"],
-        "REVIEW": [f"reliable review show {jid}", f"reliable jobs events {jid}"],
-        "FAILED": [show, f"reliable jobs events {jid}"],
-    }
-    return by_status.get(status, [show, f"reliable jobs events {jid}"])
+    show, events = f"reliable jobs show {jid}", f"reliable jobs events {jid}"
+    inspect = {
+        "RUNNING": [show, events], "STOPPING": [events, show], "PAUSED": [show], "STOPPED": [show],
+        "DEAD": [f"reliable dlq show {jid}"], "REVIEW": [f"reliable review show {jid}", events],
+    }.get(status, [show, events])
+    safe = safe_command(status, job_id, alertname)
+    return inspect + ([safe[1]] if safe else [])
 
 
 def _iso(epoch: float | None) -> str | None:

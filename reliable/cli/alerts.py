@@ -82,10 +82,13 @@ def alerts() -> None:
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 @rules_option
 @runbooks_option
+@click.option("--store", "store_url", metavar="URL",
+              help="Also check each rule's fixed owner against the owners its jobs carry in this store.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON: {ok, rules, store, promql, problems: [{path, line, field, message}]}.")
 @handle_errors
-def check(path: Path | None, rules_path: Path | None, runbooks_dir: Path | None, as_json: bool) -> None:
+def check(path: Path | None, rules_path: Path | None, runbooks_dir: Path | None, store_url: str | None,
+          as_json: bool) -> None:
     """Validate the rule files at PATH (a file or a directory): one line per problem, exit 2 on errors.
 
     PATH may also be given as --rules (like the other `alerts` commands); neither: the shipped rules.
@@ -105,6 +108,15 @@ def check(path: Path | None, rules_path: Path | None, runbooks_dir: Path | None,
             renderer.check(rule)
         except PolicyError as exc:
             problems.append(exc)
+    if store_url is not None:
+        from ..alerts.owners import owner_problems
+        from ..store.alert_queries import job_owners
+
+        opened = open_store(store_url)
+        try:
+            problems += owner_problems(rules, lambda queue, actor: job_owners(opened, queue, actor))
+        finally:
+            opened.close()
     store = sum(r.kind == "store" for r in rules)
     if as_json:
         emit_json({"ok": not problems, "rules": len(rules), "store": store, "promql": len(rules) - store,

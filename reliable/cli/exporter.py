@@ -77,8 +77,16 @@ def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_i
     named = str(prepare(multiprocess_dir)) if multiprocess_dir else None
     if named is None:
         prepare(user_dir())  # ours and private, or refused now
-    renderer = runbook_renderer(alert_config(config_path, runbook_base_url), runbooks_dir)
+    config = alert_config(config_path, runbook_base_url)
+    renderer = runbook_renderer(config, runbooks_dir)
     rules = checked_rules(rules_path, renderer)
+    alertmanager = None
+    if config.alertmanagers:  # the runbook pages of PromQL alerts ask it which alert fires
+        import httpx
+
+        from ..alerts.client import AlertmanagerClient
+
+        alertmanager = AlertmanagerClient(config.alertmanagers, httpx.Client(timeout=config.timeout))
     store = open_store(store_url)
     location = database_location(store.engine.url)
     directories = named if named is not None else (lambda: store_dirs(location))
@@ -90,8 +98,9 @@ def exporter(port: int, host: str, store_url: str, broker_url: str | None, sla_i
 
     try:
         serve(store, host=host, port=port, broker_url=broker_url, sla=sla, states=states or None,
-              multiprocess_dir=directories, ready=ready, runbooks=RunbookPages(store, rules, renderer),
-              queues=queues)
+              multiprocess_dir=directories, ready=ready,
+              runbooks=RunbookPages(store, rules, renderer, alertmanager=alertmanager),
+              queues=queues, console_url=config.console_url)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except OSError as exc:

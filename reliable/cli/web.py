@@ -35,10 +35,13 @@ __all__ = ["web"]
 @click.option("--redact", "redact", multiple=True, metavar="GLOB",
               help="Also mask argument fields matching this name pattern for read-only users (repeatable; "
                    "password, token, secret, api_key... are masked already).")
+@click.option("--alertmanager", "alertmanagers", multiple=True, envvar="RELIABLE_ALERTMANAGER", show_envvar=True,
+              metavar="URL", help="Alertmanager the alerts pages read (repeatable): every firing alert is listed, "
+                                  "Prometheus' too (without one: only the store evaluator's, and the page says so).")
 @handle_errors
 def web(host: str, port: int, store_url: str | None, policies_path: str | None, broker_url: str | None,
         proxy_header: str | None, trusted_proxies: tuple[str, ...], operators_file: str | None,
-        cookie_secure: bool, redact: tuple[str, ...]) -> None:
+        cookie_secure: bool, redact: tuple[str, ...], alertmanagers: tuple[str, ...]) -> None:
     """Serve the HTTP API and the web console.
 
     The JSON API is under /api/v1 (described at /api/v1/openapi.json), the console at /.
@@ -61,6 +64,7 @@ def web(host: str, port: int, store_url: str | None, policies_path: str | None, 
         broker = rabbitmq_broker(url=broker_url)
     config = WebConfig(proxy_header=proxy_header, trusted_proxies=trusted_proxies,
                        proxy_operators=OperatorsPolicy.load(operators_file) if operators_file else None,
-                       cookie_secure=cookie_secure, redact=redact)
+                       cookie_secure=cookie_secure, redact=redact,
+                       alertmanagers=tuple(u.rstrip("/") for u in alertmanagers))
     app = create_app(open_store(store_url), policy=load_policy(policies_path), broker=broker, config=config)
     uvicorn.run(app, host=host, port=port, log_level="info", proxy_headers=False)

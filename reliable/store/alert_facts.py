@@ -152,6 +152,7 @@ class JobSample:
     since: float | None = None
     detail_contains: str | None = None
     still_in: tuple[str, ...] = ()  # with events: only jobs in these states now
+    owner: str | None = None  # with states: only jobs of this owner ("unowned": jobs without one)
 
     def __post_init__(self) -> None:
         if not self.states:

@@ -17,6 +17,7 @@ from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..inputs import shorten
+from ..options import UNOWNED
 from ..states import FAILED_FOR_GOOD
 from .alert_facts import (
     EventCount,
@@ -35,7 +36,7 @@ from .job_history import attempts_of
 from .schema import job_events, jobs, schedule_slots, schedules
 from .selection import not_discarded
 
-__all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "sample_job_ids"]
+__all__ = ["AttemptFact", "JobContext", "collect_facts", "job_contexts", "job_owners", "sample_job_ids"]
 
 _TEXT_LIMIT = 500
 
@@ -173,6 +174,8 @@ def sample_job_ids(store: StoreCore, sample: JobSample, limit: int = 3) -> list[
                 stmt = stmt.where(jobs.c.queue == sample.queue)
             if sample.actor:
                 stmt = stmt.where(jobs.c.actor == sample.actor)
+            if sample.owner:
+                stmt = stmt.where(jobs.c.owner.is_(None) if sample.owner == UNOWNED else jobs.c.owner == sample.owner)
             stmt = stmt.order_by(jobs.c.updated_at, jobs.c.job_id).limit(limit)
             return list(conn.execute(stmt).scalars())
         e = job_events
@@ -191,6 +194,18 @@ def sample_job_ids(store: StoreCore, sample: JobSample, limit: int = 3) -> list[
             where += [jobs.c.status.in_(sample.still_in), not_discarded()]
         rows = conn.execute(stmt.where(and_(*where)).order_by(e.c.at.desc()).limit(limit * 10))
         return list(dict.fromkeys(rows.scalars()))[:limit]
+
+
+def job_owners(store: StoreCore, queue: str | None = None, actor: str | None = None) -> set[str | None]:
+    """The distinct owners of the jobs of `queue` and `actor` (any when None); None for jobs without
+    one. A scan (`reliable alerts check --store` runs it once per rule, not a hot path)."""
+    stmt = select(jobs.c.owner).distinct()
+    if queue is not None:
+        stmt = stmt.where(jobs.c.queue == queue)
+    if actor is not None:
+        stmt = stmt.where(jobs.c.actor == actor)
+    with store.read() as conn:
+        return set(conn.execute(stmt).scalars())
 
 
 @dataclass(frozen=True)

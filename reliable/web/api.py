@@ -24,7 +24,6 @@ from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
 from ..store import Reads, selection
-from ..store.alert_rows import alert_rows
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
 from .bodies import json_object
@@ -44,7 +43,7 @@ DEFAULT_LIMIT = 50
 #: How many of a job's most recent events its detail and history show by default.
 DEFAULT_EVENT_LIMIT = 200
 #: What `?state=` of GET /api/v1/alerts accepts.
-ALERT_STATES: tuple[str, ...] = ("pending", "firing", "resolved")
+ALERT_STATES: tuple[str, ...] = ("pending", "firing", "suppressed", "resolved")
 #: The query parameters of GET /api/v1/jobs (the dead-letter and review listings take them but `state`).
 FILTER_PARAMS: tuple[str, ...] = (*(p for p in selection.FILTER_PARAMS if p != "ids"), "limit", "cursor")
 _BODY_FIELDS = frozenset({"reason", "dry_run", "allow_duplicate_side_effects", "resolution"})
@@ -292,18 +291,18 @@ async def overview_figures(request: Request) -> JSONResponse:
     return JSONResponse(figures.as_dict())
 
 
-def _alerts(store: Reads, wanted: str | None) -> dict[str, Any]:
-    return {"alerts": alert_rows(store, state=wanted)}
-
-
 async def alert_list(request: Request) -> JSONResponse:
-    """GET /api/v1/alerts: the alerts the evaluator keeps (reliable_alerts), optionally of one state."""
+    """GET /api/v1/alerts: every alert, optionally of one state: the store evaluator's (reliable_alerts)
+    and those Alertmanager holds (Prometheus'), each with its `source`; `alertmanager` says whether
+    Alertmanager was read (`error` when it was not: the list then lacks Prometheus' alerts)."""
+    from .console_alerts import all_alerts
+
     await authenticate(request)
     _check_known(request, ("state",))
     wanted = _one(request, "state")
     if wanted is not None and wanted.lower() not in ALERT_STATES:
         raise _bad(f"parameter 'state' must be one of {', '.join(ALERT_STATES)}, not {wanted!r}")
-    return JSONResponse(await run_in_threadpool(_alerts, state_of(request).store, wanted and wanted.lower()))
+    return JSONResponse(await run_in_threadpool(all_alerts, request, wanted and wanted.lower()))
 
 
 async def whoami(request: Request) -> JSONResponse:

@@ -34,6 +34,9 @@ class WebConfig:
       confirm_ttl: seconds a counted bulk operation waits for its confirmation.
     overview_ttl: seconds the overview's figures are reused for (0: computed on every request).
     host: the host name recorded on audited events (default: this machine's).
+    alertmanagers: Alertmanager base URLs the alerts pages read (GET /api/v2/alerts): every firing
+      alert, Prometheus' too, is listed; none: only the store evaluator's, and the page says so.
+    alertmanager_timeout: seconds a read of Alertmanager may take before the page says it is unreachable.
     """
 
     secret_key: str = field(default_factory=lambda: os.environ.get(ENV_SECRET) or secrets.token_urlsafe(32))
@@ -48,8 +51,13 @@ class WebConfig:
     confirm_ttl: float = 300.0
     overview_ttl: float = 5.0
     host: str = field(default_factory=socket.gethostname)
+    alertmanagers: tuple[str, ...] = ()
+    alertmanager_timeout: float = 3.0
 
     def __post_init__(self) -> None:
+        for url in self.alertmanagers:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"alertmanagers: expected an http(s) URL, got {url!r}")
         if self.proxy_header and not self.trusted_proxies:
             raise ConfigError("proxy_header needs trusted_proxies: the addresses the authenticating proxy connects "
                               "from (anyone else could name any user in that header)")

@@ -1,5 +1,11 @@
-"""The console's alerts: `/alerts` (firing, pending and recently resolved alerts, from the evaluator's
-table) and `/alerts/{alertname}` (the alert's runbook rendered as HTML with the jobs it is about now).
+"""The console's alerts: `/alerts` (every alert: the store evaluator's firing, pending and recently
+resolved ones, and what Alertmanager holds, Prometheus' alerts among them, each with its source) and
+`/alerts/{alertname}` (the alert's runbook rendered as HTML with the jobs it is about now, each job
+a link to its page and its safe command a button for those who may act, the CLI line beside it).
+
+Alertmanager is read at `WebConfig.alertmanagers` (GET /api/v2/alerts). None configured, or none
+answering: the page says so in a banner; an empty list never stands for "all quiet" unless
+Alertmanager was read.
 
 A runbook link carries the alert's labels (`reliable.alerts.runbooks.RUNBOOK_LABELS`), so each of
 three dead-letter alerts of three actors opens its own actor's jobs. The runbooks are rendered with
@@ -25,12 +31,48 @@ from ..store.alert_rows import alert_rows
 from .auth import authenticate, state_of
 
 if TYPE_CHECKING:
+    from ..alerts.client import AlertmanagerClient
     from ..alerts.pages import RunbookPages
 
-__all__ = ["ORDER", "routes", "runbook_link", "use_runbooks"]
+__all__ = ["ORDER", "all_alerts", "routes", "runbook_link", "use_runbooks"]
 
 #: The order alerts are listed in: firing first.
-ORDER = ("firing", "pending", "resolved")
+ORDER = ("firing", "pending", "suppressed", "resolved")
+
+
+def _alertmanager(request: Request) -> AlertmanagerClient | None:
+    """A client of the configured Alertmanagers (None when none is configured)."""
+    urls = state_of(request).config.alertmanagers
+    if not urls:
+        return None
+    import httpx
+
+    from ..alerts.client import AlertmanagerClient
+
+    return AlertmanagerClient(urls, httpx.Client(timeout=state_of(request).config.alertmanager_timeout))
+
+
+def all_alerts(request: Request, state: str | None = None) -> dict[str, Any]:
+    """Every alert (`reliable.alerts.listing.merge_alerts`), of `state` when given, firing first, and
+    what became of reading Alertmanager: {alerts, alertmanager: {urls, read, error}}. Blocking."""
+    from ..alerts.client import DeliveryError
+    from ..alerts.listing import merge_alerts
+
+    rows = alert_rows(state_of(request).store)
+    client = _alertmanager(request)
+    held: list[dict[str, Any]] | None = None
+    error: str | None = None if client is not None else "no Alertmanager configured: only the store's alerts"
+    if client is not None:
+        try:
+            with client.http:
+                held = client.alerts()
+        except DeliveryError as exc:
+            error = f"Alertmanager unreachable ({exc}): only the store's alerts are listed"
+    alerts = [a for a in merge_alerts(rows, held) if state is None or a["state"] == state]
+    alerts.sort(key=lambda r: (ORDER.index(r["state"]) if r["state"] in ORDER else len(ORDER),
+                               -(r.get("starts_at") or r.get("pending_since") or 0.0)))
+    return {"alerts": alerts, "alertmanager": {"urls": list(state_of(request).config.alertmanagers),
+                                               "read": held is not None, "error": error}}
 
 
 def use_runbooks(app: Starlette, pages: RunbookPages) -> None:
@@ -49,7 +91,8 @@ def _pages(request: Request) -> RunbookPages:
         from ..defaults import path
 
         renderer = RunbookRenderer(path("runbooks"))
-        pages = RunbookPages(state_of(request).store, load_rules(path("alert_rules")), renderer)
+        pages = RunbookPages(state_of(request).store, load_rules(path("alert_rules")), renderer,
+                             alertmanager=_alertmanager(request))
         app_state.reliable_runbooks = pages
     return pages
 
@@ -68,12 +111,13 @@ async def alerts_page(request: Request) -> Response:
     from .console import render
 
     principal = await authenticate(request)
-    rows = await run_in_threadpool(alert_rows, state_of(request).store)
-    rows.sort(key=lambda r: (ORDER.index(r["state"]) if r["state"] in ORDER else len(ORDER),
-                             -(r.get("starts_at") or r.get("pending_since") or 0.0)))
-    shown: list[dict[str, Any]] = [{**row, "runbook": runbook_link(request, row["alertname"], row["labels"])}
-                                   for row in rows]
-    return render(request, "alerts.html", principal=principal, alerts=shown, states=ORDER)
+    found = await run_in_threadpool(all_alerts, request)
+    names = set(_pages(request).names())
+    shown: list[dict[str, Any]] = [
+        {**row, "runbook": runbook_link(request, row["alertname"], row["labels"]) if row["alertname"] in names
+         else (row["annotations"].get("runbook_url") or None)} for row in found["alerts"]]
+    return render(request, "alerts.html", principal=principal, alerts=shown, states=ORDER,
+                  alertmanager=found["alertmanager"])
 
 
 async def alert_runbook(request: Request) -> Response:
@@ -87,11 +131,12 @@ async def alert_runbook(request: Request) -> Response:
     pages = _pages(request)
     labels = {key: value for key, value in request.query_params.items()}
     base = str(request.url_for("alerts")).rstrip("/") + "/"
-    text = await run_in_threadpool(functools.partial(pages.render, name, labels, base_url=base))
-    if text is None:
+    page = await run_in_threadpool(functools.partial(pages.page, name, labels, base_url=base))
+    if page is None:
         return error_page(request, 404, f"no runbook for alert {name!r}")
-    return render(request, "alert_runbook.html", principal=principal, name=name, labels=labels,
-                  body=runbook_html(text))
+    body = runbook_html(page.text, job_url=lambda job_id: str(request.url_for("job", job_id=job_id)))
+    return render(request, "alert_runbook.html", principal=principal, name=name, labels=labels, body=body,
+                  jobs=page.jobs, reason=f"alert:{name}")
 
 
 def routes() -> list[BaseRoute]:

@@ -372,7 +372,8 @@ _SCHEMAS: dict[str, Any] = {
                       "oldest_pending_at": _N_NUM, "oldest_pending_age_seconds": _N_NUM,
                       "finished": {"type": "integer", "description": "jobs that reached a final state in the window"},
                       "throughput_per_hour": _N_NUM,
-                      "failure_rate": {**_N_NUM, "description": "FAILED and DEAD among the finished"},
+                      "failure_rate": {**_N_NUM, "description": "FAILED (in the window), DEAD and REVIEW (now) among "
+                                                                 "them and SUCCEEDED (in the window)"},
                       "paused": {"oneOf": [{"type": "null"}, _ref("QueuePause")]},
                       "broker": {"description": "RabbitMQ's depths (`reliable web --broker`; null without)",
                                  "oneOf": [{"type": "null"}, _object({

@@ -67,7 +67,9 @@ def boot(broker: dramatiq.Broker, worker: Any, *, installed: Registrar, settings
         retried = [name for name, spec in settings.policy.classes.items() if spec.action == "retry"]
         for name in broker.get_declared_actors():
             if registration.tracked(broker, name):
-                metrics.track(name, broker.get_actor(name).queue_name, retried)
+                actor = broker.get_actor(name)
+                owner = actor.options.get("owner")
+                metrics.track(name, actor.queue_name, retried, owner=str(owner) if owner else None)
     assert process.heartbeat is not None
     if settings.schedules:
         for schedule in settings.schedules:

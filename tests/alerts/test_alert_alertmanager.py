@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,11 +26,10 @@ from reliable.states import Event
 from reliable.store import NewJob, StateStore
 from reliable.store.schema import alerts as alerts_table
 
-from support import Clock, free_port, require_service, wait_for
+from monitoring import AM_BINARY, Alertmanager
+from support import Clock, require_service, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "reliable" / "defaults"  # the operational files the wheel ships
-AM_BINARY = "/usr/bin/prometheus-alertmanager"
 pytestmark = pytest.mark.integration
 
 RULES = """\
@@ -50,53 +47,10 @@ rules:
 """
 
 
-class Alertmanager:
-    """A real Alertmanager process on 127.0.0.1:port, started and stopped by the test."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.tmp = tmp
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [AM_BINARY, f"--config.file={SHIPPED / 'alertmanager/alertmanager.yml'}",
-             f"--storage.path={self.tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--cluster.listen-address="],
-            stdout=subprocess.DEVNULL, stderr=(self.tmp / "am.log").open("ab"))
-        wait_for(self._ready, "alertmanager to be ready", timeout=20)
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"alertmanager exited: {(self.tmp / 'am.log').read_text()[-2000:]}")
-        try:
-            return httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-
-    def alerts(self, alertname: str) -> list[dict[str, Any]]:
-        response = httpx.get(f"{self.url}/api/v2/alerts", params={"filter": f'alertname="{alertname}"'}, timeout=5)
-        response.raise_for_status()
-        result: list[dict[str, Any]] = response.json()
-        return result
-
-
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
     require_service("Alertmanager (Debian package prometheus-alertmanager)", shutil.which(AM_BINARY) is not None)
-    am = Alertmanager(tmp_path)
+    am = Alertmanager(tmp_path)  # the shipped example config
     am.start()
     yield am
     am.stop()
@@ -131,7 +85,7 @@ def test_stuck_job_alert_fires_resolves_and_survives_an_alertmanager_outage(
                                    "owner": "team-data", "queue": "exports", "actor": "export",
                                    "job_id": "job-one", "state": "RUNNING"}
         assert alert["status"]["state"] == "active"
-        assert [r["name"] for r in alert["receivers"]] == ["page"]
+        assert [r["name"] for r in alert["receivers"]] == ["team-data-page"]  # the owner's, by severity
         notes = alert["annotations"]
         assert set(notes) == {"summary", "description", "runbook_url"}  # the runbook is read at its URL
         assert notes["summary"] == "Job job-one stuck in RUNNING"

@@ -38,7 +38,7 @@ def _rule(**overrides: str) -> str:
 def test_defaults_load() -> None:
     rules = load_rules(SHIPPED / "alert_rules")
     names = {r.name for r in rules}
-    assert {"ReliableJobStuck", "ReliableActorErrorBudgetBurnFast", "ReliableHeartbeatFailures"} <= names
+    assert {"ReliableJobStuck", "ReliableErrorBudgetBurnFast", "ReliableHeartbeatFailures"} <= names
     assert all(r.runbook for r in rules)
 
 

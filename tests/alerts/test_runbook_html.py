@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from reliable.alerts.runbook_html import runbook_html
+from urllib.parse import quote
+
+from reliable.alerts.runbook_html import runbook_html, runbook_page
 from reliable.alerts.runbooks import runbook_url, runbook_url_template
 
 
@@ -19,6 +21,22 @@ def test_the_runbooks_markdown_becomes_tags_and_everything_else_text() -> None:
     assert "</ul></li>\n<li>second</li>\n</ul>" in html
     assert '<p>Runbook: <a href="http://h/rb/x?a=1&amp;b=2" rel="noreferrer">http://h/rb/x?a=1&amp;b=2</a></p>' in html
     assert "<script" not in html and "&amp;#39;" not in html and "&amp;amp;" not in html
+
+
+def test_job_ids_link_to_their_pages_when_a_job_url_is_given() -> None:
+    markdown = "- Job `a/b\"<x>`: DEAD\n- Recent attempt ids: `att-1`\n"
+
+    def job_url(job_id: str) -> str:
+        return f"https://console.example/jobs/{quote(job_id, safe='')}"
+
+    html = str(runbook_html(markdown, job_url=job_url))
+    assert '<li>Job <a href="https://console.example/jobs/a%2Fb%22%3Cx%3E"><code>a/b&#34;&lt;x&gt;</code></a>: DEAD' \
+        in html, html
+    assert "<code>att-1</code>" in html and "jobs/att-1" not in html  # only the job id links
+    assert "<a " not in str(runbook_html(markdown))  # no console known: no link
+    page = runbook_page("reliablejobstuck", markdown, job_url=job_url)
+    assert page.startswith("<!doctype html>") and "<title>Runbook reliablejobstuck</title>" in page
+    assert "console.example/jobs/" in page
 
 
 def test_a_link_cannot_break_out_of_its_attribute() -> None:

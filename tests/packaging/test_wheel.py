@@ -206,8 +206,11 @@ def test_from_the_wheel_the_docs_and_the_dead_letter_alert_on_one_scrape(
         worker.terminate()
         worker.wait(timeout=60)
         log.close()
-    series = "reliable_dead_letters_total{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-    was, now = (sample_value(samples, "reliable_dead_letters_total", **labels) for samples in (before, after))
+    # promtool, fed the scraped dead-letter transitions, fires the fast burn of the actor (owner "unowned":
+    # no worker's owner series fed here).
+    dead = {**labels, "event": "dead_letter", "to_state": "DEAD"}
+    series = "reliable_transitions_total{" + ",".join(f'{k}="{v}"' for k, v in sorted(dead.items())) + "}"
+    was, now = (sample_value(samples, "reliable_transitions_total", **dead) for samples in (before, after))
     assert (was, now) == (0, 1)
-    promtool_fires(promtool, rules, tmp_path, series, was, now, "ReliableDeadLetters",
-                   {**labels, "owner": "platform", "route": "notify", "severity": "warning"})
+    promtool_fires(promtool, rules, tmp_path, series, was, now, "ReliableErrorBudgetBurnFast",
+                   {"actor": labels["actor"], "owner": "unowned", "route": "page", "severity": "critical"})

@@ -86,10 +86,12 @@ def test_one_scrape_has_every_series_the_rules_use_and_the_dead_letter_alert_fir
     assert sample_value(after, "reliable_transitions_total", event="succeed", actor="fine", queue=queue_name) == 1
     assert sample_value(after, "reliable_worker_restarts_total", reason="crash") is not None
 
-    # promtool, fed the scraped dead-letter counter (before, then after), fires the alert.
-    series = "reliable_dead_letters_total{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-    was, now = sample_value(before, "reliable_dead_letters_total", **labels), \
-        sample_value(after, "reliable_dead_letters_total", **labels)
+    # promtool, fed the scraped dead-letter transitions (before, then after), fires the fast burn: every
+    # outcome of the actor failed (no worker's owner series fed here: owner "unowned").
+    dead = {**labels, "event": "dead_letter", "to_state": "DEAD"}
+    series = "reliable_transitions_total{" + ",".join(f'{k}="{v}"' for k, v in sorted(dead.items())) + "}"
+    was, now = sample_value(before, "reliable_transitions_total", **dead), \
+        sample_value(after, "reliable_transitions_total", **dead)
     assert was is not None and now is not None
-    promtool_fires(promtool, rules, tmp_path, series, was, now, "ReliableDeadLetters",
-                   {**labels, "owner": "platform", "route": "notify", "severity": "warning"})
+    promtool_fires(promtool, rules, tmp_path, series, was, now, "ReliableErrorBudgetBurnFast",
+                   {"actor": labels["actor"], "owner": "unowned", "route": "page", "severity": "critical"})

@@ -28,9 +28,10 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def session(store: StateStore, token: str, **app_kwargs: Any) -> tuple[TestClient, str]:
+def session(store: StateStore, token: str, config: WebConfig | None = None,
+            **app_kwargs: Any) -> tuple[TestClient, str]:
     """A client signed in with `token` through the console's form, and its session's CSRF token."""
-    client = TestClient(create_app(store, config=WebConfig(secret_key="s"), **app_kwargs))
+    client = TestClient(create_app(store, config=config or WebConfig(secret_key="s"), **app_kwargs))
     login = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/login").text)
     assert login is not None
     assert client.post("/login", data={"token": token, "csrf_token": login.group(1)},
