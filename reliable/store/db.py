@@ -21,6 +21,7 @@ from .faults import Fault, classify
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
+    "POOLED",
     "POOL_TIMEOUT",
     "SUPPORTED",
     "WRITABLE_SESSION_ATTRS",
@@ -31,6 +32,7 @@ __all__ = [
     "normalise_scheme",
     "now_expression",
     "pool_exhausted",
+    "pooled",
     "read_connection",
     "sqlite_writer_lock",
     "translate",
@@ -75,6 +77,7 @@ def check_store_url(url: str | URL) -> URL:
         if isinstance(query_password, str) and parsed.password is None:
             parsed = parsed.set(password=query_password).difference_update_query(["password"])
         _check_hosts(parsed, shown)
+        _check_pooled(parsed, shown)
     problem = None
     try:
         parsed.get_dialect().import_dbapi()
@@ -147,6 +150,24 @@ def _check_hosts(url: URL, shown: str) -> None:
         raise ConfigError(f"store URL {shown}: it names {count} hosts, so it needs target_session_attrs=read-write "
                           f"(or primary), not {attrs!r}: reliable writes, and libpq would settle on the first "
                           "host that answers, a read-only standby included")
+
+
+#: The store URL's query parameter (reliable's own: never passed to libpq) saying that a connection
+#: pooler in transaction mode, such as PgBouncer, stands between reliable and PostgreSQL (sessions.py).
+POOLED = "pooled"
+_POOLED_VALUES = {"true": True, "false": False}
+
+
+def pooled(url: URL) -> bool:
+    """Whether the store URL says a pooler is in the way (``?pooled=true``; checked by check_store_url)."""
+    return _POOLED_VALUES.get(str(url.query.get(POOLED, "false")).lower(), False)
+
+
+def _check_pooled(url: URL, shown: str) -> None:
+    value = url.query.get(POOLED)
+    if value is not None and (not isinstance(value, str) or value.lower() not in _POOLED_VALUES):
+        raise ConfigError(f"store URL {shown}: {POOLED} must be true or false (once), not {value!r} "
+                          "(`reliable docs pgbouncer`)")
 
 
 def check_max_connections(value: int) -> int:

@@ -1,5 +1,6 @@
-"""Opening a store's engine: one bounded pool, SQLite's settings, PostgreSQL's hung-up connections and
-the failover guard (reliable/store/replication.py, which runs the store's queries: so it sits above db.py)."""
+"""Opening a store's engine: one bounded pool, SQLite's settings, PostgreSQL's hung-up connections,
+its sessions' bounds and pooler check (sessions.py) and the failover guard (reliable/store/replication.py,
+which runs the store's queries: so it sits above db.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy.exc import DisconnectionError
 
 from .db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url
 from .replication import refuse_older_timelines
+from .sessions import IDLE_IN_TRANSACTION_TIMEOUT, session_args, watch_sessions
 
 __all__ = ["IDLE_IN_TRANSACTION_TIMEOUT", "connect_engine"]
 
@@ -38,29 +40,11 @@ def connect_engine(url: str | URL, *, max_connections: int = DEFAULT_MAX_CONNECT
         )
         _configure_sqlite(engine)
         return engine
-    # prepare_threshold: the worker's statements run often; the server keeps their plans.
-    engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": 5, "prepare_threshold": 2,
-                                                            "options": _session_options(parsed)})
+    engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": 5, **session_args(parsed)})
+    watch_sessions(engine)
     _drop_hung_up_connections(engine)
     refuse_older_timelines(engine)
     return engine
-
-
-#: How long the server lets one of reliable's sessions sit idle inside a transaction before it ends
-#: the session. Every transaction of reliable lasts milliseconds; a process frozen (SIGSTOP) or
-#: hung between two statements of one (record_effect holds the job row FOR UPDATE while it inserts
-#: the effect) would otherwise keep its row locks until it resumes, and recovery's lease expiry of
-#: that job would wait as long: the frozen holder's jobs would never be handed on. Well below the
-#: default lease ttl (30 s), so a frozen holder delays recovery by at most this much.
-IDLE_IN_TRANSACTION_TIMEOUT = 5.0
-
-
-def _session_options(url: URL) -> str:
-    """libpq's `options` for reliable's sessions: the URL's own, then the idle-in-transaction bound."""
-    given = url.query.get("options")
-    given = " ".join(given) if isinstance(given, tuple) else (given or "")
-    bound = f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}"
-    return f"{given} {bound}".strip()
 
 
 def _drop_hung_up_connections(engine: Engine) -> None:

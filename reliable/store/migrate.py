@@ -116,6 +116,8 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     before = current_revision(engine)
     config = _config()
     with _quiet_setup(), write_transaction(engine) as conn:
+        if engine.dialect.name == "postgresql":  # one transaction: through a pooler too
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")  # an index build may take minutes
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
     return before, current_revision(engine) or ""
