@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
-from pgbouncer import pgbouncer
 from sqlalchemy import create_engine, func, select, text
 from starlette.testclient import TestClient
 
@@ -29,6 +28,7 @@ from reliable.store.schema import effects, jobs
 from reliable.store.sessions import IDLE_IN_TRANSACTION_TIMEOUT, STATEMENT_TIMEOUT
 from reliable.web import WebConfig, create_app
 
+from pgbouncer import pgbouncer
 from support import CLI, PG_ADMIN_URL, scratch_database, wait_for
 from workers import WorkerProcess, send
 
