@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..errors import ConfigError, StoreError, StoreMisconfigured, StoreNotMigrated, StoreUnavailable
 from ..redact import redact_url
 from .faults import Fault, classify
+from .instrumentation import outside_app_traces
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
@@ -201,8 +202,11 @@ def sqlite_writer_lock(engine: Engine) -> contextlib.AbstractContextManager[Any]
 
 @contextlib.contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A connection in a transaction that takes the write lock at once (SQLite) and commits at exit."""
-    with sqlite_writer_lock(engine), translate_errors(engine), engine.connect() as conn:
+    """A connection in a transaction that takes the write lock at once (SQLite) and commits at exit.
+
+    It and `read_connection` keep reliable's statements out of the application's traces
+    (instrumentation.py)."""
+    with outside_app_traces(), sqlite_writer_lock(engine), translate_errors(engine), engine.connect() as conn:
         conn.execution_options(reliable_write=True)
         with conn.begin():
             yield conn
@@ -211,7 +215,7 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 @contextlib.contextmanager
 def read_connection(engine: Engine) -> Iterator[Connection]:
     """A plain connection for reads, with driver errors translated."""
-    with translate_errors(engine), engine.connect() as conn:
+    with outside_app_traces(), translate_errors(engine), engine.connect() as conn:
         yield conn
 
 
