@@ -27,6 +27,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["TRACE_STORE_ENV", "outside_app_traces"]
 
@@ -44,9 +45,22 @@ def outside_app_traces() -> Iterator[None]:
         yield
         return
     with contextlib.ExitStack() as stack:
-        if sentry is not None:
-            stack.enter_context(sentry.isolation_scope()).span = None  # forks the current scope too
-            sentry.get_current_scope().span = None
+        if sentry is not None and hasattr(sentry, "isolation_scope"):  # sentry-sdk 2
+            _without_sentry_spans(stack, sentry)
         if otel is not None:
             stack.enter_context(otel.suppress_instrumentation())
         yield
+
+
+def _without_sentry_spans(stack: contextlib.ExitStack, sentry: Any) -> None:
+    """Fork Sentry's scopes for the block (its breadcrumbs go with the fork) with a no-op span
+    current: a statement's span is then its no-op child, in span streaming mode too (where a span
+    without a parent would start a trace of its own)."""
+    stack.enter_context(sentry.isolation_scope())  # forks the current scope too
+    scope = sentry.get_current_scope()
+    traces, utils = sys.modules.get("sentry_sdk.traces"), sys.modules.get("sentry_sdk.tracing_utils")
+    streaming = getattr(utils, "has_span_streaming_enabled", None)
+    if traces is not None and streaming is not None and streaming(sentry.get_client().options):
+        scope.streamed_span = traces.NoOpStreamedSpan()
+    else:
+        scope.span = sys.modules["sentry_sdk.tracing"].NoOpSpan()

@@ -2,7 +2,8 @@
 Dramatiq's Broker and SQLAlchemy's Engine class for the life of a process): an app with Sentry's
 Dramatiq and SQLAlchemy integrations, reliable installed on a StubBroker with the store at $STORE,
 and a task that uses the app's own engine ($APP_DB), checkpoints, records an effect and sends a
-follow-up. Prints, as JSON, the spans (op, description) of each transaction Sentry would have sent."""
+follow-up. Prints, as JSON, the spans (op, description) of each transaction Sentry would have sent
+(SENTRY_STREAM=1: span streaming, each span sent alone, printed as a transaction of that name)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ class Captured(Transport):
 
 def main() -> None:
     transport = Captured()
+    streaming = {"trace_lifecycle": "stream"} if os.environ.get("SENTRY_STREAM") == "1" else {}
     sentry_sdk.init(dsn="http://public@127.0.0.1/1", transport=transport, traces_sample_rate=1.0,
-                    default_integrations=False, integrations=[DramatiqIntegration(), SqlalchemyIntegration()])
+                    default_integrations=False, integrations=[DramatiqIntegration(), SqlalchemyIntegration()],
+                    **streaming)
 
     import dramatiq
     from dramatiq.brokers.stub import StubBroker
@@ -75,6 +78,8 @@ def main() -> None:
             if event is not None:
                 transactions.append({"name": event.get("transaction"),
                                      "spans": [[s.get("op"), s.get("description")] for s in event.get("spans", [])]})
+            elif item.type == "span" and item.payload.json is not None:  # span streaming: one item per span
+                transactions.extend({"name": span["name"], "spans": []} for span in item.payload.json["items"])
     print(json.dumps(transactions))
 
 

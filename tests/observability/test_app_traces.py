@@ -44,6 +44,13 @@ def test_sentry_sees_the_apps_query_in_a_task_and_none_of_reliables(store_url: s
 
 
 @pytest.mark.slow
+def test_in_span_streaming_mode_no_span_of_reliables_is_sent_either(pg_database: str, tmp_path: Path) -> None:
+    # A span with no parent would start a trace of its own there: reliable's get a no-op parent.
+    names = [name for name, _ in sentry_spans(pg_database, tmp_path, SENTRY_STREAM="1")]
+    assert sorted(names) == ["SELECT 42 AS the_apps_own_query"] * 2 + ["follow_up"] * 2 + ["task"] * 2, names
+
+
+@pytest.mark.slow
 def test_the_switch_keeps_reliables_statements_in_the_apps_traces(pg_database: str, tmp_path: Path) -> None:
     transactions = sentry_spans(pg_database, tmp_path, **{TRACE_STORE_ENV: "1"})
     spans = [span for name, spans in transactions if name == "task" for span in spans]
