@@ -34,7 +34,7 @@ from workers import WorkerProcess, send
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-JOBS = 100
+JOBS = 60
 UNITS = 3
 
 
