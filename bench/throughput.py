@@ -10,7 +10,9 @@ consumer prefetches more for the acknowledgements held until the successes commi
 reliable.worker.acks), reliable-pg-fast-alone (the
 fast path reading its jobs one per look, as before the batched look), reliable-pg-nogc (no group commit),
 reliable-pg-nometrics, reliable-pg-fullidx (the full job indexes of migration 0006),
-reliable-pg-limited (a concurrency limit), reliable-sqlite, reliable-sqlite-fast.
+reliable-pg-limited (a concurrency limit), reliable-pg-pooled (the worker and the producer reach the
+store through a PgBouncer in transaction mode that you start first, at BENCH_PGBOUNCER=host:port,
+default 127.0.0.1:6432, with `?pooled=true`: docs/pgbouncer.md), reliable-sqlite, reliable-sqlite-fast.
 
 Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker (processes x threads) and measures the window from the first message started to
@@ -79,6 +81,7 @@ from typing import Any
 
 import pika
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 from stamps import read_stamps
 
@@ -87,7 +90,9 @@ BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 MODES = ("plain", "reliable-pg", "reliable-pg-ahead", "reliable-pg-fast", "reliable-pg-fast-queue",
          "reliable-pg-fast-alone", "reliable-pg-nogc", "reliable-pg-nometrics", "reliable-pg-fullidx",
-         "reliable-pg-limited", "reliable-sqlite", "reliable-sqlite-fast")
+         "reliable-pg-limited", "reliable-pg-pooled", "reliable-sqlite", "reliable-sqlite-fast")
+#: reliable-pg-pooled: the store reached through a PgBouncer in transaction mode already running here.
+PGBOUNCER = os.environ.get("BENCH_PGBOUNCER", "127.0.0.1:6432")
 ROLES = ("worker", "postgres", "rabbitmq")
 _SWITCHES = re.compile(rb"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", re.MULTILINE)
 POLL = 0.002  # seconds between two reads of the stamps
@@ -254,6 +259,13 @@ def create_pg() -> str:
     return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
 
 
+def through_pgbouncer(url: str) -> str:
+    """`url`'s database through the PgBouncer at BENCH_PGBOUNCER, declared pooled."""
+    host, _, port = PGBOUNCER.rpartition(":")
+    parsed = make_url(url).set(host=host, port=int(port)).update_query_dict({"pooled": "true"})
+    return parsed.render_as_string(hide_password=False)
+
+
 def fresh_pg() -> str:
     """A new database with reliable's schema (this tree's migrations); its URL."""
     import reliable
@@ -408,12 +420,13 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
            "BENCH_CLAIMS_AHEAD": "1" if kind.endswith("ahead") else "0",
            "BENCH_LOOKS": "alone" if kind.endswith("alone") else "batched", "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
            "BENCH_FAST_QUEUE": "1" if kind.endswith("fast-queue") else "0"}
-    if store_url:
-        env["BENCH_STORE"] = store_url
+    reached = through_pgbouncer(store_url) if store_url and kind.endswith("pooled") else store_url
+    if reached:
+        env["BENCH_STORE"] = reached
     verify = create_engine(store_url, poolclass=NullPool).connect() if store_url else None
     log = tmp / f"{queue}.log"
     try:
-        subprocess.run([sys.executable, __file__, "--prepare", kind, queue, str(jobs), store_url or "-"], env=env,
+        subprocess.run([sys.executable, __file__, "--prepare", kind, queue, str(jobs), reached or "-"], env=env,
                        check=True)
         command = [sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t", str(threads), "-Q", queue]
         prefix = profile / f"{tag}-{mode}" if profile else None

@@ -18,9 +18,11 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..errors import ConfigError, StoreError, StoreMisconfigured, StoreNotMigrated, StoreUnavailable
 from ..redact import redact_url
 from .faults import Fault, classify
+from .instrumentation import outside_app_traces
 
 __all__ = [
     "DEFAULT_MAX_CONNECTIONS",
+    "POOLED",
     "POOL_TIMEOUT",
     "SUPPORTED",
     "WRITABLE_SESSION_ATTRS",
@@ -31,6 +33,7 @@ __all__ = [
     "normalise_scheme",
     "now_expression",
     "pool_exhausted",
+    "pooled",
     "read_connection",
     "sqlite_writer_lock",
     "translate",
@@ -75,6 +78,7 @@ def check_store_url(url: str | URL) -> URL:
         if isinstance(query_password, str) and parsed.password is None:
             parsed = parsed.set(password=query_password).difference_update_query(["password"])
         _check_hosts(parsed, shown)
+        _check_pooled(parsed, shown)
     problem = None
     try:
         parsed.get_dialect().import_dbapi()
@@ -149,6 +153,24 @@ def _check_hosts(url: URL, shown: str) -> None:
                           "host that answers, a read-only standby included")
 
 
+#: The store URL's query parameter (reliable's own: never passed to libpq) saying that a connection
+#: pooler in transaction mode, such as PgBouncer, stands between reliable and PostgreSQL (sessions.py).
+POOLED = "pooled"
+_POOLED_VALUES = {"true": True, "false": False}
+
+
+def pooled(url: URL) -> bool:
+    """Whether the store URL says a pooler is in the way (``?pooled=true``; checked by check_store_url)."""
+    return _POOLED_VALUES.get(str(url.query.get(POOLED, "false")).lower(), False)
+
+
+def _check_pooled(url: URL, shown: str) -> None:
+    value = url.query.get(POOLED)
+    if value is not None and (not isinstance(value, str) or value.lower() not in _POOLED_VALUES):
+        raise ConfigError(f"store URL {shown}: {POOLED} must be true or false (once), not {value!r} "
+                          "(`reliable docs pgbouncer`)")
+
+
 def check_max_connections(value: int) -> int:
     """`value` if it is a usable connection limit (an int >= 1); ConfigError otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -180,8 +202,11 @@ def sqlite_writer_lock(engine: Engine) -> contextlib.AbstractContextManager[Any]
 
 @contextlib.contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A connection in a transaction that takes the write lock at once (SQLite) and commits at exit."""
-    with sqlite_writer_lock(engine), translate_errors(engine), engine.connect() as conn:
+    """A connection in a transaction that takes the write lock at once (SQLite) and commits at exit.
+
+    It and `read_connection` keep reliable's statements out of the application's traces
+    (instrumentation.py)."""
+    with outside_app_traces(), sqlite_writer_lock(engine), translate_errors(engine), engine.connect() as conn:
         conn.execution_options(reliable_write=True)
         with conn.begin():
             yield conn
@@ -190,7 +215,7 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 @contextlib.contextmanager
 def read_connection(engine: Engine) -> Iterator[Connection]:
     """A plain connection for reads, with driver errors translated."""
-    with translate_errors(engine), engine.connect() as conn:
+    with outside_app_traces(), translate_errors(engine), engine.connect() as conn:
         yield conn
 
 

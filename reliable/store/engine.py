@@ -1,6 +1,6 @@
-"""Opening a store's engine: one bounded pool, SQLite's settings, PostgreSQL's hung-up connections and
-silent networks (docs/operations.md), and the failover guard (reliable/store/replication.py, which runs
-the store's queries: so it sits above db.py)."""
+"""Opening a store's engine: one bounded pool, SQLite's settings, PostgreSQL's hung-up connections,
+its sessions' bounds and pooler check (sessions.py), silent networks (docs/operations.md) and the
+failover guard (reliable/store/replication.py, which runs the store's queries: so it sits above db.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..redact import redact_url
 from .db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url
 from .replication import refuse_older_timelines
+from .sessions import IDLE_IN_TRANSACTION_TIMEOUT, session_args, watch_sessions
 
 __all__ = ["DEFAULT_LEASE_TTL", "IDLE_IN_TRANSACTION_TIMEOUT", "connect_engine", "tcp_bounds"]
 
@@ -54,32 +55,15 @@ def connect_engine(url: str | URL, *, max_connections: int = DEFAULT_MAX_CONNECT
         )
         _configure_sqlite(engine)
         return engine
-    # prepare_threshold: the worker's statements run often; the server keeps their plans.
     _check_tcp_settings(parsed)
     tcp = {key: value for key, value in tcp_bounds(lease_ttl).items() if key not in parsed.query}
-    engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": CONNECT_TIMEOUT, "prepare_threshold": 2,
-                                                            "options": _session_options(parsed), **tcp})
+    engine = create_engine(parsed, **bounded, connect_args={"connect_timeout": CONNECT_TIMEOUT, **session_args(parsed),
+                                                            **tcp})
+    watch_sessions(engine)
     _drop_hung_up_connections(engine)
     _cut_at_deadlines(engine)
     refuse_older_timelines(engine)
     return engine
-
-
-#: How long the server lets one of reliable's sessions sit idle inside a transaction before it ends
-#: the session. Every transaction of reliable lasts milliseconds; a process frozen (SIGSTOP) or
-#: hung between two statements of one (record_effect holds the job row FOR UPDATE while it inserts
-#: the effect) would otherwise keep its row locks until it resumes, and recovery's lease expiry of
-#: that job would wait as long: the frozen holder's jobs would never be handed on. Well below the
-#: default lease ttl (30 s), so a frozen holder delays recovery by at most this much.
-IDLE_IN_TRANSACTION_TIMEOUT = 5.0
-
-
-def _session_options(url: URL) -> str:
-    """libpq's `options` for reliable's sessions: the URL's own, then the idle-in-transaction bound."""
-    given = url.query.get("options")
-    given = " ".join(given) if isinstance(given, tuple) else (given or "")
-    bound = f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}"
-    return f"{given} {bound}".strip()
 
 
 #: Seconds libpq may take to open a connection (a call with less time left gets what is left, at least 2 s:

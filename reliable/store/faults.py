@@ -62,17 +62,21 @@ DATABASE = ("the store URL names a database that does not exist: fix its name, o
             "run `reliable db upgrade --store {url}`")
 RIGHTS = ("the store URL's user lacks rights on reliable's tables or file: grant them (docs/operations.md, "
           "\"Database rights\") or use the user that ran `reliable db upgrade`")
+POOLER = ("a connection pooler (PgBouncer?) is in the way and the store URL does not say so: add pooled=true "
+          "to it (and no `options`), give reliable's role its session settings on the server, or connect to "
+          "PostgreSQL directly (`reliable docs pgbouncer`)")
 SQLITE_FILE = "the SQLite file cannot be opened: check that its directory exists and is writable by this user"
 
 _SCHEMA = Diagnosis(Fault.CONFIGURATION, UPGRADE, schema=True)
 _OUTAGE = Diagnosis(Fault.OUTAGE)
 
 #: First match wins. SQLSTATE classes: 08 connection exception, 28 invalid authorization, 3D invalid
-#: catalog (database), 42501 insufficient privilege, 42P01 undefined table, 53 insufficient
-#: resources, 57 operator intervention (shutdown, starting up, a statement timeout), 25006 read-only
-#: transaction (a standby), 25P03/25P04 a session timeout (the server closes the connection), 58
-#: system error, 40 transaction rollback (a serialization failure or a deadlock: the same statement
-#: succeeds when tried again), 55P03 lock not available (a lock timeout).
+#: catalog (database), 42501 insufficient privilege, 42P01 undefined table, 26000/42P05 a prepared
+#: statement missing or there twice (a pooler), 53 insufficient resources, 57 operator intervention
+#: (shutdown, starting up, a statement timeout), 25006 read-only transaction (a standby), 25P03/25P04
+#: a session timeout (the server closes the connection), 58 system error, 40 transaction rollback (a
+#: serialization failure or a deadlock: the same statement succeeds when tried again), 55P03 lock not
+#: available (a lock timeout).
 #: A SQLSTATE no rule names is a statement's own failure (OTHER), whatever the driver's exception
 #: class: psycopg raises OperationalError for class 54 too (a program limit, e.g. an index row too
 #: large), which waiting cannot help.
@@ -84,6 +88,11 @@ RULES: tuple[Rule, ...] = (
          Diagnosis(Fault.CONFIGURATION, CREDENTIALS)),
     Rule(("42501",), r"permission denied|readonly database|read-only file system",
          Diagnosis(Fault.CONFIGURATION, RIGHTS)),
+    # reliable names no prepared statement of its own: one missing, or there twice, is a pooler's
+    # transaction mode handing this session's statements to other server sessions.
+    Rule(("26000", "42P05"), r'prepared statement "[^"]*" (does not exist|already exists)',
+         Diagnosis(Fault.CONFIGURATION, POOLER)),
+    Rule((), r"unsupported startup parameter", Diagnosis(Fault.CONFIGURATION, POOLER)),
     Rule((), r"unable to open database file|file is not a database", Diagnosis(Fault.CONFIGURATION, SQLITE_FILE)),
     Rule(("08", "53", "57", "58", "25006", "25P03", "25P04", "40", "55P03"),
          r"connection|could not connect|timeout|timed out|starting up|shutting down|in recovery mode"

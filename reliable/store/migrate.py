@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, inspect, text
 
-from .db import translate_errors, write_transaction
+from .db import read_connection, write_transaction
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -99,7 +99,7 @@ def applied_between(before: str | None, after: str) -> list[tuple[str, str]]:
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at, or None when it was never migrated (one query on the
     version table Alembic keeps; Alembic itself is not imported)."""
-    with translate_errors(engine), engine.connect() as conn:
+    with read_connection(engine) as conn:
         if not inspect(conn).has_table(VERSION_TABLE):
             return None
         found = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
@@ -116,6 +116,8 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str]:
     before = current_revision(engine)
     config = _config()
     with _quiet_setup(), write_transaction(engine) as conn:
+        if engine.dialect.name == "postgresql":  # one transaction: through a pooler too
+            conn.exec_driver_sql("SET LOCAL statement_timeout = 0")  # an index build may take minutes
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
     return before, current_revision(engine) or ""

@@ -30,7 +30,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from ..compat.sqlalchemy_internals import invalidate_all
 from ..states import ACTIVE_STATES
 from .batching import GroupCommit, WriteResult, batch_rows, batch_write_sql
-from .db import pool_exhausted, sqlite_writer_lock, translate
+from .db import pool_exhausted, pooled, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
 
@@ -121,6 +121,8 @@ class SqlRunner:
         self.queries = load_queries(self.dialect)
         self._clock = clock or (lambda: None)
         self._postgres = self.dialect == "postgresql"
+        #: A pooler in transaction mode (sessions.py): no session settings, nothing prepared.
+        self._pooled = pooled(engine.url)
         self._dbapi: Any = engine.dialect.dbapi
         # PostgreSQL: psycopg's raw cursors take $n placeholders as they are, so a statement is
         # never re-parsed on the client (named parameters are converted once, here).
@@ -289,15 +291,20 @@ class SqlRunner:
         key, but a generic plan made while the job table is small (a new store, not analyzed yet)
         locks the batch's rows through a scan of the whole table, and keeps doing so for the
         connection's life as the table grows (measured: 0.19, 0.41, 0.65 ms of PostgreSQL CPU per
-        job over three rounds of 2,400 jobs, against 0.11 with the index)."""
+        job over three rounds of 2,400 jobs, against 0.11 with the index).
+
+        Behind a pooler (`pooled=true`) the connection is still kept, but neither setting is made
+        nor the statement prepared: the pooler would hand both to other clients' transactions, and
+        each batch is planned anew, with the table's statistics of the moment."""
         with self._kept_lock:
             if self._kept is None or self._kept[1] != os.getpid():
                 raw = self._checkout()
                 driver: Any = raw.driver_connection
                 try:
                     driver.autocommit = True
-                    driver.execute("SET plan_cache_mode = force_generic_plan")
-                    driver.execute("SET enable_seqscan = off")
+                    if not self._pooled:
+                        driver.execute("SET plan_cache_mode = force_generic_plan")
+                        driver.execute("SET enable_seqscan = off")
                 except BaseException as exc:
                     raw.invalidate()
                     if isinstance(exc, self._dbapi.Error):
@@ -342,7 +349,7 @@ class SqlRunner:
             import psycopg
 
             with psycopg.RawCursor(raw.driver_connection) as cursor:
-                cursor.execute(query.sql, values, prepare=True)
+                cursor.execute(query.sql, values, prepare=not self._pooled)
                 found = {row[0]: row for row in cursor.fetchall()}
         return [None if (row := found.get(w.job_id)) is None else _written(row) for w in writes]
 

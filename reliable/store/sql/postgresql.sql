@@ -137,6 +137,15 @@ SELECT CASE WHEN pg_is_in_recovery() THEN NULL
             ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END,
        (SELECT system_identifier FROM pg_control_system());
 
+-- name: session_settings
+-- At each new connection (reliable/store/sessions.py): reliable's marker setting (NULL when a pooler
+-- dropped the startup options that carry it), the session's two bounds in milliseconds (0: none), and
+-- its role and database, to name in the fix.
+SELECT current_setting(%(marker)s, true),
+       (SELECT setting::int8 FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'),
+       (SELECT setting::int8 FROM pg_settings WHERE name = 'statement_timeout'),
+       current_user::text, current_database()::text;
+
 -- name: lease_floor_state
 -- What `reliable db raise-lease-floor` decides from: the database, whether the server is a
 -- standby, its timeline, the highest token in the store and the database's reliable.lease_floor.
