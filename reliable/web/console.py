@@ -30,7 +30,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ..access import Principal
-from ..defaults import topics
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
 from ..inputs import shorten
 from ..isotime import format_time
@@ -404,24 +403,6 @@ async def job_action(request: Request) -> Response:
     return RedirectResponse(str(request.url_for("job", job_id=job_id)), 303)
 
 
-# -- docs ------------------------------------------------------------------------------------------
-
-async def docs_page(request: Request) -> Response:
-    """GET /docs: the documentation's topics (the pages `reliable docs` prints)."""
-    principal = await authenticate(request)
-    return render(request, "docs.html", principal=principal, topics=topics.topics(), page=None)
-
-
-async def doc_page(request: Request) -> Response:
-    """GET /docs/{topic}: one page, as its Markdown text."""
-    principal = await authenticate(request)
-    try:
-        page = topics.find(request.path_params["topic"])
-    except ConfigError:
-        return error_page(request, 404, f"no documentation topic {request.path_params['topic']!r}")
-    return render(request, "docs.html", principal=principal, topics=topics.topics(), page=page)
-
-
 def routes() -> list[BaseRoute]:
     """The console's routes."""
     return [
@@ -434,8 +415,6 @@ def routes() -> list[BaseRoute]:
         JobRoute("/jobs/{job_id}/status", job_status, name="job_status"),
         JobRoute("/jobs/{job_id}/message", job_message_download, name="job_message"),
         JobRoute("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
-        Route("/docs", docs_page, name="docs"),
-        Route("/docs/{topic}", doc_page, name="doc"),
         Route("/login", sign_in_page, methods=["GET", "POST"], name="sign_in"),
         Route("/logout", sign_out_page, methods=["POST"], name="sign_out"),
         Mount("/static", app=StaticFiles(directory=str(_HERE / "static")), name="static"),

@@ -280,7 +280,9 @@ def test_the_console_serves_the_docs(store: StateStore, tokens: Tokens) -> None:
     listed = client.get("/docs")
     assert listed.status_code == 200 and 'href="http://testserver/docs/worker"' in listed.text
     page = client.get("/docs/worker")
-    assert page.status_code == 200 and "<pre class=\"doc\"># `reliable worker`" in page.text
+    assert page.status_code == 200 and \
+        '<h1 id="reliable-worker-a-supervisor-that-restarts-a-crashed-worker-process"><code>reliable worker</code>:' \
+        in page.text
     assert client.get("/docs/nope").status_code == 404
     signed_out = TestClient(create_app(store, config=WebConfig(secret_key="s")))
     assert signed_out.get("/docs", follow_redirects=False).status_code != 200  # behind the sign-in, like every page
