@@ -334,3 +334,5 @@ job_stats = Table(
     *(Column(f"w{i:02d}", Integer, nullable=False, server_default="0") for i in range(STAT_BUCKETS)),
     *(Column(f"r{i:02d}", Integer, nullable=False, server_default="0") for i in range(STAT_BUCKETS)),
 )
+# A chart reads one (queue, actor) level's buckets: the all-queues rows only, not every queue's.
+Index("ix_reliable_job_stats_level", job_stats.c.queue, job_stats.c.actor, job_stats.c.resolution, job_stats.c.bucket)

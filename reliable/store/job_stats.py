@@ -13,8 +13,12 @@ Times are the database clock's (the events' `at`). A percentile is read from the
 interpolation inside the bucket it falls in (as PromQL's histogram_quantile): within a factor of two
 of the true value, exact at the bucket edges.
 
+Rows are kept per (queue, actor), per queue (actor ALL) and for all queues (queue and actor ALL), so
+that a chart reads the all-queues rows only and p50/p95 per queue its queue's rows.
+
 Bounded size: each resolution is kept for its horizon (`RESOLUTIONS`), so the table holds at most
-(2 h / 1 min + 25 h / 15 min + 8 d / 1 h) = 388 rows per (queue, actor) that ran jobs in that time.
+(2 h / 1 min + 25 h / 15 min + 8 d / 1 h + 8 d / 1 day) = 420 rows per (queue, actor), per queue and
+for all queues that ran jobs in that time.
 `prune_stats` deletes what is older, and what lies before a history prune's cut (`retention.prune`).
 
 Written by `StatsBuffer`, a store listener (in memory, a few microseconds per event, no I/O), and
@@ -42,8 +46,10 @@ from .core import StoreCore
 from .feature_tables import STAT_BUCKETS, job_stats
 
 __all__ = [
+    "ALL",
     "COLUMNS",
     "EDGES",
+    "LATENCY_RESOLUTION",
     "OUTCOMES",
     "RESOLUTIONS",
     "WINDOWS",
@@ -70,9 +76,16 @@ _RUN = tuple(f"r{i:02d}" for i in range(STAT_BUCKETS))
 COLUMNS: tuple[str, ...] = (*OUTCOMES, "wait_sum", "run_sum", *_WAIT, *_RUN)
 _W0, _R0 = COLUMNS.index("w00"), COLUMNS.index("r00")
 #: Resolution (seconds) -> how long its rows are kept (seconds).
-RESOLUTIONS: Mapping[int, float] = {60: 2 * 3600.0, 900: 25 * 3600.0, 3600: 8 * 86400.0}
-#: The windows the console and the API offer -> (seconds, resolution read).
+RESOLUTIONS: Mapping[int, float] = {60: 2 * 3600.0, 900: 25 * 3600.0, 3600: 8 * 86400.0, 86400: 8 * 86400.0}
+#: The windows the console and the API offer -> (seconds, the charts' resolution).
 WINDOWS: Mapping[str, tuple[float, int]] = {"1h": (3600.0, 60), "24h": (86400.0, 900), "7d": (7 * 86400.0, 3600)}
+#: The resolution p50/p95 over a window are read at: its buckets (the current one and those that
+#: fit in the window) cover the window and at most one bucket more (1 h: 60 to 75 minutes; 24 h: 24
+#: to 25 hours; 7 d: 7 to 8 days), so that thousands of queues read a few rows each.
+LATENCY_RESOLUTION: Mapping[str, int] = {"1h": 900, "24h": 3600, "7d": 86400}
+#: The `queue` and `actor` of the rows that add up every queue (`ALL`, ALL) or every actor of a
+#: queue (queue, ALL): no queue or actor is named the empty string (reliable.queue_pauses.check_queue_name).
+ALL = ""
 
 _CLAIM = Event.CLAIM.value
 _ENDS = frozenset(ev.value for ev in ATTEMPT_ENDS)
@@ -154,14 +167,16 @@ class StatsBuffer:
 
 
 def _by_resolution(rows: Mapping[Key, Row]) -> list[dict[str, Any]]:
-    """The table's rows for minute counts `rows`: each added into its bucket of every resolution."""
+    """The table's rows for minute counts `rows`: each added into its bucket of every resolution, for
+    its (queue, actor), its queue's total (queue, ALL) and the total of all queues (ALL, ALL)."""
     merged: dict[tuple[int, int, str, str], Row] = {}
     for (minute, queue, actor), values in rows.items():
         for resolution in RESOLUTIONS:
-            key = (resolution, minute // resolution * resolution, queue, actor)
-            row = merged.setdefault(key, [0.0] * len(COLUMNS))
-            for i, value in enumerate(values):
-                row[i] += value
+            for level in ((queue, actor), (queue, ALL), (ALL, ALL)):
+                key = (resolution, minute // resolution * resolution, *level)
+                row = merged.setdefault(key, [0.0] * len(COLUMNS))
+                for i, value in enumerate(values):
+                    row[i] += value
     return [{"resolution": r, "bucket": b, "queue": q, "actor": a,
              **{name: (value if name.endswith("_sum") else int(value)) for name, value in zip(COLUMNS, row,
                                                                                             strict=True)}}
@@ -281,21 +296,27 @@ def _start(now: float, window: float, resolution: int) -> int:
 
 
 def latency(store: StoreCore, *, window: str = "1h") -> LatencyFigures:
-    """Wait and run p50/p95 and the outcomes over `window` (a WINDOWS name), by queue and actor: one
-    query of the aggregates over the window's buckets (primary key range), summed here."""
-    seconds, resolution = window_seconds(window)
+    """Wait and run p50/p95 and the outcomes over `window` (a WINDOWS name, read at its
+    LATENCY_RESOLUTION), all queues, by queue and by actor: one query of the window's buckets (a
+    primary key range: a few rows per queue and actor), summed here."""
+    seconds, _ = window_seconds(window)
+    resolution = LATENCY_RESOLUTION[window]
     now = store.now()
     columns = [func.sum(job_stats.c[name]) for name in COLUMNS]
+    first = math.floor(now / resolution) * resolution - int(seconds)  # the current bucket and seconds before
     stmt = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
-        job_stats.c.resolution == resolution, job_stats.c.bucket >= _start(now, seconds, resolution)
+        job_stats.c.resolution == resolution, job_stats.c.bucket >= first
     ).group_by(job_stats.c.queue, job_stats.c.actor)
     overall, queues, actors = _Sums(), dict[str, _Sums](), dict[tuple[str, str], _Sums]()
     with store.read() as conn:
         for row in conn.execute(stmt):
             values = row[2:]
-            overall.add(values)
-            queues.setdefault(row.queue, _Sums()).add(values)
-            actors.setdefault((row.queue, row.actor), _Sums()).add(values)
+            if row.queue == ALL:
+                overall.add(values)
+            elif row.actor == ALL:
+                queues.setdefault(row.queue, _Sums()).add(values)
+            else:
+                actors.setdefault((row.queue, row.actor), _Sums()).add(values)
     return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in queues.items()},
                           {k: s.figures() for k, s in actors.items()})
 
@@ -318,13 +339,14 @@ class History:
 
 
 def history(store: StoreCore, *, window: str = "1h") -> History:
-    """The chart series of `window` (a WINDOWS name): one query of at most window / resolution rows
-    (60, 96 or 168), whatever the number of queues and jobs."""
+    """The chart series of `window` (a WINDOWS name): one query of the window / resolution rows (60,
+    96 or 168) of the all-queues total, whatever the number of queues and jobs."""
     seconds, resolution = window_seconds(window)
     now = store.now()
     start = _start(now, seconds, resolution)
     stmt = select(job_stats.c.bucket, *(func.sum(job_stats.c[name]) for name in COLUMNS)).where(
-        job_stats.c.resolution == resolution, job_stats.c.bucket >= start).group_by(job_stats.c.bucket)
+        job_stats.c.resolution == resolution, job_stats.c.bucket >= start, job_stats.c.queue == ALL,
+        job_stats.c.actor == ALL).group_by(job_stats.c.bucket)
     by_bucket: dict[int, Row] = {}
     with store.read() as conn:
         for row in conn.execute(stmt):

@@ -63,7 +63,8 @@ def test_latency_and_outcomes_come_from_the_buckets(clocked: tuple[StateStore, C
         run(store, clock, f"slow-{n}", queue="exports", actor="export", wait=3.0, took=5.0)
     run(store, clock, "failed", queue="exports", actor="export", wait=0.1, took=0.2, event=Event.FAIL)
     run(store, clock, "retried", queue="billing", actor="invoice", wait=0.1, took=0.2, event=Event.RETRY)
-    assert write_stats(store, counted.take()) == 2 * len(RESOLUTIONS)  # (queue, actor, minute) x resolutions
+    # (queue, actor), each queue's total and all queues', in each resolution.
+    assert write_stats(store, counted.take()) == 5 * len(RESOLUTIONS)
     clock.now = T0 + 30
     figures = latency(store, window="1h")
     exports = figures.queues["exports"]
@@ -84,8 +85,8 @@ def test_latency_and_outcomes_come_from_the_buckets(clocked: tuple[StateStore, C
         assert (len(series.buckets), series.resolution) == (count, resolution)
         assert sum(series.outcomes["succeeded"]) == 20 and sum(series.outcomes["retried"]) == 1
         assert series.buckets[-1] <= clock.now < series.buckets[-1] + resolution
-    # An hour later the 1 h window is empty, the 24 h one is not.
-    clock.now = T0 + 3700
+    # Two hours later the 1 h window (60 to 75 minutes) is empty, the 24 h one is not.
+    clock.now = T0 + 2 * 3600
     assert latency(store, window="1h").overall["run"]["count"] == 0
     assert latency(store, window="24h").overall["run"]["count"] == 22
 
@@ -104,11 +105,16 @@ def test_rows_past_their_horizon_and_before_a_prune_cut_are_deleted(
     store, clock, counted = clocked
     run(store, clock, "old", queue="exports", actor="export", wait=0.1, took=0.2)
     write_stats(store, counted.take())
+    levels = 3  # (queue, actor), the queue's total, all queues'
     clock.now = T0 + 3 * 3600  # past the minute rows' 2 h
-    assert prune_stats(store) == 1
+    assert prune_stats(store) == levels
     clock.now = T0 + 26 * 3600  # past the quarter-hour rows' 25 h
-    assert prune_stats(store) == 1
-    assert prune_stats(store, cut=T0 + 7200) == 1  # a history prune's cut takes the hour row with it
+    assert prune_stats(store) == levels
+    assert prune_stats(store, cut=T0 + 7200) == levels  # a history prune's cut takes the hour rows with it
+    with store.read() as conn:
+        assert {row.resolution for row in conn.execute(job_stats.select())} == {86400}
+    clock.now = T0 + 9 * 86400  # past the day rows' 8 days
+    assert prune_stats(store) == levels
     with store.read() as conn:
         assert conn.execute(job_stats.select()).first() is None
 

@@ -1,6 +1,7 @@
 """reliable_job_stats: latency and outcome history kept by the store, bounded in size.
 
-Per bucket (60 s, 15 min and 1 h resolutions), queue and actor: the attempts that ended by outcome
+Per bucket (60 s, 15 min, 1 h and 1 day resolutions), queue and actor (and per queue, and for
+all queues): the attempts that ended by outcome
 and two fixed log-scale histograms (wait from due to claim, run from claim to the attempt's end),
 from which the console and the API read p50/p95 and the 1 h / 24 h / 7 d charts without scanning
 jobs or events. Written by the worker processes (reliable.worker.stats), one statement per flush;
@@ -39,6 +40,7 @@ def upgrade() -> None:
         sa.Column("actor", sa.String(255), primary_key=True),
         *counts, *sums, *histograms,
     )
+    op.create_index("ix_reliable_job_stats_level", "reliable_job_stats", ["queue", "actor", "resolution", "bucket"])
 
 
 def downgrade() -> None:
