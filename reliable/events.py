@@ -1,8 +1,10 @@
 """Attempt and transition events as structured JSON log lines, and trace ids.
 
 The StateStore calls its listeners with every event row after the commit (see
-`StateStore.add_listener`). `JsonLogSink` is such a listener: it emits exactly one log record per
-event on the ``reliable.events`` logger at INFO. The application chooses handlers; `JsonFormatter`
+`StateStore.add_listener`). `JsonLogSink` is such a listener: it emits one log record per event on
+the ``reliable.events`` logger, at INFO for the events that tell a job's story and at DEBUG for the
+routine ones (ROUTINE_EVENTS: claims, checkpoints, claims handed back), as its `events` mode says
+(LOG_EVENT_MODES). The application chooses handlers; `JsonFormatter`
 renders a record as exactly one JSON object per line, and `log_events_to_stderr` (what
 ``install(json_logs=True)`` calls) gives the logger its own stderr handler with it. Log lines are for
 people and log pipelines: no decision in reliable ever reads log text (decisions read the store).
@@ -20,12 +22,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from .disclosure import EVENT_FIELDS as EVENT_ROW_FIELDS
+from .errors import ConfigError
 from .isotime import format_time
+from .states import Event
 from .tracecontext import new_trace_id, span_id_for
 
 __all__ = [
     "EVENT_FIELDS",
     "LOGGER_NAME",
+    "LOG_EVENT_MODES",
+    "ROUTINE_EVENTS",
     "JsonFormatter",
     "JsonLogSink",
     "event_record",
@@ -47,6 +53,24 @@ EVENT_FIELDS: tuple[str, ...] = (
     "ts", *(name for name in EVENT_ROW_FIELDS if name not in ("id", "at", "traceback")), "span_id", *_TIMES,
 )
 _DEFAULT_MAX_TEXT = 2000
+
+#: The events logged at DEBUG in the "transitions" mode: each job's run has them, often many times
+#: (a checkpoint per unit of work), and the INFO line of the attempt's end carries what they say
+#: (`attempt`, `attempt_id`, `started_at`, the last `checkpoint`). Every other event (a state change:
+#: enqueued, the attempt's outcome, retry_due, an operator's command, a lease expiry; or an anomaly
+#: that changes no state: stale_commit_rejected, redispatched, routed, ...) is logged at INFO.
+ROUTINE_EVENTS: frozenset[str] = frozenset({Event.CLAIM.value, Event.CLAIM_RETURNED.value, "checkpoint"})
+
+#: JsonLogSink's modes: "transitions" (the default: ROUTINE_EVENTS at DEBUG, the rest at INFO),
+#: "all" (every event at INFO), "none" (no line at all).
+LOG_EVENT_MODES: tuple[str, ...] = ("transitions", "all", "none")
+
+
+def check_log_events(mode: object) -> str:
+    """`mode` if it is one of LOG_EVENT_MODES; ConfigError naming the accepted ones otherwise."""
+    if mode not in LOG_EVENT_MODES:
+        raise ConfigError(f"log_events must be one of {', '.join(LOG_EVENT_MODES)}, got {mode!r}")
+    return str(mode)
 
 
 def _clip(value: Any, limit: int) -> str | None:
@@ -101,24 +125,35 @@ class _LazyJson:
 
 
 class JsonLogSink:
-    """A store listener that logs one JSON record per event (logger ``reliable.events``, INFO).
+    """A store listener that logs one JSON record per event (logger ``reliable.events``).
 
     Use: ``StateStore(url, listeners=[JsonLogSink()])`` or ``store.add_listener(JsonLogSink())``.
-    The record's message is the event as JSON, and the event dict is attached as the attribute
-    ``reliable_event`` so `JsonFormatter` writes it as the line itself. Nothing is built when the
-    logger is not enabled for INFO.
+    `events`: "transitions" (default) logs ROUTINE_EVENTS at DEBUG and every other event at INFO;
+    "all" logs every event at INFO; "none" logs nothing. The record's message is the event as JSON,
+    and the event dict is attached as the attribute ``reliable_event`` so `JsonFormatter` writes it
+    as the line itself. Nothing is built when the logger is not enabled for the event's level.
     """
 
-    def __init__(self, logger: logging.Logger | None = None, *, max_text: int = _DEFAULT_MAX_TEXT) -> None:
+    def __init__(self, logger: logging.Logger | None = None, *, max_text: int = _DEFAULT_MAX_TEXT,
+                 events: str = "transitions") -> None:
         self.logger = logger if logger is not None else logging.getLogger(LOGGER_NAME)
         self.max_text = max_text
+        self.events = check_log_events(events)
+        self._routine = ROUTINE_EVENTS if self.events == "transitions" else frozenset()
+
+    def level(self, event: Mapping[str, Any]) -> int | None:
+        """The level `event` is logged at (None: not logged)."""
+        if self.events == "none":
+            return None
+        return logging.DEBUG if event.get("event") in self._routine else logging.INFO
 
     def __call__(self, event: Mapping[str, Any]) -> None:
-        """Emit `event` as one log record."""
-        if not self.logger.isEnabledFor(logging.INFO):
+        """Emit `event` as one log record (at `level(event)`)."""
+        level = self.level(event)
+        if level is None or not self.logger.isEnabledFor(level):
             return
         record = event_record(event, max_text=self.max_text)
-        self.logger.info(_LazyJson(record), extra={"reliable_event": record})
+        self.logger.log(level, _LazyJson(record), extra={"reliable_event": record})
 
 
 class JsonFormatter(logging.Formatter):

@@ -91,7 +91,8 @@ class QueueEvent:
 def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
     """The queues' figures as GET /api/v1/queues, `reliable queues list` and the console show them:
     every queue with jobs, and every paused one; throughput over the overview's window (jobs that
-    reached a final state in it) and the failure rate (`failure_rate`). Pure."""
+    reached a final state in it) and the failure rate (`failure_rate`); wait and run p50/p95 over the
+    latency window (`latency`: job_stats.latency's figures of the queue, None before any was counted). Pure."""
     rows = []
     for queue in sorted({*figures.queues, *state.names}):
         by_state = {s: n for (s, q), n in sorted(figures.counts.items()) if q == queue}
@@ -110,8 +111,10 @@ def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
                      "failure_rate": round(failed / outcomes, 4) if outcomes else None,
                      "paused": None if pause is None else {
                          **pause.as_dict(), "paused_seconds": max(0.0, state.now - pause.paused_at)},
-                     "broker": None})  # RabbitMQ's depths: filled in where a broker is known (reliable.web.queues)
-    return {"now": figures.now, "window_seconds": figures.window, "queues": rows}
+                     "broker": None,  # RabbitMQ's depths: filled in where a broker is known (reliable.web.queues)
+                     "latency": None if figures.latency is None else figures.latency.queues.get(queue)})
+    return {"now": figures.now, "window_seconds": figures.window, "queues": rows,
+            "latency_window_seconds": None if figures.latency is None else figures.latency.window}
 
 
 def check_queue_name(queue: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ..defaults import topics
@@ -19,8 +21,9 @@ def docs(topic: str | None, show_path: bool, as_json: bool) -> None:
     """List the documentation's topics, or print one (Markdown).
 
     TOPIC is a page's name, e.g. `reliable docs worker`; a reference as messages write it
-    ("docs/worker.md", "docs/rabbitmq.md#section") works too. The web console serves the same
-    pages at /docs.
+    ("docs/worker.md", "docs/rabbitmq.md#section") works too. On a terminal the page opens in a
+    pager ($PAGER, else less or more); piped, it is printed as it is. The web console serves the
+    same pages at /docs, as HTML with links between them.
     """
     if topic is None:
         found = topics.topics()
@@ -37,5 +40,7 @@ def docs(topic: str | None, show_path: bool, as_json: bool) -> None:
         click.echo(str(page.file))
     elif as_json:
         emit_json({"topic": page.name, "title": page.title, "path": str(page.file), "text": page.text()})
+    elif sys.stdout.isatty():
+        click.echo_via_pager(page.text())
     else:
         click.echo(page.text(), nl=False)

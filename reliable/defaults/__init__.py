@@ -5,7 +5,7 @@ They are the defaults of the policy loader's documentation, `reliable alerts` an
 renderer when no path is given, `reliable docs` reads the docs, and `reliable init` copies them into
 a project for editing. Read them through `path()`, never relative to the current directory.
 
-Where they are: policies/, alert_rules/, runbooks/ and docs/ live at the top of the repository (one
+Where they are: policies/, alert_rules/, runbooks/, docs/ and examples/ live at the top of the repository (one
 copy) and the wheel build puts them in this package (pyproject.toml, force-include); alertmanager/
 and grafana/ live in this package. `path()` looks in the package first, then, in a source checkout or
 an editable install, at the top of the repository.

@@ -1,4 +1,5 @@
-"""The features' tables: alerts, API tokens, bulk operations, workflows, schedules, limits, queue pauses.
+"""The features' tables: alerts, API tokens, bulk operations, workflows, schedules, limits, queue pauses,
+job stats.
 
 Times are seconds since the epoch as double precision, taken from the database's clock.
 """
@@ -19,9 +20,9 @@ from sqlalchemy import (
 
 from .metadata import _BigId, metadata
 
-__all__ = ["alerts", "api_tokens", "limit_buckets", "limit_events", "limit_slots", "limits", "operations",
-           "queue_events", "queue_pauses", "schedule_events", "schedule_slots", "schedules", "workflow_edges",
-           "workflow_events", "workflow_nodes", "workflows"]
+__all__ = ["STAT_BUCKETS", "alerts", "api_tokens", "job_stats", "limit_buckets", "limit_events", "limit_slots",
+           "limits", "operations", "queue_events", "queue_pauses", "schedule_events", "schedule_slots", "schedules",
+           "workflow_edges", "workflow_events", "workflow_nodes", "workflows"]
 
 # Every alert's lifecycle and delivery state, so none is lost (migration 0002).
 alerts = Table(
@@ -311,3 +312,27 @@ queue_events = Table(
 )
 
 Index("ix_reliable_queue_events_queue", queue_events.c.queue, queue_events.c.id)
+
+# Latency and outcome history (migration 0024, reliable.store.job_stats): per bucket of `resolution`
+# seconds, queue and actor, the attempts that ended by outcome and two fixed log-scale histograms
+# (wait: due to claim; run: claim to the attempt's end). Written by the worker processes in one
+# statement per flush; bounded by each resolution's horizon (job_stats.RESOLUTIONS).
+STAT_BUCKETS = 28
+job_stats = Table(
+    "reliable_job_stats",
+    metadata,
+    Column("resolution", Integer, primary_key=True),  # seconds: 60, 900 or 3600
+    Column("bucket", BigInteger, primary_key=True),  # epoch seconds of the bucket's start
+    Column("queue", String(255), primary_key=True),
+    Column("actor", String(255), primary_key=True),
+    Column("succeeded", Integer, nullable=False, server_default="0"),
+    Column("failed", Integer, nullable=False, server_default="0"),  # FAILED, DEAD or REVIEW
+    Column("retried", Integer, nullable=False, server_default="0"),  # RETRY_WAIT
+    Column("other", Integer, nullable=False, server_default="0"),  # paused, stopped, cancelled, expired
+    Column("wait_sum", Double, nullable=False, server_default="0"),
+    Column("run_sum", Double, nullable=False, server_default="0"),
+    *(Column(f"w{i:02d}", Integer, nullable=False, server_default="0") for i in range(STAT_BUCKETS)),
+    *(Column(f"r{i:02d}", Integer, nullable=False, server_default="0") for i in range(STAT_BUCKETS)),
+)
+# A chart reads one (queue, actor) level's buckets: the all-queues rows only, not every queue's.
+Index("ix_reliable_job_stats_level", job_stats.c.queue, job_stats.c.actor, job_stats.c.resolution, job_stats.c.bucket)

@@ -1,6 +1,7 @@
 """The console's and API's overview: jobs per state and queue, the oldest due PENDING job per queue,
-dead letters, and per-minute successes and failures. A few index-backed reads, no scan of the
-final states' rows beyond the window."""
+dead letters, the jobs waiting for a retry or a later time, per-minute successes and failures, and
+wait and run p50/p95 over the last hour (reliable.store.job_stats). A few index-backed reads, no
+scan of the final states' rows beyond the window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sqlalchemy import func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from .core import StoreCore
+from .job_stats import LatencyFigures, latency
 from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 
@@ -30,7 +32,9 @@ class Overview:
 
     counts: (state, queue) -> jobs, for every unfinished state, and for final states the jobs that
     reached them within `window` seconds; oldest_pending: queue -> the oldest due PENDING job's
-    scheduled_at; series: per-minute successes and failures over `window_series` seconds.
+    scheduled_at; series: per-minute successes and failures over `window_series` seconds;
+    scheduled: PENDING jobs not due yet (an eta in the future); latency: wait and run p50/p95 and
+    outcomes over the last hour, all queues, per queue and per actor (job_stats.latency).
     """
 
     now: float
@@ -42,6 +46,8 @@ class Overview:
     minutes: list[float] = field(default_factory=list)
     successes: list[int] = field(default_factory=list)
     failures: list[int] = field(default_factory=list)
+    scheduled: int = 0
+    latency: LatencyFigures | None = None
 
     @property
     def queues(self) -> list[str]:
@@ -61,6 +67,8 @@ class Overview:
                 "counts": [{"state": s, "queue": q, "jobs": n} for (s, q), n in sorted(self.counts.items())],
                 "by_state": self.by_state(), "oldest_pending": self.oldest_pending,
                 "dead_letters": self.dead_letters, "review": self.review,
+                "retry_wait": self.by_state().get(JobStatus.RETRY_WAIT.value, 0), "scheduled": self.scheduled,
+                "latency": None if self.latency is None else self.latency.as_dict(),
                 "series": {"minutes": self.minutes, "successes": self.successes, "failures": self.failures}}
 
 
@@ -95,6 +103,9 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
         result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
+        # PENDING and not due: one range of the partial (status, queue, scheduled_at) index per queue.
+        result.scheduled = int(conn.execute(select(func.count()).select_from(jobs).where(
+            jobs.c.status == JobStatus.PENDING.value, jobs.c.scheduled_at > now)).scalar_one())
         per_minute: dict[tuple[str, float], int] = {}
         for row in conn.execute(union_all(*series)):
             key = (row.kind, float(row.minute))
@@ -102,6 +113,7 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
     result.minutes = [float(start + 60 * i) for i in range(series_minutes)]
     result.successes = [per_minute.get(("ok", m), 0) for m in result.minutes]
     result.failures = [per_minute.get(("failed", m), 0) for m in result.minutes]
+    result.latency = latency(store, window="1h")
     return result
 
 

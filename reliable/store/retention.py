@@ -2,7 +2,9 @@
 
 What goes: jobs in a terminal state (SUCCEEDED, FAILED, CANCELLED, DEAD, or a subset asked for)
 last changed before the cut, with their events, attempts and effects; workflows that ended before
-the cut, with their nodes, edges and events; bulk operations that ended before the cut. What stays:
+the cut, with their nodes, edges and events; bulk operations that ended before the cut; the latency
+and outcome history's buckets that ended before the cut or are past their horizon
+(`job_stats.prune_stats`: the workers delete the latter too, so the table stays bounded). What stays:
 every job not in a terminal state (running, waiting, paused, stopped, in review), and every node
 job of a workflow that is still live or ended after the cut (its workflow still shows it).
 
@@ -27,6 +29,7 @@ from ..inputs import MAX_NAME, check_length, check_reason, check_reason_chars
 from ..states import ACTIVE_STATES, TERMINAL_STATES, JobStatus
 from .bulk_operations import ENDED_OPERATION_STATUSES, insert_operation
 from .job_history import starts_attempt
+from .job_stats import prune_stats
 from .named_queries import NamedQueries
 from .workflow_views import WorkflowStatus
 
@@ -47,6 +50,7 @@ class PruneCounts:
     workflows: int = 0
     workflow_rows: int = 0  # the workflows' nodes, edges and events
     operations: int = 0
+    stats: int = 0  # the latency and outcome history's rows (reliable.store.job_stats)
 
     @property
     def rows(self) -> int:
@@ -185,6 +189,7 @@ def prune(store: NamedQueries, cut: float, *, states: Iterable[str] | None = Non
                     on_batch(total)
                 if done.jobs + done.workflows + done.operations < batch_size:
                     break
+        total += PruneCounts(stats=prune_stats(store, cut=cut))
         complete = True
     finally:
         seconds = clock() - started

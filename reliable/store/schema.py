@@ -6,7 +6,7 @@ Times are seconds since the epoch as double precision, always taken from the dat
 Declared in three modules, all on one MetaData: store/metadata.py (the MetaData, the table prefix,
 what migrations and applications ask of it), store/core_tables.py (jobs, events, effects, liveness,
 worker processes, barriers) and store/feature_tables.py (alerts, API tokens, bulk operations,
-workflows, schedules, limits, queue pauses). Import the tables from here.
+workflows, schedules, limits, queue pauses, job stats). Import the tables from here.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .core_tables import (
 from .feature_tables import (
     alerts,
     api_tokens,
+    job_stats,
     limit_buckets,
     limit_events,
     limit_slots,
@@ -51,6 +52,7 @@ __all__ = [
     "barriers",
     "effects",
     "job_events",
+    "job_stats",
     "jobs",
     "legacy_attempts",
     "limit_buckets",

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
 from ..store import Reads, selection
+from ..store.job_stats import WINDOWS
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
 from .bodies import json_object
@@ -284,11 +285,18 @@ async def command(request: Request) -> Response:
 
 
 async def overview_figures(request: Request) -> JSONResponse:
-    """GET /api/v1/overview: counts per state and queue, dead letters, review, per-minute series."""
+    """GET /api/v1/overview: counts per state and queue, dead letters, review, retry_wait, scheduled,
+    per-minute series, wait/run p50/p95 over the last hour (`latency`), and `history`: outcomes and
+    p95 per bucket over `window` (1h, the default, 24h or 7d)."""
     await authenticate(request)
-    _check_known(request, ())
-    figures = await run_in_threadpool(state_of(request).overview)
-    return JSONResponse(figures.as_dict())
+    _check_known(request, ("window",))
+    window = _one(request, "window") or "1h"
+    if window not in WINDOWS:
+        raise _bad(f"parameter 'window' must be one of {', '.join(WINDOWS)}, not {window!r}")
+    state = state_of(request)
+    figures = await run_in_threadpool(state.overview)
+    series = await run_in_threadpool(state.history, window)
+    return JSONResponse({**figures.as_dict(), "history": series.as_dict()})
 
 
 async def alert_list(request: Request) -> JSONResponse:

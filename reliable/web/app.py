@@ -118,6 +118,7 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
         console,
         console_alerts,  # c28-workers
         console_bulk,
+        console_docs,
         fleet,  # c28-workers
         openapi,
         operations,
@@ -132,6 +133,7 @@ def create_app(store: StateStore | str, *, policy: ContractSource | None = None,
     cfg = config or WebConfig()
     app = _Framed(
         routes=[*api.routes(), *openapi.routes(), *operations.routes(), *console.routes(), *console_bulk.routes(),
+                *console_docs.routes(),
                 *flow_api_routes(), *flow_page_routes(),  # c28-flows
                 *fleet.routes(), *console_alerts.routes(),  # c28-workers
                 *queue_routes(), *queue_pages(),  # c28-queues

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from starlette.templating import Jinja2Templates
 
 from ..access import Principal
 from ..commands import command_states
-from ..defaults import topics
 from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, StoreError
 from ..inputs import shorten
 from ..isotime import format_time
@@ -40,6 +39,7 @@ from ..operators import COMMAND_ORDER
 from ..state_tones import tone
 from ..states import FAILURE_STATES, JobStatus
 from ..store.job_history import event_names
+from ..store.job_stats import History
 from ..store.overview import Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
@@ -79,6 +79,21 @@ def _age(seconds: float | None) -> str:
     return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
+def _duration(seconds: float | None) -> str:
+    """A latency for people: 850 us, 3.2 ms, 410 ms, 1.4 s, 2m 05s (empty for None)."""
+    if seconds is None:
+        return ""
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} us"
+    if seconds < 0.01:
+        return f"{seconds * 1e3:.1f} ms"
+    if seconds < 1:
+        return f"{seconds * 1e3:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return _age(seconds)
+
+
 def _json(value: Any, indent: int | None = None) -> str:
     """JSON for people (autoescaped by the template, unlike `tojson`'s \u003c escapes)."""
     return json.dumps(value, indent=indent, ensure_ascii=False, default=str)
@@ -103,7 +118,7 @@ def state_badge(state: Any, big: bool = False) -> Markup:
 
 
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
-templates.env.filters.update(iso=_iso, age=_age, json=_json, short=_short)
+templates.env.filters.update(iso=_iso, age=_age, json=_json, short=_short, duration=_duration)
 templates.env.globals.update(state_badge=state_badge)
 templates.env.filters.update(fields=detail_fields)
 templates.env.globals.update(FOLD_FROM=FOLD_FROM)
@@ -200,40 +215,75 @@ class Chart:
     bar_width: float = 10.0
 
 
-def chart(title: str, minutes: Sequence[float], values: Sequence[float], *, unit: str,
-          top: float | None = None, bad: bool = False) -> Chart:
-    """A per-minute bar chart of `values` scaled to `top` (default: the largest value)."""
-    ceiling = top if top is not None else max([*values, 1.0])
+def chart(title: str, minutes: Sequence[float], values: Sequence[float | None], *, unit: str,
+          top: float | None = None, bad: bool = False, every: str = "minute",
+          value_text: Callable[[float], str] | None = None) -> Chart:
+    """A bar chart of `values` (one bar per bucket starting at `minutes`, labelled per `every`: minute,
+    15 minutes, hour) scaled to `top` (default: the largest value)."""
+    shown = [v or 0.0 for v in values]
+
+    def text(value: float) -> str:
+        return value_text(value) if value_text is not None else f"{value:g}{unit}"
+
+    ceiling = top if top is not None else max([*shown, 0.0]) or 1.0
     width, height = 600, 120
-    step = width / max(len(values), 1)
+    step = width / max(len(shown), 1)
+
+    def stamp(at: float) -> str:
+        return _iso(at)[11:16] + "Z" if every == "minute" else _iso(at)[5:16].replace("T", " ") + "Z"
+
     bars = tuple(Bar(x=i * step, y=height - height * v / ceiling, height=height * v / ceiling,
-                     label=f"{_iso(m)[11:16]}Z: {v:g}{unit}")
-                 for i, (m, v) in enumerate(zip(minutes, values, strict=True)) if v > 0)
-    summary = f"{title}: highest {max([*values, 0]):g}{unit} per minute" if values else f"{title}: no data"
-    return Chart(title, summary, f"{ceiling:g}{unit}", _iso(minutes[0])[11:16] + "Z" if minutes else "",
-                 _iso(minutes[-1])[11:16] + "Z" if minutes else "", bars, bad, width, height, step * 0.8)
+                     label=f"{stamp(m)}: {text(v)}")
+                 for i, (m, v) in enumerate(zip(minutes, shown, strict=True)) if v > 0)
+    summary = f"{title}: highest {text(max([*shown, 0.0]))} per {every}" if shown else f"{title}: no data"
+    return Chart(title, summary, text(ceiling), stamp(minutes[0]) if minutes else "",
+                 stamp(minutes[-1]) if minutes else "", bars, bad, width, height, step * 0.8)
 
 
-def _overview_context(data: Overview) -> dict[str, Any]:
-    rates = [round(100 * f / (s + f), 1) if s + f else 0.0 for s, f in zip(data.successes, data.failures, strict=True)]
+#: The overview's chart windows: name -> (what the page says, each bar's span).
+CHART_WINDOWS: dict[str, tuple[str, str]] = {"1h": ("last hour", "minute"), "24h": ("last 24 hours", "15 minutes"),
+                                             "7d": ("last 7 days", "hour")}
+
+
+def _overview_context(data: Overview, series: History) -> dict[str, Any]:
+    ok, failed = series.outcomes["succeeded"], series.outcomes["failed"]
+    rates = [round(100 * f / (s + f), 1) if s + f else 0.0 for s, f in zip(ok, failed, strict=True)]
     states = [s for s in (st.value for st in JobStatus) if any(k[0] == s for k in data.counts)]
-    return {"data": data, "states": states, "by_state": data.by_state(),
-            "charts": [chart("Succeeded per minute", data.minutes, data.successes, unit=""),
-                       chart("Failure rate per minute", data.minutes, rates, unit="%", top=100.0, bad=True)]}
+    span, every = CHART_WINDOWS[series.window]
+    minutes = series.buckets
+    return {"data": data, "states": states, "by_state": data.by_state(), "window": series.window, "span": span,
+            "windows": CHART_WINDOWS,
+            "latency": data.latency.as_dict() if data.latency is not None else None,
+            "charts": [chart(f"Succeeded per {every}", minutes, ok, unit="", every=every),
+                       chart(f"Failure rate per {every}", minutes, rates, unit="%", top=100.0, bad=True, every=every),
+                       chart(f"Run time p95 per {every}", minutes, series.run_p95, unit="", every=every,
+                             value_text=_duration)]}
+
+
+def _window(request: Request) -> str:
+    """The overview's chart window from ?window= (1h when absent; 400 for an unknown one)."""
+    window = request.query_params.get("window") or "1h"
+    if window not in CHART_WINDOWS:
+        raise HTTPException(400, f"parameter 'window' must be one of {', '.join(CHART_WINDOWS)}, not {window!r}")
+    return window
+
+
+async def _overview_figures(request: Request) -> dict[str, Any]:
+    state, window = state_of(request), _window(request)
+    data = await run_in_threadpool(state.overview)
+    return _overview_context(data, await run_in_threadpool(state.history, window))
 
 
 async def overview_page(request: Request) -> Response:
-    """GET /: jobs by state and queue, throughput and failure rate, oldest pending job per queue."""
+    """GET /: jobs by state and queue, latency, throughput and failure rate, oldest pending job per queue."""
     principal = await authenticate(request)
-    context = _overview_context(await run_in_threadpool(state_of(request).overview))
-    return render(request, "overview.html", principal=principal, **context)
+    return render(request, "overview.html", principal=principal, **await _overview_figures(request))
 
 
 async def overview_live(request: Request) -> Response:
     """GET /overview/live: the overview's figures alone (the page polls it)."""
     principal = await authenticate(request)
-    context = _overview_context(await run_in_threadpool(state_of(request).overview))
-    return render(request, "_overview_live.html", principal=principal, **context)
+    return render(request, "_overview_live.html", principal=principal, **await _overview_figures(request))
 
 
 # -- job lists -------------------------------------------------------------------------------------
@@ -443,24 +493,6 @@ async def job_action(request: Request) -> Response:
     return RedirectResponse(str(request.url_for("job", job_id=job_id)), 303)
 
 
-# -- docs ------------------------------------------------------------------------------------------
-
-async def docs_page(request: Request) -> Response:
-    """GET /docs: the documentation's topics (the pages `reliable docs` prints)."""
-    principal = await authenticate(request)
-    return render(request, "docs.html", principal=principal, topics=topics.topics(), page=None)
-
-
-async def doc_page(request: Request) -> Response:
-    """GET /docs/{topic}: one page, as its Markdown text."""
-    principal = await authenticate(request)
-    try:
-        page = topics.find(request.path_params["topic"])
-    except ConfigError:
-        return error_page(request, 404, f"no documentation topic {request.path_params['topic']!r}")
-    return render(request, "docs.html", principal=principal, topics=topics.topics(), page=page)
-
-
 def routes() -> list[BaseRoute]:
     """The console's routes."""
     return [
@@ -473,8 +505,6 @@ def routes() -> list[BaseRoute]:
         JobRoute("/jobs/{job_id}/status", job_status, name="job_status"),
         JobRoute("/jobs/{job_id}/message", job_message_download, name="job_message"),
         JobRoute("/jobs/{job_id}/actions/{command}", job_action, methods=["POST"], name="job_action"),
-        Route("/docs", docs_page, name="docs"),
-        Route("/docs/{topic}", doc_page, name="doc"),
         Route("/login", sign_in_page, methods=["GET", "POST"], name="sign_in"),
         Route("/logout", sign_out_page, methods=["POST"], name="sign_out"),
         Mount("/static", app=StaticFiles(directory=str(_HERE / "static")), name="static"),

@@ -17,6 +17,7 @@ from .config import WebConfig
 
 if TYPE_CHECKING:
     from ..queue_pauses import QueueState
+    from ..store.job_stats import History
     from ..store.overview import Overview
 
 __all__ = ["WebState"]
@@ -35,6 +36,7 @@ class WebState:
     _overview: tuple[float, Overview] | None = field(default=None, repr=False)
     _overview_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _pauses: tuple[float, QueueState] | None = field(default=None, repr=False)
+    _history: dict[str, tuple[float, History]] = field(default_factory=dict, repr=False)
 
     def overview(self) -> Overview:
         """The overview's figures, computed at most once per `config.overview_ttl` seconds by this
@@ -48,6 +50,19 @@ class WebState:
             figures = overview(self.store)
             self._overview = (time.monotonic(), figures)
             return figures
+
+    def history(self, window: str) -> History:
+        """The overview's chart series over `window` (job_stats.WINDOWS: 1h, 24h, 7d), read at most
+        once per `config.overview_ttl` seconds per window by this process."""
+        from ..store.job_stats import history
+
+        with self._overview_lock:
+            cached = self._history.get(window)
+            if cached is not None and time.monotonic() - cached[0] < self.config.overview_ttl:
+                return cached[1]
+            series = history(self.store, window=window)
+            self._history[window] = (time.monotonic(), series)
+            return series
 
     def queue_pauses(self) -> QueueState:
         """The paused queues (every console page's banner), read at most once per `config.overview_ttl`

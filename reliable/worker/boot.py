@@ -87,6 +87,7 @@ def boot(broker: dramatiq.Broker, worker: Any, *, installed: Registrar, settings
     for lane in settings.policy.lanes:  # retries routed there: a worker started with `--queues <lane>` consumes it
         declare_queue(broker, lane)
     process.heartbeat.start()
+    process.start_stats()
     whitelist = getattr(worker, "consumer_whitelist", None)
     process.go_on_record(broker, plans.options, threads=getattr(worker, "worker_threads", None),
                          queues=whitelist if whitelist else broker.get_declared_queues())

@@ -27,6 +27,7 @@ from ..schedules import Scheduler
 from ..store import StateStore
 from ..store.db import POOL_TIMEOUT, database_location, missing_sqlite_file
 from ..store.engine import connect_engine
+from ..store.job_stats import StatsBuffer
 from ..store.processes import WorkerProcess
 from ..store.replication import check_replication
 from ..store.retrying import retry_while_unavailable
@@ -35,6 +36,7 @@ from .context import JobContext, _current, _fast_run
 from .heartbeat import Heartbeat
 from .processes import exited, register, release_dead_neighbours, this_process
 from .settings import Settings
+from .stats import StatsFlusher
 
 __all__ = ["MIN_WRITE_BOUND", "Runtime"]
 
@@ -77,6 +79,8 @@ class Runtime:
         self.record: WorkerProcess | None = None
         #: An operator's quiet or stop for this process, picked up after each heartbeat.
         self.commands = self._commands()
+        #: The latency and outcome history's writer (reliable.worker.stats), from the worker's boot.
+        self.stats: StatsFlusher | None = None
         self._lock = threading.Lock()
 
     def _commands(self) -> ProcessCommands:
@@ -157,6 +161,15 @@ class Runtime:
         if os.environ.get(multiprocess.ENV):  # an exporter on its defaults finds the directory by its store
             multiprocess.mark_store(os.environ[multiprocess.ENV], database_location(self.store.engine.url))
 
+    def start_stats(self) -> None:
+        """Count this process's claims and attempt ends and write them once per heartbeat interval
+        (reliable.worker.stats); once per process."""
+        if self.stats is None:
+            buffer = StatsBuffer()
+            self.store.add_listener(buffer)
+            self.stats = StatsFlusher(self.store, buffer, interval=self.settings.heartbeat_interval)
+            self.stats.start()
+
     def start_recovery(self, broker: dramatiq.Broker) -> None:
         """Start this process's recovery thread (the recovery loop and the scheduler)."""
         assert self.recovery is not None, "go_on_record first"
@@ -190,7 +203,11 @@ class Runtime:
             self.recovery_thread.join(10)
 
     def shutdown(self) -> None:
-        """Stop the heartbeat (every worker thread has finished its message); log group commit's batching."""
+        """Stop the heartbeat (every worker thread has finished its message), write the last job stats;
+        log group commit's batching."""
+        if self.stats is not None:
+            self.stats.stop()
+            self.stats = None
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if self.settings.metrics is not None and os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, HeartbeatTooSlow
-from ..events import JsonLogSink
+from ..events import JsonLogSink, check_log_events
 from ..metrics import Metrics
 from ..policy import Policy, check_heartbeat
 from ..schedules import Schedule, load_schedules
@@ -51,6 +51,9 @@ class Settings:
         (`reliable.events.log_events_to_stderr`: not propagated to the root logger, unless the
         application attached a handler to that logger itself); in a process that only sends
         (a web app) the lines go wherever the application's logging sends them.
+      log_events: which events those lines are at INFO (reliable.events.LOG_EVENT_MODES):
+        "transitions" (default: claims, checkpoints and claims handed back at DEBUG, every other
+        event at INFO: about one line per state change), "all" (every event at INFO) or "none".
       tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
         True for the global TracerProvider, or a TracerProvider. Off (False) by default.
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
@@ -97,6 +100,7 @@ class Settings:
     send_timeout: float = DEFAULT_SEND_TIMEOUT
     claims_ahead: bool = False
     strict_names: bool = False
+    log_events: str = "transitions"
 
     @classmethod
     def resolve(cls, store: StateStore | str, *, policy: Policy | None, lease_ttl: float | None,
@@ -105,7 +109,7 @@ class Settings:
                 metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
                 tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
                 replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT, claims_ahead: bool = False,
-                strict_names: bool = False) -> Settings:
+                strict_names: bool = False, log_events: str = "transitions") -> Settings:
         """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
         naming the fix for a contradiction."""
         if max_connections is not None and isinstance(store, StateStore):
@@ -125,7 +129,7 @@ class Settings:
             connections = check_max_connections(DEFAULT_MAX_CONNECTIONS if max_connections is None
                                                 else max_connections)
         resolved_metrics = Metrics() if metrics is True else (metrics or None)
-        sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink()] if json_logs else []
+        sinks: list[Callable[[dict[str, Any]], None]] = [JsonLogSink(events=log_events)] if json_logs else []
         if resolved_metrics is not None:
             sinks.append(resolved_metrics)
         return cls(
@@ -137,7 +141,7 @@ class Settings:
             tracing=Tracing(None if tracing is True else tracing) if tracing else None,
             listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
             send_timeout=check_send_timeout(send_timeout, "send_timeout"), claims_ahead=claims_ahead,
-            strict_names=bool(strict_names),
+            strict_names=bool(strict_names), log_events=check_log_events(log_events),
         )
 
 

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from doc_paths import problems
 
 from support import Samples, exporter, promtool_fires, require_service, sample_value, scrape, wait_for
 
@@ -64,7 +65,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = tmp_path_factory.mktemp("source")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, source / name)
-    for tree in ("reliable", "policies", "alert_rules", "runbooks", "docs"):  # the last four: built into the package
+    for tree in ("reliable", "policies", "alert_rules", "runbooks", "docs", "examples"):  # the last five: built in
         shutil.copytree(REPO / tree, source / tree, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
                    check=True, timeout=600, capture_output=True)
@@ -94,6 +95,13 @@ def test_the_wheel_ships_the_operational_files_and_the_license(wheel: Path) -> N
     import reliable
 
     assert f"Version: {reliable.__version__}\n" in metadata  # one version source: reliable.__version__
+
+
+def test_no_shipped_page_names_a_file_the_wheel_lacks(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    found = problems(names, sorted((REPO / "docs").glob("*.md")))
+    assert not found, "\n".join(found)
+    assert "reliable/defaults/examples/README.md" in names  # index.md names the examples
 
 
 #: The environment of the installed package's commands: nothing of this checkout's.

@@ -13,6 +13,7 @@ from reliable.options import STORED_CONTRACT
 from reliable.redact import MASK
 from reliable.states import Event, JobStatus
 from reliable.store import ErrorInfo, NewJob, StateStore
+from reliable.store.job_stats import StatsBuffer, write_stats
 from reliable.store.schema import job_events
 from reliable.web import WebConfig, create_app
 
@@ -44,7 +45,10 @@ def run_and_end(store: StateStore, job_id: str, event: Event, *, checkpoint: Any
 
 @pytest.fixture
 def jobs(store: StateStore) -> dict[str, str]:
-    """One job in each interesting state; name -> job id."""
+    """One job in each interesting state; name -> job id. Their claims and ends are counted in the
+    latency and outcome history as a worker's flush writes them (reliable.worker.stats)."""
+    counted = StatsBuffer()
+    store.add_listener(counted)
     ids = {"pending": "a1b2c3d4-pending", "running": "a1b2c3d4-running", "failed": "b7e9f0aa-failed",
            "dead": "c0ffee00-dead", "review": "d00d0000-review", "billing": "e1e1e1e1-billing",
            "succeeded": "f0f0f0f0-succeeded"}
@@ -64,6 +68,7 @@ def jobs(store: StateStore) -> dict[str, str]:
     with store.write() as conn:  # the worker's masked traceback of the failed attempt
         conn.execute(job_events.update().where(job_events.c.job_id == ids["failed"], job_events.c.event == "fail")
                      .values(traceback=TRACEBACK))
+    write_stats(store, counted.take())
     return ids
 
 
@@ -89,7 +94,10 @@ def test_every_page_renders_for_each_role(store: StateStore, tokens: Tokens, job
     assert 'href="http://testserver/dlq"><span class="n">1</span> dead letters' in overview
     assert 'href="http://testserver/review"><span class="n">1</span> in review' in overview
     assert '<svg viewBox' in overview and "Failure rate per minute" in overview
-    assert overview.count('<rect class="bar" ') == 1 and overview.count('<rect class="bar bar-bad" ') == 1
+    # Succeeded and run time p95 bars in the one minute the jobs ran, a failure rate bar (history).
+    assert overview.count('<rect class="bar" ') == 2 and overview.count('<rect class="bar bar-bad" ') == 1
+    assert '<span class="n">0</span> waiting to retry' in overview and "scheduled for later" in overview
+    assert 'id="latency-all"' in overview and "run p95" in overview and "Run time p95 per minute" in overview
     assert "Succeeded per minute: highest 1 per minute" in overview
     failed = client.get(f"/jobs/{jobs['failed']}").text
     assert "<details><summary>Traceback</summary>" in failed and "ConnectionError: boom" in failed
@@ -280,7 +288,9 @@ def test_the_console_serves_the_docs(store: StateStore, tokens: Tokens) -> None:
     listed = client.get("/docs")
     assert listed.status_code == 200 and 'href="http://testserver/docs/worker"' in listed.text
     page = client.get("/docs/worker")
-    assert page.status_code == 200 and "<pre class=\"doc\"># `reliable worker`" in page.text
+    assert page.status_code == 200 and \
+        '<h1 id="reliable-worker-a-supervisor-that-restarts-a-crashed-worker-process"><code>reliable worker</code>:' \
+        in page.text
     assert client.get("/docs/nope").status_code == 404
     signed_out = TestClient(create_app(store, config=WebConfig(secret_key="s")))
     assert signed_out.get("/docs", follow_redirects=False).status_code != 200  # behind the sign-in, like every page

@@ -107,6 +107,7 @@ SURFACES: dict[str, Surface] = {
     "/login": Surface("/login", False),
     "/docs": Surface("/docs", False),
     "/docs/{topic}": Surface("/docs/operations", False),
+    "/docs/images/{name}": Surface("/docs/images/console-overview.png", False),  # the docs' pictures
     "/static": Surface(None, False, why="files shipped with the package: no data"),
     # c28-flows: workflows and schedules (their nodes' and slots' values: tests/web/test_api_flows.py)
     "/api/v1/workflows": Surface("/api/v1/workflows", False),

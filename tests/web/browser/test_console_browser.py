@@ -12,6 +12,7 @@ import pytest
 
 from reliable.states import JobStatus
 from reliable.store import NewJob
+from reliable.store.job_stats import latency
 
 from browser_support import TIMEOUT_MS, Rig
 from support import wait_for
@@ -52,6 +53,9 @@ def test_sign_in_filter_the_job_list_and_open_a_job(page: Any, rig: Rig) -> None
     for job_id in done:
         wait_status(rig, job_id, JobStatus.SUCCEEDED)
     wait_status(rig, failed, JobStatus.FAILED)
+    # The charts read the worker's counts, written once per heartbeat interval (0.5 s here).
+    wait_for(lambda: latency(rig.store).overall["outcomes"]["succeeded"] >= 3, "the worker's counts written",
+             timeout=30, context=rig.worker.output)
 
     page.clock.install()  # the page's timers run when the test says so
     page.goto("/")
