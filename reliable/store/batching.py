@@ -113,7 +113,7 @@ def batch_write_sql(single: str) -> str:
                 "ORDER BY x.job_id), j AS (")
     sql = _once(sql, "FROM t WHERE r.job_id = %(job_id)s",
                 "FROM t, p WHERE r.job_id = ANY(%(ids)s::text[]) AND r.job_id = p.job_id")
-    sql = _once(sql, "FROM j RETURNING *", "FROM j JOIN p ON p.job_id = j.job_id RETURNING *")
+    sql = _once(sql, "FROM j RETURNING ", "FROM j JOIN p ON p.job_id = j.job_id RETURNING ")
     sql = _once(sql, "FROM j, e", "FROM j JOIN e ON e.job_id = j.job_id")
     if "%(" in re.sub(r"%\((now|rows|rules|ids)\)s", "", sql):
         raise ValueError("write_jobs kept a parameter of write_job: update batch_write_sql")
@@ -245,7 +245,7 @@ class GroupCommit:
         self._flusher: threading.Thread | None = None
         self._flusher_wake = threading.Lock()  # released to hand the flusher the lead
         self._flusher_wake.acquire()
-        self._callbacks: queue.SimpleQueue[_Pending] | None = None  # run by the callbacks thread
+        self._callbacks: queue.SimpleQueue[list[_Pending]] | None = None  # run by the callbacks thread
 
     def write(self, write: JobWrite) -> WriteResult:
         """Execute `write` in the next batch; its result (None: the guard did not match)."""
@@ -394,23 +394,31 @@ class GroupCommit:
                 self._batch = []
 
     def _dispatch(self, pending: _Pending) -> None:
-        """Run an answered submitted write's callback: here in the flusher thread, else in the
-        callbacks thread (see the module doc)."""
+        """Run an answered submitted write's callback (`_dispatch_all`)."""
+        self._dispatch_all([pending])
+
+    def _dispatch_all(self, answered: list[_Pending]) -> None:
+        """Run answered submitted writes' callbacks: here in the flusher thread, else in the
+        callbacks thread (see the module doc), handed over together: one wake-up of that thread
+        per batch, not one per write."""
         if threading.current_thread() is self._flusher:
-            pending.dispatched = True
-            pending.call()
+            for pending in answered:
+                pending.dispatched = True
+                pending.call()
             return
         if self._callbacks is None:
             self._callbacks = queue.SimpleQueue()
             threading.Thread(target=self._run_callbacks, args=(self._callbacks,),
                              name="reliable-group-commit-callbacks", daemon=True).start()
-        self._callbacks.put(pending)
-        pending.dispatched = True
+        self._callbacks.put(answered)
+        for pending in answered:
+            pending.dispatched = True
 
     @staticmethod
-    def _run_callbacks(callbacks: queue.SimpleQueue[_Pending]) -> None:
+    def _run_callbacks(callbacks: queue.SimpleQueue[list[_Pending]]) -> None:
         while True:
-            callbacks.get().call()
+            for pending in callbacks.get():
+                pending.call()
 
     def _take(self) -> list[_Pending]:
         with self._lock:
@@ -464,9 +472,10 @@ class GroupCommit:
                 if not pending.answered:
                     pending.answer(error=exc)
         finally:
-            for pending in batch:
-                if pending.done is not None and pending.answered and not pending.dispatched:
-                    self._dispatch(pending)
+            answered = [pending for pending in batch
+                        if pending.done is not None and pending.answered and not pending.dispatched]
+            if answered:
+                self._dispatch_all(answered)
 
     def _one_by_one(self, batch: list[_Pending]) -> None:
         for pending in batch:

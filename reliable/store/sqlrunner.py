@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
 import re
 import threading
@@ -34,19 +35,30 @@ from .db import pool_exhausted, pooled, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
 
-__all__ = ["EVENT_COLUMNS", "JOB_COLUMNS", "LEASE_COLUMNS", "SqlRunner", "Tx", "load_queries"]
+__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "SqlRunner", "Tx", "load_queries"]
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in job_events.c)
-_WRITTEN_WIDTH = len(JOB_COLUMNS) + len(EVENT_COLUMNS)
+#: The event's columns the insert copies from the job row it wrote: event column -> job column.
+_EVENT_COPIES: Mapping[str, str] = {"to_status": "status", **{name: name for name in (
+    "job_id", "version", "attempt", "attempt_id", "queue", "actor", "workflow_id", "trace_id", "retry_count",
+    "checkpoint")}}
+#: The event columns `write_job` returns on PostgreSQL, after the job's: those that are not a copy
+#: of one of the job's, in EVENT_COLUMNS' order (sql/postgresql.sql).
+EVENT_OWN: tuple[str, ...] = tuple(name for name in EVENT_COLUMNS if name not in _EVENT_COPIES)
+_WRITTEN_WIDTH = len(JOB_COLUMNS) + len(EVENT_OWN)
+#: A written row's event columns, in EVENT_COLUMNS' order, picked from the row in one C call.
+_event_values = operator.itemgetter(*(
+    JOB_COLUMNS.index(_EVENT_COPIES[name]) if name in _EVENT_COPIES else len(JOB_COLUMNS) + EVENT_OWN.index(name)
+    for name in EVENT_COLUMNS))
 
 
 def _written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A row of `write_job`/`write_jobs` (PostgreSQL: the job's columns, then its event's) as
+    """A row of `write_job`/`write_jobs` (PostgreSQL: the job's columns, then its event's own) as
     (job row, event row). One length check, then plain zips (a strict zip checks twice per row)."""
     if len(row) != _WRITTEN_WIDTH:
         raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
-    return dict(zip(JOB_COLUMNS, row)), dict(zip(EVENT_COLUMNS, row[len(JOB_COLUMNS):]))  # noqa: B905
+    return dict(zip(JOB_COLUMNS, row)), dict(zip(EVENT_COLUMNS, _event_values(row)))  # noqa: B905
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)

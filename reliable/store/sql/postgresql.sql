@@ -7,8 +7,11 @@
 -- name: write_job
 -- One write to a job row (a transition, a checkpoint, or nothing) plus its event row, in ONE
 -- statement. (A job's attempts are read from its events: reliable/store/job_history.py.)
--- Returns the job's columns followed by the event's, listed (as schema.py orders them); no row when
--- the guard did not match.
+-- Returns the job's columns (as schema.py orders them), then the event's own: its columns that are
+-- not copies of the job's (sqlrunner.EVENT_OWN, in that order; the event's job_id, to_status,
+-- version, attempt, attempt_id, queue, actor, workflow_id, trace_id, retry_count and checkpoint are
+-- the job's, read from its columns: eleven fewer columns to send and decode per write). No row
+-- when the guard did not match.
 -- A claim's lease_id is at least the floor of the server's WAL timeline, (timeline - 1) << 40:
 -- a promoted standby runs on a new timeline, so a fencing token it issues is above every token of
 -- the old primary, including one whose claim was lost with unreplicated WAL (a lossy failover
@@ -85,7 +88,8 @@ e AS (
         j.retry_count, j.checkpoint, %(operator)s::text, %(reason)s::text, %(host)s::text, %(detail)s::text,
         %(traceback)s::text
     FROM j
-    RETURNING *
+    RETURNING id, at, event, from_status, lease_id, worker_id, error_class, error_type, error_message, operator,
+        reason, host, detail, traceback, job_id
 )
 SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.version, j.lease_id, j.worker_id,
     j.lease_expires_at, j.attempt, j.attempt_id, j.started_at, j.finished_at, j.retry_count, j.retry_at,
@@ -93,9 +97,8 @@ SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.ver
     j.stop_requested_at, j.checkpoint, j.checkpoint_version, j.checkpoint_schema, j.checkpoint_at, j.owner,
     j.workflow_id, j.trace_id, j.parent_job_id, j.last_error_class, j.last_error_type, j.last_error_message,
     j.created_at, j.updated_at, j.delivery_digest,
-    e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id,
-    e.lease_id, e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type,
-    e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail, e.traceback
+    e.id, e.at, e.event, e.from_status, e.lease_id, e.worker_id, e.error_class, e.error_type, e.error_message,
+    e.operator, e.reason, e.host, e.detail, e.traceback
 FROM j, e;
 
 -- name: enqueued_events
