@@ -12,6 +12,7 @@ from pathlib import Path
 import pika
 import pytest
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
+from hypothesis import HealthCheck, settings
 
 import reliable
 from reliable.store import StateStore
@@ -20,6 +21,11 @@ from reliable.testing import sqlite_store_url
 from support import IN_CI, PG_ADMIN_URL, RABBITMQ_URL, port_open, require_service, scratch_database
 
 __all__ = ["IN_CI", "PG_ADMIN_URL", "RABBITMQ_URL", "port_open", "require_service"]
+
+# Property tests judge results, never speed: no per-example deadline and no "too slow" health
+# check, which failed by timing on a loaded machine (a test's own @settings may still set them).
+settings.register_profile("reliable", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("reliable")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
