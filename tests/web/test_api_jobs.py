@@ -246,8 +246,8 @@ def test_alerts_are_listed_with_their_labels(client: TestClient, store: StateSto
                 fingerprint=f"fp-{name}", alertname=name, labels=json.dumps({"alertname": name, "queue": "billing"}),
                 annotations=json.dumps({"summary": f"{name} summary"}), state=state, starts_at=now))
     listed = get(client, tokens.viewer, "/api/v1/alerts")["alerts"]
-    assert [a["alertname"] for a in listed] == ["DeadLetters", "JobStuck", "QueueAge"]
-    assert listed[1]["labels"] == {"alertname": "JobStuck", "queue": "billing"}
-    assert listed[1]["annotations"]["summary"] == "JobStuck summary" and listed[1]["starts_at"] == now
+    assert [a["alertname"] for a in listed] == ["JobStuck", "QueueAge", "DeadLetters"]  # firing, pending, resolved
+    assert listed[0]["labels"] == {"alertname": "JobStuck", "queue": "billing"}
+    assert listed[0]["annotations"]["summary"] == "JobStuck summary" and listed[0]["starts_at"] == now
     firing = get(client, tokens.viewer, "/api/v1/alerts", state="FIRING")["alerts"]
     assert [a["alertname"] for a in firing] == ["JobStuck"]

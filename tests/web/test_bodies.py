@@ -23,7 +23,8 @@ from web_support import Tokens, bearer, session
 #: A value for each path parameter of a POST/PUT route (a route with a new parameter fails until added).
 PATH_VALUES = {"job_id": "job-1", "command": "pause", "operation_id": "no-such-operation",
                "workflow_id": "no-such-workflow", "name": "no-such-schedule",  # c28-flows: the last two
-               "queue": "billing"}  # c28-queues: the queue routes
+               "queue": "billing",  # c28-queues: the queue routes
+               "worker_id": "no-such-worker", "actor": "no_such_actor"}  # a process's commands, an actor's cap
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 
 _DEEP_VALID = b'{"reason": ' + b'{"a": ' * (MAX_JSON_DEPTH + 1) + b"1" + b"}" * (MAX_JSON_DEPTH + 1) + b"}"
@@ -51,6 +52,8 @@ def _unsafe_routes(*, api: bool) -> list[tuple[str, str]]:
         if isinstance(route, Route) and route.path.startswith("/api/") is api:
             for method in sorted((route.methods or set()) & UNSAFE):
                 values = {name: PATH_VALUES[name] for name in route.param_convertors}
+                if "/workers/" in route.path:  # a process's commands are quiet and stop
+                    values["command"] = "quiet"
                 found.append((method, route.path.format(**values)))
     return sorted(found)
 
