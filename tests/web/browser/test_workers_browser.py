@@ -42,11 +42,13 @@ def test_busy_threads_quiet_and_stop_from_the_workers_page(page: Any, rig: Rig, 
     env = {"RELIABLE_TEST_BROKER": RABBITMQ_URL, "RELIABLE_TEST_STORE": url, "RELIABLE_TEST_QUEUE": queue}
     mine = WorkerProcess(env, tmp_path / "worker.log", threads=2, app="console_worker", app_dir=Path(__file__).parent)
     try:
-        (worker_id,) = wait_for(lambda: {p.worker_id for p in list_processes(rig.store, live_only=True)} - before,
-                                "the new worker process on record", timeout=60, context=mine.output)
+        wait_for(lambda: {p.worker_id for p in list_processes(rig.store, live_only=True)} - before,
+                 "the new worker process on record", timeout=60, context=mine.output)
         job_id = pages.send("acct-busy", 60, 0.1).message_id
-        wait_for(lambda: (p := get_process(rig.store, worker_id)) is not None and p.busy, "its busy thread reported",
-                 timeout=60, context=mine.output)
+        # The process running the job on its own queue: the rig's worker may go on record meanwhile too.
+        (worker_id,) = wait_for(lambda: [p.worker_id for p in list_processes(rig.store, live_only=True)
+                                         if p.worker_id not in before and job_id in dict(p.busy)],
+                                "its busy thread reported", timeout=60, context=mine.output)
 
         page.goto("/")
         page.get_by_role("navigation", name="Console").get_by_role("link", name="Workers").click()
