@@ -289,7 +289,7 @@ class GroupCommit(Generic[W, R]):
             self._step_down(pending)
             raise
 
-    def write_all(self, writes: Sequence[W]) -> list[R | None | BaseException]:
+    def write_all(self, writes: Sequence[W]) -> list[R | BaseException | None]:
         """Execute `writes` in one batch: each one's result, or the error that failed it (or left it
         out: a job already in the batch, a full batch), in order. One waiting thread for several
         writes: a worker's claim with the claims it takes ahead (reliable.worker.ahead)."""

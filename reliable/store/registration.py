@@ -80,7 +80,8 @@ class Registrations(StoreCore):
         self._emit_registered(rows, events)
         return len(events)
 
-    def _check_resent(self, rows: Sequence[Mapping[str, Any]], done: Sequence[Registered], tx: Tx | None = None) -> None:
+    def _check_resent(self, rows: Sequence[Mapping[str, Any]], done: Sequence[Registered],
+                      tx: Tx | None = None) -> None:
         """JobIdConflict when a row whose job existed already carries another delivery digest than
         that job (a job registered before digests were kept has none: never a conflict). The
         registration answered what it found; a job it could not see (registered by another

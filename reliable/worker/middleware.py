@@ -63,7 +63,8 @@ class ReliableMiddleware(Middleware):
 
     The constructor's options (store, policy, lease_ttl, heartbeat_interval, recovery,
     recovery_interval, sweep_after, listeners, metrics, json_logs, max_connections, group_commit,
-    tracing, schedules, replication, send_timeout, send_commit, claims_ahead) are documented in `reliable.worker.settings.Settings`.
+    tracing, schedules, replication, send_timeout, send_commit, claims_ahead) are documented in
+    `reliable.worker.settings.Settings`.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,

@@ -29,7 +29,7 @@ from sqlalchemy import create_engine, text
 import reliable
 from reliable.store import StateStore
 
-from support import waiting_on_a_lock, wait_for
+from support import wait_for, waiting_on_a_lock
 from workers import APPS
 
 pytestmark = pytest.mark.integration
