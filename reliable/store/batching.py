@@ -1,5 +1,14 @@
 """Group commit on PostgreSQL: the single writes of all a process's threads, as one statement.
 
+One mechanism, two users: the worker's writes (claims and finishes, `JobWrite`s executed by
+`write_jobs`, below) and the producer's sends (`SqlRunner.registrations`: each send's job row,
+registered with its `enqueued` event by `register_jobs`, reliable/store/registration.py).
+`GroupCommit` is generic over what it batches (anything naming its job: a batch holds a job once)
+and the two callables that execute a batch and a single one; everything below holds for both. A
+waiting write may bound its wait (`write(..., timeout)`, a send's send_timeout): past it the write
+leaves the queue with StoreUnavailable, or, if it is in the batch under way, is answered to nobody
+(it may commit: as a lost reply, the sweeper publishes such a job, docs/performance.md "Producer").
+
 A worker thread that claims or finishes a job waits for a round trip and a commit (an fsync). With
 `group_commit`, the writes pending in the process at that moment go as ONE statement (`write_jobs`,
 derived from `write_job`): one round trip and one commit for the batch. Each write keeps its own
