@@ -556,6 +556,21 @@ def warm_up_sends(kind: str, processes: int, threads: int) -> int:
     return processes * threads * (producer.BULK if kind == "many" else producer.WARM_UP)
 
 
+def end_run(producers: list[subprocess.Popen[bytes]], worker: subprocess.Popen[bytes] | None, verify: Any,
+            queue: str, store_url: str | None) -> None:
+    """Clean up after a producer or end-to-end run: its processes, queues and database."""
+    for producer in producers:
+        if producer.poll() is None:
+            producer.kill()
+    if worker is not None:
+        stop(worker, False)
+    if verify is not None:
+        verify.close()
+    delete_queues(queue)
+    if store_url:
+        drop_pg(store_url)
+
+
 def producer_results(directory: Path) -> tuple[float, float, list[float]]:
     """(first start, last end, every latency) of the run's producers."""
     results = [json.loads(path.read_text()) for path in directory.glob("*.json")]
@@ -595,12 +610,7 @@ def run_producers(mode: str, jobs: int, processes: int, threads: int, tmp: Path,
         start, end, latencies = producer_results(directory)
         seconds = cpu.seconds()
     finally:
-        for producer in producers:
-            if producer.poll() is None:
-                producer.kill()
-        delete_queues(queue)
-        if store_url:
-            drop_pg(store_url)
+        end_run(producers, None, None, queue, store_url)
     per_send = {role: 1000 * value / jobs for role, value in seconds.items()}
     return Result(jobs / (end - start), per_send, None, 0.0, {}, percentiles(latencies), len(latencies))
 
@@ -664,16 +674,7 @@ def run_e2e(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base:
         start, _, latencies = producer_results(directory)
         seconds = cpu.seconds()
     finally:
-        for producer in producers:
-            if producer.poll() is None:
-                producer.kill()
-        if worker is not None:
-            stop(worker, False)
-        if verify is not None:
-            verify.close()
-        delete_queues(queue)
-        if store_url:
-            drop_pg(store_url)
+        end_run(producers, worker, verify, queue, store_url)
     per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
     return Result(jobs / (done - start), per_job, batch_size(log), 0.0, {}, percentiles(latencies), len(latencies))
 

@@ -75,12 +75,21 @@ def _blocked(store: StateStore) -> Iterator[Any]:
         conn.rollback()
 
 
+def _stuck_lead(store: StateStore, sends: Sends) -> Iterator[Any]:
+    """A first send ("lead", registered) leading a batch stuck behind the locked table, until resumed
+    (`next(..., None)`): the sends made meanwhile queue behind it."""
+    lock = _blocked(store)
+    next(lock)
+    sends.start(lambda: store.register(_job("lead", 0)), "lead")
+    wait_for(lambda: waiting_on_a_lock(store.engine), "the first batch to wait for the table")
+    yield
+    next(lock, None)
+
+
 def test_sends_waiting_together_share_one_statement_and_commit(grouped: StateStore) -> None:
     sends = Sends()
-    lock = _blocked(grouped)
+    lock = _stuck_lead(grouped, sends)
     next(lock)
-    sends.start(lambda: grouped.register(_job("lead", 0)), "lead")
-    wait_for(lambda: waiting_on_a_lock(grouped.engine), "the first batch to wait for the table")
     for n in range(5):
         sends.start(lambda n=n: grouped.register(_job(f"job-{n}", n)), f"job-{n}")
     wait_for(lambda: _queued(grouped) == 5, "five sends queued behind it")
@@ -98,10 +107,8 @@ def test_a_conflicting_resend_fails_alone_in_its_batch_and_an_identical_one_is_d
         grouped: StateStore) -> None:
     assert grouped.register(_job("taken", 1))
     sends = Sends()
-    lock = _blocked(grouped)
+    lock = _stuck_lead(grouped, sends)
     next(lock)
-    sends.start(lambda: grouped.register(_job("lead", 0)), "lead")
-    wait_for(lambda: waiting_on_a_lock(grouped.engine), "the first batch to wait for the table")
     sends.start(lambda: grouped.register(_job("taken", 2)), "taken")  # other arguments: another job
     sends.start(lambda: grouped.register(_job("fresh", 3)), "fresh")
     wait_for(lambda: _queued(grouped) == 2, "two sends queued behind it")
@@ -115,10 +122,8 @@ def test_a_conflicting_resend_fails_alone_in_its_batch_and_an_identical_one_is_d
 
 def test_a_send_that_waits_past_its_timeout_leaves_the_queue_and_writes_nothing(grouped: StateStore) -> None:
     sends = Sends()
-    lock = _blocked(grouped)
+    lock = _stuck_lead(grouped, sends)
     next(lock)
-    sends.start(lambda: grouped.register(_job("lead", 0)), "lead")
-    wait_for(lambda: waiting_on_a_lock(grouped.engine), "the first batch to wait for the table")
     with pytest.raises(StoreUnavailable, match="nothing was written"):
         grouped.register(_job("late", 1), timeout=0.05)
     assert _queued(grouped) == 0
