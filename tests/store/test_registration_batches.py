@@ -9,12 +9,14 @@ lock's release lets them through as the second batch.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
+from reliable.deadlines import within
 from reliable.errors import JobIdConflict, StoreUnavailable
 from reliable.store import NewJob, StateStore
 from reliable.store.registration import Registrations
@@ -148,3 +150,12 @@ def test_an_asynchronous_registration_commits_without_the_flush_and_leaves_no_se
         assert raw.driver_connection.execute("SHOW synchronous_commit").fetchone()[0] == "on"
     assert grouped.register(_job("flag", 1), synchronous=False) is True
     assert [e.event for e in grouped.events("flag")] == ["enqueued"]
+
+
+def test_the_batches_connection_outlives_the_deadline_of_the_send_that_opened_it(grouped: StateStore) -> None:
+    """The kept connection is not armed with its first caller's deadline (reliable.deadlines): a
+    later batch on it is not cut when that deadline passes."""
+    with within(0.3) as until:
+        assert grouped.register(_job("first", 1))
+    wait_for(lambda: time.monotonic() > until + 0.2, "the first send's deadline to pass")
+    assert grouped.register(_job("second", 2))
