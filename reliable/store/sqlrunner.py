@@ -28,7 +28,6 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..compat.sqlalchemy_internals import invalidate_all
-from ..deadlines import unbounded
 from ..states import ACTIVE_STATES
 from .batching import GroupCommit, WriteResult, batch_rows, batch_write_sql
 from .db import pool_exhausted, pooled, sqlite_writer_lock, translate
@@ -332,11 +331,7 @@ class SqlRunner:
         each batch is planned anew, with the table's statistics of the moment."""
         with self._kept_lock:
             if self._kept is None or self._kept[1] != os.getpid():
-                # Not armed with the deadline of the call that happens to open it (reliable.deadlines):
-                # it outlives that call, and would be cut at its deadline under a later batch. Its
-                # batches are bounded by the connection's TCP bounds, a waiting write by its timeout.
-                with unbounded():
-                    raw = self._checkout()
+                raw = self._checkout()
                 driver: Any = raw.driver_connection
                 try:
                     driver.autocommit = True
@@ -441,13 +436,9 @@ class SqlRunner:
         """Register the jobs of several sends as ONE statement, one commit (PostgreSQL; a job once):
         synchronous unless every send of the batch asked otherwise."""
         synchronous = any(item.synchronous for item in batch)
-        rows, details = [item.row for item in batch], [item.detail for item in batch]
-        # The connection the process's batches keep (see `_kept_connection`): no pool checkout per batch.
-        with self._kept_connection() as raw:
-            import psycopg
-
-            with psycopg.RawCursor(raw.driver_connection) as cursor:
-                return self._register_jobs(Tx(cursor, self._clock()), rows, details, synchronous)
+        # A pooled connection per batch, not the one the worker's batches keep: it is armed with the
+        # leading send's deadline (reliable.deadlines) and disarmed when the batch gives it back.
+        return self.register([item.row for item in batch], [item.detail for item in batch], synchronous=synchronous)
 
     def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:
         """Extend every given lease in one statement; the rows of the leases still held."""
