@@ -1,7 +1,7 @@
 """Throughput and CPU per job of plain Dramatiq vs Dramatiq + reliable on the same RabbitMQ, in one run.
 
     .venv/bin/python bench/throughput.py [--jobs 8000] [--runs 5] [--configs 1x8,2x32]
-        [--modes plain,reliable-pg,reliable-pg-fast] [--base PATH] [--profile DIR]
+        [--modes plain,reliable-pg,reliable-pg-fast] [--base PATH] [--profile DIR] [--producers 1x8]
 
 Modes: plain, reliable-pg, reliable-pg-ahead (with claims ahead, `claims_ahead=True`; not on a
 `--base` tree that lacks the option), reliable-pg-fast (the fast path, its actor on a queue with
@@ -14,7 +14,21 @@ reliable-pg-limited (a concurrency limit), reliable-pg-pooled (the worker and th
 store through a PgBouncer in transaction mode that you start first, at BENCH_PGBOUNCER=host:port,
 default 127.0.0.1:6432, with `?pooled=true`: docs/pgbouncer.md), reliable-sqlite, reliable-sqlite-fast.
 
-Each run enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
+Producer modes (the sending side alone, no worker): producer-plain (Dramatiq's send), producer-tracked
+(reliable installed: each send registers its job first), producer-tracked-async (the same with
+`send_commit="asynchronous"`), producer-many (`enqueue_many`, 100 messages a call). Their configuration
+PxT is P producer processes of T sending threads each (`--configs 1x1,1x8`: a web request's single
+thread, and eight). Each process (bench/producer.py) warms up, then all send N messages in all at
+once; the window is the first send's start to the last one's end. Printed: sends/s, the ratio to
+producer-plain, each send's (for producer-many each call's) latency p50/p99 in ms, CPU per send.
+
+End-to-end modes (producers and workers at once): e2e-plain, e2e-reliable-pg, e2e-reliable-pg-async
+(the producers with `send_commit="asynchronous"`). Their configuration is the worker's, as for the
+worker modes; the producers are `--producers PxT` (default 1x8). The window opens when the producers
+start sending and closes when the worker has acked every message (and, for reliable, every job is
+SUCCEEDED); the ratio is to e2e-plain, CPU per job per role: producer, worker, postgres, rabbitmq.
+
+Each run of a worker mode enqueues N no-op messages (reliable modes register them first, in bulk), starts a real
 `dramatiq` worker (processes x threads) and measures the window from the first message started to
 the last one finished. The worker processes stamp it themselves (bench/stamps.py): the window starts
 at the earliest `before_process_message` of any process and ends at the last ack sent; the run is
@@ -28,6 +42,7 @@ first stamp (within a couple of milliseconds), every 0.1 s, and when the run is 
 and shutdown CPU are left out (a worker process still booting when the window opens counts from the
 end of its boot, when its stamp file appears). Worker = every `dramatiq` process of the run (parent
 and children);
+producer = the bench/producer.py processes of the run;
 postgres = the backends connected to the run's own database (a backend that opens inside the window
 counts from zero; the driver's own check of the store is left out); rabbitmq = the whole beam.smp
 server, which serves only this run if nothing else uses RabbitMQ on this machine meanwhile (on a
@@ -65,6 +80,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import shutil
@@ -76,6 +92,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +107,33 @@ BROKER = os.environ.get("BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/")
 PG_ADMIN = os.environ.get("BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 MODES = ("plain", "reliable-pg", "reliable-pg-ahead", "reliable-pg-fast", "reliable-pg-fast-queue",
          "reliable-pg-fast-alone", "reliable-pg-nogc", "reliable-pg-nometrics", "reliable-pg-fullidx",
-         "reliable-pg-limited", "reliable-pg-pooled", "reliable-sqlite", "reliable-sqlite-fast")
+         "reliable-pg-limited", "reliable-pg-pooled", "reliable-sqlite", "reliable-sqlite-fast",
+         "producer-plain", "producer-tracked", "producer-tracked-async", "producer-many",
+         "e2e-plain", "e2e-reliable-pg", "e2e-reliable-pg-async")
 #: reliable-pg-pooled: the store reached through a PgBouncer in transaction mode already running here.
 PGBOUNCER = os.environ.get("BENCH_PGBOUNCER", "127.0.0.1:6432")
-ROLES = ("worker", "postgres", "rabbitmq")
+ROLES = ("producer", "worker", "postgres", "rabbitmq")
+#: The producer modes' kinds (bench/producer.py's first argument).
+PRODUCER_KINDS = {"producer-plain": "plain", "producer-tracked": "tracked", "producer-tracked-async": "tracked-async",
+                  "producer-many": "many", "e2e-plain": "plain", "e2e-reliable-pg": "tracked",
+                  "e2e-reliable-pg-async": "tracked-async"}
 _SWITCHES = re.compile(rb"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", re.MULTILINE)
 POLL = 0.002  # seconds between two reads of the stamps
 SAMPLE = 0.1  # seconds between two reads of /proc inside the window
+
+
+@dataclass
+class Result:
+    """One run: jobs (sends) per second, CPU ms per job by role, mean group-commit batch, worker context
+    switches per job and by thread name, latency p50/p99 in ms (producer and end-to-end modes)."""
+
+    rate: float
+    per_job: dict[str, float]
+    batch: float | None
+    switches: float
+    by_name: dict[str, int]
+    latency: tuple[float, float] | None = None
+    samples: int = 0
 
 
 def proc_cpu(stat: Path) -> float:
@@ -114,6 +151,7 @@ class WindowCpu:
 
     def __init__(self, queue: str, database: str | None, exclude: set[int]) -> None:
         self.worker = f"-Q {queue}"
+        self.queue = f" {queue} "
         self.database = f" {database} " if database else None
         self.exclude = exclude
         self.first: dict[int, float] = {}
@@ -126,6 +164,8 @@ class WindowCpu:
         if comm == "beam.smp":
             return "rabbitmq"
         cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if "producer.py" in cmdline and self.queue in cmdline:
+            return "producer"
         if comm != "py-spy" and self.worker in cmdline:
             return "worker"
         if self.database and cmdline.startswith("postgres:") and self.database in cmdline and pid not in self.exclude:
@@ -396,10 +436,9 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float, worker: subp
 
 
 def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base: Path | None,
-             profile: Path | None, tag: str, threads_named: bool = False
-             ) -> tuple[float, dict[str, float], float | None, float, dict[str, int]]:
-    """One run: (jobs/s, CPU ms per job per role, mean group-commit batch, worker context switches
-    per job, switches by thread name when `threads_named`)."""
+             profile: Path | None, tag: str, threads_named: bool = False) -> Result:
+    """One run of a worker mode: jobs/s, CPU ms per job per role, mean group-commit batch, worker
+    context switches per job, switches by thread name when `threads_named`."""
     queue = f"bench_{uuid.uuid4().hex[:8]}"
     kind = mode.removesuffix("@base")
     tree = base if mode.endswith("@base") and base else HERE.parent.resolve()
@@ -489,7 +528,156 @@ def run_once(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base
     per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
     if (statements := statements_per_job(log, jobs)) is not None:
         print(f"{mode}: {statements}", file=sys.stderr, flush=True)
-    return jobs / (end - start), per_job, batch_size(log), switches.total() / jobs, switches.by_name()
+    return Result(jobs / (end - start), per_job, batch_size(log), switches.total() / jobs, switches.by_name())
+
+def start_producers(kind: str, queue: str, jobs: int, processes: int, threads: int, store_url: str | None,
+                    directory: Path, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    """Start `processes` bench/producer.py processes sending `jobs` messages in all; return once each
+    has warmed up (they wait for `directory/go`)."""
+    shares = [jobs // processes + (1 if i < jobs % processes else 0) for i in range(processes)]
+    log = (directory / "producers.log").open("ab")
+    producers = [subprocess.Popen([sys.executable, str(HERE / "producer.py"), kind, queue, str(share), str(threads),
+                                   store_url or "-", str(directory)], cwd=HERE, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT) for share in shares]
+    deadline = time.monotonic() + 120
+    while len(list(directory.glob("*.ready"))) < processes:
+        if any(p.poll() not in (None, 0) for p in producers) or time.monotonic() > deadline:
+            for producer in producers:
+                producer.kill()
+            raise RuntimeError(f"a producer did not start, see {directory / 'producers.log'}")
+        time.sleep(POLL)
+    return producers
+
+
+def warm_up_sends(kind: str, processes: int, threads: int) -> int:
+    """The messages bench/producer.py sends before the run (they reach the worker too)."""
+    import producer
+
+    return processes * threads * (producer.BULK if kind == "many" else producer.WARM_UP)
+
+
+def end_run(producers: list[subprocess.Popen[bytes]], worker: subprocess.Popen[bytes] | None, verify: Any,
+            queue: str, store_url: str | None) -> None:
+    """Clean up after a producer or end-to-end run: its processes, queues and database."""
+    for producer in producers:
+        if producer.poll() is None:
+            producer.kill()
+    if worker is not None:
+        stop(worker, False)
+    if verify is not None:
+        verify.close()
+    delete_queues(queue)
+    if store_url:
+        drop_pg(store_url)
+
+
+def producer_results(directory: Path) -> tuple[float, float, list[float]]:
+    """(first start, last end, every latency) of the run's producers."""
+    results = [json.loads(path.read_text()) for path in directory.glob("*.json")]
+    latencies = [value for result in results for value in result["latencies"]]
+    return min(r["start"] for r in results), max(r["end"] for r in results), latencies
+
+
+def run_producers(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base: Path | None) -> Result:
+    """One run of a producer mode: PxT sending threads, no worker (see the module doc)."""
+    kind = PRODUCER_KINDS[mode.removesuffix("@base")]
+    tree = base if mode.endswith("@base") and base else HERE.parent.resolve()
+    queue = f"bench_{uuid.uuid4().hex[:8]}"
+    directory = tmp / f"producers-{queue}"
+    directory.mkdir()
+    store_url = database = None
+    env = {**os.environ, "BENCH_BROKER": BROKER, "PYTHONPATH": f"{tree}:{HERE}"}
+    if kind != "plain":
+        store_url = create_pg()
+        database = store_url.rsplit("/", 1)[1]
+        subprocess.run([sys.executable, "-c", f"import reliable; reliable.StateStore({store_url!r}).upgrade()"],
+                       env=env, check=True)
+    producers: list[subprocess.Popen[bytes]] = []
+    try:
+        producers = start_producers(kind, queue, jobs, processes, threads, store_url, directory, env)
+        cpu = WindowCpu(queue, database, set())
+        cpu.start()
+        (directory / "go").write_text("")
+        deadline = time.monotonic() + 600
+        while any(p.poll() is None for p in producers):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{mode}: the producers did not finish within 600 s")
+            if time.monotonic() - cpu.sampled >= SAMPLE:
+                cpu.sample()
+            time.sleep(POLL)
+        if any(p.returncode != 0 for p in producers):
+            raise RuntimeError(f"{mode}: a producer failed, see {directory / 'producers.log'}")
+        start, end, latencies = producer_results(directory)
+        seconds = cpu.seconds()
+    finally:
+        end_run(producers, None, None, queue, store_url)
+    per_send = {role: 1000 * value / jobs for role, value in seconds.items()}
+    return Result(jobs / (end - start), per_send, None, 0.0, {}, percentiles(latencies), len(latencies))
+
+
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    """(p50, p99) of `latencies` (seconds) in ms."""
+    ordered = sorted(latencies)
+    return 1000 * ordered[len(ordered) // 2], 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def run_e2e(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base: Path | None,
+            producers_config: tuple[int, int]) -> Result:
+    """One run of an end-to-end mode: the producers send while a PxT worker consumes (see the module doc)."""
+    kind = PRODUCER_KINDS[mode.removesuffix("@base")]
+    tree = base if mode.endswith("@base") and base else HERE.parent.resolve()
+    queue = f"bench_{uuid.uuid4().hex[:8]}"
+    directory, stamps, multiproc = tmp / f"producers-{queue}", tmp / f"stamps-{queue}", tmp / f"prom-{queue}"
+    for path in (directory, stamps, multiproc):
+        path.mkdir()
+    store_url = database = None
+    env = {**os.environ, "BENCH_BROKER": BROKER, "BENCH_QUEUE": queue, "PYTHONPATH": f"{tree}:{HERE}",
+           "BENCH_TREE": str(tree), "BENCH_STAMPS": str(stamps), "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+           "BENCH_MODE": "plain" if kind == "plain" else "reliable"}
+    if kind != "plain":
+        store_url = create_pg()
+        database = store_url.rsplit("/", 1)[1]
+        env["BENCH_STORE"] = store_url
+        subprocess.run([sys.executable, "-c", f"import reliable; reliable.StateStore({store_url!r}).upgrade()"],
+                       env=env, check=True)
+    total = jobs + warm_up_sends(kind, *producers_config)
+    verify = create_engine(store_url, poolclass=NullPool).connect() if store_url else None
+    log = tmp / f"{queue}.log"
+    producers: list[subprocess.Popen[bytes]] = []
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        exclude = set()
+        if verify is not None:
+            exclude.add(int(verify.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+        with log.open("wb") as out:
+            worker = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench_app", "-p", str(processes), "-t",
+                                       str(threads), "-Q", queue], cwd=HERE, env=env, stdout=out,
+                                      stderr=subprocess.STDOUT)
+        producers = start_producers(kind, queue, jobs, *producers_config, store_url, directory, env)
+        running = worker
+        _wait(lambda: len(read_stamps(stamps)) >= processes, "worker boot", 120, running, log)
+        _wait(lambda: sum(acks for _, _, acks in read_stamps(stamps).values()) >= total - jobs, "warm-up acks", 120,
+              running, log)
+        cpu = WindowCpu(queue, database, exclude)
+        cpu.start()
+        (directory / "go").write_text("")
+        _wait(lambda: sum(acks for _, _, acks in read_stamps(stamps).values()) >= total, "last ack", 600, running,
+              log, cpu)
+        if verify is not None:
+            count = text("SELECT count(*) FROM reliable_jobs WHERE status = 'SUCCEEDED'")
+            _wait(lambda: verify.execute(count).scalar_one() >= total, "SUCCEEDED for every job", 120, running, log,
+                  cpu)
+        done = time.monotonic()
+        cpu.sample()
+        for producer in producers:
+            producer.wait(60)
+        start, _, latencies = producer_results(directory)
+        seconds = cpu.seconds()
+    finally:
+        end_run(producers, worker, verify, queue, store_url)
+    per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
+    return Result(jobs / (done - start), per_job, batch_size(log), 0.0, {}, percentiles(latencies), len(latencies))
+
 
 
 def py_spy() -> str:
@@ -527,51 +715,65 @@ def parse_modes(text: str, base: Path | None) -> list[str]:
         if mode.strip() not in MODES:
             raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
         modes.append(mode.strip())
-        if base and mode.strip() != "plain":
+        if base and not mode.strip().endswith(("plain", "-async")):  # a base tree may lack send_commit
             modes.append(mode.strip() + "@base")
     return modes
 
 
+def baseline(mode: str) -> str:
+    """The plain mode a mode's ratio is taken to: producer-plain, e2e-plain or plain."""
+    family = mode.split("-", 1)[0]
+    return f"{family}-plain" if family in ("producer", "e2e") else "plain"
+
+
 def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads: int, tmp: Path, base: Path | None,
-                 profile: Path | None, threads_named: bool = False) -> None:
+                 profile: Path | None, threads_named: bool = False, producers: tuple[int, int] = (1, 8)) -> None:
     """Alternate the modes `runs` times at -p processes -t threads; print each run and the medians."""
-    results: dict[str, list[float]] = {mode: [] for mode in modes}
-    cpu: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
-    batches: dict[str, list[float]] = {mode: [] for mode in modes}
-    switched: dict[str, list[float]] = {mode: [] for mode in modes}
+    results: dict[str, list[Result]] = {mode: [] for mode in modes}
     for run in range(runs):
         for mode in modes:
             tag = f"{processes}x{threads}-run{run + 1}"
-            rate, per_job, batch, per_job_switches, by_name = run_once(mode, jobs, processes, threads, tmp, base,
-                                                                       profile, tag, threads_named)
-            results[mode].append(rate)
-            switched[mode].append(per_job_switches)
-            cpu[mode].append(per_job)
-            if batch is not None:
-                batches[mode].append(batch)
-            print(f"-p {processes} -t {threads} run {run + 1}/{runs} {mode:>24}: {rate:8.0f} jobs/s  "
-                  + "  ".join(f"{role} {per_job[role]:.2f} ms CPU/job" for role in ROLES)
-                  + f"  total {sum(per_job.values()):.2f}" + (f"  batch {batch:.1f}" if batch is not None else "")
-                  + f"  switches/job {per_job_switches:.1f}", flush=True)
-            if threads_named:
+            kind = mode.removesuffix("@base")
+            if kind.startswith("producer-"):
+                result = run_producers(mode, jobs, processes, threads, tmp, base)
+            elif kind.startswith("e2e-"):
+                result = run_e2e(mode, jobs, processes, threads, tmp, base, producers)
+            else:
+                result = run_once(mode, jobs, processes, threads, tmp, base, profile, tag, threads_named)
+            results[mode].append(result)
+            latency = f"  p50 {result.latency[0]:.2f} p99 {result.latency[1]:.2f} ms" if result.latency else ""
+            print(f"-p {processes} -t {threads} run {run + 1}/{runs} {mode:>24}: {result.rate:8.0f} jobs/s  "
+                  + "  ".join(f"{role} {result.per_job[role]:.2f} ms CPU/job" for role in ROLES)
+                  + f"  total {sum(result.per_job.values()):.2f}"
+                  + (f"  batch {result.batch:.1f}" if result.batch is not None else "")
+                  + f"  switches/job {result.switches:.1f}" + latency, flush=True)
+            if threads_named and result.by_name:
                 print("    switches/job by thread: " + ", ".join(
-                    f"{name} {n / jobs:.2f}" for name, n in sorted(by_name.items(), key=lambda item: -item[1])),
+                    f"{name} {n / jobs:.2f}" for name, n in sorted(result.by_name.items(), key=lambda item: -item[1])),
                     flush=True)
-    medians = {mode: {role: statistics.median(c[role] for c in cpu[mode]) for role in ROLES} for mode in modes}
-    plain = statistics.median(results["plain"]) if "plain" in results else None
-    plain_cpu = sum(medians["plain"].values()) if "plain" in medians else None
-    print(f"\n{jobs} no-op jobs, -p {processes} -t {threads}, median of {runs} alternating runs, ms CPU per job")
-    print(f"{'mode':>24} {'jobs/s':>8} {'ratio':>6} {'worker':>7} {'postgres':>8} {'rabbitmq':>8} {'total':>6} "
-          f"{'cpu ratio':>9} {'batch':>6} {'sw/job':>6}")
-    for mode, rates in results.items():
-        median = statistics.median(rates)
-        ratio = f"{median / plain:5.2f}x" if plain else "-"
+    medians = {mode: {role: statistics.median(r.per_job[role] for r in rs) for role in ROLES}
+               for mode, rs in results.items()}
+    rates = {mode: statistics.median(r.rate for r in rs) for mode, rs in results.items()}
+    print(f"\n{jobs} no-op jobs, -p {processes} -t {threads} (producer modes: producer processes x threads; "
+          f"end-to-end: the worker's, producers {producers[0]}x{producers[1]}), median of {runs} alternating runs, "
+          "ms CPU per job")
+    print(f"{'mode':>24} {'jobs/s':>8} {'ratio':>6} {'producer':>8} {'worker':>7} {'postgres':>8} {'rabbitmq':>8} "
+          f"{'total':>6} {'cpu ratio':>9} {'batch':>6} {'sw/job':>6} {'p50 ms':>7} {'p99 ms':>7}")
+    for mode, rs in results.items():
+        plain = baseline(mode.removesuffix("@base"))
+        ratio = f"{rates[mode] / rates[plain]:5.2f}x" if plain in rates else "-"
         total = sum(medians[mode].values())
+        plain_cpu = sum(medians[plain].values()) if plain in medians else None
         cpu_ratio = f"{total / plain_cpu:8.2f}x" if plain_cpu else "-"
-        mean_batch = f"{statistics.median(batches[mode]):6.1f}" if batches[mode] else f"{'-':>6}"
-        print(f"{mode:>24} {median:8.0f} {ratio:>6} " + " ".join(f"{medians[mode][r]:{w}.2f}" for r, w in
-                                                                 zip(ROLES, (7, 8, 8), strict=True))
-              + f" {total:6.2f} {cpu_ratio:>9} {mean_batch} {statistics.median(switched[mode]):6.1f}")
+        found = [r.batch for r in rs if r.batch is not None]
+        mean_batch = f"{statistics.median(found):6.1f}" if found else f"{'-':>6}"
+        timed = [r.latency for r in rs if r.latency is not None]
+        latency = (f" {statistics.median(t[0] for t in timed):7.2f} {statistics.median(t[1] for t in timed):7.2f}"
+                   if timed else f" {'-':>7} {'-':>7}")
+        print(f"{mode:>24} {rates[mode]:8.0f} {ratio:>6} " + " ".join(
+            f"{medians[mode][r]:{w}.2f}" for r, w in zip(ROLES, (8, 7, 8, 8), strict=True))
+              + f" {total:6.2f} {cpu_ratio:>9} {mean_batch} {statistics.median(r.switches for r in rs):6.1f}"
+              + latency)
     print(flush=True)
 
 
@@ -584,6 +786,8 @@ def main() -> None:
     parser.add_argument("--modes", default="plain,reliable-pg,reliable-pg-fast")
     parser.add_argument("--base", type=Path, help="a second source tree of reliable: its modes run as MODE@base")
     parser.add_argument("--profile", type=Path, help="run the workers under py-spy; one stack file per process here")
+    parser.add_argument("--producers", default="1x8",
+                        help="end-to-end modes: producer processes x sending threads (default 1x8)")
     parser.add_argument("--threads", action="store_true",
                         help="also print each run's worker context switches per job by thread name (py-spy names them)")
     parser.add_argument("--prepare", nargs=4, help=argparse.SUPPRESS)  # MODE QUEUE JOBS STORE_URL|-, in a subprocess
@@ -599,10 +803,11 @@ def main() -> None:
         py_spy()
         args.profile.mkdir(parents=True, exist_ok=True)
     modes = parse_modes(args.modes, base)
+    producers = parse_configs(args.producers)[0]
     with tempfile.TemporaryDirectory() as tmp:
         for processes, threads in parse_configs(args.configs):
             bench_config(modes, args.jobs, args.runs, processes, threads, Path(tmp), base, args.profile.resolve()
-                         if args.profile else None, args.threads)
+                         if args.profile else None, args.threads, producers)
 
 
 if __name__ == "__main__":

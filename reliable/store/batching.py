@@ -1,5 +1,14 @@
 """Group commit on PostgreSQL: the single writes of all a process's threads, as one statement.
 
+One mechanism, two users: the worker's writes (claims and finishes, `JobWrite`s executed by
+`write_jobs`, below) and the producer's sends (`SqlRunner.registrations`: each send's job row,
+registered with its `enqueued` event by `register_jobs`, reliable/store/registration.py).
+`GroupCommit` is generic over what it batches (anything naming its job: a batch holds a job once)
+and the two callables that execute a batch and a single one; everything below holds for both. A
+waiting write may bound its wait (`write(..., timeout)`, a send's send_timeout): past it the write
+leaves the queue with StoreUnavailable, or, if it is in the batch under way, is answered to nobody
+(it may commit: as a lost reply, the sweeper publishes such a job, docs/performance.md "Producer").
+
 A worker thread that claims or finishes a job waits for a round trip and a commit (an fsync). With
 `group_commit`, the writes pending in the process at that moment go as ONE statement (`write_jobs`,
 derived from `write_job`): one round trip and one commit for the batch. Each write keeps its own
@@ -57,19 +66,31 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import StoreUnavailable
 from .faults import rolled_back
 from .writes import RULE_FIELDS, JobWrite
 
-__all__ = ["Answered", "GroupCommit", "WriteResult", "batch_rows", "batch_write_sql"]
+__all__ = ["Answered", "GroupCommit", "Keyed", "WriteResult", "batch_rows", "batch_write_sql"]
 
 logger = logging.getLogger("reliable.store")
 
 WriteResult = tuple[dict[str, Any], dict[str, Any]] | None
+
+
+class Keyed(Protocol):
+    """What a group commit batches: anything naming its job (a batch holds a job once)."""
+
+    @property
+    def job_id(self) -> str:
+        """The job the write is about."""
+
+
+W = TypeVar("W", bound=Keyed)
+R = TypeVar("R")
 #: What a submitted write's callback is given: its result, or the error that failed it.
-Answered = Callable[[WriteResult, "BaseException | None"], None]
+Answered = Callable[[R | None, "BaseException | None"], None]
 _CAST_PARAM = re.compile(r"%\((\w+)\)s::([a-z0-9]+(?:\[\])?)")
 
 
@@ -146,7 +167,7 @@ def batch_rows(writes: Sequence[JobWrite]) -> tuple[list[dict[str, Any]], list[d
     return rows, rules
 
 
-class _Pending:
+class _Pending(Generic[W, R]):
     """One write waiting for its batch's answer, or for the lead (see the module doc).
 
     The wake-up is a bare lock held from the start and released once: by `answer` (the write is
@@ -158,15 +179,15 @@ class _Pending:
     __slots__ = ("answered", "boarded", "called", "dispatched", "done", "error", "result", "rider", "riders",
                  "wake", "write")
 
-    def __init__(self, write: JobWrite, *, rider: bool = False, done: Answered | None = None) -> None:
+    def __init__(self, write: W, *, rider: bool = False, done: Answered[R] | None = None) -> None:
         self.write = write
-        self.result: WriteResult = None
+        self.result: R | None = None
         self.error: BaseException | None = None
         self.answered = False
         #: A write no thread waits on (it rides in its owner's batch, `riders`): never handed the lead.
         self.rider = rider
         #: The writes that go in the same batch as this one (`GroupCommit.write_all`), taken with it.
-        self.riders: list[_Pending] = []
+        self.riders: list[_Pending[W, R]] = []
         #: Whether `riders` went into a batch (or were left out of it): once only.
         self.boarded = False
         #: A submitted write's callback (`GroupCommit.submit`): no thread waits on it, and it is never handed the lead.
@@ -176,7 +197,7 @@ class _Pending:
         self.wake = threading.Lock()
         self.wake.acquire()
 
-    def answer(self, result: WriteResult = None, error: BaseException | None = None) -> None:
+    def answer(self, result: R | None = None, error: BaseException | None = None) -> None:
         """Hand the write's result (or error) to its caller and wake it (a submitted write's
         callback is run by `GroupCommit._dispatch`)."""
         self.result, self.error, self.answered = result, error, True
@@ -199,12 +220,14 @@ class _Pending:
         if self.answered and self.wake.locked():
             self.wake.release()
 
-    def wait(self) -> bool:
-        """Block until answered (True) or handed the lead (False)."""
-        self.wake.acquire()
+    def wait(self, timeout: float | None = None) -> bool | None:
+        """Block until answered (True) or handed the lead (False); None when `timeout` seconds passed
+        first (see `GroupCommit._give_up`)."""
+        if not self.wake.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return None
         return self.answered
 
-    def outcome(self) -> WriteResult:
+    def outcome(self) -> R | None:
         """The answered result, or the error raised."""
         if self.error is not None:
             raise self.error
@@ -215,7 +238,7 @@ class _Pending:
 _FLUSHER = object()
 
 
-class GroupCommit:
+class GroupCommit(Generic[W, R]):
     """The process's group commit: `write()` blocks until the batch holding the write has committed;
     `submit()` queues a write whose answer goes to a callback.
 
@@ -225,8 +248,8 @@ class GroupCommit:
     process starts with an empty queue and no leader.
     """
 
-    def __init__(self, write_many: Callable[[Sequence[JobWrite]], list[WriteResult]],
-                 write_one: Callable[[JobWrite], WriteResult], *, max_batch: int = 64) -> None:
+    def __init__(self, write_many: Callable[[Sequence[W]], list[R]], write_one: Callable[[W], R], *,
+                 max_batch: int = 64) -> None:
         self._write_many = write_many
         self._write_one = write_one
         self.max_batch = max_batch
@@ -238,26 +261,30 @@ class GroupCommit:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._queue: list[_Pending] = []
+        self._queue: list[_Pending[W, R]] = []
         # The write whose thread leads, or _FLUSHER (the flusher thread leads); None: no batch under way.
         self._leader: object | None = None
-        self._batch: list[_Pending] = []  # the leader's batch in flight
+        self._batch: list[_Pending[W, R]] = []  # the leader's batch in flight
         self._flusher: threading.Thread | None = None
         self._flusher_wake = threading.Lock()  # released to hand the flusher the lead
         self._flusher_wake.acquire()
-        self._callbacks: queue.SimpleQueue[list[_Pending]] | None = None  # run by the callbacks thread
+        self._callbacks: queue.SimpleQueue[list[_Pending[W, R]]] | None = None  # run by the callbacks thread
 
-    def write(self, write: JobWrite) -> WriteResult:
-        """Execute `write` in the next batch; its result (None: the guard did not match)."""
-        pending = _Pending(write)
-        self._wait_for(pending)
+    def write(self, write: W, timeout: float | None = None) -> R | None:
+        """Execute `write` in the next batch; its result (None: the guard did not match).
+
+        `timeout` (seconds; None: no bound) bounds the wait behind other threads' batches (a send's
+        send_timeout): past it StoreUnavailable, and the write leaves the queue; a write already in
+        the batch under way may still commit (the caller cannot know: as a lost reply)."""
+        pending: _Pending[W, R] = _Pending(write)
+        self._wait_for(pending, timeout)
         return pending.outcome()
 
-    def submit(self, write: JobWrite, done: Answered) -> None:
+    def submit(self, write: W, done: Answered[R]) -> None:
         """Queue `write` for the next batch without waiting for it: `done(result, error)` is called
         once it is answered, in the flusher thread or the callbacks thread, never in this one (which
         leads the batch itself when none is under way, as a lone write does). See the module doc."""
-        pending = _Pending(write, rider=True, done=done)
+        pending: _Pending[W, R] = _Pending(write, rider=True, done=done)
         if self._pid != os.getpid():
             self._reset()
         try:
@@ -271,14 +298,14 @@ class GroupCommit:
             self._step_down(pending)
             raise
 
-    def write_all(self, writes: Sequence[JobWrite]) -> list[WriteResult | BaseException]:
+    def write_all(self, writes: Sequence[W]) -> list[R | BaseException | None]:
         """Execute `writes` in one batch: each one's result, or the error that failed it (or left it
         out: a job already in the batch, a full batch), in order. One waiting thread for several
         writes: a worker's claim with the claims it takes ahead (reliable.worker.ahead)."""
-        own = _Pending(writes[0])
+        own: _Pending[W, R] = _Pending(writes[0])
         riders = own.riders = [_Pending(write, rider=True) for write in writes[1:]]
         self._wait_for(own)
-        in_flight: list[_Pending] = []
+        in_flight: list[_Pending[W, R]] = []
         with self._lock:
             for rider in riders:
                 if rider.answered:
@@ -294,8 +321,9 @@ class GroupCommit:
             rider.wake.acquire()
         return [pending.error if pending.error is not None else pending.result for pending in [own, *riders]]
 
-    def _wait_for(self, pending: _Pending) -> None:
-        """Queue `pending` and lead, or wait for its answer or for the lead, until it is answered."""
+    def _wait_for(self, pending: _Pending[W, R], timeout: float | None = None) -> None:
+        """Queue `pending` and lead, or wait for its answer or for the lead, until it is answered
+        (StoreUnavailable when `timeout` passes first, see `write`)."""
         if self._pid != os.getpid():
             self._reset()
         try:
@@ -304,13 +332,33 @@ class GroupCommit:
                 lead = self._leader is None
                 if lead:
                     self._leader = pending
-            if lead or not pending.wait():
+            if not lead:
+                woken = pending.wait(timeout)
+                if woken is None:
+                    woken = self._give_up(pending, timeout)
+                lead = not woken
+            if lead:
                 self._lead(pending)
         except BaseException:
             self._step_down(pending)
             raise
 
-    def _lead(self, own: _Pending) -> None:
+    def _give_up(self, pending: _Pending[W, R], timeout: float | None) -> bool:
+        """A follower's wait timed out: True if it was answered meanwhile, False if it was handed
+        the lead (it leads: its own write goes first), else out of the queue and StoreUnavailable."""
+        with self._lock:
+            if pending.answered or self._leader is pending:
+                pending.wake.acquire()  # released by the answer or the hand-over: taken, as a wait would
+                return pending.answered
+            if pending in self._queue:
+                self._queue.remove(pending)
+                fate = "nothing was written"
+            else:
+                fate = "it is in the batch under way and may still commit"
+        raise StoreUnavailable(f"job {pending.write.job_id}: no answer from the group commit within {timeout:g}s "
+                               f"({fate})")
+
+    def _lead(self, own: _Pending[W, R]) -> None:
         """Run batches until `own` is answered, then hand the lead over."""
         while not own.answered:
             batch = self._take()
@@ -320,7 +368,7 @@ class GroupCommit:
             self._batch = []  # every write of it answered
         self._step_down(own)
 
-    def _step_down(self, pending: _Pending) -> None:
+    def _step_down(self, pending: _Pending[W, R]) -> None:
         """`pending`'s thread waits no more (answered, or an exception): out of the queue; if it
         leads, the unanswered writes of its batch (an interrupted leader) go back to the head of the
         queue and the lead to the oldest waiting write's thread (or to nobody: the next write)."""
@@ -393,11 +441,11 @@ class GroupCommit:
                     self._flush(batch)
                 self._batch = []
 
-    def _dispatch(self, pending: _Pending) -> None:
+    def _dispatch(self, pending: _Pending[W, R]) -> None:
         """Run an answered submitted write's callback (`_dispatch_all`)."""
         self._dispatch_all([pending])
 
-    def _dispatch_all(self, answered: list[_Pending]) -> None:
+    def _dispatch_all(self, answered: list[_Pending[W, R]]) -> None:
         """Run answered submitted writes' callbacks: here in the flusher thread, else in the
         callbacks thread (see the module doc), handed over together: one wake-up of that thread
         per batch, not one per write."""
@@ -415,16 +463,16 @@ class GroupCommit:
             pending.dispatched = True
 
     @staticmethod
-    def _run_callbacks(callbacks: queue.SimpleQueue[list[_Pending]]) -> None:
+    def _run_callbacks(callbacks: queue.SimpleQueue[list[_Pending[W, R]]]) -> None:
         while True:
             for pending in callbacks.get():
                 pending.call()
 
-    def _take(self) -> list[_Pending]:
+    def _take(self) -> list[_Pending[W, R]]:
         with self._lock:
-            batch: list[_Pending] = []
+            batch: list[_Pending[W, R]] = []
             seen: set[str] = set()
-            rest: list[_Pending] = []
+            rest: list[_Pending[W, R]] = []
             for pending in self._queue:
                 # A job appears once per statement; a second write of it waits for the next batch.
                 if len(batch) < self.max_batch and pending.write.job_id not in seen:
@@ -444,7 +492,7 @@ class GroupCommit:
             self._batch = batch  # kept where an interrupted leader's `_step_down` finds it
             return batch
 
-    def _flush(self, batch: list[_Pending]) -> None:
+    def _flush(self, batch: list[_Pending[W, R]]) -> None:
         """Execute `batch` and answer every write of it (an interrupt propagates, see `_step_down`)."""
         self.batches += 1
         self.writes += len(batch)
@@ -477,7 +525,7 @@ class GroupCommit:
             if answered:
                 self._dispatch_all(answered)
 
-    def _one_by_one(self, batch: list[_Pending]) -> None:
+    def _one_by_one(self, batch: list[_Pending[W, R]]) -> None:
         for pending in batch:
             try:
                 result = self._write_one(pending.write)

@@ -17,7 +17,7 @@ from ..states import JobStatus
 from .core import StoreCore
 from .json_text import _detail
 from .records import NewJob
-from .sqlrunner import Tx
+from .sqlrunner import Registered, Registering, Tx
 
 __all__ = ["Registrations"]
 
@@ -35,16 +35,34 @@ def _conflicts_within(rows: Sequence[Mapping[str, Any]]) -> None:
 class Registrations(StoreCore):
     """Register jobs alone or inside another write's transaction; a conflicting id raises JobIdConflict."""
 
-    def register(self, job: NewJob) -> bool:
+    def register(self, job: NewJob, *, timeout: float | None = None, synchronous: bool = True) -> bool:
         """Insert a PENDING job and its `enqueued` event; False if the job_id already exists.
 
         An existing job registered with another actor, arguments or behaviour-choosing options
         (another delivery digest: reliable.delivery_digest) raises JobIdConflict; an identical
         re-send is de-duplicated (False).
-        """
-        return self.register_many([job]) == 1
 
-    def register_many(self, new_jobs: Sequence[NewJob]) -> int:
+        On PostgreSQL with group commit the registrations of the process's threads that wait
+        together share one statement and one commit (reliable/store/batching.py); `timeout` bounds
+        the wait behind the others' batches (StoreUnavailable past it). `synchronous` False: the
+        commit does not wait for its WAL flush (`synchronous_commit=off` for that transaction only;
+        a batch waits unless all its sends said so). SQLite ignores both.
+        """
+        group = self._sql.registrations
+        if group is None:
+            return self.register_many([job], synchronous=synchronous) == 1
+        self.check_schema()
+        row = self._new_job_row(job)
+        done = group.write(Registering(job.job_id, row, _enqueued_detail(job), synchronous), timeout)
+        if done is None:  # never: every registration gets its row back
+            raise RuntimeError(f"job {job.job_id}: the registration's batch gave no answer")
+        self._check_resent([row], [done])
+        if done.event is None:
+            return False
+        self._emit_registered([row], [done.event])
+        return True
+
+    def register_many(self, new_jobs: Sequence[NewJob], *, synchronous: bool = True) -> int:
         """Register several jobs in one transaction; return how many were new.
 
         JobIdConflict (nothing registered) when one of them reuses an existing job's id with
@@ -55,22 +73,33 @@ class Registrations(StoreCore):
         self.check_schema()
         rows = [self._new_job_row(job) for job in new_jobs]
         _conflicts_within(rows)
-        details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
         with self._sql.transaction() as tx:
-            _, events = self._sql.register(rows, details, tx)
-            if len(events) < len(rows):  # some existed: only then is anything read back
-                self._check_resent(tx, rows, events)
+            done = self._sql.register(rows, [_enqueued_detail(job) for job in new_jobs], tx, synchronous=synchronous)
+            self._check_resent(rows, done, tx)
+        events = [each.event for each in done if each.event is not None]
         self._emit_registered(rows, events)
         return len(events)
 
-    def _check_resent(self, tx: Tx, rows: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> None:
+    def _check_resent(self, rows: Sequence[Mapping[str, Any]], done: Sequence[Registered],
+                      tx: Tx | None = None) -> None:
         """JobIdConflict when a row whose job existed already carries another delivery digest than
-        that job (a job registered before digests were kept has none: never a conflict)."""
-        fresh = {event["job_id"] for event in events}
-        resent = [row for row in rows if row["job_id"] not in fresh]
-        registered = self._sql.registered_digests(tx, [row["job_id"] for row in resent])
-        for row in resent:
-            actor, digest = registered.get(row["job_id"], (None, None))
+        that job (a job registered before digests were kept has none: never a conflict). The
+        registration answered what it found; a job it could not see (registered by another
+        transaction meanwhile) is read again."""
+        resent = [(row, each) for row, each in zip(rows, done, strict=True) if each.event is None]
+        if not resent:
+            return
+        unseen = [row["job_id"] for row, each in resent if each.actor is None]
+        registered: dict[str, tuple[str, str | None]] = {}
+        if unseen:
+            if tx is not None:
+                registered = self._sql.registered_digests(tx, unseen)
+            else:
+                with self._sql.single() as own:
+                    registered = self._sql.registered_digests(own, unseen)
+        for row, each in resent:
+            actor, digest = (each.actor, each.digest) if each.actor is not None \
+                else registered.get(row["job_id"], (None, None))
             if digest is not None and digest != row["delivery_digest"]:
                 raise JobIdConflict(row["job_id"], differs="actor" if actor != row["actor"] else "arguments or options",
                                     actor=row["actor"], registered_actor=actor)
@@ -106,5 +135,10 @@ class Registrations(StoreCore):
     def _register_in(self, tx: Tx, new_jobs: Sequence[NewJob]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Register `new_jobs` inside `tx`: their rows and `enqueued` events, to emit after the commit."""
         rows = [self._new_job_row(job) for job in new_jobs]
-        details = [_detail({"delay": job.delay} if job.delay else None) for job in new_jobs]
-        return rows, self._sql.register(rows, details, tx)[1]
+        done = self._sql.register(rows, [_enqueued_detail(job) for job in new_jobs], tx)
+        return rows, [each.event for each in done if each.event is not None]
+
+
+def _enqueued_detail(job: NewJob) -> str | None:
+    """The `enqueued` event's detail: the job's delay, if it has one."""
+    return _detail({"delay": job.delay}) if job.delay else None

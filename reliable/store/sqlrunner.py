@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -35,7 +35,8 @@ from .db import pool_exhausted, pooled, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
 
-__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "SqlRunner", "Tx", "load_queries"]
+__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "Registered", "Registering", "SqlRunner",
+           "Tx", "load_queries"]
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in job_events.c)
@@ -59,6 +60,37 @@ def _written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if len(row) != _WRITTEN_WIDTH:
         raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
     return dict(zip(JOB_COLUMNS, row)), dict(zip(EVENT_COLUMNS, _event_values(row)))  # noqa: B905
+
+
+@dataclass(frozen=True, slots=True)
+class Registering:
+    """One send's job for the registration group commit: its row (Registrations._new_job_row), its
+    `enqueued` event's detail, and whether its commit waits for the WAL flush."""
+
+    job_id: str
+    row: Mapping[str, Any]
+    detail: str | None
+    synchronous: bool = True
+
+
+class Registered(NamedTuple):
+    """What registering one job did: the `enqueued` event row of a new job (else None); for a job
+    that existed, its registered actor and delivery digest (both None: registered by another
+    transaction meanwhile, read them again); the synchronous_commit it committed with (PostgreSQL)."""
+
+    event: dict[str, Any] | None
+    actor: str | None
+    digest: str | None
+    commit_mode: str | None = None
+
+
+def _registered(row: Sequence[Any]) -> Registered:
+    """A row of `register_jobs`: job_id, the event's columns, registered actor and digest, commit mode."""
+    width = len(EVENT_COLUMNS)
+    event = dict(zip(EVENT_COLUMNS, row[1:1 + width], strict=True)) if row[1] is not None else None
+    return Registered(event, row[1 + width], row[2 + width], row[3 + width])
+
+
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
@@ -145,8 +177,11 @@ class SqlRunner:
         self._prefix_query: str | None = None  # PostgreSQL: which job id prefix query fits the collation
         self._kept_lock = threading.Lock()
         #: PostgreSQL: single writes outside a transaction go through the process's group commit.
-        self.group_commit = GroupCommit(self.write_many, self._write_alone) if group_commit and self._postgres \
-            else None
+        self.group_commit: GroupCommit[JobWrite, WriteResult] | None = GroupCommit(
+            self.write_many, self._write_alone) if group_commit and self._postgres else None
+        #: PostgreSQL: the sends of the process's threads registered together (a statement, a commit per batch).
+        self.registrations: GroupCommit[Registering, Registered] | None = GroupCommit(
+            self.register_together, self.register_alone) if group_commit and self._postgres else None
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -365,46 +400,59 @@ class SqlRunner:
                 found = {row[0]: row for row in cursor.fetchall()}
         return [None if (row := found.get(w.job_id)) is None else _written(row) for w in writes]
 
-    def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None
-                 ) -> tuple[float, list[dict[str, Any]]]:
-        """Insert new PENDING jobs (existing job_ids are left alone) and their `enqueued` events.
+    def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None,
+                 *, synchronous: bool = True) -> list[Registered]:
+        """Insert new PENDING jobs (existing job_ids are left alone) with their `enqueued` events.
 
-        Returns the registration time and the event rows of the jobs that were new. With `tx`, in
-        that transaction (e.g. with the outcome of the attempt they follow).
+        One `Registered` per row, in order. With `tx`, in that transaction (e.g. with the outcome
+        of the attempt they follow); without, in a transaction of their own. `synchronous` False
+        (PostgreSQL): that transaction commits without waiting for its WAL flush (see `register_jobs`).
         """
         if tx is None:
+            if self._postgres:  # one statement: atomic on its own
+                with self.single() as own:
+                    return self.register(rows, details, own, synchronous=synchronous)
             with self.transaction() as own:
                 return self.register(rows, details, own)
-        if tx.now is None:
-            tx.now = self.resolve_now(tx)
-        inserted = set(self._insert_jobs(tx, [{**row, "now": tx.now} for row in rows]))
-        fresh = [(row["job_id"], detail) for row, detail in zip(rows, details, strict=True)
-                 if row["job_id"] in inserted]
-        if not fresh:
-            return tx.now, []
         if self._postgres:
-            cursor = self.execute(tx, "enqueued_events", {"job_ids": [f[0] for f in fresh],
-                                                           "details": [f[1] for f in fresh]})
-            events = cursor.fetchall()
-        else:
-            events = [self.execute(tx, "enqueued_event", {"job_id": job_id, "detail": detail}).fetchone()
-                      for job_id, detail in fresh]
-        return tx.now, [dict(zip(EVENT_COLUMNS, e, strict=True)) for e in events]
+            return self._register_jobs(tx, rows, details, synchronous)
+        inserted = {row["job_id"] for row in rows
+                    if self.execute(tx, "insert_job", row).fetchone() is not None}
+        return [Registered(dict(zip(EVENT_COLUMNS, self.execute(tx, "enqueued_event", {
+                    "job_id": row["job_id"], "detail": detail}).fetchone(), strict=True)), None, None)
+                if row["job_id"] in inserted else Registered(None, None, None)
+                for row, detail in zip(rows, details, strict=True)]
 
-    def _insert_jobs(self, tx: Tx, rows: list[dict[str, Any]]) -> list[str]:
-        query = self.queries["insert_job"]
-        if not self._postgres:
-            return [r[0] for row in rows if (r := tx.cursor.execute(query, row).fetchone()) is not None]
-        # One pipelined batch; each row's RETURNING arrives as its own result set.
-        positional = self._positional["insert_job"]
-        tx.cursor.executemany(positional.sql, [positional.values(row) for row in rows], returning=True)
-        fresh = []
-        while True:
-            found = tx.cursor.fetchone()
-            if found is not None:
-                fresh.append(found[0])
-            if not tx.cursor.nextset():
-                return fresh
+    def _register_jobs(self, tx: Tx, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None],
+                       synchronous: bool) -> list[Registered]:
+        """`register_jobs` (PostgreSQL): the rows and their events in one statement."""
+        batch: dict[str, dict[str, Any]] = {}
+        for row, detail in zip(rows, details, strict=True):
+            batch.setdefault(row["job_id"], {**row, "detail": detail})  # a job once: a repeat finds the first
+        cursor = self.execute(tx, "register_jobs", {"rows": json.dumps(list(batch.values()), separators=(",", ":")),
+                                                    "synchronous_commit": None if synchronous else "off"})
+        found = {row[0]: _registered(row) for row in cursor.fetchall()}
+        seen: set[str] = set()
+        done = []
+        for row in rows:
+            first = found[row["job_id"]]
+            if row["job_id"] in seen:  # registered by its first copy in this statement
+                first = Registered(None, row["actor"], row["delivery_digest"], first.commit_mode)
+            seen.add(row["job_id"])
+            done.append(first)
+        return done
+
+    def register_alone(self, registering: Registering) -> Registered:
+        """Register one job in its own statement (a batch of one of the send's group commit)."""
+        return self.register_together([registering])[0]
+
+    def register_together(self, batch: Sequence[Registering]) -> list[Registered]:
+        """Register the jobs of several sends as ONE statement, one commit (PostgreSQL; a job once):
+        synchronous unless every send of the batch asked otherwise."""
+        synchronous = any(item.synchronous for item in batch)
+        # A pooled connection per batch, not the one the worker's batches keep: it is armed with the
+        # leading send's deadline (reliable.deadlines) and disarmed when the batch gives it back.
+        return self.register([item.row for item in batch], [item.detail for item in batch], synchronous=synchronous)
 
     def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:
         """Extend every given lease in one statement; the rows of the leases still held."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -70,14 +71,20 @@ class StoreAccess(Protocol):
         """Run a send's store call: a configuration error at once, an outage waited out for `timeout`
         (default: install's send_timeout), then SendTimedOut."""
 
+    def send_wait(self, timeout: float | None = None) -> float | None:
+        """How long a send may wait behind other threads' writes (None: no bound, inside a job's run)."""
+
 
 class Registration:
     """Turns messages into jobs (see the module doc) with the installed policy, plans and store."""
 
-    def __init__(self, plans: Plans, runtime: StoreAccess, tracing: Tracing | None) -> None:
+    def __init__(self, plans: Plans, runtime: StoreAccess, tracing: Tracing | None, *,
+                 synchronous: bool = True) -> None:
         self.plans = plans
         self.runtime = runtime
         self.tracing = tracing
+        #: install's send_commit: False, a send's registration does not wait for its WAL flush.
+        self.synchronous = synchronous
         self._bulk = threading.local()  # the ids `register_many` registered, while it publishes them
         self._orders_checked: set[int] = set()  # brokers whose middleware order was looked at
 
@@ -177,7 +184,14 @@ class Registration:
         prepared = self.new_job(broker, message, delay)
         if prepared is not None:
             job, ignored = prepared
-            self.runtime.send(f"send {job.job_id}", lambda: self.runtime.store.register(job), timeout)
+            wait = self.runtime.send_wait(timeout)
+            deadline = None if wait is None else time.monotonic() + wait
+
+            def register() -> bool:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                return self.runtime.store.register(job, timeout=left, synchronous=self.synchronous)
+
+            self.runtime.send(f"send {job.job_id}", register, timeout)
             self.untrusted_ignored(job, ignored)
 
     def check_order(self, broker: dramatiq.Broker) -> None:
@@ -203,8 +217,8 @@ class Registration:
         timeouts = [t for message in messages if (t := send_timeout_of(message)) is not None]
         prepared = [new for message in messages if (new := self.new_job(broker, message, None)) is not None]
         jobs = [job for job, _ in prepared]
-        created = int(self.runtime.send(f"send {len(jobs)} jobs", lambda: self.runtime.store.register_many(jobs),
-                                        max(timeouts, default=None)))
+        created = int(self.runtime.send(f"send {len(jobs)} jobs", lambda: self.runtime.store.register_many(
+            jobs, synchronous=self.synchronous), max(timeouts, default=None)))
         for job, ignored in prepared:
             self.untrusted_ignored(job, ignored)
         self._bulk.registered = {job.job_id for job in jobs}

@@ -261,6 +261,14 @@ class Runtime:
             return retry_while_unavailable(call, what=what, max_delay=min(self.settings.heartbeat_interval, timeout),
                                            timeout=timeout, note=f" (the send waits up to {timeout:g}s)")
 
+    def send_wait(self, timeout: float | None = None) -> float | None:
+        """How long a send's store call may wait for other threads' (a group commit's batch): None
+        inside a job's run (its writes wait, bounded by the lease, as `send` says), else `timeout`
+        or install's send_timeout."""
+        if _current.get() is not None or _fast_run.get() is not None:
+            return None
+        return self.settings.send_timeout if timeout is None else timeout
+
     def check_store(self, *, at: str, worker: bool = False) -> None:
         """Check the store once (`at`: "worker boot", "install"): a configuration error raises
         (StoreMisconfigured, StoreNotMigrated: one line saying what to fix or run); a store that

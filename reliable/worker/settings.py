@@ -24,12 +24,15 @@ from ..store.replication import ReplicationMode
 from ..store.replication import check_mode as check_replication_mode
 from ..tracing import Tracing
 
-__all__ = ["DEFAULT_SEND_TIMEOUT", "HeartbeatTooSlow", "Settings", "check_send_timeout"]
+__all__ = ["DEFAULT_SEND_TIMEOUT", "SEND_COMMITS", "HeartbeatTooSlow", "Settings", "check_send_commit",
+           "check_send_timeout"]
 
 
 #: Seconds a send waits for a store it cannot reach (install's send_timeout, docs/operations.md):
 #: long enough for a PostgreSQL restart or failover, short enough for a web request.
 DEFAULT_SEND_TIMEOUT = 30.0
+#: install's send_commit: whether a send's registration waits for its commit's WAL flush.
+SEND_COMMITS = ("synchronous", "asynchronous")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,13 @@ class Settings:
         (seconds, default DEFAULT_SEND_TIMEOUT); one send may set its own with the message option
         ``send_timeout`` (`actor.send_with_options(args=..., send_timeout=5)`). A configuration
         error (wrong database, credentials, rights, schema missing) raises at once.
+      send_commit: "synchronous" (default): a send returns once its job's row is durable (flushed
+        to the WAL, shared with the sends waiting with it: one commit per batch on PostgreSQL).
+        "asynchronous" (PostgreSQL): the registration commits with `synchronous_commit=off` for its
+        own transaction only, so a send does not wait for the flush; a crash of the database (not of
+        the producer) may lose the last such rows, and a worker re-registers a job it finds
+        missing from its delivered message (`reliable docs performance`, "Producer"). SQLite
+        ignores it.
       strict_names: refuse to boot a worker whose policy has an `actors:` or `queues:` section naming
         no actor or queue the app declares (a typo there gives the real actor the defaults); by
         default each such section is a WARNING at the worker's boot (`reliable.policy.names`).
@@ -101,6 +111,7 @@ class Settings:
     claims_ahead: bool = False
     strict_names: bool = False
     log_events: str = "transitions"
+    send_commit: str = "synchronous"
 
     @classmethod
     def resolve(cls, store: StateStore | str, *, policy: Policy | None, lease_ttl: float | None,
@@ -109,7 +120,8 @@ class Settings:
                 metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
                 tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
                 replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT, claims_ahead: bool = False,
-                strict_names: bool = False, log_events: str = "transitions") -> Settings:
+                strict_names: bool = False, log_events: str = "transitions",
+                send_commit: str = "synchronous") -> Settings:
         """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
         naming the fix for a contradiction."""
         if max_connections is not None and isinstance(store, StateStore):
@@ -142,8 +154,16 @@ class Settings:
             listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
             send_timeout=check_send_timeout(send_timeout, "send_timeout"), claims_ahead=claims_ahead,
             strict_names=bool(strict_names), log_events=check_log_events(log_events),
+            send_commit=check_send_commit(send_commit),
         )
 
+
+
+def check_send_commit(value: object) -> str:
+    """`value` if it is one of SEND_COMMITS; ConfigError naming them otherwise."""
+    if value not in SEND_COMMITS:
+        raise ConfigError(f"send_commit must be one of {', '.join(map(repr, SEND_COMMITS))}, not {value!r}")
+    return str(value)
 
 
 def check_send_timeout(value: object, name: str) -> float:

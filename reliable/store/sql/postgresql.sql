@@ -101,33 +101,67 @@ SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.ver
     e.operator, e.reason, e.host, e.detail, e.traceback
 FROM j, e;
 
--- name: enqueued_events
--- The `enqueued` event of each newly registered job (registration inserts the rows first).
-INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
-    lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
-    retry_count, checkpoint, operator, reason, host, detail, traceback)
-SELECT j.job_id, j.created_at, 'enqueued', NULL, j.status, j.version, j.attempt, j.attempt_id, j.lease_id,
-    NULL, j.queue, j.actor, j.workflow_id, j.trace_id, NULL, NULL, NULL, j.retry_count, j.checkpoint, NULL,
-    NULL, NULL, n.detail, NULL
-FROM reliable_jobs AS j
-JOIN unnest(%(job_ids)s::text[], %(details)s::text[]) WITH ORDINALITY AS n(job_id, detail, position)
-  ON n.job_id = j.job_id
-ORDER BY n.position
-RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
-    queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
-    operator, reason, host, detail, traceback;
-
--- name: insert_job
--- Register one PENDING job; no row when the job_id exists already.
-INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, retry_count,
-    scheduled_at, dispatched_at, owner, workflow_id, trace_id, parent_job_id, checkpoint_schema,
-    checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at,
-    delivery_digest)
-VALUES (%(job_id)s, %(queue)s, %(actor)s, %(message)s, %(status)s::text, 1, 0, 0, 0, %(now)s + %(delay)s::float8,
-    %(now)s, %(owner)s, %(workflow_id)s, %(trace_id)s, %(parent_job_id)s, %(checkpoint_schema)s::int4, 0,
-    FALSE, FALSE, FALSE, %(now)s, %(now)s, %(delivery_digest)s::text)
-ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id;
+-- name: register_jobs
+-- Register PENDING jobs with their `enqueued` events in ONE statement: the sends of a process that
+-- wait together (their group commit, reliable/store/batching.py), enqueue_many, and the jobs
+-- registered inside another write's transaction. `rows` is a JSON array, one object per job (a
+-- job once). No round trip for the time: the store's clock is read inside the statement (the
+-- database's, or the injected `now`). A job_id that exists is left alone: it gets no event.
+-- One row per job of `rows`, in no set order: its id; its event's columns (NULL: it existed); for
+-- one that existed, its registered actor and delivery digest (NULL too when another transaction
+-- registered it after this statement began: the caller reads them again) so that a re-send is
+-- compared without another statement; the synchronous_commit this statement commits with.
+-- `synchronous_commit` ('off': the commit does not wait for its WAL flush; NULL: the session's
+-- own) is set for this statement's transaction only (set_config's is_local): nothing stays on the
+-- connection, as PgBouncer's transaction pooling needs. The jobs are inserted in job_id order, so
+-- two batches over the same ids wait for each other without a cycle. The existing row is looked up
+-- only for a job that got no event (a re-send: rare), by primary key.
+WITH t AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) AS now,
+           set_config('synchronous_commit',
+                      coalesce(%(synchronous_commit)s::text, current_setting('synchronous_commit')), true)
+               AS commit_mode
+),
+p AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS x(job_id text, queue text, actor text, message text,
+        status text, delay float8, owner text, workflow_id text, trace_id text, parent_job_id text,
+        checkpoint_schema int4, delivery_digest text, detail text)
+),
+j AS (
+    INSERT INTO reliable_jobs (job_id, queue, actor, message, status, version, lease_id, attempt, retry_count,
+        scheduled_at, dispatched_at, owner, workflow_id, trace_id, parent_job_id, checkpoint_schema,
+        checkpoint_version, pause_requested, stop_requested, cancel_requested, created_at, updated_at,
+        delivery_digest)
+    SELECT p.job_id, p.queue, p.actor, p.message, p.status, 1, 0, 0, 0, t.now + p.delay, t.now, p.owner,
+        p.workflow_id, p.trace_id, p.parent_job_id, p.checkpoint_schema, 0, FALSE, FALSE, FALSE, t.now, t.now,
+        p.delivery_digest
+    FROM p, t
+    ORDER BY p.job_id
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING job_id, created_at, status, version, attempt, attempt_id, lease_id, queue, actor, workflow_id,
+        trace_id, retry_count, checkpoint
+),
+e AS (
+    INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
+        lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
+        retry_count, checkpoint, operator, reason, host, detail, traceback)
+    SELECT j.job_id, j.created_at, 'enqueued', NULL, j.status, j.version, j.attempt, j.attempt_id, j.lease_id,
+        NULL, j.queue, j.actor, j.workflow_id, j.trace_id, NULL, NULL, NULL, j.retry_count, j.checkpoint, NULL,
+        NULL, NULL, p.detail, NULL
+    FROM j JOIN p ON p.job_id = j.job_id
+    ORDER BY j.job_id
+    RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
+        queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
+        operator, reason, host, detail, traceback
+)
+SELECT p.job_id,
+    e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id,
+    e.lease_id, e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type,
+    e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail, e.traceback,
+    CASE WHEN e.id IS NULL THEN (SELECT r.actor FROM reliable_jobs AS r WHERE r.job_id = p.job_id) END,
+    CASE WHEN e.id IS NULL THEN (SELECT r.delivery_digest FROM reliable_jobs AS r WHERE r.job_id = p.job_id) END,
+    t.commit_mode
+FROM p CROSS JOIN t LEFT JOIN e ON e.job_id = p.job_id;
 
 -- name: registered_digests
 -- What the jobs a registration found existing were registered with (a re-send is compared).

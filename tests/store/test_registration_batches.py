@@ -1,0 +1,161 @@
+"""A producer's sends share commits (PostgreSQL): the registrations of a process's threads that wait
+together go as ONE statement (`register_jobs`: the rows and their `enqueued` events), one commit.
+
+Batches are made deterministic by blocking the job table (LOCK TABLE ... SHARE: every insert
+waits): the first send leads a batch stuck behind the lock, the next ones queue behind it, and the
+lock's release lets them through as the second batch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from reliable.deadlines import within
+from reliable.errors import JobIdConflict, StoreUnavailable
+from reliable.store import NewJob, StateStore
+from reliable.store.registration import Registrations
+from reliable.store.sqlrunner import Registering
+
+from support import wait_for, waiting_on_a_lock
+
+
+@pytest.fixture
+def grouped(pg_store: StateStore) -> Iterator[StateStore]:
+    """A PostgreSQL store (emptied) whose sends go through the group commit."""
+    store = StateStore(pg_store.engine.url.render_as_string(hide_password=False), group_commit=True)
+    yield store
+    store.close()
+
+
+def _job(job_id: str, *args: Any) -> NewJob:
+    return NewJob(job_id=job_id, queue="default", actor="act",
+                  message={"queue_name": "default", "actor_name": "act", "args": list(args), "kwargs": {},
+                           "options": {}, "message_id": job_id, "message_timestamp": 0})
+
+
+class Sends:
+    """Sends in threads; each one's result or error by job id."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, Any] = {}
+        self.threads: list[threading.Thread] = []
+
+    def start(self, call: Callable[[], Any], job_id: str) -> None:
+        def run() -> None:
+            try:
+                self.outcomes[job_id] = call()
+            except Exception as exc:
+                self.outcomes[job_id] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(30)
+
+
+def _queued(store: StateStore) -> int:
+    group = store._sql.registrations
+    assert group is not None
+    return len(group._queue)
+
+
+def _blocked(store: StateStore) -> Iterator[Any]:
+    """The job table locked against inserts until the block ends."""
+    with store.engine.connect() as conn:
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        conn.execute(text("LOCK TABLE reliable_jobs IN SHARE MODE"))
+        yield conn
+        conn.rollback()
+
+
+def _stuck_lead(store: StateStore, sends: Sends) -> Iterator[Any]:
+    """A first send ("lead", registered) leading a batch stuck behind the locked table, until resumed
+    (`next(..., None)`): the sends made meanwhile queue behind it."""
+    lock = _blocked(store)
+    next(lock)
+    sends.start(lambda: store.register(_job("lead", 0)), "lead")
+    wait_for(lambda: waiting_on_a_lock(store.engine), "the first batch to wait for the table")
+    yield
+    next(lock, None)
+
+
+def test_sends_waiting_together_share_one_statement_and_commit(grouped: StateStore) -> None:
+    sends = Sends()
+    lock = _stuck_lead(grouped, sends)
+    next(lock)
+    for n in range(5):
+        sends.start(lambda n=n: grouped.register(_job(f"job-{n}", n)), f"job-{n}")
+    wait_for(lambda: _queued(grouped) == 5, "five sends queued behind it")
+    next(lock, None)
+    sends.join()
+    assert sends.outcomes == {"lead": True, **{f"job-{n}": True for n in range(5)}}
+    group = grouped._sql.registrations
+    assert group is not None and (group.batches, group.writes) == (2, 6)
+    for job_id in sends.outcomes:
+        job = grouped.get(job_id)
+        assert job.status.value == "PENDING" and [e.event for e in grouped.events(job_id)] == ["enqueued"]
+
+
+def test_a_conflicting_resend_fails_alone_in_its_batch_and_an_identical_one_is_deduplicated(
+        grouped: StateStore) -> None:
+    assert grouped.register(_job("taken", 1))
+    sends = Sends()
+    lock = _stuck_lead(grouped, sends)
+    next(lock)
+    sends.start(lambda: grouped.register(_job("taken", 2)), "taken")  # other arguments: another job
+    sends.start(lambda: grouped.register(_job("fresh", 3)), "fresh")
+    wait_for(lambda: _queued(grouped) == 2, "two sends queued behind it")
+    next(lock, None)
+    sends.join()
+    assert isinstance(sends.outcomes["taken"], JobIdConflict)
+    assert sends.outcomes["lead"] is True and sends.outcomes["fresh"] is True
+    assert grouped.get("taken").message["args"] == [1]
+    assert grouped.register(_job("taken", 1)) is False  # the same message again: de-duplicated
+
+
+def test_a_send_that_waits_past_its_timeout_leaves_the_queue_and_writes_nothing(grouped: StateStore) -> None:
+    sends = Sends()
+    lock = _stuck_lead(grouped, sends)
+    next(lock)
+    with pytest.raises(StoreUnavailable, match="nothing was written"):
+        grouped.register(_job("late", 1), timeout=0.05)
+    assert _queued(grouped) == 0
+    next(lock, None)
+    sends.join()
+    assert sends.outcomes["lead"] is True
+    assert grouped.find("late") is None
+
+
+def test_an_asynchronous_registration_commits_without_the_flush_and_leaves_no_session_setting(
+        grouped: StateStore) -> None:
+    runner = grouped._sql
+    row = Registrations._new_job_row(_job("quick", 1))
+    fast, = runner.register_together([Registering("quick", row, None, synchronous=False)])
+    assert fast.event is not None and fast.commit_mode == "off"
+    row = Registrations._new_job_row(_job("durable", 1))
+    mixed = runner.register_together([Registering("durable", row, None, synchronous=True),
+                                      Registering("other", Registrations._new_job_row(_job("other", 2)), None,
+                                                  synchronous=False)])
+    assert [each.commit_mode for each in mixed] == ["on", "on"]  # one send that waits: the batch waits
+    with runner._kept_connection() as raw:  # the connection the batches ran on: its session as it was
+        assert raw.driver_connection.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+    assert grouped.register(_job("flag", 1), synchronous=False) is True
+    assert [e.event for e in grouped.events("flag")] == ["enqueued"]
+
+
+def test_the_batches_connection_outlives_the_deadline_of_the_send_that_opened_it(grouped: StateStore) -> None:
+    """The kept connection is not armed with its first caller's deadline (reliable.deadlines): a
+    later batch on it is not cut when that deadline passes."""
+    with within(0.3) as until:
+        assert grouped.register(_job("first", 1))
+    wait_for(lambda: time.monotonic() > until + 0.2, "the first send's deadline to pass")
+    assert grouped.register(_job("second", 2))
