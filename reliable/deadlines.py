@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["Watchdog", "cut_socket", "deadline", "remaining", "within"]
+__all__ = ["Watchdog", "cut_socket", "deadline", "remaining", "unbounded", "within"]
 
 # This process's id, kept current by a fork hook (a watchdog's thread is not inherited by a child).
 _pid = os.getpid()
@@ -50,6 +50,18 @@ def within(seconds: float) -> Iterator[float]:
     token = _deadline.set(until)
     try:
         yield until
+    finally:
+        _deadline.reset(token)
+
+
+@contextlib.contextmanager
+def unbounded() -> Iterator[None]:
+    """Run the block outside any deadline: a connection checked out in it is not armed. For a
+    connection kept across many calls (the worker's group commit's), which no one call's deadline
+    may cut once that call has returned."""
+    token = _deadline.set(None)
+    try:
+        yield
     finally:
         _deadline.reset(token)
 

@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..compat.sqlalchemy_internals import invalidate_all
+from ..deadlines import unbounded
 from ..states import ACTIVE_STATES
 from .batching import GroupCommit, WriteResult, batch_rows, batch_write_sql
 from .db import pool_exhausted, pooled, sqlite_writer_lock, translate
@@ -345,7 +346,12 @@ class SqlRunner:
         each batch is planned anew, with the table's statistics of the moment."""
         with self._kept_lock:
             if self._kept is None or self._kept[1] != os.getpid():
-                raw = self._checkout()
+                # Not armed with the deadline of the call that happens to open it (reliable.deadlines):
+                # it outlives that call, and would be cut at that deadline under a later batch, every
+                # lease ttl. Its batches are bounded by the connection's TCP bounds (engine.tcp_bounds);
+                # sends, which must end within their send_timeout, batch on an armed pooled connection.
+                with unbounded():
+                    raw = self._checkout()
                 driver: Any = raw.driver_connection
                 try:
                     driver.autocommit = True
