@@ -354,6 +354,9 @@ class GroupCommit(Generic[W, R]):
                 self._queue.remove(pending)
                 fate = "nothing was written"
             else:
+                # Its thread leaves: should the leader be interrupted and put the write back, it must
+                # never be handed the lead (nobody would take it: every later write would wait for ever).
+                pending.rider = True
                 fate = "it is in the batch under way and may still commit"
         raise StoreUnavailable(f"job {pending.write.job_id}: no answer from the group commit within {timeout:g}s "
                                f"({fate})")

@@ -613,3 +613,54 @@ def test_a_submitted_write_queued_by_an_interrupted_thread_before_it_could_lead_
     wait_for(lambda: "queued" in submitted.answers, "the write answered")
     assert submitted.answers["queued"][0]["job_id"] == "queued"
     wait_for(lambda: group._leader is None, "the lead left free")
+
+
+def test_a_write_given_up_in_the_batch_under_way_is_never_handed_the_lead() -> None:
+    """A send timed out while its write was in the batch under way, then that batch's leader was
+    interrupted: the lead went to the write whose thread had left, and every later write waited for ever."""
+
+    class Interrupted(BaseException):
+        """Stands for an asynchronous exception in the leader (a time limit, LeaseLostInterrupt)."""
+
+    first_done, batch_may_end = threading.Event(), threading.Event()
+
+    def many(writes: Sequence[JobWrite]) -> list[Any]:
+        batch_may_end.wait(10)
+        raise Interrupted()
+
+    def one(write: JobWrite) -> Any:
+        if write.job_id == "first":
+            first_done.wait(10)
+        return ({"job_id": write.job_id}, {})
+
+    group: GroupCommit[JobWrite, Any] = GroupCommit(many, one)
+    answers: dict[str, Any] = {}
+
+    def run(job_id: str, timeout: float | None = None) -> threading.Thread:
+        def call() -> None:
+            try:
+                answers[job_id] = group.write(_write(job_id), timeout=timeout)
+            except BaseException as exc:
+                answers[job_id] = exc
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        return thread
+
+    run("first")  # leads a lone write, held until released
+    wait_for(lambda: group._leader is not None and group._queue == [], "the first write to lead")
+    run("leader")
+    wait_for(lambda: [p.write.job_id for p in group._queue] == ["leader"], "the second write queued")
+    run("sender", timeout=0.5)
+    wait_for(lambda: [p.write.job_id for p in group._queue] == ["leader", "sender"], "the sender queued")
+    first_done.set()  # "leader" now leads one batch of itself and "sender"
+    wait_for(lambda: sorted(p.write.job_id for p in group._batch) == ["leader", "sender"], "the batch under way")
+    wait_for(lambda: "sender" in answers, "the sender to give up", timeout=10)
+    assert isinstance(answers["sender"], StoreUnavailable) and "may still commit" in str(answers["sender"])
+    batch_may_end.set()  # the leader is interrupted with the batch unanswered
+    wait_for(lambda: "leader" in answers, "the interrupted leader to return")
+    assert isinstance(answers["leader"], Interrupted)
+    later = run("later")
+    wait_for(lambda: "later" in answers, "a later write to be answered", timeout=10)
+    later.join(5)
+    assert answers["later"] == ({"job_id": "later"}, {})
