@@ -446,19 +446,25 @@ class Operations:
         return self._confirm(operation_id, control, admin=admin, proof=token_matches,
                              wrong=f"wrong confirmation token for operation {operation_id}")
 
-    def confirm_counted(self, operation_id: str, digest: str, control: Control, *, admin: bool = False) -> Operation:
+    def confirm_counted(self, operation_id: str, digest: str, control: Control) -> Operation:
         """`confirm` without the token: by who the caller is and what it was shown. For a person who
         counted in one browser and confirms in another (the token lives in the first's cookie).
 
         `digest` must be the operation's `counted_digest` (the page showing the count carries it), so
         the confirmation acts on the set its confirmer saw, never on another; the caller must be its
-        creator or an admin and still allowed to run commands (`OperatorsPolicy.may_act`, read now).
-        Refused as `confirm` is otherwise.
+        creator (never another, an admin included: the count and its refusals were made with the
+        creator's rights, and a run with other rights would change what it did not show) and still
+        allowed to run commands (`OperatorsPolicy.may_act`, read now). Refused as `confirm` is otherwise.
         """
-        if not control.operators.may_act(control.identity.name):
-            raise NotAuthorized(f"{control.identity.name!r} may run no command (a read-only role): "
+        who = control.identity.name
+        if not control.operators.may_act(who):
+            raise NotAuthorized(f"{who!r} may run no command (a read-only role): "
                                 f"operation {operation_id} not confirmed")
-        return self._confirm(operation_id, control, admin=admin,
+        creator = self.get(operation_id).operator
+        if who != creator:
+            raise NotAuthorized(f"operation {operation_id} was counted by {creator!r}: only they may confirm it by "
+                                "what was counted (count it again to run it with your own rights)")
+        return self._confirm(operation_id, control, admin=False,
                              proof=lambda op: hmac.compare_digest(op.counted_digest, digest or ""),
                              wrong=f"operation {operation_id} counted other jobs than the confirmation names: "
                                    "open it again and confirm what it shows")

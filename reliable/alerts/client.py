@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from ..redact import redact_url
+
 __all__ = ["AlertmanagerClient", "AlertmanagerUnreachable", "DeliveryError", "matcher"]
 
 
@@ -65,16 +67,21 @@ class AlertmanagerClient:
             ("filter", matcher(k, v)) for k, v in sorted((labels or {}).items())]
         errors: list[str] = []
         for url in self.urls:
+            shown = redact_url(url)  # a password in the URL's user part never reaches a page or a log
             try:
                 response = self.http.get(f"{url}/api/v2/alerts", params=params)
             except httpx.HTTPError as exc:
-                errors.append(f"{url}: {type(exc).__name__}: {exc}".strip())
+                errors.append(f"{shown}: {type(exc).__name__}")
                 continue
             if response.status_code // 100 != 2:
-                errors.append(f"{url}: HTTP {response.status_code}: {response.text[:200].strip()}")
+                errors.append(f"{shown}: HTTP {response.status_code}")
                 continue
-            body = response.json()
+            try:
+                body = response.json()
+            except ValueError:  # a 2xx that is not JSON: a login page of a proxy in front of it
+                errors.append(f"{shown}: answered {response.headers.get('content-type') or 'something'}, not JSON")
+                continue
             if isinstance(body, list):
                 return [a for a in body if isinstance(a, dict) and isinstance(a.get("labels"), dict)]
-            errors.append(f"{url}: not a list of alerts")
+            errors.append(f"{shown}: not a list of alerts")
         raise AlertmanagerUnreachable("; ".join(errors) or "no Alertmanager configured")

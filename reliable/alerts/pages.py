@@ -16,6 +16,7 @@ says so instead of claiming quiet): the runbook without job details.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,12 @@ from .rules import AlertRule
 from .runbooks import DEFAULT_RUNBOOK_BASE_URL, RunbookRenderer, runbook_url, safe_command
 
 __all__ = ["PROMQL_JOB_STATES", "PageJob", "RunbookPage", "RunbookPages"]
+
+#: The labels of an alert held by Alertmanager that name something (a queue, an actor, a team, a
+#: host), and what such a name may hold: letters, digits and `_ . : @ / -`, at most 255 characters.
+_NAMED_LABELS = ("queue", "actor", "owner", "instance", "job")
+_NAME = re.compile(r"[\w.:@/-]{1,255}")
+_STATES = frozenset(status.value for status in JobStatus)
 
 #: The jobs a PromQL alert's runbook lists when its labels name no state: those its failures left
 #: for someone to act on (FAILED, DEAD, REVIEW) or waiting to retry, most recently changed first.
@@ -143,7 +150,13 @@ class RunbookPages:
             return None
         alert: dict[str, Any] = found[0]
         held = {str(k): str(v) for k, v in alert["labels"].items()}
+        # Alertmanager takes alerts from anyone who can reach it: its labels select jobs and land in
+        # the page's copyable commands, so only names as reliable writes them and real states pass.
+        if any(key in held and not _NAME.fullmatch(held[key]) for key in _NAMED_LABELS):
+            return None
         state = held.get("state")
+        if state is not None and state not in _STATES:
+            return None
         sample = JobSample(queue=held.get("queue"), actor=held.get("actor"),
                            states=(state,) if state else PROMQL_JOB_STATES, owner=held.get("owner"))
         summary = (alert.get("annotations") or {}).get("summary")

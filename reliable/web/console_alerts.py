@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ..redact import redact_url
 from ..store.alert_rows import alert_rows
 from .auth import authenticate, state_of
 
@@ -71,7 +72,7 @@ def all_alerts(request: Request, state: str | None = None) -> dict[str, Any]:
     alerts = [a for a in merge_alerts(rows, held) if state is None or a["state"] == state]
     alerts.sort(key=lambda r: (ORDER.index(r["state"]) if r["state"] in ORDER else len(ORDER),
                                -(r.get("starts_at") or r.get("pending_since") or 0.0)))
-    return {"alerts": alerts, "alertmanager": {"urls": list(state_of(request).config.alertmanagers),
+    return {"alerts": alerts, "alertmanager": {"urls": [redact_url(u) for u in state_of(request).config.alertmanagers],
                                                "read": held is not None, "error": error}}
 
 
@@ -115,7 +116,7 @@ async def alerts_page(request: Request) -> Response:
     names = set(_pages(request).names())
     shown: list[dict[str, Any]] = [
         {**row, "runbook": runbook_link(request, row["alertname"], row["labels"]) if row["alertname"] in names
-         else (row["annotations"].get("runbook_url") or None)} for row in found["alerts"]]
+         else _web_link(row["annotations"].get("runbook_url"))} for row in found["alerts"]]
     return render(request, "alerts.html", principal=principal, alerts=shown, states=ORDER,
                   alertmanager=found["alertmanager"])
 
@@ -145,3 +146,9 @@ def routes() -> list[BaseRoute]:
         Route("/alerts", alerts_page, methods=["GET"], name="alerts"),
         Route("/alerts/{alertname}", alert_runbook, methods=["GET"], name="alert_runbook"),
     ]
+
+
+def _web_link(url: object) -> str | None:
+    """An annotation's runbook_url as a link: http(s) only (an alert from anyone who reaches
+    Alertmanager names it), else none."""
+    return url if isinstance(url, str) and url.lower().startswith(("https://", "http://")) else None

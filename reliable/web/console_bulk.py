@@ -100,8 +100,7 @@ async def operation_page(request: Request) -> Response:
     op = await run_in_threadpool(engine.as_seen_by, op, principal.reader)
     sample = await run_in_threadpool(functools.partial(jobs_with_ids, state.store, op.job_ids[:20],
                                                        reader=principal.reader))
-    can_confirm = (op.status == "awaiting_confirmation" and principal.may_act
-                   and (op.operator == principal.name or principal.unrestricted))
+    can_confirm = (op.status == "awaiting_confirmation" and principal.may_act and op.operator == principal.name)
     sample = [masked_job(job, principal, state.config.redact) for job in sample]
     return render(request, "operation.html", principal=principal, op=op, sample=sample, can_confirm=can_confirm,
                   confirm_ttl=engine.confirm_ttl,
@@ -118,14 +117,13 @@ async def operations_page(request: Request) -> Response:
 
 
 async def operation_confirm(request: Request) -> Response:
-    """POST /operations/{operation_id}/confirm: start the run, as its creator (or an admin), on the set
-    the page showed (its `counted_digest`, a form field), from whichever browser."""
+    """POST /operations/{operation_id}/confirm: start the run, as its creator, on the set the page
+    showed (its `counted_digest`, a form field), from whichever browser."""
     principal = await authenticate(request)
     operation_id = request.path_params["operation_id"]
     form = await request.form()
     call = functools.partial(operations_of(request).confirm_counted, operation_id,
-                             str(form.get("counted_digest") or ""), state_of(request).control_for(principal),
-                             admin=principal.unrestricted)
+                             str(form.get("counted_digest") or ""), state_of(request).control_for(principal))
     await _act_and_tell(request, call, done="confirmed: the operation runs now", refused="not confirmed")
     return RedirectResponse(str(request.url_for("operation", operation_id=operation_id)), 303)
 

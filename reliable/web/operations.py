@@ -123,7 +123,7 @@ async def detail(request: Request) -> JSONResponse:
 async def confirm(request: Request) -> JSONResponse:
     """POST /api/v1/operations/{id}/confirm {"confirm_token"} or {"counted_digest"}: start the run; 202
     with the operation. The token is the one the preview returned; without it, the operation's
-    `counted_digest` (its creator, or an admin, confirming the set it was shown: `confirm_counted`)."""
+    `counted_digest` (its creator confirming the set it was shown: `confirm_counted`)."""
     principal = await authenticate(request)
     body = await json_object(request)
     token, digest = body.get("confirm_token"), body.get("counted_digest")
@@ -138,10 +138,11 @@ async def confirm(request: Request) -> JSONResponse:
         raise ConfigError(f"{'confirm_token' if token is not None else 'counted_digest'} must be a non-empty string")
     control = state_of(request).control_for(principal)
     engine = operations_of(request)
-    call = engine.confirm if token is not None else engine.confirm_counted
+    operation_id = request.path_params["operation_id"]
+    call = (functools.partial(engine.confirm, operation_id, proof, control, admin=principal.unrestricted)
+            if token is not None else functools.partial(engine.confirm_counted, operation_id, proof, control))
     try:
-        op = await run_in_threadpool(call, request.path_params["operation_id"], proof, control,
-                                     admin=principal.unrestricted)
+        op = await run_in_threadpool(call)
     except OperationNotFound as exc:
         return _not_found(exc)
     return JSONResponse(await _shown(request, op, principal, full=False), 202)

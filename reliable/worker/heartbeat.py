@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..deadlines import within
-from ..errors import JobForceStopped, LeaseLostInterrupt, StoreError
+from ..errors import JobForceStopped, JobNotFound, LeaseLostInterrupt, StoreError
 from ..policy import check_heartbeat
 from ..states import JobStatus
 from ..store import WorkerProgress
@@ -187,15 +187,20 @@ class Heartbeat:
             pending, self._abandoned = self._abandoned, []
         for i, gone in enumerate(pending):
             try:
-                self.store.record_event(
-                    gone.job_id, "lease_unrenewed", worker_id=self.worker_id, lease_id=gone.lease_id,
-                    reason=f"the heartbeat could not reach the store for {gone.unrenewed_for:g}s (a full lease ttl): "
-                           "the attempt was interrupted and the job handed on",
-                    detail={"unrenewed_for": gone.unrenewed_for})
+                self._record_unrenewed(gone)
+            except JobNotFound:
+                continue  # purged meanwhile: nothing left to explain
             except StoreError:
                 with self._lock:
                     self._abandoned[:0] = pending[i:]
                 raise
+
+    def _record_unrenewed(self, gone: _Abandoned) -> None:
+        self.store.record_event(
+            gone.job_id, "lease_unrenewed", worker_id=self.worker_id, lease_id=gone.lease_id,
+            reason=f"the heartbeat could not reach the store for {gone.unrenewed_for:g}s (a full lease ttl): "
+                   "the attempt was interrupted and the job handed on",
+            detail={"unrenewed_for": gone.unrenewed_for})
 
     def beat(self) -> None:
         """Renew every held lease once and act on the answer."""

@@ -62,7 +62,7 @@ def test_one_incident_pages_its_owner_once_per_condition_and_resolves(store: Sta
 
     server, _ = start_server(scraped, port=free_port())
     with Webhooks() as hooks:
-        am = Alertmanager(tmp_path, fast_alertmanager_config(tmp_path, hooks.url))
+        am = Alertmanager(tmp_path, fast_alertmanager_config(tmp_path, hooks.url, wait="5s"))
         prometheus = Prometheus(tmp_path, rules=tmp_path / "rules.yml",
                                 targets=[f"127.0.0.1:{server.server_port}"], alertmanager=am.url)
         try:

@@ -1,4 +1,4 @@
-"""The console's bulk actions: count first (nothing changes), confirm (its creator or an admin, from any
+"""The console's bulk actions: count first (nothing changes), confirm (its creator, from any
 browser, naming the counted set), follow the run, cancel; every rule is the engine's and Control's
 (scoped operators are refused per job)."""
 
@@ -101,7 +101,7 @@ def test_the_same_person_confirms_from_another_browser_and_others_may_not(store:
     _, token = ApiTokens(store).create("olga", "operator", queues=["billing"])
     stranger, stranger_csrf = session(store, token)  # another operator of the queue: not theirs to confirm
     page = stranger.get(f"/operations/{op}").text
-    assert "Confirm:" not in page and "Only otto (who counted these jobs) or an admin may confirm them" in page
+    assert "Confirm:" not in page and "Only otto (who counted these jobs, with their rights) may confirm them" in page
     forged = stranger.post(f"/operations/{op}/confirm", data={"csrf_token": stranger_csrf,
                                                               "counted_digest": counted_digest(["billing-0",
                                                                                                 "billing-1"])})

@@ -1,5 +1,5 @@
 """Issue 42 item 6 in the API (SQLite and PostgreSQL): a preview's counted_digest, changes_nothing
-and expired; the confirmation by its creator (or an admin) naming the counted set instead of the
+and expired; the confirmation by its creator (nobody else) naming the counted set instead of the
 token, its rights read again; the console's listing and page of a preview that expired."""
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ def test_its_creator_confirms_by_the_counted_set_and_nobody_else(client: TestCli
     assert other_set.status_code == 409 and "counted other jobs" in other_set.json()["error"]["message"]
     _, olga = ApiTokens(store).create("olga", "operator", queues=["billing"])
     assert post(olga, {"counted_digest": created["counted_digest"]}).status_code == 403  # not hers
+    # Nor an admin's: counted with the creator's rights, it would run with other ones.
+    admin = post(tokens.admin, {"counted_digest": created["counted_digest"]})
+    assert admin.status_code == 403 and "only they may confirm it" in admin.json()["error"]["message"]
     viewer = post(tokens.viewer, {"counted_digest": created["counted_digest"]})
     assert viewer.status_code == 403
     assert {store.get(job_id).status for job_id in ("b1", "b2")} == {JobStatus.FAILED}
