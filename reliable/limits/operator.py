@@ -18,7 +18,7 @@ from ..errors import ConfigError, NotAuthorized, ReliableError
 from ..inputs import MAX_NAME, escape_controls, text_problem
 from ..operators import Operator, OperatorsPolicy
 from ..store import StoreCore
-from ..store.limit_settings import LimitView, actor_queue, add_event, get_limit, set_ceiling
+from ..store.limit_settings import LimitView, actor_queues, add_event, get_limit, set_ceiling
 
 __all__ = ["LimitNotFound", "allowed", "set_concurrency"]
 
@@ -29,13 +29,16 @@ class LimitNotFound(ReliableError):
     """The actor has no concurrency limit in the store (none declared, or no worker ran it yet): HTTP 404."""
 
 
-def _queue(store: StoreCore, actor: str) -> str:
-    return actor_queue(store, actor) or "*"
+def _queues(store: StoreCore, actor: str) -> tuple[str, ...]:
+    """The queues a change of `actor`'s limit is judged on: every home queue of its jobs ("*", every
+    queue, before it has any): a limit is the actor's, wherever its jobs wait."""
+    return actor_queues(store, actor) or ("*",)
 
 
 def allowed(store: StoreCore, policy: OperatorsPolicy, name: str, actor: str, queue: str | None = None) -> bool:
     """Whether `name` may change `actor`'s limit (for forms; `set_concurrency` decides)."""
-    return policy.allows(name, LIMIT_COMMANDS[_COMMAND], queue or _queue(store, actor), None)
+    return all(policy.allows(name, LIMIT_COMMANDS[_COMMAND], each, None)
+               for each in ((queue,) if queue else _queues(store, actor)))
 
 
 def _check_actor(actor: str) -> None:
@@ -65,7 +68,8 @@ def set_concurrency(store: StoreCore, actor: str, concurrency: int | None, *, re
         if concurrency is not None and not 1 <= concurrency <= current.declared:
             raise ConfigError(f"field 'concurrency': must be from 1 to {current.declared} (the concurrency "
                               f"{actor!r} declares), not {concurrency}")
-        policy.check(identity.name, LIMIT_COMMANDS[_COMMAND], _queue(store, actor), None)
+        for queue in _queues(store, actor):
+            policy.check(identity.name, LIMIT_COMMANDS[_COMMAND], queue, None)
     except (NotAuthorized, ConfigError) as exc:
         if current is not None:
             add_event(store, actor, "command_refused", operator=identity.name, host=identity.host,

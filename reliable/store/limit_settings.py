@@ -16,9 +16,10 @@ from sqlalchemy import select, update
 
 from .audit_trail import AuditEntry, entry, latest
 from .core import StoreCore
+from .records import home_queue_of
 from .schema import jobs, limit_events, limits
 
-__all__ = ["LimitView", "actor_queue", "add_event", "get_limit", "list_events", "list_limits",
+__all__ = ["LimitView", "actor_queues", "add_event", "get_limit", "list_events", "list_limits",
            "set_ceiling"]
 
 
@@ -64,10 +65,17 @@ def get_limit(store: StoreCore, actor: str) -> LimitView | None:
     return None if row is None else _view(row)
 
 
-def actor_queue(store: StoreCore, actor: str) -> str | None:
-    """The queue of one of `actor`'s jobs (an actor's jobs share its queue), or None without any job."""
+def actor_queues(store: StoreCore, actor: str) -> tuple[str, ...]:
+    """The home queues of `actor`'s jobs (`Job.home_queue`: a job waiting on a retry lane or a delay
+    queue is still its own queue's), sorted; empty without any job. One job per distinct queue row."""
     with store.read() as conn:
-        return conn.execute(select(jobs.c.queue).where(jobs.c.actor == actor).limit(1)).scalar()
+        found = conn.execute(select(jobs.c.queue).where(jobs.c.actor == actor).distinct()).scalars().all()
+        homes = set()
+        for queue in found:
+            message = conn.execute(select(jobs.c.message).where(jobs.c.actor == actor, jobs.c.queue == queue)
+                                   .limit(1)).scalar()
+            homes.add(home_queue_of(str(queue), message))
+    return tuple(sorted(homes))
 
 
 def set_ceiling(store: StoreCore, actor: str, ceiling: int | None, *, operator: str, host: str | None,

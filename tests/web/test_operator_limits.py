@@ -115,3 +115,22 @@ def test_the_queues_page_changes_a_limit(limited: StateStore, tokens: Tokens) ->
         assert "concurrency of charge not changed: field &#39;concurrency&#39;: must be from 1 to 3" in bad.text
         client.post("/queues/limits/charge", data={"clear": "1", "reason": "ok again", "csrf_token": csrf})
     assert (get_limit(limited, "charge") or pytest.fail("no row")).ceiling is None
+
+
+def test_a_cap_is_judged_on_the_actors_home_queues_not_on_a_lane_one_job_waits_on(
+        limited: StateStore, tokens: Tokens) -> None:
+    """A `refund` job waiting on a shared retry lane is still billing's: an operator of the lane alone
+    may not cap refund (the rule of job commands, Job.home_queue)."""
+    from reliable.options import OWN_QUEUE
+    from reliable.web.auth import ApiTokens
+
+    LimitStore(limited).ensure(limit_spec("refund", Limits(concurrency=2)), "")
+    limited.register(NewJob("r-lane", "retries", "refund",
+                            {"queue_name": "retries", "args": [], "kwargs": {}, "options": {OWN_QUEUE: "billing"}}))
+    _, lane = ApiTokens(limited).create("lena", "operator", queues=["retries"])
+    _, billing = ApiTokens(limited).create("bill", "operator", queues=["billing"])
+    with TestClient(create_app(limited, config=WebConfig(secret_key="s"))) as client:
+        refused = _set(client, lane, "refund", {"concurrency": 1, "reason": "lane operator"})
+        assert refused.status_code == 403, refused.text
+        capped = _set(client, billing, "refund", {"concurrency": 1, "reason": "billing operator"})
+        assert capped.status_code == 200, capped.text
