@@ -59,7 +59,8 @@ class Heartbeat:
                  on_failure: Callable[[], None] | None = None,
                  on_escalation: Callable[[JobContext, float], None] | None = None,
                  where: str = "the store", clock: Callable[[], float] = time.monotonic,
-                 after_beat: Callable[[list[JobContext]], None] | None = None) -> None:
+                 after_beat: Callable[[list[JobContext]], None] | None = None,
+                 interrupt_unrenewed: bool = True) -> None:
         check_heartbeat(interval, lease_ttl, names=("heartbeat interval", "lease ttl"))
         self.store = store
         self.worker_id = worker_id
@@ -76,6 +77,9 @@ class Heartbeat:
         #: Called after each beat with the jobs held (reliable.worker.commands: the busy threads reported,
         #: an operator's command picked up); its own errors are its own.
         self._after_beat = after_beat
+        #: Interrupt a job unrenewed for a full TTL (install's `interrupt_unrenewed`); else warn only.
+        self.interrupt_unrenewed = interrupt_unrenewed
+        self._warned_unrenewed: set[tuple[str, int]] = set()
         self._escalated: dict[tuple[str, int], float] = {}
         self._clock = clock
         # job_id -> when its lease was last known renewed (this process's monotonic clock, taken
@@ -165,13 +169,24 @@ class Heartbeat:
             logger.exception("the heartbeat's report failed unexpectedly")
 
     def abandon_unrenewed(self) -> None:
-        """Interrupt every running job whose lease went unrenewed for a full TTL: recovery may hand
-        it on now (the store decides by its clock), so its thread must stop (a log line each)."""
+        """Interrupt every running job whose lease went unrenewed for a full TTL (with
+        `interrupt_unrenewed`; else a warning each): recovery may hand it on now if other workers
+        reach the store (the store decides by its clock), so its thread stops (a log line each)."""
         now = self._clock()
         with self._lock:
             late = [(job, now - self._renewed_at.get(job.job_id, now)) for job in self._jobs.values()]
         for job, unrenewed in late:
             if unrenewed < self.lease_ttl or job.lease_lost or not job.interruptible():
+                continue
+            if not self.interrupt_unrenewed:
+                # The default: a store down for every worker hands nothing on (recovery gives holders
+                # time to renew once it is back), so the job goes on; a partition from a store others
+                # reach may hand it on: its late commit is then refused (interrupt_unrenewed=True stops it).
+                if (job.job_id, job.fencing_token) not in self._warned_unrenewed:
+                    self._warned_unrenewed.add((job.job_id, job.fencing_token))
+                    logger.warning("job %s: lease %d not renewed for %.1fs (lease ttl %.1fs; the store at %s does "
+                                   "not answer): it goes on; if other workers reach the store it may be handed on",
+                                   job.job_id, job.fencing_token, unrenewed, self.lease_ttl, self.where)
                 continue
             job.mark_lease_lost()
             logger.error("job %s: lease %d not renewed for %.1fs (lease ttl %.1fs; the store at %s does not answer): "

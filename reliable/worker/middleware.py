@@ -63,8 +63,8 @@ class ReliableMiddleware(Middleware):
 
     The constructor's options (store, policy, lease_ttl, heartbeat_interval, recovery,
     recovery_interval, sweep_after, listeners, metrics, json_logs, max_connections, group_commit,
-    tracing, schedules, replication, send_timeout, send_commit, claims_ahead, log_events) are documented in
-    `reliable.worker.settings.Settings`.
+    tracing, schedules, replication, send_timeout, send_commit, claims_ahead, log_events,
+    interrupt_unrenewed) are documented in `reliable.worker.settings.Settings`.
     """
 
     def __init__(self, store: StateStore | str, *, policy: Policy | None = None,
@@ -77,13 +77,14 @@ class ReliableMiddleware(Middleware):
                  schedules: Sequence[Schedule] | str | os.PathLike[str] | None = None,
                  replication: str = "warn", send_timeout: float = DEFAULT_SEND_TIMEOUT,
                  claims_ahead: bool = False, strict_names: bool = False, log_events: str = "transitions",
-                 send_commit: str = "synchronous") -> None:
+                 send_commit: str = "synchronous", interrupt_unrenewed: bool = False) -> None:
         self.settings = s = Settings.resolve(
             store, policy=policy, lease_ttl=lease_ttl, heartbeat_interval=heartbeat_interval, recovery=recovery,
             recovery_interval=recovery_interval, sweep_after=sweep_after, listeners=listeners, metrics=metrics,
             json_logs=json_logs, max_connections=max_connections, group_commit=group_commit, tracing=tracing,
             schedules=schedules, replication=replication, send_timeout=send_timeout, claims_ahead=claims_ahead,
-            strict_names=strict_names, log_events=log_events, send_commit=send_commit)
+            strict_names=strict_names, log_events=log_events, send_commit=send_commit,
+            interrupt_unrenewed=interrupt_unrenewed)
         self.policy, self.lease_ttl, self.heartbeat_interval = s.policy, s.lease_ttl, s.heartbeat_interval
         self.recovery_enabled, self.recovery_interval, self.sweep_after = s.recovery, s.recovery_interval, s.sweep_after
         self.replication, self.group_commit, self.max_connections = s.replication, s.group_commit, s.max_connections

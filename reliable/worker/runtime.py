@@ -128,7 +128,7 @@ class Runtime:
                 store, worker_id=self._worker_id, interval=settings.heartbeat_interval, lease_ttl=settings.lease_ttl,
                 on_escalation=self._on_escalation, on_beat=metrics.heartbeat if metrics else None,
                 on_failure=metrics.heartbeat_failed if metrics else None, where=database_location(store.engine.url),
-                after_beat=self.commands.after_beat)
+                after_beat=self.commands.after_beat, interrupt_unrenewed=settings.interrupt_unrenewed)
             self.pid = pid
 
     def check_replication(self) -> None:

@@ -57,6 +57,10 @@ class Settings:
       log_events: which events those lines are at INFO (reliable.events.LOG_EVENT_MODES):
         "transitions" (default: claims, checkpoints and claims handed back at DEBUG, every other
         event at INFO: about one line per state change), "all" (every event at INFO) or "none".
+      interrupt_unrenewed: interrupt a job whose lease this process could not renew for a full
+        lease_ttl (a silent network: other workers may reach the store and hand it on), with a log
+        line and a `lease_unrenewed` event; default False: a warning, the job goes on (a store down
+        for every worker hands nothing on, and an outage longer than the lease runs no body twice).
       tracing: one OpenTelemetry span per attempt (`reliable.tracing`; needs the ``otel`` extra):
         True for the global TracerProvider, or a TracerProvider. Off (False) by default.
       group_commit: on PostgreSQL, commit the claims and finishes of all this process's worker
@@ -111,6 +115,7 @@ class Settings:
     claims_ahead: bool = False
     strict_names: bool = False
     log_events: str = "transitions"
+    interrupt_unrenewed: bool = False
     send_commit: str = "synchronous"
 
     @classmethod
@@ -120,7 +125,7 @@ class Settings:
                 metrics: Metrics | bool, json_logs: bool, max_connections: int | None, group_commit: bool,
                 tracing: object, schedules: Sequence[Schedule] | str | os.PathLike[str] | None,
                 replication: str, send_timeout: float = DEFAULT_SEND_TIMEOUT, claims_ahead: bool = False,
-                strict_names: bool = False, log_events: str = "transitions",
+                strict_names: bool = False, log_events: str = "transitions", interrupt_unrenewed: bool = False,
                 send_commit: str = "synchronous") -> Settings:
         """The settings of `ReliableMiddleware.__init__`'s arguments (see its docstring); ConfigError
         naming the fix for a contradiction."""
@@ -154,6 +159,7 @@ class Settings:
             listeners=(*sinks, *listeners), schedules=load_schedules(schedules),
             send_timeout=check_send_timeout(send_timeout, "send_timeout"), claims_ahead=claims_ahead,
             strict_names=bool(strict_names), log_events=check_log_events(log_events),
+            interrupt_unrenewed=bool(interrupt_unrenewed),
             send_commit=check_send_commit(send_commit),
         )
 

@@ -27,6 +27,7 @@ reliable.install(
     lease_ttl=float(os.environ["RELIABLE_TEST_LEASE_TTL"]),
     heartbeat_interval=float(os.environ["RELIABLE_TEST_HEARTBEAT"]),
     recovery_interval=float(os.environ["RELIABLE_TEST_RECOVERY_INTERVAL"]),
+    interrupt_unrenewed=True,
 )
 dramatiq.set_broker(broker)
 
