@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..limits.gate import Admission
     from ..policy import JobContract
 
-__all__ = ["CheckpointCodec", "Delivery", "JobContext", "current_job"]
+__all__ = ["CheckpointCodec", "Delivery", "JobContext", "current_job", "in_job_run"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,13 @@ class FastRun:
 
 
 _fast_run: contextvars.ContextVar[FastRun | None] = contextvars.ContextVar("reliable_fast_run", default=None)
+
+
+def in_job_run() -> bool:
+    """Whether the calling thread runs a job: a durable attempt (`current_job`) or a fast-path run.
+    A send from there holds the job's message: its store writes wait like the job's own, bounded
+    by the lease, never by a send_timeout (reliable.worker.runtime, reliable.worker.publishing)."""
+    return _current.get() is not None or _fast_run.get() is not None
 
 
 def _boundary() -> None:
