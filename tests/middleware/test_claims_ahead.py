@@ -18,6 +18,7 @@ import pytest
 from reliable import queue_pauses
 from reliable.compat.dramatiq_internals import waiting_messages
 from reliable.dispatch import dispatch
+from reliable.errors import LeaseLost
 from reliable.operators import Operator
 from reliable.states import Event, JobStatus
 from reliable.store import Claim, StateStore
@@ -256,6 +257,8 @@ def test_a_claim_ahead_whose_lease_is_lost_while_it_waits_never_runs(pg_harness:
         assert [a.outcome for a in store.attempts(job_id)] == ["lease_expired", "succeed"]
     else:
         assert runs[2] == 0 and job.status is JobStatus.RUNNING and job.worker_id == "another-worker"
+        with pytest.raises(LeaseLost):  # fencing still refuses the lost lease's late commit
+            store.finish(job_id, waiting.fencing_token, Event.SUCCEED, worker_id=waiting.worker_id)
         store.finish(job_id, stolen.lease_id, Event.SUCCEED, worker_id="another-worker")
         assert store.get(job_id).status is JobStatus.SUCCEEDED
     assert waiting.lease_lost and "stale_commit_rejected" in setup.events(job_id)  # the renewal that lost
