@@ -1,7 +1,8 @@
 """Claims ahead (reliable.worker.ahead) with a real Dramatiq Worker (StubBroker), on SQLite and
 PostgreSQL: which waiting messages are claimed ahead (the selection rule), a thread waiting for the
-batch that claims its job, the hand-back of a claim not taken in time, and a run whose claims ride
-the batches of the claims before them (PostgreSQL's group commit)."""
+batch that claims its job, the hand-back of a claim not taken in time, a run whose claims ride
+the batches of the claims before them (PostgreSQL's group commit), and a claim whose lease is lost
+while it waits, never run."""
 
 from __future__ import annotations
 
