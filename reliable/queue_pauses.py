@@ -25,6 +25,7 @@ from .inputs import escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
 from .states import FAILURE_STATES, TERMINAL_STATES, JobStatus
 from .store import StateStore, pause_queries
+from .store.audit_trail import AuditEntry
 from .store.named_rows import Executor
 from .store.overview import Overview
 
@@ -69,23 +70,9 @@ class QueueState:
         return frozenset(p.queue for p in self.pauses)
 
 
-@dataclass(frozen=True)
-class QueueEvent:
-    """One entry of a queue's audit trail (pause, resume, command_refused)."""
-
-    id: int
-    queue: str
-    at: float
-    event: str
-    operator: str | None
-    host: str | None
-    source: str | None
-    reason: str | None
-    detail: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        """The entry as JSON-ready values."""
-        return asdict(self)
+#: One entry of a queue's audit trail (pause, resume, command_refused), its `subject` the queue:
+#: an entry of the one shape every operators' audit trail but the jobs' has.
+QueueEvent = AuditEntry
 
 
 def queue_figures(figures: Overview, state: QueueState) -> dict[str, Any]:
@@ -151,7 +138,7 @@ def resume(store: StateStore, queue: str, *, reason: str | None, identity: Opera
 def events(store: StateStore, queue: str, *, limit: int = 20) -> list[QueueEvent]:
     """`queue`'s latest audit entries, oldest first."""
     rows = pause_queries.list_events(store, queue, limit)
-    return [QueueEvent(int(r.id), str(r.queue), float(r.at), str(r.event), r.operator, r.host, r.source, r.reason,
+    return [AuditEntry(int(r.id), str(r.queue), float(r.at), str(r.event), r.operator, r.host, r.source, r.reason,
                        json.loads(r.detail) if r.detail else {}) for r in reversed(rows)]
 
 

@@ -1,6 +1,8 @@
 """The audit trails of the operators' commands on things other than jobs, as rows of one shape: a
 worker process's (reliable_process_events) and an actor's limit's (reliable_limit_events), each keyed
-by its subject (the worker id, the actor). One writer and one reader for both."""
+by its subject (the worker id, the actor). One writer and one reader for both. A queue's trail
+(reliable_queue_events, read by its named query: reliable.queue_pauses.events) answers in the same
+`AuditEntry`, its subject the queue."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from sqlalchemy import (
 from ..inputs import MAX_JOB_ID
 from ..states import ACTIVE_STATES, UNFINISHED_STATES, JobStatus
 from .alert_facts import UNCOUNTED_EVENTS
-from .metadata import _BigId, metadata
+from .metadata import _BigId, audit_table, metadata
 
 __all__ = ["PARTIAL_JOB_INDEXES", "barriers", "effects", "job_events", "jobs", "legacy_attempts", "liveness",
            "process_events", "worker_processes"]
@@ -244,19 +244,7 @@ Index("ix_reliable_worker_processes_host", worker_processes.c.host, worker_proce
 Index("ix_reliable_worker_processes_exited", worker_processes.c.exited_at)  # the fleet's recent exits (0023)
 
 # The audit trail of the commands on worker processes (migration 0023): quiet, stop, command_refused.
-process_events = Table(
-    "reliable_process_events",
-    metadata,
-    Column("id", _BigId, primary_key=True, autoincrement=True),
-    Column("worker_id", String(255), nullable=False),
-    Column("at", Double, nullable=False),
-    Column("event", String(32), nullable=False),
-    Column("operator", String(255)),
-    Column("host", String(255)),
-    Column("source", String(64)),
-    Column("reason", Text),
-    Column("detail", Text),  # JSON
-)
+process_events = audit_table("reliable_process_events", "worker_id")
 
 Index("ix_reliable_process_events_worker", process_events.c.worker_id, process_events.c.id)
 

@@ -18,7 +18,7 @@ from sqlalchemy import (
     Text,
 )
 
-from .metadata import _BigId, metadata
+from .metadata import _BigId, audit_table, metadata
 
 __all__ = ["STAT_BUCKETS", "alerts", "api_tokens", "job_stats", "limit_buckets", "limit_events", "limit_slots",
            "limits", "operations", "queue_events", "queue_pauses", "schedule_events", "schedule_slots", "schedules",
@@ -245,19 +245,7 @@ limits = Table(
 
 # The audit trail of the operators' limit changes (migration 0023): concurrency_set, concurrency_cleared,
 # command_refused.
-limit_events = Table(
-    "reliable_limit_events",
-    metadata,
-    Column("id", _BigId, primary_key=True, autoincrement=True),
-    Column("name", String(255), nullable=False),  # the actor
-    Column("at", Double, nullable=False),
-    Column("event", String(32), nullable=False),
-    Column("operator", String(255)),
-    Column("host", String(255)),
-    Column("source", String(64)),
-    Column("reason", Text),
-    Column("detail", Text),  # JSON
-)
+limit_events = audit_table("reliable_limit_events", "name")  # the subject: the actor
 
 Index("ix_reliable_limit_events_name", limit_events.c.name, limit_events.c.id)
 
@@ -297,19 +285,7 @@ queue_pauses = Table(
     Column("reason", Text, nullable=False),
 )
 
-queue_events = Table(
-    "reliable_queue_events",
-    metadata,
-    Column("id", _BigId, primary_key=True, autoincrement=True),
-    Column("queue", String(255), nullable=False),
-    Column("at", Double, nullable=False),
-    Column("event", String(32), nullable=False),  # pause | resume | command_refused
-    Column("operator", String(255)),
-    Column("host", String(255)),
-    Column("source", String(64)),
-    Column("reason", Text),
-    Column("detail", Text),  # JSON
-)
+queue_events = audit_table("reliable_queue_events", "queue")  # pause | resume | command_refused
 
 Index("ix_reliable_queue_events_queue", queue_events.c.queue, queue_events.c.id)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import BigInteger, Index, Integer, MetaData, Table
+from sqlalchemy import BigInteger, Column, Double, Index, Integer, MetaData, String, Table, Text
 
-__all__ = ["TABLE_PREFIX", "alembic_include_name", "metadata", "on_dialect"]
+__all__ = ["TABLE_PREFIX", "alembic_include_name", "audit_table", "metadata", "on_dialect"]
 
 #: Every table reliable owns (its Alembic version table too) starts with it.
 TABLE_PREFIX = "reliable_"
@@ -15,6 +15,26 @@ metadata = MetaData()
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 _BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def audit_table(name: str, subject: str) -> Table:
+    """An audit trail of the operators' commands on one kind of thing (a worker process, an actor's
+    limit, a queue), keyed by its `subject` column: what happened (`event`), when (the database's
+    clock), by whom, from where, why, and its detail as JSON. The one shape
+    `reliable.store.audit_trail` writes and reads (`AuditEntry`)."""
+    return Table(
+        name,
+        metadata,
+        Column("id", _BigId, primary_key=True, autoincrement=True),
+        Column(subject, String(255), nullable=False),
+        Column("at", Double, nullable=False),
+        Column("event", String(32), nullable=False),
+        Column("operator", String(255)),
+        Column("host", String(255)),
+        Column("source", String(64)),
+        Column("reason", Text),
+        Column("detail", Text),  # JSON
+    )
 
 
 def on_dialect(item: object, dialect: str) -> bool:

@@ -27,6 +27,7 @@ from sqlalchemy import Engine, event, text
 from ..errors import ConfigError, StoreUnavailable
 from ..redact import redact_url
 from .db import read_connection
+from .sessions import read_at_connect
 from .sqlrunner import load_queries
 
 __all__ = ["REPLICATION_MODES", "ReplicationMode", "ReplicationReport", "check_mode", "check_replication",
@@ -220,13 +221,7 @@ def refuse_older_timelines(engine: Engine) -> None:
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cursor = dbapi_conn.cursor()
-        try:
-            cursor.execute(query)
-            timeline, system = cursor.fetchone()
-        finally:
-            cursor.close()
-            dbapi_conn.rollback()
+        timeline, system = read_at_connect(dbapi_conn, query)
         if timeline is None:  # a standby: it takes no writes, so it can split nothing
             return
         where = redact_url(engine.url)

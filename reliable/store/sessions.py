@@ -44,8 +44,8 @@ from .db import POOLED, pooled
 from .faults import POOLER
 from .sqlrunner import load_queries
 
-__all__ = ["IDLE_IN_TRANSACTION_TIMEOUT", "MARKER", "PREPARE_THRESHOLD", "STATEMENT_TIMEOUT", "server_settings_sql",
-           "session_args", "watch_sessions"]
+__all__ = ["IDLE_IN_TRANSACTION_TIMEOUT", "MARKER", "PREPARE_THRESHOLD", "STATEMENT_TIMEOUT", "read_at_connect",
+           "server_settings_sql", "session_args", "watch_sessions"]
 
 logger = logging.getLogger("reliable.store")
 
@@ -88,6 +88,19 @@ def server_settings_sql(role: str = "<role>", database: str = "<database>") -> l
     return [f'ALTER ROLE "{role}" IN DATABASE "{database}" SET {name} = {value}' for name, value in _settings().items()]
 
 
+def read_at_connect(dbapi_conn: Any, query: str, params: dict[str, Any] | None = None) -> Any:
+    """The one row `query` answers on a new DBAPI connection (in a "connect" hook): the cursor
+    closed and the transaction the read began rolled back, so the pool gets the session idle,
+    never idle in a transaction (which IDLE_IN_TRANSACTION_TIMEOUT would end)."""
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute(query, params)
+        return cursor.fetchone()
+    finally:
+        cursor.close()
+        dbapi_conn.rollback()
+
+
 def watch_sessions(engine: Engine) -> None:
     """Keep `pooled` (reliable's, not libpq's) out of the driver's arguments, and at each new
     connection check what a pooler may have done to the session (one query, at connect only): a
@@ -106,13 +119,7 @@ def watch_sessions(engine: Engine) -> None:
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cursor = dbapi_conn.cursor()
-        try:
-            cursor.execute(query, {"marker": MARKER[0]})
-            marker, idle, deadline, role, database = cursor.fetchone()
-        finally:
-            cursor.close()
-            dbapi_conn.rollback()
+        marker, idle, deadline, role, database = read_at_connect(dbapi_conn, query, {"marker": MARKER[0]})
         where = redact_url(engine.url)
         if not is_pooled and marker != MARKER[1]:
             raise StoreMisconfigured(f"the store at {where} dropped the session's startup options "

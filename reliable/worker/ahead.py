@@ -10,7 +10,9 @@ its claim, it takes the claim held for it (`take`) instead of writing again.
 The rules:
 - A claim ahead is an ordinary claim (same guard, the delivery's digest included): one refused is
   dropped, and the delivery's own claim later decides and handles the refusal as it always did.
-- While it waits, its lease is renewed by the heartbeat like a running attempt's.
+- While it waits, its lease is renewed by the heartbeat like a running attempt's. A lease lost
+  meanwhile (reassigned, or unrenewed for a TTL) is marked on its attempt: the run never starts
+  (`JobContext.enter` refuses it, `Leases.start` skips the delivery as a refused claim's).
 - A claim not taken within `KEEP_FOR` seconds (its message skipped or requeued, lost) is handed
   back (`StateStore.return_claim`: RUNNING -> PENDING, `claim_returned`, no attempt spent), looked
   for at each claim of the process and at each pass of its recovery loop; at the worker's shutdown

@@ -139,7 +139,9 @@ class FastEnd:
                            job_id, what, refusal.reason)
             return None
         active = self.tracing.current() if self.tracing is not None else None  # the run's span, still current
-        return self.leases.hold(message, won, span_id=active.span_id if active else None)
+        context = self.leases.hold(message, won, span_id=active.span_id if active else None)
+        context.leave()  # its run is over: a lease lost now stops nothing (the heartbeat leaves it be)
+        return context
 
 
 class Skipped:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..limits.gate import Admission
     from ..policy import JobContract
 
-__all__ = ["CheckpointCodec", "Delivery", "JobContext", "current_job"]
+__all__ = ["CheckpointCodec", "Delivery", "JobContext", "current_job", "in_job_run"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,13 @@ class FastRun:
 
 
 _fast_run: contextvars.ContextVar[FastRun | None] = contextvars.ContextVar("reliable_fast_run", default=None)
+
+
+def in_job_run() -> bool:
+    """Whether the calling thread runs a job: a durable attempt (`current_job`) or a fast-path run.
+    A send from there holds the job's message: its store writes wait like the job's own, bounded
+    by the lease, never by a send_timeout (reliable.worker.runtime, reliable.worker.publishing)."""
+    return _current.get() is not None or _fast_run.get() is not None
 
 
 def _boundary() -> None:
@@ -113,6 +120,8 @@ class JobContext:
     _control: _Control = field(default_factory=_Control)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _in_actor: bool = False
+    #: The actor's run is over (`leave`): a lease lost from now on has nothing left to stop.
+    _over: bool = False
 
     # -- identity --------------------------------------------------------------------------------
 
@@ -324,11 +333,16 @@ class JobContext:
         with self._lock:
             self.thread_id, self.span_id = threading.get_ident(), span_id
 
-    def enter(self) -> None:
-        """Make this the current job of the calling thread (the actor is about to run)."""
-        _current.set(self)
+    def enter(self) -> bool:
+        """Make this the current job of the calling thread (the actor is about to run); False, and
+        nothing done, when the lease was lost before (a claim held ahead, lost while it waited):
+        the run must not start. Decided under the lock `lose_lease` takes."""
         with self._lock:
+            if self._control.lease_lost:
+                return False
             self._in_actor = True
+        _current.set(self)
+        return True
 
     def leave(self) -> None:
         """The actor returned or raised: no more interrupts may be delivered to this thread.
@@ -339,17 +353,27 @@ class JobContext:
         for _ in range(10):
             try:
                 with self._lock:
-                    self._in_actor = False
+                    self._in_actor, self._over = False, True
                 _current.set(None)
                 _boundary()
                 return
             except JobInterrupted:
                 continue
 
-    def interruptible(self) -> bool:
-        """Whether the actor is still running (an async interrupt may be delivered)."""
+    def lease_matters(self) -> bool:
+        """Whether losing the lease now stops a run: not known lost, and the actor running or yet to
+        run (a claim held ahead). Once it returned, the attempt is committing its outcome."""
         with self._lock:
-            return self._in_actor
+            return not self._control.lease_lost and not self._over
+
+    def lose_lease(self) -> bool:
+        """Mark the lease lost if it matters (`lease_matters`); whether it was marked. A run not
+        begun never begins (`enter`); a running one is then interrupted by the caller."""
+        with self._lock:
+            if self._control.lease_lost or self._over:
+                return False
+            self._control.lease_lost = True
+            return True
 
     def interrupt(self, exc: type[BaseException]) -> None:
         """Raise `exc` in the attempt's thread while its actor runs (as Dramatiq's TimeLimit does);

@@ -2,8 +2,9 @@
 
 It also delivers what the answer says: control flags to each running job (so a pause or stop is
 seen within one interval even between checkpoints), a lost lease (the job's thread is interrupted
-so a stale worker stops working), and forced termination of a job still running past its stop
-grace period (an async exception in its thread, as Dramatiq's TimeLimit does).
+so a stale worker stops working; a claim held ahead, not started yet, never starts), and forced
+termination of a job still running past its stop grace period (an async exception in its thread,
+as Dramatiq's TimeLimit does).
 
 On a silent network each renewal is bounded (`renewal_bound`: its connection is cut at the
 deadline, reliable.deadlines) and logged as late with the store's host and how long the leases have
@@ -176,7 +177,7 @@ class Heartbeat:
         with self._lock:
             late = [(job, now - self._renewed_at.get(job.job_id, now)) for job in self._jobs.values()]
         for job, unrenewed in late:
-            if unrenewed < self.lease_ttl or job.lease_lost or not job.interruptible():
+            if unrenewed < self.lease_ttl or not job.lease_matters():
                 continue
             if not self.interrupt_unrenewed:
                 # The default: a store down for every worker hands nothing on (recovery gives holders
@@ -188,7 +189,8 @@ class Heartbeat:
                                    "not answer): it goes on; if other workers reach the store it may be handed on",
                                    job.job_id, job.fencing_token, unrenewed, self.lease_ttl, self.where)
                 continue
-            job.mark_lease_lost()
+            if not job.lose_lease():  # its actor returned meanwhile
+                continue
             logger.error("job %s: lease %d not renewed for %.1fs (lease ttl %.1fs; the store at %s does not answer): "
                          "interrupting its thread, the job is being handed on", job.job_id, job.fencing_token,
                          unrenewed, self.lease_ttl, self.where)
@@ -253,11 +255,12 @@ class Heartbeat:
         with self._lock:
             held = self._jobs.get(job.job_id) is job
         # A job whose actor already returned is committing its outcome (or just did): missing from
-        # the answer, it simply finished between the snapshot and the renewal.
-        if job.lease_lost or not held or not job.interruptible():
+        # the answer, it simply finished between the snapshot and the renewal. One yet to run (a
+        # claim held ahead) is marked too: its run never starts (JobContext.enter).
+        if not held or not job.lose_lease():
             return
-        job.mark_lease_lost()
-        logger.warning("job %s: lease %d lost; interrupting its thread", job.job_id, job.fencing_token)
+        logger.warning("job %s: lease %d lost; interrupting its thread (a run not started never starts)",
+                       job.job_id, job.fencing_token)
         try:  # the renewal was a fenced write that lost: record it like any stale commit
             self.store.record_event(job.job_id, "stale_commit_rejected", worker_id=self.worker_id,
                                     lease_id=job.fencing_token, detail={"write": "heartbeat"})

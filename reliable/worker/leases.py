@@ -3,17 +3,21 @@ thread's running attempt, renewed by the process's heartbeat until its outcome i
 
 `hold` makes a won claim's JobContext (its contract is the one of the job's own queue as the store
 has it, whatever queue delivered it) and hands it to the heartbeat; `start` also ties the actor's
-limits slot to the lease, starts the attempt's span and makes it this thread's delivery's attempt.
+limits slot to the lease, starts the attempt's span and makes it this thread's delivery's attempt,
+unless the lease was lost before (a claim held ahead that waited): then the run never starts and
+the delivery is skipped, as a refused claim's is.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import dramatiq
+from dramatiq.middleware import SkipMessage
 
 from . import delivery, spans
 from .context import JobContext
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 __all__ = ["Leases", "new_attempt_id"]
+
+logger = logging.getLogger("reliable.middleware")
 
 
 class _AttemptIds:
@@ -89,8 +95,19 @@ class Leases:
             context = self.hold(message, won, span_id=span_id)
         else:
             context.adopt(span_id)
+        if not context.enter():
+            self._lost_before_run(message, context)
         self._thread.context = context
-        context.enter()
+
+    def _lost_before_run(self, message: Any, context: JobContext) -> NoReturn:
+        """The lease of a claim not run yet (one held ahead) was lost while it waited: dropped as a
+        lost lease is (nothing written: the lease is another's, or recovery hands the job on), the
+        delivery skipped as a refused claim is (always raises SkipMessage)."""
+        self.release(context)
+        logger.warning("job %s: lease %d lost before its run (claimed ahead); not run, the job is left to "
+                       "its new holder or to recovery", context.job_id, context.fencing_token)
+        message.options["store_results"] = False  # never ran: Results must not store None for it
+        raise SkipMessage("lease_lost")
 
     def release(self, context: JobContext) -> None:
         """Stop renewing the lease of `context`'s attempt (it has ended and its outcome is written)."""

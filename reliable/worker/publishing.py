@@ -27,7 +27,7 @@ from ..compat.pika_internals import publishing_socket
 from ..deadlines import Watchdog
 from ..errors import SendTimedOut
 from ..options import SEND_TIMEOUT
-from .context import _current, _fast_run
+from .context import in_job_run
 
 __all__ = ["PublishDeadlines"]
 
@@ -55,8 +55,7 @@ class PublishDeadlines:
         a job's run the registration waits for the store as the job's writes do: the publish gets
         its own send_timeout from `arm` on.
         """
-        if self._sending.message_id == message.message_id or _current.get() is not None \
-                or _fast_run.get() is not None:
+        if self._sending.message_id == message.message_id or in_job_run():
             return
         self._start(message)
 

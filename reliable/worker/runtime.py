@@ -32,7 +32,7 @@ from ..store.processes import WorkerProcess
 from ..store.replication import check_replication
 from ..store.retrying import retry_while_unavailable
 from .commands import ProcessCommands
-from .context import JobContext, _current, _fast_run
+from .context import JobContext, in_job_run
 from .heartbeat import Heartbeat
 from .processes import exited, register, release_dead_neighbours, this_process
 from .settings import Settings
@@ -254,7 +254,7 @@ class Runtime:
         job's run (an actor sending a child) the job's message is held: it waits like the job's
         other writes (`with_store_retry`), bounded by the lease.
         """
-        if _current.get() is not None or _fast_run.get() is not None:
+        if in_job_run():
             return self.with_store_retry(what, call)
         timeout = self.settings.send_timeout if timeout is None else timeout
         with within(timeout):
@@ -265,7 +265,7 @@ class Runtime:
         """How long a send's store call may wait for other threads' (a group commit's batch): None
         inside a job's run (its writes wait, bounded by the lease, as `send` says), else `timeout`
         or install's send_timeout."""
-        if _current.get() is not None or _fast_run.get() is not None:
+        if in_job_run():
             return None
         return self.settings.send_timeout if timeout is None else timeout
 

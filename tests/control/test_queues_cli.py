@@ -18,6 +18,7 @@ from reliable import queue_pauses
 from reliable.access import ApiTokens
 from reliable.cli.main import cli
 from reliable.store import NewJob, StateStore
+from reliable.store.audit_trail import AuditEntry
 from reliable.web import WebConfig, create_app
 
 from cli_api_server import serve
@@ -67,8 +68,10 @@ def test_pause_list_resume_through_the_store(api_store: StateStore, sqlite_url: 
     assert row["queue"] == "exports" and row["paused"]["reason"] == "bad deploy" and row["by_state"] == {"PENDING": 1}
     assert "bad deploy" in check(run("queues", "list", "--store", sqlite_url)).stdout
     check(run("queues", "resume", "exports", "--reason", "rolled back", "--store", sqlite_url))
-    assert [(e.event, e.operator) for e in queue_pauses.events(api_store, "exports")] == [
-        ("pause", "carol"), ("resume", "carol")]
+    trail = queue_pauses.events(api_store, "exports")
+    assert [(e.event, e.operator) for e in trail] == [("pause", "carol"), ("resume", "carol")]
+    # The one shape of the operators' audit trails (a process's, a limit's), its subject the queue.
+    assert all(type(e) is AuditEntry and e.subject == "exports" for e in trail)
 
 
 def test_an_operators_file_refuses_a_queue_outside_the_scope_audited(api_store: StateStore, sqlite_url: str,

@@ -1,11 +1,13 @@
 """Claims ahead (reliable.worker.ahead) with a real Dramatiq Worker (StubBroker), on SQLite and
 PostgreSQL: which waiting messages are claimed ahead (the selection rule), a thread waiting for the
-batch that claims its job, the hand-back of a claim not taken in time, and a run whose claims ride
-the batches of the claims before them (PostgreSQL's group commit)."""
+batch that claims its job, the hand-back of a claim not taken in time, a run whose claims ride
+the batches of the claims before them (PostgreSQL's group commit), and a claim whose lease is lost
+while it waits, never run."""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,9 +18,11 @@ import pytest
 
 from reliable import queue_pauses
 from reliable.compat.dramatiq_internals import waiting_messages
+from reliable.dispatch import dispatch
+from reliable.errors import LeaseLost
 from reliable.operators import Operator
-from reliable.states import JobStatus
-from reliable.store import Claim
+from reliable.states import Event, JobStatus
+from reliable.store import Claim, StateStore
 from reliable.worker import claim
 from reliable.worker.ahead import Ahead, ClaimsAhead, select
 
@@ -199,3 +203,64 @@ def test_a_hand_back_that_fails_to_release_still_answers_the_waiting_thread() ->
     held: Any = SimpleNamespace(context=SimpleNamespace(job_id="job-1", fencing_token=3))
     durable.hand_back([held], "shutdown")
     assert answered == [("job-1", False)]
+
+
+@pytest.fixture
+def pg_harness(pg_store: StateStore, pg_database: str, policy_file: Path) -> Iterator[Harness]:
+    """One worker thread claiming ahead, on PostgreSQL (claims ahead ride group commit's batches)."""
+    made = make_harness(pg_database, policy_file, threads=1, metrics=False, json_logs=False, claims_ahead=True)
+    made.worker.queue_prefetch = 8
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize("lost", ["expired", "stolen"])
+def test_a_claim_ahead_whose_lease_is_lost_while_it_waits_never_runs(pg_harness: Harness, lost: str) -> None:
+    """Job 2 is claimed ahead with job 1's claim, then its lease is lost while job 1 runs: expired
+    by recovery (the job republished) or taken by a newer claim (another worker's). Its delivery
+    must not run the body under the lost lease: the job runs once, by its new holder."""
+    setup, store, mw = pg_harness, pg_harness.store, pg_harness.middleware
+    runs: Counter[int] = Counter()
+    first_ends, second_ends = threading.Event(), threading.Event()
+
+    @dramatiq.actor
+    def step(n: int) -> None:
+        runs[n] += 1
+        if n < 2:
+            assert (first_ends if n == 0 else second_ends).wait(30)
+
+    first = step.send(0)  # claimed alone: nothing waits behind it yet
+    setup.worker.start()
+    wait_for(lambda: runs[0] == 1, "job 0 running")
+    job_id = [step.send(1), step.send(2)][1].message_id
+    wait_for(lambda: len(waiting_messages(setup.worker)) == 2, "jobs 1 and 2 waiting")
+    first_ends.set()
+    wait_for(lambda: runs[1] == 1, "job 1 running")  # its claim took job 2's ahead (the one thread's limit)
+    heartbeat = mw.runtime.heartbeat
+    assert heartbeat is not None and mw.ahead.claimed == 1
+    [waiting] = [c for c in heartbeat.held() if c.job_id == job_id]
+
+    held = store.get(job_id)
+    expired = store.transition(job_id, Event.LEASE_EXPIRED, expected_version=held.version, lease_id=held.lease_id,
+                               dispatch=lost == "expired")  # what recovery does to an expired lease
+    if lost == "expired":
+        dispatch(setup.broker, expired)  # the new holder: this worker's claim of the republished message
+    else:
+        stolen = store.claim(job_id, worker_id="another-worker", lease_ttl=30)
+    heartbeat.beat_once()  # the renewal finds the lease gone
+    second_ends.set()
+    setup.join()
+
+    assert mw.ahead.taken == 1  # the lost claim's delivery reached it, and skipped it
+    job = store.get(job_id)
+    if lost == "expired":
+        assert runs[2] == 1 and job.status is JobStatus.SUCCEEDED and job.attempt == 2
+        assert [a.outcome for a in store.attempts(job_id)] == ["lease_expired", "succeed"]
+    else:
+        assert runs[2] == 0 and job.status is JobStatus.RUNNING and job.worker_id == "another-worker"
+        with pytest.raises(LeaseLost):  # fencing still refuses the lost lease's late commit
+            store.finish(job_id, waiting.fencing_token, Event.SUCCEED, worker_id=waiting.worker_id)
+        store.finish(job_id, stolen.lease_id, Event.SUCCEED, worker_id="another-worker")
+        assert store.get(job_id).status is JobStatus.SUCCEEDED
+    assert waiting.lease_lost and "stale_commit_rejected" in setup.events(job_id)  # the renewal that lost
+    assert store.get(first.message_id).status is JobStatus.SUCCEEDED

@@ -23,6 +23,7 @@ from reliable.store.sessions import (
     IDLE_IN_TRANSACTION_TIMEOUT,
     MARKER,
     STATEMENT_TIMEOUT,
+    read_at_connect,
     server_settings_sql,
     session_args,
 )
@@ -64,6 +65,18 @@ def settings(store: StateStore) -> tuple[str, str, int]:
                                 "current_setting('idle_in_transaction_session_timeout'), "
                                 "(SELECT count(*) FROM pg_prepared_statements)")).one()
     return str(row[0]), str(row[1]), int(row[2])
+
+
+def test_a_read_at_connect_leaves_the_session_idle_even_when_it_fails(pg_database: str) -> None:
+    """What the connect hooks (the session check, the timeline guard) read: one row, then the
+    session handed to the pool idle, never idle in a transaction (which the server would end)."""
+    url = make_url(pg_database).set(drivername="postgresql")
+    with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
+        assert read_at_connect(conn, "SELECT %(a)s::int, 2", {"a": 1}) == (1, 2)
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            read_at_connect(conn, "SELECT 1 / 0")
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
 
 
 def test_a_direct_store_runs_under_the_bounds(pg_database: str) -> None:

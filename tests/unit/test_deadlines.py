@@ -8,6 +8,7 @@ import logging
 import socket
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -15,8 +16,10 @@ import pytest
 from reliable.deadlines import Watchdog, cut_socket, deadline, remaining, within
 from reliable.errors import LeaseLostInterrupt, StoreUnavailable
 from reliable.states import JobStatus
+from reliable.store import Claim
 from reliable.store.records import LeaseStatus
 from reliable.testing import wait_for
+from reliable.worker.context import JobContext
 from reliable.worker.heartbeat import MIN_RENEWAL_BOUND, Heartbeat, renewal_bound
 
 
@@ -62,8 +65,12 @@ class FakeJob:
     lease_lost: bool = False
     interrupts: list[type[BaseException]] = field(default_factory=list)
 
-    def interruptible(self) -> bool:
-        return True
+    def lease_matters(self) -> bool:
+        return not self.lease_lost
+
+    def lose_lease(self) -> bool:
+        lost, self.lease_lost = self.lease_lost, True
+        return not lost
 
     def mark_lease_lost(self) -> None:
         self.lease_lost = True
@@ -127,6 +134,35 @@ def test_a_job_whose_lease_went_unrenewed_for_a_ttl_is_interrupted_and_its_histo
     [(job_id, event, fields)] = store.events
     assert (job_id, event, fields["lease_id"]) == ("j1", "lease_unrenewed", 1)
     assert "handed on" in fields["reason"] and fields["detail"] == {"unrenewed_for": 4.0}
+
+
+def test_a_claim_not_run_yet_whose_lease_went_unrenewed_for_a_ttl_never_starts() -> None:
+    """A claim held ahead (reliable.worker.ahead) waits for its thread: once the heartbeat gave its
+    lease up, its run must not start (`enter` refuses), while one that ran and returned is left be."""
+    now = [0.0]
+    store = FlakyStore()
+    heartbeat = Heartbeat(cast(Any, store), worker_id="w", interval=1.0, lease_ttl=4.0, clock=lambda: now[0])
+    waiting, returned = attempt("ahead", 1), attempt("done", 2)
+    assert returned.enter()
+    returned.leave()  # its actor returned: it is committing its outcome
+    for job in (waiting, returned):
+        heartbeat.add(job)
+    store.down = True
+    now[0] = 4.0
+    heartbeat.beat_once()
+    assert waiting.lease_lost and not returned.lease_lost
+    assert not waiting.enter()  # never started
+    store.down = False
+    now[0] = 5.0
+    heartbeat.beat_once()
+    assert [(job_id, event) for job_id, event, _ in store.events] == [("ahead", "lease_unrenewed")]
+
+
+def attempt(job_id: str, lease_id: int) -> JobContext:
+    """A real attempt of a won claim, not started (the heartbeat only renews and marks it)."""
+    won = Claim(cast(Any, SimpleNamespace(job_id=job_id, checkpoint=None, lease_id=lease_id,
+                                          attempt_id=f"{job_id}-attempt")))
+    return JobContext(cast(Any, None), won, cast(Any, None), worker_id="w", lease_ttl=4.0)
 
 
 def test_a_renewal_is_bounded_by_one_interval_and_never_less_than_the_floor() -> None:
