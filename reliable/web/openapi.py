@@ -201,6 +201,11 @@ _WORKER = {"name": "worker_id", "in": "path", "required": True, "schema": {"type
 _PATHS["/api/v1/workers/{worker_id}/quiet"] = {"post": {
     **_worker_command("quiet", "quiet a worker process: it takes no new message and finishes the running ones "
                                "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
+_PATHS["/api/v1/workers/{worker_id}/resume"] = {"post": {
+    **_worker_command("resume", "resume a quiet worker process: it takes messages again (picked up by its next "
+                                "heartbeat)"), "parameters": [_WORKER]}}
+_PATHS["/api/v1/workers/{worker_id}/resume"]["post"]["responses"]["409"] = {
+    **_ERROR, "description": "the process has exited, or is not quiet (no command, or told to stop)"}
 _PATHS["/api/v1/workers/{worker_id}/stop"] = {"post": {
     **_worker_command("stop", "stop a worker process: it finishes its running jobs and exits, as on SIGTERM "
                               "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
@@ -441,8 +446,9 @@ _SCHEMAS["BusyThread"] = _object({"thread": {**_N_STR, "description": "null: the
 _SCHEMAS["WorkerCommandRequest"] = _object({"reason": {"type": "string", "description": "why (required, audited)"}},
                                            ["reason"], additionalProperties=False)
 _SCHEMAS["WorkerCommandResult"] = _object({
-    "worker_id": {"type": "string"}, "command": {"type": "string", "enum": ["quiet", "stop"]},
-    "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already"},
+    "worker_id": {"type": "string"}, "command": {"type": "string", "enum": ["quiet", "resume", "stop"]},
+    "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already (a resume "
+                                                  "of a process not quiet is a 409)"},
     "operator": {"type": "string"}})
 _SCHEMAS["WorkerProcess"] = _object({
     "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
@@ -458,7 +464,8 @@ _SCHEMAS["WorkerProcess"] = _object({
     "slot": {**_N_INT, "description": "its slot in its `reliable worker` supervisor"},
     "restarts": {**_N_INT, "description": "children its supervisor's slot had before it (null: no supervisor)"},
     "command": {"type": ["string", "null"], "enum": ["quiet", "stop", None],
-                "description": "the last operator command (reliable.process_commands)"},
+                "description": "the last operator command (reliable.process_commands; null again "
+                                               "after a resume)"},
     "command_at": _N_NUM, "command_operator": _N_STR, "command_reason": _N_STR,
     "command_seen_at": {**_N_NUM, "description": "when its heartbeat picked the command up"},
     "quiet": {"type": "boolean", "description": "told to take no new message (quiet or stop)"},
