@@ -28,7 +28,7 @@ from .errors import ConfigError, ControlRefused, NotAuthorized, ProcessNotFound
 from .inputs import MAX_NAME, escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
 from .store import StoreCore
-from .store.process_commands import COMMANDS, add_event, clear_quiet, set_command
+from .store.process_commands import COMMANDS, SetOutcome, add_event, clear_quiet, set_command
 from .store.processes import WorkerProcess, get_process
 
 __all__ = ["COMMANDS", "VERBS", "allowed", "check_worker_id", "command", "policy_queues"]
@@ -93,7 +93,7 @@ def command(store: StoreCore, worker_id: str, verb: str, *, reason: str | None, 
         if resumed == "not_quiet":
             raise ControlRefused(f"{who} is not quiet: nothing to resume",
                                  hint="it takes messages already: refresh the workers page")
-        outcome = "set" if resumed == "resumed" else resumed
+        outcome: SetOutcome = "set" if resumed == "resumed" else resumed
     else:
         outcome = set_command(store, process.worker_id, verb, operator=identity.name, host=identity.host,
                               source=identity.source, reason=reason)

@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "web": ("reliable.cli.web:web", "Serve the HTTP API and the web console."),
     "worker": ("reliable.cli.worker:worker",
                "Run Dramatiq worker processes; restart a crashed one, recycle, report in metrics."),
-    "workers": ("reliable.cli.workers:workers", "Worker processes on record: list."),
+    "workers": ("reliable.cli.workers:workers", "Worker processes: list (busy threads), quiet, resume, stop."),
     "workflow": ("reliable.cli.workflow:workflow",
                  "Workflows (DAGs of jobs): list, show, pause, stop, cancel, resume only what failed, restart."),
 }

@@ -20,7 +20,8 @@ from .audit_trail import AuditEntry, entry, latest
 from .core import StoreCore
 from .schema import process_events, worker_processes
 
-__all__ = ["COMMANDS", "ResumeOutcome", "SetOutcome", "add_event", "clear_quiet", "list_events", "report", "set_command"]
+__all__ = ["COMMANDS", "ResumeOutcome", "SetOutcome", "add_event", "clear_quiet", "list_events", "report",
+           "set_command"]
 
 #: The commands a worker process acts on: quiet (take no new message, finish the running ones) and
 #: stop (a graceful shutdown), in the order they may follow each other.
