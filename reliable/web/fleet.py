@@ -34,6 +34,7 @@ from ..store.processes import LIVE_WITHIN
 from ..store.worker_views import EXITED_SHOWN, MAX_PAGE, PAGE, Fleet, fleet
 from .auth import authenticate, state_of
 from .bodies import command_body
+from .inputs import query_cursor, query_int, query_one
 
 __all__ = ["PARAMS", "routes"]
 
@@ -41,21 +42,14 @@ __all__ = ["PARAMS", "routes"]
 PARAMS = ("host", "exited", "limit", "cursor")
 
 
-def _count(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name, str(default))
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise HTTPException(400, f"parameter {name!r} must be an integer from {low} to {high}, not {raw!r}")
-    return int(raw)
-
-
 def _read(request: Request) -> Fleet:
     for name in request.query_params:
         if name not in PARAMS:
             raise HTTPException(400, f"unknown parameter {name!r} (known: {', '.join(PARAMS)})")
-    host = request.query_params.get("host") or None
-    exited = _count(request, "exited", EXITED_SHOWN, 0, 1000)
-    limit = _count(request, "limit", PAGE, 1, MAX_PAGE)
-    cursor = request.query_params.get("cursor") or None
+    host = query_one(request, "host") or None
+    exited = query_int(request, "exited", EXITED_SHOWN, 1000, low=0)
+    limit = query_int(request, "limit", PAGE, MAX_PAGE)
+    cursor = query_cursor(request)
     return functools.partial(fleet, state_of(request).store, host=host, exited=exited, limit=limit,
                              cursor=cursor)()
 
