@@ -9,6 +9,7 @@ reference; `reliable.web.openapi` describes the same routes as an OpenAPI docume
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -266,17 +267,20 @@ async def overview_figures(request: Request) -> JSONResponse:
 
 
 async def alert_list(request: Request) -> JSONResponse:
-    """GET /api/v1/alerts: every alert, optionally of one state: the store evaluator's (reliable_alerts)
-    and those Alertmanager holds (Prometheus'), each with its `source`; `alertmanager` says whether
-    Alertmanager was read (`error` when it was not: the list then lacks Prometheus' alerts)."""
-    from .console_alerts import all_alerts
+    """GET /api/v1/alerts: a page (?limit=, ?cursor=) of the alerts, optionally of one state: the store
+    evaluator's (reliable_alerts) and those Alertmanager holds (Prometheus'), each with its `source`,
+    `next_cursor` and `total`; `alertmanager` says whether Alertmanager was read (`error` when it was
+    not: the list then lacks Prometheus' alerts)."""
+    from .console_alerts import all_alerts, page_params
 
     await authenticate(request)
-    _check_known(request, ("state",))
+    _check_known(request, ("state", "limit", "cursor"))
+    limit, cursor = page_params(request)
     wanted = query_one(request, "state")
     if wanted is not None and wanted.lower() not in ALERT_STATES:
         raise _bad(f"parameter 'state' must be one of {', '.join(ALERT_STATES)}, not {wanted!r}")
-    return JSONResponse(await run_in_threadpool(all_alerts, request, wanted and wanted.lower()))
+    return JSONResponse(await run_in_threadpool(functools.partial(all_alerts, request, wanted and wanted.lower(),
+                                                                  limit=limit, cursor=cursor)))
 
 
 async def whoami(request: Request) -> JSONResponse:

@@ -24,6 +24,8 @@ from ..store import JobEvent
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 from .auth import authenticate
 from .bodies import MAX_BODY_BYTES
+from .console_alerts import MAX_PAGE as ALERT_MAX_PAGE
+from .console_alerts import PAGE as ALERT_PAGE
 from .openapi_flows import FLOW_PATHS, FLOW_SCHEMAS  # c28-flows: workflows and schedules
 
 __all__ = ["COMMAND_PATHS", "document", "openapi_document", "routes"]
@@ -141,9 +143,13 @@ _PATHS: dict[str, Any] = {
                            _ref("QueueList"), operationId="queues"),
     "/api/v1/overview": _get("counts per state and queue, dead letters, review, per-minute series",
                              _ref("Overview"), operationId="overview"),
-    "/api/v1/alerts": _get("the alerts the evaluator keeps", _ref("AlertList"),
+    "/api/v1/alerts": _get("a page of the alerts (the store evaluator's and Alertmanager's), firing first",
+                           _ref("AlertList"),
                            [_q("state", "only alerts in this state",
-                               {"type": "string", "enum": list(ALERT_STATES)})],
+                               {"type": "string", "enum": list(ALERT_STATES)}),
+                            _q("limit", "alerts per page", {"type": "integer", "minimum": 1,
+                                                            "maximum": ALERT_MAX_PAGE, "default": ALERT_PAGE}),
+                            _q("cursor", "the next_cursor of the previous page", {"type": "string"})],
                            operationId="alerts"),
     "/api/v1/operations": {
         "post": {"summary": "count the jobs a filter selects for a bulk command; confirm to run it",
@@ -412,7 +418,9 @@ _SCHEMAS: dict[str, Any] = {
         "state": {"type": "string", "enum": list(ALERT_STATES)}, "pending_since": _N_NUM,
         "starts_at": _N_NUM, "ends_at": _N_NUM, "last_evaluated_at": _N_NUM, "last_sent_at": _N_NUM,
         "next_send_at": _N_NUM, "send_attempts": {"type": "integer"}, "last_error": _N_STR}),
-    "AlertList": _object({"alerts": {"type": "array", "items": _ref("Alert")}}),
+    "AlertList": _object({"alerts": {"type": "array", "items": _ref("Alert")},
+                          "next_cursor": {**_N_STR, "description": "null: the last page"},
+                          "total": {"type": "integer", "description": "alerts listed over every page"}}),
     "OperationRequest": _object({
         "command": {"type": "string", "enum": _COMMANDS}, "filter": _FILTER, **_COMMAND_BODY,
         "options": {"type": "object", "description": "command options: allow_duplicate_side_effects, resolution",
