@@ -306,7 +306,8 @@ class ListView:
 VIEWS = {
     "jobs": ListView("jobs", "Jobs"),
     "dlq": ListView("dlq", "Dead letters", (JobStatus.DEAD,), True,
-                    "DEAD jobs not discarded: requeue or restart them, or discard them."),
+                    "DEAD jobs not discarded: requeue or restart them, or discard them (purge: the same "
+                    "command; their rows go with retention, reliable db prune --state dead)."),
     "review": ListView("review", "Review", (JobStatus.REVIEW,), False,
                        "Jobs whose side effect is uncertain: check the downstream system, then reconcile."),
 }

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from .. import __version__
 from ..disclosure import EVENT_FIELDS, Kind
 from ..operations import STATUSES
+from ..operators import SYNONYMS
 from ..states import JobStatus
 from ..store import JobEvent
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
@@ -101,7 +102,7 @@ def _get(summary: str, schema: dict[str, Any], params: list[dict[str, Any]] | No
 def _command(command: str) -> dict[str, Any]:
     body = _ref("ReconcileRequest" if command == "reconcile" else "RestartRequest"
                 if command in ("restart", "requeue", "retry") else "CommandRequest")
-    summary = {"retry": "requeue (the same command)"}.get(command, command)
+    summary = {alias: f"{canonical} (the same command)" for alias, canonical in SYNONYMS.items()}.get(command, command)
     return {"post": {"summary": f"{summary} one job", "operationId": f"job_{command}", "parameters": [_JOB_ID],
                      "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
                      "responses": {"200": _json(_ref("CommandResult")), **_COMMAND_ERRORS, **_TOO_LARGE}}}

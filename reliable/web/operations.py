@@ -71,7 +71,7 @@ async def create(request: Request) -> JSONResponse:
     command, flt, options = body.get("command"), body.get("filter"), body.get("options") or {}
     if not isinstance(command, str):
         raise ConfigError("command is required: pause, stop, cancel, resume, restart, requeue (retry), "
-                          "reconcile or discard")
+                          "reconcile (resolve) or discard (purge)")
     if not isinstance(flt, dict) or not isinstance(options, dict):
         raise ConfigError("filter (and options, when given) must be JSON objects")
     reason = body.get("reason")
