@@ -12,8 +12,17 @@ from rich.table import Table
 
 from ..durations import format_duration
 from ..errors import NotAuthorized
-from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from .common import REASON, emit_json, fmt_time, handle_errors, open_source, print_table, source_options, stdout_console
+from ..operators import Operator, OperatorsPolicy
+from .common import (
+    audited_options,
+    emit_json,
+    fmt_time,
+    handle_errors,
+    open_source,
+    print_table,
+    source_options,
+    stdout_console,
+)
 
 __all__ = ["EXIT_REFUSED", "EXIT_UNCHANGED", "queues"]
 
@@ -68,16 +77,8 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, as
     print_table(stdout_console(), table)
 
 
-def _options(func: Any) -> Any:
-    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
-    func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
-                        show_envvar=True,
-                        help="Operators policy (YAML): needs the command pause/resume on the queue (for jobs "
-                             "of any owner). With --api the server's policy applies.")(func)
-    func = click.option("--operator", "operator_name",
-                        help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]; "
-                             "with --api the token's name.")(func)
-    return click.option("--reason", type=REASON, help="Why (required); recorded in the queue's audit trail.")(func)
+_options = audited_options("needs the command pause/resume on the queue (for jobs of any owner).",
+                           "the queue's audit trail", api=True)
 
 
 def _set(command: str, queue: str, store_url: str | None, api_url: str | None, token_file: str | None,

@@ -12,9 +12,9 @@ import click
 from rich.table import Table
 
 from ..errors import ControlRefused
-from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
+from ..operators import Operator, OperatorsPolicy
 from .common import (
-    REASON,
+    audited_options,
     emit_json,
     fmt_time,
     handle_errors,
@@ -105,17 +105,8 @@ def _command(row: dict[str, Any]) -> str:
     return f"{row['command']} by {row['command_operator']}: {row['command_reason']}{seen}"
 
 
-def _options(func: Any) -> Any:
-    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
-    func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
-                        show_envvar=True,
-                        help="Operators policy (YAML): quiet needs the command pause, resume resume and stop stop "
-                             "on every queue of the process (\"*\" for one consuming every queue). With --api the "
-                             "server's policy applies.")(func)
-    func = click.option("--operator", "operator_name",
-                        help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]; "
-                             "with --api the token's name.")(func)
-    return click.option("--reason", type=REASON, help="Why (required); recorded in the process's audit trail.")(func)
+_options = audited_options("quiet needs the command pause, resume resume and stop stop on every queue of the "
+                           "process (\"*\" for one consuming every queue).", "the process's audit trail", api=True)
 
 
 def _command_process(verb: str, worker_id: str, store_url: str | None, api_url: str | None, token_file: str | None,
