@@ -59,6 +59,7 @@ __all__ = [
     "repeat",
     "resolve_job_id",
     "resolve_job_ids",
+    "run_audited",
     "source_options",
     "state_option",
     "stdout_console",
@@ -198,6 +199,30 @@ def audited_options(policy_help: str, trail: str, *, api: bool = False) -> Calla
         return click.option("--reason", type=REASON, help=f"Why (required); recorded in {trail}.")(func)
 
     return decorate
+
+
+def run_audited(source: Any, on_store: Callable[[StateStore], dict[str, Any]], api_path: str, reason: str | None, *,
+                refusals: tuple[type[Exception], ...], statuses: tuple[int, ...], exit_code: int) -> dict[str, Any]:
+    """Run a command audited on its object through `source` (`open_source`): `on_store(store)`, or POST
+    `api_path` with the reason; its JSON-ready result. A refusal (`on_store` raising one of `refusals`,
+    the API answering one of `statuses`) is printed on stderr and exits `exit_code`."""
+    if isinstance(source, StateStore):
+        try:
+            return on_store(source)
+        except refusals as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exit_code)
+    from .api_client import ApiError
+
+    with source:
+        try:
+            answer: dict[str, Any] = source.request("POST", api_path, body={"reason": reason})
+            return answer
+        except ApiError as exc:
+            if exc.status not in statuses:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exit_code)
 
 
 #: Any duration (zero allowed), and one that must be longer than zero (an interval).

@@ -20,6 +20,7 @@ from .common import (
     handle_errors,
     open_source,
     print_table,
+    run_audited,
     source_options,
     stdout_console,
 )
@@ -87,31 +88,20 @@ def _set(command: str, queue: str, store_url: str | None, api_url: str | None, t
     from ..store import StateStore
 
     require_reason(f"queues {command}", reason)
-    source = open_source(store_url, api_url, token_file)
-    if isinstance(source, StateStore):
+
+    def on_store(store: StateStore) -> dict[str, Any]:
         from .. import queue_pauses
 
         operator = Operator.resolve(operator_name)
         act = queue_pauses.pause if command == "pause" else queue_pauses.resume
-        try:
-            changed = act(source, queue, reason=reason, identity=operator,
-                          operators=OperatorsPolicy.load(operators_file) if operators_file else None)
-        except NotAuthorized as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_REFUSED)
-        result: dict[str, Any] = {"queue": queue, "command": command, "changed": changed,
-                                  "paused": command == "pause", "operator": operator.name}
-    else:
-        from .api_client import ApiError
+        changed = act(store, queue, reason=reason, identity=operator,
+                      operators=OperatorsPolicy.load(operators_file) if operators_file else None)
+        return {"queue": queue, "command": command, "changed": changed, "paused": command == "pause",
+                "operator": operator.name}
 
-        with source:
-            try:
-                result = source.request("POST", f"queues/{quote(queue, safe='')}/{command}", body={"reason": reason})
-            except ApiError as exc:
-                if exc.status != 403:
-                    raise
-                click.echo(f"error: {exc}", err=True)
-                sys.exit(EXIT_REFUSED)
+    result = run_audited(open_source(store_url, api_url, token_file), on_store,
+                         f"queues/{quote(queue, safe='')}/{command}", reason, refusals=(NotAuthorized,),
+                         statuses=(403,), exit_code=EXIT_REFUSED)
     if as_json:
         emit_json(result)
     elif not result["changed"]:

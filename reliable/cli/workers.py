@@ -21,6 +21,7 @@ from .common import (
     id_column,
     open_source,
     print_table,
+    run_audited,
     source_options,
     stdout_console,
 )
@@ -116,31 +117,19 @@ def _command_process(verb: str, worker_id: str, store_url: str | None, api_url: 
     from ..store import StateStore
 
     require_reason(f"workers {verb}", reason)
-    source = open_source(store_url, api_url, token_file)
-    if isinstance(source, StateStore):
+
+    def on_store(store: StateStore) -> dict[str, Any]:
         from .. import process_commands
 
         operator = Operator.resolve(operator_name)
-        try:
-            changed = process_commands.command(
-                source, worker_id, verb, reason=reason, identity=operator,
-                operators=OperatorsPolicy.load(operators_file) if operators_file else None)
-        except ControlRefused as exc:  # refused by the policy (audited), exited, or (resume) not quiet
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_REFUSED)
-        result: dict[str, Any] = {"worker_id": worker_id, "command": verb, "changed": changed,
-                                  "operator": operator.name}
-    else:
-        from .api_client import ApiError
+        changed = process_commands.command(store, worker_id, verb, reason=reason, identity=operator,
+                                           operators=OperatorsPolicy.load(operators_file) if operators_file else None)
+        return {"worker_id": worker_id, "command": verb, "changed": changed, "operator": operator.name}
 
-        with source:
-            try:
-                result = source.request("POST", f"workers/{quote(worker_id, safe='')}/{verb}", body={"reason": reason})
-            except ApiError as exc:
-                if exc.status not in (403, 409):
-                    raise
-                click.echo(f"error: {exc}", err=True)
-                sys.exit(EXIT_REFUSED)
+    # refused by the policy (audited), an exited process or (resume) one not quiet: ControlRefused, 403 or 409
+    result = run_audited(open_source(store_url, api_url, token_file), on_store,
+                         f"workers/{quote(worker_id, safe='')}/{verb}", reason, refusals=(ControlRefused,),
+                         statuses=(403, 409), exit_code=EXIT_REFUSED)
     if as_json:
         emit_json(result)
     elif not result["changed"]:
