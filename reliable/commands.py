@@ -49,8 +49,9 @@ QUEUE_COMMANDS: Mapping[str, str] = {"queues pause": "pause", "queues resume": "
 
 #: The commands on a worker process (reliable.process_commands) and the operators-policy command each
 #: is checked as, on every queue the process consumes ("*" for a process consuming every queue):
-#: quieting a process pauses the intake of its queues, stopping it stops the jobs it would run.
-PROCESS_COMMANDS: Mapping[str, str] = {"workers quiet": "pause", "workers stop": "stop"}
+#: quieting a process pauses the intake of its queues, resuming it resumes that intake (as a queue's
+#: resume), stopping it stops the jobs it would run.
+PROCESS_COMMANDS: Mapping[str, str] = {"workers quiet": "pause", "workers resume": "resume", "workers stop": "stop"}
 
 #: An operator's change of an actor's concurrency limit (reliable.limits.operator), checked as the
 #: policy's `pause` on the actor's queue ("*" when no job of it is known): it holds back its jobs to come.

@@ -282,7 +282,8 @@ class Operations:
         """
         name = ALIASES.get(command, command)
         if name not in COMMANDS:
-            raise ConfigError(f"unknown command {command!r} (known: {', '.join(sorted(COMMANDS))}, retry)")
+            raise ConfigError(f"unknown command {command!r} (known: {', '.join(sorted(COMMANDS))}; aliases: "
+                              f"{', '.join(f'{a} ({c})' for a, c in sorted(ALIASES.items()))})")
         require_reason(name, reason)
         check_reason_text(name, reason)
         assert reason is not None

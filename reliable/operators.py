@@ -46,8 +46,10 @@ __all__ = ["COMMANDS", "COMMAND_ORDER", "ENV_OPERATOR", "SYNONYMS", "Operator", 
 #: Every operator command, in the order a console lists them.
 COMMAND_ORDER: tuple[str, ...] = ("pause", "stop", "cancel", "resume", "restart", "requeue", "reconcile", "discard")
 COMMANDS: frozenset[str] = frozenset(COMMAND_ORDER)
-#: Other names of commands: `retry` is requeue, `resolve` is reconcile.
-SYNONYMS: Mapping[str, str] = {"retry": "requeue", "resolve": "reconcile"}
+#: Other names of commands: `retry` is requeue, `resolve` is reconcile, `purge` is discard (what Sidekiq
+#: and Oban call clearing dead jobs: here they leave the dead letters, counted, confirmed and audited,
+#: and their rows go with retention, `reliable db prune`; docs/console.md, "Dead letters").
+SYNONYMS: Mapping[str, str] = {"retry": "requeue", "resolve": "reconcile", "purge": "discard"}
 
 #: Environment variable naming the operator when --operator is not given.
 ENV_OPERATOR = "RELIABLE_OPERATOR"

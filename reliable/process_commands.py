@@ -9,9 +9,14 @@ back to RabbitMQ); a `reliable worker` child leaves with `exits.CHILD_STOPPED` a
 starts a fresh child in its slot (a stop is not a crash). A process sees its command within one
 heartbeat interval (`reliable.worker.commands`).
 
-Both are audited in `reliable_process_events` (who, when, from where, why), and so is a command the
-operators policy refuses (`command_refused`): a process command is checked as the policy's `pause`
-(quiet) or `stop` on every queue the process consumes ("*" when it consumes every queue,
+`resume` takes a quiet off: the process's next heartbeat reads no command and it takes messages
+again (its deliveries put off meanwhile come back at their next try, as a resumed queue's do). Only a
+quiet process can be resumed: one with no command, or told to stop (a stop is never taken back), is
+ControlRefused (HTTP 409) saying which.
+
+All three are audited in `reliable_process_events` (who, when, from where, why), and so is a command
+the operators policy refuses (`command_refused`): a process command is checked as the policy's `pause`
+(quiet), `resume` or `stop` on every queue the process consumes ("*" when it consumes every queue,
 `commands.PROCESS_COMMANDS`). Every command needs a reason. A process marked exited cannot be
 commanded (ControlRefused: HTTP 409); an unknown worker id is ProcessNotFound (HTTP 404).
 """
@@ -23,10 +28,14 @@ from .errors import ConfigError, ControlRefused, NotAuthorized, ProcessNotFound
 from .inputs import MAX_NAME, escape_controls, text_problem
 from .operators import Operator, OperatorsPolicy
 from .store import StoreCore
-from .store.process_commands import COMMANDS, add_event, set_command
+from .store.process_commands import COMMANDS, SetOutcome, add_event, clear_quiet, set_command
 from .store.processes import WorkerProcess, get_process
 
-__all__ = ["COMMANDS", "allowed", "check_worker_id", "command", "policy_queues"]
+__all__ = ["COMMANDS", "VERBS", "allowed", "check_worker_id", "command", "policy_queues"]
+
+#: Every command an operator gives a process: the ones it acts on (COMMANDS: quiet, stop) and resume,
+#: which takes a quiet off.
+VERBS: tuple[str, ...] = ("quiet", "resume", "stop")
 
 
 def check_worker_id(worker_id: str) -> str:
@@ -44,19 +53,19 @@ def policy_queues(process: WorkerProcess) -> tuple[str, ...]:
 
 
 def allowed(policy: OperatorsPolicy, name: str, verb: str, process: WorkerProcess) -> bool:
-    """Whether `name` may `verb` (quiet, stop) `process` (for buttons; `command` decides)."""
+    """Whether `name` may `verb` (quiet, resume, stop) `process` (for buttons; `command` decides)."""
     what = PROCESS_COMMANDS[f"workers {verb}"]
     return all(policy.allows(name, what, queue, None) for queue in policy_queues(process))
 
 
 def command(store: StoreCore, worker_id: str, verb: str, *, reason: str | None, identity: Operator,
             operators: OperatorsPolicy | None = None) -> bool:
-    """Quiet or stop (`verb`) the process `worker_id` as `identity` (audited); False when it already had
-    that command (or a stop). ProcessNotFound when no such process is on record; NotAuthorized (audited
-    as `command_refused`) unless the operators policy allows it on every queue of the process;
-    ControlRefused when the process has exited."""
-    if verb not in COMMANDS:
-        raise ConfigError(f"field 'command': unknown process command {verb!r} (known: {', '.join(COMMANDS)})")
+    """Quiet, resume or stop (`verb`) the process `worker_id` as `identity` (audited); False when it
+    already had that command (or a stop: quiet and stop only). ProcessNotFound when no such process is
+    on record; NotAuthorized (audited as `command_refused`) unless the operators policy allows it on
+    every queue of the process; ControlRefused when the process has exited, or (resume) is not quiet."""
+    if verb not in VERBS:
+        raise ConfigError(f"field 'command': unknown process command {verb!r} (known: {', '.join(VERBS)})")
     name = f"workers {verb}"
     check_worker_id(worker_id)
     require_reason(name, reason)
@@ -74,11 +83,22 @@ def command(store: StoreCore, worker_id: str, verb: str, *, reason: str | None, 
             add_event(store, worker_id, "command_refused", operator=identity.name, host=identity.host,
                       source=identity.source, reason=escape_controls(reason), detail={"command": name, "why": str(exc)})
         raise
-    outcome = set_command(store, process.worker_id, verb, operator=identity.name, host=identity.host,
-                          source=identity.source, reason=reason)
+    who = f"worker process {worker_id} (pid {process.pid} on {process.host})"
+    if verb == "resume":
+        resumed = clear_quiet(store, process.worker_id, operator=identity.name, host=identity.host,
+                              source=identity.source, reason=reason)
+        if resumed == "stopping":
+            raise ControlRefused(f"{who} is stopping, not quiet: a stop is not taken back",
+                                 hint="a fresh process takes its place (under a supervisor)")
+        if resumed == "not_quiet":
+            raise ControlRefused(f"{who} is not quiet: nothing to resume",
+                                 hint="it takes messages already: refresh the workers page")
+        outcome: SetOutcome = "set" if resumed == "resumed" else resumed
+    else:
+        outcome = set_command(store, process.worker_id, verb, operator=identity.name, host=identity.host,
+                              source=identity.source, reason=reason)
     if outcome == "missing":
         raise ProcessNotFound(process.worker_id)
     if outcome == "exited":
-        raise ControlRefused(f"worker process {worker_id} (pid {process.pid} on {process.host}) has exited",
-                             hint="nothing to quiet or stop: refresh the workers page")
+        raise ControlRefused(f"{who} has exited", hint=f"nothing to {verb}: refresh the workers page")
     return outcome == "set"

@@ -13,7 +13,12 @@ import dramatiq
 import pika
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
+import reliable
+
 APPS = Path(__file__).parent / "integration" / "apps"
+#: The tree whose `reliable` this test run imports: a worker process imports the same one (not the
+#: copy an editable install points at, when the tests run from another checkout).
+TREE = Path(reliable.__file__).resolve().parent.parent
 
 
 def purge(rabbitmq_url: str, queue: str) -> int:
@@ -53,7 +58,8 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dramatiq", app, "-p", str(processes), "-t", str(threads),
              "-Q", env["RELIABLE_TEST_QUEUE"]],
-            cwd=app_dir, env={**os.environ, **env, "PYTHONPATH": str(app_dir)}, stdout=self._log,
+            cwd=app_dir, env={**os.environ, **env, "PYTHONPATH": os.pathsep.join((str(app_dir), str(TREE)))},
+            stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True,
         )
 

@@ -5,19 +5,31 @@ A store alert Alertmanager also holds (the same label set: Alertmanager dedups b
 once, as the store's, marked `in_alertmanager`. An Alertmanager alert no store row has is listed
 with `source` "prometheus" (its generatorURL names the Prometheus expression) or "alertmanager"
 (sent by something else), `state` "firing" (active) or "suppressed" (silenced or inhibited).
+
+`page_alerts` orders the list (firing first, then pending, suppressed, resolved; the newest first in
+each; source and fingerprint break ties, so the order is total) and cuts a page after a cursor: the
+last row's sort key, opaque to callers. Alertmanager has no paging of its own, so each page is cut
+from the whole merged list (read once per request, as before).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..errors import ConfigError
 from ..isotime import parse_time_text
 from .lifecycle import bounded_labels
 from .model import fingerprint
 
-__all__ = ["SOURCES", "merge_alerts"]
+__all__ = ["ORDER", "SOURCES", "merge_alerts", "page_alerts"]
+
+#: The order alerts are listed in: firing first.
+ORDER = ("firing", "pending", "suppressed", "resolved")
 
 #: Where a listed alert comes from.
 SOURCES = ("store", "prometheus", "alertmanager")
@@ -63,3 +75,34 @@ def merge_alerts(store_rows: Iterable[Mapping[str, Any]],
                     "in_alertmanager": None if held is None else bool(prints & held_prints)})
     out.extend(row for row in held_rows if row["fingerprint"] not in mine)
     return out
+
+
+def _key(row: Mapping[str, Any]) -> tuple[int, float, str, str]:
+    state = row.get("state")
+    return (ORDER.index(state) if state in ORDER else len(ORDER),
+            -float(row.get("starts_at") or row.get("pending_since") or 0.0), str(row.get("source") or ""),
+            str(row.get("fingerprint") or ""))
+
+
+def _cursor(key: tuple[int, float, str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode().rstrip("=")
+
+
+def _after(cursor: str) -> tuple[int, float, str, str]:
+    try:
+        rank, start, source, print_ = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        return int(rank), float(start), str(source), str(print_)
+    except (ValueError, TypeError, binascii.Error):
+        raise ConfigError(f"parameter 'cursor': {cursor!r} is not a next_cursor of the alerts listing") from None
+
+
+def page_alerts(alerts: Sequence[Mapping[str, Any]], *, limit: int,
+                cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """The page of `alerts` after `cursor` (None: the first), at most `limit` rows in the listing's
+    order, and the next page's cursor (None on the last page). ConfigError naming 'cursor' for a
+    cursor this function did not make."""
+    after = None if cursor is None else _after(cursor)
+    ordered = sorted(alerts, key=_key)
+    rows = [dict(row) for row in ordered if after is None or _key(row) > after]
+    page = rows[:limit]
+    return page, _cursor(_key(page[-1])) if len(rows) > limit else None

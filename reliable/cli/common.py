@@ -46,6 +46,7 @@ __all__ = [
     "STATE_CHOICE",
     "Duration",
     "api_option",
+    "audited_options",
     "emit_json",
     "fmt_time",
     "handle_errors",
@@ -58,6 +59,7 @@ __all__ = [
     "repeat",
     "resolve_job_id",
     "resolve_job_ids",
+    "run_audited",
     "source_options",
     "state_option",
     "stdout_console",
@@ -178,6 +180,50 @@ class HumanText(click.ParamType):  # type: ignore[type-arg]  # generic in recent
 
 #: The --reason of every command: at most MAX_TEXT characters.
 REASON = HumanText()
+
+def audited_options(policy_help: str, trail: str, *, api: bool = False) -> Callable[[F], F]:
+    """--reason, --operator, --operators-file and --json of a command audited on its object (a queue, a
+    worker process, a schedule): `policy_help` says what the operators policy must allow, `trail`
+    whose audit trail records the reason; `api`: the command also runs through --api."""
+    api_policy = " With --api the server's policy applies." if api else ""
+    api_name = "; with --api the token's name" if api else ""
+    from ..operators import ENV_OPERATOR
+
+    def decorate(func: F) -> F:
+        func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
+        func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
+                            show_envvar=True, help=f"Operators policy (YAML): {policy_help}{api_policy}")(func)
+        func = click.option("--operator", "operator_name",
+                            help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS "
+                                 f"user]{api_name}.")(func)
+        return click.option("--reason", type=REASON, help=f"Why (required); recorded in {trail}.")(func)
+
+    return decorate
+
+
+def run_audited(source: Any, on_store: Callable[[StateStore], dict[str, Any]], api_path: str, reason: str | None, *,
+                refusals: tuple[type[Exception], ...], statuses: tuple[int, ...], exit_code: int) -> dict[str, Any]:
+    """Run a command audited on its object through `source` (`open_source`): `on_store(store)`, or POST
+    `api_path` with the reason; its JSON-ready result. A refusal (`on_store` raising one of `refusals`,
+    the API answering one of `statuses`) is printed on stderr and exits `exit_code`."""
+    if isinstance(source, StateStore):
+        try:
+            return on_store(source)
+        except refusals as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exit_code)
+    from .api_client import ApiError
+
+    with source:
+        try:
+            answer: dict[str, Any] = source.request("POST", api_path, body={"reason": reason})
+            return answer
+        except ApiError as exc:
+            if exc.status not in statuses:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exit_code)
+
 
 #: Any duration (zero allowed), and one that must be longer than zero (an interval).
 DURATION = Duration()

@@ -1,4 +1,5 @@
-"""`reliable dlq`: the dead-letter queue (DEAD jobs) for people: list, show, requeue, discard."""
+"""`reliable dlq`: the dead-letter queue (DEAD jobs) for people: list, show, requeue, discard (alias:
+purge)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ __all__ = ["dlq"]
 DEAD = (JobStatus.DEAD,)
 
 
-@click.group(short_help="Dead-letter queue (DEAD jobs): list, show, requeue, discard.")
+@click.group(short_help="Dead-letter queue (DEAD jobs): list, show, requeue, discard (purge).")
 def dlq() -> None:
     """The dead-letter queue: DEAD jobs (retries or budget exhausted, or a dead-letter error class).
 
     `list` and `show` to look, `requeue` to run them again from their last checkpoint, `discard`
-    to take them out of the listing (they stay DEAD; the discard is recorded on the job).
+    to take them out of the listing (they stay DEAD; the discard is recorded on the job). `purge`
+    is an alias of `discard` (Sidekiq's and Oban's word for clearing dead jobs); the rows are
+    deleted by retention (`reliable db prune --state DEAD`).
     """
 
 
@@ -105,3 +108,6 @@ def discard(job_ids: tuple[str, ...], **params: Any) -> None:
     requeued and dies again it reappears.
     """
     run_command("discard", job_ids, params, force_states=DEAD if not job_ids else (), exclude_discarded=True)
+
+
+dlq.add_command(discard, "purge")  # an alias (operators.SYNONYMS): the same command

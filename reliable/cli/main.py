@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "Cancel jobs; runs the compensation actor if side effects were applied."),
     "db": ("reliable.cli.db:db",
            "Create or migrate the store's schema; raise its fencing floor (PostgreSQL); prune old history."),
-    "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard."),
+    "dlq": ("reliable.cli.dlq:dlq", "Dead-letter queue (DEAD jobs): list, show, requeue, discard (purge)."),
     "docs": ("reliable.cli.docs:docs", "List the documentation's topics, or print one (Markdown)."),
     "exporter": ("reliable.cli.exporter:exporter",
                  "Serve /metrics (store gauges + workers' metrics), /healthz and the alerts' runbooks."),
@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "web": ("reliable.cli.web:web", "Serve the HTTP API and the web console."),
     "worker": ("reliable.cli.worker:worker",
                "Run Dramatiq worker processes; restart a crashed one, recycle, report in metrics."),
-    "workers": ("reliable.cli.workers:workers", "Worker processes on record: list."),
+    "workers": ("reliable.cli.workers:workers", "Worker processes: list (busy threads), quiet, resume, stop."),
     "workflow": ("reliable.cli.workflow:workflow",
                  "Workflows (DAGs of jobs): list, show, pause, stop, cancel, resume only what failed, restart."),
 }

@@ -12,8 +12,18 @@ from rich.table import Table
 
 from ..durations import format_duration
 from ..errors import NotAuthorized
-from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
-from .common import REASON, emit_json, fmt_time, handle_errors, open_source, print_table, source_options, stdout_console
+from ..operators import Operator, OperatorsPolicy
+from .common import (
+    audited_options,
+    emit_json,
+    fmt_time,
+    handle_errors,
+    open_source,
+    print_table,
+    run_audited,
+    source_options,
+    stdout_console,
+)
 
 __all__ = ["EXIT_REFUSED", "EXIT_UNCHANGED", "queues"]
 
@@ -68,16 +78,8 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, as
     print_table(stdout_console(), table)
 
 
-def _options(func: Any) -> Any:
-    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
-    func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
-                        show_envvar=True,
-                        help="Operators policy (YAML): needs the command pause/resume on the queue (for jobs "
-                             "of any owner). With --api the server's policy applies.")(func)
-    func = click.option("--operator", "operator_name",
-                        help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user]; "
-                             "with --api the token's name.")(func)
-    return click.option("--reason", type=REASON, help="Why (required); recorded in the queue's audit trail.")(func)
+_options = audited_options("needs the command pause/resume on the queue (for jobs of any owner).",
+                           "the queue's audit trail", api=True)
 
 
 def _set(command: str, queue: str, store_url: str | None, api_url: str | None, token_file: str | None,
@@ -86,31 +88,20 @@ def _set(command: str, queue: str, store_url: str | None, api_url: str | None, t
     from ..store import StateStore
 
     require_reason(f"queues {command}", reason)
-    source = open_source(store_url, api_url, token_file)
-    if isinstance(source, StateStore):
+
+    def on_store(store: StateStore) -> dict[str, Any]:
         from .. import queue_pauses
 
         operator = Operator.resolve(operator_name)
         act = queue_pauses.pause if command == "pause" else queue_pauses.resume
-        try:
-            changed = act(source, queue, reason=reason, identity=operator,
-                          operators=OperatorsPolicy.load(operators_file) if operators_file else None)
-        except NotAuthorized as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_REFUSED)
-        result: dict[str, Any] = {"queue": queue, "command": command, "changed": changed,
-                                  "paused": command == "pause", "operator": operator.name}
-    else:
-        from .api_client import ApiError
+        changed = act(store, queue, reason=reason, identity=operator,
+                      operators=OperatorsPolicy.load(operators_file) if operators_file else None)
+        return {"queue": queue, "command": command, "changed": changed, "paused": command == "pause",
+                "operator": operator.name}
 
-        with source:
-            try:
-                result = source.request("POST", f"queues/{quote(queue, safe='')}/{command}", body={"reason": reason})
-            except ApiError as exc:
-                if exc.status != 403:
-                    raise
-                click.echo(f"error: {exc}", err=True)
-                sys.exit(EXIT_REFUSED)
+    result = run_audited(open_source(store_url, api_url, token_file), on_store,
+                         f"queues/{quote(queue, safe='')}/{command}", reason, refusals=(NotAuthorized,),
+                         statuses=(403,), exit_code=EXIT_REFUSED)
     if as_json:
         emit_json(result)
     elif not result["changed"]:

@@ -13,13 +13,13 @@ from rich.table import Table
 
 from ..control import SCHEDULE_COMMANDS, require_reason
 from ..errors import NotAuthorized
-from ..operators import ENV_OPERATOR, Operator, OperatorsPolicy
+from ..operators import Operator, OperatorsPolicy
 from ..schedules import Schedule, storage
 from ..store import StateStore
 from .common import (
     BROKER_QUEUES_HELP,
     POSITIVE_DURATION,
-    REASON,
+    audited_options,
     emit_json,
     fmt_time,
     handle_errors,
@@ -48,15 +48,8 @@ broker_option = click.option("--broker", "broker_url", envvar="RELIABLE_BROKER",
                              help="RabbitMQ URL (amqp://...) to publish the fired jobs on." + BROKER_QUEUES_HELP)
 
 
-def _operator_options(func: F) -> F:
-    func = click.option("--json", "as_json", is_flag=True, help="Print JSON.")(func)
-    func = click.option("--operators-file", type=click.Path(dir_okay=False), envvar="RELIABLE_OPERATORS_FILE",
-                        show_envvar=True,
-                        help="Operators policy (YAML): pause/resume/trigger/delete need the job command pause/"
-                             "resume/restart/discard on the schedule's queue and owner.")(func)
-    func = click.option("--operator", "operator_name",
-                        help=f"Who you are, for the audit trail [default: ${ENV_OPERATOR}, else your OS user].")(func)
-    return click.option("--reason", type=REASON, help="Why (required); recorded in the schedule's audit trail.")(func)
+_operator_options = audited_options("pause/resume/trigger/delete need the job command pause/resume/restart/"
+                                    "discard on the schedule's queue and owner.", "the schedule's audit trail")
 
 
 def _rabbitmq(url: str) -> Any:

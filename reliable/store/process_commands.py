@@ -4,7 +4,8 @@ process's row, the heartbeat's report (its busy threads) that picks the command 
 reliable.process_commands checks the operator, the reason and the policy; this module only writes
 and reads the rows. Setting a command is a compare-and-set on the row (`exited_at IS NULL`, and a
 command may only go from none to quiet or stop, or from quiet to stop): a process that exited
-cannot be commanded, and a stop is never taken back by a later quiet.
+cannot be commanded, and a stop is never taken back by a later quiet. `clear_quiet` (resume) is the
+one way back: a compare-and-set from quiet to none on a live process, so a stop is never taken back.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from .audit_trail import AuditEntry, entry, latest
 from .core import StoreCore
 from .schema import process_events, worker_processes
 
-__all__ = ["COMMANDS", "SetOutcome", "add_event", "list_events", "report", "set_command"]
+__all__ = ["COMMANDS", "ResumeOutcome", "SetOutcome", "add_event", "clear_quiet", "list_events", "report",
+           "set_command"]
 
 #: The commands a worker process acts on: quiet (take no new message, finish the running ones) and
 #: stop (a graceful shutdown), in the order they may follow each other.
@@ -28,6 +30,10 @@ COMMANDS: tuple[str, ...] = ("quiet", "stop")
 #: What `set_command` did: set; unchanged (that command, or a stop, is already there); exited (the
 #: process is marked exited); missing (no such process on record).
 SetOutcome = Literal["set", "unchanged", "exited", "missing"]
+
+#: What `clear_quiet` did: resumed (quiet taken off); not_quiet (no command on the process); stopping
+#: (it was told to stop: a stop is never taken back); exited; missing (no such process on record).
+ResumeOutcome = Literal["resumed", "not_quiet", "stopping", "exited", "missing"]
 
 
 def set_command(store: StoreCore, worker_id: str, command: str, *, operator: str, host: str | None,
@@ -47,6 +53,26 @@ def set_command(store: StoreCore, worker_id: str, command: str, *, operator: str
     if row is None:
         return "missing"
     return "exited" if row.exited_at is not None else "unchanged"
+
+
+def clear_quiet(store: StoreCore, worker_id: str, *, operator: str, host: str | None, source: str | None,
+                reason: str) -> ResumeOutcome:
+    """Take the quiet off the live process `worker_id` (its heartbeat sees no command, and it takes
+    messages again) and audit it as `resume`, in one transaction."""
+    p = worker_processes.c
+    stmt = (update(worker_processes).where(p.worker_id == worker_id, p.exited_at.is_(None), p.command == "quiet")
+            .values(command=None, command_at=None, command_operator=None, command_reason=None,
+                    command_seen_at=None))
+    with store.write() as conn:
+        if conn.execute(stmt).rowcount:
+            conn.execute(_event(store, worker_id, "resume", operator, host, source, reason, None))
+            return "resumed"
+        row = conn.execute(select(p.exited_at, p.command).where(p.worker_id == worker_id)).first()
+    if row is None:
+        return "missing"
+    if row.exited_at is not None:
+        return "exited"
+    return "stopping" if row.command == "stop" else "not_quiet"
 
 
 def add_event(store: StoreCore, worker_id: str, event: str, *, operator: str | None, host: str | None,

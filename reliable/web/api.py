@@ -9,6 +9,7 @@ reference; `reliable.web.openapi` describes the same routes as an OpenAPI docume
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,10 +25,10 @@ from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
 from ..store import Reads, selection
-from ..store.job_stats import WINDOWS
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
 from .bodies import json_object
+from .inputs import DEFAULT_LIMIT, MAX_LIMIT, query_before, query_cursor, query_int, query_one, query_window
 from .paths import JobRoute
 from .queries import event_view, job_detail, job_view
 from .queries import job_message as message_of
@@ -38,9 +39,6 @@ __all__ = ["ALERT_STATES", "COMMANDS", "DEFAULT_EVENT_LIMIT", "DEFAULT_LIMIT", "
 
 #: The commands of POST /api/v1/jobs/{job_id}/{command} and the Control method each calls.
 COMMANDS: dict[str, str] = {**{command: command for command in COMMAND_ORDER}, **SYNONYMS}
-#: The most jobs (or events) one page holds, and how many it holds by default.
-MAX_LIMIT = 500
-DEFAULT_LIMIT = 50
 #: How many of a job's most recent events its detail and history show by default.
 DEFAULT_EVENT_LIMIT = 200
 #: What `?state=` of GET /api/v1/alerts accepts.
@@ -65,15 +63,8 @@ def _check_known(request: Request, known: Iterable[str]) -> None:
             raise _bad(f"unknown parameter {name!r} (known: {', '.join(sorted(allowed)) or 'none'})")
 
 
-def _one(request: Request, name: str) -> str | None:
-    values = request.query_params.getlist(name)
-    if len(values) > 1:
-        raise _bad(f"parameter {name!r} is given {len(values)} times; give it once")
-    return values[0] if values else None
-
-
 def _time(request: Request, name: str) -> float | None:
-    value = _one(request, name)
+    value = query_one(request, name)
     if value is None or value == "":
         return None
     try:
@@ -82,30 +73,8 @@ def _time(request: Request, name: str) -> float | None:
         raise _bad(f"parameter {exc}") from None
 
 
-def _int(request: Request, name: str, default: int, high: int) -> int:
-    value = _one(request, name)
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= high:
-        raise _bad(f"parameter {name!r} must be an integer from 1 to {high}, not {value!r}")
-    return number
-
-
-#: The largest event id `?before=` accepts (a BIGINT).
-_MAX_EVENT_ID = 2**63 - 1
-
-
-def _before(request: Request) -> int | None:
-    """`?before=`: an event id (the `older_events` of the previous page), or None when not given."""
-    return None if _one(request, "before") is None else _int(request, "before", 0, _MAX_EVENT_ID)
-
-
 def _bool(request: Request, name: str) -> bool:
-    value = _one(request, name)
+    value = query_one(request, name)
     if value is None or value.lower() in _FALSE:
         return False
     if value.lower() in _TRUE:
@@ -114,7 +83,7 @@ def _bool(request: Request, name: str) -> bool:
 
 
 def _text(request: Request, name: str) -> str | None:
-    value = _one(request, name)
+    value = query_one(request, name)
     return value or None
 
 
@@ -181,8 +150,8 @@ def _page(store: Reads, flt: JobFilter, principal: Principal, patterns: tuple[st
 
 async def _listing(request: Request, principal: Principal, flt: JobFilter) -> JSONResponse:
     state = state_of(request)
-    limit = _int(request, "limit", DEFAULT_LIMIT, MAX_LIMIT)
-    cursor = _text(request, "cursor")
+    limit = query_int(request, "limit", DEFAULT_LIMIT, MAX_LIMIT)
+    cursor = query_cursor(request)
     return JSONResponse(await run_in_threadpool(_page, state.store, flt, principal, state.config.redact, limit,
                                                 cursor))
 
@@ -216,8 +185,8 @@ async def job(request: Request) -> Response:
     _check_known(request, ("event", "since", "event_limit", "before"))
     events = request.query_params.getlist("event") or None
     since = _time(request, "since")
-    event_limit = _int(request, "event_limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
-    before = _before(request)
+    event_limit = query_int(request, "event_limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
+    before = query_before(request)
     state = state_of(request)
     control = state.control_for(principal)
 
@@ -235,8 +204,8 @@ async def job_events(request: Request) -> Response:
     _check_known(request, ("event", "since", "limit", "before"))
     names = request.query_params.getlist("event") or None
     since = _time(request, "since")
-    limit = _int(request, "limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
-    before = _before(request)
+    limit = query_int(request, "limit", DEFAULT_EVENT_LIMIT, MAX_LIMIT)
+    before = query_before(request)
     state = state_of(request)
 
     def history() -> dict[str, Any]:
@@ -290,9 +259,7 @@ async def overview_figures(request: Request) -> JSONResponse:
     p95 per bucket over `window` (1h, the default, 24h or 7d)."""
     await authenticate(request)
     _check_known(request, ("window",))
-    window = _one(request, "window") or "1h"
-    if window not in WINDOWS:
-        raise _bad(f"parameter 'window' must be one of {', '.join(WINDOWS)}, not {window!r}")
+    window = query_window(request)
     state = state_of(request)
     figures = await run_in_threadpool(state.overview)
     series = await run_in_threadpool(state.history, window)
@@ -300,17 +267,20 @@ async def overview_figures(request: Request) -> JSONResponse:
 
 
 async def alert_list(request: Request) -> JSONResponse:
-    """GET /api/v1/alerts: every alert, optionally of one state: the store evaluator's (reliable_alerts)
-    and those Alertmanager holds (Prometheus'), each with its `source`; `alertmanager` says whether
-    Alertmanager was read (`error` when it was not: the list then lacks Prometheus' alerts)."""
-    from .console_alerts import all_alerts
+    """GET /api/v1/alerts: a page (?limit=, ?cursor=) of the alerts, optionally of one state: the store
+    evaluator's (reliable_alerts) and those Alertmanager holds (Prometheus'), each with its `source`,
+    `next_cursor` and `total`; `alertmanager` says whether Alertmanager was read (`error` when it was
+    not: the list then lacks Prometheus' alerts)."""
+    from .console_alerts import all_alerts, page_params
 
     await authenticate(request)
-    _check_known(request, ("state",))
-    wanted = _one(request, "state")
+    _check_known(request, ("state", "limit", "cursor"))
+    limit, cursor = page_params(request)
+    wanted = query_one(request, "state")
     if wanted is not None and wanted.lower() not in ALERT_STATES:
         raise _bad(f"parameter 'state' must be one of {', '.join(ALERT_STATES)}, not {wanted!r}")
-    return JSONResponse(await run_in_threadpool(all_alerts, request, wanted and wanted.lower()))
+    return JSONResponse(await run_in_threadpool(functools.partial(all_alerts, request, wanted and wanted.lower(),
+                                                                  limit=limit, cursor=cursor)))
 
 
 async def whoami(request: Request) -> JSONResponse:

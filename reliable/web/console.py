@@ -43,6 +43,7 @@ from ..store.job_stats import History
 from ..store.overview import Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
+from .inputs import DEFAULT_LIMIT, MAX_LIMIT, query_before, query_cursor, query_int, query_window
 from .job_story import FOLD_FROM, detail_fields, group_effects, runs
 from .paths import JobRoute
 from .queries import job_detail, job_message
@@ -260,16 +261,8 @@ def _overview_context(data: Overview, series: History) -> dict[str, Any]:
                              value_text=_duration)]}
 
 
-def _window(request: Request) -> str:
-    """The overview's chart window from ?window= (1h when absent; 400 for an unknown one)."""
-    window = request.query_params.get("window") or "1h"
-    if window not in CHART_WINDOWS:
-        raise HTTPException(400, f"parameter 'window' must be one of {', '.join(CHART_WINDOWS)}, not {window!r}")
-    return window
-
-
 async def _overview_figures(request: Request) -> dict[str, Any]:
-    state, window = state_of(request), _window(request)
+    state, window = state_of(request), query_window(request)
     data = await run_in_threadpool(state.overview)
     return _overview_context(data, await run_in_threadpool(state.history, window))
 
@@ -313,7 +306,8 @@ class ListView:
 VIEWS = {
     "jobs": ListView("jobs", "Jobs"),
     "dlq": ListView("dlq", "Dead letters", (JobStatus.DEAD,), True,
-                    "DEAD jobs not discarded: requeue or restart them, or discard them."),
+                    "DEAD jobs not discarded: requeue or restart them, or discard them (purge: the same "
+                    "command; their rows go with retention, reliable db prune --state dead)."),
     "review": ListView("review", "Review", (JobStatus.REVIEW,), False,
                        "Jobs whose side effect is uncertain: check the downstream system, then reconcile."),
 }
@@ -355,8 +349,8 @@ def _query(form: Mapping[str, Any], **extra: str) -> str:
 
 async def _job_list(request: Request, view: ListView) -> Response:
     principal = await authenticate(request)
-    form = list_form(request.query_params)
-    cursor = request.query_params.get("cursor") or None
+    form = {**list_form(request.query_params), "limit": query_int(request, "limit", DEFAULT_LIMIT, MAX_LIMIT)}
+    cursor = query_cursor(request)
     here = str(request.url_for(view.route))
     context: dict[str, Any] = {"principal": principal, "view": view, "form": form, "jobs": [], "next_url": None,
                                "first_url": f"{here}?{_query(form)}" if cursor else None, "error": None,
@@ -432,8 +426,7 @@ async def job_page(request: Request) -> Response:
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(f"{request.url_for('job', job_id=job_id)}{query}", 303)
     event = request.query_params.get("event") or None
-    before_text = request.query_params.get("before") or ""
-    before = int(before_text) if before_text.isdigit() and 0 < int(before_text) < 2**63 else None
+    before = query_before(request)
     control = state.control_for(principal)
     detail = await run_in_threadpool(functools.partial(job_detail, control, job_id, principal, state.config.redact,
                                                        events=[event] if event else None, before=before,

@@ -23,22 +23,32 @@ from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from ..alerts.listing import ORDER
 from ..redact import redact_url
 from ..store.alert_rows import alert_rows
 from .auth import authenticate, state_of
+from .inputs import query_cursor, query_int
 
 if TYPE_CHECKING:
     from ..alerts.client import AlertmanagerClient
     from ..alerts.pages import RunbookPages
 
-__all__ = ["ORDER", "all_alerts", "routes", "runbook_link", "use_runbooks"]
+__all__ = ["MAX_PAGE", "ORDER", "PAGE", "all_alerts", "page_params", "routes", "runbook_link", "use_runbooks"]
 
-#: The order alerts are listed in: firing first.
-ORDER = ("firing", "pending", "suppressed", "resolved")
+#: Alerts per page (GET /api/v1/alerts and the console's page), by default and at most.
+PAGE = 100
+MAX_PAGE = 1000
+
+
+def page_params(request: Request) -> tuple[int, str | None]:
+    """?limit= and ?cursor= of the alerts listing (API and console)."""
+    return query_int(request, "limit", PAGE, MAX_PAGE), query_cursor(request)
+
 
 
 def _alertmanager(request: Request) -> AlertmanagerClient | None:
@@ -53,11 +63,13 @@ def _alertmanager(request: Request) -> AlertmanagerClient | None:
     return AlertmanagerClient(urls, httpx.Client(timeout=state_of(request).config.alertmanager_timeout))
 
 
-def all_alerts(request: Request, state: str | None = None) -> dict[str, Any]:
-    """Every alert (`reliable.alerts.listing.merge_alerts`), of `state` when given, firing first, and
-    what became of reading Alertmanager: {alerts, alertmanager: {urls, read, error}}. Blocking."""
+def all_alerts(request: Request, state: str | None = None, *, limit: int = PAGE,
+               cursor: str | None = None) -> dict[str, Any]:
+    """A page of the alerts (`reliable.alerts.listing.merge_alerts`, `page_alerts`), of `state` when
+    given, firing first, and what became of reading Alertmanager: {alerts, next_cursor, total,
+    alertmanager: {urls, read, error}}. Blocking."""
     from ..alerts.client import DeliveryError
-    from ..alerts.listing import merge_alerts
+    from ..alerts.listing import merge_alerts, page_alerts
 
     rows = alert_rows(state_of(request).store)
     client = _alertmanager(request)
@@ -70,10 +82,10 @@ def all_alerts(request: Request, state: str | None = None) -> dict[str, Any]:
         except DeliveryError as exc:
             error = f"Alertmanager unreachable ({exc}): only the store's alerts are listed"
     alerts = [a for a in merge_alerts(rows, held) if state is None or a["state"] == state]
-    alerts.sort(key=lambda r: (ORDER.index(r["state"]) if r["state"] in ORDER else len(ORDER),
-                               -(r.get("starts_at") or r.get("pending_since") or 0.0)))
-    return {"alerts": alerts, "alertmanager": {"urls": [redact_url(u) for u in state_of(request).config.alertmanagers],
-                                               "read": held is not None, "error": error}}
+    page, after = page_alerts(alerts, limit=limit, cursor=cursor)
+    urls = [redact_url(u) for u in state_of(request).config.alertmanagers]
+    return {"alerts": page, "next_cursor": after, "total": len(alerts),
+            "alertmanager": {"urls": urls, "read": held is not None, "error": error}}
 
 
 def use_runbooks(app: Starlette, pages: RunbookPages) -> None:
@@ -112,13 +124,21 @@ async def alerts_page(request: Request) -> Response:
     from .console import render
 
     principal = await authenticate(request)
-    found = await run_in_threadpool(all_alerts, request)
+    for name in request.query_params:
+        if name not in ("limit", "cursor"):
+            raise HTTPException(400, f"unknown parameter {name!r} (known: limit, cursor)")
+    limit, cursor = page_params(request)
+    found = await run_in_threadpool(functools.partial(all_alerts, request, limit=limit, cursor=cursor))
     names = set(_pages(request).names())
     shown: list[dict[str, Any]] = [
         {**row, "runbook": runbook_link(request, row["alertname"], row["labels"]) if row["alertname"] in names
          else _web_link(row["annotations"].get("runbook_url"))} for row in found["alerts"]]
+    params = {k: v for k, v in request.query_params.items() if k != "cursor"}
+    next_url = None if found["next_cursor"] is None else \
+        str(request.url.include_query_params(**params, cursor=found["next_cursor"]))
+    first_url = str(request.url.remove_query_params("cursor")) if cursor else None
     return render(request, "alerts.html", principal=principal, alerts=shown, states=ORDER,
-                  alertmanager=found["alertmanager"])
+                  alertmanager=found["alertmanager"], total=found["total"], next_url=next_url, first_url=first_url)
 
 
 async def alert_runbook(request: Request) -> Response:

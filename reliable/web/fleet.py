@@ -1,20 +1,21 @@
-"""The fleet: `GET /api/v1/workers`, the console's workers page (`/workers`), and quieting or stopping
-a worker process.
+"""The fleet: `GET /api/v1/workers`, the console's workers page (`/workers`), and quieting, resuming
+or stopping a worker process.
 
     GET  /api/v1/workers                          a page of the live processes (?limit=, ?cursor=,
                                                   ?host=) with their busy threads, and the recent
                                                   exits (?exited=N)
-    POST /api/v1/workers/{worker_id}/{command}    {"reason": ...}: quiet or stop that process
-    GET  /workers                                 the same as a page, with a quiet and a stop form per
-                                                  process for a principal the operators policy allows
+    POST /api/v1/workers/{worker_id}/{command}    {"reason": ...}: quiet, resume or stop that process
+    GET  /workers                                 the same as a page, with a quiet (a resume, when it is
+                                                  quiet) and a stop form per process for a principal
+                                                  the operators policy allows
     POST /workers/{worker_id}/actions/{command}   the forms' target; back to /workers
 
 The reads are `reliable.store.worker_views.fleet` (the store's worker-process records, so they work
 across hosts): every process not marked exited with its host, pid, queues, threads, what each busy
 thread runs now, start, last heartbeat, supervisor and restarts, its last command, and the most
 recent exits. Any authenticated role reads them: they carry no job values (ids, queues, actors and
-states only). Every rule of a command (policy, reason, audit, a process that exited: 409) is
-`reliable.process_commands`'.
+states only). Every rule of a command (policy, reason, audit, a process that exited or a resume of
+one not quiet: 409) is `reliable.process_commands`'.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..store.processes import LIVE_WITHIN
 from ..store.worker_views import EXITED_SHOWN, MAX_PAGE, PAGE, Fleet, fleet
 from .auth import authenticate, state_of
 from .bodies import command_body
+from .inputs import query_cursor, query_int, query_one
 
 __all__ = ["PARAMS", "routes"]
 
@@ -40,21 +42,14 @@ __all__ = ["PARAMS", "routes"]
 PARAMS = ("host", "exited", "limit", "cursor")
 
 
-def _count(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name, str(default))
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise HTTPException(400, f"parameter {name!r} must be an integer from {low} to {high}, not {raw!r}")
-    return int(raw)
-
-
 def _read(request: Request) -> Fleet:
     for name in request.query_params:
         if name not in PARAMS:
             raise HTTPException(400, f"unknown parameter {name!r} (known: {', '.join(PARAMS)})")
-    host = request.query_params.get("host") or None
-    exited = _count(request, "exited", EXITED_SHOWN, 0, 1000)
-    limit = _count(request, "limit", PAGE, 1, MAX_PAGE)
-    cursor = request.query_params.get("cursor") or None
+    host = query_one(request, "host") or None
+    exited = query_int(request, "exited", EXITED_SHOWN, 1000, low=0)
+    limit = query_int(request, "limit", PAGE, MAX_PAGE)
+    cursor = query_cursor(request)
     return functools.partial(fleet, state_of(request).store, host=host, exited=exited, limit=limit,
                              cursor=cursor)()
 
@@ -67,11 +62,12 @@ async def api_workers(request: Request) -> JSONResponse:
 
 
 async def api_command(request: Request) -> JSONResponse:
-    """POST /api/v1/workers/{worker_id}/{command}: quiet or stop a process, as the authenticated principal."""
+    """POST /api/v1/workers/{worker_id}/{command}: quiet, resume or stop a process, as the authenticated
+    principal."""
     principal = await authenticate(request)
     verb, worker_id = request.path_params["command"], request.path_params["worker_id"]
-    if verb not in process_commands.COMMANDS:
-        raise HTTPException(404, f"unknown worker command {verb!r} (known: {', '.join(process_commands.COMMANDS)})")
+    if verb not in process_commands.VERBS:
+        raise HTTPException(404, f"unknown worker command {verb!r} (known: {', '.join(process_commands.VERBS)})")
     _, reason = await command_body(request)
     state = state_of(request)
     changed = await run_in_threadpool(lambda: process_commands.command(
@@ -87,7 +83,7 @@ async def workers_page(request: Request) -> Response:
     principal = await authenticate(request)
     found = await run_in_threadpool(_read, request)
     may: dict[str, tuple[str, ...]] = {
-        view.process.worker_id: tuple(verb for verb in process_commands.COMMANDS
+        view.process.worker_id: tuple(verb for verb in process_commands.VERBS
                                       if process_commands.allowed(principal.operators, principal.name, verb,
                                                                   view.process))
         for view in found.live}
@@ -100,13 +96,14 @@ async def workers_page(request: Request) -> Response:
 
 
 async def worker_action(request: Request) -> Response:
-    """POST /workers/{worker_id}/actions/{command}: quiet or stop a process as the signed-in principal."""
+    """POST /workers/{worker_id}/actions/{command}: quiet, resume or stop a process as the signed-in
+    principal."""
     from .console import flash
 
     principal = await authenticate(request)  # checks the CSRF token of a session
     verb, worker_id = request.path_params["command"], request.path_params["worker_id"]
-    if verb not in process_commands.COMMANDS:
-        raise HTTPException(404, f"no worker command {verb!r} (known: {', '.join(process_commands.COMMANDS)})")
+    if verb not in process_commands.VERBS:
+        raise HTTPException(404, f"no worker command {verb!r} (known: {', '.join(process_commands.VERBS)})")
     form = await request.form()
     reason = str(form.get("reason") or "").strip() or None
     state = state_of(request)
@@ -128,6 +125,8 @@ def _done(worker_id: str, verb: str, changed: bool) -> str:
         return f"worker {worker_id} was already told to {verb} (or to stop): nothing changed."
     if verb == "quiet":
         return f"worker {worker_id} told to take no new message; its running jobs finish (within a heartbeat)."
+    if verb == "resume":
+        return f"worker {worker_id} resumed: it takes messages again (within a heartbeat)."
     return f"worker {worker_id} told to stop after its running jobs (within a heartbeat)."
 
 

@@ -38,6 +38,7 @@ from .flows import (
     workflow_list,
     workflow_permitted,
 )
+from .inputs import query_int
 from .paths import SegmentRoute
 
 __all__ = ["routes"]
@@ -58,12 +59,7 @@ def _known(request: Request, *names: str) -> None:
 
 
 def _limit(request: Request, default: int) -> int:
-    raw = request.query_params.get("limit")
-    if raw is None:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= _MAX_LIMIT:
-        raise _bad(f"parameter 'limit' must be an integer from 1 to {_MAX_LIMIT}, not {raw!r}")
-    return int(raw)
+    return query_int(request, "limit", default, _MAX_LIMIT)
 
 
 def _body(body: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:

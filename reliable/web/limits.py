@@ -26,6 +26,7 @@ from ..limits import operator as limit_operator
 from ..store.limit_settings import list_limits
 from .auth import authenticate, state_of
 from .bodies import command_body
+from .inputs import query_cursor, query_int, query_one
 
 __all__ = ["PAGE", "limits_section", "routes"]
 
@@ -35,10 +36,7 @@ MAX_PAGE = 1000
 
 
 def _page(request: Request, default: int = PAGE) -> tuple[int, str | None]:
-    raw = request.query_params.get("limit", str(default))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise HTTPException(400, f"parameter 'limit' must be an integer from 1 to {MAX_PAGE}, not {raw!r}")
-    return int(raw), request.query_params.get("limits_after") or request.query_params.get("cursor") or None
+    return query_int(request, "limit", default, MAX_PAGE), query_one(request, "limits_after") or query_cursor(request)
 
 
 async def api_limits(request: Request) -> JSONResponse:

@@ -19,11 +19,14 @@ from starlette.routing import BaseRoute, Route
 from .. import __version__
 from ..disclosure import EVENT_FIELDS, Kind
 from ..operations import STATUSES
+from ..operators import SYNONYMS
 from ..states import JobStatus
 from ..store import JobEvent
 from .api import ALERT_STATES, COMMANDS, DEFAULT_EVENT_LIMIT, DEFAULT_LIMIT, MAX_LIMIT, RESOLUTIONS
 from .auth import authenticate
 from .bodies import MAX_BODY_BYTES
+from .console_alerts import MAX_PAGE as ALERT_MAX_PAGE
+from .console_alerts import PAGE as ALERT_PAGE
 from .openapi_flows import FLOW_PATHS, FLOW_SCHEMAS  # c28-flows: workflows and schedules
 
 __all__ = ["COMMAND_PATHS", "document", "openapi_document", "routes"]
@@ -99,7 +102,7 @@ def _get(summary: str, schema: dict[str, Any], params: list[dict[str, Any]] | No
 def _command(command: str) -> dict[str, Any]:
     body = _ref("ReconcileRequest" if command == "reconcile" else "RestartRequest"
                 if command in ("restart", "requeue", "retry") else "CommandRequest")
-    summary = {"retry": "requeue (the same command)"}.get(command, command)
+    summary = {alias: f"{canonical} (the same command)" for alias, canonical in SYNONYMS.items()}.get(command, command)
     return {"post": {"summary": f"{summary} one job", "operationId": f"job_{command}", "parameters": [_JOB_ID],
                      "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
                      "responses": {"200": _json(_ref("CommandResult")), **_COMMAND_ERRORS, **_TOO_LARGE}}}
@@ -141,9 +144,13 @@ _PATHS: dict[str, Any] = {
                            _ref("QueueList"), operationId="queues"),
     "/api/v1/overview": _get("counts per state and queue, dead letters, review, per-minute series",
                              _ref("Overview"), operationId="overview"),
-    "/api/v1/alerts": _get("the alerts the evaluator keeps", _ref("AlertList"),
+    "/api/v1/alerts": _get("a page of the alerts (the store evaluator's and Alertmanager's), firing first",
+                           _ref("AlertList"),
                            [_q("state", "only alerts in this state",
-                               {"type": "string", "enum": list(ALERT_STATES)})],
+                               {"type": "string", "enum": list(ALERT_STATES)}),
+                            _q("limit", "alerts per page", {"type": "integer", "minimum": 1,
+                                                            "maximum": ALERT_MAX_PAGE, "default": ALERT_PAGE}),
+                            _q("cursor", "the next_cursor of the previous page", {"type": "string"})],
                            operationId="alerts"),
     "/api/v1/operations": {
         "post": {"summary": "count the jobs a filter selects for a bulk command; confirm to run it",
@@ -201,6 +208,11 @@ _WORKER = {"name": "worker_id", "in": "path", "required": True, "schema": {"type
 _PATHS["/api/v1/workers/{worker_id}/quiet"] = {"post": {
     **_worker_command("quiet", "quiet a worker process: it takes no new message and finishes the running ones "
                                "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
+_PATHS["/api/v1/workers/{worker_id}/resume"] = {"post": {
+    **_worker_command("resume", "resume a quiet worker process: it takes messages again (picked up by its next "
+                                "heartbeat)"), "parameters": [_WORKER]}}
+_PATHS["/api/v1/workers/{worker_id}/resume"]["post"]["responses"]["409"] = {
+    **_ERROR, "description": "the process has exited, or is not quiet (no command, or told to stop)"}
 _PATHS["/api/v1/workers/{worker_id}/stop"] = {"post": {
     **_worker_command("stop", "stop a worker process: it finishes its running jobs and exits, as on SIGTERM "
                               "(picked up by its next heartbeat)"), "parameters": [_WORKER]}}
@@ -407,7 +419,9 @@ _SCHEMAS: dict[str, Any] = {
         "state": {"type": "string", "enum": list(ALERT_STATES)}, "pending_since": _N_NUM,
         "starts_at": _N_NUM, "ends_at": _N_NUM, "last_evaluated_at": _N_NUM, "last_sent_at": _N_NUM,
         "next_send_at": _N_NUM, "send_attempts": {"type": "integer"}, "last_error": _N_STR}),
-    "AlertList": _object({"alerts": {"type": "array", "items": _ref("Alert")}}),
+    "AlertList": _object({"alerts": {"type": "array", "items": _ref("Alert")},
+                          "next_cursor": {**_N_STR, "description": "null: the last page"},
+                          "total": {"type": "integer", "description": "alerts listed over every page"}}),
     "OperationRequest": _object({
         "command": {"type": "string", "enum": _COMMANDS}, "filter": _FILTER, **_COMMAND_BODY,
         "options": {"type": "object", "description": "command options: allow_duplicate_side_effects, resolution",
@@ -441,8 +455,9 @@ _SCHEMAS["BusyThread"] = _object({"thread": {**_N_STR, "description": "null: the
 _SCHEMAS["WorkerCommandRequest"] = _object({"reason": {"type": "string", "description": "why (required, audited)"}},
                                            ["reason"], additionalProperties=False)
 _SCHEMAS["WorkerCommandResult"] = _object({
-    "worker_id": {"type": "string"}, "command": {"type": "string", "enum": ["quiet", "stop"]},
-    "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already"},
+    "worker_id": {"type": "string"}, "command": {"type": "string", "enum": ["quiet", "resume", "stop"]},
+    "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already (a resume "
+                                                  "of a process not quiet is a 409)"},
     "operator": {"type": "string"}})
 _SCHEMAS["WorkerProcess"] = _object({
     "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
@@ -458,7 +473,8 @@ _SCHEMAS["WorkerProcess"] = _object({
     "slot": {**_N_INT, "description": "its slot in its `reliable worker` supervisor"},
     "restarts": {**_N_INT, "description": "children its supervisor's slot had before it (null: no supervisor)"},
     "command": {"type": ["string", "null"], "enum": ["quiet", "stop", None],
-                "description": "the last operator command (reliable.process_commands)"},
+                "description": "the last operator command (reliable.process_commands; null again "
+                                               "after a resume)"},
     "command_at": _N_NUM, "command_operator": _N_STR, "command_reason": _N_STR,
     "command_seen_at": {**_N_NUM, "description": "when its heartbeat picked the command up"},
     "quiet": {"type": "boolean", "description": "told to take no new message (quiet or stop)"},

@@ -29,6 +29,7 @@ from ..operations import Operation, Operations
 from ..store.selection import filter_from_params, jobs_with_ids
 from .auth import authenticate, state_of
 from .bodies import json_object
+from .inputs import query_int
 from .queries import job_view
 
 __all__ = ["operations_of", "routes"]
@@ -70,7 +71,7 @@ async def create(request: Request) -> JSONResponse:
     command, flt, options = body.get("command"), body.get("filter"), body.get("options") or {}
     if not isinstance(command, str):
         raise ConfigError("command is required: pause, stop, cancel, resume, restart, requeue (retry), "
-                          "reconcile or discard")
+                          "reconcile (resolve) or discard (purge)")
     if not isinstance(flt, dict) or not isinstance(options, dict):
         raise ConfigError("filter (and options, when given) must be JSON objects")
     reason = body.get("reason")
@@ -103,10 +104,8 @@ async def create(request: Request) -> JSONResponse:
 async def recent(request: Request) -> JSONResponse:
     """GET /api/v1/operations: the recent operations, newest first (without their job ids and results)."""
     principal = await authenticate(request)
-    raw = request.query_params.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= _LIST_LIMIT:
-        raise ConfigError(f"limit must be a whole number from 1 to {_LIST_LIMIT}, not {raw!r}")
-    found = await run_in_threadpool(operations_of(request).recent, limit=int(raw))
+    limit = query_int(request, "limit", 50, _LIST_LIMIT)
+    found = await run_in_threadpool(operations_of(request).recent, limit=limit)
     return JSONResponse({"operations": [await _shown(request, op, principal, full=False) for op in found]})
 
 

@@ -10,7 +10,9 @@ only when that changed) and reads the process's command in the same transaction
   a `reliable worker` child is sent `child.OPERATOR_STOP_SIGNAL` and leaves with
   `exits.CHILD_STOPPED`, so its supervisor replaces it without counting a crash; a process of the
   `dramatiq` CLI is sent SIGTERM (Dramatiq's CLI then stops its sibling processes too: it restarts
-  none, see docs/console.md).
+  none, see docs/console.md);
+- no command after a quiet (an operator's resume): `quiet` turns false and the process takes messages
+  again. A stop once read is kept whatever the store says later.
 A store error is logged and the report tried again at the next beat.
 """
 
@@ -70,10 +72,14 @@ class ProcessCommands:
                            exc)
             return
         self._reported = busy
+        if self.command == "stop":
+            found = "stop"  # a stop is never taken back (a process stopping stays quiet)
         if found is not None and found != self.command:
             logger.warning("operator command %r for this worker process: %s", found,
                            "taking no new message" if found == "quiet" else "stopping after the running jobs")
-        self.command = found if found is not None else self.command
+        elif found is None and self.command is not None:
+            logger.warning("operator resumed this worker process: taking messages again")
+        self.command = found
         if self.command == "stop" and not self._stopping:
             self._stopping = True
             self._stop()

@@ -74,3 +74,37 @@ def test_quiet_and_stop_reach_a_live_worker(producer: Any, supervise: Any, worke
     assert len(exits) == 1 and exits[0]["returncode"] == 74, supervisor.output()[-3000:]
     assert [e["reason"] for e in supervisor.events("child_started")].count("operator_stop") == 1
     assert not supervisor.events("child_restart_scheduled")  # no crash counted
+
+
+def test_resume_lets_a_quiet_worker_take_messages_again(producer: Any, supervise: Any, worker_env: dict[str, str],
+                                                        queue_name: str) -> None:
+    """One child, the only consumer: quieted, its deliveries are put off (the job stays PENDING, the
+    deferral recorded with the quiet as its reason); resumed, it runs that job and new ones itself."""
+    broker, store = producer
+    supervisor = supervise(worker_env, "--path", str(UNITS_APP_DIR), "-p", "1", "-t", "2", "-Q", queue_name,
+                           app="units_app")
+    supervisor.wait_ready(1, timeout=60)
+    (target,) = wait_for(lambda: [p.worker_id for p in list_processes(store, live_only=True)
+                                  if p.supervisor_pid == supervisor.proc.pid], "the child on record", timeout=30,
+                         context=supervisor.output)
+    first = send(broker, queue_name, "units", 1, 0.01).message_id
+    wait_for(lambda: store.get(first).status is JobStatus.SUCCEEDED, "a job before the quiet", timeout=30,
+             context=supervisor.output)
+
+    assert process_commands.command(store, target, "quiet", reason="drain", identity=ME)
+    wait_for(lambda: (get_process(store, target) or pytest.fail("gone")).command_seen_at, "quiet picked up",
+             timeout=10, context=supervisor.output)
+    held_back = send(broker, queue_name, "units", 1, 0.01).message_id
+    wait_for(lambda: any(e.event == "queue_paused_deferred" and e.reason == "this worker process is quiet"
+                         for e in store.events(held_back)), "the quiet process to put the delivery off",
+             timeout=30, context=supervisor.output)
+    assert store.get(held_back).status is JobStatus.PENDING and store.get(held_back).attempt == 0
+
+    assert process_commands.command(store, target, "resume", reason="host kept", identity=ME)
+    wait_for(lambda: store.get(held_back).status is JobStatus.SUCCEEDED, "the deferred job to run after the resume",
+             timeout=60, context=supervisor.output)
+    after = send(broker, queue_name, "units", 1, 0.01).message_id
+    wait_for(lambda: store.get(after).status is JobStatus.SUCCEEDED, "a new job after the resume", timeout=30,
+             context=supervisor.output)
+    assert store.get(held_back).worker_id == target and store.get(after).worker_id == target
+    assert (get_process(store, target) or pytest.fail("gone")).exited_at is None

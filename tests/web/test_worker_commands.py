@@ -105,3 +105,74 @@ def test_the_workers_page_quiets_and_stops(store: StateStore, tokens: Tokens, ap
         assert "/actions/" not in viewer.get("/workers").text
         html = viewer.get("/workers").text
         assert csrf_of(html)
+
+
+def test_resume_takes_a_quiet_off_audited(store: StateStore, tokens: Tokens, app_client: TestClient) -> None:
+    admin = bearer(tokens.admin)
+    with app_client as client:
+        not_quiet = client.post("/api/v1/workers/w-billing/resume", json={"reason": "too early"}, headers=admin)
+        client.post("/api/v1/workers/w-billing/quiet", json={"reason": "drain"}, headers=admin)
+        assert report(store, "w-billing", []) == "quiet"
+        resumed = client.post("/api/v1/workers/w-billing/resume", json={"reason": "host kept"}, headers=admin)
+        again = client.post("/api/v1/workers/w-billing/resume", json={"reason": "twice"}, headers=admin)
+        listed = client.get("/api/v1/workers", headers=admin).json()
+    assert not_quiet.status_code == 409, not_quiet.text
+    assert "worker process w-billing (pid 7 on h) is not quiet: nothing to resume" in \
+        not_quiet.json()["error"]["message"]
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json() == {"worker_id": "w-billing", "command": "resume", "changed": True, "operator": "ada"}
+    assert again.status_code == 409 and "is not quiet" in again.json()["error"]["message"]
+    row = next(w for w in listed["workers"] if w["worker_id"] == "w-billing")
+    assert not row["quiet"] and row["command"] is None
+    assert report(store, "w-billing", None) is None  # the next heartbeat reads no command: it takes messages
+    assert [(e.event, e.operator, e.reason) for e in list_events(store, "w-billing")] == [
+        ("quiet", "ada", "drain"), ("resume", "ada", "host kept")]
+
+
+def test_resume_refused_for_a_stopping_exited_or_unknown_process(store: StateStore, tokens: Tokens,
+                                                                 app_client: TestClient) -> None:
+    admin = bearer(tokens.admin)
+    with app_client as client:
+        client.post("/api/v1/workers/w-all/quiet", json={"reason": "drain"}, headers=admin)
+        client.post("/api/v1/workers/w-all/stop", json={"reason": "retire"}, headers=admin)
+        stopping = client.post("/api/v1/workers/w-all/resume", json={"reason": "no"}, headers=admin)
+        gone = client.post("/api/v1/workers/w-gone/resume", json={"reason": "r"}, headers=admin)
+        unknown = client.post("/api/v1/workers/w-nobody/resume", json={"reason": "r"}, headers=admin)
+        no_reason = client.post("/api/v1/workers/w-all/resume", json={}, headers=admin)
+    assert stopping.status_code == 409, stopping.text
+    assert "is stopping, not quiet: a stop is not taken back" in stopping.json()["error"]["message"]
+    assert gone.status_code == 409 and "has exited" in gone.json()["error"]["message"]
+    assert unknown.status_code == 404 and no_reason.status_code == 400
+    assert (get_process(store, "w-all") or pytest.fail("no record")).command == "stop"
+    assert [e.event for e in list_events(store, "w-all")] == ["quiet", "stop"]
+
+
+def test_who_may_resume(store: StateStore, tokens: Tokens, app_client: TestClient) -> None:
+    admin = bearer(tokens.admin)
+    with app_client as client:
+        for worker in ("w-billing", "w-all"):
+            client.post(f"/api/v1/workers/{worker}/quiet", json={"reason": "drain"}, headers=admin)
+        viewer = client.post("/api/v1/workers/w-billing/resume", json={"reason": "r"}, headers=bearer(tokens.viewer))
+        mine = client.post("/api/v1/workers/w-billing/resume", json={"reason": "r"}, headers=bearer(tokens.operator))
+        every = client.post("/api/v1/workers/w-all/resume", json={"reason": "r"}, headers=bearer(tokens.operator))
+    assert viewer.status_code == 403 and mine.status_code == 200 and every.status_code == 403, every.text
+    assert "may not resume jobs on queue '*'" in every.json()["error"]["message"]
+    assert [(e.event, e.detail.get("command")) for e in list_events(store, "w-all")] == [
+        ("quiet", None), ("command_refused", "workers resume")]
+    assert (get_process(store, "w-all") or pytest.fail("no record")).command == "quiet"
+
+
+def test_the_workers_page_resumes_a_quiet_process(store: StateStore, tokens: Tokens, app_client: TestClient) -> None:
+    app_client.close()
+    client, csrf = session(store, tokens.admin)
+    with client:
+        assert ">Resume</button>" not in client.get("/workers").text  # nothing quiet
+        client.post("/workers/w-billing/actions/quiet", data={"reason": "drain", "csrf_token": csrf})
+        row = client.get("/workers").text.split('data-worker="w-billing"')[1].split("</tr>")[0]
+        assert ">Resume</button>" in row and ">Stop</button>" in row and ">Quiet</button>" not in row
+        done = client.post("/workers/w-billing/actions/resume", data={"reason": "kept", "csrf_token": csrf})
+        assert "worker w-billing resumed: it takes messages again" in done.text
+        row = done.text.split('data-worker="w-billing"')[1].split("</tr>")[0]
+        assert ">Quiet</button>" in row and ">Resume</button>" not in row
+        refused = client.post("/workers/w-billing/actions/resume", data={"reason": "again", "csrf_token": csrf})
+        assert "resume of worker w-billing refused: worker process w-billing (pid 7 on h) is not quiet" in refused.text

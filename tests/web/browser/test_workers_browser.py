@@ -1,6 +1,7 @@
 """Issue 42, item 1, in a real browser (headless Chromium) over a real `dramatiq` worker, RabbitMQ and
 PostgreSQL: the workers page shows the thread running a job (Sidekiq's Busy page) with a link to it;
-Quiet with a reason reaches the process (picked up by its heartbeat, its running job goes on); Stop
+Quiet with a reason reaches the process (picked up by its heartbeat, its running job goes on, a new
+delivery is put off); Resume has it take that delivery and run it; Stop
 ends it gracefully and it moves to the recent exits, with who stopped it. Screenshots for docs/console.md."""
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ def test_busy_threads_quiet_and_stop_from_the_workers_page(page: Any, rig: Rig, 
 
         wait_for(lambda: rig.store.get(job_id).status is JobStatus.SUCCEEDED, "its job to finish", timeout=60,
                  context=mine.output)
+        held_back = pages.send("acct-held", 1, 0.01).message_id  # the queue's only consumer is quiet
+        wait_for(lambda: any(e.event == "queue_paused_deferred" for e in rig.store.events(held_back)),
+                 "the quiet process to put the delivery off", timeout=30, context=mine.output)
+        row.get_by_label("Reason").fill("deploy went fine")
+        row.get_by_role("button", name="Resume").click()
+        expect(page.locator("p.flash-ok")).to_contain_text(f"worker {worker_id} resumed")
+        expect(row.get_by_role("button", name="Quiet")).to_have_count(1)
+        expect(row.get_by_role("button", name="Resume")).to_have_count(0)
+        wait_for(lambda: rig.store.get(held_back).status is JobStatus.SUCCEEDED, "the resumed process to run it",
+                 timeout=60, context=mine.output)
+        assert rig.store.get(held_back).worker_id == worker_id
+        rig.screenshot(page, "workers-resumed")
         row.get_by_label("Reason").fill("retire this host")
         row.get_by_role("button", name="Stop").click()
         expect(row).to_contain_text("stopping")
