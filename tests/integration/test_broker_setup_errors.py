@@ -83,9 +83,9 @@ def app_env(tmp_path: Path, queue_name: str) -> Callable[[str, str], dict[str, s
     return env
 
 
-def command(surface: str) -> list[str]:
+def command(surface: str, *dramatiq_options: str) -> list[str]:
     if surface == "dramatiq":
-        return [str(BIN / "dramatiq"), "broker_setup_app", "-p", "1", "-t", "1"]
+        return [str(BIN / "dramatiq"), "broker_setup_app", "-p", "1", "-t", "1", *dramatiq_options]
     return [str(BIN / "reliable"), "worker", "broker_setup_app", "-p", "1", "-t", "1", "-P", str(APPS)]
 
 
@@ -143,9 +143,11 @@ class Forwarder:
 
 @contextlib.contextmanager
 def started(surface: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    # Dramatiq's main process forwards its worker processes' output only once they are ready or
+    # --worker-fork-timeout (default 30 s) has passed: 1 s lets the retry lines through without the wait.
     with log.open("ab") as out:
-        proc = subprocess.Popen(command(surface), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(command(surface, "--worker-fork-timeout", "1000"), env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
     try:
         yield proc
     finally:
