@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -295,10 +295,12 @@ def _start(now: float, window: float, resolution: int) -> int:
     return (math.floor(now / resolution) + 1) * resolution - int(window)
 
 
-def latency(store: StoreCore, *, window: str = "1h") -> LatencyFigures:
+def latency(store: StoreCore, *, window: str = "1h", queues: Collection[str] | None = None,
+            actors: bool = True) -> LatencyFigures:
     """Wait and run p50/p95 and the outcomes over `window` (a WINDOWS name, read at its
-    LATENCY_RESOLUTION), all queues, by queue and by actor: one query of the window's buckets (a
-    primary key range: a few rows per queue and actor), summed here."""
+    LATENCY_RESOLUTION), all queues, by queue and (`actors`) by actor: one query of the window's
+    buckets (a primary key range: a few rows per queue and actor), summed here. `queues` given: those
+    queues' rows only (a page of them: thousands of queues and actors cost seconds to read and sum)."""
     seconds, _ = window_seconds(window)
     resolution = LATENCY_RESOLUTION[window]
     now = store.now()
@@ -307,18 +309,22 @@ def latency(store: StoreCore, *, window: str = "1h") -> LatencyFigures:
     stmt = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
         job_stats.c.resolution == resolution, job_stats.c.bucket >= first
     ).group_by(job_stats.c.queue, job_stats.c.actor)
-    overall, queues, actors = _Sums(), dict[str, _Sums](), dict[tuple[str, str], _Sums]()
+    if queues is not None:
+        stmt = stmt.where(job_stats.c.queue.in_(sorted({ALL, *queues})))
+    if not actors:
+        stmt = stmt.where(job_stats.c.actor == ALL)
+    overall, by_queue, by_actor = _Sums(), dict[str, _Sums](), dict[tuple[str, str], _Sums]()
     with store.read() as conn:
         for row in conn.execute(stmt):
             values = row[2:]
             if row.queue == ALL:
                 overall.add(values)
             elif row.actor == ALL:
-                queues.setdefault(row.queue, _Sums()).add(values)
+                by_queue.setdefault(row.queue, _Sums()).add(values)
             else:
-                actors.setdefault((row.queue, row.actor), _Sums()).add(values)
-    return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in queues.items()},
-                          {k: s.figures() for k, s in actors.items()})
+                by_actor.setdefault((row.queue, row.actor), _Sums()).add(values)
+    return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in by_queue.items()},
+                          {k: s.figures() for k, s in by_actor.items()})
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, literal, select, union, union_all
+from sqlalchemy import Select, func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from .core import StoreCore
@@ -16,7 +16,8 @@ from .job_stats import LatencyFigures, latency
 from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 
-__all__ = ["FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview", "known_names", "overview"]
+__all__ = ["FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview", "known_names",
+           "oldest_pending_query", "overview"]
 
 #: The most queue names and actor names `known_names` returns of each.
 KNOWN_NAMES_MAX = 500
@@ -72,6 +73,22 @@ class Overview:
                 "series": {"minutes": self.minutes, "successes": self.successes, "failures": self.failures}}
 
 
+def oldest_pending_query(now: float) -> Select[Any]:
+    """(queue, the oldest due PENDING job's scheduled_at or NULL) for every queue with a PENDING job:
+    a loose scan of the partial (status, queue, scheduled_at) index (one seek per queue, a recursive
+    CTE, whatever the jobs per queue) and one seek per queue for its oldest due job. One statement on
+    PostgreSQL and SQLite whose size does not grow with the queues (issue 42: a UNION branch per
+    queue ran past the read's time bound at 2,000 queues)."""
+    pending = jobs.c.status == JobStatus.PENDING.value
+    first = select(func.min(jobs.c.queue).label("queue")).where(pending).cte("pending_queues", recursive=True)
+    step = select(select(func.min(jobs.c.queue)).where(pending, jobs.c.queue > first.c.queue)
+                  .scalar_subquery()).where(first.c.queue.is_not(None))
+    queues = first.union_all(step)
+    oldest = select(func.min(jobs.c.scheduled_at)).where(pending, jobs.c.queue == queues.c.queue,
+                                                         jobs.c.scheduled_at <= now).scalar_subquery()
+    return select(queues.c.queue, oldest.label("oldest")).where(queues.c.queue.is_not(None))
+
+
 def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60) -> Overview:
     """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`)."""
     now = store.now()
@@ -91,15 +108,10 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
     with store.read() as conn:
         for row in conn.execute(union_all(*counts)):
             result.counts[(row.status, row.queue)] = int(row.n)
-        # One statement, one index seek per queue on (status, queue, scheduled_at): a round trip per
-        # queue cost more than the seeks themselves.
-        oldest = [select(literal(queue).label("queue"), func.min(jobs.c.scheduled_at).label("oldest"))
-                  .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.queue == queue,
-                         jobs.c.scheduled_at <= now)
-                  for queue in sorted({q for _, q in result.counts})]
-        if oldest:
-            for row in conn.execute(union_all(*oldest)):
-                result.oldest_pending[row.queue] = row.oldest
+        for queue, oldest in conn.execute(oldest_pending_query(now)):
+            result.oldest_pending[str(queue)] = None if oldest is None else float(oldest)
+        for queue in sorted({q for _, q in result.counts} - set(result.oldest_pending)):
+            result.oldest_pending[queue] = None  # counted, but nothing PENDING now
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
         result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
