@@ -275,19 +275,23 @@ class _Sums:
 
 @dataclass(frozen=True)
 class LatencyFigures:
-    """Wait and run p50/p95 and outcomes over `window` seconds: all queues, per queue, per (queue, actor)."""
+    """Wait and run p50/p95 and outcomes over `window` seconds: all queues, per queue, per (queue, actor)
+    (every pair, or the busiest: `actors_total` counts them all)."""
 
     window: float
     resolution: int
     overall: dict[str, Any]
     queues: dict[str, dict[str, Any]]
     actors: dict[tuple[str, str], dict[str, Any]]
+    #: How many (queue, actor) pairs counted attempts in the window (`actors` may hold the busiest only).
+    actors_total: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the window, all queues, and a list per queue and per actor (sorted)."""
         return {"window_seconds": self.window, "resolution_seconds": self.resolution, "all": self.overall,
                 "queues": [{"queue": q, **f} for q, f in sorted(self.queues.items())],
-                "actors": [{"queue": q, "actor": a, **f} for (q, a), f in sorted(self.actors.items())]}
+                "actors": [{"queue": q, "actor": a, **f} for (q, a), f in sorted(self.actors.items())],
+                "actors_total": max(self.actors_total, len(self.actors))}
 
 
 def _start(now: float, window: float, resolution: int) -> int:
@@ -296,35 +300,42 @@ def _start(now: float, window: float, resolution: int) -> int:
 
 
 def latency(store: StoreCore, *, window: str = "1h", queues: Collection[str] | None = None,
-            actors: bool = True) -> LatencyFigures:
+            actors: int | None = None) -> LatencyFigures:
     """Wait and run p50/p95 and the outcomes over `window` (a WINDOWS name, read at its
-    LATENCY_RESOLUTION), all queues, by queue and (`actors`) by actor: one query of the window's
-    buckets (a primary key range: a few rows per queue and actor), summed here. `queues` given: those
-    queues' rows only (a page of them: thousands of queues and actors cost seconds to read and sum)."""
+    LATENCY_RESOLUTION), all queues, by queue and by (queue, actor): the window's buckets (a primary
+    key range: a few rows per queue and actor) summed by the database, the percentiles here.
+
+    With thousands of queues and actors the rows cost seconds to read and sum (issue 42), so a page
+    asks for what it shows: `queues` given, those queues' rows only; `actors` given, the `actors`
+    busiest (queue, actor) pairs only (most attempts ended; 0: none), and `actors_total` says how
+    many there are."""
     seconds, _ = window_seconds(window)
     resolution = LATENCY_RESOLUTION[window]
     now = store.now()
     columns = [func.sum(job_stats.c[name]) for name in COLUMNS]
     first = math.floor(now / resolution) * resolution - int(seconds)  # the current bucket and seconds before
-    stmt = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
-        job_stats.c.resolution == resolution, job_stats.c.bucket >= first
-    ).group_by(job_stats.c.queue, job_stats.c.actor)
+    where = [job_stats.c.resolution == resolution, job_stats.c.bucket >= first]
     if queues is not None:
-        stmt = stmt.where(job_stats.c.queue.in_(sorted({ALL, *queues})))
-    if not actors:
-        stmt = stmt.where(job_stats.c.actor == ALL)
+        where.append(job_stats.c.queue.in_(sorted({ALL, *queues})))
+    levels = select(job_stats.c.queue, *columns).where(*where, job_stats.c.actor == ALL).group_by(job_stats.c.queue)
+    pairs = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
+        *where, job_stats.c.queue != ALL, job_stats.c.actor != ALL).group_by(job_stats.c.queue, job_stats.c.actor)
+    if actors is not None:
+        attempts = sum((func.sum(job_stats.c[name]) for name in OUTCOMES[1:]), func.sum(job_stats.c[OUTCOMES[0]]))
+        pairs = pairs.order_by(attempts.desc(), job_stats.c.queue, job_stats.c.actor).limit(actors)
+        counted = select(func.count()).select_from(
+            select(job_stats.c.queue, job_stats.c.actor).where(*where, job_stats.c.queue != ALL,
+                                                              job_stats.c.actor != ALL).distinct().subquery())
     overall, by_queue, by_actor = _Sums(), dict[str, _Sums](), dict[tuple[str, str], _Sums]()
     with store.read() as conn:
-        for row in conn.execute(stmt):
-            values = row[2:]
-            if row.queue == ALL:
-                overall.add(values)
-            elif row.actor == ALL:
-                by_queue.setdefault(row.queue, _Sums()).add(values)
-            else:
-                by_actor.setdefault((row.queue, row.actor), _Sums()).add(values)
+        for row in conn.execute(levels):
+            (overall if row[0] == ALL else by_queue.setdefault(row[0], _Sums())).add(row[1:])
+        if actors != 0:
+            for row in conn.execute(pairs):
+                by_actor.setdefault((row[0], row[1]), _Sums()).add(row[2:])
+        total = len(by_actor) if actors is None else int(conn.execute(counted).scalar_one())
     return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in by_queue.items()},
-                          {k: s.figures() for k, s in by_actor.items()})
+                          {k: s.figures() for k, s in by_actor.items()}, total)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ from .job_stats import LatencyFigures, latency
 from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 
-__all__ = ["FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview", "known_names",
-           "oldest_pending_query", "overview"]
+__all__ = ["ACTORS_SHOWN", "FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview",
+           "known_names", "oldest_pending_query", "overview"]
 
 #: The most queue names and actor names `known_names` returns of each.
 KNOWN_NAMES_MAX = 500
+#: The (queue, actor) pairs whose latency the overview carries: the busiest (job_stats.latency).
+ACTORS_SHOWN = 100
 
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
@@ -35,7 +37,8 @@ class Overview:
     reached them within `window` seconds; oldest_pending: queue -> the oldest due PENDING job's
     scheduled_at; series: per-minute successes and failures over `window_series` seconds;
     scheduled: PENDING jobs not due yet (an eta in the future); latency: wait and run p50/p95 and
-    outcomes over the last hour, all queues, per queue and per actor (job_stats.latency).
+    outcomes over the last hour, all queues, per queue, and for the ACTORS_SHOWN busiest (queue,
+    actor) pairs (job_stats.latency; `actors_total` counts them all).
     """
 
     now: float
@@ -125,7 +128,7 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
     result.minutes = [float(start + 60 * i) for i in range(series_minutes)]
     result.successes = [per_minute.get(("ok", m), 0) for m in result.minutes]
     result.failures = [per_minute.get(("failed", m), 0) for m in result.minutes]
-    result.latency = latency(store, window="1h")
+    result.latency = latency(store, window="1h", actors=ACTORS_SHOWN)
     return result
 
 

@@ -80,7 +80,7 @@ def queue_answer(state: WebState, pauses: queue_pauses.QueueState, *, limit: int
     more = start + limit < len(names)
     # p50/p95 of the page's queues only (a few rows each), not of every queue and actor
     figures = queue_pauses.queue_figures(
-        dataclasses.replace(overview, latency=latency(state.store, window="1h", queues=shown, actors=False)),
+        dataclasses.replace(overview, latency=latency(state.store, window="1h", queues=shown, actors=0)),
         pauses, shown)
     depths = broker_depths_of(state.broker, shown)
     for row in figures["queues"]:

@@ -11,7 +11,7 @@ from reliable import queue_pauses
 from reliable.operators import Operator
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore
-from reliable.store.job_stats import COLUMNS, write_stats
+from reliable.store.job_stats import COLUMNS, latency, write_stats
 from reliable.store.overview import oldest_pending_query, overview
 from reliable.store.schema import jobs
 
@@ -113,3 +113,23 @@ def test_oldest_pending_reads_as_the_union_did(store_url: str) -> None:
         assert overview(store).oldest_pending == before  # the overview still names every counted queue
     finally:
         store.close()
+
+
+def test_latency_of_the_busiest_pairs_and_of_some_queues(store: StateStore) -> None:
+    minute = int(store.now() // 60 * 60)
+
+    def counted(n: int) -> list[float]:
+        row = [0.0] * len(COLUMNS)
+        row[COLUMNS.index("succeeded")] = row[COLUMNS.index("r05")] = float(n)
+        return row
+
+    write_stats(store, {(minute, "a", "x"): counted(5), (minute, "a", "y"): counted(1), (minute, "b", "x"): counted(3)})
+    every = latency(store, window="1h")
+    assert set(every.actors) == {("a", "x"), ("a", "y"), ("b", "x")} and every.actors_total == 3
+    busiest = latency(store, window="1h", actors=2)  # summed and ranked by the database
+    assert set(busiest.actors) == {("a", "x"), ("b", "x")} and busiest.actors_total == 3
+    assert busiest.queues == every.queues and busiest.overall == every.overall
+    some = latency(store, window="1h", queues=["b"], actors=0)
+    assert set(some.queues) == {"b"} and some.actors == {} and some.queues["b"] == every.queues["b"]
+    assert some.overall == every.overall  # all queues' figures whatever the page
+    assert busiest.as_dict()["actors_total"] == 3
