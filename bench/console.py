@@ -369,7 +369,7 @@ def bench_app(store: StateStore, cases: dict[str, dict[str, str]], runs: int) ->
 
     app = create_app(store, config=WebConfig(secret_key="bench", overview_ttl=0))
     app.router.routes[:0] = [Route("/bench/jobs", jobs_route), Route("/bench/overview", overview_route)]
-    token = ApiTokens(store).create("bench", "admin")[1]
+    token = ApiTokens(store).create(f"bench-{uuid.uuid4().hex[:8]}", "admin")[1]
     timings: dict[str, list[float]] = {}
     with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
         for name, params in cases.items():
@@ -442,7 +442,7 @@ def bench_pages(store: StateStore, runs: int, only: str | None) -> list[PageTimi
     if dead:
         routes.append(("job page, a dead letter", f"/jobs/{dead[0].job_id}"))
     app = create_app(store, config=WebConfig(secret_key="bench", overview_ttl=0))
-    token = ApiTokens(store).create("bench-pages", "admin")[1]
+    token = ApiTokens(store).create(f"bench-pages-{uuid.uuid4().hex[:8]}", "admin")[1]
     pages: dict[str, PageTiming] = {}
     with TestClient(app) as client:
         import re
@@ -464,7 +464,7 @@ def bench_pages(store: StateStore, runs: int, only: str | None) -> list[PageTimi
             first = client.get(path, headers=headers if api else None)
             page.status, page.bytes = first.status_code, len(first.content)
             nexts[label] = _next_of(first) if first.status_code == 200 else None
-            if only and only not in label:
+            if only and not any(part in label for part in only.split(",")):
                 continue
             pages[label] = page
             for _ in range(runs):
@@ -498,7 +498,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
     parser.add_argument("--database", help="reuse this database (kept by an earlier --keep run): no load")
     parser.add_argument("--explain", action="store_true", help="print each case's plan")
-    parser.add_argument("--only", help="run only the cases whose name contains this")
+    parser.add_argument("--only", help="run only the cases whose name contains this (or one of these, comma-separated)")
     parser.add_argument("--queues", type=int, default=2000,
                         help="spread the busiest queue's share over this many more queues (0: the 12 queues only)")
     parser.add_argument("--processes", type=int, default=1000, help="live worker processes on record")
@@ -548,7 +548,7 @@ def main() -> None:
             lambda: latency(store, window="1h", queues=shown), {})
         cases["fleet, first page"] = (lambda: fleet(store), {})
         if args.only:
-            cases = {k: v for k, v in cases.items() if args.only in k}
+            cases = {k: v for k, v in cases.items() if any(part in k for part in args.only.split(","))}
         results = []
         for label, (call, _) in cases.items():
             results.append(run_case(store, label, call, args.runs, args.explain))

@@ -37,7 +37,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -320,9 +320,13 @@ def latency(store: StoreCore, *, window: str = "1h", queues: Collection[str] | N
     levels = select(job_stats.c.queue, *columns).where(*where, job_stats.c.actor == ALL).group_by(job_stats.c.queue)
     pairs = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
         *where, job_stats.c.queue != ALL, job_stats.c.actor != ALL).group_by(job_stats.c.queue, job_stats.c.actor)
-    if actors is not None:
+    if actors is not None:  # ranked on the outcome columns alone; the histograms summed for the top pairs only
         attempts = sum((func.sum(job_stats.c[name]) for name in OUTCOMES[1:]), func.sum(job_stats.c[OUTCOMES[0]]))
-        pairs = pairs.order_by(attempts.desc(), job_stats.c.queue, job_stats.c.actor).limit(actors)
+        top = select(job_stats.c.queue, job_stats.c.actor).where(
+            *where, job_stats.c.queue != ALL, job_stats.c.actor != ALL).group_by(job_stats.c.queue, job_stats.c.actor) \
+            .order_by(attempts.desc(), job_stats.c.queue, job_stats.c.actor).limit(actors).subquery()
+        pairs = pairs.join_from(job_stats, top,
+                                and_(job_stats.c.queue == top.c.queue, job_stats.c.actor == top.c.actor))
         counted = select(func.count()).select_from(
             select(job_stats.c.queue, job_stats.c.actor).where(*where, job_stats.c.queue != ALL,
                                                               job_stats.c.actor != ALL).distinct().subquery())

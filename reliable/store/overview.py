@@ -16,13 +16,16 @@ from .job_stats import LatencyFigures, latency
 from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 
-__all__ = ["ACTORS_SHOWN", "FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview",
-           "known_names", "oldest_pending_query", "overview"]
+__all__ = ["ACTORS_SHOWN", "FAILURE_EVENTS", "KNOWN_NAMES_MAX", "OVERVIEW_QUEUES", "SUCCESS_EVENTS", "KnownNames",
+           "Overview", "known_names", "oldest_pending_query", "overview"]
 
 #: The most queue names and actor names `known_names` returns of each.
 KNOWN_NAMES_MAX = 500
 #: The (queue, actor) pairs whose latency the overview carries: the busiest (job_stats.latency).
 ACTORS_SHOWN = 100
+#: The queues the console's overview shows (and the web app's overview reads the latency of): those
+#: with the most unfinished jobs (`Overview.busiest`); the Queues page pages through them all.
+OVERVIEW_QUEUES = 50
 
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
@@ -58,6 +61,14 @@ class Overview:
         """Every queue with a count, sorted."""
         return sorted({q for _, q in self.counts})
 
+    def busiest(self, n: int) -> list[str]:
+        """The `n` queues with the most unfinished jobs (then by name), sorted by name."""
+        unfinished = {s.value for s in UNFINISHED_STATES}
+        backlog: dict[str, int] = {}
+        for (state, queue), jobs_now in self.counts.items():
+            backlog[queue] = backlog.get(queue, 0) + (jobs_now if state in unfinished else 0)
+        return sorted(sorted(backlog, key=lambda q: (-backlog[q], q))[:n])
+
     def by_state(self) -> dict[str, int]:
         """Jobs per state, all queues."""
         out: dict[str, int] = {}
@@ -92,8 +103,10 @@ def oldest_pending_query(now: float) -> Select[Any]:
     return select(queues.c.queue, oldest.label("oldest")).where(queues.c.queue.is_not(None))
 
 
-def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60) -> Overview:
-    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`)."""
+def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60,
+             latency_queues: int | None = None) -> Overview:
+    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`).
+    The latency per queue of every queue, or (`latency_queues`) of that many busiest ones (`busiest`)."""
     now = store.now()
     result = Overview(now=now, window=window)
     unfinished = sorted(s.value for s in UNFINISHED_STATES)
@@ -128,7 +141,8 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
     result.minutes = [float(start + 60 * i) for i in range(series_minutes)]
     result.successes = [per_minute.get(("ok", m), 0) for m in result.minutes]
     result.failures = [per_minute.get(("failed", m), 0) for m in result.minutes]
-    result.latency = latency(store, window="1h", actors=ACTORS_SHOWN)
+    result.latency = latency(store, window="1h", actors=ACTORS_SHOWN,
+                             queues=None if latency_queues is None else result.busiest(latency_queues))
     return result
 
 

@@ -37,10 +37,10 @@ from ..inputs import shorten
 from ..isotime import format_time
 from ..operators import COMMAND_ORDER
 from ..state_tones import tone
-from ..states import FAILURE_STATES, UNFINISHED_STATES, JobStatus
+from ..states import FAILURE_STATES, JobStatus
 from ..store.job_history import event_names
 from ..store.job_stats import History
-from ..store.overview import Overview, known_names
+from ..store.overview import OVERVIEW_QUEUES, Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .inputs import DEFAULT_LIMIT, MAX_LIMIT, query_before, query_cursor, query_int, query_window
@@ -246,19 +246,6 @@ CHART_WINDOWS: dict[str, tuple[str, str]] = {"1h": ("last hour", "minute"), "24h
                                              "7d": ("last 7 days", "hour")}
 
 
-#: The queues the overview's table shows: those with the most unfinished jobs (the Queues page pages them all).
-OVERVIEW_QUEUES = 50
-
-
-def _busiest_queues(data: Overview) -> list[str]:
-    """The OVERVIEW_QUEUES queues with the most unfinished jobs (then by name), in name order."""
-    unfinished = {s.value for s in UNFINISHED_STATES}
-    backlog: dict[str, int] = {}
-    for (state, queue), n in data.counts.items():
-        backlog[queue] = backlog.get(queue, 0) + (n if state in unfinished else 0)
-    return sorted(sorted(backlog, key=lambda q: (-backlog[q], q))[:OVERVIEW_QUEUES])
-
-
 def _overview_context(data: Overview, series: History) -> dict[str, Any]:
     ok, failed = series.outcomes["succeeded"], series.outcomes["failed"]
     rates = [round(100 * f / (s + f), 1) if s + f else 0.0 for s, f in zip(ok, failed, strict=True)]
@@ -266,7 +253,7 @@ def _overview_context(data: Overview, series: History) -> dict[str, Any]:
     span, every = CHART_WINDOWS[series.window]
     minutes = series.buckets
     return {"data": data, "states": states, "by_state": data.by_state(), "window": series.window, "span": span,
-            "queue_rows": _busiest_queues(data), "queues_total": len(data.queues),
+            "queue_rows": data.busiest(OVERVIEW_QUEUES), "queues_total": len(data.queues),
             "windows": CHART_WINDOWS,
             "latency": data.latency.as_dict() if data.latency is not None else None,
             "charts": [chart(f"Succeeded per {every}", minutes, ok, unit="", every=every),
