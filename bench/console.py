@@ -1,23 +1,35 @@
-"""The console's and API's reads on PostgreSQL with 1,000,000 jobs: the job list and the overview.
+"""The console's and API's reads on PostgreSQL with 1,000,000 jobs, 2,000 queues and 1,000 worker
+processes: the job list, the overview, and every console page and API route of issue 42.
 
     .venv/bin/python bench/console.py [--jobs 1000000] [--runs 15] [--keep | --database NAME]
-        [--recent 0.1] [--days 7] [--explain]
+        [--recent 0.1] [--days 7] [--explain] [--only NAME[,NAME...]] [--queues 2000]
+        [--processes 1000] [--checkpoints 10000] [--overview-ttl 0]
 
 Creates a throw-away database (`--keep` leaves it and prints its name; `--database NAME` reuses
 one kept before), migrates it (`StateStore.upgrade()`), bulk-loads the jobs with INSERT ...
-SELECT generate_series (a realistic mix of states over 12 queues, 30 actors and 5 owners; a
-share `--recent` of them changed within the last hour, the rest spread over `--days`) and about
-three events per job (enqueued, claim, the outcome; a short traceback on failures), each table
-in time order, then VACUUM ANALYZE. Then, for each case, `--runs` timed calls after one warm-up:
+SELECT generate_series (a realistic mix of states over 12 queues, the busiest one's share spread
+over `--queues` more, 30 actors and 5 owners; a share `--recent` of them changed within the last
+hour, the rest spread over `--days`) and about three events per job (enqueued, claim, the
+outcome; a short traceback on failures), each table in time order; then `--processes` live worker
+processes whose busy threads run the RUNNING/STOPPING jobs, the latency history
+(`reliable_job_stats`) of every queue and 3 actors each, and one SUCCEEDED job with
+`--checkpoints` checkpoint events; then VACUUM ANALYZE. Then, for each case, `--runs` timed calls
+after one warm-up:
 
-- "call": `reliable.store.selection.page_jobs` / `reliable.store.overview.overview` timed in-process (the
-  statements, the round trips and building the Job objects);
+- "call": `reliable.store.selection.page_jobs` / `reliable.store.overview.overview` / the oldest
+  due PENDING job per queue / `job_stats.latency` / `worker_views.fleet` timed in-process (the
+  statements, the round trips and building the objects);
 - "db": the same statements under EXPLAIN ANALYZE (planning + execution time as PostgreSQL
   reports it, summed over the call's statements; median of 3);
 - "app": the same read through the real ASGI app (`reliable.web.create_app`, an admin API token,
   Starlette's TestClient): a GET on a route this script adds that authenticates, runs the read in
   the thread pool and returns the JSON the API would (`job_view` of each job). The API's own
-  routes (/api/v1/jobs, /api/v1/overview), when this build has them, are timed too.
+  routes (/api/v1/jobs, /api/v1/overview), when this build has them, are timed too;
+- "pages": every console page (signed in through the login form) and API route of issue 42 and
+  the main existing ones (overview, queues first and next page, workers first and next page, the
+  long job's page, dead letters, the job list), with the weight of each answer in bytes;
+  `--overview-ttl` is the app's WebConfig.overview_ttl (0: the overview's figures computed on each
+  request, the worst case; 5, the default, shares them between the requests of 5 seconds).
 
 Prints median and p95 (ms) against the 200 ms target; `--explain` prints the plan of each case.
 """
@@ -417,9 +429,11 @@ def _next_of(response: Any) -> str | None:
     return None if found is None else html.unescape(found.group(1))
 
 
-def bench_pages(store: StateStore, runs: int, only: str | None) -> list[PageTiming]:
+def bench_pages(store: StateStore, runs: int, only: str | None, overview_ttl: float = 0.0) -> list[PageTiming]:
     """Time every console page and API route of issue 42, and the main existing ones, as an admin
-    (the console's pages with the signed-in session, the API with the token), with the page weight."""
+    (the console's pages with the signed-in session, the API with the token), with the page weight.
+    `overview_ttl` 0 computes the overview's figures on every request (the worst case); the app's
+    default (5 s) shares them between the requests of 5 seconds, as the console's polls do."""
     from starlette.testclient import TestClient
 
     from reliable.web import WebConfig, create_app
@@ -441,7 +455,7 @@ def bench_pages(store: StateStore, runs: int, only: str | None) -> list[PageTimi
     ]
     if dead:
         routes.append(("job page, a dead letter", f"/jobs/{dead[0].job_id}"))
-    app = create_app(store, config=WebConfig(secret_key="bench", overview_ttl=0))
+    app = create_app(store, config=WebConfig(secret_key="bench", overview_ttl=overview_ttl))
     token = ApiTokens(store).create(f"bench-pages-{uuid.uuid4().hex[:8]}", "admin")[1]
     pages: dict[str, PageTiming] = {}
     with TestClient(app) as client:
@@ -499,6 +513,8 @@ def main() -> None:
     parser.add_argument("--database", help="reuse this database (kept by an earlier --keep run): no load")
     parser.add_argument("--explain", action="store_true", help="print each case's plan")
     parser.add_argument("--only", help="run only the cases whose name contains this (or one of these, comma-separated)")
+    parser.add_argument("--overview-ttl", type=float, default=0.0,
+                        help="the app's WebConfig.overview_ttl for the pages (0: the figures computed on each request)")
     parser.add_argument("--queues", type=int, default=2000,
                         help="spread the busiest queue's share over this many more queues (0: the 12 queues only)")
     parser.add_argument("--processes", type=int, default=1000, help="live worker processes on record")
@@ -555,7 +571,7 @@ def main() -> None:
             print(f"  measured {label}", file=sys.stderr, flush=True)
         app = bench_app(store, {label: params for label, (_, params) in cases.items() if label not in store_only},
                         args.runs)
-        pages = bench_pages(store, args.runs, args.only)
+        pages = bench_pages(store, args.runs, args.only, args.overview_ttl)
         print(f"\nmedian / p95 in ms over {args.runs} runs (db: EXPLAIN ANALYZE planning + execution, median of 3); "
               f"target {TARGET_MS:.0f} ms")
         print(f"| case | rows | call median | call p95 | db | app median | app p95 | within {TARGET_MS:.0f} ms |")
@@ -571,7 +587,7 @@ def main() -> None:
                 print(f"| {label} | | | | | {statistics.median(timing):.1f} | {pct(timing, 0.95):.1f} | "
                       f"{'yes' if pct(timing, 0.95) < TARGET_MS else 'NO'} |")
         print(f"\nconsole pages and API routes through the app (admin; median / p95 ms over {args.runs} runs; "
-              "weight: bytes of the HTML or JSON)")
+              f"weight: bytes of the HTML or JSON; overview_ttl {args.overview_ttl:g} s)")
         print(f"| page | status | weight (bytes) | median | p95 | within {TARGET_MS:.0f} ms |")
         print("|---|---:|---:|---:|---:|---|")
         for page in pages:

@@ -88,11 +88,13 @@ def queue_figures(figures: Overview, state: QueueState, names: Sequence[str] | N
     (`failure_rate`); wait and run p50/p95 over the latency window (`latency`: job_stats.latency's
     figures of the queue, None before any was counted). Pure."""
     rows = []
+    wanted = None if names is None else frozenset(names)
     counts: dict[str, dict[str, int]] = {}
-    for (s, q), n in sorted(figures.counts.items()):  # one pass, not one per queue (thousands of queues)
-        counts.setdefault(q, {})[s] = n
+    for (s, q), n in figures.counts.items():  # one pass, not one per queue (thousands of queues)
+        if wanted is None or q in wanted:
+            counts.setdefault(q, {})[s] = n
     for queue in queue_names(figures, state) if names is None else names:
-        by_state = counts.get(queue, {})
+        by_state = dict(sorted(counts.get(queue, {}).items()))
         oldest = figures.oldest_pending.get(queue)
         finished = sum(by_state.get(s.value, 0) for s in TERMINAL_STATES)
         # The outcomes the error-budget alerts count: bad = FAILED (in the window), DEAD and REVIEW (now),
