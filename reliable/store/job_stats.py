@@ -33,11 +33,11 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -275,19 +275,23 @@ class _Sums:
 
 @dataclass(frozen=True)
 class LatencyFigures:
-    """Wait and run p50/p95 and outcomes over `window` seconds: all queues, per queue, per (queue, actor)."""
+    """Wait and run p50/p95 and outcomes over `window` seconds: all queues, per queue, per (queue, actor)
+    (every pair, or the busiest: `actors_total` counts them all)."""
 
     window: float
     resolution: int
     overall: dict[str, Any]
     queues: dict[str, dict[str, Any]]
     actors: dict[tuple[str, str], dict[str, Any]]
+    #: How many (queue, actor) pairs counted attempts in the window (`actors` may hold the busiest only).
+    actors_total: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the window, all queues, and a list per queue and per actor (sorted)."""
         return {"window_seconds": self.window, "resolution_seconds": self.resolution, "all": self.overall,
                 "queues": [{"queue": q, **f} for q, f in sorted(self.queues.items())],
-                "actors": [{"queue": q, "actor": a, **f} for (q, a), f in sorted(self.actors.items())]}
+                "actors": [{"queue": q, "actor": a, **f} for (q, a), f in sorted(self.actors.items())],
+                "actors_total": max(self.actors_total, len(self.actors))}
 
 
 def _start(now: float, window: float, resolution: int) -> int:
@@ -295,30 +299,47 @@ def _start(now: float, window: float, resolution: int) -> int:
     return (math.floor(now / resolution) + 1) * resolution - int(window)
 
 
-def latency(store: StoreCore, *, window: str = "1h") -> LatencyFigures:
+def latency(store: StoreCore, *, window: str = "1h", queues: Collection[str] | None = None,
+            actors: int | None = None) -> LatencyFigures:
     """Wait and run p50/p95 and the outcomes over `window` (a WINDOWS name, read at its
-    LATENCY_RESOLUTION), all queues, by queue and by actor: one query of the window's buckets (a
-    primary key range: a few rows per queue and actor), summed here."""
+    LATENCY_RESOLUTION), all queues, by queue and by (queue, actor): the window's buckets (a primary
+    key range: a few rows per queue and actor) summed by the database, the percentiles here.
+
+    With thousands of queues and actors the rows cost seconds to read and sum (issue 42), so a page
+    asks for what it shows: `queues` given, those queues' rows only; `actors` given, the `actors`
+    busiest (queue, actor) pairs only (most attempts ended; 0: none), and `actors_total` says how
+    many there are."""
     seconds, _ = window_seconds(window)
     resolution = LATENCY_RESOLUTION[window]
     now = store.now()
     columns = [func.sum(job_stats.c[name]) for name in COLUMNS]
     first = math.floor(now / resolution) * resolution - int(seconds)  # the current bucket and seconds before
-    stmt = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
-        job_stats.c.resolution == resolution, job_stats.c.bucket >= first
-    ).group_by(job_stats.c.queue, job_stats.c.actor)
-    overall, queues, actors = _Sums(), dict[str, _Sums](), dict[tuple[str, str], _Sums]()
+    where = [job_stats.c.resolution == resolution, job_stats.c.bucket >= first]
+    if queues is not None:
+        where.append(job_stats.c.queue.in_(sorted({ALL, *queues})))
+    levels = select(job_stats.c.queue, *columns).where(*where, job_stats.c.actor == ALL).group_by(job_stats.c.queue)
+    pairs = select(job_stats.c.queue, job_stats.c.actor, *columns).where(
+        *where, job_stats.c.queue != ALL, job_stats.c.actor != ALL).group_by(job_stats.c.queue, job_stats.c.actor)
+    if actors is not None:  # ranked on the outcome columns alone; the histograms summed for the top pairs only
+        attempts = sum((func.sum(job_stats.c[name]) for name in OUTCOMES[1:]), func.sum(job_stats.c[OUTCOMES[0]]))
+        top = select(job_stats.c.queue, job_stats.c.actor).where(
+            *where, job_stats.c.queue != ALL, job_stats.c.actor != ALL).group_by(job_stats.c.queue, job_stats.c.actor) \
+            .order_by(attempts.desc(), job_stats.c.queue, job_stats.c.actor).limit(actors).subquery()
+        pairs = pairs.join_from(job_stats, top,
+                                and_(job_stats.c.queue == top.c.queue, job_stats.c.actor == top.c.actor))
+        counted = select(func.count()).select_from(
+            select(job_stats.c.queue, job_stats.c.actor).where(*where, job_stats.c.queue != ALL,
+                                                              job_stats.c.actor != ALL).distinct().subquery())
+    overall, by_queue, by_actor = _Sums(), dict[str, _Sums](), dict[tuple[str, str], _Sums]()
     with store.read() as conn:
-        for row in conn.execute(stmt):
-            values = row[2:]
-            if row.queue == ALL:
-                overall.add(values)
-            elif row.actor == ALL:
-                queues.setdefault(row.queue, _Sums()).add(values)
-            else:
-                actors.setdefault((row.queue, row.actor), _Sums()).add(values)
-    return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in queues.items()},
-                          {k: s.figures() for k, s in actors.items()})
+        for row in conn.execute(levels):
+            (overall if row[0] == ALL else by_queue.setdefault(row[0], _Sums())).add(row[1:])
+        if actors != 0:
+            for row in conn.execute(pairs):
+                by_actor.setdefault((row[0], row[1]), _Sums()).add(row[2:])
+        total = len(by_actor) if actors is None else int(conn.execute(counted).scalar_one())
+    return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in by_queue.items()},
+                          {k: s.figures() for k, s in by_actor.items()}, total)
 
 
 @dataclass(frozen=True)

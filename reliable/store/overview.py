@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, literal, select, union, union_all
+from sqlalchemy import Select, func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from .core import StoreCore
@@ -16,10 +16,16 @@ from .job_stats import LatencyFigures, latency
 from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 
-__all__ = ["FAILURE_EVENTS", "KNOWN_NAMES_MAX", "SUCCESS_EVENTS", "KnownNames", "Overview", "known_names", "overview"]
+__all__ = ["ACTORS_SHOWN", "FAILURE_EVENTS", "KNOWN_NAMES_MAX", "OVERVIEW_QUEUES", "SUCCESS_EVENTS", "KnownNames",
+           "Overview", "known_names", "oldest_pending_query", "overview"]
 
 #: The most queue names and actor names `known_names` returns of each.
 KNOWN_NAMES_MAX = 500
+#: The (queue, actor) pairs whose latency the overview carries: the busiest (job_stats.latency).
+ACTORS_SHOWN = 100
+#: The queues the console's overview shows (and the web app's overview reads the latency of): those
+#: with the most unfinished jobs (`Overview.busiest`); the Queues page pages through them all.
+OVERVIEW_QUEUES = 50
 
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
@@ -34,7 +40,8 @@ class Overview:
     reached them within `window` seconds; oldest_pending: queue -> the oldest due PENDING job's
     scheduled_at; series: per-minute successes and failures over `window_series` seconds;
     scheduled: PENDING jobs not due yet (an eta in the future); latency: wait and run p50/p95 and
-    outcomes over the last hour, all queues, per queue and per actor (job_stats.latency).
+    outcomes over the last hour, all queues, per queue, and for the ACTORS_SHOWN busiest (queue,
+    actor) pairs (job_stats.latency; `actors_total` counts them all).
     """
 
     now: float
@@ -54,6 +61,14 @@ class Overview:
         """Every queue with a count, sorted."""
         return sorted({q for _, q in self.counts})
 
+    def busiest(self, n: int) -> list[str]:
+        """The `n` queues with the most unfinished jobs (then by name), sorted by name."""
+        unfinished = {s.value for s in UNFINISHED_STATES}
+        backlog: dict[str, int] = {}
+        for (state, queue), jobs_now in self.counts.items():
+            backlog[queue] = backlog.get(queue, 0) + (jobs_now if state in unfinished else 0)
+        return sorted(sorted(backlog, key=lambda q: (-backlog[q], q))[:n])
+
     def by_state(self) -> dict[str, int]:
         """Jobs per state, all queues."""
         out: dict[str, int] = {}
@@ -72,8 +87,26 @@ class Overview:
                 "series": {"minutes": self.minutes, "successes": self.successes, "failures": self.failures}}
 
 
-def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60) -> Overview:
-    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`)."""
+def oldest_pending_query(now: float) -> Select[Any]:
+    """(queue, the oldest due PENDING job's scheduled_at or NULL) for every queue with a PENDING job:
+    a loose scan of the partial (status, queue, scheduled_at) index (one seek per queue, a recursive
+    CTE, whatever the jobs per queue) and one seek per queue for its oldest due job. One statement on
+    PostgreSQL and SQLite whose size does not grow with the queues (issue 42: a UNION branch per
+    queue ran past the read's time bound at 2,000 queues)."""
+    pending = jobs.c.status == JobStatus.PENDING.value
+    first = select(func.min(jobs.c.queue).label("queue")).where(pending).cte("pending_queues", recursive=True)
+    step = select(select(func.min(jobs.c.queue)).where(pending, jobs.c.queue > first.c.queue)
+                  .scalar_subquery()).where(first.c.queue.is_not(None))
+    queues = first.union_all(step)
+    oldest = select(func.min(jobs.c.scheduled_at)).where(pending, jobs.c.queue == queues.c.queue,
+                                                         jobs.c.scheduled_at <= now).scalar_subquery()
+    return select(queues.c.queue, oldest.label("oldest")).where(queues.c.queue.is_not(None))
+
+
+def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60,
+             latency_queues: int | None = None) -> Overview:
+    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`).
+    The latency per queue of every queue, or (`latency_queues`) of that many busiest ones (`busiest`)."""
     now = store.now()
     result = Overview(now=now, window=window)
     unfinished = sorted(s.value for s in UNFINISHED_STATES)
@@ -91,15 +124,10 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
     with store.read() as conn:
         for row in conn.execute(union_all(*counts)):
             result.counts[(row.status, row.queue)] = int(row.n)
-        # One statement, one index seek per queue on (status, queue, scheduled_at): a round trip per
-        # queue cost more than the seeks themselves.
-        oldest = [select(literal(queue).label("queue"), func.min(jobs.c.scheduled_at).label("oldest"))
-                  .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.queue == queue,
-                         jobs.c.scheduled_at <= now)
-                  for queue in sorted({q for _, q in result.counts})]
-        if oldest:
-            for row in conn.execute(union_all(*oldest)):
-                result.oldest_pending[row.queue] = row.oldest
+        for queue, oldest in conn.execute(oldest_pending_query(now)):
+            result.oldest_pending[str(queue)] = None if oldest is None else float(oldest)
+        for queue in sorted({q for _, q in result.counts} - set(result.oldest_pending)):
+            result.oldest_pending[queue] = None  # counted, but nothing PENDING now
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
         result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
@@ -113,7 +141,8 @@ def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int 
     result.minutes = [float(start + 60 * i) for i in range(series_minutes)]
     result.successes = [per_minute.get(("ok", m), 0) for m in result.minutes]
     result.failures = [per_minute.get(("failed", m), 0) for m in result.minutes]
-    result.latency = latency(store, window="1h")
+    result.latency = latency(store, window="1h", actors=ACTORS_SHOWN,
+                             queues=None if latency_queues is None else result.busiest(latency_queues))
     return result
 
 

@@ -40,7 +40,7 @@ from ..state_tones import tone
 from ..states import FAILURE_STATES, JobStatus
 from ..store.job_history import event_names
 from ..store.job_stats import History
-from ..store.overview import Overview, known_names
+from ..store.overview import OVERVIEW_QUEUES, Overview, known_names
 from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_job_id
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .inputs import DEFAULT_LIMIT, MAX_LIMIT, query_before, query_cursor, query_int, query_window
@@ -253,6 +253,7 @@ def _overview_context(data: Overview, series: History) -> dict[str, Any]:
     span, every = CHART_WINDOWS[series.window]
     minutes = series.buckets
     return {"data": data, "states": states, "by_state": data.by_state(), "window": series.window, "span": span,
+            "queue_rows": data.busiest(OVERVIEW_QUEUES), "queues_total": len(data.queues),
             "windows": CHART_WINDOWS,
             "latency": data.latency.as_dict() if data.latency is not None else None,
             "charts": [chart(f"Succeeded per {every}", minutes, ok, unit="", every=every),

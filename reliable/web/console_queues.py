@@ -1,6 +1,7 @@
 """The console's queues page (issue 28): every queue's figures, and pausing / resuming a queue.
 
-    GET  /queues                              the queues (as GET /api/v1/queues), a form per queue
+    GET  /queues                              a page of the queues (as GET /api/v1/queues: ?limit=,
+                                              ?cursor=, ?search=; ?limits_after= pages the limits), a form per queue
                                               for a principal the operators policy lets pause it, and
                                               one to clear its PENDING jobs (posted to /bulk: a bulk
                                               cancel, counted first, confirmed on the operation's page)
@@ -13,8 +14,6 @@ shows a banner (`console.render`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -26,7 +25,7 @@ from ..errors import NotAuthorized, ReliableError
 from .auth import authenticate, state_of
 from .console import flash, render
 from .limits import limits_section
-from .queues import queue_answer
+from .queues import read_page
 
 __all__ = ["routes"]
 
@@ -36,13 +35,7 @@ _COMMANDS = ("pause", "resume")
 async def queues_page(request: Request) -> Response:
     """GET /queues: the queues' figures and pauses, with pause / resume forms where allowed."""
     principal = await authenticate(request)
-    state = state_of(request)
-
-    def read() -> tuple[dict[str, Any], queue_pauses.QueueState]:
-        pauses = queue_pauses.paused(state.store)
-        return queue_answer(state, pauses), pauses
-
-    figures, pauses = await run_in_threadpool(read)
+    figures, pauses = await run_in_threadpool(read_page, request, ("limits_after",))
     limits = await run_in_threadpool(limits_section, request, principal)  # issue 42
     for row in figures["queues"]:
         command = "resume" if row["paused"] else "pause"
@@ -50,8 +43,15 @@ async def queues_page(request: Request) -> Response:
         # Clearing the queue is a bulk cancel of its PENDING jobs (PENDING -> CANCELLED in states.py):
         # the form counts them first (the bulk preview), then asks for the confirmation.
         row["clear_pending"] = bool(row["by_state"].get("PENDING")) and principal.allows("cancel", row["queue"], None)
+    search = (request.query_params.get("search") or "").strip()  # read_page checked it
+    params = {k: v for k, v in request.query_params.items() if k not in ("cursor", "limits_after")}
+    next_url = None if figures["next_cursor"] is None else \
+        str(request.url.remove_query_params("limits_after").include_query_params(**params,
+                                                                                 cursor=figures["next_cursor"]))
+    first_url = str(request.url.remove_query_params(["cursor", "limits_after"])) \
+        if "cursor" in request.query_params else None
     return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses),
-                  limits=limits)
+                  limits=limits, search=search, next_url=next_url, first_url=first_url)
 
 
 async def queue_action(request: Request) -> Response:

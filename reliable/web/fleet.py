@@ -36,19 +36,24 @@ from .auth import authenticate, state_of
 from .bodies import command_body
 from .inputs import query_cursor, query_int, query_one
 
-__all__ = ["PARAMS", "routes"]
+__all__ = ["CONSOLE_PAGE", "PARAMS", "routes"]
 
 #: The query parameters of GET /api/v1/workers (and of the page).
 PARAMS = ("host", "exited", "limit", "cursor")
 
 
-def _read(request: Request) -> Fleet:
+#: Live processes per page of the console's workers page (the API's default is `worker_views.PAGE`):
+#: each row lists its busy threads' jobs, so 100 processes of 16 threads weigh about a megabyte of HTML.
+CONSOLE_PAGE = 25
+
+
+def _read(request: Request, page: int = PAGE) -> Fleet:
     for name in request.query_params:
         if name not in PARAMS:
             raise HTTPException(400, f"unknown parameter {name!r} (known: {', '.join(PARAMS)})")
     host = query_one(request, "host") or None
     exited = query_int(request, "exited", EXITED_SHOWN, 1000, low=0)
-    limit = query_int(request, "limit", PAGE, MAX_PAGE)
+    limit = query_int(request, "limit", page, MAX_PAGE)
     cursor = query_cursor(request)
     return functools.partial(fleet, state_of(request).store, host=host, exited=exited, limit=limit,
                              cursor=cursor)()
@@ -81,7 +86,7 @@ async def workers_page(request: Request) -> Response:
     from .console import render
 
     principal = await authenticate(request)
-    found = await run_in_threadpool(_read, request)
+    found = await run_in_threadpool(_read, request, CONSOLE_PAGE)
     may: dict[str, tuple[str, ...]] = {
         view.process.worker_id: tuple(verb for verb in process_commands.VERBS
                                       if process_commands.allowed(principal.operators, principal.name, verb,

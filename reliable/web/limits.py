@@ -76,9 +76,10 @@ async def api_set(request: Request) -> JSONResponse:
 
 
 def limits_section(request: Request, principal: Principal) -> dict[str, Any]:
-    """What the queues page shows of the limits (run in a thread): a page of them, each with whether the
-    principal may change it, and the next page's URL."""
-    limit, cursor = _page(request, PAGE)
+    """What the queues page shows of the limits (run in a thread): a page of them (after ?limits_after=:
+    the page's own ?limit= and ?cursor= page the queues), each with whether the principal may change
+    it, and the next page's URL."""
+    limit, cursor = PAGE, query_one(request, "limits_after") or None
     store = state_of(request).store
     rows, after = list_limits(store, limit=limit, cursor=cursor)
     may = {row.actor for row in rows if limit_operator.allowed(store, principal.operators, principal.name, row.actor)}

@@ -1,8 +1,10 @@
 """Queues in the API: their figures, and pausing / resuming a whole queue.
 
-    GET  /api/v1/queues                  per queue: jobs per state, oldest due PENDING job, finished
-                                         and failed over the window, its pause (if any), and its
-                                         depths in RabbitMQ when the app has a broker
+    GET  /api/v1/queues                  a page of the queues (by name: ?limit=, ?cursor=, ?search=
+                                         part of a name), per queue: jobs per state, oldest due
+                                         PENDING job, finished and failed over the window, wait and
+                                         run p50/p95, its pause (if any), and its depths in RabbitMQ
+                                         when the app has a broker
     POST /api/v1/queues/{queue}/pause    {"reason": ...}: pause the queue (an operator's command)
     POST /api/v1/queues/{queue}/resume   {"reason": ...}: resume it
 
@@ -13,6 +15,7 @@ authenticates, parses and shapes JSON. A paused queue's deliveries wait at the w
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 from typing import Any
@@ -24,16 +27,23 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from .. import queue_pauses
+from ..store.job_stats import latency
 from .auth import authenticate, state_of
 from .bodies import json_object
+from .inputs import query_cursor, query_int, query_one
 from .state import WebState
 
-__all__ = ["COMMANDS", "broker_depths_of", "queue_answer", "routes"]
+__all__ = ["COMMANDS", "MAX_PAGE", "PAGE", "PARAMS", "broker_depths_of", "queue_answer", "read_page", "routes"]
 
 logger = logging.getLogger("reliable.web")
 
 #: The queue commands of POST /api/v1/queues/{queue}/{command}.
 COMMANDS: tuple[str, ...] = ("pause", "resume")
+#: Queues per page by default (the API's and the console's), and at most.
+PAGE = 100
+MAX_PAGE = 1000
+#: The query parameters of GET /api/v1/queues (and of the console's page).
+PARAMS = ("limit", "cursor", "search")
 
 
 def broker_depths_of(broker: Any, queues: list[str]) -> dict[str, Any] | None:
@@ -52,25 +62,53 @@ def broker_depths_of(broker: Any, queues: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def queue_answer(state: WebState, pauses: queue_pauses.QueueState) -> dict[str, Any]:
-    """GET /api/v1/queues's answer (the console's queues page shows the same): the store's figures
-    and pauses (`queue_pauses.queue_figures`), with each queue's RabbitMQ depths as `broker`."""
-    figures = queue_pauses.queue_figures(state.overview(), pauses)
-    depths = broker_depths_of(state.broker, [row["queue"] for row in figures["queues"]])
+def queue_answer(state: WebState, pauses: queue_pauses.QueueState, *, limit: int = PAGE, cursor: str | None = None,
+                 search: str | None = None) -> dict[str, Any]:
+    """GET /api/v1/queues's answer (the console's queues page shows the same): a page of `limit`
+    queues by name after `cursor` (those whose name holds `search`, case-insensitive), with the
+    store's figures and pauses (`queue_pauses.queue_figures`), wait and run p50/p95 read for the
+    page's queues only, and each queue's RabbitMQ depths as `broker`; `total` (the queues matching)
+    and `next_cursor` (None: the last page)."""
+    overview = state.overview()
+    names = queue_pauses.queue_names(overview, pauses)
+    if search:
+        needle = search.casefold()
+        names = [name for name in names if needle in name.casefold()]
+    total = len(names)
+    start = 0 if cursor is None else bisect.bisect_right(names, cursor)
+    shown = names[start:start + limit]
+    more = start + limit < len(names)
+    # p50/p95 of the page's queues only (a few rows each), not of every queue and actor
+    figures = queue_pauses.queue_figures(
+        dataclasses.replace(overview, latency=latency(state.store, window="1h", queues=shown, actors=0)),
+        pauses, shown)
+    depths = broker_depths_of(state.broker, shown)
     for row in figures["queues"]:
         depth = None if depths is None else depths.get(row["queue"])
         row["broker"] = None if depth is None else dataclasses.asdict(depth)
+    figures["total"] = total
+    figures["next_cursor"] = shown[-1] if more and shown else None
     return figures
 
 
-async def queues(request: Request) -> JSONResponse:
-    """GET /api/v1/queues: per queue, its figures and its pause (`queue_pauses.queue_figures`)."""
-    await authenticate(request)
-    if request.query_params:
-        name = next(iter(request.query_params))
-        raise HTTPException(400, f"unknown parameter {name!r} (known: none)")
+def read_page(request: Request, known: tuple[str, ...] = ()) -> tuple[dict[str, Any], queue_pauses.QueueState]:
+    """`queue_answer` for the request's ?limit=, ?cursor= and ?search= (a 400 for another parameter
+    than those and `known`), and the pauses it read; run in a thread."""
+    for name in request.query_params:
+        if name not in PARAMS and name not in known:
+            raise HTTPException(400, f"unknown parameter {name!r} (known: {', '.join((*PARAMS, *known))})")
+    limit, cursor = query_int(request, "limit", PAGE, MAX_PAGE), query_cursor(request)
     state = state_of(request)
-    return JSONResponse(await run_in_threadpool(lambda: queue_answer(state, queue_pauses.paused(state.store))))
+    pauses = queue_pauses.paused(state.store)
+    return queue_answer(state, pauses, limit=limit, cursor=cursor,
+                        search=(query_one(request, "search") or "").strip() or None), pauses
+
+
+async def queues(request: Request) -> JSONResponse:
+    """GET /api/v1/queues: a page of the queues, each with its figures and its pause (`queue_answer`)."""
+    await authenticate(request)
+    figures, _ = await run_in_threadpool(read_page, request)
+    return JSONResponse(figures)
 
 
 async def command(request: Request) -> JSONResponse:

@@ -41,13 +41,13 @@ class WebState:
     def overview(self) -> Overview:
         """The overview's figures, computed at most once per `config.overview_ttl` seconds by this
         process: every console tab polls them, so their cost does not grow with the viewers."""
-        from ..store.overview import overview
+        from ..store.overview import OVERVIEW_QUEUES, overview
 
         with self._overview_lock:  # one computation at a time; the others wait and share it
             cached = self._overview
             if cached is not None and time.monotonic() - cached[0] < self.config.overview_ttl:
                 return cached[1]
-            figures = overview(self.store)
+            figures = overview(self.store, latency_queues=OVERVIEW_QUEUES)
             self._overview = (time.monotonic(), figures)
             return figures
 

@@ -48,7 +48,7 @@ ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "api_schedules": ("/api/v1/schedules", ()),
     "api_schedule": ("/api/v1/schedules/nightly", ("limit",)),
     "api_workers": ("/api/v1/workers", ("limit", "cursor", "exited")),
-    "api_queues": ("/api/v1/queues", ()),
+    "api_queues": ("/api/v1/queues", ("limit", "cursor")),
     "api_limits": ("/api/v1/limits", ("limit", "cursor")),
     "overview": ("/", ("window",)),
     "overview_live": ("/overview/live", ("window",)),

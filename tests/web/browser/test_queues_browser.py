@@ -4,6 +4,7 @@ the banner on every page, resume it and see them run. A screenshot for docs/cons
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -65,3 +66,38 @@ def test_pause_a_queue_from_the_page_and_resume_it(page: Any, rig: Rig) -> None:
     assert [rig.store.get(j).attempt for j in jobs] == [1] * len(jobs)
     assert [(e.event, e.operator, e.reason) for e in queue_pauses.events(rig.store, queue)] == [
         ("pause", "ada", "downstream maintenance"), ("resume", "ada", "maintenance over")]
+
+
+def test_the_queues_page_pages_through_more_queues_than_one_page_holds(page: Any, rig: Rig) -> None:
+    """Issue 42 at scale: 105 queues (one page holds 100), found by a part of their names, paged
+    through with Next page and back with First page."""
+    from sqlalchemy import delete
+
+    from reliable.store import NewJob
+    from reliable.store.schema import jobs
+    from reliable.web.queues import PAGE
+
+    assert expect is not None
+    prefix = f"many{uuid.uuid4().hex[:6]}"
+    names = [f"{prefix}-{n:03d}" for n in range(PAGE + 5)]
+    rig.store.register_many([NewJob(f"{name}-job", name, "work", {"args": [], "kwargs": {}, "options": {}})
+                             for name in names])
+    try:
+        page.goto("/queues")
+        page.get_by_label("Queue name contains").fill(prefix)
+        page.get_by_role("button", name="Find").click()
+        expect(page.locator("#queues-count")).to_contain_text(f"{PAGE} of {PAGE + 5} queues")
+        rows = page.locator("table.queues tbody tr")
+        expect(rows).to_have_count(PAGE)
+        expect(rows.first).to_have_attribute("data-queue", names[0])
+        expect(rows.last).to_have_attribute("data-queue", names[PAGE - 1])
+        page.get_by_role("link", name="Next page").click()
+        expect(rows).to_have_count(5)
+        expect(rows.first).to_have_attribute("data-queue", names[PAGE])
+        expect(page.get_by_role("link", name="Next page")).to_have_count(0)
+        expect(page.get_by_label("Queue name contains")).to_have_value(prefix)  # the search is kept
+        page.get_by_role("link", name="First page").click()
+        expect(rows.first).to_have_attribute("data-queue", names[0])
+    finally:
+        with rig.store.write() as conn:
+            conn.execute(delete(jobs).where(jobs.c.queue.in_(names)))
