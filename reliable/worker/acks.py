@@ -7,13 +7,18 @@ group commit (reliable.store.batching), and waiting for that batch cost each wor
 wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is submitted instead
 (`StateStore.fast_commit_later`, `succeed_later`) and its acknowledgement held: the consumer
 thread's `post_process_message` is wrapped, so the acknowledgement Dramatiq asks for is recorded
-as due and, once the success has committed, done by the process's acknowledging thread (by the
-worker thread itself when the commit came first). That thread, not the one that ran the batch,
-acknowledges: a broker cut delays acknowledgements, never the store's batches. It sends the
-acknowledgements come due on one RabbitMQ consumer together, in one hand-off to the consumer's
-connection thread and one flush (reliable.rabbitmq.acks: Dramatiq's ack hooks still run for each),
-and leaves the others to the consumer thread's `post_process_message` (Dramatiq's retries for as
-long as the broker connection is down). No guarantee moves: a
+as due and, once the success has committed, acknowledged (by the worker thread itself when the
+commit came first). The acknowledgements come due on one RabbitMQ consumer go together, in one
+hand-off to the consumer's connection thread and one flush (reliable.rabbitmq.acks: Dramatiq's ack
+hooks still run for each), sent by the thread that ran the batch's callbacks (the group commit's
+flusher or callbacks thread, `together`) once they have all run: that hand-off only queues the
+frames for the connection's thread, and fails at once on a closed connection, so a broker cut
+delays acknowledgements, never the store's batches. What cannot go that way (an app's own
+`post_process_message`; Dramatiq's own one, which retries for as long as the broker connection is
+down), and every acknowledgement released outside a batch's callbacks (a settled success), goes
+to the process's acknowledging thread, which sends them the same way or leaves them to the
+consumer thread's `post_process_message`. Measured (docs/performance.md): one thread woken fewer
+per batch. No guarantee moves: a
 message is never acknowledged before its job's success is in the store, so a crash before the
 commit leaves it to be redelivered, as a crash during a waited commit did.
 
