@@ -18,6 +18,7 @@ from . import spans
 from .context import FastRun, _fast_run
 from .continuations import follows_success
 from .leases import new_attempt_id
+from .waiting import Row
 
 if TYPE_CHECKING:
     from ..limits.gate import LimitGate
@@ -71,9 +72,7 @@ class FastStart:
             alone: JobStatus | None = runtime.with_store_retry("job_status", lambda: runtime.store.job_status(
                 job_id, delivery_digest=digest))
             return alone
-        answered, found = looks.fresh(job_id)  # read by another delivery's look: no store call to wrap
-        if not answered:
-            found = runtime.with_store_retry("job_status", lambda: looks.look(job_id))
+        found: Row = runtime.with_store_retry("job_status", lambda: looks.look(job_id))
         return runtime.store.looked_status(job_id, found, delivery_digest=digest)
 
     def _eligible(self, fields: Any, at_home: bool) -> bool:

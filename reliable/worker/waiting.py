@@ -83,17 +83,6 @@ class Looks:
         """Batch the looks over `waiting()` from now on (at the worker's boot)."""
         self._waiting, self.batched = waiting, True
 
-    def fresh(self, job_id: str) -> tuple[bool, Row]:
-        """(True, the row of `job_id`) when another delivery's look read it at most `stale_after`
-        seconds ago (the answer is used up), else (False, None): `look` reads it. No store call, so
-        the caller needs no retry loop or deadline around it (most looks end here)."""
-        with self._lock:
-            answer = self._answers.pop(job_id, None)
-            if answer is not None and self._clock() - answer.read_at <= self._stale_after:
-                self.looks += 1
-                return True, answer.row
-        return False, None
-
     def look(self, job_id: str) -> Row:
         """The row of `job_id` as read at most `stale_after` seconds ago (by this call or by the
         look of another delivery that saw it waiting); the answer is used up."""

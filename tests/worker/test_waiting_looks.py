@@ -141,18 +141,3 @@ def test_the_work_queue_is_read_on_the_verified_versions_only() -> None:
     assert [item.message for item in sorted(work.queue)] == ["next", "after", "then", "late"]
     assert work.qsize() == 4  # nothing taken
     assert waiting_messages(worker, version="9.9.9") == []
-
-
-def test_a_fresh_answer_is_taken_without_a_read_and_a_stale_one_is_not(store: StateStore) -> None:
-    """`fresh` hands over an answer another look read (no store call: the fast path then needs no
-    retry loop around it), once; a job nobody read, or read too long ago, is left to `look`."""
-    register(store, *IDS)
-    reads, now = Reads(store), [10.0]
-    looks = Looks(reads, lambda: ["job-b", "job-c"], clock=lambda: now[0])
-    assert looks.fresh("job-a") == (False, None) and reads.calls == []
-    looks.look("job-a")
-    assert looks.fresh("job-b") == (True, ("PENDING", store.get("job-b").delivery_digest))
-    assert looks.fresh("job-b") == (False, None), "an answer is used once"
-    now[0] += 1.5  # job-c's answer is past its bound
-    assert looks.fresh("job-c") == (False, None)
-    assert looks.look("job-c")[0] == "PENDING" and len(reads.calls) == 2  # type: ignore[index]
