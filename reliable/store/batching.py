@@ -65,6 +65,7 @@ import queue
 import re
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -256,6 +257,11 @@ class GroupCommit(Generic[W, R]):
         self._pid = -1
         self.batches = 0
         self.writes = 0
+        #: Opened around each batch's callbacks by the thread that runs them (the flusher, the
+        #: callbacks thread), once for all of them: what they hand on goes on together when they
+        #: have run (reliable.worker.acks acknowledges a batch's deliveries there). None: nothing.
+        #: It must not raise.
+        self.callbacks_scope: Callable[[], AbstractContextManager[object]] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -455,7 +461,9 @@ class GroupCommit(Generic[W, R]):
         if threading.current_thread() is self._flusher:
             for pending in answered:
                 pending.dispatched = True
-                pending.call()
+            with self._scope():
+                for pending in answered:
+                    pending.call()
             return
         if self._callbacks is None:
             self._callbacks = queue.SimpleQueue()
@@ -465,11 +473,17 @@ class GroupCommit(Generic[W, R]):
         for pending in answered:
             pending.dispatched = True
 
-    @staticmethod
-    def _run_callbacks(callbacks: queue.SimpleQueue[list[_Pending[W, R]]]) -> None:
+    def _run_callbacks(self, callbacks: queue.SimpleQueue[list[_Pending[W, R]]]) -> None:
         while True:
-            for pending in callbacks.get():
-                pending.call()
+            answered = callbacks.get()
+            with self._scope():
+                for pending in answered:
+                    pending.call()
+
+    def _scope(self) -> AbstractContextManager[object]:
+        """`callbacks_scope`'s, or one that does nothing."""
+        scope = self.callbacks_scope
+        return nullcontext() if scope is None else scope()
 
     def _take(self) -> list[_Pending[W, R]]:
         with self._lock:

@@ -83,6 +83,16 @@ class StoreCore:
         group = self._sql.group_commit
         return None if group is None else (group.batches, group.writes)
 
+    def scope_submitted_callbacks(self, scope: Callable[[], contextlib.AbstractContextManager[object]]) -> bool:
+        """Open `scope` around each group-commit batch's callbacks of submitted writes (`_submit`'s
+        `done`), in the thread that runs them, once for all of them (GroupCommit.callbacks_scope);
+        False when group commit is off. `scope` must not raise."""
+        group = self._sql.group_commit
+        if group is None:
+            return False
+        group.callbacks_scope = scope
+        return True
+
     def add_listener(self, listener: EventListener) -> None:
         """Call `listener(event)` with every event row this store writes, after its commit.
 

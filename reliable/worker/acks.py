@@ -7,13 +7,18 @@ group commit (reliable.store.batching), and waiting for that batch cost each wor
 wake-up per job. Where `HeldAcks.hold` accepts a delivery, its success is submitted instead
 (`StateStore.fast_commit_later`, `succeed_later`) and its acknowledgement held: the consumer
 thread's `post_process_message` is wrapped, so the acknowledgement Dramatiq asks for is recorded
-as due and, once the success has committed, done by the process's acknowledging thread (by the
-worker thread itself when the commit came first). That thread, not the one that ran the batch,
-acknowledges: a broker cut delays acknowledgements, never the store's batches. It sends the
-acknowledgements come due on one RabbitMQ consumer together, in one hand-off to the consumer's
-connection thread and one flush (reliable.rabbitmq.acks: Dramatiq's ack hooks still run for each),
-and leaves the others to the consumer thread's `post_process_message` (Dramatiq's retries for as
-long as the broker connection is down). No guarantee moves: a
+as due and, once the success has committed, acknowledged (by the worker thread itself when the
+commit came first). The acknowledgements come due on one RabbitMQ consumer go together, in one
+hand-off to the consumer's connection thread and one flush (reliable.rabbitmq.acks: Dramatiq's ack
+hooks still run for each), sent by the thread that ran the batch's callbacks (the group commit's
+flusher or callbacks thread, `together`) once they have all run: that hand-off only queues the
+frames for the connection's thread, and fails at once on a closed connection, so a broker cut
+delays acknowledgements, never the store's batches. What cannot go that way (an app's own
+`post_process_message`; Dramatiq's own one, which retries for as long as the broker connection is
+down), and every acknowledgement released outside a batch's callbacks (a settled success), goes
+to the process's acknowledging thread, which sends them the same way or leaves them to the
+consumer thread's `post_process_message`. Measured (docs/performance.md): one thread woken fewer
+per batch. No guarantee moves: a
 message is never acknowledged before its job's success is in the store, so a crash before the
 commit leaves it to be redelivered, as a crash during a waited commit did.
 
@@ -48,7 +53,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import dramatiq
@@ -108,6 +113,8 @@ class HeldAcks:
         #: hand-offs that acknowledged them (several at a time: reliable.rabbitmq.acks).
         self.held = self.settled = self.handoffs = 0
         self._together: Callable[[Any, list[Any]], Acked] | None = None
+        #: In a thread inside `together`: the acknowledgements released there, sent when it ends.
+        self._local = threading.local()
 
     def watch(self, broker: dramatiq.Broker, worker: Any, fast_queue: Callable[[str], bool]) -> None:
         """At worker boot: hold acknowledgements from now on, if `worker` and `broker` allow it.
@@ -206,9 +213,57 @@ class HeldAcks:
                 del self._held[id(message)]
                 self._empty.notify_all()
                 return
+            collected: list[_Held] | None = getattr(self._local, "due", None)
+            if collected is not None:  # sent when the batch's callbacks have all run (`together`)
+                collected.append(held)
+                return
             if self._acking is None:
                 self._acking = self._start(self._ack_loop, "reliable-acks")
             self._acking.put(held)
+
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Around a group-commit batch's callbacks (StoreCore.scope_submitted_callbacks), in the thread
+        that runs them: the acknowledgements they release are sent when they have all run, by this
+        thread, those of one consumer in one hand-off (`_send_together`: queued for the consumer's
+        connection thread, never waiting for the broker); the others (an app's
+        `post_process_message`, Dramatiq's own retries while the broker is cut) go to the
+        acknowledging thread as before. One thread woken fewer per batch. Never raises."""
+        collected: list[_Held] = []
+        self._local.due = collected
+        try:
+            yield
+        finally:
+            self._local.due = None
+            if collected:
+                self._ack_here(collected)
+
+    def _ack_here(self, due: list[_Held]) -> None:
+        """`together`'s end: send what goes together here, hand the rest to the acknowledging thread."""
+        rest: list[_Held] = due
+        sent: list[_Held] = []
+        try:
+            rest, by_consumer = [], self._by_consumer(due)
+            for group in by_consumer:
+                left = self._send_together(group)
+                sent.extend(held for held in group if id(held) not in left)
+                rest.extend(held for held in group if id(held) in left)
+        except Exception:  # not expected: ack_together logs each delivery's own errors
+            logger.exception("acknowledging %d deliveries together failed; left to the acknowledging thread", len(due))
+            sent_ids = set(map(id, sent))
+            rest = [held for held in due if id(held) not in sent_ids]
+        finally:
+            with self._lock:
+                for held in sent:
+                    if self._held.get(id(held.message)) is held:
+                        del self._held[id(held.message)]
+                if sent:
+                    self._empty.notify_all()
+                if rest:
+                    if self._acking is None:
+                        self._acking = self._start(self._ack_loop, "reliable-acks")
+                    for held in rest:
+                        self._acking.put(held)
 
     def settle(self, message: Any, settle: Callable[[], None]) -> None:
         """Run `settle` (the waited path) in the settling thread, then release `message`."""
@@ -258,10 +313,7 @@ class HeldAcks:
     def _ack_due(self, due: list[_Held]) -> None:
         """Acknowledge the `due` deliveries, those of one consumer together, then forget them."""
         try:
-            by_consumer: dict[int, list[_Held]] = {}
-            for held in due:
-                by_consumer.setdefault(id(held.consumer), []).append(held)
-            for group in by_consumer.values():
+            for group in self._by_consumer(due):
                 self._ack(group)
         finally:
             with self._lock:
@@ -270,27 +322,42 @@ class HeldAcks:
                         del self._held[id(held.message)]
                 self._empty.notify_all()
 
+    @staticmethod
+    def _by_consumer(due: list[_Held]) -> list[list[_Held]]:
+        """`due` by the consumer thread each came from."""
+        by_consumer: dict[int, list[_Held]] = {}
+        for held in due:
+            by_consumer.setdefault(id(held.consumer), []).append(held)
+        return list(by_consumer.values())
+
     def _ack(self, group: list[_Held]) -> None:
-        """Acknowledge a consumer's due deliveries in one hand-off (`together`: only those whose
-        `post_process_message` is Dramatiq's own), the others one by one with Dramatiq's own or
-        the app's `post_process_message` (Dramatiq's logs its errors, retries while the broker is cut)."""
-        together = [held.message for held in group if self._together is not None and _dramatiqs_own(held.due)]
-        left: set[int] = set()
-        if together and self._together is not None:
-            try:
-                acked = self._together(group[0].consumer, together)
-                left = set(map(id, acked.left))
-                self.handoffs += acked.sent > 0
-            except Exception:  # not expected: ack_together logs each delivery's own errors
-                logger.exception("acknowledging %d deliveries together failed; one by one instead", len(together))
-                left = set(map(id, together))
-        done_together = set(map(id, together)) - left
+        """Acknowledge a consumer's due deliveries in one hand-off (`_send_together`), the others one
+        by one with Dramatiq's own or the app's `post_process_message` (Dramatiq's logs its errors,
+        retries while the broker is cut)."""
+        try:
+            left = self._send_together(group)
+        except Exception:  # not expected: ack_together logs each delivery's own errors
+            logger.exception("acknowledging %d deliveries together failed; one by one instead", len(group))
+            left = set(map(id, group))
         for held in group:
-            if held.due is not None and id(held.message) not in done_together:
+            if held.due is not None and id(held) in left:
                 try:
                     held.due(held.message)
                 except Exception:
                     logger.exception("acknowledgement of %s failed", held.message.message_id)
+
+    def _send_together(self, group: list[_Held]) -> set[int]:
+        """Hand a consumer's due deliveries whose `post_process_message` is Dramatiq's own to its
+        connection together (`ack_together`: never waits for the broker); the ids of the `_Held`
+        left for their own `post_process_message`."""
+        together = [held for held in group if self._together is not None and _dramatiqs_own(held.due)]
+        left = {id(held) for held in group} - set(map(id, together))
+        if together and self._together is not None:
+            acked = self._together(group[0].consumer, [held.message for held in together])
+            self.handoffs += acked.sent > 0
+            by_message = {id(held.message): held for held in together}
+            left |= {id(by_message[id(message)]) for message in acked.left}
+        return left
 
     def _settle_loop(self, settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]]) -> None:
         while True:

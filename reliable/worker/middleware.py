@@ -246,6 +246,8 @@ class ReliableMiddleware(Middleware):
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
             if self.store.group_commit_stats() is not None:  # successes submitted to the group commit
                 self.acks.watch(broker, worker, lambda queue: self._all_fast(broker, queue))
+                # A batch's acknowledgements sent by the thread that ran its callbacks (HeldAcks.together).
+                self.store.scope_submitted_callbacks(self.acks.together)
             # Claims ahead ride the claim's group-commit batch: none without one (SQLite, group_commit=False).
             if self.settings.claims_ahead and self.store.group_commit_stats() is not None:
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))

@@ -1,8 +1,9 @@
 """The worker process's share of the latency and outcome history (reliable.store.job_stats).
 
 `StatsBuffer` counts the process's claims and attempt ends as the store hands them to its listeners
-(after each commit, in memory); `StatsFlusher` writes them once per heartbeat interval, as ONE
-statement however many jobs ran (no statement per job: the worker's hot path gains no round trip),
+(after each commit, in memory); `StatsFlusher` writes them once per heartbeat interval, in one
+transaction however many jobs ran (one statement, compiled once per process, executed for each
+table row of the flush: no statement per job, the worker's hot path gains no round trip),
 deletes the rows past their horizon every `PRUNE_EVERY` flushes, and writes what is left when the
 process shuts down. A flush that cannot reach the store keeps its counts for the next one.
 """

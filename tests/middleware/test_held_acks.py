@@ -349,3 +349,33 @@ def test_the_due_acks_are_sent_together_per_consumer_then_forgotten() -> None:
     acks._ack_due(due)
     assert calls == [(first, first_messages), (second, second_messages)] and acks.handoffs == 2
     assert acks._held == {}
+
+
+def test_a_batchs_acks_are_sent_by_the_thread_that_ran_its_callbacks() -> None:
+    """Inside `together` (a group-commit batch's callbacks) the acknowledgements released go out
+    when it ends, from that thread, those of one consumer in one hand-off: no acknowledging thread
+    is woken for them. What cannot go together (an app's own post_process_message) still goes to
+    the acknowledging thread, and is acknowledged there."""
+    acks = HeldAcks()
+    thread, messages, stub_queue = _stub_deliveries(3)
+    calls: list[tuple[str, list[object]]] = []
+
+    def together(consumer: object, given: list[object]) -> Acked:
+        calls.append((threading.current_thread().name, list(given)))
+        return Acked([], len(given))
+
+    acks._together = together
+    overridden: list[object] = []
+    due = [_held(thread, message) for message in messages[:2]]
+    own = _Held(messages[2], thread)
+    own.due = overridden.append  # an app's override of post_process_message
+    for held in [*due, own]:
+        acks._held[id(held.message)] = held
+    with acks.together():
+        for held in [*due, own]:
+            acks.release(held.message)
+        assert calls == [] and acks._acking is None, "sent before the batch's callbacks all ran"
+    assert calls == [(threading.current_thread().name, messages[:2])] and acks.handoffs == 1
+    wait_for(lambda: overridden == [messages[2]], "the app's own acknowledgement, in the acknowledging thread")
+    wait_for(lambda: acks._held == {}, "every entry forgotten")
+    assert stub_queue.unfinished_tasks == 3  # the stub `together` sent nothing; the override acks nothing

@@ -440,3 +440,15 @@ def test_a_leader_interrupted_after_its_batch_committed_leaves_the_others_claims
         assert (job.status, job.attempt_id, job.attempt) == (JobStatus.RUNNING, f"{job_id}-1", 1)
         assert [e.event for e in pg.events(job_id)] == ["enqueued", "claim"]
     assert group._leader is None and group._queue == []
+
+
+def test_a_batch_finds_jobs_whose_ids_need_quoting_in_an_array(pg: StateStore) -> None:
+    """A batch's job ids go as one array literal (sqlrunner._array_literal): ids with quotes,
+    backslashes, commas, braces, spaces or NULL-like text are each found as they are."""
+    job_ids = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "ü-1"]
+    _register(pg, *job_ids)
+    writes = [transition_write(job_id, Event.CLAIM, worker_id="w", lease_ttl=60, attempt_id=f"at{n}")
+              for n, job_id in enumerate(job_ids)]
+    results = pg._sql.write_many(writes)
+    assert [None if result is None else result[0]["job_id"] for result in results] == job_ids
+    assert {pg.get(job_id).status for job_id in job_ids} == {JobStatus.RUNNING}
