@@ -21,10 +21,6 @@ from .sqlrunner import Registered, Registering, Tx
 
 __all__ = ["Registrations"]
 
-#: A message as stored: json.dumps(message, default=str, separators=(",", ":")), its encoder built
-#: once (json.dumps with arguments builds one per call).
-_MESSAGE_JSON = json.JSONEncoder(default=str, separators=(",", ":"))
-
 
 def _conflicts_within(rows: Sequence[Mapping[str, Any]]) -> None:
     """JobIdConflict when two rows of one registration share a job id with different digests."""
@@ -60,8 +56,8 @@ class Registrations(StoreCore):
         done = group.write(Registering(job.job_id, row, _enqueued_detail(job), synchronous), timeout)
         if done is None:  # never: every registration gets its row back
             raise RuntimeError(f"job {job.job_id}: the registration's batch gave no answer")
-        if done.event is None:  # it existed: the same message, or JobIdConflict
-            self._check_resent([row], [done])
+        self._check_resent([row], [done])
+        if done.event is None:
             return False
         self._emit_registered([row], [done.event])
         return True
@@ -123,7 +119,7 @@ class Registrations(StoreCore):
             problem = job_id_problem(value) if value is not None or field == "message_id" else None
             if problem is not None:
                 raise MessageRefused(field, problem, actor=job.actor)
-        message = _MESSAGE_JSON.encode(dict(job.message))
+        message = json.dumps(dict(job.message), default=str, separators=(",", ":"))
         if (problem := message_size_problem(len(message))) is not None:  # ASCII JSON: characters are bytes
             raise MessageRefused("size", problem, actor=job.actor)
         return {

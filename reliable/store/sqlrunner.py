@@ -92,9 +92,6 @@ def _registered(row: Sequence[Any]) -> Registered:
     return Registered(event, row[1 + width], row[2 + width], row[3 + width])
 
 
-#: json.dumps(..., separators=(",", ":")), its encoder built once.
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
@@ -447,7 +444,7 @@ class SqlRunner:
         batch: dict[str, dict[str, Any]] = {}
         for row, detail in zip(rows, details, strict=True):
             batch.setdefault(row["job_id"], {**row, "detail": detail})  # a job once: a repeat finds the first
-        cursor = self.execute(tx, "register_jobs", {"rows": _COMPACT_JSON.encode(list(batch.values())),
+        cursor = self.execute(tx, "register_jobs", {"rows": json.dumps(list(batch.values()), separators=(",", ":")),
                                                     "synchronous_commit": None if synchronous else "off"})
         found = {row[0]: _registered(row) for row in cursor.fetchall()}
         seen: set[str] = set()
