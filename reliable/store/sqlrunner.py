@@ -3,7 +3,9 @@
 Every write of the store goes through here: `write` executes one `JobWrite` (a transition, a
 checkpoint or a plain event) with its event row; the other queries (registration, heartbeat,
 effects, the sweeper's compare-and-set) are named in the same files. Connections come from the
-store's one bounded pool, checked out per call: no thread keeps one.
+store's one bounded pool, checked out per call: no thread keeps one. Group commit's batches are
+the exception: the worker's writes and the sends' registrations each keep one connection of the
+pool (`_kept_connection`, `register_together`), used by one batch at a time.
 
 On PostgreSQL a single write is one statement in autocommit mode (one round trip); several writes
 that must commit together share a transaction. On SQLite every call is one BEGIN IMMEDIATE
