@@ -190,6 +190,7 @@ class SqlRunner:
         self._keep_sending = keep_sending and self.registrations is not None
         self._sending: tuple[Any, Any, int] | None = None  # the sends' kept (connection, cursor, pid)
         self._sending_lock = threading.Lock()
+        self._sending_pid = os.getpid()  # whose `_sending_lock` it is (a fork may copy it held)
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -469,7 +470,7 @@ class SqlRunner:
 
         With `keep_sending`, on the connection and cursor the sends' batches keep (one batch at a
         time: the group commit's leader's), not one checked out of the pool and given back per
-        batch (about 0.1 ms of the producer's CPU per send, a third of a lone send's registration).
+        batch (about 0.15 ms of the producer's CPU per lone send; docs/performance.md).
         Not the one the worker's batches keep: a send's batch is armed with the leading send's
         deadline for as long as it runs (reliable.deadlines; a cut connection is replaced at the
         next batch, as the pool replaces one that hung up), and never waits behind a worker's batch.
@@ -480,6 +481,8 @@ class SqlRunner:
             # A pooled connection per batch: armed with the leading send's deadline at checkout,
             # disarmed when the batch gives it back.
             return self.register(rows, details, synchronous=synchronous)
+        if self._sending_pid != os.getpid():  # a child: its own lock (its group commit leads one batch at a time)
+            self._sending_lock, self._sending, self._sending_pid = threading.Lock(), None, os.getpid()
         with self._sending_lock:
             raw, cursor = self._sending_connection()
             watch = raw.info.get(DEADLINE_WATCH)
