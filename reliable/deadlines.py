@@ -107,7 +107,10 @@ class Watchdog:
             self._armed[key] = (until, cut)
         if self._pid != _pid:
             self._start()
-        self._wake.set()
+        # Set only when the thread sleeps (Event.set takes a lock and notifies): the thread clears
+        # it under `_lock` when nothing is armed, so after the entry above it is set or sees it.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def disarm(self, key: object) -> None:
         """Forget `key` (its call ended in time); nothing if it is not armed."""

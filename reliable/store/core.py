@@ -75,7 +75,10 @@ class StoreCore:
         self.pool_timeout = pool_timeout
         self.group_commit = group_commit
         # Group commit keeps one connection of the pool: with a pool of one, nothing would be left.
-        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit and self.max_connections > 1)
+        # The sends' batches keep one more, with room for both and everything else (reliable's
+        # heartbeat, recovery, reads).
+        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit and self.max_connections > 1,
+                              keep_sending=self.max_connections > 2)
         self._listeners: list[EventListener] = list(listeners)
 
     def group_commit_stats(self) -> tuple[int, int] | None:

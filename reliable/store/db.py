@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,20 +16,24 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..deadlines import Watchdog, cut_socket
 from ..errors import ConfigError, StoreError, StoreMisconfigured, StoreNotMigrated, StoreUnavailable
 from ..redact import redact_url
 from .faults import Fault, classify
 from .instrumentation import outside_app_traces
 
 __all__ = [
+    "DEADLINE_WATCH",
     "DEFAULT_MAX_CONNECTIONS",
     "POOLED",
     "POOL_TIMEOUT",
     "SUPPORTED",
     "WRITABLE_SESSION_ATTRS",
+    "arm_connection",
     "check_max_connections",
     "check_store_url",
     "database_location",
+    "hung_up",
     "missing_sqlite_file",
     "normalise_scheme",
     "now_expression",
@@ -50,6 +55,27 @@ DEFAULT_MAX_CONNECTIONS = 10
 #: Seconds a thread waits for a free connection before it gets StoreUnavailable. Statements are
 #: short: a wait this long means the database is stuck, not that the pool is too small.
 POOL_TIMEOUT = 10.0
+#: Where a pooled PostgreSQL connection's `info` (its pool entry's, kept across checkouts) holds
+#: the (Watchdog, key) that engine.py arms it on at checkout with its call's deadline: a connection
+#: kept checked out across calls is armed there per call (`arm_connection`).
+DEADLINE_WATCH = "reliable.deadline_watch"
+
+
+def arm_connection(watchdog: Watchdog, key: object, dbapi_conn: Any, until: float) -> None:
+    """Have `watchdog` shut down the socket of `dbapi_conn` (psycopg) at `until` (monotonic), unless
+    `watchdog.disarm(key)` comes first (reliable.deadlines)."""
+    pgconn = dbapi_conn.pgconn
+    watchdog.arm(key, until, lambda: cut_socket(pgconn.socket))
+
+
+def hung_up(dbapi_conn: Any) -> bool:
+    """Whether an idle psycopg connection is unusable: closed, broken, or readable (the server hung
+    up: a restart sends "terminating connection" and closes; a crash or a deadline's cut closes).
+    One non-blocking poll, no round trip."""
+    try:
+        return bool(dbapi_conn.closed or dbapi_conn.broken or select.select([dbapi_conn.fileno()], [], [], 0)[0])
+    except Exception:  # fileno() of a closed connection, a bad descriptor: unusable either way
+        return True
 
 def check_store_url(url: str | URL) -> URL:
     """Parse and check a store URL without connecting; the URL to create the engine with.

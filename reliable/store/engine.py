@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import logging
 import math
-import select
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError
 
-from ..deadlines import Watchdog, cut_socket, deadline, remaining
+from ..deadlines import Watchdog, deadline, remaining
 from ..errors import ConfigError
 from ..redact import redact_url
-from .db import DEFAULT_MAX_CONNECTIONS, POOL_TIMEOUT, check_max_connections, check_store_url
+from .db import (
+    DEADLINE_WATCH,
+    DEFAULT_MAX_CONNECTIONS,
+    POOL_TIMEOUT,
+    arm_connection,
+    check_max_connections,
+    check_store_url,
+    hung_up,
+)
 from .replication import refuse_older_timelines
 from .sessions import IDLE_IN_TRANSACTION_TIMEOUT, session_args, watch_sessions
 
@@ -127,10 +134,10 @@ def _cut_at_deadlines(engine: Engine) -> None:
 
     @event.listens_for(engine, "checkout")
     def _arm(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        record.info[DEADLINE_WATCH] = (watchdog, record)  # for a caller that keeps it checked out
         until = deadline()
         if until is not None:
-            pgconn = dbapi_conn.pgconn
-            watchdog.arm(record, until, lambda: cut_socket(pgconn.socket))
+            arm_connection(watchdog, record, dbapi_conn, until)
 
     @event.listens_for(engine, "checkin")
     def _disarm(_dbapi_conn: Any, record: Any) -> None:
@@ -154,12 +161,7 @@ def _drop_hung_up_connections(engine: Engine) -> None:
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
-        try:
-            hung_up = (dbapi_conn.closed or dbapi_conn.broken
-                       or bool(select.select([dbapi_conn.fileno()], [], [], 0)[0]))
-        except Exception:  # fileno() of a closed connection, a bad descriptor: unusable either way
-            hung_up = True
-        if hung_up:
+        if hung_up(dbapi_conn):
             raise DisconnectionError("the server closed this pooled connection")
 
 

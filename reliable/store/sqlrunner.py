@@ -3,7 +3,9 @@
 Every write of the store goes through here: `write` executes one `JobWrite` (a transition, a
 checkpoint or a plain event) with its event row; the other queries (registration, heartbeat,
 effects, the sweeper's compare-and-set) are named in the same files. Connections come from the
-store's one bounded pool, checked out per call: no thread keeps one.
+store's one bounded pool, checked out per call: no thread keeps one. Group commit's batches are
+the exception: the worker's writes and the sends' registrations each keep one connection of the
+pool (`_kept_connection`, `register_together`), used by one batch at a time.
 
 On PostgreSQL a single write is one statement in autocommit mode (one round trip); several writes
 that must commit together share a transaction. On SQLite every call is one BEGIN IMMEDIATE
@@ -29,10 +31,10 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ..compat.sqlalchemy_internals import invalidate_all
-from ..deadlines import unbounded
+from ..deadlines import deadline, unbounded
 from ..states import ACTIVE_STATES
 from .batching import GroupCommit, WriteResult, batch_rows, batch_write_sql
-from .db import pool_exhausted, pooled, sqlite_writer_lock, translate
+from .db import DEADLINE_WATCH, arm_connection, hung_up, pool_exhausted, pooled, sqlite_writer_lock, translate
 from .schema import job_events, jobs
 from .writes import JobWrite
 
@@ -161,11 +163,13 @@ class Tx:
 class SqlRunner:
     """The named queries of one engine's dialect, run on its pool's raw connections.
 
-    `clock` (tests) returns the time to use instead of the database's clock, or None.
+    `clock` (tests) returns the time to use instead of the database's clock, or None. `keep_sending`:
+    the sends' group commit keeps a connection of its own (`register_together`); the pool must have
+    room for it beside the worker's batches' (`_kept_connection`) and everything else.
     """
 
     def __init__(self, engine: Engine, *, clock: Callable[[], float | None] | None = None,
-                 group_commit: bool = False) -> None:
+                 group_commit: bool = False, keep_sending: bool = False) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.queries = load_queries(self.dialect)
@@ -188,6 +192,10 @@ class SqlRunner:
         #: PostgreSQL: the sends of the process's threads registered together (a statement, a commit per batch).
         self.registrations: GroupCommit[Registering, Registered] | None = GroupCommit(
             self.register_together, self.register_alone) if group_commit and self._postgres else None
+        self._keep_sending = keep_sending and self.registrations is not None
+        self._sending: tuple[Any, Any, int] | None = None  # the sends' kept (connection, cursor, pid)
+        self._sending_lock = threading.Lock()
+        self._sending_pid = os.getpid()  # whose `_sending_lock` it is (a fork may copy it held)
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -380,12 +388,16 @@ class SqlRunner:
                 raise
 
     def release_kept(self) -> None:
-        """Close the connection group commit keeps (this process's; never reused: its session has
-        the generic-plan and no-scan settings)."""
+        """Close the connections group commit keeps (this process's; never reused: the worker's
+        session has the generic-plan and no-scan settings)."""
         with self._kept_lock:
             if self._kept is not None and self._kept[1] == os.getpid():
                 self._kept[0].invalidate()
             self._kept = None
+        with self._sending_lock:
+            if self._sending is not None and self._sending[2] == os.getpid():
+                self._sending[0].invalidate()
+            self._sending = None
 
     def _write_alone(self, write: JobWrite) -> tuple[dict[str, Any], dict[str, Any]] | None:
         with self.single() as own:
@@ -459,11 +471,71 @@ class SqlRunner:
 
     def register_together(self, batch: Sequence[Registering]) -> list[Registered]:
         """Register the jobs of several sends as ONE statement, one commit (PostgreSQL; a job once):
-        synchronous unless every send of the batch asked otherwise."""
+        synchronous unless every send of the batch asked otherwise.
+
+        With `keep_sending`, on the connection and cursor the sends' batches keep (one batch at a
+        time: the group commit's leader's), not one checked out of the pool and given back per
+        batch (about 0.15 ms of the producer's CPU per lone send; docs/performance.md).
+        Not the one the worker's batches keep: a send's batch is armed with the leading send's
+        deadline for as long as it runs (reliable.deadlines; a cut connection is replaced at the
+        next batch, as the pool replaces one that hung up), and never waits behind a worker's batch.
+        """
         synchronous = any(item.synchronous for item in batch)
-        # A pooled connection per batch, not the one the worker's batches keep: it is armed with the
-        # leading send's deadline (reliable.deadlines) and disarmed when the batch gives it back.
-        return self.register([item.row for item in batch], [item.detail for item in batch], synchronous=synchronous)
+        rows, details = [item.row for item in batch], [item.detail for item in batch]
+        if not self._keep_sending:
+            # A pooled connection per batch: armed with the leading send's deadline at checkout,
+            # disarmed when the batch gives it back.
+            return self.register(rows, details, synchronous=synchronous)
+        if self._sending_pid != os.getpid():  # a child: its own lock (its group commit leads one batch at a time)
+            self._sending_lock, self._sending, self._sending_pid = threading.Lock(), None, os.getpid()
+        with self._sending_lock:
+            raw, cursor = self._sending_connection()
+            watch = raw.info.get(DEADLINE_WATCH)
+            until = deadline()
+            if watch is not None and until is not None:
+                arm_connection(watch[0], watch[1], raw.driver_connection, until)
+            try:
+                return self._register_jobs(Tx(cursor, self._clock()), rows, details, synchronous)
+            except BaseException as exc:
+                # As `_release` would: an error of the statement leaves the connection usable (kept);
+                # a lost one recycles the pool; an interrupt mid-protocol drops this one.
+                if isinstance(exc, self._dbapi.OperationalError):
+                    self._sending = None
+                    invalidate_all(self.engine.pool, raw, exc)
+                elif not isinstance(exc, self._dbapi.Error):
+                    self._sending = None
+                    raw.invalidate()
+                if isinstance(exc, self._dbapi.Error):
+                    raise translate(exc, self.engine.url) from exc
+                raise
+            finally:
+                if watch is not None and until is not None:
+                    watch[0].disarm(watch[1])
+
+    def _sending_connection(self) -> tuple[Any, Any]:
+        """The sends' kept connection and cursor (autocommit), checked out under the leading send's
+        deadline (a connection opened for it waits at most what is left); replaced when it hung up
+        (a restart, a deadline's cut: `db.hung_up`). Called with `_sending_lock` held."""
+        kept = self._sending
+        if kept is not None and kept[2] == os.getpid():
+            if not hung_up(kept[0].driver_connection):
+                return kept[0], kept[1]
+            kept[0].invalidate()
+        self._sending = None
+        raw = self._checkout()
+        try:
+            driver: Any = raw.driver_connection
+            driver.autocommit = True
+            import psycopg
+
+            cursor = psycopg.RawCursor(driver)
+        except BaseException as exc:
+            raw.invalidate()
+            if isinstance(exc, self._dbapi.Error):
+                raise translate(exc, self.engine.url) from exc
+            raise
+        self._sending = (raw, cursor, os.getpid())
+        return raw, cursor
 
     def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:
         """Extend every given lease in one statement; the rows of the leases still held."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from reliable.deadlines import within
 from reliable.errors import JobIdConflict, StoreUnavailable
@@ -146,7 +146,8 @@ def test_an_asynchronous_registration_commits_without_the_flush_and_leaves_no_se
                                       Registering("other", Registrations._new_job_row(_job("other", 2)), None,
                                                   synchronous=False)])
     assert [each.commit_mode for each in mixed] == ["on", "on"]  # one send that waits: the batch waits
-    with runner._kept_connection() as raw:  # the connection the batches ran on: its session as it was
+    with runner._sending_lock:  # the connection the batches ran on: its session as it was
+        raw, _cursor = runner._sending_connection()
         assert raw.driver_connection.execute("SHOW synchronous_commit").fetchone()[0] == "on"
     assert grouped.register(_job("flag", 1), synchronous=False) is True
     assert [e.event for e in grouped.events("flag")] == ["enqueued"]
@@ -159,3 +160,55 @@ def test_the_batches_connection_outlives_the_deadline_of_the_send_that_opened_it
         assert grouped.register(_job("first", 1))
     wait_for(lambda: time.monotonic() > until + 0.2, "the first send's deadline to pass")
     assert grouped.register(_job("second", 2))
+
+
+def test_a_lone_senders_batches_run_on_one_connection_checked_out_once(grouped: StateStore) -> None:
+    """The sends' batches keep their connection: no checkout from the pool (and check-in) per send."""
+    assert grouped.register(_job("first", 0))  # opens it (and checks the schema, once)
+    checkouts: list[object] = []
+    event.listen(grouped.engine, "checkout", lambda *_: checkouts.append(object()))
+    for n in range(5):
+        assert grouped.register(_job(f"one-{n}", n))
+    assert checkouts == []
+    assert [grouped.get(f"one-{n}").status.value for n in range(5)] == ["PENDING"] * 5
+
+
+def test_a_batch_stuck_past_its_sends_deadline_is_cut_and_the_next_send_gets_a_new_connection(
+        grouped: StateStore) -> None:
+    """The kept connection is armed with the leading send's deadline while its batch runs: a batch
+    stuck (here behind a locked table) is cut there, and the next send replaces the connection
+    instead of failing on it."""
+    assert grouped.register(_job("warm", 0))  # the kept connection is open
+    lock = _blocked(grouped)
+    next(lock)
+    began = time.monotonic()
+    try:
+        with within(0.5), pytest.raises(StoreUnavailable):
+            grouped.register(_job("stuck", 1))
+        assert time.monotonic() - began < 5
+    finally:
+        next(lock, None)
+    assert grouped.register(_job("after", 2))
+    assert grouped.get("after").status.value == "PENDING"
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_before_the_next_batch(grouped: StateStore) -> None:
+    """As the pool replaces a connection that hung up (a restart) at checkout, the sends' kept one is
+    replaced before its next batch: the send does not fail, nor wait for a retry."""
+    assert grouped.register(_job("before", 0))
+    runner = grouped._sql
+    with runner._sending_lock:
+        raw, _cursor = runner._sending_connection()
+        pid = raw.driver_connection.info.backend_pid
+    with grouped.engine.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    wait_for(lambda: _hung_up(raw), "the server to close the kept connection")
+    began = time.monotonic()
+    assert grouped.register(_job("after", 1))
+    assert time.monotonic() - began < 0.2  # no retry's wait (0.25 s first)
+
+
+def _hung_up(raw: Any) -> bool:
+    from reliable.store.db import hung_up
+
+    return hung_up(raw.driver_connection)
