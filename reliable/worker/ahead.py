@@ -131,10 +131,11 @@ class ClaimsAhead:
         for gate in ended:
             gate.open()
 
-    def take(self, job_id: str, digest: str | None) -> Ahead | None:
+    def take(self, job_id: str, digest: str | None, *, claiming: bool = True) -> Ahead | None:
         """The claim held ahead for this delivery (used up), waiting while one is in flight; None
         when there is none, or it was claimed for a delivery with another digest (then it stays,
-        until handed back)."""
+        until handed back). `claiming`: on None the delivery's thread claims the job itself, and
+        `claimed_itself` must follow (a skipped delivery, which claims nothing, passes False)."""
         if not self.enabled:
             return None
         while True:
@@ -143,9 +144,10 @@ class ClaimsAhead:
                 if writing is None:
                     held = self._held.get(job_id)
                     if held is None or held.digest != digest:
-                        # Its thread claims it itself: no other thread's batch may claim it ahead
-                        # meanwhile (that claim would win and this delivery's be refused).
-                        self._own[job_id] = self._own.get(job_id, 0) + 1
+                        if claiming:
+                            # Its thread claims it itself: no other thread's batch may claim it ahead
+                            # meanwhile (that claim would win and this delivery's be refused).
+                            self._own[job_id] = self._own.get(job_id, 0) + 1
                         return None
                     del self._held[job_id]
                     self.taken += 1

@@ -272,7 +272,7 @@ class DurableClaim:
         if not ahead.enabled:
             return None
         digest = delivery.checked_digest(message)[0]
-        return None if digest is None else ahead.take(message.message_id, digest)
+        return None if digest is None else ahead.take(message.message_id, digest, claiming=False)
 
     def give_back(self, context: JobContext, skip: Skip) -> None:
         """A copy of the job's message (`skips.is_its_message` says no) was skipped after our claim:

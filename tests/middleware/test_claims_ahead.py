@@ -123,6 +123,19 @@ def test_a_job_whose_thread_claims_it_itself_is_not_claimed_ahead_meanwhile() ->
     assert [m.message_id for m, _ in ahead.pick("own-2", lambda m: "digest")] == ["job-1"]
 
 
+def test_a_skipped_delivery_that_found_nothing_held_leaves_its_job_free_to_be_claimed_ahead() -> None:
+    """A delivery reliable skips (refused, put off by a pause, its lease lost) looks for a claim held
+    ahead to hand back, and claims nothing itself: its job must not stay marked as claimed by a
+    thread, or it is never claimed ahead again in this process (and the mark is never removed)."""
+    ahead = ClaimsAhead(clock=lambda: 0.0)
+    real = dramatiq.Message(queue_name="default", actor_name="noop", args=(1,), kwargs={}, options={})
+    ahead.watch(lambda: [real], limit=4)
+    durable = claim.DurableClaim(SimpleNamespace(), ahead, SimpleNamespace(), SimpleNamespace(),  # type: ignore[arg-type]
+                                 SimpleNamespace(), SimpleNamespace())
+    assert durable.held_ahead(real) is None
+    assert [m.message_id for m, _ in ahead.pick("own", lambda m: "digest")] == [real.message_id]
+
+
 def test_a_batch_that_ends_wakes_only_the_threads_waiting_for_its_jobs() -> None:
     ahead = ClaimsAhead(clock=lambda: 0.0)
     waiting = [message("job-1")]
