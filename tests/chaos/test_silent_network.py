@@ -154,6 +154,10 @@ def test_a_worker_cut_off_from_its_store_hands_its_job_on(store_url: str, rabbit
         wait_for(lambda: observer.get(job_id).status is JobStatus.SUCCEEDED, "another worker to run the job",
                  timeout=WAIT, context=diagnosis)
         assert observer.get(job_id).lease_id == 2
+        # The cut-off worker logs "being handed on", then interrupts its thread: on a loaded machine
+        # the other worker may finish the job before that thread records the interrupt.
+        wait_for(lambda: _lines(records / "interrupts.log"), "the cut-off attempt to record its interrupt",
+                 timeout=WAIT, context=diagnosis)
         assert [line[:2] for line in _lines(records / "interrupts.log")] == [[job_id, "1"]]
 
         pg.heal()  # the cut-off worker's late success and its lease_unrenewed event reach the store
