@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import click
@@ -27,6 +27,10 @@ from .common import (
 
 __all__ = ["EXIT_REFUSED", "EXIT_UNCHANGED", "queues"]
 
+if TYPE_CHECKING:
+    from .api_client import ApiClient
+
+QUEUES_PAGE = 1000  # GET /api/v1/queues's largest page
 EXIT_UNCHANGED = 1  # pause of a paused queue, resume of one not paused: nothing written
 EXIT_REFUSED = 1  # the operators policy refused it (audited on the queue)
 _EXIT_HELP = ("Exit status: 0 done; 1 nothing to do (already so) or refused by the operators policy (audited); "
@@ -60,7 +64,7 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, as
         answer: dict[str, Any] = queue_figures(overview(source), paused(source))
     else:
         with source:
-            answer = source.request("GET", "queues")
+            answer = _every_queue(source)
     if as_json:
         emit_json(answer)
         return
@@ -76,6 +80,16 @@ def list_(store_url: str | None, api_url: str | None, token_file: str | None, as
                       "-" if pause is None else f"since {fmt_time(pause['paused_at'])} by {pause['operator']}: "
                                                 f"{pause['reason']}")
     print_table(stdout_console(), table)
+
+
+def _every_queue(api: ApiClient) -> dict[str, Any]:
+    """GET /api/v1/queues's answer with every page's queues (it pages them by name)."""
+    answer: dict[str, Any] = api.request("GET", "queues", params={"limit": QUEUES_PAGE})
+    while cursor := answer.get("next_cursor"):
+        page = api.request("GET", "queues", params={"limit": QUEUES_PAGE, "cursor": cursor})
+        answer["queues"].extend(page["queues"])
+        answer["next_cursor"] = page.get("next_cursor")
+    return answer
 
 
 _options = audited_options("needs the command pause/resume on the queue (for jobs of any owner).",

@@ -98,3 +98,19 @@ def test_the_api_path_acts_as_the_token_and_refuses_outside_its_scope(api_store:
     assert listed["queues"][0]["paused"]["operator"] == "otto"
     assert [(e.event, e.operator) for e in queue_pauses.events(api_store, "exports")] == [
         ("pause", "otto"), ("command_refused", "vera")]
+
+
+def test_list_through_the_api_follows_the_pages_to_every_queue(api_store: StateStore, sqlite_url: str,
+                                                               api_url: str, tokens: dict[str, str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /api/v1/queues pages the queues by name: `queues list --api` lists them all, as on the store."""
+    import reliable.cli.queues as cli_queues
+
+    monkeypatch.setattr(cli_queues, "QUEUES_PAGE", 40)  # 105 queues: three pages
+    api_store.register_many([NewJob(f"many-{n}", f"many-{n:03d}", "work", {"args": [], "kwargs": {}, "options": {}})
+                             for n in range(105)])
+    listed = json.loads(check(via(api_url, tokens["viewer"], "queues", "list", "--json")).stdout)
+    stored = json.loads(check(run("queues", "list", "--json", "--store", sqlite_url)).stdout)
+    names = [row["queue"] for row in listed["queues"]]
+    assert names == [row["queue"] for row in stored["queues"]]
+    assert len([name for name in names if name.startswith("many-")]) == 105 and listed["next_cursor"] is None
