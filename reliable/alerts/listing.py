@@ -92,7 +92,7 @@ def _after(cursor: str) -> tuple[int, float, str, str]:
     try:
         rank, start, source, print_ = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         return int(rank), float(start), str(source), str(print_)
-    except (ValueError, TypeError, binascii.Error):
+    except (ValueError, TypeError, binascii.Error, OverflowError, RecursionError):  # a tampered cursor
         raise ConfigError(f"parameter 'cursor': {cursor!r} is not a next_cursor of the alerts listing") from None
 
 

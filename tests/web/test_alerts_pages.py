@@ -5,6 +5,8 @@ listing did not make and an out-of-range limit are a 400 naming the parameter.""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -54,6 +56,8 @@ def test_the_api_pages_through_every_alert_once_firing_first(store: StateStore, 
         pages = _walk(client, headers, 3)
         firing = client.get("/api/v1/alerts", params={"state": "firing", "limit": "5"}, headers=headers).json()
         bad_cursor = client.get("/api/v1/alerts", params={"cursor": "not-one"}, headers=headers)
+        tampered = [client.get("/api/v1/alerts", params={"cursor": _encoded(raw)}, headers=headers).status_code
+                    for raw in ("[" * 5000 + "]" * 5000, '[0, ' + "9" * 400 + ', "s", "f"]')]
         bad_limit = client.get("/api/v1/alerts", params={"limit": "0"}, headers=headers)
         too_big = client.get("/api/v1/alerts", params={"limit": "1001"}, headers=headers)
     assert whole["next_cursor"] is None and len(whole["alerts"]) == len(STATES)  # 14 fit the default page
@@ -64,6 +68,7 @@ def test_the_api_pages_through_every_alert_once_firing_first(store: StateStore, 
     assert walked[:7] == ["fp06", "fp05", "fp04", "fp03", "fp00", "fp01", "fp02"]  # newest first, ties by print
     assert len(firing["alerts"]) == 5 and firing["total"] == 7 and firing["next_cursor"]
     assert bad_cursor.status_code == 400 and "'cursor'" in bad_cursor.json()["error"]["message"]
+    assert tampered == [400, 400]  # nested too deep for JSON, a start too large for a float
     assert bad_limit.status_code == 400 and "'limit'" in bad_limit.json()["error"]["message"]
     assert too_big.status_code == 400
 
@@ -91,3 +96,8 @@ def test_page_alerts_refuses_a_cursor_it_did_not_make() -> None:
     assert page_alerts(rows, limit=1) == ([rows[0]], None)
     with pytest.raises(ConfigError, match="'cursor'"):
         page_alerts(rows, limit=1, cursor="eyJ4IjogMX0")  # valid base64 JSON, not a key
+
+
+def _encoded(raw: str) -> str:
+    """`raw` as a cursor is encoded (URL-safe base64, unpadded)."""
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
