@@ -446,9 +446,13 @@ class GroupCommit(Generic[W, R]):
                         self._leader = None
                         break
                 batch = self._take()
-                if batch:  # empty when its one write left the queue meanwhile (an interrupted follower)
-                    self._flush(batch)
-                self._batch = []
+                try:
+                    if batch:  # empty when its one write left the queue meanwhile (an interrupted follower)
+                        self._flush(batch)
+                except Exception:  # not expected (`_flush` answers every write): the flusher leads on
+                    logger.exception("group commit: the flusher's batch of %d writes failed", len(batch))
+                finally:
+                    self._batch = []
 
     def _dispatch(self, pending: _Pending[W, R]) -> None:
         """Run an answered submitted write's callback (`_dispatch_all`)."""
@@ -461,9 +465,7 @@ class GroupCommit(Generic[W, R]):
         if threading.current_thread() is self._flusher:
             for pending in answered:
                 pending.dispatched = True
-            with self._scope():
-                for pending in answered:
-                    pending.call()
+            self._call_all(answered)
             return
         if self._callbacks is None:
             self._callbacks = queue.SimpleQueue()
@@ -475,10 +477,20 @@ class GroupCommit(Generic[W, R]):
 
     def _run_callbacks(self, callbacks: queue.SimpleQueue[list[_Pending[W, R]]]) -> None:
         while True:
-            answered = callbacks.get()
+            self._call_all(callbacks.get())
+
+    def _call_all(self, answered: list[_Pending[W, R]]) -> None:
+        """Run the callbacks of `answered` in `callbacks_scope`. Never raises (the flusher, or the
+        callbacks thread, would die with it: the lead or every later callback lost): a scope that
+        raises anyway is logged, and the callbacks it kept from running run without it."""
+        try:
             with self._scope():
                 for pending in answered:
                     pending.call()
+        except Exception:
+            logger.exception("group commit: the scope of %d callbacks failed", len(answered))
+            for pending in answered:
+                pending.call()  # once each: those already run are not run again
 
     def _scope(self) -> AbstractContextManager[object]:
         """`callbacks_scope`'s, or one that does nothing."""

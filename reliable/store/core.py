@@ -30,6 +30,7 @@ from .db import (
     POOL_TIMEOUT,
     check_max_connections,
     now_expression,
+    pool_capacity,
     read_connection,
     write_transaction,
 )
@@ -40,7 +41,7 @@ from .schema import job_events, jobs
 from .sqlrunner import SqlRunner, Tx
 from .writes import JobWrite, event_write
 
-__all__ = ["EventListener", "StoreCore"]
+__all__ = ["KEEPS_LEFT", "EventListener", "StoreCore"]
 
 logger = logging.getLogger("reliable.store")
 
@@ -50,6 +51,11 @@ EventListener = Callable[[dict[str, Any]], None]
 #: What `record_event` may set on an event row.
 _EVENT_FIELDS = frozenset({"worker_id", "lease_id", "operator", "reason", "host", "detail", "error_class",
                            "error_type", "error_message"})
+
+
+#: Connections a pool must still have for the rest of the process (reliable's heartbeat and recovery
+#: threads) beside the ones group commit keeps checked out, or the sends' batches keep none.
+KEEPS_LEFT = 2
 
 
 class StoreCore:
@@ -75,10 +81,12 @@ class StoreCore:
         self.pool_timeout = pool_timeout
         self.group_commit = group_commit
         # Group commit keeps one connection of the pool: with a pool of one, nothing would be left.
-        # The sends' batches keep one more, with room for both and everything else (reliable's
-        # heartbeat, recovery, reads).
-        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit and self.max_connections > 1,
-                              keep_sending=self.max_connections > 2)
+        # The sends' batches keep one more only where the pool leaves KEEPS_LEFT beside both
+        # (reliable's heartbeat and recovery, reads). The pool's own size decides, not
+        # `max_connections`: a given engine's pool may be smaller.
+        capacity = pool_capacity(engine)
+        self._sql = SqlRunner(engine, clock=clock, group_commit=group_commit and capacity > 1,
+                              keep_sending=capacity >= 2 + KEEPS_LEFT)
         self._listeners: list[EventListener] = list(listeners)
 
     def group_commit_stats(self) -> tuple[int, int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import threading
@@ -37,6 +38,7 @@ __all__ = [
     "missing_sqlite_file",
     "normalise_scheme",
     "now_expression",
+    "pool_capacity",
     "pool_exhausted",
     "pooled",
     "read_connection",
@@ -71,9 +73,16 @@ def arm_connection(watchdog: Watchdog, key: object, dbapi_conn: Any, until: floa
 def hung_up(dbapi_conn: Any) -> bool:
     """Whether an idle psycopg connection is unusable: closed, broken, or readable (the server hung
     up: a restart sends "terminating connection" and closes; a crash or a deadline's cut closes).
-    One non-blocking poll, no round trip."""
+    One non-blocking poll, no round trip. `poll`, not `select`: select() refuses a descriptor
+    >= 1024 (FD_SETSIZE), which a busy process's connections have."""
     try:
-        return bool(dbapi_conn.closed or dbapi_conn.broken or select.select([dbapi_conn.fileno()], [], [], 0)[0])
+        if dbapi_conn.closed or dbapi_conn.broken:
+            return True
+        poller = select.poll()
+        poller.register(dbapi_conn.fileno(), select.POLLIN | select.POLLPRI)
+        # Any event is "unusable": readable (data or EOF from an idle connection), or POLLHUP,
+        # POLLERR, POLLNVAL, which poll reports whatever was asked for.
+        return bool(poller.poll(0))
     except Exception:  # fileno() of a closed connection, a bad descriptor: unusable either way
         return True
 
@@ -243,6 +252,14 @@ def read_connection(engine: Engine) -> Iterator[Connection]:
     """A plain connection for reads, with driver errors translated."""
     with outside_app_traces(), translate_errors(engine), engine.connect() as conn:
         yield conn
+
+
+def pool_capacity(engine: Engine) -> float:
+    """How many connections `engine`'s pool holds at most: a QueuePool's size (its overflow, none
+    in the engines `connect_engine` makes, not counted); unbounded (inf) for a pool without a
+    size (NullPool opens one per checkout)."""
+    pool = engine.pool
+    return pool.size() if isinstance(pool, QueuePool) else math.inf
 
 
 def pool_exhausted(engine: Engine) -> StoreUnavailable:

@@ -21,6 +21,7 @@ import operator
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,6 +98,16 @@ def _registered(row: Sequence[Any]) -> Registered:
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
+#: Every live runner, for `_forked_child` (weakly: a closed store's runner goes).
+_RUNNERS: weakref.WeakSet[SqlRunner] = weakref.WeakSet()
+
+
+def _forked_child() -> None:
+    for runner in list(_RUNNERS):
+        runner._forked()
+
+
+os.register_at_fork(after_in_child=_forked_child)
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _PG_PARAM = re.compile(r"%\((\w+)\)s")
 
@@ -195,7 +206,19 @@ class SqlRunner:
         self._keep_sending = keep_sending and self.registrations is not None
         self._sending: tuple[Any, Any, int] | None = None  # the sends' kept (connection, cursor, pid)
         self._sending_lock = threading.Lock()
-        self._sending_pid = os.getpid()  # whose `_sending_lock` it is (a fork may copy it held)
+        #: A child's copies of the parent's kept connections (`_forked`): kept referenced, never used.
+        self._parents: list[object] = []
+        _RUNNERS.add(self)
+
+    def _forked(self) -> None:
+        """In a child just forked (`os.register_at_fork`, before any thread of the child runs): new
+        locks (a fork copies a lock held by a parent's thread mid-batch held, for ever) and no kept
+        connection (theirs are the parent's: their sockets are shared with it). The parent's are
+        kept referenced, not dropped: a collected one would be reset (a ROLLBACK) over the parent's
+        socket."""
+        self._parents.append((self._kept, self._sending))
+        self._kept, self._sending = None, None
+        self._kept_lock, self._sending_lock = threading.Lock(), threading.Lock()
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -486,31 +509,35 @@ class SqlRunner:
             # A pooled connection per batch: armed with the leading send's deadline at checkout,
             # disarmed when the batch gives it back.
             return self.register(rows, details, synchronous=synchronous)
-        if self._sending_pid != os.getpid():  # a child: its own lock (its group commit leads one batch at a time)
-            self._sending_lock, self._sending, self._sending_pid = threading.Lock(), None, os.getpid()
         with self._sending_lock:
-            raw, cursor = self._sending_connection()
-            watch = raw.info.get(DEADLINE_WATCH)
-            until = deadline()
-            if watch is not None and until is not None:
-                arm_connection(watch[0], watch[1], raw.driver_connection, until)
-            try:
-                return self._register_jobs(Tx(cursor, self._clock()), rows, details, synchronous)
-            except BaseException as exc:
-                # As `_release` would: an error of the statement leaves the connection usable (kept);
-                # a lost one recycles the pool; an interrupt mid-protocol drops this one.
-                if isinstance(exc, self._dbapi.OperationalError):
-                    self._sending = None
-                    invalidate_all(self.engine.pool, raw, exc)
-                elif not isinstance(exc, self._dbapi.Error):
-                    self._sending = None
-                    raw.invalidate()
-                if isinstance(exc, self._dbapi.Error):
-                    raise translate(exc, self.engine.url) from exc
-                raise
+            watch: tuple[Any, Any] | None = None
+            try:  # armed and disarmed in one try: never left armed with this batch's deadline
+                raw, cursor = self._sending_connection()
+                until = deadline()
+                if until is not None and (watch := raw.info.get(DEADLINE_WATCH)) is not None:
+                    arm_connection(watch[0], watch[1], raw.driver_connection, until)
+                return self._send_batch(raw, cursor, rows, details, synchronous)
             finally:
-                if watch is not None and until is not None:
+                if watch is not None:
                     watch[0].disarm(watch[1])
+
+    def _send_batch(self, raw: Any, cursor: Any, rows: Sequence[Mapping[str, Any]],
+                    details: Sequence[str | None], synchronous: bool) -> list[Registered]:
+        """One batch of sends on their kept connection (`register_together`)."""
+        try:
+            return self._register_jobs(Tx(cursor, self._clock()), rows, details, synchronous)
+        except BaseException as exc:
+            # As `_release` would: an error of the statement leaves the connection usable (kept);
+            # a lost one recycles the pool; an interrupt mid-protocol drops this one.
+            if isinstance(exc, self._dbapi.OperationalError):
+                self._sending = None
+                invalidate_all(self.engine.pool, raw, exc)
+            elif not isinstance(exc, self._dbapi.Error):
+                self._sending = None
+                raw.invalidate()
+            if isinstance(exc, self._dbapi.Error):
+                raise translate(exc, self.engine.url) from exc
+            raise
 
     def _sending_connection(self) -> tuple[Any, Any]:
         """The sends' kept connection and cursor (autocommit), checked out under the leading send's

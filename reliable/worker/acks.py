@@ -108,6 +108,7 @@ class HeldAcks:
         self._stopping = False
         self._pid = os.getpid()
         self._acking: queue.SimpleQueue[_Held] | None = None
+        self._stranded: list[_Held] = []  # due, but the acknowledging thread could not start (`_to_acking`)
         self._settling: queue.SimpleQueue[tuple[Any, Callable[[], None]]] | None = None
         #: Deliveries held, those settled by the waited path (a batch did not commit them), and the
         #: hand-offs that acknowledged them (several at a time: reliable.rabbitmq.acks).
@@ -132,7 +133,7 @@ class HeldAcks:
             self._together = ack_together
         with self._lock:  # in this (forked) process: nothing held yet, no thread of ours
             self._consumers, self._stopping, self._pid = consumers, False, os.getpid()
-            self._held, self._acking, self._settling = {}, None, None
+            self._held, self._acking, self._settling, self._stranded = {}, None, None, []
             self._fast_queue = fast_queue
 
     def prefetch(self, queue_name: str, prefetch: int) -> int:
@@ -217,9 +218,23 @@ class HeldAcks:
             if collected is not None:  # sent when the batch's callbacks have all run (`together`)
                 collected.append(held)
                 return
-            if self._acking is None:
+            self._to_acking([held])
+
+    def _to_acking(self, due: list[_Held]) -> None:
+        """Hand `due` to the acknowledging thread, started if need be (with the lock held). Never
+        raises: when the thread cannot start (can't start new thread), they stay held, with those
+        left so before, for the next hand-off (else the shutdown's requeue: `drain`)."""
+        self._stranded.extend(due)
+        if self._acking is None:
+            try:
                 self._acking = self._start(self._ack_loop, "reliable-acks")
+            except Exception:
+                logger.exception("the acknowledging thread could not start: %d acknowledgements left held",
+                                 len(self._stranded))
+                return
+        for held in self._stranded:
             self._acking.put(held)
+        self._stranded = []
 
     @contextlib.contextmanager
     def together(self) -> Iterator[None]:
@@ -260,10 +275,7 @@ class HeldAcks:
                 if sent:
                     self._empty.notify_all()
                 if rest:
-                    if self._acking is None:
-                        self._acking = self._start(self._ack_loop, "reliable-acks")
-                    for held in rest:
-                        self._acking.put(held)
+                    self._to_acking(rest)
 
     def settle(self, message: Any, settle: Callable[[], None]) -> None:
         """Run `settle` (the waited path) in the settling thread, then release `message`."""

@@ -95,9 +95,13 @@ class Leases:
             context = self.hold(message, won, span_id=span_id)
         else:
             context.adopt(span_id)
-        if not context.enter():
-            self._lost_before_run(message, context)
+        # The thread's before entering: an interrupt landing in or just after `enter` (a lost lease,
+        # a duplicate claim) escapes Dramatiq's before-hooks, and the after-hook must find the
+        # attempt to end it (else the heartbeat holds it for ever).
         self._thread.context = context
+        if not context.enter():
+            self._thread.context = None  # never run: released here
+            self._lost_before_run(message, context)
 
     def _lost_before_run(self, message: Any, context: JobContext) -> NoReturn:
         """The lease of a claim not run yet (one held ahead) was lost while it waited: dropped as a

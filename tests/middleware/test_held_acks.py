@@ -379,3 +379,34 @@ def test_a_batchs_acks_are_sent_by_the_thread_that_ran_its_callbacks() -> None:
     wait_for(lambda: overridden == [messages[2]], "the app's own acknowledgement, in the acknowledging thread")
     wait_for(lambda: acks._held == {}, "every entry forgotten")
     assert stub_queue.unfinished_tasks == 3  # the stub `together` sent nothing; the override acks nothing
+
+
+def test_an_acknowledging_thread_that_cannot_start_leaves_the_acks_held_and_the_batch_unharmed(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`together` never raises into the group commit (its callbacks thread, or its flusher while it
+    leads, would die): when the acknowledging thread cannot start, what it was to acknowledge stays
+    held, and goes with the next hand-off once a thread starts."""
+    acks = HeldAcks()
+    thread, (message,), _ = _stub_deliveries(1)
+    overridden: list[object] = []
+    held = _Held(message, thread)
+    held.due = overridden.append  # an app's post_process_message: never sent together
+    acks._held[id(message)] = held
+    start = HeldAcks._start
+
+    def no_thread(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(HeldAcks, "_start", staticmethod(no_thread))
+    with caplog.at_level(logging.ERROR, logger="reliable.middleware"), acks.together():
+        acks.release(message)
+    assert "the acknowledging thread could not start: 1 acknowledgements left held" in caplog.text
+    assert acks._acking is None and acks._held == {id(message): held} and overridden == []
+    monkeypatch.setattr(HeldAcks, "_start", staticmethod(start))
+    thread_two, (later,), _ = _stub_deliveries(1)
+    after = _Held(later, thread_two)
+    after.due = overridden.append
+    acks._held[id(later)] = after
+    acks.release(later)
+    wait_for(lambda: overridden == [message, later], "both acknowledged by the thread started next")
+    wait_for(lambda: acks._held == {}, "every entry forgotten")

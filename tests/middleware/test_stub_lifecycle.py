@@ -340,3 +340,32 @@ def test_stale_attempt_in_the_same_process_cannot_commit_with_the_new_lease(harn
     assert final.status is JobStatus.SUCCEEDED and final.lease_id == 2 and final.attempt == 2
     assert sorted(runs) == [1, 2]
     assert harness.middleware._heartbeat is not None and harness.middleware._heartbeat.held() == []
+
+
+def test_an_interrupt_landing_as_the_attempt_enters_leaves_no_lease_held(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost lease's interrupt (or a duplicate claim's) landing just after the attempt entered
+    escapes Dramatiq's before-hooks: the after-hook still finds the attempt and ends it, and the
+    heartbeat stops renewing its lease."""
+    from reliable.errors import LeaseLostInterrupt
+    from reliable.worker.context import JobContext
+
+    enter = JobContext.enter
+
+    def interrupted_on_entering(self: JobContext) -> bool:
+        assert enter(self)
+        raise LeaseLostInterrupt("lost as the run began")
+
+    monkeypatch.setattr(JobContext, "enter", interrupted_on_entering)
+    ran: list[str] = []
+
+    @dramatiq.actor
+    def never_runs() -> None:
+        ran.append("ran")
+
+    message = never_runs.send()
+    harness.worker.start()
+    harness.join()
+    assert ran == []
+    assert "claim" in events(harness, message.message_id)
+    assert harness.middleware._heartbeat is not None and harness.middleware._heartbeat.held() == []

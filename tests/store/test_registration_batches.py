@@ -8,6 +8,9 @@ lock's release lets them through as the second batch.
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +21,9 @@ from sqlalchemy import event, text
 
 from reliable.deadlines import within
 from reliable.errors import JobIdConflict, StoreUnavailable
-from reliable.store import NewJob, StateStore
+from reliable.store import NewJob, StateStore, sqlrunner
+from reliable.store.db import DEADLINE_WATCH
+from reliable.store.engine import connect_engine
 from reliable.store.registration import Registrations
 from reliable.store.sqlrunner import Registering
 
@@ -212,3 +217,112 @@ def _hung_up(raw: Any) -> bool:
     from reliable.store.db import hung_up
 
     return hung_up(raw.driver_connection)
+
+
+@pytest.fixture
+def many_fds() -> Iterator[None]:
+    """1,100 descriptors open (a busy web server's): the store's connections get numbers >= 1024,
+    which select() refuses (FD_SETSIZE)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1400
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    fillers = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_kept_connection_is_kept_in_a_process_with_many_open_descriptors(
+        many_fds: None, grouped: StateStore) -> None:
+    """`db.hung_up` polls a descriptor of any number: a healthy kept connection numbered past 1024
+    is not taken for one the server closed, and replaced before every batch."""
+    assert grouped.register(_job("first", 0))
+    runner = grouped._sql
+    with runner._sending_lock:
+        raw, _cursor = runner._sending_connection()
+    assert raw.driver_connection.fileno() >= 1024
+    connects: list[object] = []
+    event.listen(grouped.engine, "connect", lambda *_: connects.append(object()))
+    for n in range(5):
+        assert grouped.register(_job(f"one-{n}", n))
+    assert connects == [], f"{len(connects)} new connections for 5 sends"
+    assert not _hung_up(raw)
+
+
+def test_pooled_reads_work_in_a_process_with_many_open_descriptors(many_fds: None, grouped: StateStore) -> None:
+    """The pool's checkout runs the same poll: a connection numbered past 1024 is handed out, not
+    refused as hung up (every checkout failing with InvalidRequestError)."""
+    assert grouped.register(_job("a", 0))
+    for _ in range(3):
+        assert grouped.get("a").status.value == "PENDING"
+
+
+class _Interrupt(BaseException):
+    """An asynchronous exception (a lost lease's interrupt) landing in a send's thread."""
+
+
+def test_an_interrupt_as_a_batch_is_armed_leaves_the_kept_connection_disarmed(
+        grouped: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arming the sends' kept connection with the batch's deadline and disarming it are in one
+    try: an interrupt landing just after the arming never leaves it armed (it would cut a later
+    batch at that old deadline)."""
+    assert grouped.register(_job("warm", 0))
+    runner = grouped._sql
+    with runner._sending_lock:
+        raw, _cursor = runner._sending_connection()
+    watchdog = raw.info[DEADLINE_WATCH][0]
+    arm = sqlrunner.arm_connection
+
+    def armed_then_interrupted(*args: Any) -> None:
+        arm(*args)
+        raise _Interrupt
+
+    monkeypatch.setattr(sqlrunner, "arm_connection", armed_then_interrupted)
+    with within(0.5), pytest.raises(_Interrupt):
+        grouped.register(_job("cut", 1))
+    assert watchdog.armed() == 0
+    monkeypatch.undo()
+    assert grouped.register(_job("after", 2))
+
+
+def test_a_child_forked_while_a_batch_holds_the_kept_connections_closes_its_store(grouped: StateStore) -> None:
+    """A fork copies the kept connections' locks as held by the parent's batches: the child has
+    its own (`os.register_at_fork`), and its close (`release_kept` first) returns instead of
+    waiting for ever, leaving the parent's connections alone."""
+    assert grouped.register(_job("warm", 0))
+    runner = grouped._sql
+    with runner._sending_lock, runner._kept_lock:  # batches in flight in the parent's other threads
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)  # a hang ends the child with SIGALRM
+            runner.release_kept()  # StoreCore.close() does this first
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child hung (status {status})"
+    with runner._sending_lock:
+        raw, _cursor = runner._sending_connection()
+    assert not _hung_up(raw)  # the parent's kept connection, untouched by the child
+    assert grouped.register(_job("after", 1))
+
+
+def _store_on_a_pool_of(url: str, size: int) -> StateStore:
+    return StateStore(engine=connect_engine(url, max_connections=size), group_commit=True)
+
+
+@pytest.mark.parametrize(("size", "kept"), [(2, 0), (3, 0), (4, 1)])
+def test_the_sends_keep_a_connection_only_where_the_given_engines_pool_leaves_two(
+        pg_store: StateStore, size: int, kept: int) -> None:
+    """The pool's own size decides (a given engine's, not `max_connections`): with the worker's
+    batches' connection and the sends', two must be left for the heartbeat and recovery."""
+    store = _store_on_a_pool_of(pg_store.engine.url.render_as_string(hide_password=False), size)
+    try:
+        assert store.register(_job("sent", 0))
+        assert store.engine.pool.checkedout() == kept  # type: ignore[attr-defined]
+    finally:
+        store.close()

@@ -3,6 +3,7 @@ passing from thread to thread (interrupted leaders and waiters included)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import threading
@@ -664,3 +665,37 @@ def test_a_write_given_up_in_the_batch_under_way_is_never_handed_the_lead() -> N
     wait_for(lambda: "later" in answers, "a later write to be answered", timeout=10)
     later.join(5)
     assert answers["later"] == ({"job_id": "later"}, {})
+
+
+def _raising_scope() -> Iterator[None]:
+    """A callbacks scope that raises as it closes (it must not: e.g. a thread that cannot start)."""
+    yield
+    raise RuntimeError("can't start new thread")
+
+
+def test_a_raising_callbacks_scope_neither_kills_the_callbacks_thread_nor_the_flusher(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The callbacks of later batches still run, in the callbacks thread and in the flusher, and
+    the flusher still leaves the lead free: the next write is not kept waiting for ever."""
+    store = FakeStore()
+    store.release.set()
+    group = GroupCommit(store.many, store.one)
+    group.callbacks_scope = contextlib.contextmanager(_raising_scope)
+    submitted = Submitted()
+    for job_id in ("a", "b"):  # lone submitted writes: their callbacks run in the callbacks thread
+        group.submit(_write(job_id), submitted.done(job_id))
+        wait_for(lambda: job_id in submitted.answers, f"{job_id}'s callback")  # noqa: B023
+    assert set(submitted.threads.values()) == {"reliable-group-commit-callbacks"}
+    assert "group commit: the scope of 1 callbacks failed" in caplog.text
+    store.release.clear()
+    answers: dict[str, Any] = {}
+    threads = [_call(group, "first", answers)]
+    wait_for(lambda: group.batches == 3, "a batch in flight")
+    for job_id in ("c", "d"):  # led by the flusher, which runs their callbacks itself
+        group.submit(_write(job_id), submitted.done(job_id))
+    store.release.set()
+    _join(threads)
+    wait_for(lambda: {"c", "d"} <= submitted.answers.keys(), "the flusher's callbacks")
+    assert submitted.threads["c"] == "reliable-group-commit"
+    wait_for(lambda: group._leader is None, "the lead left free")
+    assert group.write(_write("later"))[0]["job_id"] == "later"  # type: ignore[index]
