@@ -26,7 +26,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from ..inputs import text_problem
+from ..inputs import shorten, text_problem
 from ..store.job_stats import WINDOWS
 
 __all__ = ["AUDITED_FIELDS", "DEFAULT_LIMIT", "MAX_EVENT_ID", "MAX_LIMIT", "QUERY_PARSERS", "check_body",
@@ -103,8 +103,8 @@ def query_int(request: Request, name: str, default: int, high: int, *, low: int 
         return default
     # the length first: int() refuses more than 4,300 digits with an error that is no 400
     if not (value.isascii() and value.isdigit() and len(value) <= len(str(high)) and low <= int(value) <= high):
-        shown = value if len(value) <= 40 else f"{value[:40]}..."
-        raise HTTPException(400, f"parameter {name!r} must be an integer from {low} to {high}, not {shown!r}")
+        raise HTTPException(400, f"parameter {name!r} must be an integer from {low} to {high}, "
+                                 f"not {shorten(value, 40)!r}")
     return int(value)
 
 
