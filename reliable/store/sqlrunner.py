@@ -104,7 +104,7 @@ _RUNNERS: weakref.WeakSet[SqlRunner] = weakref.WeakSet()
 
 def _forked_child() -> None:
     for runner in list(_RUNNERS):
-        runner._forked()
+        runner.forked()
 
 
 os.register_at_fork(after_in_child=_forked_child)
@@ -206,11 +206,11 @@ class SqlRunner:
         self._keep_sending = keep_sending and self.registrations is not None
         self._sending: tuple[Any, Any, int] | None = None  # the sends' kept (connection, cursor, pid)
         self._sending_lock = threading.Lock()
-        #: A child's copies of the parent's kept connections (`_forked`): kept referenced, never used.
+        #: A child's copies of the parent's kept connections (`forked`): kept referenced, never used.
         self._parents: list[object] = []
         _RUNNERS.add(self)
 
-    def _forked(self) -> None:
+    def forked(self) -> None:
         """In a child just forked (`os.register_at_fork`, before any thread of the child runs): new
         locks (a fork copies a lock held by a parent's thread mid-batch held, for ever) and no kept
         connection (theirs are the parent's: their sockets are shared with it). The parent's are
