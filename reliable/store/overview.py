@@ -98,11 +98,18 @@ class Overview:
         counts = {**self.counts, **{(SUCCEEDED, q): n for q, n in found.items() if q != ALL and n}}
         return replace(self, counts=counts, succeeded_read=self.succeeded_read | missing)
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
+    def as_dict(self, queues: int | None = None) -> dict[str, Any]:
+        """JSON-ready: every queue's counts and oldest due PENDING job, or (`queues`) those of that many
+        busiest ones (`busiest`, the overview page's rows; GET /api/v1/queues pages through them all),
+        with `queues` (those listed), `queues_total` (every queue) and `queues_url`."""
+        shown = self.queues if queues is None else self.busiest(queues)
+        listed = frozenset(shown)
         return {"now": self.now, "window_seconds": self.window,
-                "counts": [{"state": s, "queue": q, "jobs": n} for (s, q), n in sorted(self.counts.items())],
-                "by_state": self.by_state(), "oldest_pending": self.oldest_pending,
+                "counts": [{"state": s, "queue": q, "jobs": n} for (s, q), n in sorted(self.counts.items())
+                           if q in listed],
+                "queues": shown, "queues_total": len(self.queues), "queues_url": "/api/v1/queues",
+                "by_state": self.by_state(),
+                "oldest_pending": {q: t for q, t in self.oldest_pending.items() if q in listed},
                 "dead_letters": self.dead_letters, "review": self.review,
                 "retry_wait": self.by_state().get(JobStatus.RETRY_WAIT.value, 0), "scheduled": self.scheduled,
                 "latency": None if self.latency is None else self.latency.as_dict(),

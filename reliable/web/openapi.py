@@ -416,6 +416,8 @@ _SCHEMAS: dict[str, Any] = {
                                                       "jobs": {"type": "integer"}})},
         "by_state": {"type": "object", "additionalProperties": {"type": "integer"}},
         "oldest_pending": {"type": "object", "additionalProperties": _N_NUM},
+        "queues": {"type": "array", "items": {"type": "string"}}, "queues_total": {"type": "integer"},
+        "queues_url": {"type": "string"},
         "dead_letters": {"type": "integer"}, "review": {"type": "integer"},
         "series": _object({"minutes": {"type": "array", "items": {"type": "number"}},
                            "successes": {"type": "array", "items": {"type": "integer"}},
