@@ -256,9 +256,9 @@ async def command(request: Request) -> Response:
 
 async def overview_figures(request: Request) -> JSONResponse:
     """GET /api/v1/overview: counts per state and queue of the OVERVIEW_QUEUES busiest queues (the
-    page's rows; `queues_total` and `queues_url`: GET /api/v1/queues pages through them all), dead letters, review, retry_wait, scheduled,
-    per-minute series, wait/run p50/p95 over the last hour (`latency`), and `history`: outcomes and
-    p95 per bucket over `window` (1h, the default, 24h or 7d)."""
+    page's rows; `queues_total` and `queues_url`: GET /api/v1/queues pages through them all), dead
+    letters, review, retry_wait, scheduled, per-minute series, wait/run p50/p95 over the last hour
+    (`latency`), and `history`: outcomes and p95 per bucket over `window` (1h, the default, 24h or 7d)."""
     await authenticate(request)
     _check_known(request, ("window",))
     window = query_window(request)
