@@ -9,7 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Select, func, select, union, union_all
+from sqlalchemy import Select, func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from .core import StoreCore
@@ -18,7 +18,7 @@ from .schema import jobs, queue_pauses
 from .selection import not_discarded
 
 __all__ = ["ACTORS_SHOWN", "FAILURE_EVENTS", "KNOWN_NAMES_MAX", "OVERVIEW_QUEUES", "SUCCESS_EVENTS", "KnownNames",
-           "Overview", "known_names", "oldest_pending_query", "overview"]
+           "Overview", "known_names", "oldest_pending_of", "oldest_pending_query", "overview"]
 
 #: The most queue names and actor names `known_names` returns of each.
 KNOWN_NAMES_MAX = 500
@@ -42,9 +42,10 @@ class Overview:
     jobs that reached them within `window` seconds (the jobs' indexes); SUCCEEDED: the attempts that
     ended SUCCEEDED over the window as the workers' aggregates count them (job_stats.succeeded_counts:
     24 h is 24 to 25 hours), all queues in `succeeded` and per queue in `counts` for the queues read
-    (`succeeded_read`: the busiest, or those of a page: `with_succeeded`); `counted_queues`: every
+    (`read_for`: the busiest, or those of a page: `with_queues`; None: every queue); `counted_queues`: every
     queue that claimed a job or ended an attempt in the window (listed even when nothing else is counted);
-    oldest_pending: queue -> the oldest due PENDING job's scheduled_at; series: per-minute successes
+    oldest_pending: queue -> the oldest due PENDING job's scheduled_at (None: nothing due), for the
+    queues read too; series: per-minute successes
     and failures (failed, dead-lettered, sent to review or to a retry) over the last hour, from
     the same aggregates (job_stats.history); scheduled: PENDING jobs not due yet (an eta in the future); latency: wait
     and run p50/p95 and outcomes over the last hour, all queues, per queue, and for the ACTORS_SHOWN
@@ -63,7 +64,7 @@ class Overview:
     scheduled: int = 0
     latency: LatencyFigures | None = None
     succeeded: int = 0
-    succeeded_read: frozenset[str] = frozenset()
+    read_for: frozenset[str] | None = None
     counted_queues: tuple[str, ...] = ()
 
     @property
@@ -89,14 +90,16 @@ class Overview:
             out[SUCCEEDED] = self.succeeded
         return out
 
-    def with_succeeded(self, store: StoreCore, queues: Collection[str]) -> Overview:
-        """These figures with the SUCCEEDED counts of `queues` too (a page of queues: a few rows each)."""
-        missing = set(queues) - self.succeeded_read
-        if not missing:
+    def with_queues(self, store: StoreCore, queues: Collection[str]) -> Overview:
+        """These figures with the SUCCEEDED counts and oldest due PENDING job of `queues` too (a page of
+        queues: a few aggregate rows and one index seek each)."""
+        if self.read_for is None or not set(queues) - self.read_for:
             return self
+        missing = set(queues) - self.read_for
         found = succeeded_counts(store, window=_window_name(self.window), queues=missing)
         counts = {**self.counts, **{(SUCCEEDED, q): n for q, n in found.items() if q != ALL and n}}
-        return replace(self, counts=counts, succeeded_read=self.succeeded_read | missing)
+        oldest = {**self.oldest_pending, **oldest_pending_of(store, missing, self.now)}
+        return replace(self, counts=counts, oldest_pending=oldest, read_for=self.read_for | missing)
 
     def as_dict(self, queues: int | None = None) -> dict[str, Any]:
         """JSON-ready: every queue's counts and oldest due PENDING job, or (`queues`) those of that many
@@ -140,6 +143,26 @@ def _window_name(seconds: float) -> str:
     raise ValueError(f"the overview's window must be one of {', '.join(WINDOWS)}, not {seconds:g} s")
 
 
+#: Queues per statement of `oldest_pending_of` (SQLite allows 500 terms of a compound SELECT).
+_OLDEST_CHUNK = 200
+
+
+def oldest_pending_of(store: StoreCore, queues: Collection[str], now: float) -> dict[str, float | None]:
+    """Queue -> the oldest due PENDING job's scheduled_at (None: nothing due) of each of `queues`: one
+    seek of the partial (status, queue, scheduled_at) index per queue, whatever the jobs per queue."""
+    pending = jobs.c.status == JobStatus.PENDING.value
+    names = sorted(queues)
+    found: dict[str, float | None] = {}
+    with store.read() as conn:
+        for start in range(0, len(names), _OLDEST_CHUNK):
+            branches = [select(literal(q).label("queue"), select(func.min(jobs.c.scheduled_at)).where(
+                pending, jobs.c.queue == q, jobs.c.scheduled_at <= now).scalar_subquery().label("oldest"))
+                for q in names[start:start + _OLDEST_CHUNK]]
+            for queue, oldest in conn.execute(union_all(*branches)):
+                found[str(queue)] = None if oldest is None else float(oldest)
+    return found
+
+
 def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int | None = None) -> Overview:
     """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`),
     and the SUCCEEDED counts and per-minute series from the workers' aggregates (issue 42: the
@@ -158,10 +181,11 @@ def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int 
     with store.read() as conn:
         for row in conn.execute(union_all(*counts)):
             result.counts[(row.status, row.queue)] = int(row.n)
-        for queue, oldest in conn.execute(oldest_pending_query(now)):
-            result.oldest_pending[str(queue)] = None if oldest is None else float(oldest)
-        for queue in sorted({q for _, q in result.counts} - set(result.oldest_pending)):
-            result.oldest_pending[queue] = None  # counted, but nothing PENDING now
+        if latency_queues is None:  # every queue's (the CLI's); a page reads its own (`with_queues`)
+            for queue, oldest in conn.execute(oldest_pending_query(now)):
+                result.oldest_pending[str(queue)] = None if oldest is None else float(oldest)
+            for queue in sorted({q for _, q in result.counts} - set(result.oldest_pending)):
+                result.oldest_pending[queue] = None  # counted, but nothing PENDING now
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
         result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
@@ -176,7 +200,9 @@ def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int 
     found = succeeded_counts(store, window=name, queues=shown)
     result.succeeded = found.pop(ALL, 0)
     result.counts.update({(SUCCEEDED, q): n for q, n in found.items() if n})
-    result.succeeded_read = frozenset(found if shown is None else shown)
+    if shown is not None:
+        result.oldest_pending = oldest_pending_of(store, shown, now)
+        result.read_for = frozenset(shown)
     result.counted_queues = tuple(queues_counted(store, window=name))
     result.latency = latency(store, window="1h", actors=ACTORS_SHOWN, queues=shown)
     return result

@@ -72,7 +72,7 @@ async def queue_actions_page(request: Request) -> Response:
 
     def read() -> dict[str, Any]:
         pauses = queue_pauses.paused(state.store)
-        figures = queue_pauses.queue_figures(state.overview().with_succeeded(state.store, [queue]), pauses, [queue])
+        figures = queue_pauses.queue_figures(state.overview().with_queues(state.store, [queue]), pauses, [queue])
         return dict(figures["queues"][0])
 
     row = await run_in_threadpool(read)

@@ -50,7 +50,8 @@ def test_overview_counts_and_oldest_pending_per_queue(store_url: str) -> None:
 
 def test_a_queue_whose_jobs_all_succeeded_is_listed_and_its_page_reads_its_count(store_url: str) -> None:
     """SUCCEEDED comes from the workers' aggregates: all queues and the busiest in the overview, a
-    page's queues when the page reads them (`with_succeeded`); such a queue is still listed."""
+    page's queues when the page reads them (`with_queues`, their oldest due PENDING job too); such a
+    queue is still listed."""
     store = StateStore(store_url)
     buffer = StatsBuffer()
     store.add_listener(buffer)
@@ -64,8 +65,10 @@ def test_a_queue_whose_jobs_all_succeeded_is_listed_and_its_page_reads_its_count
         top = overview(store, latency_queues=1)  # the web app's: the busiest queue's SUCCEEDED only
         assert top.queues == ["busy", "done"] and top.by_state() == {"PENDING": 1, "SUCCEEDED": 2}
         assert ("SUCCEEDED", "done") not in top.counts
-        page = top.with_succeeded(store, ["done"])
+        page = top.with_queues(store, ["done"])
         assert page.counts[("SUCCEEDED", "done")] == 2 and page.by_state() == top.by_state()
+        assert set(top.oldest_pending) == {"busy"} and top.oldest_pending["busy"] is not None  # due now
+        assert page.oldest_pending == {**top.oldest_pending, "done": None}  # nothing PENDING in done
         assert overview(store).counts[("SUCCEEDED", "done")] == 2  # every queue's (the CLI's)
     finally:
         store.close()
