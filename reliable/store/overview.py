@@ -155,10 +155,13 @@ def oldest_pending_of(store: StoreCore, queues: Collection[str], now: float) -> 
     found: dict[str, float | None] = {}
     with store.read() as conn:
         for start in range(0, len(names), _OLDEST_CHUNK):
-            branches = [select(literal(q).label("queue"), select(func.min(jobs.c.scheduled_at)).where(
-                pending, jobs.c.queue == q, jobs.c.scheduled_at <= now).scalar_subquery().label("oldest"))
-                for q in names[start:start + _OLDEST_CHUNK]]
-            for queue, oldest in conn.execute(union_all(*branches)):
+            # the names as a derived table and one correlated subquery (a subquery per name cost
+            # PostgreSQL 12 ms of planning for 50 queues)
+            shown = union_all(*(select(literal(q).label("queue")) for q in names[start:start + _OLDEST_CHUNK])) \
+                .subquery("shown")
+            oldest_of = select(func.min(jobs.c.scheduled_at)).where(
+                pending, jobs.c.queue == shown.c.queue, jobs.c.scheduled_at <= now).scalar_subquery()
+            for queue, oldest in conn.execute(select(shown.c.queue, oldest_of.label("oldest"))):
                 found[str(queue)] = None if oldest is None else float(oldest)
     return found
 
