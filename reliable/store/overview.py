@@ -182,8 +182,8 @@ def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int 
                .where(jobs.c.status == state, jobs.c.updated_at >= now - window).group_by(jobs.c.status, jobs.c.queue)
                for state in final]
     with store.read() as conn:
-        for row in conn.execute(union_all(*counts)):
-            result.counts[(row.status, row.queue)] = int(row.n)
+        # fetched at once and unpacked (thousands of rows: row by row and by attribute cost 40 ms)
+        result.counts.update(((status, queue), int(n)) for status, queue, n in conn.execute(union_all(*counts)).all())
         if latency_queues is None:  # every queue's (the CLI's); a page reads its own (`with_queues`)
             for queue, oldest in conn.execute(oldest_pending_query(now)):
                 result.oldest_pending[str(queue)] = None if oldest is None else float(oldest)
@@ -191,7 +191,8 @@ def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int 
                 result.oldest_pending[queue] = None  # counted, but nothing PENDING now
         result.dead_letters = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.DEAD.value, not_discarded())).scalar_one())
-        result.review = sum(n for (s, _), n in result.counts.items() if s == JobStatus.REVIEW.value)
+        review = JobStatus.REVIEW.value
+        result.review = sum(n for (s, _), n in result.counts.items() if s == review)
         # PENDING and not due: one range of the partial (status, queue, scheduled_at) index per queue.
         result.scheduled = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.PENDING.value, jobs.c.scheduled_at > now)).scalar_one())
