@@ -65,14 +65,17 @@ class ProcessView:
         p = self.process
         return p.restarts if p.restarts is not None else (None if p.supervisor_pid is None else 0)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON of the API and of `reliable workers list --json`: the record's fields and the figures."""
+    def as_dict(self, *, held_jobs: bool = False) -> dict[str, Any]:
+        """The JSON of the API and of `reliable workers list --json`: the record's fields and the figures.
+        What it holds is listed once, as `busy_threads` (each job with its thread and status);
+        `held_jobs`, the same jobs again, only when asked (deprecated: issue 42, half of the answer)."""
         data = asdict(self.process)
         data.pop("busy")
         data["queues"] = None if self.process.queues is None else list(self.process.queues)
         threads = [{"thread": job.thread, "job_id": job.job_id, "actor": job.actor, "queue": job.queue,
-                    "started_at": job.started_at} for job in self.held]
-        return {**data, "jobs_held": len(self.held), "held_jobs": [asdict(job) for job in self.held],
+                    "status": job.status, "started_at": job.started_at} for job in self.held]
+        return {**data, "jobs_held": len(self.held),
+                **({"held_jobs": [asdict(job) for job in self.held]} if held_jobs else {}),
                 "busy_threads": threads, "restarts": self.restarts, "quiet": self.process.command in ("quiet", "stop"),
                 "silent_seconds": round(self.silent_seconds, 3), "silent": self.silent}
 
@@ -88,12 +91,12 @@ class Fleet:
     live_total: int = 0
     next_cursor: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON of `GET /api/v1/workers`."""
+    def as_dict(self, *, held_jobs: bool = False) -> dict[str, Any]:
+        """The JSON of `GET /api/v1/workers` (`held_jobs`: ProcessView.as_dict)."""
         return {"now": self.now, "live_within_seconds": LIVE_WITHIN, "live_total": self.live_total,
                 "next_cursor": self.next_cursor,
-                "workers": [view.as_dict() for view in self.live],
-                "exited": [view.as_dict() for view in self.exited]}
+                "workers": [view.as_dict(held_jobs=held_jobs) for view in self.live],
+                "exited": [view.as_dict(held_jobs=held_jobs) for view in self.exited]}
 
 
 def fleet(store: StoreCore, *, host: str | None = None, exited: int = EXITED_SHOWN, limit: int = PAGE,

@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
 from ..states import JobStatus
 from ..store import Reads, selection
+from ..store.overview import OVERVIEW_QUEUES
 from ..store.selection import AmbiguousJobId, JobFilter, filter_from_params, page_jobs, parse_time, resolve_job_id
 from .auth import authenticate, state_of
 from .bodies import json_object
@@ -254,16 +255,17 @@ async def command(request: Request) -> Response:
 
 
 async def overview_figures(request: Request) -> JSONResponse:
-    """GET /api/v1/overview: counts per state and queue, dead letters, review, retry_wait, scheduled,
-    per-minute series, wait/run p50/p95 over the last hour (`latency`), and `history`: outcomes and
-    p95 per bucket over `window` (1h, the default, 24h or 7d)."""
+    """GET /api/v1/overview: counts per state and queue of the OVERVIEW_QUEUES busiest queues (the
+    page's rows; `queues_total` and `queues_url`: GET /api/v1/queues pages through them all), dead
+    letters, review, retry_wait, scheduled, per-minute series, wait/run p50/p95 over the last hour
+    (`latency`), and `history`: outcomes and p95 per bucket over `window` (1h, the default, 24h or 7d)."""
     await authenticate(request)
     _check_known(request, ("window",))
     window = query_window(request)
     state = state_of(request)
     figures = await run_in_threadpool(state.overview)
     series = await run_in_threadpool(state.history, window)
-    return JSONResponse({**figures.as_dict(), "history": series.as_dict()})
+    return JSONResponse({**figures.as_dict(queues=OVERVIEW_QUEUES), "history": series.as_dict()})
 
 
 async def alert_list(request: Request) -> JSONResponse:

@@ -45,7 +45,7 @@ from ..store.selection import JobFilter, filter_from_params, page_jobs, resolve_
 from .auth import CSRF_FIELD, authenticate, check_csrf, csrf_token, sign_in, sign_out, state_of
 from .inputs import DEFAULT_LIMIT, MAX_LIMIT, query_before, query_cursor, query_int, query_window
 from .job_story import FOLD_FROM, detail_fields, group_effects, runs
-from .paths import JobRoute
+from .paths import JobIdConvertor, JobRoute
 from .queries import job_detail, job_message
 from .redaction import masked_job
 
@@ -122,6 +122,9 @@ templates = Jinja2Templates(directory=str(_HERE / "templates"))
 templates.env.filters.update(iso=_iso, age=_age, json=_json, short=_short, duration=_duration)
 templates.env.globals.update(state_badge=state_badge)
 templates.env.filters.update(fields=detail_fields)
+# A job id as the one path segment `url_for('job', ...)` would put in its link: a page listing hundreds
+# of jobs builds `{{ jobs_url }}/{{ id|segment }}` (url_for walks the app's routes on every call).
+templates.env.filters.update(segment=JobIdConvertor().to_string)
 templates.env.globals.update(FOLD_FROM=FOLD_FROM)
 templates.env.globals.update(BANNER_QUEUES=BANNER_QUEUES)
 templates.env.globals.update(STATES=[s.value for s in JobStatus], COMMANDS=COMMAND_ORDER)

@@ -1,10 +1,13 @@
 """The console's queues page (issue 28): every queue's figures, and pausing / resuming a queue.
 
     GET  /queues                              a page of the queues (as GET /api/v1/queues: ?limit=,
-                                              ?cursor=, ?search=; ?limits_after= pages the limits), a form per queue
-                                              for a principal the operators policy lets pause it, and
-                                              one to clear its PENDING jobs (posted to /bulk: a bulk
-                                              cancel, counted first, confirmed on the operation's page)
+                                              ?cursor=, ?search=; ?limits_after= pages the limits), a
+                                              link per queue to its actions where the operators policy
+                                              allows one (no form per row: issue 42, 100 rows' forms
+                                              were most of the page's time and weight)
+    GET  /queues/{queue}/actions              the queue's pause or resume form and the one to clear
+                                              its PENDING jobs (posted to /bulk: a bulk cancel,
+                                              counted first, confirmed on the operation's page)
     POST /queues/{queue}/actions/{command}    pause or resume (reason required); back to /queues
 
 Every rule lives in `reliable.queue_pauses` (policy, audit, reason): a refusal is shown as it was
@@ -14,6 +17,8 @@ shows a banner (`console.render`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -21,6 +26,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from .. import queue_pauses
+from ..access import Principal
 from ..errors import NotAuthorized, ReliableError
 from .auth import authenticate, state_of
 from .console import flash, render
@@ -38,11 +44,7 @@ async def queues_page(request: Request) -> Response:
     figures, pauses = await run_in_threadpool(read_page, request, ("limits_after",))
     limits = await run_in_threadpool(limits_section, request, principal)  # issue 42
     for row in figures["queues"]:
-        command = "resume" if row["paused"] else "pause"
-        row["command"] = command if principal.allows(command, row["queue"], None) else None
-        # Clearing the queue is a bulk cancel of its PENDING jobs (PENDING -> CANCELLED in states.py):
-        # the form counts them first (the bulk preview), then asks for the confirmation.
-        row["clear_pending"] = bool(row["by_state"].get("PENDING")) and principal.allows("cancel", row["queue"], None)
+        _row_actions(row, principal)
     search = (request.query_params.get("search") or "").strip()  # read_page checked it
     params = {k: v for k, v in request.query_params.items() if k not in ("cursor", "limits_after")}
     next_url = None if figures["next_cursor"] is None else \
@@ -52,6 +54,30 @@ async def queues_page(request: Request) -> Response:
         if "cursor" in request.query_params else None
     return render(request, "queues.html", principal=principal, figures=figures, paused_queues=list(pauses.pauses),
                   limits=limits, search=search, next_url=next_url, first_url=first_url)
+
+
+def _row_actions(row: dict[str, Any], principal: Principal) -> None:
+    """The commands `principal` may give on the queue of `row` (the page's links, the queue's forms)."""
+    command = "resume" if row["paused"] else "pause"
+    row["command"] = command if principal.allows(command, row["queue"], None) else None
+    # Clearing the queue is a bulk cancel of its PENDING jobs (PENDING -> CANCELLED in states.py):
+    # the form counts them first (the bulk preview), then asks for the confirmation.
+    row["clear_pending"] = bool(row["by_state"].get("PENDING")) and principal.allows("cancel", row["queue"], None)
+
+
+async def queue_actions_page(request: Request) -> Response:
+    """GET /queues/{queue}/actions: the queue's pause or resume form and its Clear pending form."""
+    principal = await authenticate(request)
+    queue, state = request.path_params["queue"], state_of(request)
+
+    def read() -> dict[str, Any]:
+        pauses = queue_pauses.paused(state.store)
+        figures = queue_pauses.queue_figures(state.overview().with_queues(state.store, [queue]), pauses, [queue])
+        return dict(figures["queues"][0])
+
+    row = await run_in_threadpool(read)
+    _row_actions(row, principal)
+    return render(request, "queue_actions.html", principal=principal, q=row)
 
 
 async def queue_action(request: Request) -> Response:
@@ -83,5 +109,6 @@ def routes() -> list[BaseRoute]:
     """The queues page's routes."""
     return [
         Route("/queues", queues_page, name="queues"),
+        Route("/queues/{queue}/actions", queue_actions_page, name="queue_actions"),
         Route("/queues/{queue}/actions/{command}", queue_action, methods=["POST"], name="queue_action"),
     ]

@@ -39,7 +39,9 @@ from .inputs import query_cursor, query_int, query_one
 __all__ = ["CONSOLE_PAGE", "PARAMS", "routes"]
 
 #: The query parameters of GET /api/v1/workers (and of the page).
-PARAMS = ("host", "exited", "limit", "cursor")
+PARAMS = ("host", "exited", "limit", "cursor", "include")
+#: What `?include=` may add to GET /api/v1/workers: `held_jobs`, deprecated (the jobs of `busy_threads` again).
+INCLUDES = ("held_jobs",)
 
 
 #: Live processes per page of the console's workers page (the API's default is `worker_views.PAGE`):
@@ -60,10 +62,14 @@ def _read(request: Request, page: int = PAGE) -> Fleet:
 
 
 async def api_workers(request: Request) -> JSONResponse:
-    """GET /api/v1/workers: a page of the live worker processes and the recent exits."""
+    """GET /api/v1/workers: a page of the live worker processes and the recent exits (`?include=held_jobs`:
+    the deprecated `held_jobs` list too)."""
     await authenticate(request)
+    include = query_one(request, "include")
+    if include is not None and include not in INCLUDES:
+        raise HTTPException(400, f"include must be one of {', '.join(INCLUDES)}, not {include!r}")
     found = await run_in_threadpool(_read, request)
-    return JSONResponse(found.as_dict())
+    return JSONResponse(found.as_dict(held_jobs=include == "held_jobs"))
 
 
 async def api_command(request: Request) -> JSONResponse:
@@ -96,8 +102,11 @@ async def workers_page(request: Request) -> Response:
     next_url = None if found.next_cursor is None else \
         str(request.url.include_query_params(**params, cursor=found.next_cursor))
     first_url = str(request.url.remove_query_params("cursor")) if "cursor" in request.query_params else None
+    # the links' prefixes once per page, not a url_for per link (each walks the app's routes: 25
+    # processes of a dozen busy threads each made it most of the page's time, issue 42)
     return render(request, "workers.html", principal=principal, fleet=found, host=params.get("host"),
-                  live_within=LIVE_WITHIN, may=may, next_url=next_url, first_url=first_url)
+                  live_within=LIVE_WITHIN, may=may, next_url=next_url, first_url=first_url,
+                  jobs_url=str(request.url_for("jobs")), workers_url=str(request.url_for("workers")))
 
 
 async def worker_action(request: Request) -> Response:

@@ -195,7 +195,9 @@ _PATHS["/api/v1/workers"] = _get(
     [_q("host", "only this host's processes", {"type": "string"}),
      _q("exited", "how many recent exits", {"type": "integer", "minimum": 0, "maximum": 1000, "default": 50}),
      _q("limit", "live processes per page", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
-     _q("cursor", "the next_cursor of the previous page", {"type": "string"})],
+     _q("cursor", "the next_cursor of the previous page", {"type": "string"}),
+     _q("include", "held_jobs: the deprecated held_jobs list too (the jobs of busy_threads again)",
+        {"type": "string", "enum": ["held_jobs"]})],
     operationId="workers")
 # -- end c28-workers --
 
@@ -416,6 +418,8 @@ _SCHEMAS: dict[str, Any] = {
                                                       "jobs": {"type": "integer"}})},
         "by_state": {"type": "object", "additionalProperties": {"type": "integer"}},
         "oldest_pending": {"type": "object", "additionalProperties": _N_NUM},
+        "queues": {"type": "array", "items": {"type": "string"}}, "queues_total": {"type": "integer"},
+        "queues_url": {"type": "string"},
         "dead_letters": {"type": "integer"}, "review": {"type": "integer"},
         "series": _object({"minutes": {"type": "array", "items": {"type": "number"}},
                            "successes": {"type": "array", "items": {"type": "integer"}},
@@ -459,7 +463,8 @@ _SCHEMAS["HeldJob"] = _object({"job_id": {"type": "string"}, "queue": {"type": "
 _SCHEMAS["BusyThread"] = _object({"thread": {**_N_STR, "description": "null: the job was claimed after the "
                                              "process's last heartbeat"},
                                   "job_id": {"type": "string"}, "actor": {"type": "string"},
-                                  "queue": {"type": "string"}, "started_at": _N_NUM})
+                                  "queue": {"type": "string"}, "status": {"type": "string", "enum": _STATES},
+                                  "started_at": _N_NUM})
 _SCHEMAS["WorkerCommandRequest"] = _object({"reason": {"type": "string", "description": "why (required, audited)"}},
                                            ["reason"], additionalProperties=False)
 _SCHEMAS["WorkerCommandResult"] = _object({
@@ -467,7 +472,7 @@ _SCHEMAS["WorkerCommandResult"] = _object({
     "changed": {"type": "boolean", "description": "false: it had that command (or a stop) already (a resume "
                                                   "of a process not quiet is a 409)"},
     "operator": {"type": "string"}})
-_SCHEMAS["WorkerProcess"] = _object({
+_WORKER_PROCESS: dict[str, Any] = {
     "worker_id": {"type": "string"}, "host": {"type": "string"}, "pid": {"type": "integer"},
     "start_ticks": _N_INT, "boot_id": _N_STR,
     "host_instance": {**_N_STR, "description": "the host's random id of its boot: tells cloned hosts apart"},
@@ -476,7 +481,8 @@ _SCHEMAS["WorkerProcess"] = _object({
     "last_beat_at": {"type": "number"}, "exited_at": _N_NUM,
     "exit_reason": {**_N_STR, "description": "stopped, pid_gone or pid_reused"}, "exit_observed_by": _N_STR,
     "jobs_held": {"type": "integer", "description": "RUNNING/STOPPING jobs whose lease it holds now"},
-    "held_jobs": {"type": "array", "items": _ref("HeldJob")},
+    "held_jobs": {"type": "array", "items": _ref("HeldJob"), "deprecated": True,
+                  "description": "only with ?include=held_jobs: the jobs of busy_threads again"},
     "busy_threads": {"type": "array", "items": _ref("BusyThread")},
     "slot": {**_N_INT, "description": "its slot in its `reliable worker` supervisor"},
     "restarts": {**_N_INT, "description": "children its supervisor's slot had before it (null: no supervisor)"},
@@ -487,7 +493,8 @@ _SCHEMAS["WorkerProcess"] = _object({
     "command_seen_at": {**_N_NUM, "description": "when its heartbeat picked the command up"},
     "quiet": {"type": "boolean", "description": "told to take no new message (quiet or stop)"},
     "silent_seconds": {"type": "number", "description": "since its last heartbeat (to its exit, once exited)"},
-    "silent": {"type": "boolean", "description": "not marked exited, no heartbeat within live_within_seconds"}})
+    "silent": {"type": "boolean", "description": "not marked exited, no heartbeat within live_within_seconds"}}
+_SCHEMAS["WorkerProcess"] = _object(_WORKER_PROCESS, [name for name in _WORKER_PROCESS if name != "held_jobs"])
 _SCHEMAS["WorkerList"] = _object({"now": {"type": "number"}, "live_within_seconds": {"type": "number"},
                                   "live_total": {"type": "integer", "description": "live processes (every page)"},
                                   "next_cursor": {**_N_STR, "description": "null: the last page"},

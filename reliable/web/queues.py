@@ -79,8 +79,10 @@ def queue_answer(state: WebState, pauses: queue_pauses.QueueState, *, limit: int
     shown = names[start:start + limit]
     more = start + limit < len(names)
     # p50/p95 of the page's queues only (a few rows each), not of every queue and actor
+    # and their SUCCEEDED counts (the overview reads those of its busiest queues only)
     figures = queue_pauses.queue_figures(
-        dataclasses.replace(overview, latency=latency(state.store, window="1h", queues=shown, actors=0)),
+        dataclasses.replace(overview.with_queues(state.store, shown),
+                            latency=latency(state.store, window="1h", queues=shown, actors=0)),
         pauses, shown)
     depths = broker_depths_of(state.broker, shown)
     for row in figures["queues"]:

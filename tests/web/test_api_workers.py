@@ -94,11 +94,9 @@ def test_every_role_reads_the_fleet(fleet_store: StateStore, tokens: Tokens, rol
     live = {w["worker_id"]: w for w in body["workers"]}
     assert set(live) == {"w-live", "w-other"}
     started = fleet_store.get("job-held-1").started_at
-    assert live["w-live"]["jobs_held"] == 1 and live["w-live"]["held_jobs"] == [
-        {"job_id": "job-held-1", "queue": "billing", "actor": "charge", "status": "RUNNING", "started_at": started,
-         "thread": "Thread-3"}]
+    assert live["w-live"]["jobs_held"] == 1 and "held_jobs" not in live["w-live"]  # deprecated: asked for only
     assert live["w-live"]["busy_threads"] == [{"thread": "Thread-3", "job_id": "job-held-1", "actor": "charge",
-                                               "queue": "billing", "started_at": started}]
+                                               "queue": "billing", "status": "RUNNING", "started_at": started}]
     assert live["w-live"]["slot"] == 0 and live["w-other"]["restarts"] is None and not live["w-live"]["quiet"]
     assert live["w-live"]["restarts"] == 1 and live["w-live"]["supervisor_pid"] == 100
     assert live["w-live"]["queues"] == ["billing"] and live["w-other"]["queues"] is None
@@ -159,3 +157,18 @@ def test_workers_list_reads_the_same_through_the_api(fleet_store: StateStore, st
     assert strip(via_api) == strip(stored)
     assert sorted(r["worker_id"] for r in live_only) == ["w-live", "w-other"]
     assert table.exit_code == 0 and "w-live" in table.output and "(restarts: 1)" in table.output
+
+
+def test_held_jobs_only_when_included(fleet_store: StateStore, tokens: Tokens) -> None:
+    """What a process holds is listed once (`busy_threads`, with each job's status); the deprecated
+    `held_jobs` (the same jobs again: issue 42, 414 KB for 100 processes) only with ?include=held_jobs."""
+    with TestClient(create_app(fleet_store, config=WebConfig(secret_key="s"))) as client:
+        body = client.get("/api/v1/workers", params={"include": "held_jobs"}, headers=bearer(tokens.viewer)).json()
+        refused = client.get("/api/v1/workers", params={"include": "jobs"}, headers=bearer(tokens.viewer))
+    conforms("WorkerList", body)
+    live = {w["worker_id"]: w for w in body["workers"]}
+    started = fleet_store.get("job-held-1").started_at
+    assert live["w-live"]["held_jobs"] == [
+        {"job_id": "job-held-1", "queue": "billing", "actor": "charge", "status": "RUNNING", "started_at": started,
+         "thread": "Thread-3"}]
+    assert refused.status_code == 400 and "held_jobs" in refused.text

@@ -94,6 +94,7 @@ SURFACES: dict[str, Surface] = {
     "/api/v1/operations/{operation_id}": Surface(None, False, why="an operation's filter text: "
                                                  "test_redaction_rules.py::test_an_operations_text_search_is_masked"),
     "/queues": Surface("/queues", False),  # issue 28 (c28-queues): figures and pauses, no job value
+    "/queues/{queue}/actions": Surface("/queues/billing/actions", False),  # a queue's forms: figures, no job value
     "/": Surface("/", False),
     "/overview/live": Surface("/overview/live", False),
     "/jobs": Surface("/jobs", True),

@@ -72,6 +72,7 @@ ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "alerts": ("/alerts", ("limit", "cursor")),
     "alert_runbook": ("/alerts/reliabledeadlettergrowth", ()),
     "queues": ("/queues", ("limit", "cursor")),
+    "queue_actions": ("/queues/billing/actions", ()),
 }
 #: A value each parser refuses (a cursor's content is its listing's to judge: only "given twice" is shared).
 BAD = {"before": "zero", "window": "2h", "limit": "0", "event_limit": "-1", "exited": "x"}

@@ -29,7 +29,10 @@ def test_the_rate_says_its_window_and_clear_pending_counts_first(store: StateSto
         page = operator.get("/queues").text
         billing = page.split('data-queue="billing"')[1].split("</tr>")[0]
         other = page.split('data-queue="other"')[1].split("</tr>")[0]
-        assert "Count the 1 pending" in billing and "Clear pending" not in other
+        assert "Clear pending" in billing and "Clear pending" not in other and "<form" not in billing  # links only
+        actions = operator.get("/queues/billing/actions").text
+        assert "Count the 1 pending" in actions and 'name="csrf_token"' in actions
+        assert "Count the" not in operator.get("/queues/other/actions").text  # not its queue: no form
         preview = operator.post("/bulk", data={"view": "jobs", "queue": "billing", "state": "PENDING",
                                                "command": "cancel", "scope": "filter", "reason": "duplicates",
                                                "csrf_token": csrf})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from reliable.queue_pauses import QueueState, queue_figures
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
+from reliable.store.job_stats import StatsBuffer, write_stats
 from reliable.store.overview import Overview
 
 from web_support import Tokens, session
@@ -27,10 +28,13 @@ def test_failure_rate_counts_review_and_dead_beside_failed() -> None:
 
 
 def test_queues_page_states_the_rate_and_its_window(store: StateStore, tokens: Tokens) -> None:
+    buffer = StatsBuffer()  # the SUCCEEDED counts are the workers' aggregates (as a worker flushes them)
+    store.add_listener(buffer)
     for i in range(30):
         store.register(NewJob(job_id=f"pay-{i}", queue="payments", actor="charge", message={}))
         claim = store.claim(f"pay-{i}", worker_id="w", lease_ttl=60)
         store.finish(f"pay-{i}", claim.lease_id, Event.NEED_REVIEW if i < 8 else Event.SUCCEED, worker_id="w")
+    write_stats(store, buffer.take())
     client, _ = session(store, tokens.viewer)
     with client:
         page = client.get("/queues").text

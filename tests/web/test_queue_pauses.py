@@ -112,14 +112,17 @@ def test_the_console_pauses_and_resumes_and_every_page_shows_the_banner(store: S
     store.register(NewJob("job-1", "billing", "charge", {"args": [], "kwargs": {}, "options": {}}))
     client, csrf = session(store, tokens.operator)  # after: the overview's figures are reused for 5 s
     page = client.get("/queues")
-    assert page.status_code == 200 and '/queues/billing/actions/pause"' in page.text
+    assert page.status_code == 200 and '/queues/billing/actions">Pause' in page.text  # a link per row
+    actions = client.get("/queues/billing/actions").text  # the queue's page carries the form
+    assert '/queues/billing/actions/pause"' in actions and 'name="csrf_token"' in actions
     done = client.post("/queues/billing/actions/pause", data={"reason": "downstream outage", "csrf_token": csrf},
                        follow_redirects=False)
     assert done.status_code == 303
     for path in ("/", "/jobs", "/queues", "/operations"):
         text = client.get(path).text
         assert "banner-paused" in text and "downstream outage" in text, path
-    assert '/queues/billing/actions/resume"' in client.get("/queues").text
+    assert '/queues/billing/actions">Resume' in client.get("/queues").text
+    assert '/queues/billing/actions/resume"' in client.get("/queues/billing/actions").text
     client.post("/queues/billing/actions/resume", data={"reason": "back", "csrf_token": csrf})
     assert "banner-paused" not in client.get("/jobs").text
     assert _events(store, "billing") == [("pause", "otto", "downstream outage"), ("resume", "otto", "back")]
@@ -128,7 +131,8 @@ def test_the_console_pauses_and_resumes_and_every_page_shows_the_banner(store: S
 def test_the_console_refuses_a_queue_outside_the_scope_and_offers_no_form(store: StateStore, tokens: Tokens) -> None:
     store.register(NewJob("job-1", "exports", "export", {"args": [], "kwargs": {}, "options": {}}))
     client, csrf = session(store, tokens.operator)
-    assert "/queues/exports/actions/" not in client.get("/queues").text
+    assert "/queues/exports/actions" not in client.get("/queues").text
+    assert "/queues/exports/actions/" not in client.get("/queues/exports/actions").text  # no form there either
     refused = client.post("/queues/exports/actions/pause", data={"reason": "x", "csrf_token": csrf})
     assert refused.status_code == 403
     assert _events(store, "exports") == [("command_refused", "otto", "x")]

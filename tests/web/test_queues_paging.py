@@ -12,7 +12,7 @@ from reliable.operators import Operator
 from reliable.states import JobStatus
 from reliable.store import NewJob, StateStore
 from reliable.store.job_stats import COLUMNS, latency, write_stats
-from reliable.store.overview import oldest_pending_query, overview
+from reliable.store.overview import OVERVIEW_QUEUES, oldest_pending_query, overview
 from reliable.store.schema import jobs
 
 from support import Clock
@@ -133,3 +133,19 @@ def test_latency_of_the_busiest_pairs_and_of_some_queues(store: StateStore) -> N
     assert set(some.queues) == {"b"} and some.actors == {} and some.queues["b"] == every.queues["b"]
     assert some.overall == every.overall  # all queues' figures whatever the page
     assert busiest.as_dict()["actors_total"] == 3
+
+
+
+def test_the_overview_api_lists_the_busiest_queues_and_points_to_the_rest(store: StateStore, tokens: Tokens) -> None:
+    """GET /api/v1/overview carries the counts of the queues the overview page shows (the busiest
+    OVERVIEW_QUEUES), `queues_total` and `queues_url` (issue 42: 848 KB at 2,000 queues)."""
+    names = [f"q{n:02d}" for n in range(OVERVIEW_QUEUES + 1)]  # one job each; zz-busy has three
+    store.register_many([NewJob(f"{queue}-{n}", queue, "work", {"args": [], "kwargs": {}, "options": {}})
+                         for queue in [*names, "zz-busy"] for n in range(3 if queue == "zz-busy" else 1)])
+    client, _ = session(store, tokens.viewer)
+    with client:
+        body = client.get("/api/v1/overview", headers=bearer(tokens.viewer)).json()
+    assert body["queues"] == [*names[:OVERVIEW_QUEUES - 1], "zz-busy"]  # the busiest, then by name
+    assert body["queues_total"] == OVERVIEW_QUEUES + 2 and body["queues_url"] == "/api/v1/queues"
+    assert {c["queue"] for c in body["counts"]} == set(body["queues"]) == set(body["oldest_pending"])
+    assert body["by_state"] == {"PENDING": OVERVIEW_QUEUES + 4}  # every queue's

@@ -74,7 +74,8 @@ def console_forms() -> set[str]:
     found = set()
     for template in TEMPLATES.glob("*.html"):
         for form in re.findall(r"<form\b.*?</form>", template.read_text(), re.S):
-            action = re.search(r"url_for\('(\w+)'", form)
+            # a form whose action is built from a prefix (no url_for per row) names its route
+            action = re.search(r"url_for\('(\w+)'", form) or re.search(r'data-route="(\w+)"', form)
             if 'name="reason"' in form and action:
                 found.add(action.group(1))
     return found
