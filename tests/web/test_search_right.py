@@ -258,6 +258,7 @@ SURFACES: dict[str, Surface] = {
     "reconcile": Surface("acting", _cli_preview("reconcile", "--as", "succeeded")),
     "dlq requeue": Surface("acting", _cli_preview("dlq", "requeue")),
     "dlq discard": Surface("acting", _cli_preview("dlq", "discard")),
+    "dlq purge": Surface("acting", _cli_preview("dlq", "purge")),
     "review resolve": Surface("acting", _cli_preview("review", "resolve", "--as", "succeeded")),
 }
 CLI_SURFACES = {name for name in SURFACES if not name.startswith(("GET ", "POST "))}
