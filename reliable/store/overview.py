@@ -89,16 +89,18 @@ class Overview:
         oldest = {**self.oldest_pending, **oldest_pending_of(store, missing, self.now)}
         return replace(self, oldest_pending=oldest, read_for=self.read_for | missing)
 
-    def as_dict(self, queues: int | None = None) -> dict[str, Any]:
+    def as_dict(self, queues: int | None = None, queues_total: int | None = None) -> dict[str, Any]:
         """JSON-ready: every queue's counts and oldest due PENDING job, or (`queues`) those of that many
         busiest ones (`busiest`, the overview page's rows; GET /api/v1/queues pages through them all),
-        with `queues` (those listed), `queues_total` (every queue) and `queues_url`."""
+        with `queues` (those listed), `queues_total` (every queue with a count, or the caller's
+        `queues_total`: the paused ones too, queue_pauses.queue_names) and `queues_url`."""
         shown = self.queues if queues is None else self.busiest(queues)
         listed = frozenset(shown)
         return {"now": self.now, "window_seconds": self.window,
                 "counts": [{"state": s, "queue": q, "jobs": n} for (s, q), n in sorted(self.counts.items())
                            if q in listed],
-                "queues": shown, "queues_total": len(self.queues), "queues_url": "/api/v1/queues",
+                "queues": shown, "queues_url": "/api/v1/queues",
+                "queues_total": len(self.queues) if queues_total is None else queues_total,
                 "by_state": self.by_state(),
                 "oldest_pending": {q: t for q, t in self.oldest_pending.items() if q in listed},
                 "dead_letters": self.dead_letters, "review": self.review,

@@ -1,9 +1,11 @@
 """Review 3 of issue 42: the overview and the Queues page list every queue with jobs counted (a queue
-whose jobs all succeeded too, before any worker wrote its figures). SQLite and PostgreSQL (the
-`store` fixture)."""
+whose jobs all succeeded too, before any worker wrote its figures), and `queues_total` counts the
+paused queues as docs/api.md says. SQLite and PostgreSQL (the `store` fixture)."""
 
 from __future__ import annotations
 
+from reliable import queue_pauses
+from reliable.operators import Operator
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
 
@@ -53,3 +55,14 @@ def test_a_just_drained_queue_stays_on_the_queues_page(store: StateStore, tokens
     assert [r["queue"] for r in rows] == ["drained"] and rows[0]["by_state"] == {"SUCCEEDED": 1}
     assert 'id="queue-drained"' in page
 
+
+
+def test_queues_total_counts_a_paused_queue_without_jobs(store: StateStore, tokens: Tokens) -> None:
+    """Review 3 (LOW): docs/api.md says a pause counts; the Queues page lists the paused queue."""
+    store.register(NewJob("j0", queue="live", actor="x", message={}))
+    queue_pauses.pause(store, "idle", reason="maintenance", identity=Operator("ada", "h", "test"))
+    client, _ = session(store, tokens.viewer)
+    with client:
+        body = client.get("/api/v1/overview", headers=bearer(tokens.viewer)).json()
+        queues = client.get("/api/v1/queues", headers=bearer(tokens.viewer)).json()
+    assert body["queues_total"] == queues["total"] == 2 and body["queues"] == ["live"]
