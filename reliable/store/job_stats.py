@@ -61,8 +61,6 @@ __all__ = [
     "latency",
     "prune_stats",
     "quantile",
-    "queues_counted",
-    "succeeded_counts",
     "window_seconds",
     "write_stats",
 ]
@@ -324,8 +322,10 @@ def latency(store: StoreCore, *, window: str = "1h", queues: Collection[str] | N
     many there are."""
     seconds, _ = window_seconds(window)
     resolution = LATENCY_RESOLUTION[window]
+    now = store.now()
     columns = [func.sum(job_stats.c[name]) for name in COLUMNS]
-    where = _window_rows(store.now(), window)
+    first = math.floor(now / resolution) * resolution - int(seconds)  # the current bucket and seconds before
+    where = [job_stats.c.resolution == resolution, job_stats.c.bucket >= first]
     if queues is not None:
         where.append(job_stats.c.queue.in_(sorted({ALL, *queues})))
     levels = select(job_stats.c.queue, *columns).where(*where, job_stats.c.actor == ALL).group_by(job_stats.c.queue)
@@ -351,47 +351,6 @@ def latency(store: StoreCore, *, window: str = "1h", queues: Collection[str] | N
         total = len(by_actor) if actors is None else int(conn.execute(counted).scalar_one())
     return LatencyFigures(seconds, resolution, overall.figures(), {q: s.figures() for q, s in by_queue.items()},
                           {k: s.figures() for k, s in by_actor.items()}, total)
-
-
-def _window_rows(now: float, window: str) -> list[Any]:
-    """The conditions on the rows of `window` (read at its LATENCY_RESOLUTION): the current bucket and
-    the window's seconds before it (1 h: 60 to 75 minutes; 24 h: 24 to 25 hours)."""
-    seconds, _ = window_seconds(window)
-    resolution = LATENCY_RESOLUTION[window]
-    first = math.floor(now / resolution) * resolution - int(seconds)
-    return [job_stats.c.resolution == resolution, job_stats.c.bucket >= first]
-
-
-def succeeded_counts(store: StoreCore, *, window: str = "24h",
-                     queues: Collection[str] | None = None) -> dict[str, int]:
-    """The attempts that ended SUCCEEDED over `window` (as `latency` reads it: 24 h is 24 to 25 hours),
-    all queues (key ALL) and per queue: those of `queues` (a few rows each, by the level index), or
-    every queue counted (None). What the workers flushed: a success is counted here at most one flush
-    interval after it committed. The overview's SUCCEEDED figures (issue 42: counting the SUCCEEDED
-    rows of 24 hours cost 85 ms of index at 1M jobs)."""
-    where = _window_rows(store.now(), window)
-    if queues is not None:
-        where.append(job_stats.c.queue.in_(sorted({ALL, *queues})))
-    stmt = select(job_stats.c.queue, func.sum(job_stats.c.succeeded)).where(*where, job_stats.c.actor == ALL) \
-        .group_by(job_stats.c.queue)
-    with store.read() as conn:
-        found = {str(queue): int(n or 0) for queue, n in conn.execute(stmt)}
-    found.setdefault(ALL, 0)
-    return found
-
-
-def queues_counted(store: StoreCore, *, window: str = "24h") -> list[str]:
-    """The queues that claimed a job or ended an attempt over `window` (their rows of all actors at its resolution),
-    sorted: a loose scan of the level index, one seek per queue, not a read of their rows."""
-    bounds = _window_rows(store.now(), window)
-    level = (job_stats.c.actor == ALL, *bounds)
-    first = select(func.min(job_stats.c.queue).label("queue")).where(job_stats.c.queue > ALL, *level) \
-        .cte("counted_queues", recursive=True)
-    step = select(select(func.min(job_stats.c.queue)).where(job_stats.c.queue > first.c.queue, *level)
-                  .scalar_subquery()).where(first.c.queue.is_not(None))
-    queues = first.union_all(step)
-    with store.read() as conn:
-        return [str(q) for q in conn.execute(select(queues.c.queue).where(queues.c.queue.is_not(None))).scalars()]
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from sqlalchemy import Select, func, literal, select, union, union_all
 
 from ..states import FAILURE_OUTCOMES, TERMINAL_STATES, UNFINISHED_STATES, JobStatus
 from .core import StoreCore
-from .job_stats import ALL, WINDOWS, LatencyFigures, history, latency, queues_counted, succeeded_counts
-from .schema import jobs, queue_pauses
+from .job_stats import LatencyFigures, latency
+from .schema import job_events, jobs, queue_pauses
 from .selection import not_discarded
 
 __all__ = ["ACTORS_SHOWN", "FAILURE_EVENTS", "KNOWN_NAMES_MAX", "OVERVIEW_QUEUES", "SUCCESS_EVENTS", "KnownNames",
@@ -31,24 +31,19 @@ OVERVIEW_QUEUES = 50
 #: The events a throughput chart counts, and those a failure-rate chart counts.
 SUCCESS_EVENTS: tuple[str, ...] = ("succeed", "fast_succeed")
 FAILURE_EVENTS: tuple[str, ...] = tuple(sorted(FAILURE_OUTCOMES))
-SUCCEEDED = JobStatus.SUCCEEDED.value
 
 
 @dataclass
 class Overview:
     """The overview page's figures.
 
-    counts: (state, queue) -> jobs, for every unfinished state, and for FAILED and CANCELLED the
-    jobs that reached them within `window` seconds (the jobs' indexes); SUCCEEDED: the attempts that
-    ended SUCCEEDED over the window as the workers' aggregates count them (job_stats.succeeded_counts:
-    24 h is 24 to 25 hours), all queues in `succeeded` and per queue in `counts` for the queues read
-    (`read_for`: the busiest, or those of a page: `with_queues`; None: every queue); `counted_queues`: every
-    queue that claimed a job or ended an attempt in the window (listed even when nothing else is counted);
-    oldest_pending: queue -> the oldest due PENDING job's scheduled_at (None: nothing due), for the
-    queues read too; series: per-minute successes
-    and failures (failed, dead-lettered, sent to review or to a retry) over the last hour, from
-    the same aggregates (job_stats.history); scheduled: PENDING jobs not due yet (an eta in the future); latency: wait
-    and run p50/p95 and outcomes over the last hour, all queues, per queue, and for the ACTORS_SHOWN
+    counts: (state, queue) -> jobs, for every unfinished state, and for final states (SUCCEEDED,
+    FAILED, CANCELLED) the jobs that reached them within `window` seconds, counted from the jobs
+    through their indexes; oldest_pending: queue -> the oldest due PENDING job's scheduled_at (None:
+    nothing due), of the queues read (`read_for`: the busiest, or those of a page: `with_queues`;
+    None: every queue); series: per-minute successes and failures over the last `series_minutes`
+    (the job events); scheduled: PENDING jobs not due yet (an eta in the future); latency: wait and
+    run p50/p95 and outcomes over the last hour, all queues, per queue, and for the ACTORS_SHOWN
     busiest (queue, actor) pairs (job_stats.latency; `actors_total` counts them all).
     """
 
@@ -63,14 +58,12 @@ class Overview:
     failures: list[int] = field(default_factory=list)
     scheduled: int = 0
     latency: LatencyFigures | None = None
-    succeeded: int = 0
     read_for: frozenset[str] | None = None
-    counted_queues: tuple[str, ...] = ()
 
     @property
     def queues(self) -> list[str]:
-        """Every queue with a count or an attempt ended in the window, sorted."""
-        return sorted({q for _, q in self.counts} | set(self.counted_queues))
+        """Every queue with a count, sorted."""
+        return sorted({q for _, q in self.counts})
 
     def busiest(self, n: int) -> list[str]:
         """The `n` queues with the most unfinished jobs (then by name), sorted by name."""
@@ -84,33 +77,30 @@ class Overview:
         """Jobs per state, all queues."""
         out: dict[str, int] = {}
         for (state, _), n in self.counts.items():
-            if state != SUCCEEDED:  # per queue for the queues read only: the total is the aggregates'
-                out[state] = out.get(state, 0) + n
-        if self.succeeded:
-            out[SUCCEEDED] = self.succeeded
+            out[state] = out.get(state, 0) + n
         return out
 
     def with_queues(self, store: StoreCore, queues: Collection[str]) -> Overview:
-        """These figures with the SUCCEEDED counts and oldest due PENDING job of `queues` too (a page of
-        queues: a few aggregate rows and one index seek each)."""
+        """These figures with the oldest due PENDING job of `queues` too (a page of queues: one index
+        seek each)."""
         if self.read_for is None or not set(queues) - self.read_for:
             return self
         missing = set(queues) - self.read_for
-        found = succeeded_counts(store, window=_window_name(self.window), queues=missing)
-        counts = {**self.counts, **{(SUCCEEDED, q): n for q, n in found.items() if q != ALL and n}}
         oldest = {**self.oldest_pending, **oldest_pending_of(store, missing, self.now)}
-        return replace(self, counts=counts, oldest_pending=oldest, read_for=self.read_for | missing)
+        return replace(self, oldest_pending=oldest, read_for=self.read_for | missing)
 
-    def as_dict(self, queues: int | None = None) -> dict[str, Any]:
+    def as_dict(self, queues: int | None = None, queues_total: int | None = None) -> dict[str, Any]:
         """JSON-ready: every queue's counts and oldest due PENDING job, or (`queues`) those of that many
         busiest ones (`busiest`, the overview page's rows; GET /api/v1/queues pages through them all),
-        with `queues` (those listed), `queues_total` (every queue) and `queues_url`."""
+        with `queues` (those listed), `queues_total` (every queue with a count, or the caller's
+        `queues_total`: the paused ones too, queue_pauses.queue_names) and `queues_url`."""
         shown = self.queues if queues is None else self.busiest(queues)
         listed = frozenset(shown)
         return {"now": self.now, "window_seconds": self.window,
                 "counts": [{"state": s, "queue": q, "jobs": n} for (s, q), n in sorted(self.counts.items())
                            if q in listed],
-                "queues": shown, "queues_total": len(self.queues), "queues_url": "/api/v1/queues",
+                "queues": shown, "queues_url": "/api/v1/queues",
+                "queues_total": len(self.queues) if queues_total is None else queues_total,
                 "by_state": self.by_state(),
                 "oldest_pending": {q: t for q, t in self.oldest_pending.items() if q in listed},
                 "dead_letters": self.dead_letters, "review": self.review,
@@ -133,14 +123,6 @@ def oldest_pending_query(now: float) -> Select[Any]:
     oldest = select(func.min(jobs.c.scheduled_at)).where(pending, jobs.c.queue == queues.c.queue,
                                                          jobs.c.scheduled_at <= now).scalar_subquery()
     return select(queues.c.queue, oldest.label("oldest")).where(queues.c.queue.is_not(None))
-
-
-def _window_name(seconds: float) -> str:
-    """The job_stats.WINDOWS name of a window of `seconds` (the overview's SUCCEEDED counts read it)."""
-    for name, (length, _) in WINDOWS.items():
-        if length == seconds:
-            return name
-    raise ValueError(f"the overview's window must be one of {', '.join(WINDOWS)}, not {seconds:g} s")
 
 
 #: Queues per statement of `oldest_pending_of` (SQLite allows 500 terms of a compound SELECT).
@@ -166,21 +148,25 @@ def oldest_pending_of(store: StoreCore, queues: Collection[str], now: float) -> 
     return found
 
 
-def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int | None = None) -> Overview:
-    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`),
-    and the SUCCEEDED counts and per-minute series from the workers' aggregates (issue 42: the
-    SUCCEEDED rows of 24 h are most of a million jobs' final rows). The latency and SUCCEEDED count per
-    queue of every queue, or (`latency_queues`) of that many busiest ones (`busiest`)."""
+def overview(store: StoreCore, *, window: float = 86_400.0, series_minutes: int = 60,
+             latency_queues: int | None = None) -> Overview:
+    """The overview: a few index-backed queries (no scan of the final states' rows beyond `window`).
+    The latency and oldest due PENDING job of every queue, or (`latency_queues`) of that many
+    busiest ones (`busiest`)."""
     now = store.now()
-    name = _window_name(window)
     result = Overview(now=now, window=window)
     unfinished = sorted(s.value for s in UNFINISHED_STATES)
-    final = sorted(s.value for s in TERMINAL_STATES - UNFINISHED_STATES - {JobStatus.SUCCEEDED})
+    final = sorted(s.value for s in TERMINAL_STATES - UNFINISHED_STATES)
     counts = [select(jobs.c.status, jobs.c.queue, func.count().label("n"))
               .where(jobs.c.status.in_(unfinished)).group_by(jobs.c.status, jobs.c.queue)]
     counts += [select(jobs.c.status, jobs.c.queue, func.count().label("n"))
                .where(jobs.c.status == state, jobs.c.updated_at >= now - window).group_by(jobs.c.status, jobs.c.queue)
                for state in final]
+    start = (int(now // 60) - series_minutes + 1) * 60
+    bucket = (func.floor(job_events.c.at / 60) * 60).label("minute")
+    series = [select(literal(kind).label("kind"), bucket, func.count().label("n"))
+              .where(job_events.c.event == name, job_events.c.at >= start).group_by(bucket)
+              for kind, names in (("ok", SUCCESS_EVENTS), ("failed", FAILURE_EVENTS)) for name in names]
     with store.read() as conn:
         # fetched at once and unpacked (thousands of rows: row by row and by attribute cost 40 ms)
         result.counts.update(((status, queue), int(n)) for status, queue, n in conn.execute(union_all(*counts)).all())
@@ -196,18 +182,17 @@ def overview(store: StoreCore, *, window: float = 86_400.0, latency_queues: int 
         # PENDING and not due: one range of the partial (status, queue, scheduled_at) index per queue.
         result.scheduled = int(conn.execute(select(func.count()).select_from(jobs).where(
             jobs.c.status == JobStatus.PENDING.value, jobs.c.scheduled_at > now)).scalar_one())
-    series = history(store, window="1h")  # 60 one-minute buckets, the current one last
-    result.minutes = series.buckets
-    result.successes = series.outcomes["succeeded"]
-    result.failures = [f + r for f, r in zip(series.outcomes["failed"], series.outcomes["retried"], strict=True)]
+        per_minute: dict[tuple[str, float], int] = {}
+        for row in conn.execute(union_all(*series)):
+            key = (row.kind, float(row.minute))
+            per_minute[key] = per_minute.get(key, 0) + int(row.n)
+    result.minutes = [float(start + 60 * i) for i in range(series_minutes)]
+    result.successes = [per_minute.get(("ok", m), 0) for m in result.minutes]
+    result.failures = [per_minute.get(("failed", m), 0) for m in result.minutes]
     shown = None if latency_queues is None else result.busiest(latency_queues)
-    found = succeeded_counts(store, window=name, queues=shown)
-    result.succeeded = found.pop(ALL, 0)
-    result.counts.update({(SUCCEEDED, q): n for q, n in found.items() if n})
     if shown is not None:
         result.oldest_pending = oldest_pending_of(store, shown, now)
         result.read_for = frozenset(shown)
-    result.counted_queues = tuple(queues_counted(store, window=name))
     result.latency = latency(store, window="1h", actors=ACTORS_SHOWN, queues=shown)
     return result
 

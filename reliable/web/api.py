@@ -23,6 +23,7 @@ from ..access import Principal
 from ..control import RESOLUTIONS, CommandResult, require_reason
 from ..errors import ConfigError
 from ..operators import COMMAND_ORDER, SYNONYMS
+from ..queue_pauses import queue_names
 from ..states import JobStatus
 from ..store import Reads, selection
 from ..store.overview import OVERVIEW_QUEUES
@@ -256,7 +257,8 @@ async def command(request: Request) -> Response:
 
 async def overview_figures(request: Request) -> JSONResponse:
     """GET /api/v1/overview: counts per state and queue of the OVERVIEW_QUEUES busiest queues (the
-    page's rows; `queues_total` and `queues_url`: GET /api/v1/queues pages through them all), dead
+    page's rows; `queues_total`: every queue with jobs or a pause, and `queues_url`: GET /api/v1/queues
+    pages through them all), dead
     letters, review, retry_wait, scheduled, per-minute series, wait/run p50/p95 over the last hour
     (`latency`), and `history`: outcomes and p95 per bucket over `window` (1h, the default, 24h or 7d)."""
     await authenticate(request)
@@ -264,8 +266,9 @@ async def overview_figures(request: Request) -> JSONResponse:
     window = query_window(request)
     state = state_of(request)
     figures = await run_in_threadpool(state.overview)
+    total = len(queue_names(figures, await run_in_threadpool(state.queue_pauses)))  # the paused ones too
     series = await run_in_threadpool(state.history, window)
-    return JSONResponse({**figures.as_dict(queues=OVERVIEW_QUEUES), "history": series.as_dict()})
+    return JSONResponse({**figures.as_dict(queues=OVERVIEW_QUEUES, queues_total=total), "history": series.as_dict()})
 
 
 async def alert_list(request: Request) -> JSONResponse:

@@ -36,6 +36,7 @@ from ..errors import ConfigError, JobNotFound, NotAuthorized, ReliableError, Sto
 from ..inputs import shorten
 from ..isotime import format_time
 from ..operators import COMMAND_ORDER
+from ..queue_pauses import queue_names
 from ..state_tones import tone
 from ..states import FAILURE_STATES, JobStatus
 from ..store.job_history import event_names
@@ -249,14 +250,14 @@ CHART_WINDOWS: dict[str, tuple[str, str]] = {"1h": ("last hour", "minute"), "24h
                                              "7d": ("last 7 days", "hour")}
 
 
-def _overview_context(data: Overview, series: History) -> dict[str, Any]:
+def _overview_context(data: Overview, series: History, queues_total: int) -> dict[str, Any]:
     ok, failed = series.outcomes["succeeded"], series.outcomes["failed"]
     rates = [round(100 * f / (s + f), 1) if s + f else 0.0 for s, f in zip(ok, failed, strict=True)]
     states = [s for s in (st.value for st in JobStatus) if any(k[0] == s for k in data.counts)]
     span, every = CHART_WINDOWS[series.window]
     minutes = series.buckets
     return {"data": data, "states": states, "by_state": data.by_state(), "window": series.window, "span": span,
-            "queue_rows": data.busiest(OVERVIEW_QUEUES), "queues_total": len(data.queues),
+            "queue_rows": data.busiest(OVERVIEW_QUEUES), "queues_total": queues_total,
             "windows": CHART_WINDOWS,
             "latency": data.latency.as_dict() if data.latency is not None else None,
             "charts": [chart(f"Succeeded per {every}", minutes, ok, unit="", every=every),
@@ -268,7 +269,8 @@ def _overview_context(data: Overview, series: History) -> dict[str, Any]:
 async def _overview_figures(request: Request) -> dict[str, Any]:
     state, window = state_of(request), query_window(request)
     data = await run_in_threadpool(state.overview)
-    return _overview_context(data, await run_in_threadpool(state.history, window))
+    total = len(queue_names(data, await run_in_threadpool(state.queue_pauses)))  # the paused ones too
+    return _overview_context(data, await run_in_threadpool(state.history, window), total)
 
 
 async def overview_page(request: Request) -> Response:

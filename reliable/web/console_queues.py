@@ -7,12 +7,14 @@
                                               were most of the page's time and weight)
     GET  /queues/{queue}/actions              the queue's pause or resume form and the one to clear
                                               its PENDING jobs (posted to /bulk: a bulk cancel,
-                                              counted first, confirmed on the operation's page)
+                                              counted first, confirmed on the operation's page);
+                                              404 for a queue the Queues page does not list
     POST /queues/{queue}/actions/{command}    pause or resume (reason required); back to /queues
 
 Every rule lives in `reliable.queue_pauses` (policy, audit, reason): a refusal is shown as it was
 worded, a policy refusal is a 403 page (audited on the queue). While a queue is paused every page
-shows a banner (`console.render`).
+shows a banner (`console.render`). The queue is one path segment (`paths.SegmentRoute`): a name
+holding ``/`` is percent-encoded in the links (the `segment` filter, `url_for`) and still matched.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..errors import NotAuthorized, ReliableError
 from .auth import authenticate, state_of
 from .console import flash, render
 from .limits import limits_section
+from .paths import SegmentRoute
 from .queues import read_page
 
 __all__ = ["routes"]
@@ -66,16 +69,23 @@ def _row_actions(row: dict[str, Any], principal: Principal) -> None:
 
 
 async def queue_actions_page(request: Request) -> Response:
-    """GET /queues/{queue}/actions: the queue's pause or resume form and its Clear pending form."""
+    """GET /queues/{queue}/actions: the queue's pause or resume form and its Clear pending form; a
+    400 for a name no queue can have (`queue_pauses.check_queue_name`), a 404 for a queue the Queues
+    page does not list (no job counted in the overview, no pause on record: `queue_pauses.queue_names`)."""
     principal = await authenticate(request)
-    queue, state = request.path_params["queue"], state_of(request)
+    queue, state = queue_pauses.check_queue_name(request.path_params["queue"]), state_of(request)
 
-    def read() -> dict[str, Any]:
+    def read() -> dict[str, Any] | None:
         pauses = queue_pauses.paused(state.store)
-        figures = queue_pauses.queue_figures(state.overview().with_queues(state.store, [queue]), pauses, [queue])
+        overview = state.overview()
+        if queue not in queue_pauses.queue_names(overview, pauses):
+            return None
+        figures = queue_pauses.queue_figures(overview.with_queues(state.store, [queue]), pauses, [queue])
         return dict(figures["queues"][0])
 
     row = await run_in_threadpool(read)
+    if row is None:
+        raise HTTPException(404, f"no queue {queue!r}: no job counted in the last day and no pause on record")
     _row_actions(row, principal)
     return render(request, "queue_actions.html", principal=principal, q=row)
 
@@ -109,6 +119,7 @@ def routes() -> list[BaseRoute]:
     """The queues page's routes."""
     return [
         Route("/queues", queues_page, name="queues"),
-        Route("/queues/{queue}/actions", queue_actions_page, name="queue_actions"),
-        Route("/queues/{queue}/actions/{command}", queue_action, methods=["POST"], name="queue_action"),
+        SegmentRoute("/queues/{queue}/actions", queue_actions_page, param="queue", name="queue_actions"),
+        SegmentRoute("/queues/{queue}/actions/{command}", queue_action, param="queue", methods=["POST"],
+                     name="queue_action"),
     ]

@@ -78,8 +78,8 @@ def queue_answer(state: WebState, pauses: queue_pauses.QueueState, *, limit: int
     start = 0 if cursor is None else bisect.bisect_right(names, cursor)
     shown = names[start:start + limit]
     more = start + limit < len(names)
-    # p50/p95 of the page's queues only (a few rows each), not of every queue and actor
-    # and their SUCCEEDED counts (the overview reads those of its busiest queues only)
+    # p50/p95 of the page's queues only (a few rows each), not of every queue and actor, and their
+    # oldest due PENDING job (the overview reads those of its busiest queues only)
     figures = queue_pauses.queue_figures(
         dataclasses.replace(overview.with_queues(state.store, shown),
                             latency=latency(state.store, window="1h", queues=shown, actors=0)),

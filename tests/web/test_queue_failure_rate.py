@@ -11,10 +11,9 @@ from __future__ import annotations
 from reliable.queue_pauses import QueueState, queue_figures
 from reliable.states import Event
 from reliable.store import NewJob, StateStore
-from reliable.store.job_stats import StatsBuffer, write_stats
 from reliable.store.overview import Overview
 
-from web_support import Tokens, session
+from web_support import Tokens, bearer, session
 
 
 def test_failure_rate_counts_review_and_dead_beside_failed() -> None:
@@ -28,15 +27,27 @@ def test_failure_rate_counts_review_and_dead_beside_failed() -> None:
 
 
 def test_queues_page_states_the_rate_and_its_window(store: StateStore, tokens: Tokens) -> None:
-    buffer = StatsBuffer()  # the SUCCEEDED counts are the workers' aggregates (as a worker flushes them)
-    store.add_listener(buffer)
     for i in range(30):
         store.register(NewJob(job_id=f"pay-{i}", queue="payments", actor="charge", message={}))
         claim = store.claim(f"pay-{i}", worker_id="w", lease_ttl=60)
         store.finish(f"pay-{i}", claim.lease_id, Event.NEED_REVIEW if i < 8 else Event.SUCCEED, worker_id="w")
-    write_stats(store, buffer.take())
     client, _ = session(store, tokens.viewer)
     with client:
         page = client.get("/queues").text
     assert "26.7%" in page and 'Failure rate <span class="meta">(24 h)</span>' in page, page
     assert 'Finished per hour <span class="meta">(avg over 24 h)</span>' in page, page
+
+
+def test_the_rate_counts_successes_and_failures_from_the_jobs_alike(store: StateStore, tokens: Tokens) -> None:
+    """One success and one failure seconds ago: 50 %, at once (review 3: SUCCEEDED read from the
+    workers' aggregates and FAILED from the jobs showed 100 % until a worker flushed its figures)."""
+    for n, event in enumerate((Event.SUCCEED, Event.FAIL)):
+        store.register(NewJob(f"p{n}", queue="pay", actor="x", message={}))
+        claim = store.claim(f"p{n}", worker_id="w", lease_ttl=60)
+        store.finish(f"p{n}", claim.lease_id, event, worker_id="w")
+    client, _ = session(store, tokens.viewer)
+    with client:
+        rows = client.get("/api/v1/queues", headers=bearer(tokens.viewer)).json()["queues"]
+    (row,) = [r for r in rows if r["queue"] == "pay"]
+    assert row["failure_rate"] == 0.5 and row["finished"] == 2, row
+    assert row["throughput_per_hour"] == round(2 * 3600 / 86_400, 3)  # the 24 h window's jobs over 24 h
