@@ -113,7 +113,7 @@ FROM j, e;
 -- compared without another statement; the synchronous_commit this statement commits with.
 -- The event's other columns are the row's as sent, or constants (a new job's version 1, attempt 0,
 -- lease 0, no retries, no checkpoint): the caller fills them in (sqlrunner._enqueued_event), not
--- read back (26 columns fewer to send and decode per job; docs/performance.md).
+-- read back (6 columns returned instead of 29 per job; docs/performance.md).
 -- `synchronous_commit` ('off': the commit does not wait for its WAL flush; NULL: the session's
 -- own) is set for this statement's transaction only (set_config's is_local): nothing stays on the
 -- connection, as PgBouncer's transaction pooling needs. The jobs are inserted in job_id order, so
