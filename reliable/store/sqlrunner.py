@@ -88,11 +88,26 @@ class Registered(NamedTuple):
     commit_mode: str | None = None
 
 
-def _registered(row: Sequence[Any]) -> Registered:
-    """A row of `register_jobs`: job_id, the event's columns, registered actor and digest, commit mode."""
-    width = len(EVENT_COLUMNS)
-    event = dict(zip(EVENT_COLUMNS, row[1:1 + width], strict=True)) if row[1] is not None else None
-    return Registered(event, row[1 + width], row[2 + width], row[3 + width])
+#: A new job's `enqueued` event as `register_jobs` writes it, its own columns (id, at, job_id) and
+#: the row's (to_status, queue, actor, workflow_id, trace_id, detail) left to fill in.
+_ENQUEUED: Mapping[str, Any] = {**dict.fromkeys(EVENT_COLUMNS), "event": "enqueued", "version": 1, "attempt": 0,
+                                "lease_id": 0, "retry_count": 0}
+
+
+def _enqueued_event(event_id: int, at: float, sent: Mapping[str, Any]) -> dict[str, Any]:
+    """The `enqueued` event `register_jobs` wrote for `sent` (its row, with its detail): its id and
+    time as the statement answered them, the rest the row's own or a new job's constants (the
+    statement returns only what the database chose)."""
+    return {**_ENQUEUED, "id": event_id, "job_id": sent["job_id"], "at": at, "to_status": sent["status"],
+            "queue": sent["queue"], "actor": sent["actor"], "workflow_id": sent["workflow_id"],
+            "trace_id": sent["trace_id"], "detail": sent["detail"]}
+
+
+def _registered(row: Sequence[Any], sent: Mapping[str, Any]) -> Registered:
+    """A row of `register_jobs` (job_id, event id and time, registered actor and digest, commit
+    mode) for the job `sent`."""
+    event = _enqueued_event(row[1], row[2], sent) if row[1] is not None else None
+    return Registered(event, row[3], row[4], row[5])
 
 
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
@@ -477,7 +492,7 @@ class SqlRunner:
             batch.setdefault(row["job_id"], {**row, "detail": detail})  # a job once: a repeat finds the first
         cursor = self.execute(tx, "register_jobs", {"rows": json.dumps(list(batch.values()), separators=(",", ":")),
                                                     "synchronous_commit": None if synchronous else "off"})
-        found = {row[0]: _registered(row) for row in cursor.fetchall()}
+        found = {row[0]: _registered(row, batch[row[0]]) for row in cursor.fetchall()}
         seen: set[str] = set()
         done = []
         for row in rows:

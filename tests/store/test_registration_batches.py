@@ -127,6 +127,27 @@ def test_a_conflicting_resend_fails_alone_in_its_batch_and_an_identical_one_is_d
     assert grouped.register(_job("taken", 1)) is False  # the same message again: de-duplicated
 
 
+def test_a_registrations_enqueued_event_is_the_row_the_database_wrote(grouped: StateStore) -> None:
+    """`register_jobs` returns only the event's id and time; the rest is filled in from the row sent
+    (sqlrunner._enqueued_event): it must equal the event row as stored, column for column."""
+    jobs = [_job("ev-plain", 1),
+            NewJob(job_id="ev-full", queue="other", actor="act2", message={"args": [2]}, owner="me",
+                   workflow_id="wf-1", trace_id="tr-1", parent_job_id="ev-plain", checkpoint_schema=3, delay=5.0)]
+    rows = [Registrations._new_job_row(job) for job in jobs]
+    done = grouped._sql.register(rows, [None, '{"delay":5.0}'])
+    done += grouped._sql.register_together([Registering("ev-lone", Registrations._new_job_row(_job("ev-lone", 3)),
+                                                        None)])
+    with grouped.engine.connect() as conn:
+        stored = {row.job_id: dict(row._mapping) for row in conn.execute(text(
+            "SELECT * FROM reliable_job_events WHERE job_id IN ('ev-plain', 'ev-full', 'ev-lone')"))}
+    assert len(done) == 3 and all(each.event is not None for each in done)
+    for each in done:
+        assert each.event is not None
+        assert list(each.event.items()) == list(stored[each.event["job_id"]].items())
+    again = grouped._sql.register(rows[:1], [None])  # existed: no event, its actor and digest
+    assert again[0].event is None and (again[0].actor, again[0].digest) == ("act", rows[0]["delivery_digest"])
+
+
 def test_a_send_that_waits_past_its_timeout_leaves_the_queue_and_writes_nothing(grouped: StateStore) -> None:
     sends = Sends()
     lock = _stuck_lead(grouped, sends)

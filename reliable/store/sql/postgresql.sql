@@ -107,10 +107,13 @@ FROM j, e;
 -- registered inside another write's transaction. `rows` is a JSON array, one object per job (a
 -- job once). No round trip for the time: the store's clock is read inside the statement (the
 -- database's, or the injected `now`). A job_id that exists is left alone: it gets no event.
--- One row per job of `rows`, in no set order: its id; its event's columns (NULL: it existed); for
--- one that existed, its registered actor and delivery digest (NULL too when another transaction
+-- One row per job of `rows`, in no set order: its id; its event's id and time (NULL: it existed);
+-- for one that existed, its registered actor and delivery digest (NULL too when another transaction
 -- registered it after this statement began: the caller reads them again) so that a re-send is
 -- compared without another statement; the synchronous_commit this statement commits with.
+-- The event's other columns are the row's as sent, or constants (a new job's version 1, attempt 0,
+-- lease 0, no retries, no checkpoint): the caller fills them in (sqlrunner._enqueued_event), not
+-- read back (6 columns returned instead of 29 per job; docs/performance.md).
 -- `synchronous_commit` ('off': the commit does not wait for its WAL flush; NULL: the session's
 -- own) is set for this statement's transaction only (set_config's is_local): nothing stays on the
 -- connection, as PgBouncer's transaction pooling needs. The jobs are inserted in job_id order, so
@@ -138,26 +141,19 @@ j AS (
     FROM p, t
     ORDER BY p.job_id
     ON CONFLICT (job_id) DO NOTHING
-    RETURNING job_id, created_at, status, version, attempt, attempt_id, lease_id, queue, actor, workflow_id,
-        trace_id, retry_count, checkpoint
+    RETURNING job_id, created_at, status, queue, actor, workflow_id, trace_id
 ),
 e AS (
     INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
         lease_id, worker_id, queue, actor, workflow_id, trace_id, error_class, error_type, error_message,
         retry_count, checkpoint, operator, reason, host, detail, traceback)
-    SELECT j.job_id, j.created_at, 'enqueued', NULL, j.status, j.version, j.attempt, j.attempt_id, j.lease_id,
-        NULL, j.queue, j.actor, j.workflow_id, j.trace_id, NULL, NULL, NULL, j.retry_count, j.checkpoint, NULL,
-        NULL, NULL, p.detail, NULL
+    SELECT j.job_id, j.created_at, 'enqueued', NULL, j.status, 1, 0, NULL, 0, NULL, j.queue, j.actor,
+        j.workflow_id, j.trace_id, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, p.detail, NULL
     FROM j JOIN p ON p.job_id = j.job_id
     ORDER BY j.job_id
-    RETURNING id, job_id, at, event, from_status, to_status, version, attempt, attempt_id, lease_id, worker_id,
-        queue, actor, workflow_id, trace_id, error_class, error_type, error_message, retry_count, checkpoint,
-        operator, reason, host, detail, traceback
+    RETURNING id, job_id, at
 )
-SELECT p.job_id,
-    e.id, e.job_id, e.at, e.event, e.from_status, e.to_status, e.version, e.attempt, e.attempt_id,
-    e.lease_id, e.worker_id, e.queue, e.actor, e.workflow_id, e.trace_id, e.error_class, e.error_type,
-    e.error_message, e.retry_count, e.checkpoint, e.operator, e.reason, e.host, e.detail, e.traceback,
+SELECT p.job_id, e.id, e.at,
     CASE WHEN e.id IS NULL THEN (SELECT r.actor FROM reliable_jobs AS r WHERE r.job_id = p.job_id) END,
     CASE WHEN e.id IS NULL THEN (SELECT r.delivery_digest FROM reliable_jobs AS r WHERE r.job_id = p.job_id) END,
     t.commit_mode
