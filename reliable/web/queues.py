@@ -31,6 +31,7 @@ from ..store.job_stats import latency
 from .auth import authenticate, state_of
 from .bodies import json_object
 from .inputs import query_cursor, query_int, query_one
+from .paths import SegmentRoute
 from .state import WebState
 
 __all__ = ["COMMANDS", "MAX_PAGE", "PAGE", "PARAMS", "broker_depths_of", "queue_answer", "read_page", "routes"]
@@ -142,5 +143,7 @@ def routes() -> list[BaseRoute]:
     """The queues' routes (GET /api/v1/queues replaces the overview-only one of `api`)."""
     return [
         Route("/api/v1/queues", queues, methods=["GET"], name="api_queues"),
-        Route("/api/v1/queues/{queue}/{command}", command, methods=["POST"], name="api_queue_command"),
+        # the queue is one raw path segment: a name holding "/" is reached encoded (%2F)
+        SegmentRoute("/api/v1/queues/{queue}/{command}", command, param="queue", methods=["POST"],
+                     name="api_queue_command"),
     ]

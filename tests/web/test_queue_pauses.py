@@ -87,6 +87,16 @@ def test_bad_bodies_are_refused_naming_the_field(client: TestClient, store: Stat
     assert queue_pauses.paused(store).pauses == ()
 
 
+def test_a_queue_whose_name_holds_a_slash_is_paused_and_resumed_by_its_encoded_name(
+        client: TestClient, store: StateStore, tokens: Tokens) -> None:
+    """The queue is one path segment: `a/b` is reached as `a%2Fb` (the CLI quotes it so)."""
+    paused = client.post("/api/v1/queues/a%2Fb/pause", json={"reason": "x"}, headers=bearer(tokens.admin))
+    assert paused.status_code == 200, paused.text
+    assert [p.queue for p in queue_pauses.paused(store).pauses] == ["a/b"]
+    resumed = client.post("/api/v1/queues/a%2Fb/resume", json={"reason": "x"}, headers=bearer(tokens.admin))
+    assert resumed.status_code == 200 and queue_pauses.paused(store).pauses == ()
+
+
 def test_unknown_command_and_missing_token(client: TestClient, tokens: Tokens) -> None:
     assert client.post("/api/v1/queues/billing/drain", json={"reason": "x"},
                        headers=bearer(tokens.admin)).status_code == 404
