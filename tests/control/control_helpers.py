@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner, Result
+
+from reliable.cli.main import cli as reliable_cli
 from reliable.options import STORED_CONTRACT
 from reliable.states import Event
 from reliable.store import ErrorInfo, Job, NewJob, StateStore
@@ -70,3 +73,20 @@ def cli_json(*args: str, store_url: str, **kw: Any) -> Any:
     """Run `reliable ... --json` and parse stdout."""
     proc = cli(*args, "--json", store_url=store_url, **kw)
     return json.loads(proc.stdout)
+
+
+def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    """`reliable ARGS` in this process, with no RELIABLE_* variable but `env` (the operator: carol)."""
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("RELIABLE_")}
+    return CliRunner().invoke(reliable_cli, list(args), env={**clean, "RELIABLE_OPERATOR": "carol", **(env or {})})
+
+
+def via(url: str, token: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    """`reliable ARGS --api URL` with the token in the environment."""
+    return run(*args, "--api", url, env={"RELIABLE_API_TOKEN": token, **(env or {})})
+
+
+def check(result: Result, code: int = 0) -> Result:
+    """`result`, once its exit status is `code` (else a failure showing its output)."""
+    assert result.exit_code == code, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result

@@ -17,13 +17,12 @@ import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed (pip install 'reliable[web]')")
 
-from click.testing import CliRunner, Result
-from control_helpers import RELIABLE, ended, make, paused, running
+from click.testing import Result
+from control_helpers import RELIABLE, check, ended, make, paused, run, running, via
 from starlette.applications import Starlette
 
 from reliable.access import ApiTokens
 from reliable.cli import api_client, via_api
-from reliable.cli.main import cli
 from reliable.operations import Operations
 from reliable.states import Event, JobStatus
 from reliable.store import StateStore
@@ -68,20 +67,6 @@ def tokens(api_store: StateStore) -> dict[str, str]:
             "admin": made.create("ada", "admin")[1]}
 
 
-def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    """`reliable ARGS` in this process, with no RELIABLE_* variable but `env`."""
-    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("RELIABLE_")}
-    return CliRunner().invoke(cli, list(args), env={**clean, "RELIABLE_OPERATOR": "carol", **(env or {})})
-
-
-def via(url: str, token: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
-    """`reliable ARGS --api URL` with the token in the environment."""
-    return run(*args, "--api", url, env={"RELIABLE_API_TOKEN": token, **(env or {})})
-
-
-def check(result: Result, code: int = 0) -> Result:
-    assert result.exit_code == code, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result
 
 
 # -- commands on job ids -------------------------------------------------------------------------

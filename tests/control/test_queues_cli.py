@@ -4,7 +4,6 @@ answers, the operators policy applied on both paths, refusals audited on the que
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,11 +11,11 @@ import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed (pip install 'reliable[web]')")
 
-from click.testing import CliRunner, Result
+
+from control_helpers import check, run, via
 
 from reliable import queue_pauses
 from reliable.access import ApiTokens
-from reliable.cli.main import cli
 from reliable.store import NewJob, StateStore
 from reliable.store.audit_trail import AuditEntry
 from reliable.web import WebConfig, create_app
@@ -44,18 +43,6 @@ def tokens(api_store: StateStore) -> dict[str, str]:
             "operator": made.create("otto", "operator", queues=["exports"])[1]}
 
 
-def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("RELIABLE_")}
-    return CliRunner().invoke(cli, list(args), env={**clean, "RELIABLE_OPERATOR": "carol", **(env or {})})
-
-
-def via(url: str, token: str, *args: str) -> Result:
-    return run(*args, "--api", url, env={"RELIABLE_API_TOKEN": token})
-
-
-def check(result: Result, code: int = 0) -> Result:
-    assert result.exit_code == code, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result
 
 
 def test_pause_list_resume_through_the_store(api_store: StateStore, sqlite_url: str) -> None:

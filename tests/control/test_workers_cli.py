@@ -5,7 +5,6 @@ process), and the exit statuses of `reliable queues pause|resume` (tests/control
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +12,10 @@ import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed (pip install 'reliable[web]')")
 
-from click.testing import CliRunner, Result
+
+from control_helpers import check, run, via
 
 from reliable.access import ApiTokens
-from reliable.cli.main import cli
 from reliable.store import NewJob, StateStore
 from reliable.store.process_commands import list_events, report
 from reliable.store.processes import WorkerProcess, get_process, mark_exited, register_process
@@ -49,18 +48,6 @@ def tokens(api_store: StateStore) -> dict[str, str]:
             "operator": made.create("otto", "operator", queues=["exports"])[1]}
 
 
-def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("RELIABLE_")}
-    return CliRunner().invoke(cli, list(args), env={**clean, "RELIABLE_OPERATOR": "carol", **(env or {})})
-
-
-def via(url: str, token: str, *args: str) -> Result:
-    return run(*args, "--api", url, env={"RELIABLE_API_TOKEN": token})
-
-
-def check(result: Result, code: int = 0) -> Result:
-    assert result.exit_code == code, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-    return result
 
 
 def _command(store: StateStore, worker_id: str) -> str | None:
