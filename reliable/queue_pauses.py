@@ -31,7 +31,7 @@ from .store.named_rows import Executor
 from .store.overview import Overview
 
 __all__ = ["MAX_QUEUE_NAME", "QueueEvent", "QueuePause", "QueueState", "check_queue_name", "events", "pause",
-           "paused", "queue_figures", "queue_names", "resume"]
+           "paused", "queue_figures", "queue_name_problem", "queue_names", "resume"]
 
 #: The longest queue name the store keeps (its column's size).
 MAX_QUEUE_NAME = 255
@@ -116,10 +116,15 @@ def queue_figures(figures: Overview, state: QueueState, names: Sequence[str] | N
             "latency_window_seconds": None if figures.latency is None else figures.latency.window}
 
 
+def queue_name_problem(queue: str) -> str | None:
+    """Why `queue` cannot be a queue's name (empty, too long, a control character), or None."""
+    return ("it is empty" if not queue.strip() else f"it is longer than {MAX_QUEUE_NAME} characters"
+            if len(queue) > MAX_QUEUE_NAME else text_problem(queue))
+
+
 def check_queue_name(queue: str) -> str:
     """`queue`, or ConfigError naming the field 'queue' when it cannot be a queue's name."""
-    problem = ("it is empty" if not queue.strip() else f"it is longer than {MAX_QUEUE_NAME} characters"
-               if len(queue) > MAX_QUEUE_NAME else text_problem(queue))
+    problem = queue_name_problem(queue)
     if problem is not None:
         raise ConfigError(f"field 'queue': {problem}")
     return queue

@@ -101,10 +101,16 @@ def read_page(request: Request, known: tuple[str, ...] = ()) -> tuple[dict[str, 
         if name not in PARAMS and name not in known:
             raise HTTPException(400, f"unknown parameter {name!r} (known: {', '.join((*PARAMS, *known))})")
     limit, cursor = query_int(request, "limit", PAGE, MAX_PAGE), query_cursor(request)
+    search = (query_one(request, "search") or "").strip() or None
+    # A page's cursor is the last queue name of the page before; a search is part of a name:
+    # either can only hold what a queue's name can (queue_pauses.queue_name_problem).
+    for name, value in (("cursor", cursor), ("search", search)):
+        problem = None if value is None else queue_pauses.queue_name_problem(value)
+        if problem is not None:
+            raise HTTPException(400, f"parameter {name!r} cannot be part of a queue's name: {problem}")
     state = state_of(request)
     pauses = queue_pauses.paused(state.store)
-    return queue_answer(state, pauses, limit=limit, cursor=cursor,
-                        search=(query_one(request, "search") or "").strip() or None), pauses
+    return queue_answer(state, pauses, limit=limit, cursor=cursor, search=search), pauses
 
 
 async def queues(request: Request) -> JSONResponse:

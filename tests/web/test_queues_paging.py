@@ -47,6 +47,11 @@ def test_the_api_pages_through_the_queues(store: StateStore, tokens: Tokens) -> 
         assert found["total"] == 7 and found["next_cursor"] is None  # case-insensitive part of a name
         assert client.get("/api/v1/queues", params={"limit": "0"}, headers=headers).status_code == 400
         assert client.get("/api/v1/queues", params={"page": "2"}, headers=headers).status_code == 400
+        for name, bad in (("cursor", "q" * 256), ("cursor", "q\x00"), ("search", "s" * 256), ("search", "a\x1bb")):
+            answer = client.get("/api/v1/queues", params={name: bad}, headers=headers)
+            assert answer.status_code == 400 and repr(name) in answer.text, (name, bad, answer.text)
+            page = client.get("/queues", params={name: bad})
+            assert page.status_code == 400, (name, bad)
         everything = client.get("/api/v1/queues", headers=headers).json()  # the default page holds them all
         assert [row["queue"] for row in everything["queues"]] == seen and everything["next_cursor"] is None
 
