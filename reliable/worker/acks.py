@@ -185,10 +185,10 @@ class HeldAcks:
             finally:
                 self.release(message)
 
+        if not self.hold(message):
+            return False
         queued = False
         try:
-            if not self.hold(message):
-                return False
             queued = submit(done)
         finally:
             if not queued:

@@ -21,6 +21,7 @@ from ..errors import ClaimRefused
 from ..states import JobStatus
 from . import spans
 from .context import JobContext, _fast_run
+from .delivery import fields
 from .leases import new_attempt_id
 from .skips import is_its_message
 
@@ -194,6 +195,6 @@ def take(thread: Delivery, message: Any) -> JobContext | None:
     """This thread's running attempt of `message`'s job, if any (forgotten from now on)."""
     context = thread.context
     thread.context = None
-    if context is None or context.job_id != message.message_id:
+    if context is None or context.job_id != fields(message).message_id:
         return None
     return context

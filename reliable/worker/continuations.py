@@ -61,12 +61,15 @@ class FollowUp:
 #: The options that make a message send something after its success (the next pipeline step,
 #: Callbacks' on_success): `follow_ups` builds from them, `follows_success` tells whether any is set.
 _SUCCESS_OPTIONS = ("pipe_target", "on_success")
+_PIPE_TARGET, _ON_SUCCESS = _SUCCESS_OPTIONS
 
 
 def follows_success(message: Any, actor_options: Mapping[str, Any]) -> bool:
     """Whether a success of `message` sends a message that `follow_ups` would build (whichever
     Dramatiq middleware are on the broker): such a success must be registered with its continuation."""
-    return any(message.options.get(key) is not None or actor_options.get(key) for key in _SUCCESS_OPTIONS)
+    options = message.options  # read out, not in a generator: the fast path asks it of every delivery
+    return (options.get(_PIPE_TARGET) is not None or options.get(_ON_SUCCESS) is not None
+            or bool(actor_options.get(_PIPE_TARGET)) or bool(actor_options.get(_ON_SUCCESS)))
 
 
 def follow_ups(broker: dramatiq.Broker, message: Any, *, kinds: frozenset[str], result: Any = None,
@@ -92,10 +95,10 @@ def follow_ups(broker: dramatiq.Broker, message: Any, *, kinds: frozenset[str], 
 
     builders: list[tuple[str, Callable[[], FollowUp]]] = []
     if exception is None:
-        target = message.options.get(_SUCCESS_OPTIONS[0])
+        target = message.options.get(_PIPE_TARGET)
         if "pipelines" in kinds and target is not None:
             builders.append(("the next pipeline step", lambda: next_step(target)))
-        if "callbacks" in kinds and (name := option(_SUCCESS_OPTIONS[1])):
+        if "callbacks" in kinds and (name := option(_ON_SUCCESS)):
             builders.append((f"on_success {name!r}", lambda: FollowUp(
                 _message(broker, name, message.asdict(), result), None, _SUCCEEDED)))
     else:

@@ -11,6 +11,7 @@ from dramatiq.middleware import Middleware, Retries
 from ..policy import Policy
 from ..store import StateStore
 from .continuations import kind_of
+from .delivery import fields
 from .dramatiq_logs import quiet_rate_limited_retries
 from .middleware import ReliableMiddleware
 
@@ -42,7 +43,7 @@ class ForUntrackedActors(Middleware):
     def after_process_message(self, broker: dramatiq.Broker, message: Any, *, result: Any = None,
                               exception: BaseException | None = None) -> None:
         """Delegate for untracked actors only."""
-        if not self.reliable.tracked(broker, message.actor_name):
+        if not self.reliable.tracked(broker, fields(message).actor_name):
             self.inner.after_process_message(broker, message, result=result, exception=exception)
 
 

@@ -41,6 +41,7 @@ from .boot import boot
 from .claim import AheadRule, Claim, DurableClaim
 from .completion import Completion, Decisions, FollowUps
 from .context import Delivery
+from .delivery import fields
 from .fast import FastStart
 from .groups import Groups, TrackedGroupCallbacks
 from .heartbeat import Heartbeat
@@ -323,7 +324,7 @@ class ReliableMiddleware(Middleware):
     def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
         """Claim the job; refuse to run it (skip + ack) unless the claim wins."""
         self.plans.broker = broker
-        if self.registration.tracked(broker, message.actor_name):
+        if self.registration.tracked(broker, fields(message).actor_name):
             try:
                 self.claim.before_run(broker, message)
             except SkipMessage:

@@ -82,6 +82,9 @@ class Runtime:
         #: The latency and outcome history's writer (reliable.worker.stats), from the worker's boot.
         self.stats: StatsFlusher | None = None
         self._lock = threading.Lock()
+        # `with_store_retry`'s bound of one try and cap of the wait between tries (settings are frozen).
+        self._write_bound = max(settings.lease_ttl, MIN_WRITE_BOUND)
+        self._retry_cap = settings.heartbeat_interval
 
     def _commands(self) -> ProcessCommands:
         return ProcessCommands(lambda: self.store, lambda: self.worker_id)
@@ -236,14 +239,14 @@ class Runtime:
         the thread comes back to Python, where the heartbeat's interrupt of a job it could not renew
         can land.
         """
-        bound = max(self.settings.lease_ttl, MIN_WRITE_BOUND)
+        bound = self._write_bound
 
         def bounded() -> Any:
             with within(bound):
                 return call()
 
-        return retry_while_unavailable(bounded, what=what, max_delay=self.settings.heartbeat_interval,
-                                       note=" (message kept unacked)", hold=True)
+        return retry_while_unavailable(bounded, what=what, max_delay=self._retry_cap, note=" (message kept unacked)",
+                                       hold=True)
 
     def send(self, what: str, call: Callable[[], Any], timeout: float | None = None) -> Any:
         """Run a send's store call (registering a job, a group's barrier).
