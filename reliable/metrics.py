@@ -19,10 +19,12 @@ held) instead of failing with "Duplicated timeseries".
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,8 @@ _RECOVERY_KINDS = {**{ev.value: "lease_expired" for ev in LEASE_EXPIRIES}, Event
 _RETRIES: dict[str, str | None] = {ev.value: "lease_expired" if ev in LEASE_EXPIRIES else None
                                    for ev in Event if target(ev) is JobStatus.RETRY_WAIT}
 _MEMORY = 10_000  # jobs remembered per process for checkpoint age and recovery time
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,37 @@ class _Recent:
         with self._lock:
             return self._items.pop(key, None)
 
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+
+class _Batch(threading.local):
+    """This thread's counter increments held by `Metrics.together` (None: outside it, written at once)."""
+
+    counts: dict[Any, int] | None = None  # a class default: no AttributeError raised per read
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What every event of one (event, from_status, to_status, actor, queue) updates (`Metrics._plan`).
+
+    Its histogram's child is created at its first observation (`Metrics._timed`): creating it
+    exports its series (at 0), which an event without the times to observe must not do."""
+
+    counts: tuple[Any, ...]  # the counter children it adds one to
+    #: The histogram and labels of `at - since`: an attempt's duration (since its start) or a
+    #: claim's dispatch latency or schedule lateness (since it was due); None: none.
+    histogram: tuple[Any, tuple[str, ...]] | None
+    since: str  # the event's field the histogram measures from (a claim: then dispatched_at)
+    claim: bool  # a claim (else an attempt's end, when `histogram`)
+    actor: str
+    queue: str
+    name: str
+    recovery: str | None  # the recovery kind it counts (None: not a recovery)
+    retry_default: bool  # a retry labelled by the event's own error class
+    rare: bool  # `Metrics._rare` has more to do than the detail says
+    child: Any = None  # the histogram's child, once created
+
 
 class Metrics:
     """The worker-side collectors, updated from store events (`__call__`) and heartbeat hooks.
@@ -279,6 +314,9 @@ class Metrics:
         # job's events pass here two to three times (as bounded as the series themselves).
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._counted = _counted(self._c)
+        # Per (event, from_status, to_status, actor, queue): as bounded as the series.
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._batch = _Batch()
 
     def _of(self, metric: Any, *values: str) -> Any:
         """`metric.labels(*values)`, looked up once per series."""
@@ -338,36 +376,123 @@ class Metrics:
 
     # -- store listener ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def together(self) -> Iterator[None]:
+        """Around events fed in one go by this thread (a group-commit batch's callbacks,
+        StoreCore.scope_submitted_callbacks): their counters are added up and each written once,
+        when the scope ends, instead of once per event (a multiprocess value takes a lock, checks
+        the pid and writes its file at each increment). Histograms still observe each value at
+        once. Nested scopes write at the outermost's end. Never raises."""
+        batch = self._batch
+        if batch.counts is not None:
+            yield
+            return
+        counts: dict[Any, int] = {}
+        batch.counts = counts
+        try:
+            yield
+        finally:
+            batch.counts = None
+            for child, amount in counts.items():
+                try:
+                    child.inc(amount)
+                except Exception:  # a value file that cannot be written: the others still are
+                    logger.exception("metrics: could not add %d to %r", amount, child)
+
+    def _inc(self, child: Any) -> None:
+        counts = self._batch.counts
+        if counts is None:
+            child.inc()
+        else:
+            counts[child] = counts.get(child, 0) + 1
+
     def __call__(self, event: Mapping[str, Any]) -> None:
         """Update the metrics from one committed event row (see StateStore.add_listener)."""
-        name = str(event.get("event") or "")
-        actor, queue = _label(event.get("actor")), _label(event.get("queue"))
-        c = self._c
+        get = event.get
+        key = (get("event"), get("from_status"), get("to_status"), get("actor"), get("queue"))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(*key)
+        counts = self._batch.counts
+        if counts is None:
+            for child in plan.counts:
+                child.inc()
+        else:
+            for child in plan.counts:
+                counts[child] = counts.get(child, 0) + 1
+        if plan.histogram is not None:  # a claim or an attempt's end
+            self._timed(get, plan)
+        if plan.rare or get("detail"):  # most events: detail {}
+            self._rare(event, plan)
+
+    def _timed(self, get: Callable[[str], Any], plan: _Plan) -> None:
+        """A claim's or an attempt end's histogram (`get`: the event's), and what this process
+        remembers of the job."""
+        at, since = get("at"), get(plan.since)
+        if since is None and plan.claim:
+            since = get("dispatched_at")
+        seconds = _seconds(at, since)
+        if seconds is not None and plan.histogram is not None:
+            child = plan.child
+            if child is None:
+                child = plan.child = self._of(plan.histogram[0], *plan.histogram[1])
+            child.observe(seconds)
+        if plan.claim:
+            if self._recovered:  # most claims: no recovery seen by this process
+                recovered = self._recovered.pop(str(get("job_id")))
+                if recovered is not None and at is not None:
+                    self._of(self._c.recovery_seconds, recovered[0]).observe(max(0.0, float(at) - recovered[1]))
+        elif self._last_checkpoint:  # most attempts: no checkpoint seen by this process
+            self._last_checkpoint.pop(f"{get('job_id')}:{get('lease_id')}")
+
+    def _plan(self, name: Any, from_status: Any, to_status: Any, actor: Any, queue: Any) -> _Plan:
+        """What an event of this name, statuses, actor and queue updates: the same for all such events."""
+        name = str(name or "")
+        actor, queue = _label(actor), _label(queue)
+        c, of = self._c, self._of
+        counts = []
         if name in _TRANSITIONS:
-            self._of(c.transitions, name, _label(event.get("to_status")), actor, queue).inc()
-        if name in ATTEMPT_OUTCOMES or (name in _ENDS_IF_ACTIVE and event.get("from_status") in _ACTIVE):
-            self._attempt_ended(event, name, actor, queue)
-        for counter in self._counted.get(name, ()):
-            self._of(counter, actor, queue).inc()
-        if name in _RETRIES:
-            self._of(c.retries, actor, queue, _RETRIES[name] or _label(event.get("error_class"), "none")).inc()
+            counts.append(of(c.transitions, name, _label(to_status), actor, queue))
+        histogram: tuple[Any, tuple[str, ...]] | None = None
+        ended = name in ATTEMPT_OUTCOMES or (name in _ENDS_IF_ACTIVE and from_status in _ACTIVE)
+        if ended:
+            counts.append(of(c.attempts, actor, queue, name))
+            if name not in _ONE_WRITE:  # no claim recorded when the run started: its length is unknown here
+                histogram = (c.attempt_duration, (actor, queue, name))
+        counts.extend(of(counter, actor, queue) for counter in self._counted.get(name, ()))
+        retry_class = _RETRIES.get(name)
+        if retry_class is not None:
+            counts.append(of(c.retries, actor, queue, retry_class))
         if name in _COMMANDS:
-            self._of(c.control_commands, _COMMANDS[name]).inc()
+            counts.append(of(c.control_commands, _COMMANDS[name]))
+        recovery = _RECOVERY_KINDS.get(name)
+        if recovery is not None:
+            counts.append(of(c.recoveries, recovery))
         if name == _CLAIM:
-            self._claimed(event, actor, queue)
-        elif name == "checkpoint":
+            histogram = (c.schedule_lateness if from_status == JobStatus.RETRY_WAIT else c.dispatch_latency,
+                         (actor, queue))
+        claim = name == _CLAIM
+        return _Plan(counts=tuple(counts), histogram=histogram, since="scheduled_at" if claim else "started_at",
+                     claim=claim, actor=actor, queue=queue, name=name, recovery=recovery,
+                     retry_default=name in _RETRIES and retry_class is None,
+                     rare=name in ("checkpoint", "routed") or recovery is not None or name in _RETRIES)
+
+    def _rare(self, event: Mapping[str, Any], plan: _Plan) -> None:
+        """The parts that depend on more than the plan's key (error class, detail, job id)."""
+        c, actor, queue = self._c, plan.actor, plan.queue
+        if plan.retry_default:
+            self._inc(self._of(c.retries, actor, queue, _label(event.get("error_class"), "none")))
+        if plan.name == "checkpoint":
             self._checkpointed(event, actor, queue)
         detail = event.get("detail") or {}
-        if name == "routed" and isinstance(detail, Mapping):
-            self._of(c.routed, actor, _label(detail.get("from")), queue).inc()
-        if detail and isinstance(detail, Mapping) and detail.get("budget_exhausted"):  # most events: {}
-            self._of(c.budget_exhausted, actor, queue).inc()
-        kind = _RECOVERY_KINDS.get(name)
-        if kind is not None:
-            self._of(c.recoveries, kind).inc()
+        if plan.name == "routed" and isinstance(detail, Mapping):
+            self._inc(self._of(c.routed, actor, _label(detail.get("from")), queue))
+        if detail and isinstance(detail, Mapping) and detail.get("budget_exhausted"):
+            self._inc(self._of(c.budget_exhausted, actor, queue))
+        if plan.recovery is not None:
             at = event.get("at")
             if at is not None and event.get("job_id") is not None:
-                self._recovered.put(str(event["job_id"]), kind, float(at))
+                self._recovered.put(str(event["job_id"]), plan.recovery, float(at))
 
     def _checkpointed(self, event: Mapping[str, Any], actor: str, queue: str) -> None:
         at = event.get("at")
@@ -378,32 +503,6 @@ class Metrics:
             self._of(self._c.checkpoint_age, actor, queue).observe(age)
         if at is not None:
             self._last_checkpoint.put(key, None, float(at))
-
-    def _attempt_ended(self, event: Mapping[str, Any], outcome: str, actor: str, queue: str) -> None:
-        c = self._c
-        self._of(c.attempts, actor, queue, outcome).inc()
-        if outcome in _ONE_WRITE:
-            return  # no claim recorded when the run started: its length is unknown here
-        duration = _seconds(event.get("at"), event.get("started_at"))
-        if duration is not None:
-            self._of(c.attempt_duration, actor, queue, outcome).observe(duration)
-        self._last_checkpoint.pop(f"{event.get('job_id')}:{event.get('lease_id')}")
-
-    def _claimed(self, event: Mapping[str, Any], actor: str, queue: str) -> None:
-        c = self._c
-        at = event.get("at")
-        due = event.get("scheduled_at")
-        if due is None:
-            due = event.get("dispatched_at")
-        wait = _seconds(at, due)
-        if wait is not None:
-            if event.get("from_status") == JobStatus.RETRY_WAIT:
-                self._of(c.schedule_lateness, actor, queue).observe(wait)
-            else:
-                self._of(c.dispatch_latency, actor, queue).observe(wait)
-        recovered = self._recovered.pop(str(event.get("job_id")))
-        if recovered is not None and at is not None:
-            self._of(c.recovery_seconds, recovered[0]).observe(max(0.0, float(at) - recovered[1]))
 
 
 def setup_multiprocess(path: str) -> None:

@@ -14,11 +14,12 @@ middleware back. A collaborator replaced later (`looks`, `paused_queues`, `metri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dramatiq
@@ -247,14 +248,28 @@ class ReliableMiddleware(Middleware):
             self.looks.watch(lambda: waiting_ids(worker, self.plans.likely_fast))
             if self.store.group_commit_stats() is not None:  # successes submitted to the group commit
                 self.acks.watch(broker, worker, lambda queue: self._all_fast(broker, queue))
-                # A batch's acknowledgements sent by the thread that ran its callbacks (HeldAcks.together).
-                self.store.scope_submitted_callbacks(self.acks.together)
+                self.store.scope_submitted_callbacks(self._callbacks_scope())
             # Claims ahead ride the claim's group-commit batch: none without one (SQLite, group_commit=False).
             if self.settings.claims_ahead and self.store.group_commit_stats() is not None:
                 self.ahead.watch(lambda: waiting_messages(worker), int(getattr(worker, "worker_threads", 0)))
                 # An idle process too hands back what no thread took (a busy one also does at each claim).
                 self.runtime.every_pass.append(
                     lambda: self.durable.hand_back(self.ahead.overdue(), "not taken in time"))
+
+    def _callbacks_scope(self) -> Callable[[], contextlib.AbstractContextManager[object]]:
+        """Around a group-commit batch's callbacks, in the thread that runs them: the metrics'
+        counters written once for the batch (Metrics.together), then its acknowledgements sent
+        together by that thread (HeldAcks.together): a scrape counts a success once it is acked."""
+        metrics, acks = self.settings.metrics, self.acks
+        if metrics is None:
+            return acks.together
+
+        @contextlib.contextmanager
+        def scope() -> Iterator[None]:
+            with acks.together(), metrics.together():
+                yield
+
+        return scope
 
     def _all_fast(self, broker: dramatiq.Broker, queue_name: str) -> bool:
         """Whether `queue_name` has actors, all tracked and declared on the fast path."""
