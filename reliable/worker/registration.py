@@ -17,7 +17,6 @@ queue). On the way it:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import threading
 import time
@@ -238,12 +237,14 @@ def _as_dict(message: dramatiq.Message[Any]) -> dict[str, Any]:
     cls = type(message)
     if cls.asdict is not dramatiq.Message.asdict:  # a subclass's own: as it says
         return message.asdict()
-    return {name: getattr(message, name) for name in _field_names(cls)}
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(field.name for field in dataclasses.fields(message))
+    return {name: getattr(message, name) for name in names}
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(cls))
+#: The field names of each message class `_as_dict` met.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def send_timeout_of(message: dramatiq.Message[Any]) -> float | None:
