@@ -32,6 +32,7 @@ __all__ = ["DIGEST_LENGTH", "delivery_digest", "differences", "message_digest"]
 DIGEST_LENGTH = 32
 
 _LINK = "workflow_id"
+_DELIVERY = frozenset(DELIVERY_OPTIONS)
 # One encoder, built once: json.dumps with arguments builds a new one per call (most of its cost).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 _PLAIN = json.JSONEncoder(default=str)
@@ -60,7 +61,9 @@ def _chosen(options: Any) -> dict[str, Any]:
     """The options of DELIVERY_OPTIONS that are set, `workflow_id` taken out of `pipe_target`."""
     if not isinstance(options, Mapping):
         return {}
-    chosen = {key: options[key] for key in DELIVERY_OPTIONS if options.get(key) is not None}
+    # The options a message has (a few) looked up in the set, not every option name in the message:
+    # the canonical form sorts the keys, so the order taken here makes no difference.
+    chosen = {key: value for key, value in options.items() if value is not None and key in _DELIVERY}
     if "pipe_target" in chosen:
         chosen["pipe_target"] = _without_links(chosen["pipe_target"])
     return chosen

@@ -61,6 +61,16 @@ def new_span_id() -> str:
             return span_id
 
 
+def _new_ids() -> tuple[str, str]:
+    """A new trace id and span id (`new_trace_id`, `new_span_id`) from one read of the system's
+    random source: a new trace's two ids for one system call, not two."""
+    while True:
+        both = secrets.token_hex(24)
+        trace_id, span_id = both[:32], both[32:]
+        if trace_id != _INVALID_TRACE_ID and span_id != _INVALID_SPAN_ID:
+            return trace_id, span_id
+
+
 def span_id_for(attempt_id: str) -> str:
     """The span id of an attempt: the first 16 hex digits of SHA-256 of its attempt id (stable,
     so the same attempt always has the same span id in every log line)."""
@@ -150,4 +160,4 @@ class TraceParent:
             if sender is not None and sender.trace_id == mapped:
                 return sender
             return cls(mapped, new_span_id())
-        return sender if sender is not None else cls(new_trace_id(), new_span_id())
+        return sender if sender is not None else cls(*_new_ids())

@@ -21,6 +21,9 @@ from .sqlrunner import Registered, Registering, Tx
 
 __all__ = ["Registrations"]
 
+# Built once: json.dumps with arguments builds an encoder per call.
+_MESSAGE_JSON = json.JSONEncoder(default=str, separators=(",", ":"))
+
 
 def _conflicts_within(rows: Sequence[Mapping[str, Any]]) -> None:
     """JobIdConflict when two rows of one registration share a job id with different digests."""
@@ -119,7 +122,8 @@ class Registrations(StoreCore):
             problem = job_id_problem(value) if value is not None or field == "message_id" else None
             if problem is not None:
                 raise MessageRefused(field, problem, actor=job.actor)
-        message = json.dumps(dict(job.message), default=str, separators=(",", ":"))
+        given = job.message
+        message = _MESSAGE_JSON.encode(given if type(given) is dict else dict(given))
         if (problem := message_size_problem(len(message))) is not None:  # ASCII JSON: characters are bytes
             raise MessageRefused("size", problem, actor=job.actor)
         return {

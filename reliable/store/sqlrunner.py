@@ -110,6 +110,8 @@ def _registered(row: Sequence[Any], sent: Mapping[str, Any]) -> Registered:
     return Registered(event, row[3], row[4], row[5])
 
 
+#: Built once: json.dumps with arguments builds an encoder per call (a send's batch is encoded here).
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
@@ -117,7 +119,14 @@ _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 _RUNNERS: weakref.WeakSet[SqlRunner] = weakref.WeakSet()
 
 
+#: This process's id, kept by the fork hook below: the sends' kept connection is checked per batch,
+#: where os.getpid() is a system call.
+_pid = os.getpid()
+
+
 def _forked_child() -> None:
+    global _pid
+    _pid = os.getpid()
     for runner in list(_RUNNERS):
         runner.forked()
 
@@ -129,9 +138,11 @@ _PG_PARAM = re.compile(r"%\((\w+)\)s")
 
 @dataclass(frozen=True)
 class _Positional:
-    """A PostgreSQL query with its named parameters turned into $1..$n once, at load."""
+    """A PostgreSQL query with its named parameters turned into $1..$n once, at load; as bytes when
+    ASCII (every client encoding's): the driver neither encodes it per execution nor hashes it
+    again for its prepared-statement lookup (a bytes object keeps its hash)."""
 
-    sql: str
+    sql: str | bytes
     names: tuple[str, ...]
 
     def values(self, params: Mapping[str, Any]) -> list[Any]:
@@ -160,7 +171,8 @@ def _positional(sql: str) -> _Positional:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    return _Positional(_PG_PARAM.sub(number, sql), tuple(names))
+    converted = _PG_PARAM.sub(number, sql)
+    return _Positional(converted.encode("ascii") if converted.isascii() else converted, tuple(names))
 
 
 @functools.cache
@@ -433,7 +445,7 @@ class SqlRunner:
                 self._kept[0].invalidate()
             self._kept = None
         with self._sending_lock:
-            if self._sending is not None and self._sending[2] == os.getpid():
+            if self._sending is not None and self._sending[2] == _pid:
                 self._sending[0].invalidate()
             self._sending = None
 
@@ -490,7 +502,7 @@ class SqlRunner:
         batch: dict[str, dict[str, Any]] = {}
         for row, detail in zip(rows, details, strict=True):
             batch.setdefault(row["job_id"], {**row, "detail": detail})  # a job once: a repeat finds the first
-        cursor = self.execute(tx, "register_jobs", {"rows": json.dumps(list(batch.values()), separators=(",", ":")),
+        cursor = self.execute(tx, "register_jobs", {"rows": _COMPACT_JSON.encode(list(batch.values())),
                                                     "synchronous_commit": None if synchronous else "off"})
         found = {row[0]: _registered(row, batch[row[0]]) for row in cursor.fetchall()}
         seen: set[str] = set()
@@ -559,7 +571,7 @@ class SqlRunner:
         deadline (a connection opened for it waits at most what is left); replaced when it hung up
         (a restart, a deadline's cut: `db.hung_up`). Called with `_sending_lock` held."""
         kept = self._sending
-        if kept is not None and kept[2] == os.getpid():
+        if kept is not None and kept[2] == _pid:
             if not hung_up(kept[0].driver_connection):
                 return kept[0], kept[1]
             kept[0].invalidate()
@@ -576,7 +588,7 @@ class SqlRunner:
             if isinstance(exc, self._dbapi.Error):
                 raise translate(exc, self.engine.url) from exc
             raise
-        self._sending = (raw, cursor, os.getpid())
+        self._sending = (raw, cursor, _pid)
         return raw, cursor
 
     def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:

@@ -235,7 +235,8 @@ def test_the_kept_connection_never_plans_a_scan_of_the_job_table(pg: StateStore)
     values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": None, "ids": ["a", "b"]})
     with pg._sql._kept_connection() as raw:
         cursor = psycopg.ClientCursor(raw.driver_connection)  # the values inlined: EXECUTE takes no $n
-        cursor.execute(f"PREPARE kept_write_jobs ({', '.join(types[n] for n in query.names)}) AS {query.sql}")
+        sql = query.sql if isinstance(query.sql, str) else query.sql.decode("ascii")
+        cursor.execute(f"PREPARE kept_write_jobs ({', '.join(types[n] for n in query.names)}) AS {sql}")
         placeholders = ", ".join(["%s"] * len(values))
         plan = "\n".join(row[0] for row in cursor.execute(f"EXPLAIN EXECUTE kept_write_jobs({placeholders})",
                                                           values).fetchall())

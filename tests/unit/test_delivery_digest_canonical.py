@@ -103,3 +103,14 @@ def test_differences_name_the_parts_never_a_value() -> None:
     assert found == ["actor", "args", "options.on_success"]
     assert "secret" not in json.dumps(found)
     assert differences(BASE, {**BASE, "options": NOISE}) == []
+
+
+def test_the_digest_of_a_message_is_pinned_whatever_the_order_of_its_options() -> None:
+    """The value main computed before `_chosen` took the options from the message rather than from
+    DELIVERY_OPTIONS: the worker compares digests stored by older producers."""
+    options = {"traceparent": "x", "time_limit": 5000, "max_retries": 2, "on_failure": "cleanup", "eta": 1,
+               "pipe_target": {"actor_name": "next", "args": [], "kwargs": {},
+                               "options": {"workflow_id": "w", "time_limit": 10}}}
+    message = {"actor_name": "export", "args": ["acct-1", 3], "kwargs": {"force": True}, "options": options}
+    reordered = {**message, "options": dict(reversed(list(options.items())))}
+    assert digest(message) == digest(reordered) == "d4528c3861100d4571251032e5a8c4c4"

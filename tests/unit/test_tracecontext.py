@@ -99,3 +99,18 @@ def test_for_message_chooses_one_trace() -> None:
     assert TraceParent.for_message({"traceparent": "bad"}, sender=sender) == sender
     fresh = TraceParent.for_message({})
     assert W3C.fullmatch(str(fresh)) and fresh != TraceParent.for_message({})
+
+
+def test_a_new_trace_reads_the_random_source_once_and_never_keeps_a_zero_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    import secrets
+
+    reads: list[int] = []
+    answers = iter(["0" * 32 + "a" * 16, "b" * 32 + "0" * 16, "c" * 32 + "d" * 16])
+
+    def token_hex(nbytes: int) -> str:
+        reads.append(nbytes)
+        return next(answers)
+
+    monkeypatch.setattr(secrets, "token_hex", token_hex)
+    assert TraceParent.for_message({}) == TraceParent("c" * 32, "d" * 16)
+    assert reads == [24, 24, 24]  # one read per try: both ids from it, a zero id refused
