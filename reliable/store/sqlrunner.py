@@ -39,8 +39,8 @@ from .db import DEADLINE_WATCH, arm_connection, hung_up, pool_exhausted, pooled,
 from .schema import job_events, jobs
 from .writes import JobWrite
 
-__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "Registered", "Registering", "SqlRunner",
-           "Tx", "load_queries"]
+__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "RECORD_TIMING", "SLIM_KEPT", "Registered",
+           "Registering", "SqlRunner", "Tx", "load_queries"]
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in job_events.c)
@@ -58,12 +58,28 @@ _event_values = operator.itemgetter(*(
     for name in EVENT_COLUMNS))
 
 
+#: The job's columns the listeners' record of an event adds to the event row (StoreCore._record).
+RECORD_TIMING: tuple[str, ...] = ("started_at", "scheduled_at", "dispatched_at")
+#: The job columns a `slim` write returns (JobWrite.slim): those its event record takes, the event's
+#: copies and RECORD_TIMING; `write_job` returns NULL for the others.
+SLIM_KEPT: frozenset[str] = frozenset(_EVENT_COPIES.values()) | frozenset(RECORD_TIMING)
+_timing_values = operator.itemgetter(*(JOB_COLUMNS.index(name) for name in RECORD_TIMING))
+
+
 def _written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A row of `write_job`/`write_jobs` (PostgreSQL: the job's columns, then its event's own) as
     (job row, event row). One length check, then plain zips (a strict zip checks twice per row)."""
     if len(row) != _WRITTEN_WIDTH:
         raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
     return dict(zip(JOB_COLUMNS, row)), dict(zip(EVENT_COLUMNS, _event_values(row)))  # noqa: B905
+
+
+def _slim_written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A slim write's row (JobWrite.slim) as (the job's RECORD_TIMING columns, event row): no job
+    row built, its caller takes only the event's record."""
+    if len(row) != _WRITTEN_WIDTH:
+        raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
+    return dict(zip(RECORD_TIMING, _timing_values(row))), dict(zip(EVENT_COLUMNS, _event_values(row)))  # noqa: B905
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +363,8 @@ class SqlRunner:
     # -- writes ----------------------------------------------------------------------------------
 
     def write(self, write: JobWrite, tx: Tx | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Execute `write` with its event row: (job row, event row), or None when the guard failed."""
+        """Execute `write` with its event row: (job row, event row), or None when the guard failed.
+        A slim write's job row holds only RECORD_TIMING on PostgreSQL (JobWrite.slim)."""
         if tx is None:
             if self.group_commit is not None:
                 return self.group_commit.write(write)
@@ -360,7 +377,7 @@ class SqlRunner:
         if self._postgres:
             if row is None:
                 return None
-            return _written(row)
+            return _slim_written(row) if write.slim else _written(row)
         if row is None:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
@@ -443,7 +460,8 @@ class SqlRunner:
 
     def write_many(self, writes: Sequence[JobWrite]) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
         """Execute several writes of distinct jobs as ONE statement (PostgreSQL, autocommit): each
-        write's (job row, event row), or None where its guard did not match (see batching.py)."""
+        write's (job row, event row), or None where its guard did not match (see batching.py); a
+        slim write's job row holds only RECORD_TIMING (JobWrite.slim)."""
         if not self._postgres:
             raise NotImplementedError("write_many is PostgreSQL's group commit; SQLite writes one at a time")
         ids = sorted({w.job_id for w in writes})
@@ -459,7 +477,8 @@ class SqlRunner:
             with psycopg.RawCursor(raw.driver_connection) as cursor:
                 cursor.execute(query.sql, values, prepare=not self._pooled)
                 found = {row[0]: row for row in cursor.fetchall()}
-        return [None if (row := found.get(w.job_id)) is None else _written(row) for w in writes]
+        return [None if (row := found.get(w.job_id)) is None else _slim_written(row) if w.slim else _written(row)
+                for w in writes]
 
     def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None,
                  *, synchronous: bool = True) -> list[Registered]:
