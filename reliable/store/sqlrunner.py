@@ -162,6 +162,11 @@ def _array_literal(values: Iterable[str]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
+#: JSON without the spaces `json.dumps` puts after separators (the batches' rows: fewer bytes for
+#: the server to parse), its encoder made once (`json.dumps` with separators makes one per call).
+_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
 @functools.cache
 def _text_array(values: tuple[str, ...]) -> str:
     """`_array_literal` of a write's `sources` (one of a few state sets: kept once made)."""
@@ -226,6 +231,7 @@ class SqlRunner:
         if self._postgres:
             self._positional["write_jobs"] = _positional(batch_write_sql(self.queries["write_job"]))
         self._kept: tuple[Any, int] | None = None
+        self._kept_cursor: tuple[Any, Any] | None = None  # (its connection, a cursor of it): `_batch_cursor`
         self._prefix_query: str | None = None  # PostgreSQL: which job id prefix query fits the collation
         self._kept_lock = threading.Lock()
         #: PostgreSQL: single writes outside a transaction go through the process's group commit.
@@ -247,8 +253,8 @@ class SqlRunner:
         connection (theirs are the parent's: their sockets are shared with it). The parent's are
         kept referenced, not dropped: a collected one would be reset (a ROLLBACK) over the parent's
         socket."""
-        self._parents.append((self._kept, self._sending))
-        self._kept, self._sending = None, None
+        self._parents.append((self._kept, self._sending, self._kept_cursor))
+        self._kept, self._sending, self._kept_cursor = None, None, None
         self._kept_lock, self._sending_lock = threading.Lock(), threading.Lock()
 
     # -- connections -----------------------------------------------------------------------------
@@ -442,6 +448,16 @@ class SqlRunner:
                     raise translate(exc, self.engine.url) from exc
                 raise
 
+    def _batch_cursor(self, driver: Any) -> Any:
+        """The cursor of the batches' kept connection `driver` (`_kept_connection`, whose lock the
+        caller holds): made once per connection, not per batch."""
+        kept = self._kept_cursor
+        if kept is None or kept[0] is not driver:
+            import psycopg
+
+            kept = self._kept_cursor = (driver, psycopg.RawCursor(driver))
+        return kept[1]
+
     def release_kept(self) -> None:
         """Close the connections group commit keeps (this process's; never reused: the worker's
         session has the generic-plan and no-scan settings)."""
@@ -469,14 +485,12 @@ class SqlRunner:
             raise ValueError("a batch holds each job once")
         rows, rules = batch_rows(writes)
         query = self._positional["write_jobs"]
-        values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": self._clock(),
+        values = query.values({"rows": _compact_json(rows), "rules": _compact_json(rules), "now": self._clock(),
                                "ids": _array_literal(ids)})
         with self._kept_connection() as raw:
-            import psycopg
-
-            with psycopg.RawCursor(raw.driver_connection) as cursor:
-                cursor.execute(query.sql, values, prepare=not self._pooled)
-                found = {row[0]: row for row in cursor.fetchall()}
+            cursor = self._batch_cursor(raw.driver_connection)
+            cursor.execute(query.sql, values, prepare=not self._pooled)
+            found = {row[0]: row for row in cursor.fetchall()}
         return [None if (row := found.get(w.job_id)) is None else _slim_written(row) if w.slim else _written(row)
                 for w in writes]
 
