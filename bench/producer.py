@@ -11,6 +11,9 @@ It declares the actor, warms up (a few sends per thread, not counted), writes `D
 waits for `DIR/go`, then every thread sends its share; it writes `DIR/<pid>.json`: the first send's
 start and the last send's end (time.monotonic(), one clock for every process of the machine) and
 each send's (or call's) latency in seconds. RabbitmqBroker keeps one connection per thread.
+BENCH_SEND_RATE (sends per second of this process, unset or 0: as fast as they go) paces the counted
+sends: each thread sends on its own schedule, so the worker sees a steady moderate load whatever
+the kind (an end-to-end comparison of plain and reliable at the same rate).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ def main() -> None:
 
     latencies: list[list[float]] = [[] for _ in range(workers)]
     go = Path(directory, "go")
+    rate = float(os.environ.get("BENCH_SEND_RATE") or 0)
+    period = workers / rate if rate > 0 else 0.0  # each thread's time between two sends
+    begun = [0.0]
 
     def send(index: int, count: int, warm: bool) -> None:
         own = latencies[index]
@@ -62,6 +68,8 @@ def main() -> None:
                 own.append(time.perf_counter() - began)
             return
         for n in range(count):
+            if period and not warm and (wait := begun[0] + (n + index / workers) * period - time.perf_counter()) > 0:
+                time.sleep(wait)
             began = time.perf_counter()
             noop.send(n)
             if not warm:
@@ -79,6 +87,7 @@ def main() -> None:
         time.sleep(0.005)
     share = [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
     runs = [threading.Thread(target=send, args=(i, share[i], False)) for i in range(workers)]
+    begun[0] = time.perf_counter()
     start = time.monotonic()
     for thread in runs:
         thread.start()

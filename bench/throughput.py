@@ -622,7 +622,7 @@ def percentiles(latencies: list[float]) -> tuple[float, float]:
 
 
 def run_e2e(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base: Path | None,
-            producers_config: tuple[int, int]) -> Result:
+            producers_config: tuple[int, int], threads_named: bool = False) -> Result:
     """One run of an end-to-end mode: the producers send while a PxT worker consumes (see the module doc)."""
     kind = PRODUCER_KINDS[mode.removesuffix("@base")]
     tree = base if mode.endswith("@base") and base else HERE.parent.resolve()
@@ -660,6 +660,9 @@ def run_e2e(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base:
               running, log)
         cpu = WindowCpu(queue, database, exclude)
         cpu.start()
+        switches = WindowSwitches()
+        booted = list(read_stamps(stamps))
+        switches.start(booted)
         (directory / "go").write_text("")
         _wait(lambda: sum(acks for _, _, acks in read_stamps(stamps).values()) >= total, "last ack", 600, running,
               log, cpu)
@@ -669,6 +672,7 @@ def run_e2e(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base:
                   cpu)
         done = time.monotonic()
         cpu.sample()
+        switches.stop(booted, threads_named)
         for producer in producers:
             producer.wait(60)
         start, _, latencies = producer_results(directory)
@@ -676,7 +680,8 @@ def run_e2e(mode: str, jobs: int, processes: int, threads: int, tmp: Path, base:
     finally:
         end_run(producers, worker, verify, queue, store_url)
     per_job = {role: 1000 * value / jobs for role, value in seconds.items()}
-    return Result(jobs / (done - start), per_job, batch_size(log), 0.0, {}, percentiles(latencies), len(latencies))
+    return Result(jobs / (done - start), per_job, batch_size(log), switches.total() / jobs, switches.by_name(),
+                  percentiles(latencies), len(latencies))
 
 
 
@@ -737,7 +742,7 @@ def bench_config(modes: list[str], jobs: int, runs: int, processes: int, threads
             if kind.startswith("producer-"):
                 result = run_producers(mode, jobs, processes, threads, tmp, base)
             elif kind.startswith("e2e-"):
-                result = run_e2e(mode, jobs, processes, threads, tmp, base, producers)
+                result = run_e2e(mode, jobs, processes, threads, tmp, base, producers, threads_named)
             else:
                 result = run_once(mode, jobs, processes, threads, tmp, base, profile, tag, threads_named)
             results[mode].append(result)

@@ -170,7 +170,7 @@ class WorkerClaims(StoreCore):
         """`fast_committed` without waiting for it (see `_submit` for `done`). Settle a
         `done(False)` with `fast_committed`, which tells a reply lost from a refusal."""
         return self._submit(transition_write(job_id, Event.FAST_SUCCEED, worker_id=worker_id, attempt_id=attempt_id,
-                                             detail=_detail(detail)), done)
+                                             detail=_detail(detail), slim=True), done)
 
     def _fast_succeed(self, job_id: str, *, worker_id: str, attempt_id: str,
                       detail: Mapping[str, Any] | None) -> Job | Mapping[str, Any] | None:

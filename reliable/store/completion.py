@@ -107,8 +107,9 @@ class WorkerCompletion(Registrations):
         `done`; a batch refuses it when the lease was lost, or a pause or cancel was requested
         meanwhile). Settle a `done(False)` with `finish`, which resolves each case as it does for a
         first try and finds a commit whose reply was lost."""
-        # `finish`'s first write for a success, as it is.
-        return self._submit(transition_write(job_id, Event.SUCCEED, lease_id=lease_id, worker_id=worker_id), done)
+        # `finish`'s first write for a success, as it is (slim: `_submit` takes only its event record).
+        return self._submit(transition_write(job_id, Event.SUCCEED, lease_id=lease_id, worker_id=worker_id, slim=True),
+                            done)
 
     def _committed_already(self, job: Job, lease_id: int, events: set[str]) -> bool:
         """Whether the job's last transition is this lease's own outcome (one of `events`)."""

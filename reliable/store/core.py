@@ -38,7 +38,7 @@ from .engine import connect_engine
 from .json_text import _detail, _truncate
 from .records import Job
 from .schema import job_events, jobs
-from .sqlrunner import SqlRunner, Tx
+from .sqlrunner import RECORD_TIMING, SqlRunner, Tx
 from .writes import JobWrite, event_write
 
 __all__ = ["KEEPS_LEFT", "EventListener", "StoreCore"]
@@ -129,7 +129,7 @@ class StoreCore:
         detail, checkpoint = record.get("detail"), record.get("checkpoint")
         record["detail"] = json.loads(detail) if detail else {}
         record["checkpoint"] = json.loads(checkpoint) if checkpoint else None
-        for name in ("started_at", "scheduled_at", "dispatched_at"):
+        for name in RECORD_TIMING:
             record[name] = job.get(name) if job is not None else None
         return record
 
@@ -313,7 +313,8 @@ class StoreCore:
 
     def _submit(self, write: JobWrite, done: Callable[[bool], None]) -> bool:
         """Queue `write` for the group commit's next batch without waiting (PostgreSQL; False, nothing
-        queued, without group commit). `done(True)` once it committed, listeners fed; `done(False)`
+        queued, without group commit): a slim write (JobWrite.slim: only its event record is used,
+        for the listeners). `done(True)` once it committed, listeners fed; `done(False)`
         when its batch did not commit it (the store could not be reached, or its guard did not
         match). `done` runs in the flusher or the group commit's callbacks thread, once."""
         group = self._sql.group_commit

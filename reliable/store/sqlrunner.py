@@ -39,8 +39,8 @@ from .db import DEADLINE_WATCH, arm_connection, hung_up, pool_exhausted, pooled,
 from .schema import job_events, jobs
 from .writes import JobWrite
 
-__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "Registered", "Registering", "SqlRunner",
-           "Tx", "load_queries"]
+__all__ = ["EVENT_COLUMNS", "EVENT_OWN", "JOB_COLUMNS", "LEASE_COLUMNS", "RECORD_TIMING", "SLIM_KEPT", "Registered",
+           "Registering", "SqlRunner", "Tx", "load_queries"]
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 EVENT_COLUMNS: tuple[str, ...] = tuple(c.name for c in job_events.c)
@@ -58,12 +58,28 @@ _event_values = operator.itemgetter(*(
     for name in EVENT_COLUMNS))
 
 
+#: The job's columns the listeners' record of an event adds to the event row (StoreCore._record).
+RECORD_TIMING: tuple[str, ...] = ("started_at", "scheduled_at", "dispatched_at")
+#: The job columns a `slim` write returns (JobWrite.slim): those its event record takes, the event's
+#: copies and RECORD_TIMING; `write_job` returns NULL for the others.
+SLIM_KEPT: frozenset[str] = frozenset(_EVENT_COPIES.values()) | frozenset(RECORD_TIMING)
+_timing_values = operator.itemgetter(*(JOB_COLUMNS.index(name) for name in RECORD_TIMING))
+
+
 def _written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A row of `write_job`/`write_jobs` (PostgreSQL: the job's columns, then its event's own) as
     (job row, event row). One length check, then plain zips (a strict zip checks twice per row)."""
     if len(row) != _WRITTEN_WIDTH:
         raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
     return dict(zip(JOB_COLUMNS, row)), dict(zip(EVENT_COLUMNS, _event_values(row)))  # noqa: B905
+
+
+def _slim_written(row: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A slim write's row (JobWrite.slim) as (the job's RECORD_TIMING columns, event row): no job
+    row built, its caller takes only the event's record."""
+    if len(row) != _WRITTEN_WIDTH:
+        raise ValueError(f"a written row has {len(row)} columns, not {_WRITTEN_WIDTH}")
+    return dict(zip(RECORD_TIMING, _timing_values(row))), dict(zip(EVENT_COLUMNS, _event_values(row)))  # noqa: B905
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +173,11 @@ def _array_literal(values: Iterable[str]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
+#: JSON without the spaces `json.dumps` puts after separators (the batches' rows: fewer bytes for
+#: the server to parse), its encoder made once (`json.dumps` with separators makes one per call).
+_compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
 @functools.cache
 def _text_array(values: tuple[str, ...]) -> str:
     """`_array_literal` of a write's `sources` (one of a few state sets: kept once made)."""
@@ -222,11 +243,12 @@ class SqlRunner:
         if self._postgres:
             self._positional["write_jobs"] = _positional(batch_write_sql(self.queries["write_job"]))
         self._kept: tuple[Any, int] | None = None
+        self._kept_cursor: tuple[Any, Any] | None = None  # (its connection, a cursor of it): `_batch_cursor`
         self._prefix_query: str | None = None  # PostgreSQL: which job id prefix query fits the collation
         self._kept_lock = threading.Lock()
         #: PostgreSQL: single writes outside a transaction go through the process's group commit.
         self.group_commit: GroupCommit[JobWrite, WriteResult] | None = GroupCommit(
-            self.write_many, self._write_alone) if group_commit and self._postgres else None
+            self.write_many, self._write_kept) if group_commit and self._postgres else None
         #: PostgreSQL: the sends of the process's threads registered together (a statement, a commit per batch).
         self.registrations: GroupCommit[Registering, Registered] | None = GroupCommit(
             self.register_together, self.register_alone) if group_commit and self._postgres else None
@@ -243,8 +265,8 @@ class SqlRunner:
         connection (theirs are the parent's: their sockets are shared with it). The parent's are
         kept referenced, not dropped: a collected one would be reset (a ROLLBACK) over the parent's
         socket."""
-        self._parents.append((self._kept, self._sending))
-        self._kept, self._sending = None, None
+        self._parents.append((self._kept, self._sending, self._kept_cursor))
+        self._kept, self._sending, self._kept_cursor = None, None, None
         self._kept_lock, self._sending_lock = threading.Lock(), threading.Lock()
 
     # -- connections -----------------------------------------------------------------------------
@@ -359,7 +381,8 @@ class SqlRunner:
     # -- writes ----------------------------------------------------------------------------------
 
     def write(self, write: JobWrite, tx: Tx | None = None) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Execute `write` with its event row: (job row, event row), or None when the guard failed."""
+        """Execute `write` with its event row: (job row, event row), or None when the guard failed.
+        A slim write's job row holds only RECORD_TIMING on PostgreSQL (JobWrite.slim)."""
         if tx is None:
             if self.group_commit is not None:
                 return self.group_commit.write(write)
@@ -372,7 +395,7 @@ class SqlRunner:
         if self._postgres:
             if row is None:
                 return None
-            return _written(row)
+            return _slim_written(row) if write.slim else _written(row)
         if row is None:
             return None
         job = dict(zip(JOB_COLUMNS, row, strict=True))
@@ -437,6 +460,16 @@ class SqlRunner:
                     raise translate(exc, self.engine.url) from exc
                 raise
 
+    def _batch_cursor(self, driver: Any) -> Any:
+        """The cursor of the batches' kept connection `driver` (`_kept_connection`, whose lock the
+        caller holds): made once per connection, not per batch."""
+        kept = self._kept_cursor
+        if kept is None or kept[0] is not driver:
+            import psycopg
+
+            kept = self._kept_cursor = (driver, psycopg.RawCursor(driver))
+        return kept[1]
+
     def release_kept(self) -> None:
         """Close the connections group commit keeps (this process's; never reused: the worker's
         session has the generic-plan and no-scan settings)."""
@@ -453,9 +486,18 @@ class SqlRunner:
         with self.single() as own:
             return self.write(write, own)
 
+    def _write_kept(self, write: JobWrite) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """A group commit's single write (a batch of one; a failed batch's row-by-row retry) as
+        `write_job`, on the batches' kept connection and cursor: not a connection checked out of
+        the pool and given back per write (about 0.3 ms of the worker's CPU per lone write here,
+        the common case at moderate load; docs/performance.md)."""
+        with self._kept_connection() as raw:
+            return self.write(write, Tx(self._batch_cursor(raw.driver_connection), self._clock()))
+
     def write_many(self, writes: Sequence[JobWrite]) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
         """Execute several writes of distinct jobs as ONE statement (PostgreSQL, autocommit): each
-        write's (job row, event row), or None where its guard did not match (see batching.py)."""
+        write's (job row, event row), or None where its guard did not match (see batching.py); a
+        slim write's job row holds only RECORD_TIMING (JobWrite.slim)."""
         if not self._postgres:
             raise NotImplementedError("write_many is PostgreSQL's group commit; SQLite writes one at a time")
         ids = sorted({w.job_id for w in writes})
@@ -463,15 +505,14 @@ class SqlRunner:
             raise ValueError("a batch holds each job once")
         rows, rules = batch_rows(writes)
         query = self._positional["write_jobs"]
-        values = query.values({"rows": json.dumps(rows), "rules": json.dumps(rules), "now": self._clock(),
+        values = query.values({"rows": _compact_json(rows), "rules": _compact_json(rules), "now": self._clock(),
                                "ids": _array_literal(ids)})
         with self._kept_connection() as raw:
-            import psycopg
-
-            with psycopg.RawCursor(raw.driver_connection) as cursor:
-                cursor.execute(query.sql, values, prepare=not self._pooled)
-                found = {row[0]: row for row in cursor.fetchall()}
-        return [None if (row := found.get(w.job_id)) is None else _written(row) for w in writes]
+            cursor = self._batch_cursor(raw.driver_connection)
+            cursor.execute(query.sql, values, prepare=not self._pooled)
+            found = {row[0]: row for row in cursor.fetchall()}
+        return [None if (row := found.get(w.job_id)) is None else _slim_written(row) if w.slim else _written(row)
+                for w in writes]
 
     def register(self, rows: Sequence[Mapping[str, Any]], details: Sequence[str | None], tx: Tx | None = None,
                  *, synchronous: bool = True) -> list[Registered]:

@@ -117,6 +117,9 @@ class JobWrite:
     route_queue: str | None = None  # the queue the job waits on from now (a routed retry), None: unchanged
     # guard: the claiming delivery's digest must equal the job's (a job without one is not checked)
     delivery_digest: str | None = None
+    # what the caller uses of the written row: True, the event record alone (StoreCore._record: a
+    # submitted success's listeners); the row leaves out the job's other columns (PostgreSQL)
+    slim: bool = False
 
     def params(self, now: float | None) -> dict[str, Any]:
         """The query parameters, with `now` (None: the database's clock)."""
@@ -155,7 +158,7 @@ def transition_write(
     lease_ttl: float | None = None, delay: float | None = None, dispatch: bool | None = None,
     error: Mapping[str, str | None] | None = None, checkpoint_schema: int | None = None,
     from_states: Iterable[JobStatus] | None = None, operator: str | None = None, reason: str | None = None,
-    host: str | None = None, detail: str | None = None, delivery_digest: str | None = None,
+    host: str | None = None, detail: str | None = None, delivery_digest: str | None = None, slim: bool = False,
 ) -> JobWrite:
     """The write of `event` on a job: everything it sets follows from the transition table.
 
@@ -163,7 +166,8 @@ def transition_write(
     is every state the table allows `event` from. `dispatch` says whether the caller publishes the
     job's message right after (True), or leaves it to the sweeper (False); None keeps the rule's
     default. `delay` is required entering RETRY_WAIT. `delivery_digest` (a claim): the write
-    matches only a job registered with that digest, or with none (reliable.delivery_digest).
+    matches only a job registered with that digest, or with none (reliable.delivery_digest). `slim`:
+    the caller uses only the event record of the row written (`JobWrite.slim`).
     """
     event = Event(event)
     base = _base(event, None if from_states is None else frozenset(from_states), dispatch)
@@ -176,7 +180,7 @@ def transition_write(
     values = dict(base)  # the rule and every field no caller sets here: built once per rule
     values.update(job_id=job_id, lease_id=lease_id, version=version, expired_only=expired_only,
                   checkpoint_schema=checkpoint_schema, has_error=error is not None, event_worker_id=worker_id,
-                  detail=detail, delivery_digest=delivery_digest)
+                  detail=detail, delivery_digest=delivery_digest, slim=slim)
     if claim:
         values.update(lease_ttl=None if release else lease_ttl, worker_id=worker_id, attempt_id=attempt_id)
     if entering_retry_wait:
@@ -197,6 +201,7 @@ _PER_WRITE: Mapping[str, Any] = {
     "job_id": None, "lease_id": None, "version": None, "expired_only": False, "lease_ttl": None, "delay": None,
     "checkpoint": None, "checkpoint_schema": None, "worker_id": None, "attempt_id": None, "has_error": False,
     "event_worker_id": None, "event_lease_id": None, "detail": None, "route_queue": None, "delivery_digest": None,
+    "slim": False,
     **dict.fromkeys(FREE_TEXT),
 }
 
@@ -273,7 +278,7 @@ def event_write(
         request_pause=False, request_stop=False, request_cancel=False,
         checkpoint_op="save" if saving else "keep", checkpoint=checkpoint, checkpoint_schema=None,
         worker_id=None, attempt_id=None, has_error=False,  # the row keeps its last error
-        event_worker_id=worker_id, event_lease_id=lease_id, detail=detail,
+        event_worker_id=worker_id, event_lease_id=lease_id, detail=detail, slim=False,
         **_texts(error_class=(error or {}).get("error_class"), error_type=(error or {}).get("error_type"),
                  error_message=(error or {}).get("message"), traceback=(error or {}).get("traceback"),
                  operator=operator, reason=reason, host=host),

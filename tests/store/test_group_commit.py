@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from dramatiq.middleware import raise_thread_exception
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from reliable.errors import LeaseLost, LeaseLostInterrupt, StoreUnavailable
 from reliable.states import Event, JobStatus
@@ -453,3 +453,43 @@ def test_a_batch_finds_jobs_whose_ids_need_quoting_in_an_array(pg: StateStore) -
     results = pg._sql.write_many(writes)
     assert [None if result is None else result[0]["job_id"] for result in results] == job_ids
     assert {pg.get(job_id).status for job_id in job_ids} == {JobStatus.RUNNING}
+
+
+def test_a_lone_write_goes_on_the_batches_kept_connection_not_one_checked_out_per_write(pg: StateStore) -> None:
+    """A batch of one (the common case at moderate load) runs on the connection the batches keep."""
+    _register(pg, *(f"lone-{n}" for n in range(6)))
+    pg.claim("lone-0", worker_id="w", lease_ttl=60)  # opens the kept connection (and checks the schema)
+    checkouts: list[object] = []
+
+    def checked_out(*_: object) -> None:
+        checkouts.append(object())
+
+    event.listen(pg.engine, "checkout", checked_out)
+    try:
+        for n in range(1, 6):
+            pg.claim(f"lone-{n}", worker_id="w", lease_ttl=60)
+    finally:
+        event.remove(pg.engine, "checkout", checked_out)
+    assert checkouts == []
+    assert [pg.get(f"lone-{n}").status for n in range(6)] == [JobStatus.RUNNING] * 6
+
+
+def test_a_lone_write_whose_kept_connection_was_lost_fails_and_the_next_one_reconnects(pg: StateStore) -> None:
+    _register(pg, "cut-1", "cut-2")
+    pg.claim("cut-1", worker_id="w", lease_ttl=60)  # opens the kept connection
+    kept = pg._sql._kept
+    assert kept is not None
+    backend = kept[0].driver_connection.info.backend_pid
+    with pg.engine.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
+    wait_for(lambda: _gone(pg, backend), "the kept connection's backend to end")
+    with pytest.raises(StoreUnavailable):
+        pg._sql.write(transition_write("cut-2", Event.CLAIM, worker_id="w", attempt_id="a", lease_ttl=60))
+    assert pg.claim("cut-2", worker_id="w", lease_ttl=60).lease_id > 0  # a new kept connection
+    assert pg._sql._kept is not None and pg._sql._kept[0] is not kept[0]
+
+
+def _gone(store: StateStore, pid: int) -> bool:
+    with store.engine.connect() as conn:
+        alive = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}).scalar_one()
+    return alive == 0

@@ -7,11 +7,13 @@ stored, single write or group-commit batch alike.
 
 from __future__ import annotations
 
+import re
+import threading
 from typing import Any
 
 from reliable.states import Event
 from reliable.store import ErrorInfo, NewJob, StateStore
-from reliable.store.sqlrunner import EVENT_OWN, JOB_COLUMNS
+from reliable.store.sqlrunner import EVENT_OWN, JOB_COLUMNS, RECORD_TIMING, SLIM_KEPT, load_queries
 from reliable.store.writes import transition_write
 
 
@@ -54,3 +56,55 @@ def test_write_job_returns_the_jobs_columns_then_the_events_own(pg_store: StateS
     with sql.single() as tx:
         sql.write(transition_write("c1", Event.CLAIM, worker_id="w", lease_ttl=60, attempt_id="a1"), tx)
         assert tuple(d[0] for d in tx.cursor.description) == JOB_COLUMNS + EVENT_OWN
+
+
+def test_a_slim_write_returns_only_the_columns_its_event_record_takes(pg_store: StateStore) -> None:
+    store = StateStore(engine=pg_store.engine, group_commit=True)
+    store.register_many([NewJob(j, "q", "a", {"args": [j]}, trace_id=j) for j in ("s1", "s2", "s3")])
+    claims = {j: store.claim(j, worker_id="w", lease_ttl=60) for j in ("s1", "s2", "s3")}
+    sql = store._sql
+    with sql.single() as tx:
+        cursor = sql.execute(tx, "write_job", {**transition_write(
+            "s1", Event.SUCCEED, lease_id=claims["s1"].lease_id, worker_id="w", slim=True).params(None),
+            "sources": "{RUNNING}"})
+        row = cursor.fetchone()
+    nulls = {name for name, value in zip(JOB_COLUMNS, row, strict=False) if value is None}
+    assert set(JOB_COLUMNS) - SLIM_KEPT <= nulls  # the message and every column the record does not take
+    assert row[JOB_COLUMNS.index("message")] is None and row[JOB_COLUMNS.index("trace_id")] == "s1"
+    # Single and batch alike: the event row as stored, the job's timing columns; a full write beside
+    # a slim one in the same batch keeps its whole job row.
+    written = sql.write_many([transition_write("s2", Event.SUCCEED, lease_id=claims["s2"].lease_id, worker_id="w",
+                                               slim=True),
+                              transition_write("s3", Event.SUCCEED, lease_id=claims["s3"].lease_id, worker_id="w")])
+    slim, full = written
+    assert slim is not None and full is not None
+    assert slim[0] == {name: full_value for name, full_value in store.find("s2").as_dict().items()
+                       if name in RECORD_TIMING}
+    assert full[0]["message"] is not None and full[0]["status"] == "SUCCEEDED"
+    for job_id, (_, event) in (("s2", slim), ("s3", full)):
+        stored = store.events(job_id)[-1].as_dict()
+        assert {**event, "detail": stored["detail"]} == stored
+
+
+def test_a_submitted_success_gives_the_listeners_the_full_record(pg_store: StateStore) -> None:
+    store = StateStore(engine=pg_store.engine, group_commit=True)
+    heard: list[dict[str, Any]] = []
+    store.add_listener(heard.append)
+    store.register_many([NewJob("l1", "q", "a", {}, workflow_id="wf", trace_id="t")])
+    claim = store.claim("l1", worker_id="w", lease_ttl=60)
+    committed = threading.Event()
+    assert store.succeed_later("l1", claim.lease_id, worker_id="w", done=lambda ok: ok and committed.set())
+    assert committed.wait(10)
+    job = store.find("l1")
+    assert job is not None
+    last = [e for e in heard if e["job_id"] == "l1"][-1]
+    assert last["event"] == "succeed"
+    assert {name: last[name] for name in RECORD_TIMING} == {name: getattr(job, name) for name in RECORD_TIMING}
+    assert _heard(heard, "l1") == _stored_events(store, "l1")
+
+
+def test_the_slim_columns_are_the_ones_the_record_leaves_out() -> None:
+    sql = load_queries("postgresql")["write_job"]
+    nulled = set(re.findall(r"CASE WHEN j\.slim THEN NULL ELSE j\.(\w+) END AS (\w+)", sql))
+    assert {a for a, b in nulled if a == b} == set(JOB_COLUMNS) - SLIM_KEPT
+    assert all(a == b for a, b in nulled)

@@ -11,7 +11,9 @@
 -- not copies of the job's (sqlrunner.EVENT_OWN, in that order; the event's job_id, to_status,
 -- version, attempt, attempt_id, queue, actor, workflow_id, trace_id, retry_count and checkpoint are
 -- the job's, read from its columns: eleven fewer columns to send and decode per write). No row
--- when the guard did not match.
+-- when the guard did not match. A `slim` write (its caller uses only the event record: a submitted
+-- success, StoreCore._submit) returns NULL for each job column that record does not take
+-- (sqlrunner.SLIM_KEPT keeps the others): the message and 21 more neither sent nor decoded.
 -- A claim's lease_id is at least the floor of the server's WAL timeline, (timeline - 1) << 40:
 -- a promoted standby runs on a new timeline, so a fencing token it issues is above every token of
 -- the old primary, including one whose claim was lost with unreplicated WAL (a lossy failover
@@ -75,7 +77,7 @@ j AS (
       AND (NOT %(uncancelled_only)s::bool OR NOT r.cancel_requested)
       -- A claim by a delivery that is not the job's own message (reliable.delivery_digest).
       AND (%(delivery_digest)s::text IS NULL OR r.delivery_digest IS NULL OR r.delivery_digest = %(delivery_digest)s::text)
-    RETURNING r.*
+    RETURNING r.*, %(slim)s::bool AS slim
 ),
 e AS (
     INSERT INTO reliable_job_events (job_id, at, event, from_status, to_status, version, attempt, attempt_id,
@@ -91,12 +93,28 @@ e AS (
     RETURNING id, at, event, from_status, lease_id, worker_id, error_class, error_type, error_message, operator,
         reason, host, detail, traceback, job_id
 )
-SELECT j.job_id, j.queue, j.actor, j.message, j.status, j.previous_status, j.version, j.lease_id, j.worker_id,
-    j.lease_expires_at, j.attempt, j.attempt_id, j.started_at, j.finished_at, j.retry_count, j.retry_at,
-    j.scheduled_at, j.dispatched_at, j.pause_requested, j.stop_requested, j.cancel_requested,
-    j.stop_requested_at, j.checkpoint, j.checkpoint_version, j.checkpoint_schema, j.checkpoint_at, j.owner,
-    j.workflow_id, j.trace_id, j.parent_job_id, j.last_error_class, j.last_error_type, j.last_error_message,
-    j.created_at, j.updated_at, j.delivery_digest,
+SELECT j.job_id, j.queue, j.actor, CASE WHEN j.slim THEN NULL ELSE j.message END AS message, j.status,
+    CASE WHEN j.slim THEN NULL ELSE j.previous_status END AS previous_status, j.version,
+    CASE WHEN j.slim THEN NULL ELSE j.lease_id END AS lease_id,
+    CASE WHEN j.slim THEN NULL ELSE j.worker_id END AS worker_id,
+    CASE WHEN j.slim THEN NULL ELSE j.lease_expires_at END AS lease_expires_at, j.attempt, j.attempt_id,
+    j.started_at, CASE WHEN j.slim THEN NULL ELSE j.finished_at END AS finished_at, j.retry_count,
+    CASE WHEN j.slim THEN NULL ELSE j.retry_at END AS retry_at, j.scheduled_at, j.dispatched_at,
+    CASE WHEN j.slim THEN NULL ELSE j.pause_requested END AS pause_requested,
+    CASE WHEN j.slim THEN NULL ELSE j.stop_requested END AS stop_requested,
+    CASE WHEN j.slim THEN NULL ELSE j.cancel_requested END AS cancel_requested,
+    CASE WHEN j.slim THEN NULL ELSE j.stop_requested_at END AS stop_requested_at, j.checkpoint,
+    CASE WHEN j.slim THEN NULL ELSE j.checkpoint_version END AS checkpoint_version,
+    CASE WHEN j.slim THEN NULL ELSE j.checkpoint_schema END AS checkpoint_schema,
+    CASE WHEN j.slim THEN NULL ELSE j.checkpoint_at END AS checkpoint_at,
+    CASE WHEN j.slim THEN NULL ELSE j.owner END AS owner, j.workflow_id, j.trace_id,
+    CASE WHEN j.slim THEN NULL ELSE j.parent_job_id END AS parent_job_id,
+    CASE WHEN j.slim THEN NULL ELSE j.last_error_class END AS last_error_class,
+    CASE WHEN j.slim THEN NULL ELSE j.last_error_type END AS last_error_type,
+    CASE WHEN j.slim THEN NULL ELSE j.last_error_message END AS last_error_message,
+    CASE WHEN j.slim THEN NULL ELSE j.created_at END AS created_at,
+    CASE WHEN j.slim THEN NULL ELSE j.updated_at END AS updated_at,
+    CASE WHEN j.slim THEN NULL ELSE j.delivery_digest END AS delivery_digest,
     e.id, e.at, e.event, e.from_status, e.lease_id, e.worker_id, e.error_class, e.error_type, e.error_message,
     e.operator, e.reason, e.host, e.detail, e.traceback
 FROM j, e;
