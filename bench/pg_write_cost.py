@@ -37,7 +37,7 @@ def _cpu_ns(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
-def _breakdown(conn: Any, sql: str, values: list[Any]) -> list[tuple[Any, ...]]:
+def _breakdown(conn: Any, sql: str | bytes, values: list[Any]) -> list[tuple[Any, ...]]:
     """The WAL records of one batch by kind: its own transaction's (by xid), via pg_walinspect."""
     conn.execute("BEGIN")
     start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
@@ -75,7 +75,7 @@ def _run(store: StateStore, writes: list[JobWrite], *, explain: bool, look: bool
                 for kind in _breakdown(conn, query.sql, values):
                     print("   ", *kind)
             elif explain:
-                plan: Any = conn.execute("EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) " + query.sql,
+                plan: Any = conn.execute(b"EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) " + query.sql,
                                          values).fetchone()[0][0]["Plan"]
                 totals["records"] += plan.get("WAL Records", 0)
                 totals["fpi"] += plan.get("WAL FPI", 0)

@@ -135,14 +135,7 @@ _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
 _RUNNERS: weakref.WeakSet[SqlRunner] = weakref.WeakSet()
 
 
-#: This process's id, kept by the fork hook below: the sends' kept connection is checked per batch,
-#: where os.getpid() is a system call.
-_pid = os.getpid()
-
-
 def _forked_child() -> None:
-    global _pid
-    _pid = os.getpid()
     for runner in list(_RUNNERS):
         runner.forked()
 
@@ -431,6 +424,11 @@ class SqlRunner:
         nor the statement prepared: the pooler would hand both to other clients' transactions, and
         each batch is planned anew, with the table's statistics of the moment."""
         with self._kept_lock:
+            if self._kept is not None and self._kept[1] == os.getpid() and hung_up(self._kept[0].driver_connection):
+                # The server closed it while idle (a restart, a failover, an idle kill): replaced
+                # before use, as the pool's checkout replaces one, so no write fails on it.
+                self._kept[0].invalidate()
+                self._kept = None
             if self._kept is None or self._kept[1] != os.getpid():
                 # Not armed with the deadline of the call that happens to open it (reliable.deadlines):
                 # it outlives that call, and would be cut at that deadline under a later batch, every
@@ -478,7 +476,7 @@ class SqlRunner:
                 self._kept[0].invalidate()
             self._kept = None
         with self._sending_lock:
-            if self._sending is not None and self._sending[2] == _pid:
+            if self._sending is not None and self._sending[2] == os.getpid():
                 self._sending[0].invalidate()
             self._sending = None
 
@@ -492,7 +490,17 @@ class SqlRunner:
         the pool and given back per write (about 0.3 ms of the worker's CPU per lone write here,
         the common case at moderate load; docs/performance.md)."""
         with self._kept_connection() as raw:
-            return self.write(write, Tx(self._batch_cursor(raw.driver_connection), self._clock()))
+            # Armed with the caller's deadline while it runs, as its own pooled connection would be
+            # (reliable.deadlines: a claim's try, a heartbeat's record end there on a silent network).
+            watch: tuple[Any, Any] | None = None
+            try:
+                until = deadline()
+                if until is not None and (watch := raw.info.get(DEADLINE_WATCH)) is not None:
+                    arm_connection(watch[0], watch[1], raw.driver_connection, until)
+                return self.write(write, Tx(self._batch_cursor(raw.driver_connection), self._clock()))
+            finally:
+                if watch is not None:
+                    watch[0].disarm(watch[1])
 
     def write_many(self, writes: Sequence[JobWrite]) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
         """Execute several writes of distinct jobs as ONE statement (PostgreSQL, autocommit): each
@@ -611,8 +619,10 @@ class SqlRunner:
         """The sends' kept connection and cursor (autocommit), checked out under the leading send's
         deadline (a connection opened for it waits at most what is left); replaced when it hung up
         (a restart, a deadline's cut: `db.hung_up`). Called with `_sending_lock` held."""
-        kept = self._sending
-        if kept is not None and kept[2] == _pid:
+        # os.getpid(), not a pid kept by an at-fork hook: a server that forks without running
+        # Python's hooks (uWSGI by default) would hand its children the parent's connection.
+        kept, pid = self._sending, os.getpid()
+        if kept is not None and kept[2] == pid:
             if not hung_up(kept[0].driver_connection):
                 return kept[0], kept[1]
             kept[0].invalidate()
@@ -629,7 +639,7 @@ class SqlRunner:
             if isinstance(exc, self._dbapi.Error):
                 raise translate(exc, self.engine.url) from exc
             raise
-        self._sending = (raw, cursor, _pid)
+        self._sending = (raw, cursor, pid)
         return raw, cursor
 
     def renew(self, worker_id: str, leases: Sequence[tuple[str, int]], lease_ttl: float) -> list[dict[str, Any]]:

@@ -185,13 +185,13 @@ class HeldAcks:
             finally:
                 self.release(message)
 
-        if not self.hold(message):
-            return False
-        queued = False
-        try:
-            queued = submit(done)
+        held = queued = False
+        try:  # held and submitted in one try: an interrupt between the two leaves nothing held
+            held = self.hold(message)
+            if held:
+                queued = submit(done)
         finally:
-            if not queued:
+            if held and not queued:
                 self.forget(message)
         return queued
 

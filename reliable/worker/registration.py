@@ -235,8 +235,8 @@ def _as_dict(message: dramatiq.Message[Any]) -> dict[str, Any]:
     """`message.asdict()`, its field names listed once per message class (`dataclasses.fields` per
     call was about a microsecond of every send)."""
     cls = type(message)
-    if cls.asdict is not dramatiq.Message.asdict:  # a subclass's own: as it says
-        return message.asdict()
+    if not issubclass(cls, dramatiq.Message) or cls.asdict is not dramatiq.Message.asdict:
+        return message.asdict()  # a proxy's (MessageProxy), or a subclass's own: as it says
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(field.name for field in dataclasses.fields(message))

@@ -474,7 +474,7 @@ def test_a_lone_write_goes_on_the_batches_kept_connection_not_one_checked_out_pe
     assert [pg.get(f"lone-{n}").status for n in range(6)] == [JobStatus.RUNNING] * 6
 
 
-def test_a_lone_write_whose_kept_connection_was_lost_fails_and_the_next_one_reconnects(pg: StateStore) -> None:
+def test_a_lone_write_whose_kept_connection_the_server_ended_is_written_on_a_new_one(pg: StateStore) -> None:
     _register(pg, "cut-1", "cut-2")
     pg.claim("cut-1", worker_id="w", lease_ttl=60)  # opens the kept connection
     kept = pg._sql._kept
@@ -483,9 +483,8 @@ def test_a_lone_write_whose_kept_connection_was_lost_fails_and_the_next_one_reco
     with pg.engine.connect() as conn:
         conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
     wait_for(lambda: _gone(pg, backend), "the kept connection's backend to end")
-    with pytest.raises(StoreUnavailable):
-        pg._sql.write(transition_write("cut-2", Event.CLAIM, worker_id="w", attempt_id="a", lease_ttl=60))
-    assert pg.claim("cut-2", worker_id="w", lease_ttl=60).lease_id > 0  # a new kept connection
+    # Replaced before use (it hung up while idle), as the pool's checkout replaces one: no write fails.
+    assert pg._sql.write(transition_write("cut-2", Event.CLAIM, worker_id="w", attempt_id="a", lease_ttl=60))
     assert pg._sql._kept is not None and pg._sql._kept[0] is not kept[0]
 
 

@@ -347,3 +347,25 @@ def test_the_sends_keep_a_connection_only_where_the_given_engines_pool_leaves_tw
         assert store.engine.pool.checkedout() == kept  # type: ignore[attr-defined]
     finally:
         store.close()
+
+
+def test_a_child_forked_without_python_s_fork_hooks_opens_its_own_sending_connection(grouped: StateStore) -> None:
+    """A fork in C (uWSGI without py-call-osafterfork, an extension calling fork()) runs no
+    os.register_at_fork hook: the child must still not send on the parent's kept connection."""
+    import ctypes
+
+    assert grouped.register(_job("warm", 0))
+    runner = grouped._sql
+    parents = runner._sending[0]
+    reader, writer = os.pipe()
+    pid = ctypes.CDLL(None).fork()
+    if pid == 0:  # the child: answers through the pipe, never returns into pytest
+        signal.alarm(10)
+        try:
+            with runner._sending_lock:
+                raw, _ = runner._sending_connection()
+            os.write(writer, b"shared" if raw is parents else b"own")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(reader, 16) == b"own"

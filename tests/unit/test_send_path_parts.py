@@ -18,6 +18,14 @@ def test_a_messages_dict_is_its_asdict() -> None:
     assert _as_dict(message)["options"] is message.options  # the same object, as asdict gives it
 
 
+def test_a_delivered_messages_proxy_gives_its_messages_dict() -> None:
+    """A delivery (Dramatiq's MessageProxy, fields forwarded per instance) re-sent by an app."""
+    from dramatiq.broker import MessageProxy
+
+    message: dramatiq.Message[Any] = dramatiq.Message(queue_name="q", actor_name="a", args=(), kwargs={}, options={})
+    assert _as_dict(MessageProxy(message)) == message.asdict()
+
+
 def test_a_subclass_with_its_own_asdict_is_asked() -> None:
     class Own(dramatiq.Message[Any]):
         def asdict(self) -> dict[str, Any]:

@@ -154,3 +154,17 @@ def test_the_overview_api_lists_the_busiest_queues_and_points_to_the_rest(store:
     assert body["queues_total"] == OVERVIEW_QUEUES + 2 and body["queues_url"] == "/api/v1/queues"
     assert {c["queue"] for c in body["counts"]} == set(body["queues"]) == set(body["oldest_pending"])
     assert body["by_state"] == {"PENDING": OVERVIEW_QUEUES + 4}  # every queue's
+
+
+def test_a_page_may_end_at_a_queue_named_with_spaces(store: StateStore, tokens: Tokens) -> None:
+    """Registration does not judge queue names: a page that ends at a queue named " " hands it out
+    as its cursor, and the next page takes it back."""
+    store.register_many([NewJob(f"{queue}-0", queue, "work", {"args": [], "kwargs": {}, "options": {}})
+                         for queue in (" ", "q-after")])
+    client, _ = session(store, tokens.viewer)
+    headers = bearer(tokens.viewer)
+    with client:
+        first = client.get("/api/v1/queues", params={"limit": "1"}, headers=headers).json()
+        assert [row["queue"] for row in first["queues"]] == [" "] and first["next_cursor"] == " "
+        after = client.get("/api/v1/queues", params={"limit": "1", "cursor": " "}, headers=headers)
+        assert after.status_code == 200 and [row["queue"] for row in after.json()["queues"]] == ["q-after"]
