@@ -116,10 +116,12 @@ def queue_figures(figures: Overview, state: QueueState, names: Sequence[str] | N
             "latency_window_seconds": None if figures.latency is None else figures.latency.window}
 
 
-def queue_name_problem(queue: str) -> str | None:
-    """Why `queue` cannot be a queue's name (empty, too long, a control character), or None."""
-    return ("it is empty" if not queue.strip() else f"it is longer than {MAX_QUEUE_NAME} characters"
-            if len(queue) > MAX_QUEUE_NAME else text_problem(queue))
+def queue_name_problem(queue: str, *, blank: bool = False) -> str | None:
+    """Why `queue` cannot be a queue's name (empty, too long, a control character), or None.
+    `blank`: a name of spaces passes (registration does not judge names: the store may hold one)."""
+    if not blank and not queue.strip():
+        return "it is empty"
+    return f"it is longer than {MAX_QUEUE_NAME} characters" if len(queue) > MAX_QUEUE_NAME else text_problem(queue)
 
 
 def check_queue_name(queue: str) -> str:

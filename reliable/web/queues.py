@@ -105,8 +105,7 @@ def read_page(request: Request, known: tuple[str, ...] = ()) -> tuple[dict[str, 
     # A page's cursor is the last queue name of the page before; a search is part of a name:
     # either can only hold what a queue's name can (queue_pauses.queue_name_problem).
     for name, value in (("cursor", cursor), ("search", search)):
-        # (A cursor of spaces is a name the store may hold: registration does not judge names.)
-        problem = None if value is None or not value.strip() else queue_pauses.queue_name_problem(value)
+        problem = None if value is None else queue_pauses.queue_name_problem(value, blank=name == "cursor")
         if problem is not None:
             raise HTTPException(400, f"parameter {name!r} cannot be part of a queue's name: {problem}")
     state = state_of(request)

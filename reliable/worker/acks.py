@@ -185,18 +185,19 @@ class HeldAcks:
             finally:
                 self.release(message)
 
-        held = queued = False
-        try:  # held and submitted in one try: an interrupt between the two leaves nothing held
-            held = self.hold(message)
-            if held:
+        queued = False
+        try:  # held and submitted in one try: an interrupt between the two (or inside `hold`) leaves nothing held
+            if self.hold(message):
                 queued = submit(done)
         finally:
-            if held and not queued:
+            if not queued:
                 self.forget(message)
         return queued
 
     def forget(self, message: Any) -> None:
         """`message` was not submitted after all: Dramatiq acknowledges it as usual."""
+        if id(message) not in self._held:  # held by nobody (refused by `hold`): no lock, no wake-up
+            return
         with self._lock:
             held = self._held.get(id(message))
             if held is not None and held.message is message:

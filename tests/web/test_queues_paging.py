@@ -168,3 +168,5 @@ def test_a_page_may_end_at_a_queue_named_with_spaces(store: StateStore, tokens: 
         assert [row["queue"] for row in first["queues"]] == [" "] and first["next_cursor"] == " "
         after = client.get("/api/v1/queues", params={"limit": "1", "cursor": " "}, headers=headers)
         assert after.status_code == 200 and [row["queue"] for row in after.json()["queues"]] == ["q-after"]
+        # Spaces pass as a name does, up to a name's length.
+        assert client.get("/api/v1/queues", params={"cursor": " " * 256}, headers=headers).status_code == 400
