@@ -257,12 +257,10 @@ class SqlRunner:
         locks (a fork copies a lock held by a parent's thread mid-batch held, for ever) and no kept
         connection (theirs are the parent's: their sockets are shared with it). The parent's are
         kept referenced, not dropped: a collected one would be reset (a ROLLBACK) over the parent's
-        socket. The pool's idle connections are the parent's too: the child gets a new pool, the old
-        one kept referenced for the same reason (a pre-forking web server whose master sent a job)."""
-        self._parents.append((self._kept, self._sending, self._kept_cursor, self.engine.pool))
+        socket."""
+        self._parents.append((self._kept, self._sending, self._kept_cursor))
         self._kept, self._sending, self._kept_cursor = None, None, None
         self._kept_lock, self._sending_lock = threading.Lock(), threading.Lock()
-        self.engine.dispose(close=False)
 
     # -- connections -----------------------------------------------------------------------------
 
