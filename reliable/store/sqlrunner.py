@@ -126,8 +126,6 @@ def _registered(row: Sequence[Any], sent: Mapping[str, Any]) -> Registered:
     return Registered(event, row[3], row[4], row[5])
 
 
-#: Built once: json.dumps with arguments builds an encoder per call (a send's batch is encoded here).
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 LEASE_COLUMNS: tuple[str, ...] = ("job_id", "lease_id", "status", "pause_requested", "stop_requested",
                                   "cancel_requested", "lease_expires_at", "stop_requested_at")
 _ACTIVE = sorted(s.value for s in ACTIVE_STATES)
@@ -166,9 +164,25 @@ def _array_literal(values: Iterable[str]) -> str:
     return "{" + ",".join(quoted) + "}"
 
 
-#: JSON without the spaces `json.dumps` puts after separators (the batches' rows: fewer bytes for
-#: the server to parse), its encoder made once (`json.dumps` with separators makes one per call).
+#: JSON without the spaces `json.dumps` puts after separators (the batches' rows, the sends' rows:
+#: fewer bytes for the server to parse), its encoder made once (`json.dumps` with separators makes
+#: one per call).
 _compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+@contextmanager
+def _armed(raw: Any) -> Iterator[None]:
+    """A kept connection `raw` armed with the current call's deadline (reliable.deadlines) for the
+    block, disarmed at its end whatever happens: never left armed with a finished call's deadline."""
+    watch: tuple[Any, Any] | None = None
+    try:
+        until = deadline()
+        if until is not None and (watch := raw.info.get(DEADLINE_WATCH)) is not None:
+            arm_connection(watch[0], watch[1], raw.driver_connection, until)
+        yield
+    finally:
+        if watch is not None:
+            watch[0].disarm(watch[1])
 
 
 @functools.cache
@@ -489,18 +503,10 @@ class SqlRunner:
         `write_job`, on the batches' kept connection and cursor: not a connection checked out of
         the pool and given back per write (about 0.3 ms of the worker's CPU per lone write here,
         the common case at moderate load; docs/performance.md)."""
-        with self._kept_connection() as raw:
-            # Armed with the caller's deadline while it runs, as its own pooled connection would be
-            # (reliable.deadlines: a claim's try, a heartbeat's record end there on a silent network).
-            watch: tuple[Any, Any] | None = None
-            try:
-                until = deadline()
-                if until is not None and (watch := raw.info.get(DEADLINE_WATCH)) is not None:
-                    arm_connection(watch[0], watch[1], raw.driver_connection, until)
-                return self.write(write, Tx(self._batch_cursor(raw.driver_connection), self._clock()))
-            finally:
-                if watch is not None:
-                    watch[0].disarm(watch[1])
+        # Armed with the caller's deadline while it runs, as its own pooled connection would be
+        # (reliable.deadlines: a claim's try, a heartbeat's record end there on a silent network).
+        with self._kept_connection() as raw, _armed(raw):
+            return self.write(write, Tx(self._batch_cursor(raw.driver_connection), self._clock()))
 
     def write_many(self, writes: Sequence[JobWrite]) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
         """Execute several writes of distinct jobs as ONE statement (PostgreSQL, autocommit): each
@@ -551,7 +557,7 @@ class SqlRunner:
         batch: dict[str, dict[str, Any]] = {}
         for row, detail in zip(rows, details, strict=True):
             batch.setdefault(row["job_id"], {**row, "detail": detail})  # a job once: a repeat finds the first
-        cursor = self.execute(tx, "register_jobs", {"rows": _COMPACT_JSON.encode(list(batch.values())),
+        cursor = self.execute(tx, "register_jobs", {"rows": _compact_json(list(batch.values())),
                                                     "synchronous_commit": None if synchronous else "off"})
         found = {row[0]: _registered(row, batch[row[0]]) for row in cursor.fetchall()}
         seen: set[str] = set()
@@ -586,16 +592,9 @@ class SqlRunner:
             # disarmed when the batch gives it back.
             return self.register(rows, details, synchronous=synchronous)
         with self._sending_lock:
-            watch: tuple[Any, Any] | None = None
-            try:  # armed and disarmed in one try: never left armed with this batch's deadline
-                raw, cursor = self._sending_connection()
-                until = deadline()
-                if until is not None and (watch := raw.info.get(DEADLINE_WATCH)) is not None:
-                    arm_connection(watch[0], watch[1], raw.driver_connection, until)
+            raw, cursor = self._sending_connection()
+            with _armed(raw):
                 return self._send_batch(raw, cursor, rows, details, synchronous)
-            finally:
-                if watch is not None:
-                    watch[0].disarm(watch[1])
 
     def _send_batch(self, raw: Any, cursor: Any, rows: Sequence[Mapping[str, Any]],
                     details: Sequence[str | None], synchronous: bool) -> list[Registered]:
